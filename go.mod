@@ -1,0 +1,3 @@
+module github.com/trainscope/trainscope
+
+go 1.26.8

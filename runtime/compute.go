@@ -1,0 +1,114 @@
+package runtime
+
+// Gemm enqueues C = alpha·op(A)·op(B) + beta·C on s (see GemmArgs). The
+// shapes are checked against the buffers' sizes before the backend sees
+// them.
+func Gemm(s *Stream, g GemmArgs) error {
+	if err := s.live("Gemm"); err != nil {
+		return err
+	}
+	if err := checkGemm(g); err != nil {
+		return err
+	}
+	return s.impl.Gemm(s.h, g)
+}
+
+func checkGemm(g GemmArgs) error {
+	if g.M < 0 || g.N < 0 || g.K < 0 {
+		return Errorf("Gemm", StatusInvalidArgument, "negative shape M=%d N=%d K=%d", g.M, g.N, g.K)
+	}
+	es := int64(g.Type.Size())
+	if es == 0 {
+		return Errorf("Gemm", StatusInvalidArgument, "data type %s", g.Type)
+	}
+	// Column-major: a rows×cols matrix with leading dimension ld needs
+	// ld ≥ rows and ld·(cols−1)+rows elements.
+	need := func(name string, b Buffer, rows, cols, ld int) error {
+		if rows == 0 || cols == 0 {
+			return nil
+		}
+		if err := b.check("Gemm"); err != nil {
+			return Errorf("Gemm", StatusInvalidArgument, "matrix %s: zero Buffer", name)
+		}
+		if ld < max(1, rows) {
+			return Errorf("Gemm", StatusInvalidArgument, "ld%s=%d smaller than %d rows", name, ld, rows)
+		}
+		if n := (int64(ld)*int64(cols-1) + int64(rows)) * es; n > b.size {
+			return Errorf("Gemm", StatusInvalidArgument, "matrix %s needs %d bytes, buffer has %d", name, n, b.size)
+		}
+		return nil
+	}
+	ar, ac := g.M, g.K
+	if g.TransA {
+		ar, ac = ac, ar
+	}
+	br, bc := g.K, g.N
+	if g.TransB {
+		br, bc = bc, br
+	}
+	if err := need("A", g.A, ar, ac, g.LDA); err != nil {
+		return err
+	}
+	if err := need("B", g.B, br, bc, g.LDB); err != nil {
+		return err
+	}
+	return need("C", g.C, g.M, g.N, g.LDC)
+}
+
+func elementwise(s *Stream, op string, n int, bufs ...Buffer) (Elementwise, error) {
+	if err := s.live(op); err != nil {
+		return nil, err
+	}
+	ew, ok := s.impl.(Elementwise)
+	if !ok {
+		return nil, Errorf(op, StatusNotSupported, "the %s backend has no elementwise kernels", s.impl.Type())
+	}
+	if n < 0 {
+		return nil, Errorf(op, StatusInvalidArgument, "n=%d", n)
+	}
+	for _, b := range bufs {
+		if err := b.check(op); err != nil {
+			return nil, err
+		}
+		if int64(n)*4 > b.size {
+			return nil, Errorf(op, StatusInvalidArgument, "%d float32 elements in a %d-byte buffer", n, b.size)
+		}
+	}
+	return ew, nil
+}
+
+// Tanh enqueues y = tanh(x) over n float32 elements.
+func Tanh(s *Stream, x, y Buffer, n int) error {
+	ew, err := elementwise(s, "Tanh", n, x, y)
+	if err != nil {
+		return err
+	}
+	return ew.Tanh(s.h, x, y, n)
+}
+
+// TanhBackward enqueues dx = dy·(1 − y²) over n float32 elements.
+func TanhBackward(s *Stream, y, dy, dx Buffer, n int) error {
+	ew, err := elementwise(s, "TanhBackward", n, y, dy, dx)
+	if err != nil {
+		return err
+	}
+	return ew.TanhBackward(s.h, y, dy, dx, n)
+}
+
+// Axpy enqueues y += alpha·x over n float32 elements.
+func Axpy(s *Stream, alpha float32, x, y Buffer, n int) error {
+	ew, err := elementwise(s, "Axpy", n, x, y)
+	if err != nil {
+		return err
+	}
+	return ew.Axpy(s.h, alpha, x, y, n)
+}
+
+// Scale enqueues x *= alpha over n float32 elements.
+func Scale(s *Stream, alpha float32, x Buffer, n int) error {
+	ew, err := elementwise(s, "Scale", n, x)
+	if err != nil {
+		return err
+	}
+	return ew.Scale(s.h, alpha, x, n)
+}

@@ -1,0 +1,202 @@
+package runtime
+
+// Buffer is a range of device memory: an allocation from Malloc or a view
+// of one from Slice. It is a small value; copies refer to the same memory.
+type Buffer struct {
+	dev    Device
+	impl   Impl
+	h      any
+	offset int64
+	size   int64
+	root   bool // the whole allocation, as Malloc returned it
+}
+
+// NewBufferView lets a backend describe memory it owns (a CCL backend's
+// scratch space, say) as a Buffer; size and offset are in bytes.
+func NewBufferView(impl Impl, dev Device, handle any, offset, size int64) Buffer {
+	return Buffer{dev: dev, impl: impl, h: handle, offset: offset, size: size}
+}
+
+// Device returns the buffer's device.
+func (b Buffer) Device() Device { return b.dev }
+
+// Handle returns the backend's allocation handle; Offset says where in that
+// allocation this buffer starts.
+func (b Buffer) Handle() any { return b.h }
+
+// Offset is the buffer's start within its allocation, in bytes.
+func (b Buffer) Offset() int64 { return b.offset }
+
+// Size is the buffer's length in bytes.
+func (b Buffer) Size() int64 { return b.size }
+
+// IsZero reports whether b is the zero Buffer (no memory).
+func (b Buffer) IsZero() bool { return b.h == nil }
+
+// Slice returns the view [off, off+n) of b, in bytes. An out-of-range view
+// is an error.
+func (b Buffer) Slice(off, n int64) (Buffer, error) {
+	if off < 0 || n < 0 || off+n > b.size {
+		return Buffer{}, Errorf("BufferSlice", StatusInvalidArgument, "view [%d, %d) of a %d-byte buffer", off, off+n, b.size)
+	}
+	return Buffer{dev: b.dev, impl: b.impl, h: b.h, offset: b.offset + off, size: n}, nil
+}
+
+// Elems returns the view of n elements of type t starting at element i.
+func (b Buffer) Elems(t DataType, i, n int) (Buffer, error) {
+	sz := int64(t.Size())
+	return b.Slice(int64(i)*sz, int64(n)*sz)
+}
+
+func (b Buffer) check(op string) error {
+	if b.h == nil || b.impl == nil {
+		return Errorf(op, StatusInvalidArgument, "zero Buffer")
+	}
+	return nil
+}
+
+// Malloc allocates size bytes on dev.
+func Malloc(dev Device, size int64) (Buffer, error) {
+	impl, err := Available(dev.Type)
+	if err != nil {
+		return Buffer{}, err
+	}
+	if size <= 0 {
+		return Buffer{}, Errorf("Malloc", StatusInvalidArgument, "size %d", size)
+	}
+	if err := checkDevice(impl, dev, "Malloc"); err != nil {
+		return Buffer{}, err
+	}
+	h, err := impl.Malloc(dev.Index, size)
+	if err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{dev: dev, impl: impl, h: h, size: size, root: true}, nil
+}
+
+// MallocAsync allocates size bytes on s's device, ordered on s.
+func MallocAsync(size int64, s *Stream) (Buffer, error) {
+	if err := s.live("MallocAsync"); err != nil {
+		return Buffer{}, err
+	}
+	if size <= 0 {
+		return Buffer{}, Errorf("MallocAsync", StatusInvalidArgument, "size %d", size)
+	}
+	h, err := s.impl.MallocAsync(size, s.h)
+	if err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{dev: s.dev, impl: s.impl, h: h, size: size, root: true}, nil
+}
+
+// Free releases an allocation made by Malloc or MallocAsync.
+func Free(b Buffer) error {
+	if err := b.check("Free"); err != nil {
+		return err
+	}
+	if !b.root {
+		return Errorf("Free", StatusInvalidArgument, "Free of a view; free the allocation it came from")
+	}
+	return b.impl.Free(b.h)
+}
+
+// FreeAsync releases an allocation, ordered on s.
+func FreeAsync(b Buffer, s *Stream) error {
+	if err := b.check("FreeAsync"); err != nil {
+		return err
+	}
+	if err := s.live("FreeAsync"); err != nil {
+		return err
+	}
+	if !b.root {
+		return Errorf("FreeAsync", StatusInvalidArgument, "FreeAsync of a view; free the allocation it came from")
+	}
+	return b.impl.FreeAsync(b.h, s.h)
+}
+
+func streamHandle(s *Stream, op string) (any, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if err := s.live(op); err != nil {
+		return nil, err
+	}
+	return s.h, nil
+}
+
+// CopyToDevice copies len(src) bytes from host memory into dst. With a nil
+// stream it completes before returning; otherwise src must stay untouched
+// until the stream reaches the copy.
+func CopyToDevice(dst Buffer, src []byte, s *Stream) error {
+	if err := dst.check("MemcpyHtoD"); err != nil {
+		return err
+	}
+	if int64(len(src)) > dst.size {
+		return Errorf("MemcpyHtoD", StatusInvalidArgument, "%d bytes into a %d-byte buffer", len(src), dst.size)
+	}
+	h, err := streamHandle(s, "MemcpyHtoD")
+	if err != nil {
+		return err
+	}
+	return dst.impl.MemcpyHtoD(dst, src, h)
+}
+
+// CopyToHost copies len(dst) bytes from src into host memory.
+func CopyToHost(dst []byte, src Buffer, s *Stream) error {
+	if err := src.check("MemcpyDtoH"); err != nil {
+		return err
+	}
+	if int64(len(dst)) > src.size {
+		return Errorf("MemcpyDtoH", StatusInvalidArgument, "%d bytes out of a %d-byte buffer", len(dst), src.size)
+	}
+	h, err := streamHandle(s, "MemcpyDtoH")
+	if err != nil {
+		return err
+	}
+	return src.impl.MemcpyDtoH(dst, src, h)
+}
+
+// Copy copies src into dst on one device; the sizes must match.
+func Copy(dst, src Buffer, s *Stream) error {
+	if err := dst.check("MemcpyDtoD"); err != nil {
+		return err
+	}
+	if err := src.check("MemcpyDtoD"); err != nil {
+		return err
+	}
+	if dst.size != src.size {
+		return Errorf("MemcpyDtoD", StatusInvalidArgument, "sizes differ: %d-byte destination, %d-byte source", dst.size, src.size)
+	}
+	if dst.dev.Type != src.dev.Type {
+		return Errorf("MemcpyDtoD", StatusInvalidArgument, "copy between %s and %s", src.dev, dst.dev)
+	}
+	h, err := streamHandle(s, "MemcpyDtoD")
+	if err != nil {
+		return err
+	}
+	return dst.impl.MemcpyDtoD(dst, src, h)
+}
+
+// Memset sets every byte of dst to value.
+func Memset(dst Buffer, value byte, s *Stream) error {
+	if err := dst.check("Memset"); err != nil {
+		return err
+	}
+	h, err := streamHandle(s, "Memset")
+	if err != nil {
+		return err
+	}
+	return dst.impl.Memset(dst, value, h)
+}
+
+// Memory returns the memory statistics of dev.
+func Memory(dev Device) (MemoryStats, error) {
+	impl, err := Available(dev.Type)
+	if err != nil {
+		return MemoryStats{}, err
+	}
+	if err := checkDevice(impl, dev, "MemoryStats"); err != nil {
+		return MemoryStats{}, err
+	}
+	return impl.MemoryStats(dev.Index)
+}

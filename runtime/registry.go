@@ -1,0 +1,106 @@
+package runtime
+
+import (
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Registry maps device types to backends. Most code uses the process-wide
+// registry through Register and Lookup; tests build their own with
+// NewRegistry.
+type Registry struct {
+	mu    sync.RWMutex
+	impls map[DeviceType]Impl
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{impls: make(map[DeviceType]Impl)} }
+
+var defaultRegistry = NewRegistry()
+
+// DefaultRegistry returns the process-wide registry that backends register
+// into from init.
+func DefaultRegistry() *Registry { return defaultRegistry }
+
+// Register adds impl for device type t. It is an error to register nil, to
+// register a type twice, or to register an impl whose Type is not t.
+func (r *Registry) Register(t DeviceType, impl Impl) error {
+	if impl == nil {
+		return Errorf("Register", StatusInvalidArgument, "nil backend for device type %s", t)
+	}
+	if impl.Type() != t {
+		return Errorf("Register", StatusInvalidArgument, "backend for device type %s reports type %s", t, impl.Type())
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.impls[t]; dup {
+		return Errorf("Register", StatusAlreadyExists, "a backend for device type %s is already registered", t)
+	}
+	r.impls[t] = impl
+	return nil
+}
+
+// Lookup returns the backend for t. The error for an unregistered type
+// lists what is registered and hints at the missing import.
+func (r *Registry) Lookup(t DeviceType) (Impl, error) {
+	r.mu.RLock()
+	impl, ok := r.impls[t]
+	r.mu.RUnlock()
+	if ok {
+		return impl, nil
+	}
+	names := make([]string, 0, len(r.impls))
+	for _, k := range r.Types() {
+		names = append(names, k.String())
+	}
+	reg := strings.Join(names, ", ")
+	if reg == "" {
+		reg = "none"
+	}
+	return nil, Errorf("Lookup", StatusUnavailable,
+		"no backend registered for device type %s (registered: %s; forgotten import of github.com/trainscope/trainscope/runtime/%s?)", t, reg, t)
+}
+
+// Types returns the registered device types, sorted.
+func (r *Registry) Types() []DeviceType {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]DeviceType, 0, len(r.impls))
+	for t := range r.impls {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Register adds impl to the process-wide registry.
+func Register(t DeviceType, impl Impl) error { return defaultRegistry.Register(t, impl) }
+
+// MustRegister is Register for a backend's init function, where a duplicate
+// is a build mistake (two packages claiming one device type); it panics
+// with Register's error.
+func MustRegister(t DeviceType, impl Impl) {
+	if err := Register(t, impl); err != nil {
+		panic(err)
+	}
+}
+
+// Lookup returns the process-wide backend for t.
+func Lookup(t DeviceType) (Impl, error) { return defaultRegistry.Lookup(t) }
+
+// Types lists the device types in the process-wide registry.
+func Types() []DeviceType { return defaultRegistry.Types() }
+
+// Available returns the initialised backend for t, or an error saying why
+// it cannot be used here (not registered, or Init failed).
+func Available(t DeviceType) (Impl, error) {
+	impl, err := Lookup(t)
+	if err != nil {
+		return nil, err
+	}
+	if err := impl.Init(); err != nil {
+		return nil, err
+	}
+	return impl, nil
+}

@@ -1,0 +1,177 @@
+package runtime
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Stream is an ordered queue of device work. Create one with NewStream and
+// release it with Destroy; work enqueued on one stream runs in order, work
+// on different streams may overlap.
+type Stream struct {
+	dev       Device
+	impl      Impl
+	h         any
+	priority  int
+	destroyed atomic.Bool
+}
+
+// StreamOption configures NewStream.
+type StreamOption interface{ apply(*streamConfig) }
+
+type streamConfig struct {
+	priority    int
+	hasPriority bool
+}
+
+type streamOptionFunc func(*streamConfig)
+
+func (f streamOptionFunc) apply(c *streamConfig) { f(c) }
+
+// WithPriority asks for a priority stream; lower numbers run first. The
+// value must lie in the device's StreamPriorityRange.
+func WithPriority(p int) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) { c.priority, c.hasPriority = p, true })
+}
+
+// NewStream creates a stream on dev through the backend registered for
+// dev.Type.
+func NewStream(dev Device, opts ...StreamOption) (*Stream, error) {
+	impl, err := Available(dev.Type)
+	if err != nil {
+		return nil, err
+	}
+	return NewStreamWith(impl, dev, opts...)
+}
+
+// NewStreamWith is NewStream on a given backend, bypassing the registry.
+func NewStreamWith(impl Impl, dev Device, opts ...StreamOption) (*Stream, error) {
+	var cfg streamConfig
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := checkDevice(impl, dev, "NewStream"); err != nil {
+		return nil, err
+	}
+	if cfg.hasPriority {
+		least, greatest, err := impl.StreamPriorityRange(dev.Index)
+		if err != nil {
+			return nil, err
+		}
+		lo, hi := min(least, greatest), max(least, greatest)
+		if cfg.priority < lo || cfg.priority > hi {
+			return nil, Errorf("NewStream", StatusInvalidArgument, "priority %d outside %s's range [%d, %d]", cfg.priority, dev, lo, hi)
+		}
+	}
+	h, err := impl.StreamCreate(dev.Index, cfg.priority)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{dev: dev, impl: impl, h: h, priority: cfg.priority}, nil
+}
+
+func checkDevice(impl Impl, dev Device, op string) error {
+	if dev.Type != impl.Type() {
+		return Errorf(op, StatusInvalidArgument, "device %s given to the %s backend", dev, impl.Type())
+	}
+	n, err := impl.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if dev.Index < 0 || dev.Index >= n {
+		return Errorf(op, StatusInvalidArgument, "invalid device %s: %d %s device(s) present", dev, n, dev.Type)
+	}
+	return nil
+}
+
+// Device returns the stream's device.
+func (s *Stream) Device() Device { return s.dev }
+
+// Impl returns the backend that owns the stream.
+func (s *Stream) Impl() Impl { return s.impl }
+
+// Handle returns the backend's handle, for backends (a CCL implementation
+// enqueues its work on it).
+func (s *Stream) Handle() any { return s.h }
+
+// Priority returns the priority the stream was created with.
+func (s *Stream) Priority() int { return s.priority }
+
+func (s *Stream) live(op string) error {
+	if s == nil {
+		return Errorf(op, StatusInvalidArgument, "nil stream")
+	}
+	if s.destroyed.Load() {
+		return Errorf(op, StatusInvalidArgument, "stream on %s used after Destroy", s.dev)
+	}
+	return nil
+}
+
+// Synchronize waits until all work enqueued on the stream has completed.
+// With a context that can end, it polls and returns ctx's error wrapped in
+// StatusTimeout when the context ends first.
+func (s *Stream) Synchronize(ctx context.Context) error {
+	if err := s.live("StreamSynchronize"); err != nil {
+		return err
+	}
+	if ctx == nil || ctx.Done() == nil {
+		return s.impl.StreamSynchronize(s.h)
+	}
+	return poll(ctx, "StreamSynchronize", func() error { return s.impl.StreamQuery(s.h) })
+}
+
+// Query returns nil when the stream is idle and an error wrapping
+// StatusNotReady while work is pending.
+func (s *Stream) Query() error {
+	if err := s.live("StreamQuery"); err != nil {
+		return err
+	}
+	return s.impl.StreamQuery(s.h)
+}
+
+// WaitEvent makes work enqueued on s after this call wait until ev has
+// completed; the host does not wait.
+func (s *Stream) WaitEvent(ev *Event) error {
+	if err := s.live("StreamWaitEvent"); err != nil {
+		return err
+	}
+	if err := ev.live("StreamWaitEvent"); err != nil {
+		return err
+	}
+	if ev.dev.Type != s.dev.Type {
+		return Errorf("StreamWaitEvent", StatusInvalidArgument, "event on %s, stream on %s", ev.dev, s.dev)
+	}
+	return s.impl.StreamWaitEvent(s.h, ev.h)
+}
+
+// Destroy releases the stream. A second Destroy is an error, not a crash.
+func (s *Stream) Destroy() error {
+	if s == nil {
+		return Errorf("StreamDestroy", StatusInvalidArgument, "nil stream")
+	}
+	if s.destroyed.Swap(true) {
+		return Errorf("StreamDestroy", StatusInvalidArgument, "stream on %s destroyed twice", s.dev)
+	}
+	return s.impl.StreamDestroy(s.h)
+}
+
+// poll calls query until it stops returning StatusNotReady or ctx ends,
+// backing off from a few microseconds to a millisecond.
+func poll(ctx context.Context, op string, query func() error) error {
+	wait := 2 * time.Microsecond
+	for {
+		err := query()
+		if err == nil || StatusOf(err) != StatusNotReady {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return &Error{Op: op, Status: StatusTimeout, Detail: "gave up waiting", Err: ctx.Err()}
+		case <-time.After(wait):
+		}
+		if wait < time.Millisecond {
+			wait *= 2
+		}
+	}
+}
