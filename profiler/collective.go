@@ -1,0 +1,26 @@
+package profiler
+
+// Collective describes a collective or point-to-point call carried by a
+// range: what moved, between whom, and the factor that turns its
+// algorithm bandwidth into bus bandwidth.
+type Collective struct {
+	Op        string // "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "Send", "Recv"
+	Bytes     int64  // message size S as nccl-tests defines it (for AllGather and ReduceScatter the total gathered size)
+	Count     int64  // elements per rank buffer as passed to the call
+	DType     string // element type, e.g. "float32"
+	Peer      int32  // peer rank of a Send or Recv, -1 otherwise
+	Root      int32  // root rank of Broadcast or Reduce, -1 otherwise
+	Group     string // process group name
+	GroupSize int32  // ranks in the group
+	GroupRank int32  // this rank's position in the group
+	Seq       uint64 // per-group, per-rank call number: equal on every rank for one collective
+	BusFactor float64
+}
+
+// AlgBandwidth is S/t in bytes per second; 0 when t is 0.
+func AlgBandwidth(bytes int64, seconds float64) float64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return float64(bytes) / seconds
+}

@@ -1,0 +1,354 @@
+package profiler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Profiler owns the recorders of a run, resolves their device times off
+// the hot path and keeps the completed records, up to a bound.
+type Profiler struct {
+	cfg   config
+	epoch time.Time
+	tag   atomic.Pointer[string]
+
+	mu         sync.Mutex
+	recorders  []*Recorder
+	records    []Record
+	unresolved []unresolved
+	calib      map[runtime.Device]*calibration
+
+	storeDrops   atomic.Uint64
+	resolveErrs  atomic.Uint64
+	closeOnce    sync.Once
+	stop, closed chan struct{}
+}
+
+type unresolved struct {
+	pending
+	owner *Recorder
+}
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type config struct {
+	buffer     int
+	maxRecords int
+	eventPool  int
+	interval   time.Duration
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithBufferSize bounds the completed ranges a recorder holds between two
+// collections (default 8192); when full, further ranges are dropped and
+// counted.
+func WithBufferSize(n int) Option { return optionFunc(func(c *config) { c.buffer = n }) }
+
+// WithMaxRecords bounds the records the profiler keeps (default 1<<18);
+// beyond it records are dropped and counted.
+func WithMaxRecords(n int) Option { return optionFunc(func(c *config) { c.maxRecords = n }) }
+
+// WithEventPool bounds the timing events one recorder may hold (default
+// 4096); a device range that finds none is timed on the host only, and
+// counted.
+func WithEventPool(n int) Option { return optionFunc(func(c *config) { c.eventPool = n }) }
+
+// WithCollectInterval sets how often the background collector gathers
+// and resolves ranges (default 20ms); 0 disables it, leaving collection to
+// Snapshot and Flush.
+func WithCollectInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.interval = d })
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	switch {
+	case c.buffer < 1:
+		return c, fmt.Errorf("profiler: buffer size %d must be at least 1", c.buffer)
+	case c.maxRecords < 1:
+		return c, fmt.Errorf("profiler: max records %d must be at least 1", c.maxRecords)
+	case c.eventPool < 2:
+		return c, fmt.Errorf("profiler: event pool %d must be at least 2", c.eventPool)
+	case c.interval < 0:
+		return c, fmt.Errorf("profiler: collect interval %v is negative", c.interval)
+	}
+	return c, nil
+}
+
+// New returns a profiler and starts its background collector (stop it
+// with Close).
+func New(opts ...Option) (*Profiler, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	p := &Profiler{
+		cfg:    cfg,
+		epoch:  time.Now(),
+		calib:  make(map[runtime.Device]*calibration),
+		stop:   make(chan struct{}),
+		closed: make(chan struct{}),
+	}
+	if cfg.interval > 0 {
+		go p.loop()
+	} else {
+		close(p.closed)
+	}
+	return p, nil
+}
+
+func (p *Profiler) now() time.Duration { return time.Since(p.epoch) }
+
+// Epoch is the host time that record times count from.
+func (p *Profiler) Epoch() time.Time { return p.epoch }
+
+// SetTag sets the tag that ranges started from now on carry (the seed's
+// tag, e.g. a step name); safe from any goroutine.
+func (p *Profiler) SetTag(tag string) { p.tag.Store(&tag) }
+
+// Tag returns the current tag.
+func (p *Profiler) Tag() string {
+	if t := p.tag.Load(); t != nil {
+		return *t
+	}
+	return ""
+}
+
+// NewRecorder makes the recorder for one rank on dev. For a device with
+// a registered backend it calibrates the device clock against the host
+// clock first (once per device), which synchronises a private stream:
+// call it at setup, not in the training loop.
+func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) {
+	if rank < 0 {
+		return nil, fmt.Errorf("profiler: rank %d is negative", rank)
+	}
+	r := &Recorder{
+		p:       p,
+		rank:    rank,
+		device:  dev,
+		labels:  NoLabels,
+		pending: make([]pending, 0, p.cfg.buffer),
+		spare:   make([]pending, 0, p.cfg.buffer),
+	}
+	r.step.Store(None)
+	if impl, err := runtime.Available(dev.Type); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), calibrationTimeout)
+		err := p.Calibrate(ctx, impl, dev)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, err)
+		}
+	}
+	p.mu.Lock()
+	p.recorders = append(p.recorders, r)
+	p.mu.Unlock()
+	return r, nil
+}
+
+// Calibrate places dev's clock on the host clock using impl; NewRecorder
+// does not do it on its own because host-only recorders need none. It is
+// idempotent per device and safe from any goroutine.
+func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime.Device) error {
+	p.mu.Lock()
+	_, done := p.calib[dev]
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	c, err := calibrate(ctx, impl, dev, p.now)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if _, dup := p.calib[dev]; dup {
+		p.mu.Unlock()
+		c.close()
+		return nil
+	}
+	p.calib[dev] = c
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Profiler) loop() {
+	defer close(p.closed)
+	t := time.NewTicker(p.cfg.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			p.collectLocked()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// collectLocked gathers every recorder's completed ranges and resolves the
+// device times that are ready, without waiting for any device.
+func (p *Profiler) collectLocked() {
+	for _, r := range p.recorders {
+		batch := r.take(r.spare)
+		for i := range batch {
+			pd := &batch[i]
+			if pd.end == nil {
+				finishBandwidth(&pd.rec)
+				p.keepLocked(pd.rec)
+			} else {
+				p.unresolved = append(p.unresolved, unresolved{pending: *pd, owner: r})
+			}
+			*pd = pending{}
+		}
+		r.spare = batch[:0]
+	}
+	p.resolveLocked(false)
+}
+
+func (p *Profiler) keepLocked(rec Record) {
+	if len(p.records) >= p.cfg.maxRecords {
+		p.storeDrops.Add(1)
+		return
+	}
+	p.records = append(p.records, rec)
+}
+
+// Snapshot gathers what the recorders have completed, resolves the device
+// times that are ready, and returns a copy of every record kept so far,
+// ordered by rank, then start time. Ranges still open, and device ranges
+// whose events have not completed, are not included yet.
+func (p *Profiler) Snapshot() []Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.collectLocked()
+	out := slices.Clone(p.records)
+	sortRecords(out)
+	return out
+}
+
+// Flush gathers everything completed and waits (until ctx ends) for the
+// device work of every outstanding device range, so a following Snapshot
+// holds all of it. An error means ctx ended first; the ranges still
+// outstanding stay pending and nothing is lost.
+func (p *Profiler) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.collectLocked()
+	for i := range p.unresolved {
+		if err := p.unresolved[i].end.Synchronize(ctx); err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
+			p.resolveLocked(false)
+			return fmt.Errorf("profiler: flush: %d device ranges still pending: %w", len(p.unresolved), err)
+		}
+	}
+	p.resolveLocked(true)
+	return nil
+}
+
+// Reset discards every record kept and every completed range not yet
+// collected; ranges open now are kept and recorded when they end. Drop
+// counters are not reset.
+func (p *Profiler) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.collectLocked()
+	for _, u := range p.unresolved {
+		u.owner.release(u.start)
+		u.owner.release(u.end)
+	}
+	clear(p.unresolved)
+	p.unresolved = p.unresolved[:0]
+	clear(p.records)
+	p.records = p.records[:0]
+	for _, r := range p.recorders {
+		r.peakMemory.Store(0)
+	}
+}
+
+// Stats counts what the profiler holds and what it lost.
+type Stats struct {
+	Recorders  int
+	Records    int    // records kept
+	Pending    int    // device ranges whose times are not resolved yet
+	Dropped    uint64 // ranges lost: a full recorder buffer, too deep nesting, or the record bound
+	EventDrops uint64 // device ranges timed on the host only for want of pooled events
+	Unbalanced uint64 // End calls with no open range
+	Errors     uint64 // events the backend refused to record or resolve
+}
+
+// Stats returns current counts.
+func (p *Profiler) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{
+		Recorders: len(p.recorders),
+		Records:   len(p.records),
+		Pending:   len(p.unresolved),
+		Dropped:   p.storeDrops.Load(),
+		Errors:    p.resolveErrs.Load(),
+	}
+	for _, r := range p.recorders {
+		s.Dropped += r.dropped.Load()
+		s.EventDrops += r.eventDrops.Load()
+		s.Unbalanced += r.unbalanced.Load()
+		s.Errors += r.recordErrs.Load()
+	}
+	return s
+}
+
+// PeakMemory returns the highest device memory mark seen by rank's
+// device ranges since the last Reset (bytes), or 0.
+func (p *Profiler) PeakMemory(rank int) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var peak int64
+	for _, r := range p.recorders {
+		if r.rank == rank {
+			peak = max(peak, r.peakMemory.Load())
+		}
+	}
+	return peak
+}
+
+// ErrClosed is returned by Close when called again.
+var ErrClosed = errors.New("profiler: already closed")
+
+// Close stops the background collector and releases the events and
+// calibration state; records kept remain readable through Snapshot.
+// It waits for the collector until ctx ends.
+func (p *Profiler) Close(ctx context.Context) error {
+	err := ErrClosed
+	p.closeOnce.Do(func() {
+		err = nil
+		close(p.stop)
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.closed:
+	case <-ctx.Done():
+		return fmt.Errorf("profiler: close: %w", ctx.Err())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.collectLocked()
+	for _, c := range p.calib {
+		c.close()
+	}
+	return nil
+}

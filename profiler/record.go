@@ -1,0 +1,55 @@
+package profiler
+
+import (
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Record is one completed range.
+//
+// Times are durations since the Profiler's epoch on the host's monotonic
+// clock. Device times are placed on the same clock through a calibration
+// event recorded when the recorder was made, so a device range can be drawn
+// beside the host range that launched it.
+type Record struct {
+	ID     uint64 // unique within the recorder, from 1
+	Parent uint64 // ID of the enclosing range, 0 for a top-level range
+	Depth  int    // nesting depth, 0 for top level
+	Name   string
+	Kind   Kind
+	Rank   int
+	Device runtime.Device
+	Tag    string // the profiler's tag when the range started (the seed's tag)
+	Labels
+
+	HostStart, HostEnd time.Duration
+
+	// HasDevice reports whether DeviceStart and DeviceEnd hold a measured
+	// device interval. A device range whose events could not be resolved
+	// (a backend error) keeps HasDevice false and counts in Stats.
+	HasDevice              bool
+	DeviceStart, DeviceEnd time.Duration
+
+	// PeakMemory is the device's memory high-water mark in bytes when a
+	// device range ended; 0 for host ranges.
+	PeakMemory int64
+
+	// Collective is set for KindCollective and KindP2P ranges, with the
+	// bandwidths computed from the device time (host time when there is
+	// none), in bytes per second.
+	Collective   Collective
+	AlgBandwidth float64
+	BusBandwidth float64
+}
+
+// HostDuration is the range's host wall time.
+func (r *Record) HostDuration() time.Duration { return r.HostEnd - r.HostStart }
+
+// DeviceDuration is the range's device time, or 0 without one.
+func (r *Record) DeviceDuration() time.Duration {
+	if !r.HasDevice {
+		return 0
+	}
+	return r.DeviceEnd - r.DeviceStart
+}

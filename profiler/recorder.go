@@ -1,0 +1,336 @@
+package profiler
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// maxDepth bounds range nesting; deeper Starts are counted as dropped.
+const maxDepth = 64
+
+// Recorder records the ranges of one rank. Start, End and the label
+// setters belong to the goroutine that owns the recorder (one rank); the
+// Profiler gathers completed ranges from any goroutine. The hot path takes
+// only this recorder's own lock, once per End, and allocates nothing.
+//
+// All methods are no-ops on a nil *Recorder, which is how profiling is
+// switched off without branches at call sites.
+type Recorder struct {
+	p      *Profiler
+	rank   int
+	device runtime.Device
+
+	// Owner-only state.
+	stack  [maxDepth]frame
+	depth  int
+	over   int // Starts beyond maxDepth not yet ended
+	nextID uint64
+	labels Labels
+	step   atomic.Int32 // settable from any goroutine
+
+	// Shared with the Profiler, under mu.
+	mu      sync.Mutex
+	pending []pending
+	free    []*runtime.Event // timing events ready for reuse
+	events  int              // events this recorder created
+
+	dropped    atomic.Uint64 // records lost to a full buffer or depth
+	eventDrops atomic.Uint64 // device ranges recorded host-only for want of events
+	unbalanced atomic.Uint64 // End without Start
+	recordErrs atomic.Uint64 // event records the backend refused
+	peakMemory atomic.Int64
+
+	// Profiler-side state, under Profiler.mu.
+	spare []pending
+}
+
+type frame struct {
+	rec        Record
+	stream     *runtime.Stream
+	start      *runtime.Event
+	collective bool
+}
+
+// pending is a completed range whose device times may not be resolved yet.
+type pending struct {
+	rec        Record
+	impl       runtime.Impl
+	start, end *runtime.Event
+}
+
+// Rank returns the rank the recorder was made for.
+func (r *Recorder) Rank() int {
+	if r == nil {
+		return None
+	}
+	return r.rank
+}
+
+// Device returns the recorder's device.
+func (r *Recorder) Device() runtime.Device {
+	if r == nil {
+		return runtime.Device{}
+	}
+	return r.device
+}
+
+// SetStep sets the step label; safe from any goroutine.
+func (r *Recorder) SetStep(step int) {
+	if r != nil {
+		r.step.Store(int32(step))
+	}
+}
+
+// SetStage sets the pipeline stage label (None to clear).
+func (r *Recorder) SetStage(stage int) {
+	if r != nil {
+		r.labels.Stage = int16(stage)
+	}
+}
+
+// SetChunk sets the VPP chunk label (None to clear).
+func (r *Recorder) SetChunk(chunk int) {
+	if r != nil {
+		r.labels.Chunk = int16(chunk)
+	}
+}
+
+// SetMicrobatch sets the microbatch label (None to clear).
+func (r *Recorder) SetMicrobatch(mb int) {
+	if r != nil {
+		r.labels.Microbatch = int32(mb)
+	}
+}
+
+// SetPhase sets the phase label.
+func (r *Recorder) SetPhase(ph Phase) {
+	if r != nil {
+		r.labels.Phase = ph
+	}
+}
+
+// SetLabels replaces the stage, chunk, microbatch and phase labels at once
+// (the step is kept; see SetStep).
+func (r *Recorder) SetLabels(l Labels) {
+	if r != nil {
+		r.labels.Stage, r.labels.Chunk, r.labels.Microbatch, r.labels.Phase = l.Stage, l.Chunk, l.Microbatch, l.Phase
+	}
+}
+
+// Labels returns the current labels.
+func (r *Recorder) Labels() Labels {
+	if r == nil {
+		return NoLabels
+	}
+	l := r.labels
+	l.Step = r.step.Load()
+	return l
+}
+
+// push opens a frame, or counts the range as dropped when nesting is too
+// deep. It returns nil in that case.
+func (r *Recorder) push(name string, kind Kind) *frame {
+	if r.depth >= maxDepth {
+		r.over++
+		r.dropped.Add(1)
+		return nil
+	}
+	f := &r.stack[r.depth]
+	r.nextID++
+	var parent uint64
+	if r.depth > 0 {
+		parent = r.stack[r.depth-1].rec.ID
+	}
+	f.rec = Record{
+		ID:     r.nextID,
+		Parent: parent,
+		Depth:  r.depth,
+		Name:   name,
+		Kind:   kind,
+		Rank:   r.rank,
+		Device: r.device,
+		Labels: r.labels,
+	}
+	f.rec.Step = r.step.Load()
+	if t := r.p.tag.Load(); t != nil {
+		f.rec.Tag = *t
+	}
+	f.stream, f.start, f.collective = nil, nil, false
+	r.depth++
+	return f
+}
+
+// Start opens a host-timed range. Ranges nest: End closes the innermost.
+func (r *Recorder) Start(name string) {
+	if r == nil {
+		return
+	}
+	if f := r.push(name, KindHost); f != nil {
+		f.rec.HostStart = r.p.now()
+	}
+}
+
+// StartDevice opens a range timed both on the host and on stream s: an
+// event from the recorder's pool is recorded on s now and another at End;
+// nothing waits for the device. Device times are resolved later.
+func (r *Recorder) StartDevice(name string, s *runtime.Stream) {
+	if r == nil {
+		return
+	}
+	if f := r.push(name, KindDevice); f != nil {
+		r.startDevice(f, s)
+	}
+}
+
+// StartCollective opens a device-timed range for a collective or
+// point-to-point call on stream s, carrying what moved and between whom.
+func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective) {
+	if r == nil {
+		return
+	}
+	kind := KindCollective
+	if c.Peer >= 0 {
+		kind = KindP2P
+	}
+	if f := r.push(name, kind); f != nil {
+		f.rec.Collective = c
+		f.collective = true
+		r.startDevice(f, s)
+	}
+}
+
+func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
+	if s != nil {
+		f.rec.Device = s.Device()
+		if ev := r.event(s); ev != nil {
+			if err := ev.Record(s); err == nil {
+				f.stream, f.start = s, ev
+			} else {
+				r.recordErrs.Add(1)
+				r.release(ev)
+			}
+		}
+	}
+	f.rec.HostStart = r.p.now()
+}
+
+// End closes the innermost open range. An End with no open range is
+// counted (Stats.Unbalanced) and otherwise ignored.
+func (r *Recorder) End() {
+	if r == nil {
+		return
+	}
+	now := r.p.now()
+	if r.over > 0 {
+		r.over--
+		return
+	}
+	if r.depth == 0 {
+		r.unbalanced.Add(1)
+		return
+	}
+	r.depth--
+	f := &r.stack[r.depth]
+	f.rec.HostEnd = now
+	var end *runtime.Event
+	if f.start != nil {
+		if end = r.event(f.stream); end != nil {
+			if err := end.Record(f.stream); err != nil {
+				r.recordErrs.Add(1)
+				r.release(end)
+				end = nil
+			}
+		}
+		if end == nil {
+			r.release(f.start)
+			f.start = nil
+		} else if st, err := f.stream.Impl().MemoryStats(f.stream.Device().Index); err == nil {
+			f.rec.PeakMemory = st.Peak
+			if st.Peak > r.peakMemory.Load() {
+				r.peakMemory.Store(st.Peak)
+			}
+		}
+	}
+	r.mu.Lock()
+	if len(r.pending) < cap(r.pending) {
+		var impl runtime.Impl
+		if end != nil {
+			impl = f.stream.Impl()
+		}
+		r.pending = append(r.pending, pending{rec: f.rec, impl: impl, start: f.start, end: end})
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.dropped.Add(1)
+	if f.start != nil {
+		r.release(f.start)
+		r.release(end)
+	}
+}
+
+// event takes a timing event for s's device from the pool, creating one
+// while under the pool's bound; nil when none can be had.
+func (r *Recorder) event(s *runtime.Stream) *runtime.Event {
+	r.mu.Lock()
+	if n := len(r.free); n > 0 {
+		ev := r.free[n-1]
+		r.free = r.free[:n-1]
+		r.mu.Unlock()
+		if ev.Device() == s.Device() {
+			return ev
+		}
+		// A recorder normally times one device; an event of another
+		// device is destroyed rather than kept.
+		_ = ev.Destroy()
+		r.mu.Lock()
+		r.events--
+		r.mu.Unlock()
+		return r.event(s)
+	}
+	if r.events >= r.p.cfg.eventPool {
+		r.mu.Unlock()
+		r.eventDrops.Add(1)
+		return nil
+	}
+	r.events++
+	r.mu.Unlock()
+	ev, err := runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDefault)
+	if err != nil {
+		r.mu.Lock()
+		r.events--
+		r.mu.Unlock()
+		r.recordErrs.Add(1)
+		return nil
+	}
+	return ev
+}
+
+// release returns an event to the pool.
+func (r *Recorder) release(ev *runtime.Event) {
+	if ev == nil {
+		return
+	}
+	r.mu.Lock()
+	r.free = append(r.free, ev)
+	r.mu.Unlock()
+}
+
+// take moves the completed ranges out, swapping in an empty buffer of the
+// same capacity so the owner is held only for the swap.
+func (r *Recorder) take(spare []pending) []pending {
+	r.mu.Lock()
+	out := r.pending
+	r.pending = spare[:0]
+	r.mu.Unlock()
+	return out
+}
+
+// Range is a convenience for defer: it starts a host range and returns
+// the recorder, so `defer r.Range("name").End()` brackets a function.
+func (r *Recorder) Range(name string) *Recorder {
+	r.Start(name)
+	return r
+}

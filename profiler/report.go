@@ -1,0 +1,195 @@
+package profiler
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// SortKey orders the rows of a report table.
+type SortKey int
+
+// Report columns to sort by; numeric columns sort descending, Name
+// ascending, ties by name.
+const (
+	SortHostTotal SortKey = iota
+	SortName
+	SortCount
+	SortHostPercent
+	SortDeviceTotal
+	SortDevicePercent
+	SortAvgHost
+	SortAvgDevice
+)
+
+var sortKeyNames = [...]string{
+	SortHostTotal:     "host_total",
+	SortName:          "name",
+	SortCount:         "count",
+	SortHostPercent:   "host_pct",
+	SortDeviceTotal:   "device_total",
+	SortDevicePercent: "device_pct",
+	SortAvgHost:       "avg_host",
+	SortAvgDevice:     "avg_device",
+}
+
+func (k SortKey) String() string {
+	if k >= 0 && int(k) < len(sortKeyNames) {
+		return sortKeyNames[k]
+	}
+	return fmt.Sprintf("unsupported sort key %d", int(k))
+}
+
+// SortKeys lists the accepted sort key names.
+func SortKeys() []string { return slices.Clone(sortKeyNames[:]) }
+
+// ParseSortKey parses a column name as SortKey.String writes it.
+func ParseSortKey(s string) (SortKey, error) {
+	for i, n := range sortKeyNames {
+		if s == n {
+			return SortKey(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown sort column %q (one of: %s)", s, strings.Join(sortKeyNames[:], ", "))
+}
+
+func sortNames(rows []NameStats, by SortKey) {
+	key := func(s NameStats) float64 {
+		switch by {
+		case SortCount:
+			return float64(s.Count)
+		case SortHostPercent:
+			return s.HostPercent
+		case SortDeviceTotal:
+			return float64(s.DeviceTotal)
+		case SortDevicePercent:
+			return s.DevicePercent
+		case SortAvgHost:
+			return float64(s.AvgHost())
+		case SortAvgDevice:
+			return float64(s.AvgDevice())
+		}
+		return float64(s.HostTotal)
+	}
+	slices.SortStableFunc(rows, func(a, b NameStats) int {
+		if by != SortName {
+			if c := cmp.Compare(key(b), key(a)); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+const mib = 1 << 20
+
+// WriteReport writes the summary tables, one per rank and tag, with the
+// columns of the seed's report, rows ordered by `by`, each rank's section
+// ending with its peak device memory (peak maps rank to bytes; a missing
+// rank prints 0).
+func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) error {
+	bw := bufio.NewWriter(w)
+	for i, g := range groups {
+		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, g.Tag)
+		width := len("Name")
+		for _, n := range g.Names {
+			width = max(width, len(n.Name))
+		}
+		fmt.Fprintf(bw, "%-*s %7s %16s %8s %18s %9s %14s %16s\n", width, "Name", "Count",
+			"Host Total(us)", "Host %", "Device Total(us)", "Device %", "Avg Host(us)", "Avg Device(us)")
+		rows := slices.Clone(g.Names)
+		sortNames(rows, by)
+		for _, n := range rows {
+			fmt.Fprintf(bw, "%-*s %7d %16.3f %8.2f %18.3f %9.2f %14.3f %16.3f\n", width, n.Name, n.Count,
+				us(n.HostTotal), n.HostPercent, us(n.DeviceTotal), n.DevicePercent, us(n.AvgHost()), us(n.AvgDevice()))
+		}
+		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
+		if last {
+			fmt.Fprintf(bw, "Peak device memory (rank %d): %.2f MB\n", g.Rank, float64(peak[g.Rank])/mib)
+		}
+		fmt.Fprintln(bw)
+	}
+	return bw.Flush()
+}
+
+// WriteRecords writes the per-call log: one line per range in the order
+// given, with its start time since the profiler's epoch.
+func WriteRecords(w io.Writer, records []Record) error {
+	bw := bufio.NewWriter(w)
+	width := len("Name")
+	for i := range records {
+		width = max(width, len(records[i].Name)+2*records[i].Depth)
+	}
+	fmt.Fprintf(bw, "%6s %16s  %-*s %-8s %12s %12s %13s\n", "Idx", "Timestamp(us)", width, "Name", "Device", "Host(us)", "Device(us)", "Peak Mem(MB)")
+	for i := range records {
+		r := &records[i]
+		dev := "-"
+		if r.HasDevice {
+			dev = fmt.Sprintf("%.3f", us(r.DeviceDuration()))
+		}
+		name := strings.Repeat("  ", r.Depth) + r.Name
+		fmt.Fprintf(bw, "%6d %16.3f  %-*s %-8s %12.3f %12s %13.2f\n", i, us(r.HostStart), width, name,
+			r.Device.String(), us(r.HostDuration()), dev, float64(r.PeakMemory)/mib)
+	}
+	return bw.Flush()
+}
+
+// Report writes the summary tables of everything recorded so far.
+func (p *Profiler) Report(w io.Writer, by SortKey) error {
+	recs := p.Snapshot()
+	return WriteReport(w, Summarize(recs), p.peaks(recs), by)
+}
+
+func (p *Profiler) peaks(recs []Record) map[int]int64 {
+	out := map[int]int64{}
+	for i := range recs {
+		out[recs[i].Rank] = max(out[recs[i].Rank], recs[i].PeakMemory)
+	}
+	return out
+}
+
+// WriteRankFiles writes one file per rank, <prefix>.rank<N>, holding that
+// rank's summary tables and its per-call log, and returns the paths.
+func WriteRankFiles(prefix string, records []Record, by SortKey) ([]string, error) {
+	byRank := map[int][]Record{}
+	var ranks []int
+	for _, r := range records {
+		if _, ok := byRank[r.Rank]; !ok {
+			ranks = append(ranks, r.Rank)
+		}
+		byRank[r.Rank] = append(byRank[r.Rank], r)
+	}
+	slices.Sort(ranks)
+	var paths []string
+	for _, rank := range ranks {
+		recs := byRank[rank]
+		path := fmt.Sprintf("%s.rank%d", prefix, rank)
+		f, err := os.Create(path)
+		if err != nil {
+			return paths, fmt.Errorf("profiler: report for rank %d: %w", rank, err)
+		}
+		peak := map[int]int64{}
+		for i := range recs {
+			peak[rank] = max(peak[rank], recs[i].PeakMemory)
+		}
+		err = WriteReport(f, Summarize(recs), peak, by)
+		if err == nil {
+			err = WriteRecords(f, recs)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return paths, fmt.Errorf("profiler: report for rank %d: %w", rank, err)
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
