@@ -32,8 +32,10 @@ type Profiler struct {
 }
 
 type unresolved struct {
-	pending
-	owner *Recorder
+	rec        Record
+	owner      *Recorder
+	impl       runtime.Impl
+	start, end *runtime.Event
 }
 
 // Option configures New.
@@ -44,6 +46,7 @@ type config struct {
 	maxRecords int
 	eventPool  int
 	interval   time.Duration
+	seedSync   bool
 }
 
 type optionFunc func(*config)
@@ -70,6 +73,12 @@ func WithEventPool(n int) Option { return optionFunc(func(c *config) { c.eventPo
 func WithCollectInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.interval = d })
 }
+
+// WithSeedStyleSync makes every device range synchronise its stream before
+// it starts and wait for its end event when it ends, as the seed's profiler
+// did. It serialises host and device; it exists to measure what that
+// costs, not for use.
+func WithSeedStyleSync() Option { return optionFunc(func(c *config) { c.seedSync = true }) }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond}
@@ -204,18 +213,21 @@ func (p *Profiler) loop() {
 // device times that are ready, without waiting for any device.
 func (p *Profiler) collectLocked() {
 	for _, r := range p.recorders {
-		batch := r.take(r.spare)
+		batch, colls := r.take(r.spare, r.spareColls)
 		for i := range batch {
 			pd := &batch[i]
+			rec := r.record(pd, colls)
 			if pd.end == nil {
-				finishBandwidth(&pd.rec)
-				p.keepLocked(pd.rec)
+				finishBandwidth(&rec)
+				p.keepLocked(rec)
 			} else {
-				p.unresolved = append(p.unresolved, unresolved{pending: *pd, owner: r})
+				p.unresolved = append(p.unresolved, unresolved{rec: rec, owner: r, impl: pd.stream.Impl(), start: pd.start, end: pd.end})
 			}
-			*pd = pending{}
 		}
-		r.spare = batch[:0]
+		// The spent buffer becomes the next spare without clearing: the
+		// owner overwrites its slots, and clearing here would pull every
+		// line into this core's cache just before the owner writes it.
+		r.spare, r.spareColls = batch[:0], colls[:0]
 	}
 	p.resolveLocked(false)
 }

@@ -1,8 +1,10 @@
 package profiler
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -33,6 +35,7 @@ type Recorder struct {
 	// Shared with the Profiler, under mu.
 	mu      sync.Mutex
 	pending []pending
+	colls   []Collective     // collective details of pending ranges
 	free    []*runtime.Event // timing events ready for reuse
 	events  int              // events this recorder created
 
@@ -43,21 +46,30 @@ type Recorder struct {
 	peakMemory atomic.Int64
 
 	// Profiler-side state, under Profiler.mu.
-	spare []pending
+	spare      []pending
+	spareColls []Collective
 }
 
+// frame is an open range. Its pending part is what End copies out; the
+// collective part is copied only for collective ranges.
 type frame struct {
-	rec        Record
-	stream     *runtime.Stream
-	start      *runtime.Event
-	collective bool
+	pending
+	collective Collective
 }
 
-// pending is a completed range whose device times may not be resolved yet.
+// pending is a completed range in compact form, as End appends it; the
+// Profiler turns it into a Record off the hot path.
 type pending struct {
-	rec        Record
-	impl       runtime.Impl
-	start, end *runtime.Event
+	id, parent         uint64
+	name, tag          string
+	labels             Labels
+	depth              int32
+	kind               Kind
+	collIdx            int32 // index into the recorder's collectives, -1 if none
+	hostStart, hostEnd time.Duration
+	peak               int64
+	stream             *runtime.Stream // device ranges only
+	start, end         *runtime.Event
 }
 
 // Rank returns the rank the recorder was made for.
@@ -139,25 +151,23 @@ func (r *Recorder) push(name string, kind Kind) *frame {
 	}
 	f := &r.stack[r.depth]
 	r.nextID++
-	var parent uint64
+	f.id = r.nextID
+	f.parent = 0
 	if r.depth > 0 {
-		parent = r.stack[r.depth-1].rec.ID
+		f.parent = r.stack[r.depth-1].id
 	}
-	f.rec = Record{
-		ID:     r.nextID,
-		Parent: parent,
-		Depth:  r.depth,
-		Name:   name,
-		Kind:   kind,
-		Rank:   r.rank,
-		Device: r.device,
-		Labels: r.labels,
-	}
-	f.rec.Step = r.step.Load()
+	f.name = name
+	f.kind = kind
+	f.depth = int32(r.depth)
+	f.labels = r.labels
+	f.labels.Step = r.step.Load()
+	f.tag = ""
 	if t := r.p.tag.Load(); t != nil {
-		f.rec.Tag = *t
+		f.tag = *t
 	}
-	f.stream, f.start, f.collective = nil, nil, false
+	f.collIdx = -1
+	f.peak = 0
+	f.stream, f.start, f.end = nil, nil, nil
 	r.depth++
 	return f
 }
@@ -168,7 +178,7 @@ func (r *Recorder) Start(name string) {
 		return
 	}
 	if f := r.push(name, KindHost); f != nil {
-		f.rec.HostStart = r.p.now()
+		f.hostStart = r.p.now()
 	}
 }
 
@@ -195,25 +205,30 @@ func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective)
 		kind = KindP2P
 	}
 	if f := r.push(name, kind); f != nil {
-		f.rec.Collective = c
-		f.collective = true
+		f.collective = c
+		f.collIdx = 0 // marks a collective; the real index is set at End
 		r.startDevice(f, s)
 	}
 }
 
 func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	if s != nil {
-		f.rec.Device = s.Device()
+		if r.p.cfg.seedSync {
+			if err := s.Synchronize(context.Background()); err != nil {
+				r.recordErrs.Add(1)
+			}
+		}
+		f.stream = s
 		if ev := r.event(s); ev != nil {
 			if err := ev.Record(s); err == nil {
-				f.stream, f.start = s, ev
+				f.start = ev
 			} else {
 				r.recordErrs.Add(1)
 				r.release(ev)
 			}
 		}
 	}
-	f.rec.HostStart = r.p.now()
+	f.hostStart = r.p.now()
 }
 
 // End closes the innermost open range. An End with no open range is
@@ -233,41 +248,54 @@ func (r *Recorder) End() {
 	}
 	r.depth--
 	f := &r.stack[r.depth]
-	f.rec.HostEnd = now
-	var end *runtime.Event
+	f.hostEnd = now
 	if f.start != nil {
-		if end = r.event(f.stream); end != nil {
-			if err := end.Record(f.stream); err != nil {
-				r.recordErrs.Add(1)
-				r.release(end)
-				end = nil
-			}
-		}
-		if end == nil {
-			r.release(f.start)
-			f.start = nil
-		} else if st, err := f.stream.Impl().MemoryStats(f.stream.Device().Index); err == nil {
-			f.rec.PeakMemory = st.Peak
-			if st.Peak > r.peakMemory.Load() {
-				r.peakMemory.Store(st.Peak)
-			}
-		}
+		r.endDevice(f)
 	}
 	r.mu.Lock()
 	if len(r.pending) < cap(r.pending) {
-		var impl runtime.Impl
-		if end != nil {
-			impl = f.stream.Impl()
+		if f.collIdx >= 0 {
+			f.collIdx = int32(len(r.colls))
+			r.colls = append(r.colls, f.collective)
 		}
-		r.pending = append(r.pending, pending{rec: f.rec, impl: impl, start: f.start, end: end})
+		r.pending = append(r.pending, f.pending)
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Unlock()
 	r.dropped.Add(1)
-	if f.start != nil {
+	r.release(f.start)
+	r.release(f.end)
+}
+
+// endDevice records the end event of a device range and notes the
+// device's memory mark.
+func (r *Recorder) endDevice(f *frame) {
+	end := r.event(f.stream)
+	if end != nil {
+		if err := end.Record(f.stream); err != nil {
+			r.recordErrs.Add(1)
+			r.release(end)
+			end = nil
+		}
+	}
+	if end == nil {
 		r.release(f.start)
-		r.release(end)
+		f.start = nil
+		return
+	}
+	f.end = end
+	if r.p.cfg.seedSync {
+		if err := end.Synchronize(context.Background()); err != nil {
+			r.recordErrs.Add(1)
+		}
+		f.hostEnd = r.p.now()
+	}
+	if st, err := f.stream.Impl().MemoryStats(f.stream.Device().Index); err == nil {
+		f.peak = st.Peak
+		if st.Peak > r.peakMemory.Load() {
+			r.peakMemory.Store(st.Peak)
+		}
 	}
 }
 
@@ -318,14 +346,39 @@ func (r *Recorder) release(ev *runtime.Event) {
 	r.mu.Unlock()
 }
 
-// take moves the completed ranges out, swapping in an empty buffer of the
-// same capacity so the owner is held only for the swap.
-func (r *Recorder) take(spare []pending) []pending {
+// take moves the completed ranges out, swapping in the empty spare
+// buffers so the owner is held only for the swap.
+func (r *Recorder) take(spare []pending, spareColls []Collective) ([]pending, []Collective) {
 	r.mu.Lock()
-	out := r.pending
-	r.pending = spare[:0]
+	out, colls := r.pending, r.colls
+	r.pending, r.colls = spare[:0], spareColls[:0]
 	r.mu.Unlock()
-	return out
+	return out, colls
+}
+
+// record turns a compact range into a Record.
+func (r *Recorder) record(pd *pending, colls []Collective) Record {
+	rec := Record{
+		ID:        pd.id,
+		Parent:    pd.parent,
+		Depth:     int(pd.depth),
+		Name:      pd.name,
+		Kind:      pd.kind,
+		Rank:      r.rank,
+		Device:    r.device,
+		Tag:       pd.tag,
+		Labels:    pd.labels,
+		HostStart: pd.hostStart,
+		HostEnd:   pd.hostEnd,
+	}
+	if pd.stream != nil {
+		rec.Device = pd.stream.Device()
+		rec.PeakMemory = pd.peak
+	}
+	if pd.collIdx >= 0 && int(pd.collIdx) < len(colls) {
+		rec.Collective = colls[pd.collIdx]
+	}
+	return rec
 }
 
 // Range is a convenience for defer: it starts a host range and returns

@@ -89,7 +89,7 @@ func (p *Profiler) resolveLocked(wait bool) {
 		}
 		rec := u.rec
 		if err == nil {
-			err = p.deviceTimesLocked(&rec, u.pending)
+			err = p.deviceTimesLocked(&rec, u)
 		}
 		if err != nil {
 			p.resolveErrs.Add(1)
@@ -103,7 +103,7 @@ func (p *Profiler) resolveLocked(wait bool) {
 	p.unresolved = kept
 }
 
-func (p *Profiler) deviceTimesLocked(rec *Record, pd pending) error {
+func (p *Profiler) deviceTimesLocked(rec *Record, pd unresolved) error {
 	c, ok := p.calib[rec.Device]
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), calibrationTimeout)

@@ -1,0 +1,180 @@
+package profiler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cpu"
+)
+
+func cpuStream(t *testing.T, index int) *runtime.Stream {
+	t.Helper()
+	s, err := runtime.NewStream(runtime.Device{Type: runtime.CPU, Index: index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Destroy() })
+	return s
+}
+
+// A device range around work the stream runs later than the host enqueues
+// it: the device time is the work's duration, it starts when the stream
+// reaches it (after the host range has ended), and the host never waited.
+func TestDeviceRangeMeasuresStreamWork(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	dev := runtime.Device{Type: runtime.CPU, Index: 5}
+	r, err := p.NewRecorder(5, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cpuStream(t, 5)
+	gate := make(chan struct{})
+	const work = 30 * time.Millisecond
+	// The stream is held until the host range below has ended.
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("matmul", s)
+	if err := cpu.Enqueue(s, func() { time.Sleep(work) }); err != nil {
+		t.Fatal(err)
+	}
+	hostStart := time.Now()
+	r.End()
+	if waited := time.Since(hostStart); waited > work/2 {
+		t.Fatalf("End waited %v for the device", waited)
+	}
+	if n := len(p.Snapshot()); n != 0 {
+		t.Fatalf("unresolved device range reported early: %d records", n)
+	}
+	if st := p.Stats(); st.Pending != 1 {
+		t.Fatalf("pending %d, want 1", st.Pending)
+	}
+	time.Sleep(5 * time.Millisecond)
+	close(gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 1 {
+		t.Fatalf("%d records", len(recs))
+	}
+	rec := recs[0]
+	if !rec.HasDevice || rec.Kind != profiler.KindDevice || rec.Device != dev {
+		t.Fatalf("record %+v", rec)
+	}
+	if d := rec.DeviceDuration(); d < work || d > work+20*time.Millisecond {
+		t.Errorf("device duration %v, want about %v", d, work)
+	}
+	// The stream only reached the range after the gate opened, at least
+	// 5ms after the host range ended; calibration error is far below that.
+	if rec.DeviceStart < rec.HostEnd+4*time.Millisecond {
+		t.Errorf("device start %v not after host end %v + gate", rec.DeviceStart, rec.HostEnd)
+	}
+	if rec.HostDuration() > work/2 {
+		t.Errorf("host duration %v includes device time", rec.HostDuration())
+	}
+}
+
+func TestCollectiveBandwidthFromDeviceTime(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	dev := runtime.Device{Type: runtime.CPU, Index: 6}
+	r, _ := p.NewRecorder(0, dev)
+	s := cpuStream(t, 6)
+	const bytes = 64 << 20
+	r.StartCollective("AllReduce", s, profiler.Collective{Op: "AllReduce", Bytes: bytes, Peer: -1, Root: -1, GroupSize: 4, BusFactor: 1.5})
+	_ = cpu.Enqueue(s, func() { time.Sleep(20 * time.Millisecond) })
+	r.End()
+	r.StartCollective("Send", s, profiler.Collective{Op: "Send", Bytes: 8, Peer: 1, Root: -1, GroupSize: 2, BusFactor: 1})
+	r.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 2 {
+		t.Fatalf("%d records", len(recs))
+	}
+	ar, send := recs[0], recs[1]
+	if ar.Kind != profiler.KindCollective || send.Kind != profiler.KindP2P {
+		t.Errorf("kinds %v %v", ar.Kind, send.Kind)
+	}
+	sec := ar.DeviceDuration().Seconds()
+	if want := bytes / sec; ar.AlgBandwidth < want*0.999 || ar.AlgBandwidth > want*1.001 {
+		t.Errorf("algbw %g, want %g", ar.AlgBandwidth, want)
+	}
+	if ar.BusBandwidth != ar.AlgBandwidth*1.5 {
+		t.Errorf("busbw %g, want 1.5 × %g", ar.BusBandwidth, ar.AlgBandwidth)
+	}
+	// 64 MiB in ≥ 20ms is at most 3.4 GB/s.
+	if ar.AlgBandwidth > 64<<20/0.02 {
+		t.Errorf("algbw %g exceeds what 20ms allows", ar.AlgBandwidth)
+	}
+	if send.Collective.Peer != 1 || send.Collective.Op != "Send" {
+		t.Errorf("send collective %+v", send.Collective)
+	}
+}
+
+func TestSeedStyleSyncWaitsForDevice(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithSeedStyleSync())
+	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 7})
+	s := cpuStream(t, 7)
+	r.StartDevice("work", s)
+	_ = cpu.Enqueue(s, func() { time.Sleep(15 * time.Millisecond) })
+	t0 := time.Now()
+	r.End()
+	if waited := time.Since(t0); waited < 10*time.Millisecond {
+		t.Fatalf("seed-style End returned after %v, before the device finished", waited)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 1 || recs[0].HostDuration() < 15*time.Millisecond {
+		t.Fatalf("seed-style host time should include the wait: %+v", recs)
+	}
+}
+
+func TestEventPoolBound(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithEventPool(4))
+	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 8})
+	s := cpuStream(t, 8)
+	gate := make(chan struct{})
+	_ = cpu.Enqueue(s, func() { <-gate })
+	for range 5 {
+		r.StartDevice("x", s)
+		r.End()
+	}
+	// Two ranges hold the four events until the stream moves on; the
+	// other three are timed on the host only, and counted.
+	close(gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	withDevice := 0
+	for _, rec := range recs {
+		if rec.HasDevice {
+			withDevice++
+		}
+	}
+	if len(recs) != 5 || withDevice != 2 {
+		t.Fatalf("%d records, %d with device time; want 5 and 2", len(recs), withDevice)
+	}
+	if st := p.Stats(); st.EventDrops != 3 {
+		t.Errorf("EventDrops = %d, want 3", st.EventDrops)
+	}
+	// Once resolved, the events are back in the pool.
+	r.StartDevice("y", s)
+	r.End()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if recs := p.Snapshot(); !recs[len(recs)-1].HasDevice {
+		t.Error("events were not returned to the pool")
+	}
+}

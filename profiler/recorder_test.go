@@ -1,0 +1,232 @@
+package profiler_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+func newProfiler(t testing.TB, opts ...profiler.Option) *profiler.Profiler {
+	t.Helper()
+	p, err := profiler.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+// hostDevice is a device type no backend is registered for in this test
+// binary's host-only tests, so recorders on it are host-only.
+var hostDevice = runtime.Device{Type: runtime.DeviceType(99)}
+
+func TestNestingKeepsTree(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	r, err := p.NewRecorder(3, hostDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetStep(7)
+	r.Start("step")
+	r.SetMicrobatch(1)
+	r.SetPhase(profiler.Forward)
+	r.Start("microbatch")
+	r.SetChunk(0)
+	r.SetStage(1)
+	r.Start("chunk")
+	r.End()
+	r.End()
+	r.Start("optimizer")
+	r.End()
+	r.End()
+
+	recs := p.Snapshot()
+	if len(recs) != 4 {
+		t.Fatalf("got %d records, want 4", len(recs))
+	}
+	byName := map[string]profiler.Record{}
+	for _, rec := range recs {
+		byName[rec.Name] = rec
+	}
+	step, mb, chunk, opt := byName["step"], byName["microbatch"], byName["chunk"], byName["optimizer"]
+	if step.Parent != 0 || mb.Parent != step.ID || chunk.Parent != mb.ID || opt.Parent != step.ID {
+		t.Errorf("parents: step %d, mb %d→%d, chunk %d→%d, opt %d→%d", step.ID, mb.ID, mb.Parent, chunk.ID, chunk.Parent, opt.ID, opt.Parent)
+	}
+	if step.Depth != 0 || mb.Depth != 1 || chunk.Depth != 2 || opt.Depth != 1 {
+		t.Errorf("depths %d %d %d %d", step.Depth, mb.Depth, chunk.Depth, opt.Depth)
+	}
+	for _, rec := range recs {
+		if rec.Rank != 3 || rec.Step != 7 {
+			t.Errorf("%s: rank %d step %d", rec.Name, rec.Rank, rec.Step)
+		}
+		if rec.HostEnd < rec.HostStart {
+			t.Errorf("%s ends before it starts", rec.Name)
+		}
+	}
+	if chunk.HostStart < mb.HostStart || chunk.HostEnd > mb.HostEnd || mb.HostEnd > step.HostEnd {
+		t.Errorf("children not inside parents")
+	}
+	if chunk.Stage != 1 || chunk.Chunk != 0 || chunk.Microbatch != 1 || chunk.Phase != profiler.Forward {
+		t.Errorf("chunk labels %+v", chunk.Labels)
+	}
+	if step.Stage != profiler.None || step.Microbatch != profiler.None || step.Phase != profiler.PhaseNone {
+		t.Errorf("step labels %+v, want none set", step.Labels)
+	}
+}
+
+func TestMisuseIsCountedNotFatal(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	r, _ := p.NewRecorder(0, hostDevice)
+	r.End() // nothing open
+	for range 70 {
+		r.Start("deep")
+	}
+	for range 70 {
+		r.End()
+	}
+	r.Start("after")
+	r.End()
+	st := p.Stats()
+	if st.Unbalanced != 1 {
+		t.Errorf("Unbalanced = %d, want 1", st.Unbalanced)
+	}
+	if st.Dropped != 6 {
+		t.Errorf("Dropped = %d, want 6 (70 nested starts, 64 kept)", st.Dropped)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 65 {
+		t.Fatalf("kept %d records, want 64 nested + 1", len(recs))
+	}
+	if recs[len(recs)-1].Name != "after" || recs[len(recs)-1].Depth != 0 {
+		t.Errorf("last record %q at depth %d: nesting not restored after overflow", recs[len(recs)-1].Name, recs[len(recs)-1].Depth)
+	}
+
+	var nilRec *profiler.Recorder
+	nilRec.Start("x")
+	nilRec.SetStage(1)
+	nilRec.End()
+}
+
+func TestBoundsDropAndCount(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithBufferSize(4), profiler.WithMaxRecords(6))
+	r, _ := p.NewRecorder(0, hostDevice)
+	for range 10 {
+		r.Start("a")
+		r.End()
+	}
+	if got := len(p.Snapshot()); got != 4 {
+		t.Fatalf("after a full buffer: %d records, want 4", got)
+	}
+	if st := p.Stats(); st.Dropped != 6 {
+		t.Fatalf("Dropped = %d, want 6", st.Dropped)
+	}
+	for range 4 {
+		r.Start("b")
+		r.End()
+	}
+	if got := len(p.Snapshot()); got != 6 {
+		t.Fatalf("record bound: %d records, want 6", got)
+	}
+	if st := p.Stats(); st.Dropped != 8 {
+		t.Fatalf("Dropped = %d, want 8", st.Dropped)
+	}
+}
+
+func TestResetKeepsOpenRanges(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	r, _ := p.NewRecorder(0, hostDevice)
+	r.Start("outer")
+	r.Start("inner")
+	r.End()
+	p.Reset()
+	if n := len(p.Snapshot()); n != 0 {
+		t.Fatalf("after Reset: %d records", n)
+	}
+	r.End()
+	recs := p.Snapshot()
+	if len(recs) != 1 || recs[0].Name != "outer" {
+		t.Fatalf("after Reset the open range should still be recorded, got %+v", recs)
+	}
+}
+
+func TestTagAndStepFromOtherGoroutines(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	r, _ := p.NewRecorder(0, hostDevice)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.SetTag("warmup")
+		r.SetStep(2)
+	}()
+	wg.Wait()
+	r.Start("x")
+	r.End()
+	recs := p.Snapshot()
+	if recs[0].Tag != "warmup" || recs[0].Step != 2 {
+		t.Fatalf("tag %q step %d", recs[0].Tag, recs[0].Step)
+	}
+	if got := profiler.TagOf(&recs[0]); got != "warmup" {
+		t.Errorf("TagOf = %q", got)
+	}
+	recs[0].Tag = ""
+	if got := profiler.TagOf(&recs[0]); got != "step 2" {
+		t.Errorf("TagOf without tag = %q", got)
+	}
+}
+
+func TestContextCarriesRecorder(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	r, _ := p.NewRecorder(1, hostDevice)
+	ctx := profiler.NewContext(context.Background(), r)
+	if profiler.FromContext(ctx) != r {
+		t.Fatal("FromContext lost the recorder")
+	}
+	if profiler.FromContext(context.Background()) != nil {
+		t.Fatal("FromContext invented a recorder")
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	for _, o := range []profiler.Option{
+		profiler.WithBufferSize(0), profiler.WithMaxRecords(0), profiler.WithEventPool(1), profiler.WithCollectInterval(-time.Second),
+	} {
+		if _, err := profiler.New(o); err == nil {
+			t.Errorf("option accepted, want error")
+		}
+	}
+	if _, err := profiler.New(profiler.WithCollectInterval(0)); err != nil {
+		t.Fatal(err)
+	}
+	p := newProfiler(t)
+	if _, err := p.NewRecorder(-1, hostDevice); err == nil {
+		t.Error("negative rank accepted")
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err == nil {
+		t.Error("second Close returned nil")
+	}
+}
+
+func TestBackgroundCollectorGathers(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(time.Millisecond), profiler.WithBufferSize(2))
+	r, _ := p.NewRecorder(0, hostDevice)
+	// Pace the ranges so the collector drains the two-slot buffer in time.
+	for range 20 {
+		r.Start("a")
+		r.End()
+		deadline := time.Now().Add(2 * time.Second)
+		for p.Stats().Records == 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	if st := p.Stats(); st.Records == 0 {
+		t.Fatalf("collector gathered nothing: %+v", st)
+	}
+}

@@ -1,0 +1,163 @@
+package profiler_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+const us = time.Microsecond
+
+// fixture is a hand-built trace of two ranks: rank 0 has a step holding two
+// forward ranges (one device-timed inside) and an all-reduce; rank 1 one step.
+func fixture() []profiler.Record {
+	cpu0 := runtime.Device{Type: runtime.CPU, Index: 0}
+	cpu1 := runtime.Device{Type: runtime.CPU, Index: 1}
+	lbl := func(step int32) profiler.Labels {
+		l := profiler.NoLabels
+		l.Step = step
+		return l
+	}
+	return []profiler.Record{
+		{ID: 1, Name: "step", Rank: 0, Device: cpu0, Labels: lbl(1), HostStart: 0, HostEnd: 1000 * us},
+		{ID: 2, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: lbl(1),
+			HostStart: 10 * us, HostEnd: 310 * us, HasDevice: true, DeviceStart: 20 * us, DeviceEnd: 420 * us, PeakMemory: 3 << 20},
+		{ID: 3, Parent: 2, Depth: 2, Name: "linear", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: lbl(1),
+			HostStart: 20 * us, HostEnd: 120 * us, HasDevice: true, DeviceStart: 30 * us, DeviceEnd: 330 * us, PeakMemory: 3 << 20},
+		{ID: 4, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: lbl(1),
+			HostStart: 400 * us, HostEnd: 600 * us, HasDevice: true, DeviceStart: 420 * us, DeviceEnd: 520 * us, PeakMemory: 4 << 20},
+		{ID: 5, Parent: 1, Depth: 1, Name: "allreduce", Kind: profiler.KindCollective, Rank: 0, Device: cpu0, Labels: lbl(1),
+			HostStart: 700 * us, HostEnd: 710 * us, HasDevice: true, DeviceStart: 710 * us, DeviceEnd: 810 * us, PeakMemory: 4 << 20},
+		{ID: 1, Name: "step", Rank: 1, Device: cpu1, Labels: lbl(1), HostStart: 5 * us, HostEnd: 505 * us},
+		{ID: 2, Parent: 1, Depth: 1, Name: "backward", Kind: profiler.KindDevice, Rank: 1, Device: cpu1, Labels: lbl(1),
+			HostStart: 100 * us, HostEnd: 200 * us, HasDevice: true, DeviceStart: 150 * us, DeviceEnd: 400 * us, PeakMemory: 1 << 20},
+	}
+}
+
+func TestSummarizeTotals(t *testing.T) {
+	groups := profiler.Summarize(fixture())
+	if len(groups) != 2 {
+		t.Fatalf("%d groups, want 2", len(groups))
+	}
+	g := groups[0]
+	if g.Rank != 0 || g.Tag != "step 1" {
+		t.Fatalf("group 0 is rank %d tag %q", g.Rank, g.Tag)
+	}
+	// Top-level host time is the step only: 1000us. Outermost device
+	// time: forward 400 + forward 100 + allreduce 100 = 600us (linear is
+	// inside a device range and not counted again).
+	if g.HostTotal != 1000*us || g.DeviceTotal != 600*us {
+		t.Fatalf("totals host %v device %v, want 1ms and 600us", g.HostTotal, g.DeviceTotal)
+	}
+	want := map[string]struct {
+		count           int
+		host, dev       time.Duration
+		hostPct, devPct float64
+		avgHost, avgDev time.Duration
+	}{
+		"step":      {1, 1000 * us, 0, 100, 0, 1000 * us, 0},
+		"forward":   {2, 500 * us, 500 * us, 50, 500.0 / 6, 250 * us, 250 * us},
+		"linear":    {1, 100 * us, 300 * us, 10, 50, 100 * us, 300 * us},
+		"allreduce": {1, 10 * us, 100 * us, 1, 100.0 / 6, 10 * us, 100 * us},
+	}
+	if len(g.Names) != len(want) {
+		t.Fatalf("%d names, want %d", len(g.Names), len(want))
+	}
+	for _, n := range g.Names {
+		w, ok := want[n.Name]
+		if !ok {
+			t.Fatalf("unexpected name %q", n.Name)
+		}
+		if n.Count != w.count || n.HostTotal != w.host || n.DeviceTotal != w.dev || n.AvgHost() != w.avgHost || n.AvgDevice() != w.avgDev {
+			t.Errorf("%s: got %+v avgHost %v avgDev %v", n.Name, n, n.AvgHost(), n.AvgDevice())
+		}
+		if d := n.HostPercent - w.hostPct; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s host%% %v want %v", n.Name, n.HostPercent, w.hostPct)
+		}
+		if d := n.DevicePercent - w.devPct; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s device%% %v want %v", n.Name, n.DevicePercent, w.devPct)
+		}
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestReportGolden(t *testing.T) {
+	recs := fixture()
+	peak := map[int]int64{0: 4 << 20, 1: 1 << 20}
+	for _, key := range []string{"host_total", "name", "device_pct", "avg_device", "count"} {
+		by, err := profiler.ParseSortKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := profiler.WriteReport(&buf, profiler.Summarize(recs), peak, by); err != nil {
+			t.Fatal(err)
+		}
+		golden(t, "report_"+key+".golden", buf.Bytes())
+	}
+	var buf bytes.Buffer
+	if err := profiler.WriteRecords(&buf, recs[:5]); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "records.golden", buf.Bytes())
+}
+
+func TestParseSortKey(t *testing.T) {
+	for _, k := range profiler.SortKeys() {
+		got, err := profiler.ParseSortKey(k)
+		if err != nil || got.String() != k {
+			t.Errorf("ParseSortKey(%q) = %v, %v", k, got, err)
+		}
+	}
+	_, err := profiler.ParseSortKey("speed")
+	if err == nil || !strings.Contains(err.Error(), `"speed"`) || !strings.Contains(err.Error(), "host_total") {
+		t.Errorf("bad key error %v should name the key and the choices", err)
+	}
+}
+
+func TestWriteRankFiles(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "report")
+	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 2 || paths[0] != prefix+".rank0" || paths[1] != prefix+".rank1" {
+		t.Fatalf("paths %v", paths)
+	}
+	b, err := os.ReadFile(paths[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if !strings.Contains(s, "=== rank 1 · step 1 ===") || strings.Contains(s, "rank 0") || !strings.Contains(s, "backward") {
+		t.Errorf("rank file 1 content:\n%s", s)
+	}
+	if _, err := profiler.WriteRankFiles(filepath.Join(t.TempDir(), "missing", "dir", "r"), fixture(), profiler.SortName); err == nil {
+		t.Error("unwritable prefix accepted")
+	}
+}
