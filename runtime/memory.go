@@ -36,8 +36,8 @@ func (b Buffer) IsZero() bool { return b.h == nil }
 // Slice returns the view [off, off+n) of b, in bytes. An out-of-range view
 // is an error.
 func (b Buffer) Slice(off, n int64) (Buffer, error) {
-	if off < 0 || n < 0 || off+n > b.size {
-		return Buffer{}, Errorf("BufferSlice", StatusInvalidArgument, "view [%d, %d) of a %d-byte buffer", off, off+n, b.size)
+	if off < 0 || n < 0 || off > b.size || n > b.size-off {
+		return Buffer{}, Errorf("BufferSlice", StatusInvalidArgument, "view of %d bytes at offset %d of a %d-byte buffer", n, off, b.size)
 	}
 	return Buffer{dev: b.dev, impl: b.impl, h: b.h, offset: b.offset + off, size: n}, nil
 }
@@ -45,6 +45,12 @@ func (b Buffer) Slice(off, n int64) (Buffer, error) {
 // Elems returns the view of n elements of type t starting at element i.
 func (b Buffer) Elems(t DataType, i, n int) (Buffer, error) {
 	sz := int64(t.Size())
+	if sz == 0 {
+		return Buffer{}, Errorf("BufferElems", StatusInvalidArgument, "data type %s", t)
+	}
+	if i < 0 || n < 0 || int64(i) > b.size/sz || int64(n) > b.size/sz {
+		return Buffer{}, Errorf("BufferElems", StatusInvalidArgument, "%d elements at element %d of a %d-byte buffer of %s", n, i, b.size, t)
+	}
 	return b.Slice(int64(i)*sz, int64(n)*sz)
 }
 
@@ -114,12 +120,15 @@ func FreeAsync(b Buffer, s *Stream) error {
 	return b.impl.FreeAsync(b.h, s.h)
 }
 
-func streamHandle(s *Stream, op string) (any, error) {
+func streamHandle(s *Stream, b Buffer, op string) (any, error) {
 	if s == nil {
 		return nil, nil
 	}
 	if err := s.live(op); err != nil {
 		return nil, err
+	}
+	if s.dev != b.dev {
+		return nil, Errorf(op, StatusInvalidArgument, "buffer on %s, stream on %s", b.dev, s.dev)
 	}
 	return s.h, nil
 }
@@ -134,7 +143,7 @@ func CopyToDevice(dst Buffer, src []byte, s *Stream) error {
 	if int64(len(src)) > dst.size {
 		return Errorf("MemcpyHtoD", StatusInvalidArgument, "%d bytes into a %d-byte buffer", len(src), dst.size)
 	}
-	h, err := streamHandle(s, "MemcpyHtoD")
+	h, err := streamHandle(s, dst, "MemcpyHtoD")
 	if err != nil {
 		return err
 	}
@@ -149,7 +158,7 @@ func CopyToHost(dst []byte, src Buffer, s *Stream) error {
 	if int64(len(dst)) > src.size {
 		return Errorf("MemcpyDtoH", StatusInvalidArgument, "%d bytes out of a %d-byte buffer", len(dst), src.size)
 	}
-	h, err := streamHandle(s, "MemcpyDtoH")
+	h, err := streamHandle(s, src, "MemcpyDtoH")
 	if err != nil {
 		return err
 	}
@@ -170,7 +179,7 @@ func Copy(dst, src Buffer, s *Stream) error {
 	if dst.dev.Type != src.dev.Type {
 		return Errorf("MemcpyDtoD", StatusInvalidArgument, "copy between %s and %s", src.dev, dst.dev)
 	}
-	h, err := streamHandle(s, "MemcpyDtoD")
+	h, err := streamHandle(s, dst, "MemcpyDtoD")
 	if err != nil {
 		return err
 	}
@@ -182,7 +191,7 @@ func Memset(dst Buffer, value byte, s *Stream) error {
 	if err := dst.check("Memset"); err != nil {
 		return err
 	}
-	h, err := streamHandle(s, "Memset")
+	h, err := streamHandle(s, dst, "Memset")
 	if err != nil {
 		return err
 	}

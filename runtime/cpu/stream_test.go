@@ -1,0 +1,323 @@
+package cpu_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cpu"
+)
+
+func TestStreamRunsInOrder(t *testing.T) {
+	s := newStream(t, dev0)
+	var got []int  // touched only by the stream's goroutine until Synchronize
+	const n = 3000 // more than the queue holds: enqueuing blocks and resumes
+	for i := range n {
+		if err := cpu.Enqueue(s, func() { got = append(got, i) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("ran %d items, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("item %d ran as number %d", v, i)
+		}
+	}
+}
+
+// A full queue blocks the host call that enqueues until the stream makes
+// room, like a GPU's launch queue.
+func TestFullQueueBlocksEnqueue(t *testing.T) {
+	const depth = 4
+	impl := cpu.New(cpu.WithQueueDepth(depth), cpu.WithDevices(1))
+	s, err := runtime.NewStreamWith(impl, dev0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	// The blocking item may or may not still be queued; fill to be sure
+	// that depth items wait behind it.
+	for range depth {
+		if err := cpu.Enqueue(s, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueued := make(chan error)
+	go func() { enqueued <- cpu.Enqueue(s, func() {}) }()
+	select {
+	case err := <-enqueued:
+		t.Fatalf("enqueue on a full stream returned (%v) before the stream made room", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-enqueued; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDestroyDrainsThenRefuses(t *testing.T) {
+	impl := registered(t)
+	s, err := runtime.NewStream(dev0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handle()
+	gate := make(chan struct{})
+	var ran atomic.Int32
+	if err := cpu.Enqueue(s, func() { <-gate; ran.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cpu.Enqueue(s, func() { ran.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Destroy(); err != nil { // returns at once; the work still runs
+		t.Fatal(err)
+	}
+	close(gate)
+	if err := impl.DeviceSynchronize(0); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("%d of 2 items ran after Destroy", n)
+	}
+	ev := newEvent(t, dev0, runtime.EventDefault)
+	buf := malloc(t, dev0, 16)
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"runtime Synchronize", func() error { return s.Synchronize(context.Background()) }},
+		{"runtime Destroy", s.Destroy},
+		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }},
+		{"EnqueueHandle", func() error { return cpu.EnqueueHandle(h, func() {}) }},
+		{"StreamDestroy", func() error { return impl.StreamDestroy(h) }},
+		{"StreamSynchronize", func() error { return impl.StreamSynchronize(h) }},
+		{"StreamQuery", func() error { return impl.StreamQuery(h) }},
+		{"StreamWaitEvent", func() error { return impl.StreamWaitEvent(h, ev.Handle()) }},
+		{"EventRecord", func() error { return impl.EventRecord(ev.Handle(), h) }},
+		{"Memset", func() error { return impl.Memset(buf, 0, h) }},
+		{"MallocAsync", func() error { _, err := impl.MallocAsync(8, h); return err }},
+		{"Scale", func() error { return impl.Scale(h, 2, buf, 4) }},
+		{"Gemm", func() error {
+			return impl.Gemm(h, runtime.GemmArgs{M: 1, N: 1, K: 1, A: buf, B: buf, C: buf, LDA: 1, LDB: 1, LDC: 1, Type: runtime.Float32})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.call(), runtime.StatusInvalidArgument) })
+	}
+	// The failed record left the event as it was: never recorded, so complete.
+	wantStatus(t, ev.Query(), runtime.StatusSuccess)
+}
+
+func TestStreamHandleErrors(t *testing.T) {
+	impl := registered(t)
+	other := cpu.New(cpu.WithDevices(2))
+	foreign, err := other.StreamCreate(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.StreamDestroy(foreign)
+	var nilStream *runtime.Stream
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"create bad device", func() error { _, err := impl.StreamCreate(64, 0); return err }},
+		{"create negative device", func() error { _, err := impl.StreamCreate(-1, 0); return err }},
+		{"create bad priority", func() error { _, err := impl.StreamCreate(0, 1); return err }},
+		{"synchronize wrong type", func() error { return impl.StreamSynchronize("s") }},
+		{"query nil", func() error { return impl.StreamQuery(nil) }},
+		{"destroy another instance's stream", func() error { return impl.StreamDestroy(foreign) }},
+		{"enqueue on nil stream", func() error { return cpu.Enqueue(nilStream, func() {}) }},
+		{"enqueue on non-cpu handle", func() error { return cpu.EnqueueHandle(struct{}{}, func() {}) }},
+		{"enqueue nil func", func() error { return cpu.EnqueueHandle(foreign, nil) }},
+		{"priority range bad device", func() error { _, _, err := impl.StreamPriorityRange(99); return err }},
+		{"device synchronize bad device", func() error { return impl.DeviceSynchronize(64) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.call(), runtime.StatusInvalidArgument) })
+	}
+	// Enqueue accepts a stream of any cpu instance.
+	if err := cpu.EnqueueHandle(foreign, func() {}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPriorityStreams(t *testing.T) {
+	impl := registered(t)
+	least, greatest, err := impl.StreamPriorityRange(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if least != 0 || greatest != -1 {
+		t.Fatalf("priority range (%d, %d), want (0, -1)", least, greatest)
+	}
+	for _, p := range []int{least, greatest} {
+		s, err := runtime.NewStream(dev0, runtime.WithPriority(p))
+		if err != nil {
+			t.Fatalf("priority %d: %v", p, err)
+		}
+		if err := s.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = runtime.NewStream(dev0, runtime.WithPriority(-2))
+	wantStatus(t, err, runtime.StatusInvalidArgument)
+}
+
+func TestDevices(t *testing.T) {
+	impl := cpu.New(cpu.WithDevices(4))
+	if n, err := impl.DeviceCount(); err != nil || n != 4 {
+		t.Fatalf("DeviceCount = %d, %v; want 4", n, err)
+	}
+	if n, _ := cpu.New().DeviceCount(); n != 64 {
+		t.Fatalf("default DeviceCount = %d, want 64", n)
+	}
+	if n, _ := cpu.New(cpu.WithDevices(0)).DeviceCount(); n != 64 {
+		t.Fatalf("WithDevices(0) DeviceCount = %d, want the default 64", n)
+	}
+	if impl.Type() != runtime.CPU || impl.Init() != nil {
+		t.Fatal("Type/Init")
+	}
+	for _, tc := range []struct {
+		index int
+		want  runtime.Status
+	}{{3, runtime.StatusSuccess}, {0, runtime.StatusSuccess}, {4, runtime.StatusInvalidArgument}, {-1, runtime.StatusInvalidArgument}} {
+		wantStatus(t, impl.SetDevice(tc.index), tc.want)
+	}
+	if d, _ := impl.GetDevice(); d != 0 {
+		t.Fatalf("GetDevice = %d after failed SetDevice calls, want 0", d)
+	}
+	// Through the runtime: an index past the count is refused.
+	_, err := runtime.NewStreamWith(impl, runtime.Device{Type: runtime.CPU, Index: 4})
+	wantStatus(t, err, runtime.StatusInvalidArgument)
+	_, err = runtime.Malloc(runtime.Device{Type: runtime.CPU, Index: 64}, 8)
+	wantStatus(t, err, runtime.StatusInvalidArgument)
+}
+
+func TestGuardSetsCurrentDevice(t *testing.T) {
+	impl := registered(t)
+	before, _ := impl.GetDevice()
+	g, err := runtime.NewGuard(runtime.Device{Type: runtime.CPU, Index: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := impl.GetDevice(); d != 5 {
+		t.Fatalf("current device %d inside the guard, want 5", d)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := impl.GetDevice(); d != before {
+		t.Fatalf("current device %d after the guard, want %d", d, before)
+	}
+}
+
+// Many ranks record, wait and synchronise at once, each on its own device
+// and streams, with cross-stream waits: a race-detector workout.
+func TestConcurrentRanks(t *testing.T) {
+	impl := cpu.New(cpu.WithDevices(8))
+	var wg sync.WaitGroup
+	for rank := range 8 {
+		wg.Go(func() {
+			dev := runtime.Device{Type: runtime.CPU, Index: rank}
+			compute, err := runtime.NewStreamWith(impl, dev)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer compute.Destroy()
+			comm, err := runtime.NewStreamWith(impl, dev)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer comm.Destroy()
+			start, _ := runtime.NewEventWith(impl, dev, runtime.EventDefault)
+			end, _ := runtime.NewEventWith(impl, dev, runtime.EventDefault)
+			var sum, reached atomic.Int64
+			for step := range 200 {
+				_ = start.Record(compute)
+				_ = cpu.Enqueue(compute, func() { sum.Add(int64(step)); reached.Store(int64(step)) })
+				_ = end.Record(compute)
+				_ = comm.WaitEvent(end)
+				_ = cpu.Enqueue(comm, func() {
+					if r := reached.Load(); r < int64(step) {
+						t.Errorf("comm stream at step %d ran while compute had reached step %d", step, r)
+					}
+				})
+				if step%50 == 0 {
+					if _, err := runtime.Elapsed(start, end); err != nil && runtime.StatusOf(err) != runtime.StatusNotReady {
+						t.Error(err)
+					}
+				}
+			}
+			if err := impl.DeviceSynchronize(rank); err != nil {
+				t.Error(err)
+			}
+			if got := sum.Load(); got != 199*200/2 {
+				t.Errorf("rank %d: sum %d", rank, got)
+			}
+			if _, err := runtime.Elapsed(start, end); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Destroying a stream while other goroutines enqueue on it, some blocked on
+// its full queue, makes their calls fail cleanly: no panic, no hang.
+func TestDestroyWhileEnqueuing(t *testing.T) {
+	impl := cpu.New(cpu.WithDevices(1), cpu.WithQueueDepth(2))
+	s, err := runtime.NewStreamWith(impl, dev0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := block(t, s)
+	var wg sync.WaitGroup
+	var ok, refused atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				err := cpu.EnqueueHandle(s.Handle(), func() {})
+				if err == nil {
+					ok.Add(1)
+					continue
+				}
+				if runtime.StatusOf(err) != runtime.StatusInvalidArgument {
+					t.Errorf("enqueue on a destroyed stream: %v", err)
+				}
+				refused.Add(1)
+				return
+			}
+		})
+	}
+	time.Sleep(5 * time.Millisecond) // let producers fill the queue and block
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	wg.Wait()
+	if err := impl.DeviceSynchronize(0); err != nil {
+		t.Fatal(err)
+	}
+	if refused.Load() == 0 {
+		t.Fatalf("no enqueue was refused (%d accepted)", ok.Load())
+	}
+}
