@@ -148,7 +148,7 @@ func TestGemmShapeChecks(t *testing.T) {
 	}
 	bad := []func(g *runtime.GemmArgs){
 		func(g *runtime.GemmArgs) { g.M = -1 },
-		func(g *runtime.GemmArgs) { g.LDA = 1 },        // ld smaller than rows
+		func(g *runtime.GemmArgs) { g.LDA = 1 },         // ld smaller than rows
 		func(g *runtime.GemmArgs) { g.N, g.LDC = 4, 2 }, // C needs 8 floats, buffer has 6
 		func(g *runtime.GemmArgs) { g.C = runtime.Buffer{} },
 		func(g *runtime.GemmArgs) { g.Type = runtime.DataType(42) },
