@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// small keeps the runs of these tests short.
+var small = []string{"-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4", "-steps", "2"}
+
+func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want []string // substrings of the error line
+	}{
+		{"bad int", []string{"-pp", "two"}, []string{"-pp", "two"}},
+		{"unknown flag", []string{"-speed", "3"}, []string{"speed"}},
+		{"depth not divisible", []string{"-pp", "2", "-vpp", "2", "-layers", "6"}, []string{"6", "2", "Layers"}},
+		{"too many ranks", []string{"-pp", "40", "-dp", "2", "-vpp", "1", "-layers", "40"}, []string{"80", "64"}},
+		{"unknown backend", []string{"-backend", "tpu"}, []string{`"tpu"`}},
+		{"unknown schedule", []string{"-schedule", "zigzag"}, []string{"zigzag"}},
+		{"unknown sort", []string{"-sort", "speed"}, []string{`"speed"`}},
+		{"unknown profile mode", []string{"-profile", "maybe"}, []string{`"maybe"`}},
+		{"microbatches vs pp", []string{"-pp", "2", "-vpp", "2", "-microbatches", "3"}, []string{"3", "2"}},
+		{"stray argument", []string{"python", "train.py"}, []string{"python"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, stderr := runCmd(t, append([]string{"-out", t.TempDir()}, c.args...)...)
+			if code != exitUsage {
+				t.Fatalf("exit code %d, want %d; stderr %q", code, exitUsage, stderr)
+			}
+			if n := strings.Count(strings.TrimRight(stderr, "\n"), "\n"); n != 0 {
+				t.Errorf("error is %d lines, want one: %q", n+1, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("error %q does not mention %q", stderr, w)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	code, _, stderr := runCmd(t, "-h")
+	if code != exitOK || !strings.Contains(stderr, "-pp") || !strings.Contains(stderr, "-vpp") {
+		t.Fatalf("code %d, usage %q", code, stderr)
+	}
+}
+
+func TestUnwritableOutputFailsBeforeTraining(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, append([]string{"-out", filepath.Join(file, "sub")}, small...)...)
+	if code != exitFail || !strings.Contains(stderr, "output directory") {
+		t.Fatalf("code %d stderr %q", code, stderr)
+	}
+	if strings.Contains(stdout, "training on") {
+		t.Errorf("training started before the output directory was checked")
+	}
+}
+
+func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
+	out := t.TempDir()
+	args := append([]string{"-out", out}, small...)
+	for range 2 {
+		code, stdout, stderr := runCmd(t, args...)
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		for _, w := range []string{"training on cpu", "step 1: loss", "=== rank 0 · all steps ===", "forward", "report.rank1"} {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("stdout lacks %q:\n%s", w, stdout)
+			}
+		}
+	}
+	runs, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 {
+		t.Fatalf("%d run directories, want 2 (one per run)", len(runs))
+	}
+	for _, r := range runs {
+		for _, f := range []string{"report.txt", "report.rank0", "report.rank1"} {
+			b, err := os.ReadFile(filepath.Join(out, r.Name(), f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(b, []byte("Host Total(us)")) {
+				t.Errorf("%s/%s has no report table", r.Name(), f)
+			}
+		}
+	}
+}
+
+func TestProfilingOff(t *testing.T) {
+	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-profile", "off"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stdout, "Host Total") {
+		t.Errorf("profiling off still printed a report")
+	}
+}

@@ -1,0 +1,182 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/trainscope/trainscope/pipeline/schedule"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("invalid trainer configuration")
+
+// Schedule names accepted in Config.Schedule.
+const (
+	// Schedule1F1B is Megatron's interleaved 1F1B; with one chunk per
+	// stage it is the plain 1F1B (PipeDream-Flush).
+	Schedule1F1B = "1f1b"
+	// ScheduleGPipe runs every forward, then every backward.
+	ScheduleGPipe = "gpipe"
+)
+
+// DefaultCommTimeout bounds every wait of a step when Config.CommTimeout
+// is 0.
+const DefaultCommTimeout = 60 * time.Second
+
+// Config describes a training run: the layout of the ranks, the model,
+// the data and the schedule.
+type Config struct {
+	// Backend is the device type the run uses; its runtime and ccl
+	// backends must be registered (import them with _).
+	Backend runtime.DeviceType
+
+	Stages   int // pipeline stages, pp
+	Chunks   int // model chunks (virtual stages) per stage, vpp
+	Replicas int // data-parallel replicas, dp
+
+	Microbatches   int // microbatches per step and replica, m
+	MicrobatchSize int // rows (samples) per microbatch
+
+	Width  int // features per row; every weight is Width×Width
+	Layers int // total depth; a multiple of Stages·Chunks
+
+	Steps        int
+	Schedule     string // Schedule1F1B or ScheduleGPipe
+	LearningRate float64
+	Seed         uint64
+
+	// Profiler records every rank's ranges when set; nil turns profiling
+	// off.
+	Profiler *profiler.Profiler
+	// CommTimeout bounds every wait for communication or device work in a
+	// step; 0 means DefaultCommTimeout.
+	CommTimeout time.Duration
+}
+
+// DefaultConfig returns a run of 2 stages × 2 chunks, 8 microbatches of 16
+// rows, 16 layers of width 128 and 10 steps on the CPU backend; it takes
+// well under a second on two host cores, profiled or not.
+func DefaultConfig() Config {
+	return Config{
+		Backend:        runtime.CPU,
+		Stages:         2,
+		Chunks:         2,
+		Replicas:       1,
+		Microbatches:   8,
+		MicrobatchSize: 16,
+		Width:          128,
+		Layers:         16,
+		Steps:          10,
+		Schedule:       Schedule1F1B,
+		LearningRate:   2,
+		Seed:           1,
+		CommTimeout:    DefaultCommTimeout,
+	}
+}
+
+// Validate reports the first problem of the configuration, in one line
+// naming the values, wrapping ErrInvalidConfig. Besides the sizes it
+// checks that the backend is available and has Stages·Replicas devices.
+func (c Config) Validate() error {
+	if err := c.validateModel(); err != nil {
+		return err
+	}
+	impl, err := runtime.Available(c.Backend)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w: backend %s: %w", ErrInvalidConfig, c.Backend, err)
+	}
+	n, err := impl.DeviceCount()
+	if err != nil {
+		return fmt.Errorf("pipeline: %w: backend %s: device count: %w", ErrInvalidConfig, c.Backend, err)
+	}
+	if ranks := c.Stages * c.Replicas; ranks > n {
+		return invalid("Stages×Replicas = %d×%d = %d ranks, but backend %s has %d devices", c.Stages, c.Replicas, ranks, c.Backend, n)
+	}
+	return nil
+}
+
+// validateModel checks everything but the backend: what ReferenceLosses
+// needs too.
+func (c Config) validateModel() error {
+	sizes := []struct {
+		name string
+		v    int
+	}{
+		{"Stages", c.Stages}, {"Chunks", c.Chunks}, {"Replicas", c.Replicas},
+		{"Microbatches", c.Microbatches}, {"MicrobatchSize", c.MicrobatchSize},
+		{"Width", c.Width}, {"Layers", c.Layers}, {"Steps", c.Steps},
+	}
+	for _, s := range sizes {
+		if s.v < 1 {
+			return invalid("%s=%d must be at least 1", s.name, s.v)
+		}
+	}
+	// Keep every buffer's element count and every rank's memory far from
+	// overflow; the built-in trainer is a small job.
+	const maxElems = 1 << 28
+	if c.Width > 1<<14 || int64(c.Width)*int64(c.Width)*int64(c.Layers) > maxElems ||
+		int64(c.Microbatches)*int64(c.MicrobatchSize)*int64(c.Width)*int64(c.Layers+2) > maxElems {
+		return invalid("Width=%d, Layers=%d, Microbatches=%d, MicrobatchSize=%d is too large for the built-in trainer",
+			c.Width, c.Layers, c.Microbatches, c.MicrobatchSize)
+	}
+	if pv := c.Stages * c.Chunks; c.Layers%pv != 0 {
+		return invalid("Layers=%d is not divisible by Stages×Chunks = %d×%d = %d", c.Layers, c.Stages, c.Chunks, pv)
+	}
+	if _, err := c.schedule(); err != nil {
+		return err
+	}
+	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
+		return invalid("LearningRate=%g must be positive and finite", c.LearningRate)
+	}
+	if c.CommTimeout < 0 {
+		return invalid("CommTimeout=%v is negative", c.CommTimeout)
+	}
+	return nil
+}
+
+// schedule builds the configured schedule; its errors wrap
+// ErrInvalidConfig and the schedule package's own.
+func (c Config) schedule() (*schedule.Schedule, error) {
+	var (
+		s   *schedule.Schedule
+		err error
+	)
+	switch strings.ToLower(c.Schedule) {
+	case Schedule1F1B:
+		s, err = schedule.Interleaved1F1B(c.Stages, c.Chunks, c.Microbatches)
+	case ScheduleGPipe:
+		s, err = schedule.GPipe(c.Stages, c.Chunks, c.Microbatches)
+	default:
+		return nil, invalid("unknown Schedule %q (known: %s, %s)", c.Schedule, Schedule1F1B, ScheduleGPipe)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w: %w", ErrInvalidConfig, err)
+	}
+	return s, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("pipeline: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+// commTimeout is CommTimeout with its default applied.
+func (c Config) commTimeout() time.Duration {
+	if c.CommTimeout == 0 {
+		return DefaultCommTimeout
+	}
+	return c.CommTimeout
+}
+
+// layersPerChunk is the depth of one virtual stage.
+func (c Config) layersPerChunk() int { return c.Layers / (c.Stages * c.Chunks) }
+
+// replicaRows is the number of rows one replica trains on per step.
+func (c Config) replicaRows() int { return c.Microbatches * c.MicrobatchSize }
+
+// globalRows is the global batch per step.
+func (c Config) globalRows() int { return c.Replicas * c.replicaRows() }

@@ -1,0 +1,74 @@
+package pipeline
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/trainscope/trainscope/pipeline/schedule"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+func TestValidate(t *testing.T) {
+	ok := smallConfig(2, 2, 1, Schedule1F1B)
+	cases := []struct {
+		name   string
+		change func(*Config)
+		want   []string // substrings of the error; nil means valid
+		sched  bool     // the error also wraps the schedule package's
+	}{
+		{"default", func(c *Config) { *c = DefaultConfig() }, nil, false},
+		{"small", func(c *Config) {}, nil, false},
+		{"one stage", func(c *Config) { c.Stages, c.Chunks = 1, 1 }, nil, false},
+		{"gpipe any m", func(c *Config) { c.Schedule, c.Microbatches = ScheduleGPipe, 3 }, nil, false},
+		{"plain 1f1b any m", func(c *Config) { c.Chunks, c.Microbatches = 1, 3 }, nil, false},
+		{"upper-case schedule", func(c *Config) { c.Schedule = "GPipe" }, nil, false},
+		{"layers", func(c *Config) { c.Layers = 10 }, []string{"Layers=10", "Stages×Chunks = 2×2 = 4"}, false},
+		{"devices", func(c *Config) { c.Stages, c.Chunks, c.Layers, c.Replicas = 8, 1, 8, 9 }, []string{"Stages×Replicas = 8×9 = 72", "cpu has 64 devices"}, false},
+		{"interleaved m", func(c *Config) { c.Microbatches = 3 }, []string{"m=3", "p=2", "v=2"}, true},
+		{"stages", func(c *Config) { c.Stages = 0 }, []string{"Stages=0"}, false},
+		{"chunks", func(c *Config) { c.Chunks = -1 }, []string{"Chunks=-1"}, false},
+		{"replicas", func(c *Config) { c.Replicas = 0 }, []string{"Replicas=0"}, false},
+		{"microbatches", func(c *Config) { c.Microbatches = 0 }, []string{"Microbatches=0"}, false},
+		{"microbatch size", func(c *Config) { c.MicrobatchSize = -4 }, []string{"MicrobatchSize=-4"}, false},
+		{"width", func(c *Config) { c.Width = 0 }, []string{"Width=0"}, false},
+		{"layers zero", func(c *Config) { c.Layers = 0 }, []string{"Layers=0"}, false},
+		{"steps", func(c *Config) { c.Steps = 0 }, []string{"Steps=0"}, false},
+		{"too large", func(c *Config) { c.Width = 1 << 15 }, []string{"Width=32768", "too large"}, false},
+		{"schedule", func(c *Config) { c.Schedule = "zero-bubble" }, []string{`unknown Schedule "zero-bubble"`, "1f1b", "gpipe"}, false},
+		{"empty schedule", func(c *Config) { c.Schedule = "" }, []string{`unknown Schedule ""`}, false},
+		{"learning rate", func(c *Config) { c.LearningRate = 0 }, []string{"LearningRate=0"}, false},
+		{"learning rate NaN", func(c *Config) { c.LearningRate = math.NaN() }, []string{"LearningRate=NaN"}, false},
+		{"timeout", func(c *Config) { c.CommTimeout = -1 }, []string{"CommTimeout=-1ns"}, false},
+		{"backend", func(c *Config) { c.Backend = runtime.CUDA }, []string{"backend cuda"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.change(&c)
+			err := c.Validate()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("message spans lines: %q", msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not mention %q", msg, w)
+				}
+			}
+			if got := errors.Is(err, schedule.ErrInvalidArgument); got != tc.sched {
+				t.Errorf("errors.Is(err, schedule.ErrInvalidArgument) = %v, want %v", got, tc.sched)
+			}
+		})
+	}
+}

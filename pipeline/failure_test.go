@@ -1,0 +1,129 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitGoroutines waits for the goroutine count to fall back to at most n.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for goruntime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines left, %d before the run:\n%s", goruntime.NumGoroutine(), n, buf[:goruntime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A rank that fails in the middle of a step, while its peers wait for its
+// data, fails the run at once with its own error; nothing is left running.
+func TestTrainRankFailure(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	boom := errors.New("injected failure")
+	cfg := smallConfig(2, 2, 2, Schedule1F1B)
+	cfg.CommTimeout = time.Minute // the failure must not wait for it
+	fault := func(_ context.Context, rank, step, round int) error {
+		if rank == 3 && step == 1 && round == 5 {
+			return boom
+		}
+		return nil
+	}
+	start := time.Now()
+	res, err := train(context.Background(), cfg, fault)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Train took %v to report a failure", took)
+	}
+	if res != nil || !errors.Is(err, boom) {
+		t.Fatalf("Train = %v, %v; want the injected failure", res, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "rank 3 (replica 1, stage 1)") || !strings.Contains(msg, "step 1") {
+		t.Errorf("error %q does not name rank 3 and step 1", msg)
+	}
+	waitGoroutines(t, before)
+}
+
+// A rank that stops without failing leaves its peers waiting; they give up
+// after CommTimeout and the run fails with a timeout naming a rank.
+func TestTrainCommTimeout(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	cfg := smallConfig(2, 1, 1, Schedule1F1B)
+	cfg.CommTimeout = 300 * time.Millisecond
+	fault := func(ctx context.Context, rank, step, round int) error {
+		if rank == 0 && step == 0 && round == 2 {
+			<-ctx.Done() // stall until the run gives up
+			return ctx.Err()
+		}
+		return nil
+	}
+	start := time.Now()
+	_, err := train(context.Background(), cfg, fault)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("Train succeeded with a stalled rank")
+	}
+	if !strings.Contains(err.Error(), "rank 1 (replica 0, stage 0)") && !strings.Contains(err.Error(), "rank 1 (replica 0, stage 1)") {
+		t.Errorf("error %q does not name the waiting rank 1", err)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Errorf("error %q is the stalled rank's cancellation, not the timeout", err)
+	}
+	if took < cfg.CommTimeout || took > cfg.CommTimeout+10*time.Second {
+		t.Errorf("Train failed after %v with CommTimeout %v", took, cfg.CommTimeout)
+	}
+	t.Log(err)
+	waitGoroutines(t, before)
+}
+
+// Cancelling the caller's context stops a run.
+func TestTrainCancel(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := smallConfig(2, 2, 1, Schedule1F1B)
+	fault := func(_ context.Context, rank, step, round int) error {
+		if rank == 1 && step == 2 && round == 0 {
+			cancel()
+		}
+		return nil
+	}
+	_, err := train(ctx, cfg, fault)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Train = %v, want context.Canceled", err)
+	}
+	waitGoroutines(t, before)
+}
+
+// An invalid configuration fails before anything starts; a closed Trainer
+// refuses steps and closes again quietly.
+func TestTrainerLifecycle(t *testing.T) {
+	bad := smallConfig(2, 2, 1, Schedule1F1B)
+	bad.Layers = 6
+	if _, err := Train(context.Background(), bad); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Train with 6 layers over 4 virtual stages = %v, want ErrInvalidConfig", err)
+	}
+	tr, err := NewTrainer(context.Background(), smallConfig(2, 1, 1, ScheduleGPipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Config().Stages; got != 2 {
+		t.Errorf("Config().Stages = %d", got)
+	}
+	if _, err := tr.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := tr.Step(context.Background()); err == nil {
+		t.Error("Step after Close succeeded")
+	}
+}

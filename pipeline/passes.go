@@ -1,0 +1,129 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/trainscope/trainscope/pipeline/schedule"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// forward runs one microbatch through one chunk: wait for (or copy) its
+// input, then per layer a GEMM and a tanh; the last virtual stage computes
+// the loss gradient, the others send the output on.
+func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
+	rec, s := r.rec, r.compute
+	c, mb := &r.chunks[a.Chunk], a.Microbatch
+	r.labels(schedule.Forward, a.Chunk, mb)
+	rec.StartDevice("forward", s)
+	defer rec.End()
+	act := c.act[mb]
+	if !c.first {
+		rec.StartDevice("recv", s)
+		var err error
+		if r.pp == nil {
+			// One stage: the previous virtual stage is this rank's
+			// previous chunk.
+			err = runtime.Copy(act[0], r.chunks[a.Chunk-1].act[mb][r.layers], s)
+		} else {
+			err = streamWait(c.inWork[mb], s, "input", a.Action)
+		}
+		rec.End()
+		if err != nil {
+			return err
+		}
+	}
+	for j := 1; j <= r.layers; j++ {
+		rec.StartDevice("linear", s)
+		err := linearForward(s, c.w[j-1], act[j-1], act[j], r.rows, r.cfg.Width)
+		rec.End()
+		if err != nil {
+			return err
+		}
+		rec.StartDevice("tanh", s)
+		err = runtime.Tanh(s, act[j], act[j], r.n)
+		rec.End()
+		if err != nil {
+			return err
+		}
+	}
+	if c.last {
+		rec.StartDevice("loss", s)
+		err := r.lossGrad(c, mb)
+		rec.End()
+		return err
+	}
+	return r.sendOp(ctx, "send", act[r.layers], batch)
+}
+
+// lossGrad computes gradIn = scale·(output − target) on the device and
+// copies output − target to the host for the loss.
+func (r *rank) lossGrad(c *chunk, mb int) error {
+	s, g := r.compute, c.gradIn[mb]
+	if err := runtime.Copy(g, c.act[mb][r.layers], s); err != nil {
+		return err
+	}
+	if err := runtime.Axpy(s, -1, c.target[mb], g, r.n); err != nil {
+		return err
+	}
+	if err := runtime.CopyToHost(r.hostDiff[mb], g, s); err != nil {
+		return err
+	}
+	return runtime.Scale(s, r.lossScale, g, r.n)
+}
+
+// backward differentiates one microbatch through one chunk, accumulating
+// the weight gradients, and sends the input gradient back.
+func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
+	rec, s, w := r.rec, r.compute, r.cfg.Width
+	c, mb := &r.chunks[a.Chunk], a.Microbatch
+	r.labels(schedule.Backward, a.Chunk, mb)
+	rec.StartDevice("backward", s)
+	defer rec.End()
+	if !c.last {
+		rec.StartDevice("recv_grad", s)
+		var err error
+		if r.pp == nil {
+			err = runtime.Copy(c.gradIn[mb], r.chunks[a.Chunk+1].gradOut[mb], s)
+		} else {
+			err = streamWait(c.gradWork[mb], s, "gradient", a.Action)
+		}
+		rec.End()
+		if err != nil {
+			return err
+		}
+	}
+	act := c.act[mb]
+	dy, dz := c.gradIn[mb], r.scratch[0]
+	for j := r.layers; j >= 1; j-- {
+		rec.StartDevice("tanh_backward", s)
+		err := runtime.TanhBackward(s, act[j], dy, dz, r.n)
+		rec.End()
+		if err != nil {
+			return err
+		}
+		rec.StartDevice("linear_grad_weight", s)
+		err = linearGradWeight(s, act[j-1], dz, c.dw[j-1], r.rows, w)
+		rec.End()
+		if err != nil {
+			return err
+		}
+		if j == 1 && c.first {
+			break // nobody needs the gradient of the data
+		}
+		dx := r.scratch[1]
+		if j == 1 {
+			dx = c.gradOut[mb]
+		}
+		rec.StartDevice("linear_grad_input", s)
+		err = linearGradInput(s, c.w[j-1], dz, dx, r.rows, w)
+		rec.End()
+		if err != nil {
+			return err
+		}
+		dy = dx
+	}
+	if c.first {
+		return nil
+	}
+	return r.sendOp(ctx, "send_grad", c.gradOut[mb], batch)
+}

@@ -1,0 +1,135 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+func TestTrainProfiled(t *testing.T) {
+	p, err := profiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	cfg := smallConfig(2, 2, 2, Schedule1F1B)
+	cfg.Steps = 2
+	cfg.Profiler = p
+	if _, err := Train(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if st := p.Stats(); st.Dropped != 0 || st.EventDrops != 0 || st.Unbalanced != 0 || st.Errors != 0 {
+		t.Errorf("profiler stats %+v", st)
+	}
+	byID := map[[2]uint64]*profiler.Record{}
+	for i := range recs {
+		byID[[2]uint64{uint64(recs[i].Rank), recs[i].ID}] = &recs[i]
+	}
+	parent := func(r *profiler.Record) *profiler.Record { return byID[[2]uint64{uint64(r.Rank), r.Parent}] }
+
+	type key struct {
+		name                     string
+		step, rank, chunk, micro int
+	}
+	count := map[key]int{}
+	counts := map[string]int{}
+	for i := range recs {
+		r := &recs[i]
+		counts[r.Name]++
+		if r.Step < 0 || int(r.Step) >= cfg.Steps {
+			t.Errorf("%s on rank %d has step %d", r.Name, r.Rank, r.Step)
+		}
+		if int(r.Stage) != r.Rank%cfg.Stages {
+			t.Errorf("%s on rank %d is labelled stage %d", r.Name, r.Rank, r.Stage)
+		}
+		switch r.Name {
+		case "forward", "backward":
+			if r.Kind != profiler.KindDevice || !r.HasDevice || r.Depth != 1 || parent(r) == nil || parent(r).Name != "step" {
+				t.Errorf("%s range %+v: want a device range inside a step", r.Name, *r)
+			}
+			want := profiler.Forward
+			if r.Name == "backward" {
+				want = profiler.Backward
+			}
+			if r.Phase != want {
+				t.Errorf("%s range has phase %v", r.Name, r.Phase)
+			}
+			count[key{r.Name, int(r.Step), r.Rank, int(r.Chunk), int(r.Microbatch)}]++
+		case "recv", "linear", "tanh", "loss", "send", "recv_grad", "tanh_backward", "linear_grad_weight", "linear_grad_input", "send_grad":
+			pa := parent(r)
+			if pa == nil || (pa.Name != "forward" && pa.Name != "backward") || pa.Labels != r.Labels {
+				t.Errorf("%s range %+v: want it inside a forward or backward range with the same labels (parent %+v)", r.Name, r.Labels, pa)
+			}
+		case "Send", "Recv":
+			if r.Kind != profiler.KindP2P || r.Collective.Group != fmt.Sprintf("pp%d", r.Rank/cfg.Stages) || r.Collective.Peer != int32(1-r.Rank%2) {
+				t.Errorf("%s range %+v", r.Name, r.Collective)
+			}
+			if r.Microbatch < 0 || r.Chunk < 0 {
+				t.Errorf("%s range without microbatch or chunk: %+v", r.Name, r.Labels)
+			}
+		case "AllReduce":
+			pa := parent(r)
+			if r.Kind != profiler.KindCollective || r.Collective.Group != fmt.Sprintf("dp%d", r.Rank%cfg.Stages) || r.Collective.GroupSize != 2 ||
+				pa == nil || pa.Name != "allreduce_grads" || r.Phase != profiler.Optimizer || r.Chunk < 0 {
+				t.Errorf("AllReduce range %+v in %+v", *r, pa)
+			}
+		}
+	}
+	ranks := cfg.Stages * cfg.Replicas
+	for step := range cfg.Steps {
+		for rank := range ranks {
+			for chunk := range cfg.Chunks {
+				for mb := range cfg.Microbatches {
+					for _, name := range []string{"forward", "backward"} {
+						if n := count[key{name, step, rank, chunk, mb}]; n != 1 {
+							t.Errorf("step %d rank %d chunk %d microbatch %d: %d %s ranges, want 1", step, rank, chunk, mb, n, name)
+						}
+					}
+				}
+			}
+		}
+	}
+	actions := cfg.Steps * ranks * cfg.Chunks * cfg.Microbatches // per kind
+	layers := cfg.layersPerChunk()
+	// Sends: every forward but the last virtual stage's, every backward but
+	// the first's; the receives match them.
+	p2p := cfg.Steps * cfg.Replicas * cfg.Microbatches * (cfg.Stages*cfg.Chunks - 1)
+	want := map[string]int{
+		"step":               cfg.Steps * ranks,
+		"forward":            actions,
+		"backward":           actions,
+		"linear":             actions * layers,
+		"tanh":               actions * layers,
+		"tanh_backward":      actions * layers,
+		"linear_grad_weight": actions * layers,
+		"linear_grad_input":  actions*layers - cfg.Steps*cfg.Replicas*cfg.Microbatches,
+		"loss":               cfg.Steps * cfg.Replicas * cfg.Microbatches,
+		"send":               p2p,
+		"send_grad":          p2p,
+		"recv":               p2p,
+		"recv_grad":          p2p,
+		"Send":               2 * p2p,
+		"Recv":               2 * p2p,
+		"load_batch":         cfg.Steps * ranks, // both stages hold the first or last virtual stage
+		"optimizer":          cfg.Steps * ranks,
+		"allreduce_grads":    cfg.Steps * ranks,
+		"AllReduce":          cfg.Steps * ranks * cfg.Chunks,
+		"sgd":                cfg.Steps * ranks,
+	}
+	for name, n := range want {
+		if counts[name] != n {
+			t.Errorf("%d %q ranges, want %d", counts[name], name, n)
+		}
+	}
+	for name := range counts {
+		if _, ok := want[name]; !ok {
+			t.Errorf("unexpected range %q (%d)", name, counts[name])
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// rank is one pipeline stage of one replica on its own device, driven by
+// its own goroutine. Everything here belongs to that goroutine.
+type rank struct {
+	cfg              Config
+	id               int // replica·Stages + stage
+	replica, stage   int
+	dev              runtime.Device
+	layers, rows, n  int // layers per chunk, rows per microbatch, rows·Width
+	rounds           []round
+	pp, dp           *ccl.ProcessGroup // nil when the group would have one rank
+	groups           bool              // bracket each batch with GroupStart/GroupEnd
+	prof             *profiler.Profiler
+	rec              *profiler.Recorder
+	compute          *runtime.Stream
+	chunks           []chunk
+	scratch          [2]runtime.Buffer // dZ and dX of the layer being differentiated
+	allocs           []runtime.Buffer
+	proj             []float32 // the target projection (last stage)
+	x32, t32         []float32 // one microbatch of inputs and targets, host
+	hostIn, hostTgt  [][]byte  // per microbatch, uploaded at the start of a step
+	hostDiff         [][]byte  // per microbatch, output − target copied back
+	works            []*ccl.Work
+	batchOpen        bool
+	fault            faultFunc // tests only
+	lossScale, negLR float32
+}
+
+// faultFunc, set by tests, runs before each round of a step and fails the
+// rank with the error it returns.
+type faultFunc func(ctx context.Context, rank, step, round int) error
+
+// chunk is one model chunk (virtual stage) of a rank, with its weights,
+// gradients and per-microbatch buffers.
+type chunk struct {
+	virtual     int
+	first, last bool // the model's first or last virtual stage
+	w, dw       []runtime.Buffer
+	weights     runtime.Buffer     // all of w, for the optimizer
+	grads       runtime.Buffer     // all of dw
+	act         [][]runtime.Buffer // [mb][j]: the chunk's input (j 0) and the output of its layer j
+	gradIn      []runtime.Buffer   // [mb]: gradient of the loss with respect to the chunk's output
+	gradOut     []runtime.Buffer   // [mb]: gradient with respect to its input, sent back
+	target      []runtime.Buffer   // [mb]: targets (last virtual stage only)
+	inWork      []*ccl.Work        // [mb]: the Recv that fills act[mb][0]
+	gradWork    []*ccl.Work        // [mb]: the Recv that fills gradIn[mb]
+}
+
+func newRank(cfg Config, id int, rounds [][]round, pp, dp *ccl.ProcessGroup) *rank {
+	stage := id % cfg.Stages
+	r := &rank{
+		cfg:     cfg,
+		id:      id,
+		replica: id / cfg.Stages,
+		stage:   stage,
+		dev:     runtime.Device{Type: cfg.Backend, Index: id},
+		layers:  cfg.layersPerChunk(),
+		rows:    cfg.MicrobatchSize,
+		n:       cfg.MicrobatchSize * cfg.Width,
+		rounds:  rounds[stage],
+		pp:      pp,
+		dp:      dp,
+		prof:    cfg.Profiler,
+		// Replica d's loss gradient is scaled by its own row count: the
+		// Avg all-reduce over the replicas then gives the gradient of the
+		// mean over the global batch.
+		lossScale: float32(2 / float64(cfg.replicaRows()*cfg.Width)),
+		negLR:     float32(-cfg.LearningRate),
+	}
+	// A ProcessGroup's GroupStart/GroupEnd nest per group, not per local
+	// rank: with several local ranks on one group, one rank's open group
+	// would hold back the others' operations. Batches are grouped only where
+	// this process drives a single rank of the pipeline group, which is
+	// where a rendezvous backend (one process per GPU) needs it.
+	r.groups = pp != nil && len(pp.Devices()) == 1
+	return r
+}
+
+// setup creates the rank's stream, recorder and buffers and uploads the
+// initial weights. On error, teardown releases what was made.
+func (r *rank) setup() error {
+	var err error
+	if r.compute, err = runtime.NewStream(r.dev); err != nil {
+		return err
+	}
+	if r.prof != nil {
+		if r.rec, err = r.prof.NewRecorder(r.id, r.dev); err != nil {
+			return err
+		}
+	}
+	cfg := r.cfg
+	m, l, w := cfg.Microbatches, r.layers, cfg.Width
+	for i := range r.scratch {
+		if r.scratch[i], err = r.malloc(r.n); err != nil {
+			return err
+		}
+	}
+	last := cfg.Stages*cfg.Chunks - 1
+	host := make([]float32, w*w)
+	r.chunks = make([]chunk, cfg.Chunks)
+	for ci := range r.chunks {
+		c := &r.chunks[ci]
+		c.virtual = ci*cfg.Stages + r.stage
+		c.first, c.last = c.virtual == 0, c.virtual == last
+		if c.weights, err = r.malloc(l * w * w); err != nil {
+			return err
+		}
+		if c.grads, err = r.malloc(l * w * w); err != nil {
+			return err
+		}
+		if err = runtime.Memset(c.grads, 0, nil); err != nil {
+			return err
+		}
+		if c.w, err = views(c.weights, l, w*w); err != nil {
+			return err
+		}
+		if c.dw, err = views(c.grads, l, w*w); err != nil {
+			return err
+		}
+		for j := range l {
+			layerWeights(cfg.Seed, c.virtual*l+j, w, host)
+			if err = runtime.CopyToDevice(c.w[j], float32Bytes(host, nil), nil); err != nil {
+				return err
+			}
+		}
+		acts, err := r.malloc(m * (l + 1) * r.n)
+		if err != nil {
+			return err
+		}
+		all, err := views(acts, m*(l+1), r.n)
+		if err != nil {
+			return err
+		}
+		c.act = make([][]runtime.Buffer, m)
+		for mb := range m {
+			c.act[mb] = all[mb*(l+1) : (mb+1)*(l+1)]
+		}
+		if c.gradIn, err = r.mallocViews(m, r.n); err != nil {
+			return err
+		}
+		if !c.first {
+			if c.gradOut, err = r.mallocViews(m, r.n); err != nil {
+				return err
+			}
+		}
+		if c.last {
+			if c.target, err = r.mallocViews(m, r.n); err != nil {
+				return err
+			}
+		}
+		c.inWork = make([]*ccl.Work, m)
+		c.gradWork = make([]*ccl.Work, m)
+	}
+	if r.chunks[0].first || r.chunks[cfg.Chunks-1].last {
+		r.x32 = make([]float32, r.n)
+	}
+	if r.chunks[0].first {
+		r.hostIn = hostBuffers(m, r.n)
+	}
+	if r.chunks[cfg.Chunks-1].last {
+		r.proj = targetProjection(cfg.Seed, w)
+		r.t32 = make([]float32, r.n)
+		r.hostTgt = hostBuffers(m, r.n)
+		r.hostDiff = hostBuffers(m, r.n)
+	}
+	return nil
+}
+
+// teardown waits (bounded) for the rank's device work, then destroys its
+// stream and frees its buffers. It runs on the rank's goroutine.
+func (r *rank) teardown() error {
+	if r.compute == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.commTimeout())
+	defer cancel()
+	var errs []error
+	if err := r.compute.Synchronize(ctx); err != nil {
+		// Freeing memory the device may still use is not safe on every
+		// backend: keep it and say so.
+		return fmt.Errorf("pipeline: rank %d: teardown: device work did not finish, %d buffers not freed: %w", r.id, len(r.allocs), err)
+	}
+	errs = append(errs, r.compute.Destroy())
+	for _, b := range r.allocs {
+		errs = append(errs, runtime.Free(b))
+	}
+	r.allocs, r.compute = nil, nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pipeline: rank %d: teardown: %w", r.id, err)
+	}
+	return nil
+}
+
+// malloc allocates n float32s on the rank's device and keeps the buffer for
+// teardown.
+func (r *rank) malloc(n int) (runtime.Buffer, error) {
+	b, err := runtime.Malloc(r.dev, int64(n)*4)
+	if err != nil {
+		return runtime.Buffer{}, err
+	}
+	r.allocs = append(r.allocs, b)
+	return b, nil
+}
+
+// mallocViews allocates count consecutive blocks of n float32s.
+func (r *rank) mallocViews(count, n int) ([]runtime.Buffer, error) {
+	b, err := r.malloc(count * n)
+	if err != nil {
+		return nil, err
+	}
+	return views(b, count, n)
+}
+
+// views splits b into count consecutive blocks of n float32s.
+func views(b runtime.Buffer, count, n int) ([]runtime.Buffer, error) {
+	out := make([]runtime.Buffer, count)
+	for i := range out {
+		v, err := b.Elems(runtime.Float32, i*n, n)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func hostBuffers(count, n int) [][]byte {
+	out := make([][]byte, count)
+	for i := range out {
+		out[i] = make([]byte, 4*n)
+	}
+	return out
+}
+
+// float32Bytes writes v into dst (allocated when nil) in the host's byte
+// order, which is the devices' order too.
+func float32Bytes(v []float32, dst []byte) []byte {
+	if dst == nil {
+		dst = make([]byte, 4*len(v))
+	}
+	for i, x := range v {
+		binary.NativeEndian.PutUint32(dst[4*i:], math.Float32bits(x))
+	}
+	return dst
+}
+
+// sumSquares returns the sum of squares of the float32s in b.
+func sumSquares(b []byte) float64 {
+	var s float64
+	for i := 0; i+4 <= len(b); i += 4 {
+		d := float64(math.Float32frombits(binary.NativeEndian.Uint32(b[i:])))
+		s += d * d
+	}
+	return s
+}

@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/pipeline/schedule"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// step runs one training step on the rank: the schedule's rounds, the
+// data-parallel gradient all-reduce and the SGD update. It returns the sum
+// of squared errors of the rank's microbatches when the rank holds the
+// last virtual stage, 0 otherwise.
+//
+// The host enqueues the whole step without waiting for the device; the
+// compute stream waits for received data through Work.StreamWait. The
+// host waits only at the end, for the step's communication and device
+// work, because the loss must be read.
+func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
+	rec := r.rec
+	rec.SetStep(step)
+	rec.SetLabels(profiler.NoLabels)
+	rec.SetStage(r.stage)
+	rec.Start("step")
+	defer rec.End()
+	cctx := ctx
+	if rec != nil {
+		cctx = profiler.NewContext(ctx, rec)
+	}
+	r.works = r.works[:0]
+	for i := range r.chunks {
+		clear(r.chunks[i].inWork) // this step's receives fill them again
+		clear(r.chunks[i].gradWork)
+	}
+	defer func() {
+		if r.batchOpen {
+			_ = r.pp.GroupEnd()
+			r.batchOpen = false
+		}
+	}()
+
+	if err := r.loadBatch(step); err != nil {
+		return 0, err
+	}
+	for i := range r.rounds {
+		if f := r.fault; f != nil {
+			if err := f(ctx, r.id, step, i); err != nil {
+				return 0, err
+			}
+		}
+		rd := &r.rounds[i]
+		if a := rd.action; a != nil {
+			if a.Kind == schedule.Forward {
+				err = r.forward(cctx, a, rd.batch)
+			} else {
+				err = r.backward(cctx, a, rd.batch)
+			}
+			if err != nil {
+				return 0, fmt.Errorf("%v: %w", a.Action, err)
+			}
+		}
+		if err := r.receive(cctx, rd.batch); err != nil {
+			return 0, err
+		}
+	}
+	if err := r.optimize(cctx); err != nil {
+		return 0, err
+	}
+	return r.finish(ctx)
+}
+
+// loadBatch uploads the step's inputs (first virtual stage) and targets
+// (last virtual stage) of every microbatch of the rank's replica.
+func (r *rank) loadBatch(step int) error {
+	first, last := &r.chunks[0], &r.chunks[len(r.chunks)-1]
+	if !first.first && !last.last {
+		return nil
+	}
+	rec, s, cfg := r.rec, r.compute, r.cfg
+	rec.StartDevice("load_batch", s)
+	defer rec.End()
+	for mb := range cfg.Microbatches {
+		var t []float32
+		if last.last {
+			t = r.t32
+		}
+		batchRows(cfg.Seed, cfg.firstSample(step, r.replica, mb), r.rows, cfg.Width, r.proj, r.x32, t)
+		if first.first {
+			if err := runtime.CopyToDevice(first.act[mb][0], float32Bytes(r.x32, r.hostIn[mb]), s); err != nil {
+				return err
+			}
+		}
+		if last.last {
+			if err := runtime.CopyToDevice(last.target[mb], float32Bytes(r.t32, r.hostTgt[mb]), s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// labels sets the recorder's context for an action or a transfer.
+func (r *rank) labels(kind schedule.Kind, chunk, mb int) {
+	rec := r.rec
+	rec.SetStage(r.stage)
+	rec.SetChunk(chunk)
+	rec.SetMicrobatch(mb)
+	if kind == schedule.Forward {
+		rec.SetPhase(profiler.Forward)
+	} else {
+		rec.SetPhase(profiler.Backward)
+	}
+}
+
+// finish waits for the step's device work and communication, each wait
+// bounded by the configured timeout, and sums the squared errors.
+func (r *rank) finish(ctx context.Context) (float64, error) {
+	timeout := r.cfg.commTimeout()
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.compute.Synchronize(wctx); err != nil {
+		return 0, fmt.Errorf("waiting for the step's device work: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for _, w := range r.works {
+		if err := waitWork(ctx, w, deadline); err != nil {
+			return 0, err
+		}
+	}
+	clear(r.works)
+	r.works = r.works[:0]
+	var sse float64
+	for _, d := range r.hostDiff {
+		sse += sumSquares(d)
+	}
+	return sse, nil
+}
+
+// waitWork waits for w until it completes, ctx ends or deadline passes.
+// Work.Wait cannot see ctx, so this polls, backing off to a millisecond.
+func waitWork(ctx context.Context, w *ccl.Work, deadline time.Time) error {
+	pause := 5 * time.Microsecond
+	var t *time.Timer
+	for {
+		if w.Done() {
+			return w.Err()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return w.Wait(0)
+		}
+		d := min(pause, left)
+		if t == nil {
+			t = time.NewTimer(d)
+			defer t.Stop()
+		} else {
+			t.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Millisecond)
+	}
+}

@@ -1,0 +1,64 @@
+package pipeline
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	_ "github.com/trainscope/trainscope/ccl/local"
+	_ "github.com/trainscope/trainscope/runtime/cpu"
+)
+
+// smallConfig is a run small enough for -race: 8 layers of width 16.
+func smallConfig(pp, vpp, dp int, sched string) Config {
+	c := DefaultConfig()
+	c.Stages, c.Chunks, c.Replicas = pp, vpp, dp
+	c.Microbatches, c.MicrobatchSize = 4, 4
+	c.Width, c.Layers = 16, 8
+	c.Steps = 4
+	c.Schedule = sched
+	c.LearningRate = 2
+	c.Seed = 7
+	c.CommTimeout = 20 * time.Second
+	return c
+}
+
+func TestTrainMatchesReference(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+	}{
+		{"pp2_vpp2_dp1_1f1b", smallConfig(2, 2, 1, Schedule1F1B)},
+		{"pp2_vpp2_dp2_1f1b", smallConfig(2, 2, 2, Schedule1F1B)},
+		{"pp4_vpp1_1f1b", smallConfig(4, 1, 1, Schedule1F1B)},
+		{"pp2_vpp2_gpipe", smallConfig(2, 2, 1, ScheduleGPipe)},
+		{"pp1_vpp1", smallConfig(1, 1, 1, Schedule1F1B)},
+		{"pp1_vpp2_gpipe_dp2", smallConfig(1, 2, 2, ScheduleGPipe)},
+		{"pp4_vpp2_dp2_1f1b", smallConfig(4, 2, 2, Schedule1F1B)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			want, err := ReferenceLosses(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Train(context.Background(), tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Losses) != tc.cfg.Steps || len(res.StepTimes) != tc.cfg.Steps {
+				t.Fatalf("got %d losses and %d step times for %d steps", len(res.Losses), len(res.StepTimes), tc.cfg.Steps)
+			}
+			for i, got := range res.Losses {
+				if rel := math.Abs(got-want[i]) / want[i]; !(rel <= 1e-4) {
+					t.Errorf("step %d: loss %.9g, reference %.9g (relative difference %.2g)", i, got, want[i], rel)
+				}
+			}
+			if last := res.Losses[len(res.Losses)-1]; !(last < res.Losses[0]) {
+				t.Errorf("loss did not decrease: %v", res.Losses)
+			}
+		})
+	}
+}
