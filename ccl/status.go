@@ -49,7 +49,10 @@ func (s Status) String() string {
 // Error makes a Status usable as an error and as an errors.Is target.
 func (s Status) Error() string { return "ccl: " + s.String() }
 
-// OK reports whether s is a normal (non-negative) outcome.
+// OK reports whether s is a normal (non-negative) outcome in the seed's
+// convention. NotReady, InProgress and Timeout are non-negative too: they
+// mean "not yet" or "gave up waiting", not success, so code that needs
+// success compares with StatusSuccess (or checks err == nil).
 func (s Status) OK() bool { return s >= 0 }
 
 // Error is a failed collective-communication call.

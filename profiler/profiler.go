@@ -24,6 +24,8 @@ type Profiler struct {
 	records    []Record
 	unresolved []unresolved
 	calib      map[runtime.Device]*calibration
+	returned   map[*Recorder][]*runtime.Event // events to hand back, per owner
+	kick       chan struct{}                  // a recorder running short asks for a collection
 
 	storeDrops   atomic.Uint64
 	resolveErrs  atomic.Uint64
@@ -106,11 +108,13 @@ func New(opts ...Option) (*Profiler, error) {
 		return nil, err
 	}
 	p := &Profiler{
-		cfg:    cfg,
-		epoch:  time.Now(),
-		calib:  make(map[runtime.Device]*calibration),
-		stop:   make(chan struct{}),
-		closed: make(chan struct{}),
+		cfg:      cfg,
+		epoch:    time.Now(),
+		calib:    make(map[runtime.Device]*calibration),
+		returned: make(map[*Recorder][]*runtime.Event),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		closed:   make(chan struct{}),
 	}
 	if cfg.interval > 0 {
 		go p.loop()
@@ -121,6 +125,14 @@ func New(opts ...Option) (*Profiler, error) {
 }
 
 func (p *Profiler) now() time.Duration { return time.Since(p.epoch) }
+
+// wake asks the background collector for an early pass, without waiting.
+func (p *Profiler) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
 
 // Epoch is the host time that record times count from.
 func (p *Profiler) Epoch() time.Time { return p.epoch }
@@ -201,6 +213,7 @@ func (p *Profiler) loop() {
 		select {
 		case <-p.stop:
 			return
+		case <-p.kick:
 		case <-t.C:
 			p.mu.Lock()
 			p.collectLocked()
@@ -279,9 +292,9 @@ func (p *Profiler) Reset() {
 	defer p.mu.Unlock()
 	p.collectLocked()
 	for _, u := range p.unresolved {
-		u.owner.release(u.start)
-		u.owner.release(u.end)
+		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
 	}
+	p.returnEventsLocked()
 	clear(p.unresolved)
 	p.unresolved = p.unresolved[:0]
 	clear(p.records)

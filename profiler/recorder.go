@@ -30,7 +30,8 @@ type Recorder struct {
 	over   int // Starts beyond maxDepth not yet ended
 	nextID uint64
 	labels Labels
-	step   atomic.Int32 // settable from any goroutine
+	step   atomic.Int32     // settable from any goroutine
+	cache  []*runtime.Event // events only the owner touches
 
 	// Shared with the Profiler, under mu.
 	mu      sync.Mutex
@@ -224,7 +225,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 				f.start = ev
 			} else {
 				r.recordErrs.Add(1)
-				r.release(ev)
+				r.keep(ev)
 			}
 		}
 	}
@@ -253,7 +254,10 @@ func (r *Recorder) End() {
 		r.endDevice(f)
 	}
 	r.mu.Lock()
-	if len(r.pending) < cap(r.pending) {
+	if n := len(r.pending); n < cap(r.pending) {
+		if n == cap(r.pending)/2 {
+			r.p.wake()
+		}
 		if f.collIdx >= 0 {
 			f.collIdx = int32(len(r.colls))
 			r.colls = append(r.colls, f.collective)
@@ -264,8 +268,8 @@ func (r *Recorder) End() {
 	}
 	r.mu.Unlock()
 	r.dropped.Add(1)
-	r.release(f.start)
-	r.release(f.end)
+	r.keep(f.start)
+	r.keep(f.end)
 }
 
 // endDevice records the end event of a device range and notes the
@@ -275,12 +279,12 @@ func (r *Recorder) endDevice(f *frame) {
 	if end != nil {
 		if err := end.Record(f.stream); err != nil {
 			r.recordErrs.Add(1)
-			r.release(end)
+			r.keep(end)
 			end = nil
 		}
 	}
 	if end == nil {
-		r.release(f.start)
+		r.keep(f.start)
 		f.start = nil
 		return
 	}
@@ -299,50 +303,71 @@ func (r *Recorder) endDevice(f *frame) {
 	}
 }
 
-// event takes a timing event for s's device from the pool, creating one
-// while under the pool's bound; nil when none can be had.
+// event takes a timing event for s's device: from the owner's cache, else
+// by moving the shared free list into the cache in one locked swap, else a
+// new one while under the pool's bound; nil when none can be had.
 func (r *Recorder) event(s *runtime.Stream) *runtime.Event {
-	r.mu.Lock()
-	if n := len(r.free); n > 0 {
-		ev := r.free[n-1]
-		r.free = r.free[:n-1]
-		r.mu.Unlock()
-		if ev.Device() == s.Device() {
-			return ev
+	for {
+		if n := len(r.cache); n > 0 {
+			ev := r.cache[n-1]
+			r.cache = r.cache[:n-1]
+			if ev.Device() == s.Device() {
+				return ev
+			}
+			// A recorder normally times one device; an event of another
+			// device is destroyed rather than kept.
+			_ = ev.Destroy()
+			r.mu.Lock()
+			r.events--
+			r.mu.Unlock()
+			continue
 		}
-		// A recorder normally times one device; an event of another
-		// device is destroyed rather than kept.
-		_ = ev.Destroy()
 		r.mu.Lock()
-		r.events--
+		if len(r.free) > 0 {
+			r.cache, r.free = r.free, r.cache
+			r.mu.Unlock()
+			continue
+		}
+		if r.events >= r.p.cfg.eventPool {
+			r.mu.Unlock()
+			r.eventDrops.Add(1)
+			r.p.wake()
+			return nil
+		}
+		r.events++
+		created := r.events
 		r.mu.Unlock()
-		return r.event(s)
+		if created > r.p.cfg.eventPool/2 {
+			// Running through the pool: resolved events should come back.
+			r.p.wake()
+		}
+		ev, err := runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDefault)
+		if err != nil {
+			r.mu.Lock()
+			r.events--
+			r.mu.Unlock()
+			r.recordErrs.Add(1)
+			return nil
+		}
+		return ev
 	}
-	if r.events >= r.p.cfg.eventPool {
-		r.mu.Unlock()
-		r.eventDrops.Add(1)
-		return nil
-	}
-	r.events++
-	r.mu.Unlock()
-	ev, err := runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDefault)
-	if err != nil {
-		r.mu.Lock()
-		r.events--
-		r.mu.Unlock()
-		r.recordErrs.Add(1)
-		return nil
-	}
-	return ev
 }
 
-// release returns an event to the pool.
-func (r *Recorder) release(ev *runtime.Event) {
-	if ev == nil {
-		return
+// keep returns an event to the pool from the owner's goroutine.
+func (r *Recorder) keep(ev *runtime.Event) {
+	if ev != nil {
+		r.cache = append(r.cache, ev)
 	}
+}
+
+// releaseAll returns events to the pool from the collector.
+func (r *Recorder) releaseAll(evs []*runtime.Event) {
 	r.mu.Lock()
-	r.free = append(r.free, ev)
+	for _, ev := range evs {
+		if ev != nil {
+			r.free = append(r.free, ev)
+		}
+	}
 	r.mu.Unlock()
 }
 

@@ -95,12 +95,22 @@ func (p *Profiler) resolveLocked(wait bool) {
 			p.resolveErrs.Add(1)
 		}
 		finishBandwidth(&rec)
-		u.owner.release(u.start)
-		u.owner.release(u.end)
+		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
 		p.keepLocked(rec)
 	}
 	clear(p.unresolved[len(kept):])
 	p.unresolved = kept
+	p.returnEventsLocked()
+}
+
+// returnEventsLocked hands resolved events back to their recorders, one
+// lock per recorder rather than one per event.
+func (p *Profiler) returnEventsLocked() {
+	for r, evs := range p.returned {
+		r.releaseAll(evs)
+		clear(evs)
+		p.returned[r] = evs[:0]
+	}
 }
 
 func (p *Profiler) deviceTimesLocked(rec *Record, pd unresolved) error {

@@ -65,6 +65,8 @@ type Impl interface {
 	MemcpyDtoH(dst []byte, src Buffer, stream any) error
 	MemcpyDtoD(dst, src Buffer, stream any) error
 	Memset(dst Buffer, value byte, stream any) error
+	// MemoryStats is read when every device range ends, so it must be
+	// cheap: counters the backend keeps, not a driver query.
 	MemoryStats(device int) (MemoryStats, error)
 	ResetPeakMemory(device int) error
 

@@ -1,0 +1,33 @@
+package ccl
+
+// Operation names, as profiler records and BusFactor use them.
+const (
+	OpAllReduce     = "AllReduce"
+	OpBroadcast     = "Broadcast"
+	OpReduce        = "Reduce"
+	OpAllGather     = "AllGather"
+	OpReduceScatter = "ReduceScatter"
+	OpSend          = "Send"
+	OpRecv          = "Recv"
+)
+
+// BusFactor is the factor nccl-tests multiplies algorithm bandwidth by to
+// get bus bandwidth for op over n ranks: 2(n−1)/n for AllReduce, (n−1)/n
+// for AllGather and ReduceScatter (whose message size is the total
+// gathered size), 1 for Broadcast, Reduce, Send and Recv. It is 0 for an
+// unlisted op or n < 1.
+func BusFactor(op string, n int) float64 {
+	if n < 1 {
+		return 0
+	}
+	f := float64(n-1) / float64(n)
+	switch op {
+	case OpAllReduce:
+		return 2 * f
+	case OpAllGather, OpReduceScatter:
+		return f
+	case OpBroadcast, OpReduce, OpSend, OpRecv:
+		return 1
+	}
+	return 0
+}

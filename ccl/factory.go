@@ -1,0 +1,283 @@
+package ccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// ProcessGroupFactory creates process groups on one backend and keeps
+// them by name, the seed's ProcessGroupFactory. Instance returns the
+// process-wide factory of a backend; NewProcessGroupFactory makes a
+// private one (tests, or a backend not in the registries).
+type ProcessGroupFactory struct {
+	impl Impl
+	rt   runtime.Impl
+
+	mu     sync.Mutex
+	groups map[string]*groupEntry
+}
+
+// groupEntry is a group being created or created. ready is closed when
+// creation ends; pg and err are set before.
+type groupEntry struct {
+	spec  groupSpec
+	ready chan struct{}
+	pg    *ProcessGroup
+	err   error
+}
+
+// groupSpec is what a group was asked for, so that a second request for
+// the name with other arguments is refused.
+type groupSpec struct {
+	devices      []runtime.Device
+	nranks, rank int // rank is -1 for a group of local devices
+}
+
+func (s groupSpec) String() string {
+	if s.rank < 0 {
+		return fmt.Sprintf("devices %v", s.devices)
+	}
+	return fmt.Sprintf("rank %d of %d on %s", s.rank, s.nranks, s.devices[0])
+}
+
+func (s groupSpec) equal(o groupSpec) bool {
+	return s.nranks == o.nranks && s.rank == o.rank && slices.Equal(s.devices, o.devices)
+}
+
+// NewProcessGroupFactory returns a factory that creates groups with the
+// given backends, bypassing the registries. Both must serve one device
+// type; the groups' creation checks it.
+func NewProcessGroupFactory(c Impl, rt runtime.Impl) *ProcessGroupFactory {
+	return &ProcessGroupFactory{impl: c, rt: rt, groups: make(map[string]*groupEntry)}
+}
+
+// Backend returns the device type the factory's groups use.
+func (f *ProcessGroupFactory) Backend() runtime.DeviceType { return f.impl.Type() }
+
+// GetOrCreate returns the group called name, creating it over devices
+// with CommInitAll if it does not exist; ranks are the devices' positions.
+// Concurrent calls with one name create it once. Asking for an existing
+// name with other devices is an error.
+func (f *ProcessGroupFactory) GetOrCreate(name string, devices []runtime.Device) (*ProcessGroup, error) {
+	const op = "GetOrCreate"
+	if len(devices) == 0 {
+		return nil, Errorf(op, StatusInvalidArgument, "group %q: no devices", name)
+	}
+	seen := make(map[runtime.Device]bool, len(devices))
+	for _, d := range devices {
+		if err := f.checkDevice(op, name, d); err != nil {
+			return nil, err
+		}
+		if seen[d] {
+			return nil, Errorf(op, StatusInvalidArgument, "group %q: device %s listed twice", name, d)
+		}
+		seen[d] = true
+	}
+	spec := groupSpec{devices: slices.Clone(devices), nranks: len(devices), rank: -1}
+	return f.getOrCreate(context.Background(), op, name, spec, func() (*ProcessGroup, error) {
+		if err := f.init(); err != nil {
+			return nil, err
+		}
+		comms, err := f.impl.CommInitAll(spec.devices)
+		if err != nil {
+			return nil, err
+		}
+		if len(comms) != len(spec.devices) {
+			f.destroyComms(comms)
+			return nil, Errorf(op, StatusInternal, "group %q: CommInitAll returned %d communicators for %d devices", name, len(comms), len(spec.devices))
+		}
+		pg, err := newProcessGroup(name, f.impl, f.rt, len(comms), comms)
+		if err != nil {
+			f.destroyComms(comms)
+		}
+		return pg, err
+	})
+}
+
+// GetOrCreateRank returns the group called name, creating this process's
+// rank of an nranks group on dev if it does not exist. Rank 0 gets a new
+// unique id and writes it to idDir (WriteUniqueID); the other ranks wait
+// for it there (ReadUniqueID, bounded by ctx) before CommInitRank. The
+// file, "ccl-<escaped name>.id", is removed by rank 0 once every rank has
+// joined.
+func (f *ProcessGroupFactory) GetOrCreateRank(ctx context.Context, name string, nranks, rank int, dev runtime.Device, idDir string) (*ProcessGroup, error) {
+	const op = "GetOrCreateRank"
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, Errorf(op, StatusInvalidArgument, "group %q: rank %d of %d", name, rank, nranks)
+	}
+	if err := f.checkDevice(op, name, dev); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	spec := groupSpec{devices: []runtime.Device{dev}, nranks: nranks, rank: rank}
+	return f.getOrCreate(ctx, op, name, spec, func() (*ProcessGroup, error) {
+		if err := f.init(); err != nil {
+			return nil, err
+		}
+		file := uniqueIDFile(name)
+		var id UniqueID
+		if rank == 0 {
+			var err error
+			if id, err = f.impl.GetUniqueID(); err != nil {
+				return nil, err
+			}
+			if err := WriteUniqueID(idDir, file, id); err != nil {
+				return nil, err
+			}
+			// CommInitRank returns once every rank has joined, so
+			// every rank has read the file by then.
+			defer func() { _ = CleanupUniqueID(idDir, file) }()
+		} else {
+			id = f.impl.NewUniqueID()
+			if err := ReadUniqueID(ctx, idDir, file, id); err != nil {
+				return nil, err
+			}
+		}
+		comm, err := f.impl.CommInitRank(nranks, id, rank, dev)
+		if err != nil {
+			return nil, err
+		}
+		pg, err := newProcessGroup(name, f.impl, f.rt, nranks, []Comm{comm})
+		if err != nil {
+			f.destroyComms([]Comm{comm})
+		}
+		return pg, err
+	})
+}
+
+// uniqueIDFile names the unique-id file of a group; escaping keeps any
+// group name inside the directory.
+func uniqueIDFile(name string) string {
+	return "ccl-" + url.PathEscape(name) + ".id"
+}
+
+func (f *ProcessGroupFactory) checkDevice(op, name string, d runtime.Device) error {
+	if d.Type != f.impl.Type() {
+		return Errorf(op, StatusInvalidArgument, "group %q: device %s given to a factory for %s", name, d, f.impl.Type())
+	}
+	return nil
+}
+
+func (f *ProcessGroupFactory) init() error {
+	if f.impl.Type() != f.rt.Type() {
+		return Errorf("NewProcessGroup", StatusInvalidArgument, "ccl backend for %s paired with the %s runtime", f.impl.Type(), f.rt.Type())
+	}
+	if err := f.rt.Init(); err != nil {
+		return err
+	}
+	return f.impl.Init()
+}
+
+func (f *ProcessGroupFactory) destroyComms(comms []Comm) {
+	for _, c := range comms {
+		if c != nil {
+			_ = f.impl.CommDestroy(c)
+		}
+	}
+}
+
+// getOrCreate returns the entry for name, creating it with create when
+// absent. Only the creator runs create; the others wait for it, not for a
+// factory-wide lock.
+func (f *ProcessGroupFactory) getOrCreate(ctx context.Context, op, name string, spec groupSpec, create func() (*ProcessGroup, error)) (*ProcessGroup, error) {
+	f.mu.Lock()
+	if e, ok := f.groups[name]; ok {
+		f.mu.Unlock()
+		if !e.spec.equal(spec) {
+			return nil, Errorf(op, StatusInvalidArgument, "group %q exists with %s, asked for %s", name, e.spec, spec)
+		}
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, &Error{Op: op, Status: StatusTimeout, Detail: fmt.Sprintf("group %q: gave up waiting for its creation by another caller", name), Err: ctx.Err()}
+		}
+		return e.pg, e.err
+	}
+	e := &groupEntry{spec: spec, ready: make(chan struct{})}
+	f.groups[name] = e
+	f.mu.Unlock()
+
+	pg, err := create()
+	f.mu.Lock()
+	if err != nil {
+		// Forget the failure so that a later call may try again; callers
+		// already waiting get this error.
+		if f.groups[name] == e {
+			delete(f.groups, name)
+		}
+	} else {
+		pg.release = func() { f.forget(name, e) }
+	}
+	e.pg, e.err = pg, err
+	f.mu.Unlock()
+	close(e.ready)
+	return pg, err
+}
+
+func (f *ProcessGroupFactory) forget(name string, e *groupEntry) {
+	f.mu.Lock()
+	if f.groups[name] == e {
+		delete(f.groups, name)
+	}
+	f.mu.Unlock()
+}
+
+// Get returns the group called name; the error for an unknown name lists
+// the groups that exist.
+func (f *ProcessGroupFactory) Get(name string) (*ProcessGroup, error) {
+	f.mu.Lock()
+	e, ok := f.groups[name]
+	f.mu.Unlock()
+	if !ok {
+		known := strings.Join(f.Names(), ", ")
+		if known == "" {
+			known = "none"
+		}
+		return nil, Errorf("Get", StatusInvalidArgument, "no process group %q on %s (known: %s)", name, f.impl.Type(), known)
+	}
+	<-e.ready
+	return e.pg, e.err
+}
+
+// Names returns the names of the groups created or being created, sorted.
+func (f *ProcessGroupFactory) Names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.groups))
+	for n := range f.groups {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Destroy destroys every group of the factory (waiting for those being
+// created) and forgets them; the factory stays usable.
+func (f *ProcessGroupFactory) Destroy() error {
+	f.mu.Lock()
+	entries := make([]*groupEntry, 0, len(f.groups))
+	for _, e := range f.groups {
+		entries = append(entries, e)
+	}
+	clear(f.groups)
+	f.mu.Unlock()
+	var errs []error
+	for _, e := range entries {
+		<-e.ready
+		if e.pg != nil {
+			if err := e.pg.Destroy(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,222 @@
+package ccl_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// cudaImpl stands in for a CUDA backend; only Type is called.
+type cudaImpl struct{ ccl.Impl }
+
+func (cudaImpl) Type() runtime.DeviceType { return runtime.CUDA }
+
+func TestInstance(t *testing.T) {
+	ccl.ResetFactories()
+	t.Cleanup(ccl.ResetFactories)
+
+	if _, err := ccl.ExistingFactory(); !errors.Is(err, ccl.StatusUnavailable) || !strings.Contains(err.Error(), "Instance(backend)") {
+		t.Fatalf("ExistingFactory before Instance: %v", err)
+	}
+	f, err := ccl.Instance(runtime.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Backend() != runtime.CPU {
+		t.Errorf("Backend = %v", f.Backend())
+	}
+	if again, err := ccl.Instance(runtime.CPU); err != nil || again != f {
+		t.Errorf("second Instance: %p, %v; want %p", again, err, f)
+	}
+	if got, err := ccl.ExistingFactory(); err != nil || got != f {
+		t.Errorf("ExistingFactory: %p, %v; want %p", got, err, f)
+	}
+	// No CUDA backend is linked into this test.
+	if _, err := ccl.Instance(runtime.CUDA); err == nil || !strings.Contains(err.Error(), "forgotten import") {
+		t.Errorf("Instance(cuda): %v", err)
+	}
+	if got, err := ccl.ExistingFactory(); err != nil || got != f {
+		t.Errorf("a failed Instance changed ExistingFactory: %p, %v", got, err)
+	}
+	ccl.AddFactory(runtime.CUDA, ccl.NewProcessGroupFactory(cudaImpl{}, nil))
+	if _, err := ccl.ExistingFactory(); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "several backends (cpu, cuda)") {
+		t.Errorf("ExistingFactory with two backends: %v", err)
+	}
+}
+
+func TestGetOrCreateOnce(t *testing.T) {
+	noLeaks(t)
+	f, impl := newFactory(t, 5*time.Second)
+	devs := cpuDevs(0, 4)
+	const callers = 32
+	got := make([]*ccl.ProcessGroup, callers)
+	errs := make([]error, callers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			got[i], errs[i] = f.GetOrCreate("dp", devs)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || got[i] != got[0] || got[i] == nil {
+			t.Fatalf("caller %d: %p, %v; caller 0 got %p", i, got[i], errs[i], got[0])
+		}
+	}
+	if n := impl.initAll.Load(); n != 1 {
+		t.Errorf("CommInitAll called %d times, want 1", n)
+	}
+	if pg, err := f.Get("dp"); err != nil || pg != got[0] {
+		t.Errorf("Get: %p, %v", pg, err)
+	}
+	if _, err := f.GetOrCreate("dp", cpuDevs(0, 3)); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "exists with devices [cpu:0 cpu:1 cpu:2 cpu:3]") {
+		t.Errorf("same name, other devices: %v", err)
+	}
+	if _, err := f.GetOrCreate("tp", cpuDevs(4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if names := f.Names(); !slices.Equal(names, []string{"dp", "tp"}) {
+		t.Errorf("Names = %v", names)
+	}
+	if _, err := f.Get("pp"); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), `"pp"`) || !strings.Contains(err.Error(), "known: dp, tp") {
+		t.Errorf("Get(unknown): %v", err)
+	}
+	if err := f.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if names := f.Names(); len(names) != 0 {
+		t.Errorf("after Destroy: %v", names)
+	}
+	if _, err := f.Get("dp"); err == nil || !strings.Contains(err.Error(), "known: none") {
+		t.Errorf("Get after Destroy: %v", err)
+	}
+}
+
+func TestGetOrCreateErrors(t *testing.T) {
+	noLeaks(t)
+	f, impl := newFactory(t, time.Second)
+	bad := []runtime.Device{{Type: runtime.CPU, Index: 1000}}
+	for range 2 { // a failed creation is not remembered
+		if _, err := f.GetOrCreate("bad", bad); err == nil || !strings.Contains(err.Error(), "cpu:1000") {
+			t.Errorf("bad device: %v", err)
+		}
+	}
+	if n := impl.initAll.Load(); n != 2 {
+		t.Errorf("CommInitAll called %d times for two failed creations", n)
+	}
+	if names := f.Names(); len(names) != 0 {
+		t.Errorf("Names after failures = %v", names)
+	}
+	for _, tc := range []struct {
+		devs []runtime.Device
+		msg  string
+	}{
+		{nil, "no devices"},
+		{[]runtime.Device{{Type: runtime.CUDA}}, "cuda:0 given to a factory for cpu"},
+		{[]runtime.Device{{Type: runtime.CPU}, {Type: runtime.CPU}}, "cpu:0 listed twice"},
+	} {
+		if _, err := f.GetOrCreate("x", tc.devs); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("GetOrCreate(%v): %v, want %q", tc.devs, err, tc.msg)
+		}
+	}
+	mismatched := ccl.NewProcessGroupFactory(cudaImpl{}, cpuRuntime(t))
+	if _, err := mismatched.GetOrCreate("x", []runtime.Device{{Type: runtime.CUDA}}); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "paired with the cpu runtime") {
+		t.Errorf("mismatched backends: %v", err)
+	}
+}
+
+// TestGetOrCreateRank forms a group of three "processes", each with its
+// own factory, through a unique-id file.
+func TestGetOrCreateRank(t *testing.T) {
+	noLeaks(t)
+	const n = 3
+	dir := t.TempDir()
+	factories := make([]*ccl.ProcessGroupFactory, n)
+	impls := make([]*countingImpl, n)
+	for r := range n {
+		factories[r], impls[r] = newFactory(t, 5*time.Second)
+	}
+	devs := cpuDevs(20, n)
+	pgs := make([]*ccl.ProcessGroup, n)
+	ranks(t, n, func(r int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if r == 0 {
+			time.Sleep(20 * time.Millisecond) // the readers start first
+		}
+		var err error
+		pgs[r], err = factories[r].GetOrCreateRank(ctx, "tp/0", n, r, devs[r], dir)
+		return err
+	})
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("unique-id files left behind: %v", entries)
+	}
+	for r := range n {
+		if pgs[r].Size() != n || !slices.Equal(pgs[r].Devices(), devs[r:r+1]) {
+			t.Errorf("rank %d: Size %d Devices %v", r, pgs[r].Size(), pgs[r].Devices())
+		}
+		if got, err := pgs[r].RankOf(devs[r]); err != nil || got != r {
+			t.Errorf("RankOf = %d, %v; want %d", got, err, r)
+		}
+		if impls[r].initRank.Load() != 1 {
+			t.Errorf("rank %d: CommInitRank called %d times", r, impls[r].initRank.Load())
+		}
+	}
+	bufs := make([]runtime.Buffer, n)
+	ranks(t, n, func(r int) error {
+		bufs[r] = floats(t, devs[r], values(r, 4))
+		w, err := pgs[r].AllReduce(context.Background(), pgs[r].Stream(devs[r]), bufs[r], runtime.Float32, ccl.Sum)
+		if err != nil {
+			return err
+		}
+		return w.Wait(5 * time.Second)
+	})
+	want := make([]float32, 4)
+	for i := range want {
+		for r := range n {
+			want[i] += value(r, i)
+		}
+	}
+	for r := range n {
+		if got := read(t, bufs[r]); !equal(got, want) {
+			t.Errorf("rank %d: %v, want %v", r, got, want)
+		}
+	}
+	// Asking again for the name returns the group; other arguments are refused.
+	if pg, err := factories[1].GetOrCreateRank(context.Background(), "tp/0", n, 1, devs[1], dir); err != nil || pg != pgs[1] {
+		t.Errorf("second GetOrCreateRank: %v", err)
+	}
+	if _, err := factories[1].GetOrCreateRank(context.Background(), "tp/0", n, 2, devs[1], dir); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "exists with rank 1 of 3") {
+		t.Errorf("other rank: %v", err)
+	}
+}
+
+func TestGetOrCreateRankNoRankZero(t *testing.T) {
+	noLeaks(t)
+	f, _ := newFactory(t, 5*time.Second)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := f.GetOrCreateRank(ctx, "solo", 2, 1, runtime.Device{Type: runtime.CPU, Index: 1}, dir)
+	if !errors.Is(err, ccl.StatusTimeout) || !strings.Contains(err.Error(), "ccl-solo.id") {
+		t.Errorf("no rank 0: %v", err)
+	}
+	if _, err := f.GetOrCreateRank(ctx, "x", 2, 2, runtime.Device{Type: runtime.CPU}, dir); !errors.Is(err, ccl.StatusInvalidArgument) {
+		t.Errorf("rank 2 of 2: %v", err)
+	}
+}

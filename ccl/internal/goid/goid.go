@@ -1,0 +1,25 @@
+// Package goid identifies the calling goroutine. ccl uses it to give
+// GroupStart/GroupEnd regions the scope NCCL gives them, the calling
+// thread, which in Go is the calling goroutine; it is asked only while a
+// region is open, so the cost (a short stack trace) stays off the common
+// path.
+package goid
+
+import (
+	"bytes"
+	"runtime"
+	"strconv"
+)
+
+// Get returns the calling goroutine's id, read from the header of its
+// stack trace ("goroutine 18 [running]:").
+func Get() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
+}

@@ -1,0 +1,102 @@
+package local
+
+import (
+	"crypto/rand"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Compile-time check that Backend is a complete ccl backend.
+var _ ccl.Impl = (*Backend)(nil)
+
+// DefaultTimeout bounds every wait of a Backend made without WithTimeout.
+const DefaultTimeout = 60 * time.Second
+
+// Backend is the in-process ccl backend. Make one with New; the package
+// registers one for runtime.CPU from init.
+type Backend struct {
+	cfg    config
+	groups groups // open GroupStart regions, per goroutine
+}
+
+// Option configures New. Options are sealed: only this package makes them.
+type Option interface{ apply(*config) }
+
+type config struct {
+	timeout time.Duration
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithTimeout bounds each wait of an operation: for the other ranks to
+// reach a collective, for a message to a Recv, for the other ranks to join
+// CommInitRank. Values of 0 or less keep DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// New returns a backend configured by opts.
+func New(opts ...Option) *Backend {
+	c := config{timeout: DefaultTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	return &Backend{cfg: c, groups: groups{m: make(map[uint64]*openGroup)}}
+}
+
+// Timeout returns the bound on each wait.
+func (b *Backend) Timeout() time.Duration { return b.cfg.timeout }
+
+// Type returns runtime.CPU.
+func (*Backend) Type() runtime.DeviceType { return runtime.CPU }
+
+// Init does nothing: the backend needs no library.
+func (*Backend) Init() error { return nil }
+
+// GetAsyncError returns the communicator's failure, or nil while it is
+// healthy. It keeps answering after CommDestroy.
+func (b *Backend) GetAsyncError(c ccl.Comm) error {
+	lc, err := asComm("GetAsyncError", c)
+	if err != nil {
+		return err
+	}
+	return lc.w.failure()
+}
+
+// uniqueID is 16 random bytes naming a communicator being formed.
+type uniqueID [idSize]byte
+
+const idSize = 16
+
+func (u *uniqueID) Data() []byte { return append([]byte(nil), u[:]...) }
+func (u *uniqueID) Size() int    { return idSize }
+func (u *uniqueID) Load(b []byte) error {
+	if len(b) != idSize {
+		return ccl.Errorf("UniqueIDLoad", ccl.StatusInvalidArgument, "local unique id is %d bytes, got %d", idSize, len(b))
+	}
+	copy(u[:], b)
+	return nil
+}
+
+// GetUniqueID returns a new random id for CommInitRank.
+func (*Backend) GetUniqueID() (ccl.UniqueID, error) {
+	u := new(uniqueID)
+	_, _ = rand.Read(u[:]) // crypto/rand.Read never fails
+	return u, nil
+}
+
+// NewUniqueID returns a zero id to Load into.
+func (*Backend) NewUniqueID() ccl.UniqueID { return new(uniqueID) }
+
+func init() {
+	ccl.MustRegister(runtime.CPU, New())
+}

@@ -1,0 +1,156 @@
+package local
+
+import (
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// checkDevice checks that dev is a cpu device of the registered runtime.
+func checkDevice(op string, dev runtime.Device) error {
+	if dev.Type != runtime.CPU {
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "device %s: the local backend runs on cpu devices", dev)
+	}
+	rt, err := runtime.Lookup(runtime.CPU)
+	if err != nil {
+		return &ccl.Error{Op: op, Status: ccl.StatusUnavailable, Err: err}
+	}
+	n, err := rt.DeviceCount()
+	if err != nil {
+		return &ccl.Error{Op: op, Status: ccl.StatusUnavailable, Err: err}
+	}
+	if dev.Index < 0 || dev.Index >= n {
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "invalid device %s: %d cpu devices", dev, n)
+	}
+	return nil
+}
+
+// CommInitAll creates one communicator per device; rank i is devices[i].
+func (b *Backend) CommInitAll(devices []runtime.Device) ([]ccl.Comm, error) {
+	const op = "CommInitAll"
+	if len(devices) == 0 {
+		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "no devices")
+	}
+	seen := make(map[runtime.Device]bool, len(devices))
+	for _, d := range devices {
+		if err := checkDevice(op, d); err != nil {
+			return nil, err
+		}
+		if seen[d] {
+			return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "device %s listed twice", d)
+		}
+		seen[d] = true
+	}
+	var id [idSize]byte
+	_, _ = rand.Read(id[:])
+	w := newWorld(id[:], len(devices))
+	out := make([]ccl.Comm, len(devices))
+	for i, d := range devices {
+		out[i] = newComm(w, len(devices), i, d, b.cfg.timeout)
+	}
+	return out, nil
+}
+
+// joining is a communicator whose ranks are gathering in CommInitRank.
+type joining struct {
+	n      int
+	ranks  []*comm // by rank; nil until that rank joins
+	joined int
+	err    error         // set, before done is closed, when it timed out
+	done   chan struct{} // closed when every rank has joined or it timed out
+}
+
+// rendezvous is the process-wide table of communicators being formed,
+// keyed by their unique id's bytes.
+var rendezvous = struct {
+	mu sync.Mutex
+	m  map[string]*joining
+}{m: make(map[string]*joining)}
+
+// CommInitRank creates rank's endpoint of an nranks communicator named by
+// id. It returns once every rank has called it with the same id, or fails
+// with an error wrapping StatusTimeout naming the ranks that did not join
+// within the backend's timeout.
+func (b *Backend) CommInitRank(nranks int, id ccl.UniqueID, rank int, dev runtime.Device) (ccl.Comm, error) {
+	const op = "CommInitRank"
+	if id == nil || id.Size() != idSize || len(id.Data()) != idSize {
+		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "unique id must be %d bytes (from GetUniqueID)", idSize)
+	}
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "rank %d of %d", rank, nranks)
+	}
+	if err := checkDevice(op, dev); err != nil {
+		return nil, err
+	}
+	key := string(id.Data())
+	c := newComm(nil, nranks, rank, dev, b.cfg.timeout)
+
+	rendezvous.mu.Lock()
+	j := rendezvous.m[key]
+	if j == nil {
+		j = &joining{n: nranks, ranks: make([]*comm, nranks), done: make(chan struct{})}
+		rendezvous.m[key] = j
+	}
+	switch {
+	case j.n != nranks:
+		rendezvous.mu.Unlock()
+		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "rank %d asked for %d ranks, but the communicator being formed with id %x has %d", rank, nranks, key[:4], j.n)
+	case j.ranks[rank] != nil:
+		rendezvous.mu.Unlock()
+		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "rank %d of the communicator with id %x joined twice", rank, key[:4])
+	}
+	j.ranks[rank] = c
+	j.joined++
+	if j.joined == j.n {
+		w := newWorld([]byte(key), j.n)
+		for _, rc := range j.ranks {
+			rc.w = w
+		}
+		delete(rendezvous.m, key)
+		close(j.done)
+		rendezvous.mu.Unlock()
+		return c, nil
+	}
+	rendezvous.mu.Unlock()
+
+	t := time.NewTimer(b.cfg.timeout)
+	defer t.Stop()
+	select {
+	case <-j.done:
+	case <-t.C:
+		// The first rank to give up fails the communicator for all the
+		// ranks waiting, with one message; a latecomer starts anew.
+		rendezvous.mu.Lock()
+		select {
+		case <-j.done: // completed, or failed, as the timer fired
+		default:
+			var missing, present []int
+			for r, rc := range j.ranks {
+				if rc == nil {
+					missing = append(missing, r)
+				} else {
+					present = append(present, r)
+				}
+			}
+			j.err = ccl.Errorf(op, ccl.StatusTimeout, "communicator of %d ranks (id %x): ranks %v did not join within %v (ranks %v did)", nranks, key[:4], missing, b.cfg.timeout, present)
+			if rendezvous.m[key] == j {
+				delete(rendezvous.m, key)
+			}
+			close(j.done)
+		}
+		rendezvous.mu.Unlock()
+	}
+	if j.err != nil {
+		return nil, j.err
+	}
+	return c, nil
+}
+
+// describe names an operation for messages: "AllReduce #3 on comm 1a2b3c4d".
+func describe(op string, seq uint64, w *world) string {
+	return fmt.Sprintf("%s #%d on %s", op, seq, w.name)
+}

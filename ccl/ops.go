@@ -1,0 +1,225 @@
+package ccl
+
+import (
+	"context"
+	goruntime "runtime"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// AllReduce reduces buf across the group with op, in place on every rank.
+func (pg *ProcessGroup) AllReduce(ctx context.Context, s *runtime.Stream, buf runtime.Buffer, dtype runtime.DataType, op ReduceOp) (*Work, error) {
+	r, n, err := pg.operand(OpAllReduce, "", buf, dtype)
+	if err != nil {
+		return nil, err
+	}
+	c := profiler.Collective{Op: OpAllReduce, Bytes: buf.Size(), Count: int64(n), Peer: -1, Root: -1}
+	return pg.issue(ctx, s, r, dtype, c, func() error {
+		return pg.impl.AllReduce(buf, buf, n, dtype, op, r.comm, r.stream)
+	})
+}
+
+// Broadcast copies root's buf into buf on every other rank.
+func (pg *ProcessGroup) Broadcast(ctx context.Context, s *runtime.Stream, buf runtime.Buffer, dtype runtime.DataType, root int) (*Work, error) {
+	r, n, err := pg.operand(OpBroadcast, "", buf, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.checkRank(OpBroadcast, "root", root); err != nil {
+		return nil, err
+	}
+	c := profiler.Collective{Op: OpBroadcast, Bytes: buf.Size(), Count: int64(n), Peer: -1, Root: int32(root)}
+	return pg.issue(ctx, s, r, dtype, c, func() error {
+		return pg.impl.Broadcast(buf, buf, n, dtype, root, r.comm, r.stream)
+	})
+}
+
+// Reduce reduces buf across the group with op into root's buf, in place;
+// the other ranks' buffers are left as they were.
+func (pg *ProcessGroup) Reduce(ctx context.Context, s *runtime.Stream, buf runtime.Buffer, dtype runtime.DataType, op ReduceOp, root int) (*Work, error) {
+	r, n, err := pg.operand(OpReduce, "", buf, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.checkRank(OpReduce, "root", root); err != nil {
+		return nil, err
+	}
+	c := profiler.Collective{Op: OpReduce, Bytes: buf.Size(), Count: int64(n), Peer: -1, Root: int32(root)}
+	return pg.issue(ctx, s, r, dtype, c, func() error {
+		return pg.impl.Reduce(buf, buf, n, dtype, op, root, r.comm, r.stream)
+	})
+}
+
+// AllGather gathers every rank's send into recv, rank-major; recv must be
+// Size() times as large as send.
+func (pg *ProcessGroup) AllGather(ctx context.Context, s *runtime.Stream, send, recv runtime.Buffer, dtype runtime.DataType) (*Work, error) {
+	r, n, err := pg.operand(OpAllGather, "send ", send, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.checkPair(OpAllGather, r, recv, dtype, "recv", int64(n)*int64(pg.size), "send"); err != nil {
+		return nil, err
+	}
+	c := profiler.Collective{Op: OpAllGather, Bytes: recv.Size(), Count: int64(n), Peer: -1, Root: -1}
+	return pg.issue(ctx, s, r, dtype, c, func() error {
+		return pg.impl.AllGather(send, recv, n, dtype, r.comm, r.stream)
+	})
+}
+
+// ReduceScatter reduces the ranks' send buffers with op and leaves block r
+// of the result in rank r's recv; send must be Size() times as large as
+// recv.
+func (pg *ProcessGroup) ReduceScatter(ctx context.Context, s *runtime.Stream, send, recv runtime.Buffer, dtype runtime.DataType, op ReduceOp) (*Work, error) {
+	r, n, err := pg.operand(OpReduceScatter, "recv ", recv, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.checkPair(OpReduceScatter, r, send, dtype, "send", int64(n)*int64(pg.size), "recv"); err != nil {
+		return nil, err
+	}
+	c := profiler.Collective{Op: OpReduceScatter, Bytes: send.Size(), Count: int64(n), Peer: -1, Root: -1}
+	return pg.issue(ctx, s, r, dtype, c, func() error {
+		return pg.impl.ReduceScatter(send, recv, n, dtype, op, r.comm, r.stream)
+	})
+}
+
+// Send sends buf to rank peer, which receives it with Recv.
+func (pg *ProcessGroup) Send(ctx context.Context, s *runtime.Stream, buf runtime.Buffer, dtype runtime.DataType, peer int) (*Work, error) {
+	return pg.p2p(ctx, OpSend, s, buf, dtype, peer)
+}
+
+// Recv receives into buf what rank peer sends with Send; sizes must match.
+func (pg *ProcessGroup) Recv(ctx context.Context, s *runtime.Stream, buf runtime.Buffer, dtype runtime.DataType, peer int) (*Work, error) {
+	return pg.p2p(ctx, OpRecv, s, buf, dtype, peer)
+}
+
+func (pg *ProcessGroup) p2p(ctx context.Context, op string, s *runtime.Stream, buf runtime.Buffer, dtype runtime.DataType, peer int) (*Work, error) {
+	r, n, err := pg.operand(op, "", buf, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.checkRank(op, "peer", peer); err != nil {
+		return nil, err
+	}
+	if peer == r.rank {
+		return nil, Errorf(op, StatusInvalidArgument, "group %q: rank %d cannot %s itself", pg.name, peer, map[string]string{OpSend: "send to", OpRecv: "receive from"}[op])
+	}
+	c := profiler.Collective{Op: op, Bytes: buf.Size(), Count: int64(n), Peer: int32(peer), Root: -1}
+	return pg.issue(ctx, s, r, dtype, c, func() error {
+		if op == OpSend {
+			return pg.impl.Send(buf, n, dtype, peer, r.comm, r.stream)
+		}
+		return pg.impl.Recv(buf, n, dtype, peer, r.comm, r.stream)
+	})
+}
+
+// operand finds the local rank of buf's device and buf's element count.
+func (pg *ProcessGroup) operand(op, what string, buf runtime.Buffer, dtype runtime.DataType) (*localRank, int, error) {
+	if buf.IsZero() {
+		return nil, 0, Errorf(op, StatusInvalidArgument, "group %q: zero %sbuffer", pg.name, what)
+	}
+	r, err := pg.local(op, buf.Device())
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := elems(op, what, buf, dtype)
+	return r, n, err
+}
+
+// checkPair checks the second buffer of AllGather or ReduceScatter: on the
+// same device as the first, want elements long.
+func (pg *ProcessGroup) checkPair(op string, r *localRank, buf runtime.Buffer, dtype runtime.DataType, what string, want int64, other string) error {
+	if buf.IsZero() {
+		return Errorf(op, StatusInvalidArgument, "group %q: zero %s buffer", pg.name, what)
+	}
+	if buf.Device() != r.dev {
+		return Errorf(op, StatusInvalidArgument, "group %q: %s buffer on %s, %s buffer on %s", pg.name, what, buf.Device(), other, r.dev)
+	}
+	n, err := elems(op, what+" ", buf, dtype)
+	if err != nil {
+		return err
+	}
+	if int64(n) != want {
+		return Errorf(op, StatusInvalidArgument, "group %q: %s buffer holds %d %s elements, expected %d (%d ranks × the %s count)", pg.name, what, n, dtype, want, pg.size, other)
+	}
+	return nil
+}
+
+func elems(op, what string, buf runtime.Buffer, dtype runtime.DataType) (int, error) {
+	es := int64(dtype.Size())
+	if es == 0 {
+		return 0, Errorf(op, StatusInvalidArgument, "%s", dtype)
+	}
+	if buf.Size()%es != 0 {
+		return 0, Errorf(op, StatusInvalidArgument, "%sbuffer of %d bytes is not a whole number of %s elements (%d bytes each)", what, buf.Size(), dtype, es)
+	}
+	return int(buf.Size() / es), nil
+}
+
+func (pg *ProcessGroup) checkRank(op, what string, rank int) error {
+	if rank < 0 || rank >= pg.size {
+		return Errorf(op, StatusInvalidArgument, "group %q: %s %d outside [0, %d)", pg.name, what, rank, pg.size)
+	}
+	return nil
+}
+
+// issue orders an operation after the work on s, enqueues it on r's
+// communication stream inside a profiled range, and returns its Work.
+func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRank, dtype runtime.DataType, c profiler.Collective, enqueue func() error) (*Work, error) {
+	if s == nil {
+		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q: nil stream", pg.name)
+	}
+	if s.Device().Type != pg.backend {
+		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q is on %s devices, the stream is on %s", pg.name, pg.backend, s.Device())
+	}
+	ready, err := runtime.NewEventWith(pg.rt, s.Device(), runtime.EventDisableTiming)
+	if err != nil {
+		return nil, err
+	}
+	done, err := runtime.NewEventWith(pg.rt, r.dev, runtime.EventDisableTiming)
+	if err != nil {
+		_ = ready.Destroy()
+		return nil, err
+	}
+	// The done event lives as long as someone holds it (the Work or its
+	// Event); then it goes back to the backend.
+	goruntime.AddCleanup(done, func(h any) { _ = pg.rt.EventDestroy(h) }, done.Handle())
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pg.destroyed.Load() {
+		_ = ready.Destroy()
+		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q used after Destroy", pg.name)
+	}
+	err = ready.Record(s)
+	if err == nil {
+		err = r.stream.WaitEvent(ready)
+	}
+	// The wait holds on to what it needs; the event can go (as CUDA allows).
+	_ = ready.Destroy()
+	if err != nil {
+		return nil, err
+	}
+
+	c.DType = dtype.String()
+	c.Group = pg.name
+	c.GroupSize = int32(pg.size)
+	c.GroupRank = int32(r.rank)
+	c.Seq = r.seq
+	c.BusFactor = BusFactor(c.Op, pg.size)
+	rec := profiler.FromContext(ctx)
+	rec.StartCollective(c.Op, r.stream, c)
+	err = enqueue()
+	if err != nil {
+		rec.End()
+		return nil, err
+	}
+	w := &Work{pg: pg, r: r, op: c.Op, seq: r.seq, done: done, recorded: make(chan struct{})}
+	r.seq++
+	if !pg.hold(w) {
+		w.record()
+	}
+	rec.End()
+	return w, nil
+}

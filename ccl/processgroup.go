@@ -1,0 +1,264 @@
+package ccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/trainscope/trainscope/ccl/internal/goid"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// ProcessGroup is a named communicator bound to a backend device type,
+// the seed's ProcessGroup. It holds one or more local ranks, one per
+// device: several when this process drives several devices (CommInitAll,
+// a goroutine per device), one in a multi-process group (CommInitRank).
+//
+// Every operation is addressed to the local rank whose device holds the
+// buffer passed in. It is ordered after the work already enqueued on the
+// caller's stream s (an event recorded there), runs on that rank's own
+// communication stream, and returns a Work. Counts are derived from buffer
+// sizes. With a profiler.Recorder in ctx, each operation is a collective
+// range on the communication stream.
+//
+// One goroutine should drive each local rank; operations on one rank are
+// numbered in the order they are issued, and collectives must be issued in
+// the same order on every rank.
+type ProcessGroup struct {
+	name    string
+	backend runtime.DeviceType
+	impl    Impl
+	rt      runtime.Impl
+	size    int
+	ranks   []*localRank // in rank order
+	release func()       // forgets the group in its factory
+
+	// Open GroupStart regions, per goroutine as the backends scope them
+	// (NCCL per thread), with the Works each holds back until its GroupEnd.
+	mu         sync.Mutex
+	groups     map[uint64]*openGroup
+	openGroups atomic.Int64 // len(groups), read without the lock
+
+	destroyed   atomic.Bool
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+// openGroup is one goroutine's open group.
+type openGroup struct {
+	depth   int
+	pending []*Work
+}
+
+// localRank is one device's endpoint of the group.
+type localRank struct {
+	dev    runtime.Device
+	rank   int
+	comm   Comm
+	stream *runtime.Stream
+
+	mu       sync.Mutex // makes issue order and Seq agree
+	seq      uint64
+	finalErr error // the comm's async error when the group was destroyed
+}
+
+// newProcessGroup wraps created communicators and makes a communication
+// stream per local device. On error the streams are gone and the caller
+// still owns comms.
+func newProcessGroup(name string, impl Impl, rt runtime.Impl, size int, comms []Comm) (*ProcessGroup, error) {
+	pg := &ProcessGroup{name: name, backend: impl.Type(), impl: impl, rt: rt, size: size, groups: make(map[uint64]*openGroup)}
+	for _, c := range comms {
+		if c == nil {
+			pg.destroyStreams()
+			return nil, Errorf("NewProcessGroup", StatusInternal, "group %q: backend returned a nil communicator", name)
+		}
+		if c.Rank() < 0 || c.Rank() >= size || c.Size() != size {
+			pg.destroyStreams()
+			return nil, Errorf("NewProcessGroup", StatusInternal, "group %q: backend returned rank %d of %d, want a rank of %d", name, c.Rank(), c.Size(), size)
+		}
+		s, err := runtime.NewStreamWith(rt, c.Device())
+		if err != nil {
+			pg.destroyStreams()
+			return nil, fmt.Errorf("ccl: group %q: communication stream for %s: %w", name, c.Device(), err)
+		}
+		pg.ranks = append(pg.ranks, &localRank{dev: c.Device(), rank: c.Rank(), comm: c, stream: s})
+	}
+	slices.SortFunc(pg.ranks, func(a, b *localRank) int { return a.rank - b.rank })
+	return pg, nil
+}
+
+func (pg *ProcessGroup) destroyStreams() {
+	for _, r := range pg.ranks {
+		_ = r.stream.Destroy()
+	}
+}
+
+// Name returns the group's name.
+func (pg *ProcessGroup) Name() string { return pg.name }
+
+// Backend returns the device type whose backends the group uses.
+func (pg *ProcessGroup) Backend() runtime.DeviceType { return pg.backend }
+
+// Size returns the number of ranks in the group, local or not.
+func (pg *ProcessGroup) Size() int { return pg.size }
+
+// Devices returns the local devices, in rank order.
+func (pg *ProcessGroup) Devices() []runtime.Device {
+	out := make([]runtime.Device, len(pg.ranks))
+	for i, r := range pg.ranks {
+		out[i] = r.dev
+	}
+	return out
+}
+
+func (pg *ProcessGroup) local(op string, dev runtime.Device) (*localRank, error) {
+	for _, r := range pg.ranks {
+		if r.dev == dev {
+			return r, nil
+		}
+	}
+	return nil, Errorf(op, StatusInvalidArgument, "device %s is not a local device of group %q (local devices: %v)", dev, pg.name, pg.Devices())
+}
+
+// RankOf returns the group rank of local device dev.
+func (pg *ProcessGroup) RankOf(dev runtime.Device) (int, error) {
+	r, err := pg.local("RankOf", dev)
+	if err != nil {
+		return -1, err
+	}
+	return r.rank, nil
+}
+
+// Comm returns the communicator of local device dev.
+func (pg *ProcessGroup) Comm(dev runtime.Device) (Comm, error) {
+	r, err := pg.local("Comm", dev)
+	if err != nil {
+		return nil, err
+	}
+	return r.comm, nil
+}
+
+// Stream returns the communication stream of local device dev, or nil
+// when dev is not a local device of the group.
+func (pg *ProcessGroup) Stream(dev runtime.Device) *runtime.Stream {
+	r, err := pg.local("Stream", dev)
+	if err != nil {
+		return nil
+	}
+	return r.stream
+}
+
+// GroupStart opens a group of operations on the backend (see Impl) for
+// the calling goroutine, as NCCL opens one for the calling thread. The
+// Works of operations the goroutine issues inside its group complete only
+// after its outermost GroupEnd; waiting on one before then times out.
+func (pg *ProcessGroup) GroupStart() error {
+	id := goid.Get()
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if err := pg.impl.GroupStart(); err != nil {
+		return err
+	}
+	g := pg.groups[id]
+	if g == nil {
+		g = &openGroup{}
+		pg.groups[id] = g
+		pg.openGroups.Add(1)
+	}
+	g.depth++
+	return nil
+}
+
+// GroupEnd closes the calling goroutine's innermost group; at the
+// outermost level it marks the completion points of the operations issued
+// inside.
+func (pg *ProcessGroup) GroupEnd() error {
+	id := goid.Get()
+	pg.mu.Lock()
+	g := pg.groups[id]
+	if g == nil {
+		pg.mu.Unlock()
+		return Errorf("GroupEnd", StatusInvalidArgument, "group %q: GroupEnd without GroupStart on this goroutine", pg.name)
+	}
+	err := pg.impl.GroupEnd()
+	g.depth--
+	var flush []*Work
+	if g.depth == 0 {
+		flush = g.pending
+		delete(pg.groups, id)
+		pg.openGroups.Add(-1)
+	}
+	pg.mu.Unlock()
+	for _, w := range flush {
+		w.record()
+	}
+	return err
+}
+
+// hold keeps w back when the calling goroutine has a group open; it
+// reports whether it did.
+func (pg *ProcessGroup) hold(w *Work) bool {
+	if pg.openGroups.Load() == 0 {
+		return false
+	}
+	id := goid.Get()
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	g := pg.groups[id]
+	if g == nil {
+		return false
+	}
+	g.pending = append(g.pending, w)
+	return true
+}
+
+// Group runs fn between GroupStart and GroupEnd; GroupEnd is called even
+// when fn fails, and the errors are joined.
+func (pg *ProcessGroup) Group(fn func() error) error {
+	return group(pg, fn)
+}
+
+// Destroy waits for the work on the communication streams (bounded by
+// the backend's own deadlines), destroys the communicators and the
+// streams, and removes the group from its factory. Later calls return the
+// first call's result; operations issued after Destroy fail.
+func (pg *ProcessGroup) Destroy() error {
+	pg.destroyOnce.Do(func() {
+		pg.destroyed.Store(true)
+		var errs []error
+		for _, r := range pg.ranks {
+			r.mu.Lock() // let an operation being issued finish
+			errs = append(errs, r.stream.Synchronize(context.Background()))
+			r.finalErr = pg.impl.GetAsyncError(r.comm)
+			errs = append(errs, pg.impl.CommDestroy(r.comm), r.stream.Destroy())
+			r.mu.Unlock()
+		}
+		if pg.release != nil {
+			pg.release()
+		}
+		pg.destroyErr = errors.Join(errs...)
+	})
+	return pg.destroyErr
+}
+
+// asyncError returns rank r's communicator failure, or nil while it is
+// healthy or still being set up.
+func (pg *ProcessGroup) asyncError(r *localRank) error {
+	var err error
+	if pg.destroyed.Load() {
+		r.mu.Lock()
+		err = r.finalErr
+		r.mu.Unlock()
+	} else {
+		err = pg.impl.GetAsyncError(r.comm)
+	}
+	// InProgress means "still being set up", not a failure; Timeout,
+	// though non-negative, is one.
+	if st := StatusOf(err); err == nil || st == StatusSuccess || st == StatusInProgress {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,125 @@
+package ccl_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// TestProfiledRanges: with a Recorder in the context, every operation is
+// one collective range describing it.
+func TestProfiledRanges(t *testing.T) {
+	noLeaks(t)
+	const n, count = 2, 6
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	f, _ := newFactory(t, 5*time.Second)
+	devs := cpuDevs(0, n)
+	pg, err := f.GetOrCreate("prof", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]*profiler.Recorder, n)
+	streams := make([]*runtime.Stream, n)
+	for r := range n {
+		if recs[r], err = p.NewRecorder(r, devs[r]); err != nil {
+			t.Fatal(err)
+		}
+		streams[r] = stream(t, devs[r])
+	}
+	ranks(t, n, func(r int) error {
+		ctx := profiler.NewContext(context.Background(), recs[r])
+		dev, s := devs[r], streams[r]
+		buf := floats(t, dev, values(r, count))
+		recv := floats(t, dev, make([]float32, n*count))
+		small := floats(t, dev, make([]float32, count/n))
+		calls := []func() (*ccl.Work, error){
+			func() (*ccl.Work, error) { return pg.AllReduce(ctx, s, buf, runtime.Float32, ccl.Sum) },
+			func() (*ccl.Work, error) { return pg.Broadcast(ctx, s, buf, runtime.Float32, 1) },
+			func() (*ccl.Work, error) { return pg.Reduce(ctx, s, buf, runtime.Float32, ccl.Sum, 0) },
+			func() (*ccl.Work, error) { return pg.AllGather(ctx, s, buf, recv, runtime.Float32) },
+			func() (*ccl.Work, error) { return pg.ReduceScatter(ctx, s, buf, small, runtime.Float32, ccl.Sum) },
+			func() (*ccl.Work, error) {
+				if r == 0 {
+					return pg.Send(ctx, s, buf, runtime.Float32, 1)
+				}
+				return pg.Recv(ctx, s, buf, runtime.Float32, 0)
+			},
+		}
+		for _, call := range calls {
+			w, err := call()
+			if err != nil {
+				return err
+			}
+			if err := w.Wait(5 * time.Second); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bytes := int64(4 * count)
+	type want struct {
+		op        string
+		kind      profiler.Kind
+		bytes     int64
+		count     int64
+		root      int32
+		peer      [n]int32
+		busFactor float64
+	}
+	wants := []want{
+		{"AllReduce", profiler.KindCollective, bytes, count, -1, [n]int32{-1, -1}, 1}, // 2(n−1)/n with n = 2
+		{"Broadcast", profiler.KindCollective, bytes, count, 1, [n]int32{-1, -1}, 1},
+		{"Reduce", profiler.KindCollective, bytes, count, 0, [n]int32{-1, -1}, 1},
+		{"AllGather", profiler.KindCollective, n * bytes, count, -1, [n]int32{-1, -1}, 0.5}, // S = gathered size, (n−1)/n
+		{"ReduceScatter", profiler.KindCollective, bytes, count / n, -1, [n]int32{-1, -1}, 0.5},
+		{"", profiler.KindP2P, bytes, count, -1, [n]int32{1, 0}, 1},
+	}
+	got := map[int][]profiler.Record{}
+	for _, rec := range p.Snapshot() {
+		got[rec.Rank] = append(got[rec.Rank], rec)
+	}
+	for r := range n {
+		if len(got[r]) != len(wants) {
+			t.Fatalf("rank %d: %d records, want %d: %+v", r, len(got[r]), len(wants), got[r])
+		}
+		for i, w := range wants {
+			rec := got[r][i]
+			c := rec.Collective
+			op := w.op
+			if op == "" {
+				op = map[int]string{0: "Send", 1: "Recv"}[r]
+			}
+			if rec.Name != op || c.Op != op || rec.Kind != w.kind {
+				t.Errorf("rank %d record %d: name %q op %q kind %v, want %s %v", r, i, rec.Name, c.Op, rec.Kind, op, w.kind)
+			}
+			if c.Bytes != w.bytes || c.Count != w.count || c.DType != "float32" || c.Root != w.root || c.Peer != w.peer[r] {
+				t.Errorf("rank %d %s: bytes %d count %d dtype %q root %d peer %d; want %d %d float32 %d %d", r, op, c.Bytes, c.Count, c.DType, c.Root, c.Peer, w.bytes, w.count, w.root, w.peer[r])
+			}
+			if c.Group != "prof" || c.GroupSize != n || c.GroupRank != int32(r) || c.Seq != uint64(i) || c.BusFactor != w.busFactor {
+				t.Errorf("rank %d %s: group %q size %d rank %d seq %d busFactor %v; want prof %d %d %d %v", r, op, c.Group, c.GroupSize, c.GroupRank, c.Seq, c.BusFactor, n, r, i, w.busFactor)
+			}
+			if !rec.HasDevice || rec.Device != devs[r] {
+				t.Errorf("rank %d %s: HasDevice %v on %v", r, op, rec.HasDevice, rec.Device)
+			}
+		}
+	}
+}

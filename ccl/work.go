@@ -1,0 +1,140 @@
+package ccl
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Work is an operation issued through a ProcessGroup. Its completion
+// point is an event recorded on the communication stream after the
+// operation.
+//
+// A communicator's asynchronous error (GetAsyncError) is not tied to one
+// operation, so once it is set every Work of that rank not yet seen to
+// complete reports it, as NCCL's process groups do.
+type Work struct {
+	pg   *ProcessGroup
+	r    *localRank
+	op   string
+	seq  uint64
+	done *runtime.Event
+
+	recorded  chan struct{} // closed once done is recorded (after GroupEnd inside a group)
+	recordErr error         // written before recorded is closed
+
+	mu       sync.Mutex
+	finished bool
+	err      error
+}
+
+// record marks the operation's completion point on the communication
+// stream.
+func (w *Work) record() {
+	if err := w.done.Record(w.r.stream); err != nil {
+		w.recordErr = fmt.Errorf("ccl: %s: group %q rank %d: mark completion: %w", w.op, w.pg.name, w.r.rank, err)
+	}
+	close(w.recorded)
+}
+
+// poll looks once: finished reports completion or failure, err the
+// failure.
+func (w *Work) poll() (finished bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finished {
+		return true, w.err
+	}
+	select {
+	case <-w.recorded:
+	default:
+		return false, nil
+	}
+	if w.recordErr != nil {
+		return w.finish(w.recordErr)
+	}
+	q := w.done.Query()
+	if q != nil && runtime.StatusOf(q) != runtime.StatusNotReady {
+		return w.finish(fmt.Errorf("ccl: %s: group %q rank %d: %w", w.op, w.pg.name, w.r.rank, q))
+	}
+	if aerr := w.pg.asyncError(w.r); aerr != nil {
+		return w.finish(&Error{Op: w.op, Status: StatusOf(aerr), Detail: fmt.Sprintf("group %q rank %d, operation #%d", w.pg.name, w.r.rank, w.seq), Err: aerr})
+	}
+	if q == nil {
+		return w.finish(nil)
+	}
+	return false, nil
+}
+
+func (w *Work) finish(err error) (bool, error) {
+	w.finished, w.err = true, err
+	return true, err
+}
+
+// Wait blocks the host until the operation has completed, its
+// communicator has failed, or timeout has passed. A failure of the
+// communicator (a peer that never arrived, say) is returned as soon as
+// the backend reports it; running out of time gives an error wrapping
+// StatusTimeout that names the operation, group and rank. A timeout of 0
+// or less looks once.
+func (w *Work) Wait(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	pause := 5 * time.Microsecond
+	for {
+		if finished, err := w.poll(); finished {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return w.timeoutError(timeout)
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, time.Millisecond)
+	}
+}
+
+func (w *Work) timeoutError(timeout time.Duration) error {
+	detail := fmt.Sprintf("group %q rank %d: operation #%d not complete after %v", w.pg.name, w.r.rank, w.seq, timeout)
+	select {
+	case <-w.recorded:
+	default:
+		detail += " (issued inside a group that has not ended: call GroupEnd first)"
+	}
+	return &Error{Op: w.op, Status: StatusTimeout, Detail: detail}
+}
+
+// Done reports, without waiting, whether the operation has completed or
+// failed.
+func (w *Work) Done() bool {
+	finished, _ := w.poll()
+	return finished
+}
+
+// Err returns, without waiting, the operation's failure: nil while it is
+// pending and after it succeeded.
+func (w *Work) Err() error {
+	_, err := w.poll()
+	return err
+}
+
+// StreamWait makes work enqueued on s from now on wait for the operation;
+// the host does not wait.
+func (w *Work) StreamWait(s *runtime.Stream) error {
+	select {
+	case <-w.recorded:
+	default:
+		return Errorf(w.op, StatusInvalidArgument, "group %q rank %d: operation #%d was issued inside a group that has not ended: call GroupEnd first", w.pg.name, w.r.rank, w.seq)
+	}
+	if w.recordErr != nil {
+		return w.recordErr
+	}
+	return s.WaitEvent(w.done)
+}
+
+// Event returns the event that completes with the operation. It is
+// recorded only after the outermost GroupEnd when the operation was issued
+// inside a group. It stays valid while the Work or the event is
+// referenced; do not Destroy it.
+func (w *Work) Event() *runtime.Event { return w.done }
