@@ -309,7 +309,8 @@ type Stats struct {
 	Recorders  int
 	Records    int    // records kept
 	Pending    int    // device ranges whose times are not resolved yet
-	Dropped    uint64 // ranges lost: a full recorder buffer, too deep nesting, or the record bound
+	Dropped    uint64 // ranges lost on the recording side: a full recorder buffer or too deep nesting
+	Overflow   uint64 // records lost to the profiler's record bound (WithMaxRecords)
 	EventDrops uint64 // device ranges timed on the host only for want of pooled events
 	Unbalanced uint64 // End calls with no open range
 	Errors     uint64 // events the backend refused to record or resolve
@@ -323,7 +324,7 @@ func (p *Profiler) Stats() Stats {
 		Recorders: len(p.recorders),
 		Records:   len(p.records),
 		Pending:   len(p.unresolved),
-		Dropped:   p.storeDrops.Load(),
+		Overflow:  p.storeDrops.Load(),
 		Errors:    p.resolveErrs.Load(),
 	}
 	for _, r := range p.recorders {

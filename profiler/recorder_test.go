@@ -131,8 +131,8 @@ func TestBoundsDropAndCount(t *testing.T) {
 	if got := len(p.Snapshot()); got != 6 {
 		t.Fatalf("record bound: %d records, want 6", got)
 	}
-	if st := p.Stats(); st.Dropped != 8 {
-		t.Fatalf("Dropped = %d, want 8", st.Dropped)
+	if st := p.Stats(); st.Dropped != 6 || st.Overflow != 2 {
+		t.Fatalf("Dropped = %d, Overflow = %d; want 6 and 2", st.Dropped, st.Overflow)
 	}
 }
 

@@ -162,8 +162,8 @@ func train(ctx context.Context, o *options, runDir string, stdout io.Writer) err
 	cancel()
 	paths, err := writeReports(prof, runDir, o.sortBy, stdout)
 	st := prof.Stats()
-	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped, %d pending, %d event shortages, %d unbalanced ends, %d backend errors\n",
-		st.Records, st.Dropped, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
+	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped while recording, %d over the record bound, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
+		st.Records, st.Dropped, st.Overflow, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
 	fmt.Fprintf(stdout, "wrote:\n")
 	for _, p := range paths {
 		fmt.Fprintf(stdout, "  %s\n", p)
