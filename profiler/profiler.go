@@ -16,8 +16,12 @@ import (
 // the hot path and keeps the completed records, up to a bound.
 type Profiler struct {
 	cfg   config
-	epoch time.Time
-	tag   atomic.Pointer[string]
+	clock monoClock
+	// Tags live in an append-only table; ranges carry an index into it.
+	tagIndex atomic.Uint32
+	tagMu    sync.Mutex
+	tags     atomic.Pointer[[]string]
+	tagIDs   map[string]uint32
 
 	mu         sync.Mutex
 	recorders  []*Recorder
@@ -56,8 +60,8 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 // WithBufferSize bounds the completed ranges a recorder holds between two
-// collections (default 8192); when full, further ranges are dropped and
-// counted.
+// collections (default 8192, rounded up to a power of two); when full,
+// further ranges are dropped and counted.
 func WithBufferSize(n int) Option { return optionFunc(func(c *config) { c.buffer = n }) }
 
 // WithMaxRecords bounds the records the profiler keeps (default 1<<18);
@@ -109,13 +113,15 @@ func New(opts ...Option) (*Profiler, error) {
 	}
 	p := &Profiler{
 		cfg:      cfg,
-		epoch:    time.Now(),
+		clock:    newMonoClock(),
 		calib:    make(map[runtime.Device]*calibration),
 		returned: make(map[*Recorder][]*runtime.Event),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
+	p.tagIDs = map[string]uint32{"": 0}
+	p.tags.Store(&[]string{""})
 	if cfg.interval > 0 {
 		go p.loop()
 	} else {
@@ -124,7 +130,7 @@ func New(opts ...Option) (*Profiler, error) {
 	return p, nil
 }
 
-func (p *Profiler) now() time.Duration { return time.Since(p.epoch) }
+func (p *Profiler) now() time.Duration { return p.clock.since() }
 
 // wake asks the background collector for an early pass, without waiting.
 func (p *Profiler) wake() {
@@ -135,18 +141,27 @@ func (p *Profiler) wake() {
 }
 
 // Epoch is the host time that record times count from.
-func (p *Profiler) Epoch() time.Time { return p.epoch }
+func (p *Profiler) Epoch() time.Time { return p.clock.epoch }
 
 // SetTag sets the tag that ranges started from now on carry (the seed's
 // tag, e.g. a step name); safe from any goroutine.
-func (p *Profiler) SetTag(tag string) { p.tag.Store(&tag) }
+func (p *Profiler) SetTag(tag string) {
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	id, ok := p.tagIDs[tag]
+	if !ok {
+		old := *p.tags.Load()
+		id = uint32(len(old))
+		p.tagIDs[tag] = id
+		tags := append(old[:len(old):len(old)], tag)
+		p.tags.Store(&tags)
+	}
+	p.tagIndex.Store(id)
+}
 
 // Tag returns the current tag.
 func (p *Profiler) Tag() string {
-	if t := p.tag.Load(); t != nil {
-		return *t
-	}
-	return ""
+	return (*p.tags.Load())[p.tagIndex.Load()]
 }
 
 // NewRecorder makes the recorder for one rank on dev. For a device with
@@ -162,8 +177,8 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 		rank:    rank,
 		device:  dev,
 		labels:  NoLabels,
-		pending: make([]pending, 0, p.cfg.buffer),
-		spare:   make([]pending, 0, p.cfg.buffer),
+		pending: newRing[pending](p.cfg.buffer),
+		extras:  newRing[extra](p.cfg.buffer),
 	}
 	r.step.Store(None)
 	if impl, err := runtime.Available(dev.Type); err == nil {
@@ -225,22 +240,37 @@ func (p *Profiler) loop() {
 // collectLocked gathers every recorder's completed ranges and resolves the
 // device times that are ready, without waiting for any device.
 func (p *Profiler) collectLocked() {
+	tags := *p.tags.Load()
 	for _, r := range p.recorders {
-		batch, colls := r.take(r.spare, r.spareColls)
-		for i := range batch {
-			pd := &batch[i]
-			rec := r.record(pd, colls)
-			if pd.end == nil {
-				finishBandwidth(&rec)
-				p.keepLocked(rec)
-			} else {
-				p.unresolved = append(p.unresolved, unresolved{rec: rec, owner: r, impl: pd.stream.Impl(), start: pd.start, end: pd.end})
+		q, xq := r.pending, r.extras
+		h, t := q.head.Load(), q.tail.Load()
+		xh := xq.head.Load()
+		for i := h; i < t; i++ {
+			pd := q.at(i)
+			var x *extra
+			if pd.hasExtra {
+				x = xq.at(xh)
+				xh++
 			}
+			if x != nil && x.end != nil {
+				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end}
+				r.fill(&u.rec, pd, x, tags)
+				p.unresolved = append(p.unresolved, u)
+				continue
+			}
+			if len(p.records) >= p.cfg.maxRecords {
+				p.storeDrops.Add(1)
+				continue
+			}
+			// Built in place: a Record is large, and this loop must keep
+			// up with every rank's recording.
+			p.records = append(p.records, Record{})
+			rec := &p.records[len(p.records)-1]
+			r.fill(rec, pd, x, tags)
+			finishBandwidth(rec)
 		}
-		// The spent buffer becomes the next spare without clearing: the
-		// owner overwrites its slots, and clearing here would pull every
-		// line into this core's cache just before the owner writes it.
-		r.spare, r.spareColls = batch[:0], colls[:0]
+		xq.head.Store(xh)
+		q.head.Store(t)
 	}
 	p.resolveLocked(false)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -15,7 +16,8 @@ const maxDepth = 64
 // Recorder records the ranges of one rank. Start, End and the label
 // setters belong to the goroutine that owns the recorder (one rank); the
 // Profiler gathers completed ranges from any goroutine. The hot path takes
-// only this recorder's own lock, once per End, and allocates nothing.
+// no lock and allocates nothing: a completed range is one 64-byte slot of a
+// single-producer queue that the collector drains.
 //
 // All methods are no-ops on a nil *Recorder, which is how profiling is
 // switched off without branches at call sites.
@@ -31,46 +33,59 @@ type Recorder struct {
 	nextID uint64
 	labels Labels
 	step   atomic.Int32     // settable from any goroutine
-	cache  []*runtime.Event // events only the owner touches
+	cache  []*runtime.Event // pooled events only the owner touches
 
-	// Shared with the Profiler, under mu.
-	mu      sync.Mutex
-	pending []pending
-	colls   []Collective     // collective details of pending ranges
-	free    []*runtime.Event // timing events ready for reuse
-	events  int              // events this recorder created
+	// Completed ranges, and the device details of those that have them,
+	// in the same order, handed to the collector through lock-free
+	// single-producer queues.
+	pending *ring[pending]
+	extras  *ring[extra]
 
-	dropped    atomic.Uint64 // records lost to a full buffer or depth
+	// The event pool's shared side, under mu.
+	mu     sync.Mutex
+	free   []*runtime.Event // timing events ready for reuse
+	events int              // events this recorder created
+
+	dropped    atomic.Uint64 // records lost to a full queue or depth
 	eventDrops atomic.Uint64 // device ranges recorded host-only for want of events
 	unbalanced atomic.Uint64 // End without Start
 	recordErrs atomic.Uint64 // event records the backend refused
 	peakMemory atomic.Int64
-
-	// Profiler-side state, under Profiler.mu.
-	spare      []pending
-	spareColls []Collective
 }
 
-// frame is an open range. Its pending part is what End copies out; the
-// collective part is copied only for collective ranges.
+// pending is a completed range in compact form, one cache line, as End
+// publishes it; the collector turns it into a Record off the hot path.
+type pending struct {
+	id                 uint64
+	parentGap          uint32 // id − parent's id; 0 for a top-level range
+	depth              uint8
+	kind               Kind
+	phase              Phase
+	hasExtra           bool // device details follow in the extras queue
+	name               string
+	step, microbatch   int32
+	stage, chunk       int16
+	tag                uint32 // index into the profiler's tag table
+	hostStart, hostEnd time.Duration
+}
+
+// The queue's slots are one cache line each, so a range costs the
+// collector one line transfer between cores.
+var _ [64 - unsafe.Sizeof(pending{})]struct{}
+
+// extra holds what only device-timed ranges have.
+type extra struct {
+	stream        *runtime.Stream
+	start, end    *runtime.Event
+	peak          int64
+	hasCollective bool
+	collective    Collective
+}
+
+// frame is an open range.
 type frame struct {
 	pending
-	collective Collective
-}
-
-// pending is a completed range in compact form, as End appends it; the
-// Profiler turns it into a Record off the hot path.
-type pending struct {
-	id, parent         uint64
-	name, tag          string
-	labels             Labels
-	depth              int32
-	kind               Kind
-	collIdx            int32 // index into the recorder's collectives, -1 if none
-	hostStart, hostEnd time.Duration
-	peak               int64
-	stream             *runtime.Stream // device ranges only
-	start, end         *runtime.Event
+	extra extra
 }
 
 // Rank returns the rank the recorder was made for.
@@ -153,22 +168,22 @@ func (r *Recorder) push(name string, kind Kind) *frame {
 	f := &r.stack[r.depth]
 	r.nextID++
 	f.id = r.nextID
-	f.parent = 0
+	f.parentGap = 0
 	if r.depth > 0 {
-		f.parent = r.stack[r.depth-1].id
+		if gap := f.id - r.stack[r.depth-1].id; gap <= 1<<32-1 {
+			f.parentGap = uint32(gap)
+		}
 	}
 	f.name = name
 	f.kind = kind
-	f.depth = int32(r.depth)
-	f.labels = r.labels
-	f.labels.Step = r.step.Load()
-	f.tag = ""
-	if t := r.p.tag.Load(); t != nil {
-		f.tag = *t
-	}
-	f.collIdx = -1
-	f.peak = 0
-	f.stream, f.start, f.end = nil, nil, nil
+	f.depth = uint8(r.depth)
+	f.phase = r.labels.Phase
+	f.step = r.step.Load()
+	f.microbatch = r.labels.Microbatch
+	f.stage = r.labels.Stage
+	f.chunk = r.labels.Chunk
+	f.tag = r.p.tagIndex.Load()
+	f.hasExtra = false
 	r.depth++
 	return f
 }
@@ -191,6 +206,7 @@ func (r *Recorder) StartDevice(name string, s *runtime.Stream) {
 		return
 	}
 	if f := r.push(name, KindDevice); f != nil {
+		f.extra.hasCollective = false
 		r.startDevice(f, s)
 	}
 }
@@ -206,23 +222,24 @@ func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective)
 		kind = KindP2P
 	}
 	if f := r.push(name, kind); f != nil {
-		f.collective = c
-		f.collIdx = 0 // marks a collective; the real index is set at End
+		f.extra.hasCollective = true
+		f.extra.collective = c
 		r.startDevice(f, s)
 	}
 }
 
 func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
+	f.hasExtra = true
+	f.extra.stream, f.extra.start, f.extra.end, f.extra.peak = s, nil, nil, 0
 	if s != nil {
 		if r.p.cfg.seedSync {
 			if err := s.Synchronize(context.Background()); err != nil {
 				r.recordErrs.Add(1)
 			}
 		}
-		f.stream = s
 		if ev := r.event(s); ev != nil {
 			if err := ev.Record(s); err == nil {
-				f.start = ev
+				f.extra.start = ev
 			} else {
 				r.recordErrs.Add(1)
 				r.keep(ev)
@@ -250,160 +267,102 @@ func (r *Recorder) End() {
 	r.depth--
 	f := &r.stack[r.depth]
 	f.hostEnd = now
-	if f.start != nil {
+	if f.hasExtra && f.extra.start != nil {
 		r.endDevice(f)
 	}
-	r.mu.Lock()
-	if n := len(r.pending); n < cap(r.pending) {
-		if n == cap(r.pending)/2 {
-			r.p.wake()
-		}
-		if f.collIdx >= 0 {
-			f.collIdx = int32(len(r.colls))
-			r.colls = append(r.colls, f.collective)
-		}
-		r.pending = append(r.pending, f.pending)
-		r.mu.Unlock()
-		return
+	if !r.publish(f) {
+		r.dropped.Add(1)
+		r.keep(f.extra.start)
+		r.keep(f.extra.end)
 	}
-	r.mu.Unlock()
-	r.dropped.Add(1)
-	r.keep(f.start)
-	r.keep(f.end)
+}
+
+// publish hands a completed range to the collector; false when a queue is
+// full. The extra part is published before the range that refers to it.
+func (r *Recorder) publish(f *frame) bool {
+	slot, seq := r.pending.reserve()
+	if slot == nil {
+		r.p.wake()
+		return false
+	}
+	if f.hasExtra {
+		x, xseq := r.extras.reserve()
+		if x == nil {
+			r.p.wake()
+			return false
+		}
+		*x = f.extra
+		r.extras.publish(xseq)
+	}
+	*slot = f.pending
+	r.pending.publish(seq)
+	if seq&r.pending.halfMask == 0 {
+		// Every half queue, ask for a collection rather than wait for the
+		// collector's timer.
+		r.p.wake()
+	}
+	return true
 }
 
 // endDevice records the end event of a device range and notes the
 // device's memory mark.
 func (r *Recorder) endDevice(f *frame) {
-	end := r.event(f.stream)
+	x := &f.extra
+	end := r.event(x.stream)
 	if end != nil {
-		if err := end.Record(f.stream); err != nil {
+		if err := end.Record(x.stream); err != nil {
 			r.recordErrs.Add(1)
 			r.keep(end)
 			end = nil
 		}
 	}
 	if end == nil {
-		r.keep(f.start)
-		f.start = nil
+		r.keep(x.start)
+		x.start = nil
 		return
 	}
-	f.end = end
+	x.end = end
 	if r.p.cfg.seedSync {
 		if err := end.Synchronize(context.Background()); err != nil {
 			r.recordErrs.Add(1)
 		}
 		f.hostEnd = r.p.now()
 	}
-	if st, err := f.stream.Impl().MemoryStats(f.stream.Device().Index); err == nil {
-		f.peak = st.Peak
+	if st, err := x.stream.Impl().MemoryStats(x.stream.Device().Index); err == nil {
+		x.peak = st.Peak
 		if st.Peak > r.peakMemory.Load() {
 			r.peakMemory.Store(st.Peak)
 		}
 	}
 }
 
-// event takes a timing event for s's device: from the owner's cache, else
-// by moving the shared free list into the cache in one locked swap, else a
-// new one while under the pool's bound; nil when none can be had.
-func (r *Recorder) event(s *runtime.Stream) *runtime.Event {
-	for {
-		if n := len(r.cache); n > 0 {
-			ev := r.cache[n-1]
-			r.cache = r.cache[:n-1]
-			if ev.Device() == s.Device() {
-				return ev
-			}
-			// A recorder normally times one device; an event of another
-			// device is destroyed rather than kept.
-			_ = ev.Destroy()
-			r.mu.Lock()
-			r.events--
-			r.mu.Unlock()
-			continue
-		}
-		r.mu.Lock()
-		if len(r.free) > 0 {
-			r.cache, r.free = r.free, r.cache
-			r.mu.Unlock()
-			continue
-		}
-		if r.events >= r.p.cfg.eventPool {
-			r.mu.Unlock()
-			r.eventDrops.Add(1)
-			r.p.wake()
-			return nil
-		}
-		r.events++
-		created := r.events
-		r.mu.Unlock()
-		if created > r.p.cfg.eventPool/2 {
-			// Running through the pool: resolved events should come back.
-			r.p.wake()
-		}
-		ev, err := runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDefault)
-		if err != nil {
-			r.mu.Lock()
-			r.events--
-			r.mu.Unlock()
-			r.recordErrs.Add(1)
-			return nil
-		}
-		return ev
+// fill writes a compact range, and its extra part when it has one, into a
+// zeroed Record.
+func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
+	rec.ID = pd.id
+	if pd.parentGap != 0 {
+		rec.Parent = pd.id - uint64(pd.parentGap)
 	}
-}
-
-// keep returns an event to the pool from the owner's goroutine.
-func (r *Recorder) keep(ev *runtime.Event) {
-	if ev != nil {
-		r.cache = append(r.cache, ev)
+	rec.Depth = int(pd.depth)
+	rec.Name = pd.name
+	rec.Kind = pd.kind
+	rec.Rank = r.rank
+	rec.Device = r.device
+	if int(pd.tag) < len(tags) {
+		rec.Tag = tags[pd.tag]
 	}
-}
-
-// releaseAll returns events to the pool from the collector.
-func (r *Recorder) releaseAll(evs []*runtime.Event) {
-	r.mu.Lock()
-	for _, ev := range evs {
-		if ev != nil {
-			r.free = append(r.free, ev)
+	rec.Labels = Labels{Step: pd.step, Microbatch: pd.microbatch, Stage: pd.stage, Chunk: pd.chunk, Phase: pd.phase}
+	rec.HostStart = pd.hostStart
+	rec.HostEnd = pd.hostEnd
+	if x != nil {
+		if x.stream != nil {
+			rec.Device = x.stream.Device()
+		}
+		rec.PeakMemory = x.peak
+		if x.hasCollective {
+			rec.Collective = x.collective
 		}
 	}
-	r.mu.Unlock()
-}
-
-// take moves the completed ranges out, swapping in the empty spare
-// buffers so the owner is held only for the swap.
-func (r *Recorder) take(spare []pending, spareColls []Collective) ([]pending, []Collective) {
-	r.mu.Lock()
-	out, colls := r.pending, r.colls
-	r.pending, r.colls = spare[:0], spareColls[:0]
-	r.mu.Unlock()
-	return out, colls
-}
-
-// record turns a compact range into a Record.
-func (r *Recorder) record(pd *pending, colls []Collective) Record {
-	rec := Record{
-		ID:        pd.id,
-		Parent:    pd.parent,
-		Depth:     int(pd.depth),
-		Name:      pd.name,
-		Kind:      pd.kind,
-		Rank:      r.rank,
-		Device:    r.device,
-		Tag:       pd.tag,
-		Labels:    pd.labels,
-		HostStart: pd.hostStart,
-		HostEnd:   pd.hostEnd,
-	}
-	if pd.stream != nil {
-		rec.Device = pd.stream.Device()
-		rec.PeakMemory = pd.peak
-	}
-	if pd.collIdx >= 0 && int(pd.collIdx) < len(colls) {
-		rec.Collective = colls[pd.collIdx]
-	}
-	return rec
 }
 
 // Range is a convenience for defer: it starts a host range and returns
