@@ -1,9 +1,10 @@
 package ccl
 
 import (
-	"slices"
+	"errors"
 	"strings"
-	"sync"
+
+	"github.com/trainscope/trainscope/internal/registry"
 
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -11,12 +12,11 @@ import (
 // Registry maps device types to CCL backends. Backends register into the
 // process-wide registry from init; tests build their own.
 type Registry struct {
-	mu    sync.RWMutex
-	impls map[runtime.DeviceType]Impl
+	table *registry.Registry[runtime.DeviceType, Impl]
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{impls: make(map[runtime.DeviceType]Impl)} }
+func NewRegistry() *Registry { return &Registry{table: registry.New[runtime.DeviceType, Impl]()} }
 
 var defaultRegistry = NewRegistry()
 
@@ -26,28 +26,21 @@ func DefaultRegistry() *Registry { return defaultRegistry }
 // Register adds impl for device type t; nil, a duplicate or a type
 // mismatch is an error.
 func (r *Registry) Register(t runtime.DeviceType, impl Impl) error {
-	if impl == nil {
+	switch err := r.table.Add(t, impl); {
+	case errors.Is(err, registry.ErrNil):
 		return Errorf("Register", StatusInvalidArgument, "nil backend for device type %s", t)
-	}
-	if impl.Type() != t {
+	case errors.Is(err, registry.ErrMismatch):
 		return Errorf("Register", StatusInvalidArgument, "backend for device type %s reports type %s", t, impl.Type())
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, dup := r.impls[t]; dup {
+	case errors.Is(err, registry.ErrDuplicate):
 		return Errorf("Register", StatusInvalidArgument, "a ccl backend for device type %s is already registered", t)
 	}
-	r.impls[t] = impl
 	return nil
 }
 
 // Lookup returns the backend for t, or an error listing what is
 // registered and hinting at a forgotten import.
 func (r *Registry) Lookup(t runtime.DeviceType) (Impl, error) {
-	r.mu.RLock()
-	impl, ok := r.impls[t]
-	r.mu.RUnlock()
-	if ok {
+	if impl, ok := r.table.Get(t); ok {
 		return impl, nil
 	}
 	var names []string
@@ -66,16 +59,7 @@ func (r *Registry) Lookup(t runtime.DeviceType) (Impl, error) {
 }
 
 // Types returns the registered device types, sorted.
-func (r *Registry) Types() []runtime.DeviceType {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]runtime.DeviceType, 0, len(r.impls))
-	for t := range r.impls {
-		out = append(out, t)
-	}
-	slices.Sort(out)
-	return out
-}
+func (r *Registry) Types() []runtime.DeviceType { return r.table.Keys() }
 
 // Register adds impl to the process-wide registry.
 func Register(t runtime.DeviceType, impl Impl) error { return defaultRegistry.Register(t, impl) }

@@ -1,21 +1,21 @@
 package runtime
 
 import (
-	"slices"
+	"errors"
 	"strings"
-	"sync"
+
+	"github.com/trainscope/trainscope/internal/registry"
 )
 
 // Registry maps device types to backends. Most code uses the process-wide
 // registry through Register and Lookup; tests build their own with
 // NewRegistry.
 type Registry struct {
-	mu    sync.RWMutex
-	impls map[DeviceType]Impl
+	table *registry.Registry[DeviceType, Impl]
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{impls: make(map[DeviceType]Impl)} }
+func NewRegistry() *Registry { return &Registry{table: registry.New[DeviceType, Impl]()} }
 
 var defaultRegistry = NewRegistry()
 
@@ -26,52 +26,40 @@ func DefaultRegistry() *Registry { return defaultRegistry }
 // Register adds impl for device type t. It is an error to register nil, to
 // register a type twice, or to register an impl whose Type is not t.
 func (r *Registry) Register(t DeviceType, impl Impl) error {
-	if impl == nil {
+	switch err := r.table.Add(t, impl); {
+	case errors.Is(err, registry.ErrNil):
 		return Errorf("Register", StatusInvalidArgument, "nil backend for device type %s", t)
-	}
-	if impl.Type() != t {
+	case errors.Is(err, registry.ErrMismatch):
 		return Errorf("Register", StatusInvalidArgument, "backend for device type %s reports type %s", t, impl.Type())
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, dup := r.impls[t]; dup {
+	case errors.Is(err, registry.ErrDuplicate):
 		return Errorf("Register", StatusAlreadyExists, "a backend for device type %s is already registered", t)
 	}
-	r.impls[t] = impl
 	return nil
 }
 
 // Lookup returns the backend for t. The error for an unregistered type
 // lists what is registered and hints at the missing import.
 func (r *Registry) Lookup(t DeviceType) (Impl, error) {
-	r.mu.RLock()
-	impl, ok := r.impls[t]
-	r.mu.RUnlock()
-	if ok {
+	if impl, ok := r.table.Get(t); ok {
 		return impl, nil
 	}
-	names := make([]string, 0, len(r.impls))
-	for _, k := range r.Types() {
-		names = append(names, k.String())
-	}
-	reg := strings.Join(names, ", ")
-	if reg == "" {
-		reg = "none"
-	}
 	return nil, Errorf("Lookup", StatusUnavailable,
-		"no backend registered for device type %s (registered: %s; forgotten import of github.com/trainscope/trainscope/runtime/%s?)", t, reg, t)
+		"no backend registered for device type %s (registered: %s; forgotten import of github.com/trainscope/trainscope/runtime/%s?)", t, typeList(r.Types()), t)
 }
 
 // Types returns the registered device types, sorted.
-func (r *Registry) Types() []DeviceType {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]DeviceType, 0, len(r.impls))
-	for t := range r.impls {
-		out = append(out, t)
+func (r *Registry) Types() []DeviceType { return r.table.Keys() }
+
+// typeList writes device types as "cpu, cuda", or "none".
+func typeList(ts []DeviceType) string {
+	if len(ts) == 0 {
+		return "none"
 	}
-	slices.Sort(out)
-	return out
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // Register adds impl to the process-wide registry.
