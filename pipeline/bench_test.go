@@ -56,7 +56,7 @@ func BenchmarkStep(b *testing.B) {
 			}
 			if p := cfg.Profiler; p != nil {
 				st := p.Stats()
-				b.ReportMetric(float64(st.Records+st.Pending+int(st.Dropped))/float64(b.N), "ranges/op")
+				b.ReportMetric((float64(st.Records+st.Pending)+float64(st.Dropped+st.Overflow))/float64(b.N), "ranges/op")
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +24,7 @@ type Profiler struct {
 
 	mu         sync.Mutex
 	recorders  []*Recorder
-	records    []Record
+	records    store
 	unresolved []unresolved
 	calib      map[runtime.Device]*calibration
 	returned   map[*Recorder][]*runtime.Event // events to hand back, per owner
@@ -258,14 +257,13 @@ func (p *Profiler) collectLocked() {
 				p.unresolved = append(p.unresolved, u)
 				continue
 			}
-			if len(p.records) >= p.cfg.maxRecords {
+			if p.records.len() >= p.cfg.maxRecords {
 				p.storeDrops.Add(1)
 				continue
 			}
 			// Built in place: a Record is large, and this loop must keep
 			// up with every rank's recording.
-			p.records = append(p.records, Record{})
-			rec := &p.records[len(p.records)-1]
+			rec := p.records.add()
 			r.fill(rec, pd, x, tags)
 			finishBandwidth(rec)
 		}
@@ -276,11 +274,11 @@ func (p *Profiler) collectLocked() {
 }
 
 func (p *Profiler) keepLocked(rec Record) {
-	if len(p.records) >= p.cfg.maxRecords {
+	if p.records.len() >= p.cfg.maxRecords {
 		p.storeDrops.Add(1)
 		return
 	}
-	p.records = append(p.records, rec)
+	*p.records.add() = rec
 }
 
 // Snapshot gathers what the recorders have completed, resolves the device
@@ -291,7 +289,7 @@ func (p *Profiler) Snapshot() []Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.collectLocked()
-	out := slices.Clone(p.records)
+	out := p.records.all()
 	sortRecords(out)
 	return out
 }
@@ -327,8 +325,7 @@ func (p *Profiler) Reset() {
 	p.returnEventsLocked()
 	clear(p.unresolved)
 	p.unresolved = p.unresolved[:0]
-	clear(p.records)
-	p.records = p.records[:0]
+	p.records.reset()
 	for _, r := range p.recorders {
 		r.peakMemory.Store(0)
 	}
@@ -352,7 +349,7 @@ func (p *Profiler) Stats() Stats {
 	defer p.mu.Unlock()
 	s := Stats{
 		Recorders: len(p.recorders),
-		Records:   len(p.records),
+		Records:   p.records.len(),
 		Pending:   len(p.unresolved),
 		Overflow:  p.storeDrops.Load(),
 		Errors:    p.resolveErrs.Load(),

@@ -76,20 +76,17 @@ func (c *calibration) hostTime(ev *runtime.Event) (time.Duration, error) {
 }
 
 // resolveLocked turns unresolved device ranges whose end event completed
-// into records. With wait it also resolves ranges whose events report an
-// error, keeping them without device times; otherwise those wait for the
-// next pass unless the error is final.
+// into records. The elapsed-time query doubles as the completion check, so
+// a resolved range costs the backend two calls. With wait, ranges that are
+// still not ready (their events failed) are kept without device times.
 func (p *Profiler) resolveLocked(wait bool) {
 	kept := p.unresolved[:0]
 	for _, u := range p.unresolved {
-		err := u.end.Query()
+		rec := u.rec
+		err := p.deviceTimesLocked(&rec, u)
 		if err != nil && runtime.StatusOf(err) == runtime.StatusNotReady && !wait {
 			kept = append(kept, u)
 			continue
-		}
-		rec := u.rec
-		if err == nil {
-			err = p.deviceTimesLocked(&rec, u)
 		}
 		if err != nil {
 			p.resolveErrs.Add(1)
@@ -113,22 +110,22 @@ func (p *Profiler) returnEventsLocked() {
 	}
 }
 
-func (p *Profiler) deviceTimesLocked(rec *Record, pd unresolved) error {
+func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
+	dur, err := runtime.Elapsed(u.start, u.end)
+	if err != nil {
+		return err
+	}
 	c, ok := p.calib[rec.Device]
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), calibrationTimeout)
-		nc, err := calibrate(ctx, pd.impl, rec.Device, p.now)
+		nc, err := calibrate(ctx, u.impl, rec.Device, p.now)
 		cancel()
 		if err != nil {
 			return err
 		}
 		p.calib[rec.Device], c = nc, nc
 	}
-	start, err := c.hostTime(pd.start)
-	if err != nil {
-		return err
-	}
-	dur, err := runtime.Elapsed(pd.start, pd.end)
+	start, err := c.hostTime(u.start)
 	if err != nil {
 		return err
 	}
