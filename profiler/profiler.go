@@ -27,6 +27,8 @@ type Profiler struct {
 	records    store
 	unresolved []unresolved
 	calib      map[runtime.Device]*calibration
+	sinks      []Sink
+	batch      []Record                       // records finished in this pass, for the sinks
 	returned   map[*Recorder][]*runtime.Event // events to hand back, per owner
 	kick       chan struct{}                  // a recorder running short asks for a collection
 
@@ -257,6 +259,13 @@ func (p *Profiler) collectLocked() {
 				p.unresolved = append(p.unresolved, u)
 				continue
 			}
+			if len(p.sinks) > 0 {
+				var rec Record
+				r.fill(&rec, pd, x, tags)
+				finishBandwidth(&rec)
+				p.keepLocked(rec)
+				continue
+			}
 			if p.records.len() >= p.cfg.maxRecords {
 				p.storeDrops.Add(1)
 				continue
@@ -271,9 +280,15 @@ func (p *Profiler) collectLocked() {
 		q.head.Store(t)
 	}
 	p.resolveLocked(false)
+	p.deliverLocked()
 }
 
+// keepLocked stores a finished record and queues it for the sinks. Sinks
+// see every record, also those beyond the store's bound.
 func (p *Profiler) keepLocked(rec Record) {
+	if len(p.sinks) > 0 {
+		p.batch = append(p.batch, rec)
+	}
 	if p.records.len() >= p.cfg.maxRecords {
 		p.storeDrops.Add(1)
 		return
@@ -305,10 +320,12 @@ func (p *Profiler) Flush(ctx context.Context) error {
 	for i := range p.unresolved {
 		if err := p.unresolved[i].end.Synchronize(ctx); err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
 			p.resolveLocked(false)
+			p.deliverLocked()
 			return fmt.Errorf("profiler: flush: %d device ranges still pending: %w", len(p.unresolved), err)
 		}
 	}
 	p.resolveLocked(true)
+	p.deliverLocked()
 	return nil
 }
 
@@ -404,4 +421,33 @@ func (p *Profiler) Close(ctx context.Context) error {
 		c.close()
 	}
 	return nil
+}
+
+// Sink receives every finished record exactly once, in batches, in the
+// order the collector finishes them: host ranges when collected, device
+// ranges once their times are resolved. Consume runs on whichever goroutine
+// collects (the background collector, or a Snapshot, Flush or Reset caller)
+// with the profiler's lock held: it must return quickly, must not call back
+// into the Profiler, and must copy what it keeps, since the batch is reused.
+// Exporters implement it.
+type Sink interface {
+	Consume(batch []Record)
+}
+
+// AddSink registers s for every record finished from now on.
+func (p *Profiler) AddSink(s Sink) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sinks = append(p.sinks, s)
+}
+
+func (p *Profiler) deliverLocked() {
+	if len(p.batch) == 0 {
+		return
+	}
+	for _, s := range p.sinks {
+		s.Consume(p.batch)
+	}
+	clear(p.batch)
+	p.batch = p.batch[:0]
 }

@@ -230,3 +230,39 @@ func TestBackgroundCollectorGathers(t *testing.T) {
 		t.Fatalf("collector gathered nothing: %+v", st)
 	}
 }
+
+type countingSink struct {
+	names map[string]int
+	total int
+}
+
+func (s *countingSink) Consume(batch []profiler.Record) {
+	for i := range batch {
+		s.names[batch[i].Name]++
+		s.total++
+	}
+}
+
+func TestSinksSeeEveryRecordOnce(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithMaxRecords(3))
+	sink := &countingSink{names: map[string]int{}}
+	p.AddSink(sink)
+	r, _ := p.NewRecorder(0, hostDevice)
+	for i := range 5 {
+		r.Start("a")
+		r.End()
+		if i == 2 {
+			_ = p.Snapshot()
+		}
+	}
+	r.Start("b")
+	r.End()
+	_ = p.Snapshot()
+	_ = p.Snapshot()
+	if sink.total != 6 || sink.names["a"] != 5 || sink.names["b"] != 1 {
+		t.Fatalf("sink saw %d records %v; want 5×a and 1×b, each once", sink.total, sink.names)
+	}
+	if st := p.Stats(); st.Records != 3 || st.Overflow != 3 {
+		t.Errorf("store %+v: the bound applies to the store, not to sinks", st)
+	}
+}
