@@ -109,3 +109,14 @@ type Elementwise interface {
 	// Scale computes x[i] *= alpha.
 	Scale(stream any, alpha float32, x Buffer, n int) error
 }
+
+// DeviceDescriber is an optional backend capability that names devices the
+// way other tools do, so metrics can join with them (NVIDIA's DCGM exporter
+// labels GPUs by index and UUID). Discover it with a type assertion.
+type DeviceDescriber interface {
+	// DeviceName is the product name, e.g. "NVIDIA H200".
+	DeviceName(index int) (string, error)
+	// DeviceUUID is the device's UUID as nvidia-smi prints it
+	// ("GPU-…"), or an error wrapping StatusNotSupported.
+	DeviceUUID(index int) (string, error)
+}
