@@ -1,0 +1,24 @@
+// Package prom publishes a training run's profile as Prometheus metrics.
+//
+// An Exporter is a profiler.Sink: every finished record updates
+// client_golang metrics as it arrives, off the recording hot path — range
+// host and device durations by name, kind, stage, chunk and phase;
+// collective bytes, durations and algorithm and bus bandwidth by op, group
+// and power-of-two message size; step time; per-stage busy and idle
+// seconds; record counts by name. At scrape time a collector reads the
+// profiler's Stats (records kept and pending, ranges dropped, overflow,
+// event shortages), and other exporters can publish what they delivered
+// and lost through AddDelivery.
+//
+// Every per-rank series carries rank and the labels NVIDIA's DCGM exporter
+// uses for the same GPU — Hostname, gpu (device index) and UUID (where the
+// backend implements runtime.DeviceDescriber) — so the two join in PromQL.
+// No label takes per-step or per-microbatch values, so the number of series
+// does not grow with the length of a run.
+//
+// Serve starts the /metrics endpoint (127.0.0.1:9464 by default; another
+// host only when asked) and reports a port already in use as an error;
+// Push sends the final values to a Pushgateway for batch jobs, with
+// bounded retries. docs/metrics.md lists every metric and defines busy and
+// idle time.
+package prom

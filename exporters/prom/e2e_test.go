@@ -1,0 +1,272 @@
+package prom_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/exporters/prom"
+	"github.com/trainscope/trainscope/pipeline"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// promQuery is an instant query against a real Prometheus.
+type promQuery struct {
+	base string
+}
+
+type promSample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+func (q promQuery) query(ctx context.Context, expr string) ([]promSample, error) {
+	u := q.base + "/api/v1/query?" + url.Values{"query": {expr}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("query %s: %d: %w", expr, resp.StatusCode, err)
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("query %s: %s", expr, body.Error)
+	}
+	var out []promSample
+	for _, r := range body.Data.Result {
+		s, _ := r.Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: value %q: %w", expr, s, err)
+		}
+		out = append(out, promSample{r.Metric, v})
+	}
+	return out, nil
+}
+
+// poll runs expr until check accepts its result or the deadline passes.
+func (q promQuery) poll(t *testing.T, deadline time.Time, expr string, check func([]promSample) error) []promSample {
+	t.Helper()
+	var last error
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		res, err := q.query(ctx, expr)
+		cancel()
+		if err == nil {
+			if err = check(res); err == nil {
+				return res
+			}
+		}
+		last = err
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus at %s: %s: still not as expected after the deadline: %v", q.base, expr, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestEndToEndPrometheus runs the real trainer with the exporter serving
+// on TRAINSCOPE_METRICS_ADDR, which the real Prometheus at
+// TRAINSCOPE_PROMETHEUS_URL scrapes (scripts/prometheus.sh start ADDR), and
+// proves that what Prometheus stored equals the profiler's own counts:
+// records by rank and name against Summarize(Snapshot()), the profiler's
+// Stats, step counts and collective bytes. It keeps serving until
+// Prometheus holds several scrapes of the final values, so the dashboard
+// test (dashboards/) finds the run's data afterwards.
+func TestEndToEndPrometheus(t *testing.T) {
+	base, addr := os.Getenv("TRAINSCOPE_PROMETHEUS_URL"), os.Getenv("TRAINSCOPE_METRICS_ADDR")
+	if base == "" || addr == "" {
+		t.Skip("TRAINSCOPE_PROMETHEUS_URL and TRAINSCOPE_METRICS_ADDR are not both set (CI sets them: scripts/prometheus.sh start $TRAINSCOPE_METRICS_ADDR)")
+	}
+	q := promQuery{strings.TrimSuffix(base, "/")}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	runID := "e2e-" + hex.EncodeToString(b[:])
+	// Selects this run's series: same target as the run_info series.
+	ours := fmt.Sprintf(` and on(job, instance) trainscope_run_info{run=%q}`, runID)
+
+	p, err := profiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	e, err := prom.New(p, prom.WithRunID(runID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Serve(addr); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+
+	// Prometheus scrapes this exporter before training starts.
+	q.poll(t, time.Now().Add(60*time.Second), `up`+ours, func(res []promSample) error {
+		if len(res) != 1 || res[0].Value != 1 {
+			return fmt.Errorf("up = %v, want one target up (is Prometheus scraping %s?)", res, addr)
+		}
+		return nil
+	})
+
+	// Train, watching Prometheus see records while training goes on;
+	// training runs again (on the same profiler) until it has, within a
+	// bound, so the check holds on a slow or loaded machine too.
+	var live atomic.Bool
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for !live.Load() {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			res, err := q.query(t.Context(), `sum(trainscope_records_total`+ours+`)`)
+			select {
+			case <-done:
+				return // what it saw may be from after training
+			default:
+			}
+			if err == nil && len(res) == 1 && res[0].Value > 0 {
+				live.Store(true)
+			}
+		}
+	}()
+	start := time.Now()
+	runs := 0
+	for runs < 2 || !live.Load() && time.Since(start) < 60*time.Second {
+		cfg := trainConfig(20, 8)
+		cfg.Profiler = p
+		if _, err := pipeline.Train(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		runs++
+	}
+	close(done)
+	<-watched
+	if !live.Load() {
+		t.Errorf("Prometheus saw no records during %v of training (%d runs): /metrics is not live", time.Since(start), runs)
+	}
+	t.Logf("%d training runs in %v; Prometheus scraped records while training", runs, time.Since(start))
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The report's counts.
+	recs := p.Snapshot()
+	st := p.Stats()
+	if st.Pending != 0 || st.Dropped != 0 || st.Overflow != 0 {
+		t.Fatalf("profiler stats %+v: the report would not hold every record", st)
+	}
+	want := map[string]float64{} // rank/name → count
+	total := 0
+	for _, g := range profiler.Summarize(recs) {
+		for _, n := range g.Names {
+			want[strconv.Itoa(g.Rank)+"/"+n.Name] += float64(n.Count)
+			total += n.Count
+		}
+	}
+	if total != len(recs) {
+		t.Fatalf("Summarize counts %d records of %d", total, len(recs))
+	}
+	steps := map[string]float64{}
+	bytes := map[string]float64{} // rank/op/group → bytes
+	for i := range recs {
+		r := &recs[i]
+		rank := strconv.Itoa(r.Rank)
+		if r.Depth == 0 && r.Name == "step" {
+			steps[rank]++
+		}
+		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
+			bytes[rank+"/"+r.Collective.Op+"/"+r.Collective.Group] += float64(r.Collective.Bytes)
+		}
+	}
+
+	// Exact reconciliation: Prometheus's stored counters equal the
+	// report's counts, series for series, once it has scraped the final
+	// values.
+	deadline := time.Now().Add(60 * time.Second)
+	equal := func(key func(map[string]string) string, want map[string]float64) func([]promSample) error {
+		return func(res []promSample) error {
+			got := map[string]float64{}
+			for _, s := range res {
+				got[key(s.Metric)] += s.Value
+			}
+			if len(got) != len(want) {
+				return fmt.Errorf("%d series, want %d", len(got), len(want))
+			}
+			for k, v := range want {
+				if got[k] != v {
+					return fmt.Errorf("%s = %v, want %v", k, got[k], v)
+				}
+			}
+			return nil
+		}
+	}
+	q.poll(t, deadline, `trainscope_records_total`+ours, equal(func(m map[string]string) string { return m["rank"] + "/" + m["name"] }, want))
+	q.poll(t, deadline, `sum(trainscope_records_total`+ours+`)`, equal(func(map[string]string) string { return "" }, map[string]float64{"": float64(len(recs))}))
+	q.poll(t, deadline, `sum by (rank) (trainscope_step_seconds_count`+ours+`)`, equal(func(m map[string]string) string { return m["rank"] }, steps))
+	q.poll(t, deadline, `sum by (rank, op, group) (trainscope_collective_bytes_total`+ours+`)`,
+		equal(func(m map[string]string) string { return m["rank"] + "/" + m["op"] + "/" + m["group"] }, bytes))
+	st = p.Stats()
+	for name, v := range map[string]float64{
+		"trainscope_records_kept":           float64(st.Records),
+		"trainscope_records_pending":        float64(st.Pending),
+		"trainscope_records_dropped_total":  float64(st.Dropped),
+		"trainscope_records_overflow_total": float64(st.Overflow),
+		"trainscope_event_shortages_total":  float64(st.EventDrops),
+		"trainscope_recorders":              float64(st.Recorders),
+	} {
+		q.poll(t, deadline, name+ours, equal(func(map[string]string) string { return "" }, map[string]float64{"": v}))
+	}
+	t.Logf("Prometheus holds exactly the report's counts: %d records in %d rank/name series, %d steps", len(recs), len(want), int(sumValues(steps)))
+
+	// Linger until Prometheus has a few more scrapes of the final values,
+	// so rate() windows over the run's end hold data for the dashboards.
+	first := q.poll(t, deadline, `count_over_time(trainscope_run_info{run="`+runID+`"}[10m])`, func(res []promSample) error {
+		if len(res) != 1 {
+			return fmt.Errorf("no run_info samples")
+		}
+		return nil
+	})
+	q.poll(t, time.Now().Add(60*time.Second), `count_over_time(trainscope_run_info{run="`+runID+`"}[10m])`, func(res []promSample) error {
+		if len(res) != 1 || res[0].Value < first[0].Value+5 {
+			return fmt.Errorf("%v samples, waiting for %v", res, first[0].Value+5)
+		}
+		return nil
+	})
+}
+
+func sumValues(m map[string]float64) float64 {
+	s := 0.0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}

@@ -1,0 +1,235 @@
+package prom
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Exporter turns profiler records into Prometheus metrics held in its own
+// registry, which Serve exposes and Push sends. Make one with New.
+type Exporter struct {
+	cfg config
+	reg *prometheus.Registry
+	m   metrics
+
+	// mu serialises Consume; scrapes read the metrics without it.
+	mu     sync.Mutex
+	ranges map[rangeKey]*rangeSeries
+	colls  map[collKey]*collSeries
+	steps  map[stepKey]*stepSeries
+	devs   map[runtime.Device]deviceLabels
+	names  map[string]struct{} // distinct range names seen, up to cfg.maxNames
+	groups map[string]struct{} // distinct group names seen, up to cfg.maxGroups
+	acct   stepAccounting
+
+	deliveries *deliveryCollector
+
+	srvMu  sync.Mutex
+	srv    *http.Server
+	srvErr chan error
+	closed bool
+}
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	hostname        string
+	runID           string
+	describer       func(runtime.DeviceType) runtime.DeviceDescriber
+	rangeBuckets    []float64
+	durationBuckets []float64
+	bandwidthBucket []float64
+	maxNames        int
+	maxGroups       int
+}
+
+// WithHostname sets the Hostname label (default: os.Hostname), which
+// should match what the DCGM exporter on the node reports.
+func WithHostname(h string) Option { return optionFunc(func(c *config) { c.hostname = h }) }
+
+// WithRunID adds the series trainscope_run_info{run="id"} 1, so queries
+// can tell one run's series from another's on the same address.
+func WithRunID(id string) Option { return optionFunc(func(c *config) { c.runID = id }) }
+
+// WithDescriber sets how a device's UUID is found: d returns the backend
+// that describes devices of a type, or nil where none does. The default
+// asks the process-wide runtime registry (runtime.Available) and uses the
+// backend when it implements runtime.DeviceDescriber.
+func WithDescriber(d func(runtime.DeviceType) runtime.DeviceDescriber) Option {
+	return optionFunc(func(c *config) { c.describer = d })
+}
+
+// WithRangeBuckets sets the upper bounds, in seconds, of the range host
+// and device duration histograms (default 1µs·4^k up to about 16.8s, 13
+// buckets: ranges are the most numerous series, so their buckets are
+// coarser).
+func WithRangeBuckets(b []float64) Option {
+	return optionFunc(func(c *config) { c.rangeBuckets = append([]float64(nil), b...) })
+}
+
+// WithDurationBuckets sets the upper bounds, in seconds, of the step and
+// collective duration histograms (default 1µs·2^k up to about 16.8s, 25
+// buckets).
+func WithDurationBuckets(b []float64) Option {
+	return optionFunc(func(c *config) { c.durationBuckets = append([]float64(nil), b...) })
+}
+
+// WithBandwidthBuckets sets the upper bounds, in bytes per second, of the
+// algorithm and bus bandwidth histograms (default 2^20·2^k up to 2^40:
+// 1 MiB/s to 1 TiB/s, 21 buckets).
+func WithBandwidthBuckets(b []float64) Option {
+	return optionFunc(func(c *config) { c.bandwidthBucket = append([]float64(nil), b...) })
+}
+
+// WithMaxNames bounds the distinct range names that get series of their
+// own (default 1024); records of further names are counted under the name
+// "other". It guards the series count against names built at run time.
+func WithMaxNames(n int) Option { return optionFunc(func(c *config) { c.maxNames = n }) }
+
+// WithMaxGroups bounds the distinct process group names that get series of
+// their own (default 256); further groups are counted as "other".
+func WithMaxGroups(n int) Option { return optionFunc(func(c *config) { c.maxGroups = n }) }
+
+// OtherLabel is the name or group value that records beyond WithMaxNames
+// or WithMaxGroups are counted under.
+const OtherLabel = "other"
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		describer:       runtimeDescriber,
+		rangeBuckets:    prometheus.ExponentialBuckets(1e-6, 4, 13),
+		durationBuckets: prometheus.ExponentialBuckets(1e-6, 2, 25),
+		bandwidthBucket: prometheus.ExponentialBuckets(1<<20, 2, 21),
+		maxNames:        1024,
+		maxGroups:       256,
+	}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.hostname == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("prom: hostname: %w (set one with WithHostname)", err)
+		}
+		c.hostname = h
+	}
+	switch {
+	case c.maxNames < 1:
+		return c, fmt.Errorf("prom: WithMaxNames(%d): must be at least 1", c.maxNames)
+	case c.maxGroups < 1:
+		return c, fmt.Errorf("prom: WithMaxGroups(%d): must be at least 1", c.maxGroups)
+	case !increasing(c.rangeBuckets):
+		return c, fmt.Errorf("prom: range buckets %v: want at least one, strictly increasing", c.rangeBuckets)
+	case !increasing(c.durationBuckets):
+		return c, fmt.Errorf("prom: duration buckets %v: want at least one, strictly increasing", c.durationBuckets)
+	case !increasing(c.bandwidthBucket):
+		return c, fmt.Errorf("prom: bandwidth buckets %v: want at least one, strictly increasing", c.bandwidthBucket)
+	}
+	if c.describer == nil {
+		c.describer = func(runtime.DeviceType) runtime.DeviceDescriber { return nil }
+	}
+	return c, nil
+}
+
+func increasing(b []float64) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for i := 1; i < len(b); i++ {
+		if !(b[i] > b[i-1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// runtimeDescriber is the default: the process-wide backend, if it
+// describes devices.
+func runtimeDescriber(t runtime.DeviceType) runtime.DeviceDescriber {
+	impl, err := runtime.Available(t)
+	if err != nil {
+		return nil
+	}
+	d, _ := impl.(runtime.DeviceDescriber)
+	return d
+}
+
+// New returns an exporter with its own registry. With a non-nil p it
+// registers itself as p's sink and exports p's Stats at every scrape; with
+// nil the caller feeds it records through Consume.
+func New(p *profiler.Profiler, opts ...Option) (*Exporter, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	e := &Exporter{
+		cfg:        cfg,
+		reg:        prometheus.NewRegistry(),
+		ranges:     make(map[rangeKey]*rangeSeries),
+		colls:      make(map[collKey]*collSeries),
+		steps:      make(map[stepKey]*stepSeries),
+		devs:       make(map[runtime.Device]deviceLabels),
+		names:      make(map[string]struct{}),
+		groups:     make(map[string]struct{}),
+		deliveries: newDeliveryCollector(),
+	}
+	e.acct.init()
+	e.m = newMetrics(cfg)
+	// Every series carries the node's Hostname, as DCGM's do.
+	r := prometheus.WrapRegistererWith(prometheus.Labels{labelHostname: cfg.hostname}, e.reg)
+	cs := e.m.collectors()
+	cs = append(cs, e.deliveries)
+	if p != nil {
+		cs = append(cs, NewStatsCollector(p))
+	}
+	if cfg.runID != "" {
+		info := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "trainscope_run_info",
+			Help:        "Always 1; its run label identifies the training run these series describe.",
+			ConstLabels: prometheus.Labels{"run": cfg.runID},
+		})
+		info.Set(1)
+		cs = append(cs, info)
+	}
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			return nil, fmt.Errorf("prom: register: %w", err)
+		}
+	}
+	if p != nil {
+		p.AddSink(e)
+	}
+	return e, nil
+}
+
+// Registry returns the registry holding the exporter's metrics, for tests
+// and for serving them from an HTTP server of the caller's own.
+func (e *Exporter) Registry() *prometheus.Registry { return e.reg }
+
+// Register adds a collector of the caller's (process or Go runtime
+// metrics, say) to the exporter's registry, with the Hostname label added
+// to its series.
+func (e *Exporter) Register(c prometheus.Collector) error {
+	r := prometheus.WrapRegistererWith(prometheus.Labels{labelHostname: e.cfg.hostname}, e.reg)
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return fmt.Errorf("prom: collector already registered: %w", err)
+		}
+		return fmt.Errorf("prom: register: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,453 @@
+package prom_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/trainscope/trainscope/exporters/prom"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+	_ "github.com/trainscope/trainscope/runtime/cpu" // host backend: the default describer finds it
+)
+
+const host = "node-7"
+
+var (
+	cpu0  = runtime.Device{Type: runtime.CPU, Index: 0}
+	cuda3 = runtime.Device{Type: runtime.CUDA, Index: 3}
+)
+
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// rec builds a record; times in milliseconds, device times only when
+// devEnd > devStart.
+func rec(id, parent uint64, depth int, name string, kind profiler.Kind, hostStart, hostEnd, devStart, devEnd float64) profiler.Record {
+	r := profiler.Record{
+		ID: id, Parent: parent, Depth: depth, Name: name, Kind: kind, Device: cpu0,
+		Labels:    profiler.Labels{Step: 0, Microbatch: profiler.None, Stage: 0, Chunk: profiler.None},
+		HostStart: ms(hostStart), HostEnd: ms(hostEnd),
+	}
+	if devEnd > devStart {
+		r.HasDevice, r.DeviceStart, r.DeviceEnd = true, ms(devStart), ms(devEnd)
+	}
+	return r
+}
+
+func action(id, parent uint64, name string, ph profiler.Phase, chunk, mb int, devStart, devEnd float64) profiler.Record {
+	r := rec(id, parent, 1, name, profiler.KindDevice, devStart-0.5, devEnd, devStart, devEnd)
+	r.Phase, r.Chunk, r.Microbatch = ph, int16(chunk), int32(mb)
+	return r
+}
+
+func collective(id, parent uint64, op, group string, bytes int64, factor float64, size, devStart, devEnd float64) profiler.Record {
+	r := rec(id, parent, 1, op, profiler.KindCollective, devStart, devEnd, devStart, devEnd)
+	r.Collective = profiler.Collective{Op: op, Bytes: bytes, Group: group, GroupSize: int32(size), Peer: -1, Root: -1, BusFactor: factor}
+	if op == "Send" || op == "Recv" {
+		r.Kind, r.Collective.Peer = profiler.KindP2P, 1
+	}
+	secs := r.DeviceDuration().Seconds()
+	r.AlgBandwidth = float64(bytes) / secs
+	r.BusBandwidth = r.AlgBandwidth * factor
+	return r
+}
+
+// series writes one sample line with its labels sorted by name, as the
+// exposition format compares them.
+func series(name string, v float64, labels ...string) string {
+	type kv struct{ k, v string }
+	var l []kv
+	for i := 0; i+1 < len(labels); i += 2 {
+		l = append(l, kv{labels[i], labels[i+1]})
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].k < l[j].k })
+	var b strings.Builder
+	b.WriteString(name)
+	b.WriteByte('{')
+	for i, x := range l {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%q", x.k, x.v)
+	}
+	fmt.Fprintf(&b, "} %v\n", v)
+	return b.String()
+}
+
+func family(name, typ, help string, lines ...string) string {
+	return fmt.Sprintf("# HELP %s %s\n# TYPE %s %s\n%s", name, help, name, typ, strings.Join(lines, ""))
+}
+
+// histogram writes the expected exposition of one histogram series from
+// its observations.
+func histogram(name string, bounds, obs []float64, labels ...string) string {
+	var b strings.Builder
+	sum := 0.0
+	for _, o := range obs {
+		sum += o
+	}
+	for _, ub := range bounds {
+		n := 0
+		for _, o := range obs {
+			if o <= ub {
+				n++
+			}
+		}
+		b.WriteString(series(name+"_bucket", float64(n), append(slices.Clone(labels), "le", fmt.Sprint(ub))...))
+	}
+	b.WriteString(series(name+"_bucket", float64(len(obs)), append(slices.Clone(labels), "le", "+Inf")...))
+	b.WriteString(series(name+"_sum", sum, labels...))
+	b.WriteString(series(name+"_count", float64(len(obs)), labels...))
+	return b.String()
+}
+
+func help(t *testing.T, reg prometheus.Gatherer, name string) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatalf("no metric family %s", name)
+	return ""
+}
+
+// A hand-built step on one rank: two overlapping actions, a host range and
+// two collectives. Every exported value is computed here from the records.
+func TestConsumeHandBuiltStep(t *testing.T) {
+	buckets := []float64{0.001, 0.004, 0.016}
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithRangeBuckets(buckets), prom.WithDurationBuckets(buckets), prom.WithBandwidthBuckets([]float64{1e6, 1e9}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := rec(1, 0, 0, "step", profiler.KindHost, 0, 10, 0, 0)
+	recs := []profiler.Record{
+		action(2, 1, "forward", profiler.Forward, 0, 0, 2, 5),
+		action(3, 1, "backward", profiler.Backward, 0, 0, 4, 8), // overlaps forward: busy is the union
+		rec(4, 1, 1, "load_batch", profiler.KindHost, 0.1, 0.6, 0, 0),
+		collective(5, 1, "AllReduce", "dp0", 4096, 1.0, 2, 8, 9),
+		collective(6, 1, "Send", "pp0", 1000, 1.0, 2, 9, 9.5),
+		step,
+	}
+	// Two batches, the step last, as the profiler delivers them.
+	e.Consume(recs[:3])
+	e.Consume(recs[3:])
+
+	rank := []string{"Hostname", host, "rank", "0", "gpu", "0", "UUID", ""}
+	with := func(l ...string) []string { return append(slices.Clone(rank), l...) }
+
+	// Records by name.
+	var lines []string
+	for _, r := range recs {
+		lines = append(lines, series("trainscope_records_total", 1, with("name", r.Name)...))
+	}
+	want := family("trainscope_records_total", "counter", help(t, e.Registry(), "trainscope_records_total"), lines...)
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_records_total"); err != nil {
+		t.Error(err)
+	}
+
+	// Host and device histograms per range.
+	var host, dev []string
+	for _, r := range recs {
+		l := with("name", r.Name, "kind", r.Kind.String(), "stage", "0", "chunk", "", "phase", r.Phase.String())
+		if r.Chunk >= 0 {
+			l = with("name", r.Name, "kind", r.Kind.String(), "stage", "0", "chunk", fmt.Sprint(r.Chunk), "phase", r.Phase.String())
+		}
+		host = append(host, histogram("trainscope_range_host_seconds", buckets, []float64{(r.HostEnd - r.HostStart).Seconds()}, l...))
+		if r.HasDevice {
+			dev = append(dev, histogram("trainscope_range_device_seconds", buckets, []float64{(r.DeviceEnd - r.DeviceStart).Seconds()}, l...))
+		}
+	}
+	want = family("trainscope_range_host_seconds", "histogram", help(t, e.Registry(), "trainscope_range_host_seconds"), host...) +
+		family("trainscope_range_device_seconds", "histogram", help(t, e.Registry(), "trainscope_range_device_seconds"), dev...)
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_range_host_seconds", "trainscope_range_device_seconds"); err != nil {
+		t.Error(err)
+	}
+
+	// Busy: forward [2,5] ∪ backward [4,8] = [2,8]; idle: the rest of the
+	// 10 ms step.
+	busy, idle := ms(8-2).Seconds(), (ms(10) - ms(8-2)).Seconds()
+	stage := with("stage", "0")
+	want = family("trainscope_stage_busy_seconds_total", "counter", help(t, e.Registry(), "trainscope_stage_busy_seconds_total"), series("trainscope_stage_busy_seconds_total", busy, stage...)) +
+		family("trainscope_stage_idle_seconds_total", "counter", help(t, e.Registry(), "trainscope_stage_idle_seconds_total"), series("trainscope_stage_idle_seconds_total", idle, stage...)) +
+		family("trainscope_step_seconds", "histogram", help(t, e.Registry(), "trainscope_step_seconds"), histogram("trainscope_step_seconds", buckets, []float64{ms(10).Seconds()}, stage...))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want),
+		"trainscope_stage_busy_seconds_total", "trainscope_stage_idle_seconds_total", "trainscope_step_seconds"); err != nil {
+		t.Error(err)
+	}
+
+	// Collectives: bytes, bus bytes, and the power-of-two size bucket.
+	ar := with("op", "AllReduce", "group", "dp0", "size", "4096")
+	send := with("op", "Send", "group", "pp0", "size", "1024")
+	want = family("trainscope_collective_bytes_total", "counter", help(t, e.Registry(), "trainscope_collective_bytes_total"),
+		series("trainscope_collective_bytes_total", 4096, ar...), series("trainscope_collective_bytes_total", 1000, send...)) +
+		family("trainscope_collective_bus_bytes_total", "counter", help(t, e.Registry(), "trainscope_collective_bus_bytes_total"),
+			series("trainscope_collective_bus_bytes_total", 4096*1.0, ar...), series("trainscope_collective_bus_bytes_total", 1000*1.0, send...)) +
+		family("trainscope_collective_seconds", "histogram", help(t, e.Registry(), "trainscope_collective_seconds"),
+			histogram("trainscope_collective_seconds", buckets, []float64{ms(1).Seconds()}, ar...),
+			histogram("trainscope_collective_seconds", buckets, []float64{ms(0.5).Seconds()}, send...)) +
+		family("trainscope_collective_busbw_bytes_per_second", "histogram", help(t, e.Registry(), "trainscope_collective_busbw_bytes_per_second"),
+			histogram("trainscope_collective_busbw_bytes_per_second", []float64{1e6, 1e9}, []float64{4096 / ms(1).Seconds()}, ar...),
+			histogram("trainscope_collective_busbw_bytes_per_second", []float64{1e6, 1e9}, []float64{1000 / ms(0.5).Seconds()}, send...))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want),
+		"trainscope_collective_bytes_total", "trainscope_collective_bus_bytes_total", "trainscope_collective_seconds", "trainscope_collective_busbw_bytes_per_second"); err != nil {
+		t.Error(err)
+	}
+
+	// An action of the accounted step arriving now is late, not busy.
+	e.Consume([]profiler.Record{action(7, 1, "forward", profiler.Forward, 1, 0, 8, 9.9)})
+	want = family("trainscope_stage_late_ranges_total", "counter", help(t, e.Registry(), "trainscope_stage_late_ranges_total"), series("trainscope_stage_late_ranges_total", 1, stage...)) +
+		family("trainscope_stage_busy_seconds_total", "counter", help(t, e.Registry(), "trainscope_stage_busy_seconds_total"), series("trainscope_stage_busy_seconds_total", busy, stage...))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_stage_late_ranges_total", "trainscope_stage_busy_seconds_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Busy time is the union of the actions' device intervals clipped to the
+// step, over many random layouts, checked against a millisecond grid.
+func TestBusyIsClippedUnion(t *testing.T) {
+	for seed := range 50 {
+		e, err := prom.New(nil, prom.WithHostname(host))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Step from 10 to 90 ms; actions anywhere in 0..100 ms, whole ms.
+		var batch []profiler.Record
+		covered := make([]bool, 100)
+		x := uint32(seed*2654435761 + 1)
+		next := func(n uint32) uint32 { x ^= x << 13; x ^= x >> 17; x ^= x << 5; return x % n }
+		for i := range 12 {
+			s := next(95)
+			d := 1 + next(20)
+			end := min(s+d, 100)
+			ph := profiler.Forward
+			if i%2 == 1 {
+				ph = profiler.Backward
+			}
+			batch = append(batch, action(uint64(i+2), 1, "forward", ph, 0, i, float64(s), float64(end)))
+			for m := s; m < end; m++ {
+				if m >= 10 && m < 90 {
+					covered[m] = true
+				}
+			}
+		}
+		// A nested range and a collective do not count as busy.
+		nested := action(50, 2, "linear", profiler.Forward, 0, 0, 0, 100)
+		nested.Depth = 2
+		batch = append(batch, nested, collective(51, 1, "AllReduce", "dp0", 8, 1, 2, 0, 100))
+		batch = append(batch, rec(1, 0, 0, "step", profiler.KindHost, 10, 90, 0, 0))
+		e.Consume(batch)
+		n := 0
+		for _, c := range covered {
+			if c {
+				n++
+			}
+		}
+		wantBusy, wantIdle := ms(float64(n)).Seconds(), (ms(80) - ms(float64(n))).Seconds()
+		got := gatherValues(t, e.Registry())
+		key := `{Hostname="node-7",UUID="",gpu="0",rank="0",stage="0"}`
+		if b := got["trainscope_stage_busy_seconds_total"+key]; math.Abs(b-wantBusy) > 1e-12 {
+			t.Errorf("seed %d: busy %v, want %v", seed, b, wantBusy)
+		}
+		if i := got["trainscope_stage_idle_seconds_total"+key]; math.Abs(i-wantIdle) > 1e-12 {
+			t.Errorf("seed %d: idle %v, want %v", seed, i, wantIdle)
+		}
+	}
+}
+
+// gatherValues flattens counters, gauges and histogram counts and sums into
+// "name{labels}" → value, labels sorted as the registry sorts them.
+func gatherValues(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var b strings.Builder
+			b.WriteByte('{')
+			for i, l := range m.GetLabel() {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, "%s=%q", l.GetName(), l.GetValue())
+			}
+			b.WriteByte('}')
+			k := b.String()
+			switch {
+			case m.Counter != nil:
+				out[mf.GetName()+k] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[mf.GetName()+k] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				out[mf.GetName()+"_count"+k] = float64(m.GetHistogram().GetSampleCount())
+				out[mf.GetName()+"_sum"+k] = m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return out
+}
+
+type fakeStats profiler.Stats
+
+func (f *fakeStats) Stats() profiler.Stats { return profiler.Stats(*f) }
+
+func TestStatsCollectorReadsAtScrape(t *testing.T) {
+	s := &fakeStats{Recorders: 4, Records: 100, Pending: 3, Dropped: 5, Overflow: 6, EventDrops: 7, Unbalanced: 8, Errors: 9}
+	c := prom.NewStatsCollector(s)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	check := func() {
+		t.Helper()
+		got := gatherValues(t, reg)
+		want := map[string]float64{
+			"trainscope_backend_errors_total{}":   float64(s.Errors),
+			"trainscope_event_shortages_total{}":  float64(s.EventDrops),
+			"trainscope_recorders{}":              float64(s.Recorders),
+			"trainscope_records_dropped_total{}":  float64(s.Dropped),
+			"trainscope_records_kept{}":           float64(s.Records),
+			"trainscope_records_overflow_total{}": float64(s.Overflow),
+			"trainscope_records_pending{}":        float64(s.Pending),
+			"trainscope_unbalanced_ends_total{}":  float64(s.Unbalanced),
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %v, want %v", k, got[k], v)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%d series, want %d: %v", len(got), len(want), got)
+		}
+		if n := testutil.CollectAndCount(c, "trainscope_records_dropped_total"); n != 1 {
+			t.Errorf("%d dropped series, want 1", n)
+		}
+	}
+	check()
+	// The collector reads at scrape time: later counts show.
+	s.Dropped, s.Records = 50, 1000
+	check()
+	if err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP trainscope_records_pending Device ranges whose events have not completed yet.
+# TYPE trainscope_records_pending gauge
+trainscope_records_pending 3
+`), "trainscope_records_pending"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestDeviceLabelsJoinDCGM(t *testing.T) {
+	describer := func(tp runtime.DeviceType) runtime.DeviceDescriber {
+		if tp == runtime.CUDA {
+			return fakeDescriber{}
+		}
+		return nil
+	}
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDescriber(describer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rec(1, 0, 0, "step", profiler.KindHost, 0, 1, 0, 0)
+	a.Rank, a.Device = 5, cuda3
+	b := rec(1, 0, 0, "step", profiler.KindHost, 0, 1, 0, 0)
+	b.Rank = 2
+	e.Consume([]profiler.Record{a, b})
+	got := gatherValues(t, e.Registry())
+	for _, k := range []string{
+		`trainscope_records_total{Hostname="node-7",UUID="GPU-fake-3",gpu="3",name="step",rank="5"}`,
+		`trainscope_records_total{Hostname="node-7",UUID="",gpu="0",name="step",rank="2"}`,
+	} {
+		if got[k] != 1 {
+			t.Errorf("%s = %v, want 1; have %v", k, got[k], keys(got, "trainscope_records_total"))
+		}
+	}
+}
+
+type fakeDescriber struct{}
+
+func (fakeDescriber) DeviceName(i int) (string, error) { return "Fake GPU", nil }
+func (fakeDescriber) DeviceUUID(i int) (string, error) { return fmt.Sprintf("GPU-fake-%d", i), nil }
+
+func keys(m map[string]float64, prefix string) []string {
+	var out []string
+	for k := range m {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestDeliveryCounters(t *testing.T) {
+	e, err := prom.New(nil, prom.WithHostname(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d prom.Delivery
+	if err := e.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery { return d })); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery { return d })); err == nil {
+		t.Error("second AddDelivery of one name: no error")
+	}
+	d = prom.Delivery{Delivered: 90, Failed: 7, Dropped: 3}
+	got := gatherValues(t, e.Registry())
+	for outcome, v := range map[string]uint64{"delivered": d.Delivered, "failed": d.Failed, "dropped": d.Dropped} {
+		k := fmt.Sprintf(`trainscope_exporter_items_total{Hostname="node-7",exporter="otel",outcome=%q}`, outcome)
+		if got[k] != float64(v) {
+			t.Errorf("%s = %v, want %d", k, got[k], v)
+		}
+	}
+}
+
+func TestNamesBeyondBoundCountAsOther(t *testing.T) {
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithMaxNames(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []profiler.Record
+	for i := range 1000 {
+		batch = append(batch, rec(uint64(i+1), 0, 0, fmt.Sprintf("range-%d", i), profiler.KindHost, 0, 1, 0, 0))
+	}
+	e.Consume(batch)
+	got := gatherValues(t, e.Registry())
+	names := keys(got, "trainscope_records_total")
+	if len(names) != 11 {
+		t.Errorf("%d records_total series, want 10 names + other: %v", len(names), names)
+	}
+	other := `trainscope_records_total{Hostname="node-7",UUID="",gpu="0",name="other",rank="0"}`
+	if got[other] != 990 {
+		t.Errorf("%s = %v, want 990", other, got[other])
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, o := range []prom.Option{prom.WithMaxNames(0), prom.WithMaxGroups(-1), prom.WithDurationBuckets(nil), prom.WithRangeBuckets([]float64{1, 1}), prom.WithBandwidthBuckets([]float64{2, 1})} {
+		if _, err := prom.New(nil, o); err == nil {
+			t.Errorf("New accepted a bad option")
+		}
+	}
+	e, _ := prom.New(nil, prom.WithHostname(host))
+	err := e.Register(prometheus.NewGoCollector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var are prometheus.AlreadyRegisteredError
+	if err := e.Register(prometheus.NewGoCollector()); !errors.As(err, &are) {
+		t.Errorf("second Register: %v, want AlreadyRegisteredError", err)
+	}
+}

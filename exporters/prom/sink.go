@@ -1,0 +1,247 @@
+package prom
+
+import (
+	"math/bits"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// StepRange is the name of the top-level range that marks a training step:
+// its host time is the step time, and the forward and backward ranges
+// directly inside it make up the stage's busy time.
+const StepRange = "step"
+
+// rangeKey identifies one range series. It holds the record's fields
+// rather than label strings, so a record finds its series without
+// formatting anything.
+type rangeKey struct {
+	dev          runtime.Device
+	name         string
+	rank         int32
+	stage, chunk int16
+	kind         profiler.Kind
+	phase        profiler.Phase
+}
+
+type rangeSeries struct {
+	host, device prometheus.Observer // device is made on the first device time
+	records      prometheus.Counter
+	labels       []string
+}
+
+type collKey struct {
+	dev       runtime.Device
+	op, group string
+	rank      int32
+	size      int8 // log2 of the message size bucket; -1 for 0 bytes
+}
+
+type collSeries struct {
+	bytes, busBytes     prometheus.Counter
+	seconds, alg, busBW prometheus.Observer
+}
+
+type stepKey struct {
+	dev   runtime.Device
+	rank  int32
+	stage int16
+}
+
+type stepSeries struct {
+	step             prometheus.Observer
+	busy, idle, late prometheus.Counter
+}
+
+type deviceLabels struct{ gpu, uuid string }
+
+// Consume updates the metrics from a batch of finished records. It
+// implements profiler.Sink: it keeps nothing of the batch, allocates only
+// when a record opens a new series, and waits for nothing but a scrape
+// that is registering the same new series.
+func (e *Exporter) Consume(batch []profiler.Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range batch {
+		r := &batch[i]
+		rs := e.rangeSeries(r)
+		rs.records.Inc()
+		rs.host.Observe(r.HostDuration().Seconds())
+		if r.HasDevice {
+			if rs.device == nil {
+				rs.device = e.m.rangeDevice.WithLabelValues(rs.labels...)
+			}
+			rs.device.Observe(r.DeviceDuration().Seconds())
+		}
+		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
+			e.collective(r)
+		}
+		switch {
+		case r.Depth == 0 && r.Name == StepRange:
+			e.stepSeries(r.Device, r.Rank, r.Stage).step.Observe(r.HostDuration().Seconds())
+			e.acct.step(r)
+		case isAction(r):
+			if e.acct.action(r) {
+				e.stepSeries(r.Device, r.Rank, r.Stage).late.Inc()
+			}
+		}
+	}
+	e.acct.finish(e.accountStep, e.unaccounted)
+}
+
+func (e *Exporter) collective(r *profiler.Record) {
+	c := &r.Collective
+	k := collKey{dev: r.Device, op: c.Op, group: c.Group, rank: int32(r.Rank), size: sizeBucket(c.Bytes)}
+	s, ok := e.colls[k]
+	if !ok {
+		s = e.newCollSeries(k)
+	}
+	d := r.DeviceDuration()
+	if !r.HasDevice {
+		d = r.HostDuration()
+	}
+	s.bytes.Add(float64(c.Bytes))
+	s.busBytes.Add(float64(c.Bytes) * c.BusFactor)
+	s.seconds.Observe(d.Seconds())
+	if d > 0 {
+		s.alg.Observe(r.AlgBandwidth)
+		s.busBW.Observe(r.BusBandwidth)
+	}
+}
+
+func (e *Exporter) rangeSeries(r *profiler.Record) *rangeSeries {
+	k := rangeKey{dev: r.Device, name: r.Name, rank: int32(r.Rank), stage: r.Stage, chunk: r.Chunk, kind: r.Kind, phase: r.Phase}
+	if s, ok := e.ranges[k]; ok {
+		return s
+	}
+	if _, known := e.names[k.name]; !known {
+		if len(e.names) >= e.cfg.maxNames {
+			k.name = OtherLabel
+			if s, ok := e.ranges[k]; ok {
+				return s
+			}
+		} else {
+			e.names[k.name] = struct{}{}
+		}
+	}
+	rl := e.rankLabels(k.dev, int(k.rank))
+	l := append(rl, k.name, k.kind.String(), optional(int(k.stage)), optional(int(k.chunk)), k.phase.String())
+	s := &rangeSeries{
+		host:    e.m.rangeHost.WithLabelValues(l...),
+		records: e.m.records.WithLabelValues(append(rl[:len(perRank):len(perRank)], k.name)...),
+		labels:  l,
+	}
+	e.ranges[k] = s
+	return s
+}
+
+func (e *Exporter) newCollSeries(k collKey) *collSeries {
+	orig := k
+	if _, known := e.groups[k.group]; !known {
+		if len(e.groups) >= e.cfg.maxGroups {
+			k.group = OtherLabel
+			if s, ok := e.colls[k]; ok {
+				e.aliasColl(orig, s)
+				return s
+			}
+		} else {
+			e.groups[k.group] = struct{}{}
+		}
+	}
+	size := "0"
+	if k.size >= 0 {
+		size = strconv.FormatUint(1<<uint(k.size), 10)
+	}
+	l := append(e.rankLabels(k.dev, int(k.rank)), k.op, k.group, size)
+	s := &collSeries{
+		bytes:    e.m.collBytes.WithLabelValues(l...),
+		busBytes: e.m.collBusBytes.WithLabelValues(l...),
+		seconds:  e.m.collSeconds.WithLabelValues(l...),
+		alg:      e.m.collAlgBW.WithLabelValues(l...),
+		busBW:    e.m.collBusBW.WithLabelValues(l...),
+	}
+	e.colls[k] = s
+	if orig != k {
+		e.aliasColl(orig, s)
+	}
+	return s
+}
+
+// aliasColl remembers that a key beyond the group bound counts under s, up
+// to a bound of its own, so the map stays bounded whatever groups come.
+func (e *Exporter) aliasColl(k collKey, s *collSeries) {
+	if len(e.colls) < 64*e.cfg.maxGroups {
+		e.colls[k] = s
+	}
+}
+
+func (e *Exporter) stepSeries(dev runtime.Device, rank int, stage int16) *stepSeries {
+	k := stepKey{dev: dev, rank: int32(rank), stage: stage}
+	if s, ok := e.steps[k]; ok {
+		return s
+	}
+	l := append(e.rankLabels(dev, rank), optional(int(stage)))
+	s := &stepSeries{
+		step: e.m.step.WithLabelValues(l...),
+		busy: e.m.stageBusy.WithLabelValues(l...),
+		idle: e.m.stageIdle.WithLabelValues(l...),
+		late: e.m.stageLate.WithLabelValues(l...),
+	}
+	e.steps[k] = s
+	return s
+}
+
+// accountStep adds one step's busy and idle time.
+func (e *Exporter) accountStep(dev runtime.Device, rank int, stage int16, busy, idle float64) {
+	s := e.stepSeries(dev, rank, stage)
+	s.busy.Add(busy)
+	s.idle.Add(idle)
+}
+
+func (e *Exporter) unaccounted(dev runtime.Device, rank int) {
+	e.m.stepsWithoutAccounting.WithLabelValues(e.rankLabels(dev, rank)...).Inc()
+}
+
+// rankLabels returns fresh rank, gpu and UUID label values.
+func (e *Exporter) rankLabels(dev runtime.Device, rank int) []string {
+	d, ok := e.devs[dev]
+	if !ok {
+		d.gpu = strconv.Itoa(dev.Index)
+		if desc := e.cfg.describer(dev.Type); desc != nil {
+			if u, err := desc.DeviceUUID(dev.Index); err == nil {
+				d.uuid = u
+			}
+		}
+		e.devs[dev] = d
+	}
+	l := make([]string, len(perRank), len(perRank)+6)
+	l[0], l[1], l[2] = strconv.Itoa(rank), d.gpu, d.uuid
+	return l
+}
+
+// optional formats a stage or chunk label: empty when not set.
+func optional(v int) string {
+	if v < 0 {
+		return ""
+	}
+	return strconv.Itoa(v)
+}
+
+// sizeBucket is the log2 of the smallest power of two holding n bytes, or
+// -1 for none.
+func sizeBucket(n int64) int8 {
+	if n <= 0 {
+		return -1
+	}
+	return int8(bits.Len64(uint64(n - 1)))
+}
+
+// isAction reports whether r is a forward or backward action directly
+// inside a step: what busy time is made of.
+func isAction(r *profiler.Record) bool {
+	return r.Depth == 1 && r.Kind == profiler.KindDevice && r.HasDevice &&
+		(r.Phase == profiler.Forward || r.Phase == profiler.Backward)
+}
