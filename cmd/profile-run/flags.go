@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
@@ -19,6 +21,14 @@ type options struct {
 	sortBy  profiler.SortKey
 	profile string // "on", "off", "seed-sync"
 	command []string
+
+	// Destinations. File outputs default to the run directory ("" there
+	// means the default name; "off" turns one off); network ones are off
+	// unless asked, except the loopback /metrics listener.
+	report, pprofPath, tracePath string
+	metricsAddr                  string
+	metricsLinger                time.Duration
+	pushgateway                  string
 }
 
 var errHelp = errors.New("help requested")
@@ -52,6 +62,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
 	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or seed-sync (synchronise around every range, as the seed did)")
+	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip)`)
+	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
+	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)
+	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values")
+	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL (for batch jobs)")
 	printUsage := func() {
 		fmt.Fprintf(stderr, "Usage: profile-run [flags]\n\nTrains the built-in pipelined model on the best available backend and reports\nwhere each step's time went.\n\nFlags:\n")
 		fs.SetOutput(stderr)
@@ -87,6 +103,22 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if strings.TrimSpace(o.outDir) == "" {
 		return nil, usagef("-out: empty directory name")
+	}
+	if o.metricsLinger < 0 {
+		return nil, usagef("-metrics-linger: %v is negative", o.metricsLinger)
+	}
+	if o.pushgateway != "" {
+		u, err := url.Parse(o.pushgateway)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, usagef("-pushgateway: %q is not an http(s) URL", o.pushgateway)
+		}
+	}
+	if o.profile == "off" {
+		for name, v := range map[string]string{"-pprof": o.pprofPath, "-trace": o.tracePath, "-report": o.report, "-pushgateway": o.pushgateway} {
+			if v != "" && v != "off" {
+				return nil, usagef("%s needs profiling, but -profile is off", name)
+			}
+		}
 	}
 	return o, nil
 }

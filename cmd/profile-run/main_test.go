@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -35,6 +39,9 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"unknown profile mode", []string{"-profile", "maybe"}, []string{`"maybe"`}},
 		{"microbatches vs pp", []string{"-pp", "2", "-vpp", "2", "-microbatches", "3"}, []string{"3", "2"}},
 		{"stray argument", []string{"python", "train.py"}, []string{"python"}},
+		{"pprof without profiling", []string{"-profile", "off", "-pprof", "x.pb.gz"}, []string{"-pprof", "-profile"}},
+		{"bad pushgateway", []string{"-pushgateway", "localhost:9091"}, []string{"localhost:9091"}},
+		{"negative linger", []string{"-metrics-linger", "-1s"}, []string{"-1s"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -97,13 +104,16 @@ func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
 		t.Fatalf("%d run directories, want 2 (one per run)", len(runs))
 	}
 	for _, r := range runs {
-		for _, f := range []string{"report.txt", "report.rank0", "report.rank1"} {
+		for _, f := range []string{"report.txt", "report.rank0", "report.rank1", "profile.pb.gz", "trace.json"} {
 			b, err := os.ReadFile(filepath.Join(out, r.Name(), f))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Contains(b, []byte("Host Total(us)")) {
+			if strings.HasPrefix(f, "report") && !bytes.Contains(b, []byte("Host Total(us)")) {
 				t.Errorf("%s/%s has no report table", r.Name(), f)
+			}
+			if len(b) == 0 {
+				t.Errorf("%s/%s is empty", r.Name(), f)
 			}
 		}
 	}
@@ -117,4 +127,76 @@ func TestProfilingOff(t *testing.T) {
 	if strings.Contains(stdout, "Host Total") {
 		t.Errorf("profiling off still printed a report")
 	}
+}
+
+func TestUnwritableFileOutputFailsBeforeTraining(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", dir, "-pprof", filepath.Join(dir, "missing", "p.pb.gz"), "-metrics-addr", "off"}, small...)...)
+	if code != exitFail || !strings.Contains(stderr, "-pprof") {
+		t.Fatalf("code %d stderr %q", code, stderr)
+	}
+	if strings.Contains(stdout, "training on") {
+		t.Errorf("training started before the -pprof path was checked")
+	}
+}
+
+// A port already in use and a Pushgateway that refuses are reported; the
+// training itself succeeds and the exit code is its own.
+func TestNetworkFaultsDoNotFailTraining(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedAddr := refused.Addr().String()
+	refused.Close() // nothing listens there now
+
+	args := append([]string{"-out", t.TempDir(), "-metrics-addr", busy.Addr().String(), "-pushgateway", "http://" + refusedAddr}, small...)
+	code, stdout, stderr := runCmd(t, args...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "not serving /metrics") {
+		t.Errorf("no warning about the busy port: %q", stderr)
+	}
+	if !strings.Contains(stdout, "pushgateway: not delivered") || !strings.Contains(stdout, "step 1: loss") {
+		t.Errorf("summary does not report the refused push, or training did not finish:\n%s", stdout)
+	}
+}
+
+func TestMetricsServedDuringRun(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	done := make(chan string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(context.Background(), append([]string{"-out", t.TempDir(), "-metrics-addr", addr, "-metrics-linger", "3s"}, small...), &out, &errb)
+		done <- out.String() + errb.String()
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	var body string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if strings.Contains(body, "trainscope_records_total") {
+				break
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(body, `trainscope_records_total{`) {
+		t.Fatalf("no trainscope_records_total served on %s", addr)
+	}
+	<-done
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -61,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)
 		return exitFail
 	}
-	if err := train(ctx, o, runDir, stdout); err != nil {
+	if err := train(ctx, o, runDir, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)
 		return exitFail
 	}
@@ -122,7 +123,7 @@ func makeRunDir(dir string) (string, error) {
 	return "", fmt.Errorf("output directory: could not find a free run name under %s", dir)
 }
 
-func train(ctx context.Context, o *options, runDir string, stdout io.Writer) error {
+func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
 		var opts []profiler.Option
@@ -138,6 +139,13 @@ func train(ctx context.Context, o *options, runDir string, stdout io.Writer) err
 			defer cancel()
 			_ = prof.Close(cctx)
 		}()
+	}
+	var out *outputs
+	if prof != nil {
+		var err error
+		if out, err = openOutputs(o, runDir, prof, stderr); err != nil {
+			return err
+		}
 	}
 	cfg := o.train
 	cfg.Profiler = prof
@@ -160,21 +168,12 @@ func train(ctx context.Context, o *options, runDir string, stdout io.Writer) err
 	fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	flushErr := prof.Flush(fctx)
 	cancel()
-	paths, err := writeReports(prof, runDir, o.sortBy, stdout)
-	st := prof.Stats()
-	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped while recording, %d over the record bound, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
-		st.Records, st.Dropped, st.Overflow, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
-	fmt.Fprintf(stdout, "wrote:\n")
-	for _, p := range paths {
-		fmt.Fprintf(stdout, "  %s\n", p)
-	}
-	return errors.Join(trainErr, flushErr, err)
+	return errors.Join(trainErr, flushErr, out.finish(stdout))
 }
 
-// writeReports prints the all-steps summary and writes it, and one file per
-// rank with per-step tables and the per-call log, into runDir.
-func writeReports(prof *profiler.Profiler, runDir string, by profiler.SortKey, stdout io.Writer) ([]string, error) {
-	recs := prof.Snapshot()
+// writeReports prints the all-steps summary, writes it to f, and writes
+// one file per rank beside f with per-step tables and the per-call log.
+func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, stdout io.Writer) ([]string, error) {
 	all := make([]profiler.Record, len(recs))
 	copy(all, recs)
 	for i := range all {
@@ -189,18 +188,9 @@ func writeReports(prof *profiler.Profiler, runDir string, by profiler.SortKey, s
 	if err := profiler.WriteReport(stdout, groups, peaks, by); err != nil {
 		return nil, err
 	}
-	summary := filepath.Join(runDir, "report.txt")
-	f, err := os.Create(summary)
-	if err != nil {
+	if err := profiler.WriteReport(f, groups, peaks, by); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	err = profiler.WriteReport(f, groups, peaks, by)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("report: %w", err)
-	}
-	ranks, err := profiler.WriteRankFiles(filepath.Join(runDir, "report"), recs, by)
-	return append([]string{summary}, ranks...), err
+	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
+	return profiler.WriteRankFiles(prefix, recs, by)
 }

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/exporters/pprof"
+	"github.com/trainscope/trainscope/exporters/prom"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// closeTimeout bounds each exporter's shutdown at the end of a run.
+const closeTimeout = 15 * time.Second
+
+// outputs are the destinations of one run's records: files opened at start
+// (so an unwritable path fails before training), the live /metrics
+// endpoint, and what is pushed at the end.
+type outputs struct {
+	o      *options
+	runDir string
+	prof   *profiler.Profiler
+	stderr io.Writer
+
+	report, pprofFile, traceFile *os.File
+
+	metrics     *prom.Exporter
+	metricsAddr net.Addr
+
+	summary []string // one line per destination, for the end of the run
+}
+
+// resolvePath applies a file flag's convention: "" is the default name in
+// the run directory, "off" is no file.
+func resolvePath(flagValue, runDir, defaultName string) string {
+	switch flagValue {
+	case "off":
+		return ""
+	case "":
+		return filepath.Join(runDir, defaultName)
+	}
+	return flagValue
+}
+
+func createFile(what, path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return f, nil
+}
+
+// openOutputs prepares every destination. File problems are errors;
+// network problems (a port in use) are warnings: training goes on.
+func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.Writer) (*outputs, error) {
+	out := &outputs{o: o, runDir: runDir, prof: prof, stderr: stderr}
+	var err error
+	files := []struct {
+		dst        **os.File
+		what, path string
+	}{
+		{&out.report, "-report", resolvePath(o.report, runDir, "report.txt")},
+		{&out.pprofFile, "-pprof", resolvePath(o.pprofPath, runDir, "profile.pb.gz")},
+		{&out.traceFile, "-trace", resolvePath(o.tracePath, runDir, "trace.json")},
+	}
+	for _, f := range files {
+		if *f.dst, err = createFile(f.what, f.path); err != nil {
+			out.closeFiles()
+			return nil, err
+		}
+	}
+	if o.metricsAddr != "off" || o.pushgateway != "" {
+		if out.metrics, err = prom.New(prof, prom.WithRunID(filepath.Base(runDir))); err != nil {
+			out.closeFiles()
+			return nil, err
+		}
+	}
+	if o.metricsAddr != "off" {
+		if out.metricsAddr, err = out.metrics.Serve(o.metricsAddr); err != nil {
+			fmt.Fprintf(stderr, "profile-run: warning: not serving /metrics: %v (training goes on)\n", err)
+			out.summary = append(out.summary, fmt.Sprintf("metrics: not served: %v", err))
+		} else {
+			fmt.Fprintf(stderr, "profile-run: serving Prometheus metrics on http://%s/metrics\n", out.metricsAddr)
+		}
+	}
+	return out, nil
+}
+
+func (out *outputs) closeFiles() {
+	for _, f := range []*os.File{out.report, out.pprofFile, out.traceFile} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// finish writes the file outputs from the flushed profiler, pushes and
+// closes the network ones, and prints the summary. Training's own outcome
+// is not its business: a destination that fails is reported, and returned.
+func (out *outputs) finish(stdout io.Writer) error {
+	defer out.closeFiles()
+	recs := out.prof.Snapshot()
+	var errs []error
+	if out.report != nil {
+		paths, err := writeReports(out.report, recs, out.o.sortBy, stdout)
+		errs = append(errs, err)
+		out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
+		for _, p := range paths {
+			out.summary = append(out.summary, "        "+p)
+		}
+	}
+	if out.pprofFile != nil {
+		st, err := pprof.Write(out.pprofFile, recs, pprof.WithEpoch(out.prof.Epoch()))
+		errs = append(errs, ignoreEmpty(err))
+		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), out.pprofFile.Name()))
+	}
+	if out.traceFile != nil {
+		st, err := chrometrace.Write(out.traceFile, recs, chrometrace.WithEpoch(out.prof.Epoch()))
+		errs = append(errs, ignoreEmpty(err))
+		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched) → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, out.traceFile.Name()))
+	}
+	if out.metrics != nil {
+		errs = append(errs, out.finishMetrics())
+	}
+	st := out.prof.Stats()
+	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped while recording, %d over the record bound, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
+		st.Records, st.Dropped, st.Overflow, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
+	fmt.Fprintln(stdout, "outputs:")
+	for _, line := range out.summary {
+		fmt.Fprintf(stdout, "  %s\n", line)
+	}
+	return errors.Join(errs...)
+}
+
+// ignoreEmpty lets a run that recorded nothing (it failed at once) leave
+// empty files rather than fail a second time.
+func ignoreEmpty(err error) error {
+	if errors.Is(err, pprof.ErrNoRecords) || errors.Is(err, chrometrace.ErrNoRecords) {
+		return nil
+	}
+	return err
+}
+
+func (out *outputs) finishMetrics() error {
+	var errs []error
+	if out.o.pushgateway != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		err := out.metrics.Push(ctx, out.o.pushgateway, "profile-run")
+		cancel()
+		if err != nil {
+			out.summary = append(out.summary, fmt.Sprintf("pushgateway: not delivered: %v", err))
+			fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+		} else {
+			out.summary = append(out.summary, "pushgateway: pushed to "+out.o.pushgateway)
+		}
+	}
+	if out.metricsAddr != nil {
+		if out.o.metricsLinger > 0 {
+			fmt.Fprintf(out.stderr, "profile-run: serving final metrics for %v more\n", out.o.metricsLinger)
+			time.Sleep(out.o.metricsLinger)
+		}
+		out.summary = append(out.summary, fmt.Sprintf("metrics: served on http://%s/metrics during the run", out.metricsAddr))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if err := out.metrics.Close(ctx); err != nil && !errors.Is(err, prom.ErrClosed) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

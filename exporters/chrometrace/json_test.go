@@ -1,0 +1,61 @@
+package chrometrace
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// A time read back as Perfetto reads it, float64(µs) × 1000 truncated,
+// is the exact nanosecond, also where the plain decimal would not be.
+func TestAppendTimeTruncatesExactly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	values := []int64{0, 1, 999, 1000, 1001, 1234567, 1_000_000_000_123, -1, -1234567}
+	for range 100000 {
+		values = append(values, rng.Int64N(1<<50), -rng.Int64N(1<<40))
+	}
+	plainWrong := 0
+	for _, ns := range values {
+		s := string(appendTime(nil, ns))
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("%d → %q: %v", ns, s, err)
+		}
+		if got := int64(f * 1000); got != ns {
+			t.Fatalf("%d → %q → %d", ns, s, got)
+		}
+		if p, _ := strconv.ParseFloat(string(appendMicros(nil, ns)), 64); int64(p*1000) != ns {
+			plainWrong++
+		}
+	}
+	t.Logf("%d of %d plain decimals truncate to the wrong nanosecond", plainWrong, len(values))
+	if plainWrong == 0 {
+		t.Error("no value where the plain decimal truncates wrongly: the test no longer shows why the half nanosecond is there")
+	}
+}
+
+func TestAppendMicros(t *testing.T) {
+	for ns, want := range map[int64]string{0: "0", 1: "0.001", 1500: "1.5", 1234567: "1234.567", -2500: "-2.5", 3000: "3"} {
+		if got := string(appendMicros(nil, ns)); got != want {
+			t.Errorf("appendMicros(%d) = %q, want %q", ns, got, want)
+		}
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "linear", `a"b\c`, "tab\there\nnl\r\x00\x1f", "µs → ok", "bad\xffutf8", "\u2028"} {
+		b := appendString(nil, s)
+		var got string
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%q → %s: %v", s, b, err)
+		}
+		want := s
+		if s == "bad\xffutf8" {
+			want = "bad\ufffdutf8"
+		}
+		if got != want {
+			t.Errorf("%q → %s → %q", s, b, got)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+// Package pprof turns profiler records into a pprof profile
+// (profile.proto, gzip-compressed), so `go tool pprof` shows where a
+// training step's time goes as a flame graph, a top list or a graph.
+//
+// Each record becomes one sample. Its stack is the record's range nesting
+// path, innermost first (op ← forward ← step), with one Function and one
+// Location per distinct range name. Its values are, in this order:
+//
+//	host_time/nanoseconds    the range's host wall time minus its child ranges' (self time)
+//	device_time/nanoseconds  the range's device time minus its nearest device-timed descendants' (self time)
+//	ranges/count             1
+//
+// host_time is the default sample type. Because the values are self
+// times, pprof's cum for a range name adds back what its descendants hold
+// and equals the report's total for that name: cum of host_time is
+// profiler.Summarize's HostTotal summed over ranks and steps, cum of
+// device_time its DeviceTotal for device-timed names, and flat of ranges
+// its Count. Write lists these agreements and their conditions exactly.
+//
+// Samples carry the numeric labels rank, stage, chunk and step and the
+// string labels phase and tag where the record has them, so
+// `-tagfocus=rank=1` or `-tagfocus=phase=backward` narrows the view.
+//
+// Write encodes the profile itself, straight from the records, several
+// times faster than building every sample as a profile.Sample and
+// encoding it with profile.Write (which Build allows, for callers that
+// want the profile as a value); both give the same profile.
+package pprof
