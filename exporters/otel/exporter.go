@@ -1,0 +1,477 @@
+package otel
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Exporter is a profiler.Sink that sends records as OTLP spans.
+//
+// Consume copies records into a bounded queue and returns; it never waits
+// for the network. One goroutine builds spans from the queue and sends
+// them in requests of at most Config.BatchSize spans, up to
+// Config.Concurrency requests at once, each bounded by
+// Config.ExportTimeout with the OTLP exporter's own bounded retries. Every
+// span is counted exactly once as exported, dropped or failed (Stats).
+type Exporter struct {
+	cfg      Config
+	protocol string // ProtocolGRPC, ProtocolHTTP, or "" for WithSpanExporter
+	target   string // where requests go, for messages
+	spans    sdktrace.SpanExporter
+	build    *builder
+
+	mu       sync.Mutex
+	queue    []profiler.Record // records waiting for the export goroutine
+	spare    []profiler.Record
+	held     int  // spans queued or in flight: bounded by cfg.QueueSize
+	finished bool // the export goroutine has taken its last batch
+	stats    Stats
+
+	wake     chan struct{}
+	flushes  chan chan struct{}
+	senders  chan struct{}  // one token per request in flight
+	inflight sync.WaitGroup // the requests in flight
+	stop     chan struct{}
+	done     chan struct{}
+	// exportCtx is the parent of every export request; cancelled when a
+	// Shutdown's context ends with spans still queued.
+	exportCtx    context.Context
+	cancelExport context.CancelFunc
+
+	stopOnce     sync.Once
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+var _ profiler.Sink = (*Exporter)(nil)
+
+// New validates cfg, builds the OTLP exporter it describes (or takes the
+// one WithSpanExporter gives) and the per-rank resources, and starts the
+// export goroutine; stop it with Shutdown. Nothing connects here: an
+// endpoint that is down shows in Stats, not as an error.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Exporter, error) {
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = randomRunID()
+	}
+	base, err := baseResource(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Exporter{
+		cfg:     cfg,
+		spans:   o.spanExporter,
+		build:   newBuilder(cfg.RunID, cfg.Epoch, cfg.MaxLinks, base),
+		wake:    make(chan struct{}, 1),
+		senders: make(chan struct{}, cfg.Concurrency),
+		flushes: make(chan chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if e.spans == nil {
+		ep, err := cfg.resolveEndpoint()
+		if err != nil {
+			return nil, err
+		}
+		e.protocol, e.target = ep.protocol, ep.target
+		if e.spans, err = newOTLP(ctx, cfg, ep); err != nil {
+			return nil, fmt.Errorf("otel: OTLP %s exporter for %s: %w", ep.protocol, e.target, err)
+		}
+	}
+	e.exportCtx, e.cancelExport = context.WithCancel(context.WithoutCancel(ctx))
+	go e.run()
+	return e, nil
+}
+
+func newOTLP(ctx context.Context, cfg Config, ep endpoint) (sdktrace.SpanExporter, error) {
+	retry := struct {
+		enabled               bool
+		initial, max, elapsed time.Duration
+	}{cfg.RetryTime > 0, 50 * time.Millisecond, time.Second, cfg.RetryTime}
+	switch ep.protocol {
+	case ProtocolGRPC:
+		o := []otlptracegrpc.Option{
+			otlptracegrpc.WithTimeout(cfg.ExportTimeout),
+			// BatchSize bounds a request (about 400 bytes a span, at most
+			// a few KiB with many links); the exporter's own size check
+			// would encode-size every request a second time, a sixth of
+			// this exporter's CPU.
+			otlptracegrpc.WithMaxRequestSize(0),
+			otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: retry.enabled, InitialInterval: retry.initial, MaxInterval: retry.max, MaxElapsedTime: retry.elapsed}),
+		}
+		switch {
+		case ep.url != "":
+			o = append(o, otlptracegrpc.WithEndpointURL(ep.url))
+		case ep.hostPort != "":
+			o = append(o, otlptracegrpc.WithEndpoint(ep.hostPort))
+			if ep.insecure {
+				o = append(o, otlptracegrpc.WithInsecure())
+			}
+		}
+		if len(cfg.Headers) > 0 {
+			o = append(o, otlptracegrpc.WithHeaders(cfg.Headers))
+		}
+		return otlptracegrpc.New(ctx, o...)
+	default:
+		o := []otlptracehttp.Option{
+			otlptracehttp.WithTimeout(cfg.ExportTimeout),
+			otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: retry.enabled, InitialInterval: retry.initial, MaxInterval: retry.max, MaxElapsedTime: retry.elapsed}),
+		}
+		switch {
+		case ep.url != "":
+			o = append(o, otlptracehttp.WithEndpointURL(ep.url))
+		case ep.hostPort != "":
+			o = append(o, otlptracehttp.WithEndpoint(ep.hostPort))
+			if ep.insecure {
+				o = append(o, otlptracehttp.WithInsecure())
+			}
+		}
+		if len(cfg.Headers) > 0 {
+			o = append(o, otlptracehttp.WithHeaders(cfg.Headers))
+		}
+		return otlptracehttp.New(ctx, o...)
+	}
+}
+
+// baseResource is what every rank's resource shares. Later sources win:
+// the default service name, host and process, OTEL_RESOURCE_ATTRIBUTES and
+// OTEL_SERVICE_NAME, then the Config.
+func baseResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+	explicit := append([]attribute.KeyValue{KeyRunID.String(cfg.RunID)}, cfg.ResourceAttributes...)
+	if cfg.ServiceName != "" {
+		explicit = append(explicit, attribute.String("service.name", cfg.ServiceName))
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", DefaultServiceName)),
+		resource.WithHost(),
+		resource.WithProcessPID(),
+		resource.WithFromEnv(),
+		resource.WithAttributes(explicit...),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("otel: resource (check OTEL_RESOURCE_ATTRIBUTES): %w", err)
+	}
+	return res, nil
+}
+
+func randomRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// RunID returns the run id the trace and span ids derive from.
+func (e *Exporter) RunID() string { return e.cfg.RunID }
+
+// Protocol returns the OTLP protocol in use, or "" with WithSpanExporter.
+func (e *Exporter) Protocol() string { return e.protocol }
+
+// Endpoint returns where spans go, as the run summary should name it: the
+// configured endpoint, the one the environment names, or the protocol's
+// default; "" with WithSpanExporter.
+func (e *Exporter) Endpoint() string { return e.target }
+
+// Consume queues a batch of records (profiler.Sink). It copies them, never
+// blocks and never calls back into the profiler; records that do not fit
+// in the queue, or that arrive after Shutdown, are dropped and counted.
+func (e *Exporter) Consume(batch []profiler.Record) {
+	if len(batch) == 0 {
+		return
+	}
+	n := 0
+	for i := range batch {
+		n += spansOf(&batch[i])
+	}
+	e.mu.Lock()
+	e.stats.Records += uint64(len(batch))
+	e.stats.Spans += uint64(n)
+	if e.finished {
+		e.stats.Dropped += uint64(n)
+		e.mu.Unlock()
+		return
+	}
+	took, spans := len(batch), n
+	if room := e.cfg.QueueSize - e.held; spans > room {
+		// Keep a prefix that fits: the oldest records, in order.
+		took, spans = 0, 0
+		for i := range batch {
+			k := spansOf(&batch[i])
+			if spans+k > room {
+				break
+			}
+			took, spans = i+1, spans+k
+		}
+	}
+	e.queue = append(e.queue, batch[:took]...)
+	e.held += spans
+	e.stats.Queued += uint64(spans)
+	e.stats.Dropped += uint64(n - spans)
+	e.mu.Unlock()
+	if took > 0 {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run is the export goroutine: it builds spans and hands each request to
+// one of Config.Concurrency senders.
+func (e *Exporter) run() {
+	defer close(e.done)
+	for {
+		select {
+		case <-e.wake:
+			e.drain(false)
+		case ack := <-e.flushes:
+			e.drain(true)
+			close(ack)
+		case <-e.stop:
+			e.drain(false)
+			e.mu.Lock()
+			e.finished = true // from now on Consume drops
+			e.mu.Unlock()
+			e.drain(true)
+			return
+		}
+	}
+}
+
+// drain builds and sends everything queued, in requests of at most
+// BatchSize spans, at most Concurrency at once; with wait it returns when
+// every request has its outcome.
+func (e *Exporter) drain(wait bool) {
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.mu.Unlock()
+			break
+		}
+		buf := e.queue
+		e.queue, e.spare = e.spare[:0], nil
+		e.mu.Unlock()
+
+		for recs := buf; len(recs) > 0; {
+			// Split at record boundaries so a record's two spans travel
+			// together.
+			k, n := 0, 0
+			for k < len(recs) && (k == 0 || n+spansOf(&recs[k]) <= e.cfg.BatchSize) {
+				n += spansOf(&recs[k])
+				k++
+			}
+			spans := e.build.build(recs[:k], make([]sdktrace.ReadOnlySpan, 0, n))
+			e.senders <- struct{}{}
+			e.inflight.Go(func() {
+				defer func() { <-e.senders }()
+				e.export(spans)
+			})
+			recs = recs[k:]
+		}
+		clear(buf) // let go of the strings the records hold
+		e.mu.Lock()
+		e.spare = buf[:0]
+		e.mu.Unlock()
+	}
+	if wait {
+		e.inflight.Wait()
+	}
+}
+
+// errAbandoned is LastError when spans were abandoned at Shutdown before
+// any request had failed.
+var errAbandoned = errors.New("spans not sent: the shutdown deadline passed first")
+
+// export sends one request and counts its outcome. Once the export context
+// is cancelled (a Shutdown out of time) nothing is sent and the spans
+// count as failed.
+func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
+	n := uint64(len(spans))
+	var err error
+	sent, ok := false, uint64(0)
+	if e.exportCtx.Err() == nil {
+		ctx, cancel := context.WithTimeout(e.exportCtx, e.cfg.ExportTimeout)
+		err = e.spans.ExportSpans(ctx, spans)
+		cancel()
+		sent, ok = true, n
+		if err != nil {
+			ok = n - min(rejected(err, n), n)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.held -= int(n)
+	st := &e.stats
+	st.Exported += ok
+	st.Failed += n - ok
+	if sent {
+		st.Requests++
+	}
+	switch {
+	case err != nil:
+		st.RequestErrors++
+		st.LastError = err
+	case ok < n && st.LastError == nil:
+		st.LastError = errAbandoned
+	}
+}
+
+// rejected is how many of n spans an export error stands for. An OTLP
+// partial success (the endpoint took the request but rejected some spans)
+// reaches us as an error that only says how many were rejected; any other
+// error loses the whole request.
+func rejected(err error, n uint64) uint64 {
+	var leaves []error
+	var walk func(error)
+	walk = func(err error) {
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			if inner := u.Unwrap(); inner != nil {
+				walk(inner)
+				return
+			}
+			leaves = append(leaves, err)
+		default:
+			leaves = append(leaves, err)
+		}
+	}
+	walk(err)
+	var total uint64
+	for _, l := range leaves {
+		// "OTLP partial success: <message> (<n> spans rejected)"
+		msg := l.Error()
+		if !strings.HasPrefix(msg, "OTLP partial success: ") || !strings.HasSuffix(msg, " spans rejected)") {
+			return n
+		}
+		msg = strings.TrimSuffix(msg, " spans rejected)")
+		i := strings.LastIndexByte(msg, '(')
+		if i < 0 {
+			return n
+		}
+		k, err := strconv.ParseUint(msg[i+1:], 10, 64)
+		if err != nil {
+			return n
+		}
+		total += k
+	}
+	return total
+}
+
+// ForceFlush waits until every span queued before the call has been
+// exported or has failed, or ctx ends.
+func (e *Exporter) ForceFlush(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case e.flushes <- ack:
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("otel: flush: %w", ctx.Err())
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("otel: flush: %w", ctx.Err())
+	}
+}
+
+// ErrShutdownDeadline is wrapped by Shutdown's error when its context
+// ended before every queued span was exported; those spans count as failed.
+var ErrShutdownDeadline = errors.New("spans still queued when the shutdown deadline passed")
+
+// Shutdown exports what is queued, within ctx, then shuts the OTLP
+// exporter down. When ctx ends first, the request in flight is cancelled
+// and whatever is still queued is counted as failed; Shutdown returns once
+// the counts are final. Records consumed afterwards are dropped and
+// counted. It is idempotent: later calls wait for the first and return its
+// result.
+func (e *Exporter) Shutdown(ctx context.Context) error {
+	e.stopOnce.Do(func() { close(e.stop) })
+	var err error
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		e.cancelExport()
+		<-e.done // every request watches the cancelled context
+		err = fmt.Errorf("otel: shutdown: %w (%w)", ErrShutdownDeadline, ctx.Err())
+	}
+	e.shutdownOnce.Do(func() {
+		sctx := ctx
+		if ctx.Err() != nil {
+			// Still close the connection; the exporter cuts its own
+			// waits short with this context.
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 0)
+			defer cancel()
+		}
+		serr := e.spans.Shutdown(sctx)
+		if serr != nil && errors.Is(serr, context.DeadlineExceeded) && ctx.Err() != nil {
+			serr = nil // already reported above
+		}
+		e.shutdownErr = errors.Join(err, serr)
+		e.cancelExport()
+	})
+	if err != nil {
+		return err
+	}
+	return e.shutdownErr
+}
+
+// Stats counts spans by what became of them. At any time Spans = Queued +
+// Dropped and Queued = Exported + Failed + Pending, so once Pending is 0
+// (after Shutdown) Dropped + Failed is every span that did not reach the
+// endpoint. A request whose answer was lost counts as failed even if the
+// endpoint kept its spans: Exported is what the endpoint acknowledged.
+type Stats struct {
+	Records  uint64 // records consumed
+	Spans    uint64 // spans those records make: one each, two for a device-timed record
+	Queued   uint64 // spans accepted into the queue
+	Dropped  uint64 // spans refused: the queue was full, or the exporter had shut down
+	Exported uint64 // spans the endpoint acknowledged
+	Failed   uint64 // spans whose request failed after its retries, or still queued when Shutdown ran out of time
+	Pending  uint64 // spans queued or in flight now
+
+	Requests      uint64 // export requests sent
+	RequestErrors uint64 // requests that failed, wholly or partly
+	LastError     error  // the most recent request error, nil if none
+}
+
+// Undelivered is the number of spans that did not reach the endpoint and
+// will not: dropped and failed.
+func (s Stats) Undelivered() uint64 { return s.Dropped + s.Failed }
+
+// Stats returns the current counts, consistent with each other; safe from
+// any goroutine.
+func (e *Exporter) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.Pending = uint64(e.held)
+	return s
+}

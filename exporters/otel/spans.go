@@ -1,0 +1,305 @@
+package otel
+
+import (
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Attribute keys. Every span carries the training.* keys that apply (an
+// unset label, profiler.None, is left out); collective and point-to-point
+// spans add the ccl.* keys. docs/otel.md lists them with their types.
+const (
+	KeyRank       = attribute.Key("training.rank")
+	KeyRangeID    = attribute.Key("training.range_id")
+	KeyKind       = attribute.Key("training.kind")
+	KeyClock      = attribute.Key("training.clock")
+	KeyDevice     = attribute.Key("training.device")
+	KeyStep       = attribute.Key("training.step")
+	KeyStage      = attribute.Key("training.stage")
+	KeyChunk      = attribute.Key("training.chunk")
+	KeyMicrobatch = attribute.Key("training.microbatch")
+	KeyPhase      = attribute.Key("training.phase")
+	KeyTag        = attribute.Key("training.tag")
+	KeyPeakMemory = attribute.Key("training.device.memory.peak")
+	KeyRunID      = attribute.Key("training.run_id")
+
+	KeyOp        = attribute.Key("ccl.op")
+	KeyBytes     = attribute.Key("ccl.bytes")
+	KeyCount     = attribute.Key("ccl.count")
+	KeyDType     = attribute.Key("ccl.dtype")
+	KeyPeer      = attribute.Key("ccl.peer")
+	KeyRoot      = attribute.Key("ccl.root")
+	KeyGroup     = attribute.Key("ccl.group")
+	KeyGroupSize = attribute.Key("ccl.group_size")
+	KeyGroupRank = attribute.Key("ccl.group_rank")
+	KeySeq       = attribute.Key("ccl.seq")
+	KeyAlgBW     = attribute.Key("ccl.algbw")
+	KeyBusBW     = attribute.Key("ccl.busbw")
+)
+
+// Values of training.clock: which clock a span's start and end come from.
+const (
+	ClockHost   = "host"
+	ClockDevice = "device"
+)
+
+// DeviceSuffix ends the name of the child span that holds a device-timed
+// range's device interval: "forward" has a child "forward [device]".
+const DeviceSuffix = " [device]"
+
+// scopeName is the instrumentation scope of every span.
+const scopeName = "github.com/trainscope/trainscope/exporters/otel"
+
+// maxAttrs bounds the attributes of one span: the training.* keys and the
+// ccl.* keys together.
+const maxAttrs = 26
+
+// deviceAttrs is the number of attributes of a device span.
+const deviceAttrs = 3
+
+// builder turns records into spans. It is used by one goroutine at a time
+// (the exporter's), so its caches need no lock.
+type builder struct {
+	ids      ids
+	epoch    time.Time
+	maxLinks int
+	base     *resource.Resource
+	runID    string
+	scope    instrumentation.Scope
+
+	resources   map[int]*resource.Resource
+	devices     map[runtime.Device]string
+	groups      map[string]uint64
+	deviceNames map[string]string
+}
+
+func newBuilder(runID string, epoch time.Time, maxLinks int, base *resource.Resource) *builder {
+	return &builder{
+		ids:         newIDs(runID),
+		epoch:       epoch,
+		maxLinks:    maxLinks,
+		base:        base,
+		runID:       runID,
+		scope:       instrumentation.Scope{Name: scopeName},
+		resources:   map[int]*resource.Resource{},
+		devices:     map[runtime.Device]string{},
+		groups:      map[string]uint64{},
+		deviceNames: map[string]string{},
+	}
+}
+
+// spansOf is the number of spans a record becomes: one, and a second for
+// its device interval when it has one.
+func spansOf(r *profiler.Record) int {
+	if r.HasDevice {
+		return 2
+	}
+	return 1
+}
+
+// build appends the spans of recs to out. The attributes of the whole
+// batch share one allocation.
+func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	n := 0
+	for i := range recs {
+		n += spansOf(&recs[i])
+	}
+	slab := make([]attribute.KeyValue, 0, len(recs)*maxAttrs+(n-len(recs))*deviceAttrs)
+	for i := range recs {
+		r := &recs[i]
+		start := len(slab)
+		slab = b.appendAttrs(slab, r)
+		attrs := slab[start:len(slab):len(slab)]
+
+		tid := b.ids.traceID(r.Step)
+		host := tracetest.SpanStub{
+			Name:                 r.Name,
+			SpanContext:          spanContext(tid, b.spanID(r)),
+			SpanKind:             trace.SpanKindInternal,
+			StartTime:            b.epoch.Add(r.HostStart),
+			EndTime:              b.epoch.Add(r.HostEnd),
+			Attributes:           attrs,
+			Resource:             b.resource(r.Rank),
+			InstrumentationScope: b.scope,
+		}
+		if r.Parent != 0 {
+			host.Parent = spanContext(tid, b.ids.spanID(r.Rank, r.Parent, false))
+		}
+		if r.Kind == profiler.KindCollective && r.Collective.Group != "" {
+			host.Links, host.DroppedLinks = b.peerLinks(tid, r)
+		}
+		out = append(out, host.Snapshot())
+
+		if r.HasDevice {
+			// The device span is a timing child: its parent holds every
+			// label, so it carries only what identifies it. Each attribute
+			// costs the OTLP encoder three messages, on both ends.
+			start := len(slab)
+			slab = append(slab, attrs[0], attrs[1], KeyClock.String(ClockDevice))
+			dev := host
+			dev.Name = b.deviceName(r.Name)
+			dev.SpanContext = spanContext(tid, b.ids.spanID(r.Rank, r.ID, true))
+			dev.Parent = host.SpanContext
+			dev.StartTime = b.epoch.Add(r.DeviceStart)
+			dev.EndTime = b.epoch.Add(r.DeviceEnd)
+			dev.Attributes = slab[start:len(slab):len(slab)]
+			dev.Links, dev.DroppedLinks = nil, 0
+			out = append(out, dev.Snapshot())
+		}
+	}
+	return out
+}
+
+// spanID is the id of a record's own (host) span.
+func (b *builder) spanID(r *profiler.Record) trace.SpanID {
+	if r.Kind == profiler.KindCollective && r.Collective.Group != "" {
+		return b.ids.collectiveSpanID(b.groupHash(r.Collective.Group), r.Collective.Seq, r.Collective.GroupRank)
+	}
+	return b.ids.spanID(r.Rank, r.ID, false)
+}
+
+// peerLinks links a collective's span to the spans of the same collective
+// on the other ranks of its group, nearest group ranks first (in ring
+// order), at most maxLinks; it returns how many were left out.
+func (b *builder) peerLinks(tid trace.TraceID, r *profiler.Record) ([]sdktrace.Link, int) {
+	c := &r.Collective
+	n := int(c.GroupSize)
+	if n < 2 || b.maxLinks < 0 {
+		return nil, max(n-1, 0)
+	}
+	want := min(n-1, b.maxLinks)
+	links := make([]sdktrace.Link, 0, want)
+	gh := b.groupHash(c.Group)
+	self := int(c.GroupRank)
+	add := func(peer int) {
+		if len(links) < want {
+			links = append(links, sdktrace.Link{SpanContext: spanContext(tid, b.ids.collectiveSpanID(gh, c.Seq, int32(peer)))})
+		}
+	}
+	for d := 1; d <= n/2 && len(links) < want; d++ {
+		add((self + d) % n)
+		if back := (self - d + n) % n; back != (self+d)%n {
+			add(back)
+		}
+	}
+	return links, n - 1 - len(links)
+}
+
+// appendAttrs appends a record's attributes; rank and range id first, which
+// the device span shares.
+func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attribute.KeyValue {
+	a = append(a,
+		KeyRank.Int(r.Rank),
+		KeyRangeID.Int64(int64(r.ID)),
+		KeyKind.String(r.Kind.String()),
+		KeyDevice.String(b.deviceString(r.Device)),
+	)
+	if r.Step != profiler.None {
+		a = append(a, KeyStep.Int64(int64(r.Step)))
+	}
+	if r.Stage != profiler.None {
+		a = append(a, KeyStage.Int64(int64(r.Stage)))
+	}
+	if r.Chunk != profiler.None {
+		a = append(a, KeyChunk.Int64(int64(r.Chunk)))
+	}
+	if r.Microbatch != profiler.None {
+		a = append(a, KeyMicrobatch.Int64(int64(r.Microbatch)))
+	}
+	if r.Phase != profiler.PhaseNone {
+		a = append(a, KeyPhase.String(r.Phase.String()))
+	}
+	if r.Tag != "" {
+		a = append(a, KeyTag.String(r.Tag))
+	}
+	if r.PeakMemory > 0 {
+		a = append(a, KeyPeakMemory.Int64(r.PeakMemory))
+	}
+	if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
+		c := &r.Collective
+		a = append(a,
+			KeyOp.String(c.Op),
+			KeyBytes.Int64(c.Bytes),
+			KeyCount.Int64(c.Count),
+			KeyDType.String(c.DType),
+			KeyGroup.String(c.Group),
+			KeyGroupSize.Int64(int64(c.GroupSize)),
+			KeyGroupRank.Int64(int64(c.GroupRank)),
+			KeySeq.Int64(int64(c.Seq)),
+			KeyAlgBW.Float64(r.AlgBandwidth),
+			KeyBusBW.Float64(r.BusBandwidth),
+		)
+		if c.Peer >= 0 {
+			a = append(a, KeyPeer.Int64(int64(c.Peer)))
+		}
+		if c.Root >= 0 {
+			a = append(a, KeyRoot.Int64(int64(c.Root)))
+		}
+	}
+	return append(a, KeyClock.String(ClockHost))
+}
+
+// resource is the rank's resource: the process-wide one plus the rank's
+// service.instance.id and training.rank.
+func (b *builder) resource(rank int) *resource.Resource {
+	if res, ok := b.resources[rank]; ok {
+		return res
+	}
+	res, err := resource.Merge(b.base, resource.NewSchemaless(
+		attribute.String("service.instance.id", instanceID(b.runID, rank)),
+		KeyRank.Int(rank),
+	))
+	if err != nil {
+		// Merge fails only on conflicting schema URLs, and the rank's
+		// part has none.
+		res = b.base
+	}
+	b.resources[rank] = res
+	return res
+}
+
+// instanceID is service.instance.id of a rank: unique per run and rank.
+func instanceID(runID string, rank int) string {
+	return runID + "/rank-" + strconv.Itoa(rank)
+}
+
+func (b *builder) deviceString(d runtime.Device) string {
+	s, ok := b.devices[d]
+	if !ok {
+		s = d.String()
+		b.devices[d] = s
+	}
+	return s
+}
+
+func (b *builder) deviceName(name string) string {
+	s, ok := b.deviceNames[name]
+	if !ok {
+		s = name + DeviceSuffix
+		b.deviceNames[name] = s
+	}
+	return s
+}
+
+func (b *builder) groupHash(g string) uint64 {
+	h, ok := b.groups[g]
+	if !ok {
+		h = groupHash(g)
+		b.groups[g] = h
+	}
+	return h
+}
+
+func spanContext(tid trace.TraceID, sid trace.SpanID) trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
+}
