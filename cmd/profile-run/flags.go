@@ -29,6 +29,9 @@ type options struct {
 	metricsAddr                  string
 	metricsLinger                time.Duration
 	pushgateway                  string
+	otlpEndpoint, otlpProtocol   string
+	otlpInsecure                 bool
+	serviceName                  string
 }
 
 var errHelp = errors.New("help requested")
@@ -68,6 +71,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)
 	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values")
 	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL (for batch jobs)")
+	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this endpoint (host:port or URL); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on")
+	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
+	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
 	printUsage := func() {
 		fmt.Fprintf(stderr, "Usage: profile-run [flags]\n\nTrains the built-in pipelined model on the best available backend and reports\nwhere each step's time went.\n\nFlags:\n")
 		fs.SetOutput(stderr)
@@ -114,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	if o.profile == "off" {
-		for name, v := range map[string]string{"-pprof": o.pprofPath, "-trace": o.tracePath, "-report": o.report, "-pushgateway": o.pushgateway} {
+		for name, v := range map[string]string{"-pprof": o.pprofPath, "-trace": o.tracePath, "-report": o.report, "-pushgateway": o.pushgateway, "-otlp-endpoint": o.otlpEndpoint} {
 			if v != "" && v != "off" {
 				return nil, usagef("%s needs profiling, but -profile is off", name)
 			}

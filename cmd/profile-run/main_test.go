@@ -42,6 +42,7 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"pprof without profiling", []string{"-profile", "off", "-pprof", "x.pb.gz"}, []string{"-pprof", "-profile"}},
 		{"bad pushgateway", []string{"-pushgateway", "localhost:9091"}, []string{"localhost:9091"}},
 		{"negative linger", []string{"-metrics-linger", "-1s"}, []string{"-1s"}},
+		{"bad otlp protocol", []string{"-otlp-endpoint", "127.0.0.1:4317", "-otlp-protocol", "carrier-pigeon"}, []string{"carrier-pigeon"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -199,4 +200,27 @@ func TestMetricsServedDuringRun(t *testing.T) {
 		t.Fatalf("no trainscope_records_total served on %s", addr)
 	}
 	<-done
+}
+
+// An OTLP endpoint that is down: training and the other outputs go on, the
+// summary says how many spans were not delivered, the exit code is 0.
+func TestOTLPEndpointDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	args := append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-otlp-endpoint", "http://" + addr, "-otlp-protocol", "http/protobuf"}, small...)
+	start := time.Now()
+	code, stdout, stderr := runCmd(t, args...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("run took %v with the endpoint down", d)
+	}
+	if !strings.Contains(stdout, "0 spans delivered") || !strings.Contains(stdout, "failed") {
+		t.Errorf("summary does not show the undelivered spans:\n%s", stdout)
+	}
 }

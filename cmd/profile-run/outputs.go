@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/exporters/pprof"
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/profiler"
@@ -32,6 +34,7 @@ type outputs struct {
 
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
+	spans       *otel.Exporter
 
 	summary []string // one line per destination, for the end of the run
 }
@@ -78,10 +81,37 @@ func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.W
 			return nil, err
 		}
 	}
+	if o.otlpEndpoint != "" || otel.EnvEndpoint() != "" {
+		out.spans, err = otel.New(context.Background(), otel.Config{
+			Epoch:       prof.Epoch(),
+			RunID:       filepath.Base(runDir),
+			Endpoint:    o.otlpEndpoint,
+			Protocol:    o.otlpProtocol,
+			Insecure:    o.otlpInsecure || loopbackHostPort(o.otlpEndpoint),
+			ServiceName: o.serviceName,
+		})
+		if err != nil {
+			out.closeFiles()
+			return nil, &usageError{err.Error()}
+		}
+		prof.AddSink(out.spans)
+		fmt.Fprintf(stderr, "profile-run: sending spans over OTLP (%s) to %s\n", out.spans.Protocol(), out.spans.Endpoint())
+	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
 		if out.metrics, err = prom.New(prof, prom.WithRunID(filepath.Base(runDir))); err != nil {
 			out.closeFiles()
 			return nil, err
+		}
+		if out.spans != nil {
+			spans := out.spans
+			err := out.metrics.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery {
+				s := spans.Stats()
+				return prom.Delivery{Delivered: s.Exported, Failed: s.Failed, Dropped: s.Dropped}
+			}))
+			if err != nil {
+				out.closeFiles()
+				return nil, err
+			}
 		}
 	}
 	if o.metricsAddr != "off" {
@@ -127,6 +157,22 @@ func (out *outputs) finish(stdout io.Writer) error {
 		st, err := chrometrace.Write(out.traceFile, recs, chrometrace.WithEpoch(out.prof.Epoch()))
 		errs = append(errs, ignoreEmpty(err))
 		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched) → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, out.traceFile.Name()))
+	}
+	if out.spans != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		err := out.spans.Shutdown(ctx)
+		cancel()
+		st := out.spans.Stats()
+		line := fmt.Sprintf("otlp (%s → %s): %d spans delivered, %d dropped, %d failed", out.spans.Protocol(), out.spans.Endpoint(), st.Exported, st.Dropped, st.Failed)
+		if st.LastError != nil {
+			line += fmt.Sprintf("; last error: %v", st.LastError)
+		}
+		out.summary = append(out.summary, line)
+		if err != nil {
+			// Undelivered spans are counted and shown; they do not fail
+			// the run.
+			fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+		}
 	}
 	if out.metrics != nil {
 		errs = append(errs, out.finishMetrics())
@@ -176,4 +222,22 @@ func (out *outputs) finishMetrics() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// loopbackHostPort reports a scheme-less endpoint on this machine: a local
+// collector speaks plaintext, so -otlp-endpoint 127.0.0.1:4317 works as
+// typed. A URL's scheme (http or https) always decides.
+func loopbackHostPort(endpoint string) bool {
+	if endpoint == "" || strings.Contains(endpoint, "://") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

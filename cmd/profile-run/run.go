@@ -63,6 +63,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if err := train(ctx, o, runDir, stdout, stderr); err != nil {
+		if errors.As(err, &ue) {
+			// A destination was misconfigured before training started:
+			// leave no half-made run directory behind.
+			_ = os.RemoveAll(runDir)
+			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)
 		return exitFail
 	}
