@@ -15,6 +15,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/exporters/pprof"
 	"github.com/trainscope/trainscope/exporters/prom"
+	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -141,7 +142,8 @@ func (out *outputs) finish(stdout io.Writer) error {
 	recs := out.prof.Snapshot()
 	var errs []error
 	if out.report != nil {
-		paths, err := writeReports(out.report, recs, out.o.sortBy, stdout)
+		c := out.o.train
+		paths, err := writeReports(out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), stdout)
 		errs = append(errs, err)
 		out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
 		for _, p := range paths {

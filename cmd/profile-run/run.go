@@ -180,7 +180,7 @@ func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Wri
 
 // writeReports prints the all-steps summary, writes it to f, and writes
 // one file per rank beside f with per-step tables and the per-call log.
-func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, stdout io.Writer) ([]string, error) {
+func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64, stdout io.Writer) ([]string, error) {
 	all := make([]profiler.Record, len(recs))
 	copy(all, recs)
 	for i := range all {
@@ -197,6 +197,14 @@ func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, stdou
 	}
 	if err := profiler.WriteReport(f, groups, peaks, by); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
+	}
+	if steps := profiler.StepBreakdown(recs); len(steps) > 0 {
+		for _, w := range []io.Writer{stdout, f} {
+			fmt.Fprintln(w, "=== where the steps went (busy: forward and backward device time; idle: the rest) ===")
+			if err := profiler.WriteStepBreakdown(w, steps, ideal); err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+		}
 	}
 	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
 	return profiler.WriteRankFiles(prefix, recs, by)
