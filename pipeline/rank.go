@@ -80,12 +80,12 @@ func newRank(cfg Config, id int, rounds [][]round, pp, dp *ccl.ProcessGroup) *ra
 		lossScale: float32(2 / float64(cfg.replicaRows()*cfg.Width)),
 		negLR:     float32(-cfg.LearningRate),
 	}
-	// A ProcessGroup's GroupStart/GroupEnd nest per group, not per local
-	// rank: with several local ranks on one group, one rank's open group
-	// would hold back the others' operations. Batches are grouped only where
-	// this process drives a single rank of the pipeline group, which is
-	// where a rendezvous backend (one process per GPU) needs it.
-	r.groups = pp != nil && len(pp.Devices()) == 1
+	// Every batch is grouped. A rendezvous backend (NCCL) needs it even
+	// with all ranks in one process: without a group, two stages that send
+	// to each other in one round each wait in their Send for the other's
+	// Recv. Each rank has a ProcessGroup endpoint of its own (see
+	// createGroups), so its open group holds back only its operations.
+	r.groups = pp != nil
 	return r
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	goruntime "runtime"
+	"sync"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -19,16 +21,17 @@ import (
 // A Trainer is driven from one goroutine. After a failed step it is
 // broken: later steps return the same error, and Close tears it down.
 type Trainer struct {
-	cfg     Config
-	impl    ccl.Impl
-	factory *ccl.ProcessGroupFactory
-	groups  []*ccl.ProcessGroup
-	ranks   []*rankWorker
-	results chan rankResult
-	step    int
-	broken  error // the failure that ended the run
-	aborted bool  // the communicators were aborted
-	closed  bool
+	cfg       Config
+	impl      ccl.Impl
+	rt        runtime.Impl
+	factories []*ccl.ProcessGroupFactory // one per group endpoint
+	groups    []*ccl.ProcessGroup
+	ranks     []*rankWorker
+	results   chan rankResult
+	step      int
+	broken    error // the failure that ended the run
+	aborted   bool  // the communicators were aborted
+	closed    bool
 }
 
 // StepResult is the outcome of one step.
@@ -87,22 +90,20 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	// A private factory: group names ("pp0", "dp1") are unique within
-	// this run only, so several runs may share a process.
 	t := &Trainer{
 		cfg:     cfg,
 		impl:    impl,
-		factory: ccl.NewProcessGroupFactory(impl, rt),
+		rt:      rt,
 		results: make(chan rankResult, cfg.Stages*cfg.Replicas),
 	}
-	pp, dp, err := t.createGroups()
+	pp, dp, err := t.createGroups(ctx)
 	if err != nil {
 		return nil, errors.Join(err, t.destroyGroups())
 	}
 	setup := make(chan error, cfg.Stages*cfg.Replicas)
 	for id := range cfg.Stages * cfg.Replicas {
 		w := &rankWorker{
-			r:    newRank(cfg, id, rounds, pp[id/cfg.Stages], dp[id%cfg.Stages]),
+			r:    newRank(cfg, id, rounds, pp[id], dp[id]),
 			cmds: make(chan stepCmd),
 			done: make(chan error, 1),
 		}
@@ -130,47 +131,84 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	return t, nil
 }
 
-// createGroups makes the pipeline group of each replica and the
-// data-parallel group of each stage; groups of one rank are nil.
-func (t *Trainer) createGroups() (pp, dp []*ccl.ProcessGroup, err error) {
+// createGroups makes every rank's endpoint of its replica's pipeline
+// group and of its stage's data-parallel group, indexed by rank; groups
+// of one rank are nil.
+//
+// Each endpoint is a ProcessGroup of its own, from a private factory (so
+// the names "pp0", "dp1" are unique within this run only), created with
+// CommInitRank as the ranks of separate processes would, all at once.
+// One ProcessGroup per rank keeps a rank's group operations (GroupStart …
+// GroupEnd) from waiting on another rank: a rendezvous backend (NCCL)
+// completes one rank's GroupEnd only once its peers reach theirs, and a
+// ProcessGroup shared by several local ranks serialises their GroupEnds.
+func (t *Trainer) createGroups(ctx context.Context) (pp, dp []*ccl.ProcessGroup, err error) {
 	cfg := t.cfg
-	dev := func(replica, stage int) runtime.Device {
-		return runtime.Device{Type: cfg.Backend, Index: replica*cfg.Stages + stage}
+	n := cfg.Stages * cfg.Replicas
+	pp = make([]*ccl.ProcessGroup, n)
+	dp = make([]*ccl.ProcessGroup, n)
+	type member struct {
+		name       string
+		size, rank int
+		id         int // the trainer's rank
+		slot       *[]*ccl.ProcessGroup
 	}
-	pp = make([]*ccl.ProcessGroup, cfg.Replicas)
-	dp = make([]*ccl.ProcessGroup, cfg.Stages)
+	var members []member
 	if cfg.Stages > 1 {
 		for d := range cfg.Replicas {
-			devs := make([]runtime.Device, cfg.Stages)
-			for s := range devs {
-				devs[s] = dev(d, s)
-			}
-			if pp[d], err = t.group(fmt.Sprintf("pp%d", d), devs); err != nil {
-				return nil, nil, err
+			for s := range cfg.Stages {
+				members = append(members, member{fmt.Sprintf("pp%d", d), cfg.Stages, s, d*cfg.Stages + s, &pp})
 			}
 		}
 	}
 	if cfg.Replicas > 1 {
 		for s := range cfg.Stages {
-			devs := make([]runtime.Device, cfg.Replicas)
-			for d := range devs {
-				devs[d] = dev(d, s)
-			}
-			if dp[s], err = t.group(fmt.Sprintf("dp%d", s), devs); err != nil {
-				return nil, nil, err
+			for d := range cfg.Replicas {
+				members = append(members, member{fmt.Sprintf("dp%d", s), cfg.Replicas, d, d*cfg.Stages + s, &dp})
 			}
 		}
 	}
-	return pp, dp, nil
-}
-
-func (t *Trainer) group(name string, devs []runtime.Device) (*ccl.ProcessGroup, error) {
-	pg, err := t.factory.GetOrCreate(name, devs)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: process group %s: %w", name, err)
+	if len(members) == 0 {
+		return pp, dp, nil
 	}
-	t.groups = append(t.groups, pg)
-	return pg, nil
+	// The unique ids travel through files, as between processes.
+	dir, err := os.MkdirTemp("", "trainscope-ids-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipeline: process groups: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	created := make([]*ccl.ProcessGroup, len(members))
+	errs := make([]error, len(members))
+	// The first failure ends the others' waits for a unique id that
+	// will not come.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, m := range members {
+		f := ccl.NewProcessGroupFactory(t.impl, t.rt)
+		t.factories = append(t.factories, f)
+		dev := runtime.Device{Type: cfg.Backend, Index: m.id}
+		wg.Go(func() {
+			pg, err := f.GetOrCreateRank(ctx, m.name, m.size, m.rank, dev, dir)
+			if err != nil {
+				errs[i] = fmt.Errorf("pipeline: process group %s, rank %d on %s: %w", m.name, m.rank, dev, err)
+				cancel()
+				return
+			}
+			created[i] = pg
+		})
+	}
+	wg.Wait()
+	for i, m := range members {
+		if pg := created[i]; pg != nil {
+			(*m.slot)[m.id] = pg
+			t.groups = append(t.groups, pg)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return pp, dp, nil
 }
 
 // run is a rank's goroutine: setup, steps as they are handed over, then
@@ -179,6 +217,12 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	r := w.r
+	// The rank's device is the thread's current device for the
+	// goroutine's life, so a backend that makes a call's device current
+	// (CUDA) finds it so and switches nothing.
+	if g, err := runtime.NewGuard(r.dev); err == nil {
+		defer func() { _ = g.Release() }()
+	}
 	err := r.setup()
 	if err != nil {
 		err = fmt.Errorf("pipeline: rank %d (replica %d, stage %d) on %s: setup: %w", r.id, r.replica, r.stage, r.dev, err)
@@ -284,7 +328,12 @@ func (t *Trainer) Close() error {
 
 func (t *Trainer) destroyGroups() error {
 	t.groups = nil
-	if err := t.factory.Destroy(); err != nil {
+	var errs []error
+	for _, f := range t.factories {
+		errs = append(errs, f.Destroy())
+	}
+	t.factories = nil
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pipeline: destroying process groups: %w", err)
 	}
 	return nil

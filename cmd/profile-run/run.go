@@ -14,10 +14,12 @@ import (
 
 	"github.com/trainscope/trainscope/ccl"
 	_ "github.com/trainscope/trainscope/ccl/local" // in-process collectives for the CPU backend
+	_ "github.com/trainscope/trainscope/ccl/nccl"  // NCCL, loaded at run time where present
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
-	_ "github.com/trainscope/trainscope/runtime/cpu" // host device backend
+	_ "github.com/trainscope/trainscope/runtime/cpu"  // host device backend
+	_ "github.com/trainscope/trainscope/runtime/cuda" // CUDA, loaded at run time where present
 )
 
 // Exit codes.

@@ -1,0 +1,227 @@
+package cuda_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cuda"
+)
+
+// drainEvery is how many ranges a benchmark records between two
+// collections (done outside the timer): a quarter of the default pool.
+const drainEvery = 1024
+
+// BenchmarkEventRecord (evidence a): the host cost of one device-timed
+// profiler range beside the raw event records it is made of. Run with
+// -test.bench EventRecord on a GPU machine.
+func BenchmarkEventRecord(b *testing.B) {
+	impl := gpu(b)
+	d := dev(0)
+	s := newStream(b, d)
+	event := func(flags runtime.EventFlag) *runtime.Event {
+		e, err := runtime.NewEvent(d, flags)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = e.Destroy() })
+		return e
+	}
+	e1, e2 := event(runtime.EventDefault), event(runtime.EventDefault)
+	n1, n2 := event(runtime.EventDisableTiming), event(runtime.EventDisableTiming)
+	sync := func(b *testing.B) {
+		b.StopTimer()
+		if err := s.Synchronize(nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+
+	b.Run("raw-pair-timing/impl", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_ = impl.EventRecord(e1.Handle(), s.Handle())
+			_ = impl.EventRecord(e2.Handle(), s.Handle())
+			if i%drainEvery == drainEvery-1 {
+				sync(b)
+			}
+		}
+	})
+	b.Run("raw-pair-timing/runtime", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_ = e1.Record(s)
+			_ = e2.Record(s)
+			if i%drainEvery == drainEvery-1 {
+				sync(b)
+			}
+		}
+	})
+	b.Run("raw-single-timing", func(b *testing.B) {
+		// What a range would cost if adjacent ranges shared the event
+		// between one's end and the next one's start.
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_ = e1.Record(s)
+			if i%drainEvery == drainEvery-1 {
+				sync(b)
+			}
+		}
+	})
+	b.Run("raw-pair-disable-timing", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_ = n1.Record(s)
+			_ = n2.Record(s)
+			if i%drainEvery == drainEvery-1 {
+				sync(b)
+			}
+		}
+	})
+	b.Run("profiler-range", func(b *testing.B) {
+		p, err := profiler.New(profiler.WithCollectInterval(0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		r, err := p.NewRecorder(0, d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.SetMicrobatch(i & 7)
+			r.StartDevice("forward", s)
+			r.End()
+			if i%drainEvery == drainEvery-1 {
+				b.StopTimer()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = p.Flush(ctx)
+				cancel()
+				p.Reset()
+				b.StartTimer()
+			}
+		}
+		b.StopTimer()
+		if st := p.Stats(); st.Dropped != 0 || st.EventDrops != 0 || st.Errors != 0 {
+			b.Fatalf("ranges dropped, timed on the host only or failed: %+v", st)
+		}
+	})
+}
+
+// BenchmarkGemm (evidence d): the device time of a profiled GEMM range
+// against the GEMM's FLOP count, beside raw events around the loop. Run
+// with a fixed count, e.g. -test.benchtime=20x.
+func BenchmarkGemm(b *testing.B) {
+	gpu(b)
+	tf32 := cuda.New(cuda.WithTF32(true))
+	if err := tf32.Init(); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		impl runtime.Impl
+		t    runtime.DataType
+		n    int
+	}{
+		{"fp32/4096", nil, runtime.Float32, 4096},
+		{"fp32/8192", nil, runtime.Float32, 8192},
+		{"tf32/8192", tf32, runtime.Float32, 8192},
+		{"bf16/8192", nil, runtime.BFloat16, 8192},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			impl := tc.impl
+			if impl == nil {
+				impl, _ = runtime.Lookup(runtime.CUDA)
+			}
+			benchGemm(b, impl, tc.t, tc.n)
+		})
+	}
+}
+
+func benchGemm(b *testing.B, impl runtime.Impl, t runtime.DataType, n int) {
+	d := dev(0)
+	s, err := runtime.NewStreamWith(impl, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	bytes := int64(t.Size()) * int64(n) * int64(n)
+	var bufs [3]runtime.Buffer
+	for i := range bufs {
+		h, err := impl.Malloc(0, bytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer impl.Free(h)
+		bufs[i] = runtime.NewBufferView(impl, d, h, 0, bytes)
+		if err := impl.Memset(bufs[i], 0, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if err := p.Calibrate(context.Background(), impl, d); err != nil {
+		b.Fatal(err)
+	}
+	r, err := p.NewRecorder(0, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start, _ := runtime.NewEventWith(impl, d, runtime.EventDefault)
+	end, _ := runtime.NewEventWith(impl, d, runtime.EventDefault)
+	defer start.Destroy()
+	defer end.Destroy()
+	g := runtime.GemmArgs{M: n, N: n, K: n, Alpha: 1, A: bufs[0], LDA: n, B: bufs[1], LDB: n, C: bufs[2], LDC: n, Type: t}
+	// Warm up: cuBLAS picks its kernel and creates the handle.
+	if err := runtime.Gemm(s, g); err != nil {
+		b.Fatal(err)
+	}
+	_ = s.Synchronize(nil)
+	b.ResetTimer()
+	_ = start.Record(s)
+	for b.Loop() {
+		r.StartDevice("gemm", s)
+		if err := runtime.Gemm(s, g); err != nil {
+			b.Fatal(err)
+		}
+		r.End()
+	}
+	_ = end.Record(s)
+	_ = s.Synchronize(nil)
+	b.StopTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	flop := 2 * float64(n) * float64(n) * float64(n)
+	var durs []float64
+	var total time.Duration
+	for _, rec := range p.Snapshot() {
+		if rec.HasDevice {
+			durs = append(durs, rec.DeviceDuration().Seconds())
+			total += rec.DeviceDuration()
+		}
+	}
+	if len(durs) == 0 {
+		b.Fatal("no device-timed records")
+	}
+	slices.Sort(durs)
+	raw, err := runtime.Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	iters := float64(len(durs))
+	b.ReportMetric(flop/durs[len(durs)/2]/1e12, "TFLOP/s-profiler-median")
+	b.ReportMetric(flop*iters/total.Seconds()/1e12, "TFLOP/s-profiler-total")
+	b.ReportMetric(flop*iters/raw.Seconds()/1e12, "TFLOP/s-raw-loop")
+	b.Logf("%s %d³: %d ranges, median %.3f ms, raw loop %.3f ms/iter", fmt.Sprint(t), n, len(durs), durs[len(durs)/2]*1e3, raw.Seconds()*1e3/iters)
+}

@@ -1,0 +1,202 @@
+package cuda
+
+import (
+	"math"
+
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cuda/dl"
+)
+
+// cuBLAS enumerations.
+const (
+	cublasOpN = 0
+	cublasOpT = 1
+
+	cublasDefaultMath = 0 // no TF32: float32 GEMMs in full fp32
+
+	cudaR32F  = 0
+	cudaR16F  = 2
+	cudaR16BF = 14
+
+	cublasCompute32F         = 68
+	cublasCompute32FFastTF32 = 77
+	cublasGemmDefault        = -1
+)
+
+// gemmDefaultAlgo is CUBLAS_GEMM_DEFAULT (-1) as a C int argument: the
+// callee reads the low 32 bits.
+var gemmDefaultAlgo = ^uintptr(0)
+
+// blasHandle returns the stream's cuBLAS handle, creating it on first use.
+// The caller holds s.blasMu and has entered s.dev.
+func (m *Impl) blasHandle(op string, b *cublas, s *stream) (uintptr, error) {
+	if s.blas != 0 {
+		return s.blas, nil
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(b.create, f.OutPtr(0))); rc != 0 {
+		return 0, m.blasErr(op, rc)
+	}
+	h := uintptr(f.Out[0])
+	if rc := int32(f.Call(b.setStream, h, s.h)); rc != 0 {
+		dl.Call(b.destroy, h)
+		return 0, m.blasErr(op, rc)
+	}
+	// Explicitly the default math mode: cuBLAS may not use TF32 for
+	// float32 unless WithTF32 asks for it (through cublasGemmEx).
+	if rc := int32(f.Call(b.setMathMode, h, cublasDefaultMath)); rc != 0 {
+		dl.Call(b.destroy, h)
+		return 0, m.blasErr(op, rc)
+	}
+	s.blas = h
+	return h, nil
+}
+
+// blasCall runs call with the stream's cuBLAS handle, on a locked thread
+// with the stream's device current.
+func (m *Impl) blasCall(op string, s *stream, call func(b *cublas, h uintptr, f *dl.Frame) int32) error {
+	b, err := m.cublasAPI(op)
+	if err != nil {
+		return err
+	}
+	sc, err := m.enter(op, s.dev)
+	if err != nil {
+		return err
+	}
+	defer sc.exit()
+	s.blasMu.Lock()
+	defer s.blasMu.Unlock()
+	h, err := m.blasHandle(op, b, s)
+	if err != nil {
+		return err
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := call(b, h, f); rc != 0 {
+		return m.blasErr(op, rc)
+	}
+	return nil
+}
+
+func blasOp(t bool) uintptr {
+	if t {
+		return cublasOpT
+	}
+	return cublasOpN
+}
+
+// Gemm enqueues C = alpha·op(A)·op(B) + beta·C through cuBLAS, column-major.
+// float32 is computed in full fp32 (cublasSgemm) unless the backend was
+// made WithTF32; float64 with cublasDgemm; float16 and bfloat16 with
+// cublasGemmEx, accumulating in fp32.
+func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
+	const op = "Gemm"
+	s, err := m.stream(op, sh)
+	if err != nil {
+		return err
+	}
+	if g.M < 0 || g.N < 0 || g.K < 0 {
+		return runtime.Errorf(op, runtime.StatusInvalidArgument, "negative shape M=%d N=%d K=%d", g.M, g.N, g.K)
+	}
+	switch g.Type {
+	case runtime.Float32, runtime.Float64, runtime.Float16, runtime.BFloat16:
+	default:
+		return runtime.Errorf(op, runtime.StatusNotSupported, "the cuda backend's GEMM supports float32, float64, float16 and bfloat16, not %s", g.Type)
+	}
+	if g.M == 0 || g.N == 0 {
+		return nil
+	}
+	es := int64(g.Type.Size())
+	ar, ac := g.M, g.K
+	if g.TransA {
+		ar, ac = ac, ar
+	}
+	br, bc := g.K, g.N
+	if g.TransB {
+		br, bc = bc, br
+	}
+	need := func(rows, cols, ld int) int64 {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (int64(ld)*int64(cols-1) + int64(rows)) * es
+	}
+	c, err := m.matrix(op, "C", s, g.C, g.M, g.LDC, need(g.M, g.N, g.LDC))
+	if err != nil {
+		return err
+	}
+	var a, b uintptr
+	if g.K > 0 {
+		if a, err = m.matrix(op, "A", s, g.A, ar, g.LDA, need(ar, ac, g.LDA)); err != nil {
+			return err
+		}
+		if b, err = m.matrix(op, "B", s, g.B, br, g.LDB, need(br, bc, g.LDB)); err != nil {
+			return err
+		}
+	}
+	ta, tb := blasOp(g.TransA), blasOp(g.TransB)
+	mm, nn, kk := uintptr(g.M), uintptr(g.N), uintptr(g.K)
+	lda, ldb, ldc := uintptr(max(g.LDA, 1)), uintptr(max(g.LDB, 1)), uintptr(g.LDC)
+	tf32 := m.cfg.tf32
+	return m.blasCall(op, s, func(bl *cublas, h uintptr, f *dl.Frame) int32 {
+		switch g.Type {
+		case runtime.Float64:
+			f.Out[0], f.Out[1] = math.Float64bits(float64(g.Alpha)), math.Float64bits(float64(g.Beta))
+			return int32(f.Call(bl.dgemm, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, lda, b, ldb, f.OutPtr(1), c, ldc))
+		case runtime.Float32:
+			f.Out[0], f.Out[1] = uint64(math.Float32bits(g.Alpha)), uint64(math.Float32bits(g.Beta))
+			if !tf32 {
+				return int32(f.Call(bl.sgemm, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, lda, b, ldb, f.OutPtr(1), c, ldc))
+			}
+			return int32(f.Call(bl.gemmEx, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, cudaR32F, lda, b, cudaR32F, ldb,
+				f.OutPtr(1), c, cudaR32F, ldc, cublasCompute32FFastTF32, gemmDefaultAlgo))
+		default:
+			dt := uintptr(cudaR16F)
+			if g.Type == runtime.BFloat16 {
+				dt = cudaR16BF
+			}
+			f.Out[0], f.Out[1] = uint64(math.Float32bits(g.Alpha)), uint64(math.Float32bits(g.Beta))
+			return int32(f.Call(bl.gemmEx, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, dt, lda, b, dt, ldb,
+				f.OutPtr(1), c, dt, ldc, cublasCompute32F, gemmDefaultAlgo))
+		}
+	})
+}
+
+// matrix returns the device address of a matrix operand after checking
+// that it is live memory of m on the stream's device holding bytes bytes.
+func (m *Impl) matrix(op, name string, s *stream, b runtime.Buffer, rows, ld int, bytes int64) (uintptr, error) {
+	if ld < max(1, rows) {
+		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "ld%s=%d smaller than %d rows", name, ld, rows)
+	}
+	if b.Device().Index != s.dev {
+		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "matrix %s on %s, stream on cuda:%d", name, b.Device(), s.dev)
+	}
+	return m.pointer(op, b, bytes)
+}
+
+// Axpy enqueues y[i] += alpha·x[i] for n float32s (cublasSaxpy).
+func (m *Impl) Axpy(sh any, alpha float32, x, y runtime.Buffer, n int) error {
+	const op = "Axpy"
+	s, p, err := m.vectors(op, sh, n, x, y)
+	if err != nil || n == 0 {
+		return err
+	}
+	return m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
+		f.Out[0] = uint64(math.Float32bits(alpha))
+		return int32(f.Call(b.saxpy, h, uintptr(n), f.OutPtr(0), p[0], 1, p[1], 1))
+	})
+}
+
+// Scale enqueues x[i] *= alpha for n float32s (cublasSscal).
+func (m *Impl) Scale(sh any, alpha float32, x runtime.Buffer, n int) error {
+	const op = "Scale"
+	s, p, err := m.vectors(op, sh, n, x)
+	if err != nil || n == 0 {
+		return err
+	}
+	return m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
+		f.Out[0] = uint64(math.Float32bits(alpha))
+		return int32(f.Call(b.sscal, h, uintptr(n), f.OutPtr(0), p[0], 1))
+	})
+}

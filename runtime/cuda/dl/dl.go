@@ -1,0 +1,245 @@
+package dl
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// ErrNotFound is wrapped by Open's error when no candidate loads.
+var ErrNotFound = errors.New("no candidate library could be opened")
+
+// Library is an opened native library. It stays open for the life of the
+// process: the GPU libraries keep threads and driver state that make
+// unloading them unsafe.
+type Library struct {
+	Path   string // the candidate that loaded, as given to dlopen
+	handle uintptr
+}
+
+var (
+	openMu sync.Mutex
+	opened = map[string]*Library{} // by candidate, so a library is dlopened once
+)
+
+// Open returns the first of candidates that dlopen accepts. A candidate
+// containing a glob metacharacter ('*') is expanded first, highest version
+// first. tried lists each attempt with dlopen's reason, for the caller's
+// error message; on failure the error wraps ErrNotFound and says the same.
+func Open(candidates []string) (lib *Library, tried []string, err error) {
+	openMu.Lock()
+	defer openMu.Unlock()
+	for _, c := range expand(candidates) {
+		if l, ok := opened[c]; ok {
+			return l, tried, nil
+		}
+		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("%s (%s)", c, shorten(err.Error())))
+			continue
+		}
+		l := &Library{Path: c, handle: h}
+		opened[c] = l
+		return l, tried, nil
+	}
+	if len(tried) == 0 {
+		tried = append(tried, "no candidates")
+	}
+	return nil, tried, fmt.Errorf("%w: tried %s", ErrNotFound, strings.Join(tried, "; "))
+}
+
+// expand replaces glob patterns by the files they match, in descending
+// order so that libfoo.so.13 comes before libfoo.so.12 and libfoo.so.
+func expand(candidates []string) []string {
+	var out []string
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		if !strings.ContainsAny(c, "*?[") {
+			out = append(out, c)
+			continue
+		}
+		m, _ := filepath.Glob(c)
+		slices.SortFunc(m, func(a, b string) int { return strings.Compare(b, a) })
+		if len(m) == 0 {
+			out = append(out, c) // reported as tried
+		}
+		out = append(out, m...)
+	}
+	return out
+}
+
+// shorten keeps dlerror's message readable: it repeats the path.
+func shorten(msg string) string {
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
+}
+
+// Lookup returns the address of the first of names the library exports.
+func (l *Library) Lookup(names ...string) (uintptr, error) {
+	for _, n := range names {
+		if p, err := purego.Dlsym(l.handle, n); err == nil && p != 0 {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("symbol %s not found in %s", strings.Join(names, " or "), l.Path)
+}
+
+// Binder looks up many symbols and collects the missing ones, so that a
+// wrong library is reported once with everything it lacks.
+type Binder struct {
+	lib     *Library
+	missing []string
+}
+
+// NewBinder binds symbols of lib.
+func NewBinder(lib *Library) *Binder { return &Binder{lib: lib} }
+
+// Sym stores the address of the first of names that exists in *dst, or
+// notes the symbol as missing.
+func (b *Binder) Sym(dst *uintptr, names ...string) {
+	p, err := b.lib.Lookup(names...)
+	if err != nil {
+		b.missing = append(b.missing, names[0])
+		return
+	}
+	*dst = p
+}
+
+// Optional stores the address of the first of names that exists, leaving
+// *dst zero when none does.
+func (b *Binder) Optional(dst *uintptr, names ...string) {
+	if p, err := b.lib.Lookup(names...); err == nil {
+		*dst = p
+	}
+}
+
+// Func binds a C function to the Go function pointer fptr with
+// purego.RegisterFunc, for the few calls whose arguments Call cannot pass
+// (a struct by value). The symbol is looked up first, so a missing one is
+// noted rather than a panic.
+func (b *Binder) Func(fptr any, name string) {
+	p, err := b.lib.Lookup(name)
+	if err != nil {
+		b.missing = append(b.missing, name)
+		return
+	}
+	defer func() {
+		// RegisterFunc panics where purego cannot pass the signature on
+		// this platform; that is a missing capability, not a crash.
+		if r := recover(); r != nil {
+			b.missing = append(b.missing, fmt.Sprintf("%s (%v)", name, r))
+		}
+	}()
+	purego.RegisterFunc(fptr, p)
+}
+
+// Err returns an error naming every missing symbol, or nil.
+func (b *Binder) Err() error {
+	if len(b.missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s lacks %d required symbol(s): %s (is it the right library, and recent enough?)",
+		b.lib.Path, len(b.missing), strings.Join(b.missing, ", "))
+}
+
+// maxArgs bounds the arguments of one Call.
+const maxArgs = 20
+
+// Frame holds one call's arguments and the memory its out-parameters are
+// written to. Frames come from a pool and live on the heap, so the
+// addresses of Out stay valid across the call. Take one with Get and give
+// it back with Put once the outputs are read.
+type Frame struct {
+	args [maxArgs]uintptr
+	// Out is scratch memory for out-parameters (an int, a handle, a
+	// float); OutPtr(i) is the address to pass.
+	Out [4]uint64
+	// Params is an array of pointers, for APIs that take one (a kernel's
+	// parameter list: Params[i] = OutPtr(i)).
+	Params [4]uintptr
+	// Buf is larger scratch memory, for strings the C side fills.
+	Buf [256]byte
+}
+
+var frames = sync.Pool{New: func() any { return new(Frame) }}
+
+// Get returns a frame with zeroed outputs.
+func Get() *Frame {
+	f := frames.Get().(*Frame)
+	f.Out = [4]uint64{}
+	return f
+}
+
+// Put returns f to the pool.
+func (f *Frame) Put() { frames.Put(f) }
+
+// OutPtr is the address of Out[i], to pass as an out-parameter.
+func (f *Frame) OutPtr(i int) uintptr { return uintptr(unsafe.Pointer(&f.Out[i])) }
+
+// ParamsPtr is the address of Params.
+func (f *Frame) ParamsPtr() uintptr { return uintptr(unsafe.Pointer(&f.Params[0])) }
+
+// BufPtr is the address of Buf.
+func (f *Frame) BufPtr() uintptr { return uintptr(unsafe.Pointer(&f.Buf[0])) }
+
+// Call calls the C function at fn with integer or pointer arguments and
+// returns its integer result (rax). It allocates nothing. Pointers in args
+// must point to memory that does not move during the call: the heap (a
+// Frame's Out, a Go heap object kept alive by the caller) or C memory.
+func (f *Frame) Call(fn uintptr, args ...uintptr) uintptr {
+	n := copy(f.args[:], args)
+	r, _, _ := purego.SyscallN(fn, f.args[:n]...)
+	return r
+}
+
+// Call is Frame.Call for functions without out-parameters; it takes a
+// pooled frame for the duration of the call.
+func Call(fn uintptr, args ...uintptr) uintptr {
+	f := frames.Get().(*Frame)
+	n := copy(f.args[:], args)
+	r, _, _ := purego.SyscallN(fn, f.args[:n]...)
+	frames.Put(f)
+	return r
+}
+
+// GoString copies the NUL-terminated C string at p; "" for a nil p.
+func GoString(p uintptr) string {
+	if p == 0 {
+		return ""
+	}
+	// Read through a pointer-to-pointer so that vet sees no uintptr to
+	// unsafe.Pointer conversion: p is C memory, which the GC ignores.
+	ptr := *(*unsafe.Pointer)(unsafe.Pointer(&p))
+	n := 0
+	for *(*byte)(unsafe.Add(ptr, n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(ptr), n))
+}
+
+// CString returns s as a NUL-terminated byte slice; pass &b[0] and keep b
+// alive across the call.
+func CString(s string) []byte {
+	b := make([]byte, len(s)+1)
+	copy(b, s)
+	return b
+}
+
+// BufString returns the NUL-terminated string at the start of f.Buf.
+func (f *Frame) BufString() string {
+	n := 0
+	for n < len(f.Buf) && f.Buf[n] != 0 {
+		n++
+	}
+	return string(f.Buf[:n])
+}

@@ -1,0 +1,569 @@
+package cuda_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cuda"
+)
+
+// The tests below need a GPU and skip without one.
+
+func TestDevices(t *testing.T) {
+	impl := gpu(t)
+	n, err := impl.DeviceCount()
+	if err != nil || n < 1 {
+		t.Fatalf("DeviceCount = %d, %v", n, err)
+	}
+	rv, dv := impl.RuntimeVersion()
+	t.Logf("%d GPUs, CUDA runtime %d, driver %d, %s", n, rv, dv, impl.LibraryPath())
+	uuid := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for i := range n {
+		name, err := impl.DeviceName(i)
+		if err != nil || !strings.Contains(name, "NVIDIA") {
+			t.Errorf("DeviceName(%d) = %q, %v", i, name, err)
+		}
+		id, err := impl.DeviceUUID(i)
+		if err != nil || !uuid.MatchString(id) || seen[id] {
+			t.Errorf("DeviceUUID(%d) = %q, %v", i, id, err)
+		}
+		seen[id] = true
+		t.Logf("cuda:%d %s %s", i, name, id)
+	}
+	// The current device belongs to the thread; the guard restores it.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	g, err := runtime.NewGuard(dev(n - 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := impl.GetDevice(); cur != n-1 {
+		t.Errorf("current device %d under a guard for %d", cur, n-1)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := impl.GetDevice(); cur != g.Previous() {
+		t.Errorf("current device %d after release, want %d", cur, g.Previous())
+	}
+}
+
+func TestInvalidDevice(t *testing.T) {
+	impl := gpu(t)
+	n, _ := impl.DeviceCount()
+	err := impl.SetDevice(n + 7)
+	if !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "cudaErrorInvalidDevice") {
+		t.Errorf("SetDevice(%d): %v", n+7, err)
+	}
+	if _, err := impl.Malloc(n+7, 16); !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "cudaErrorInvalidDevice") {
+		t.Errorf("Malloc on device %d: %v", n+7, err)
+	}
+	if _, err := runtime.NewStream(dev(n)); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Errorf("NewStream(cuda:%d): %v", n, err)
+	}
+	if _, err := impl.StreamCreate(-1, 0); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Errorf("StreamCreate(-1): %v", err)
+	}
+}
+
+func TestOutOfMemory(t *testing.T) {
+	gpu(t)
+	_, err := runtime.Malloc(dev(0), 1<<40) // 1 TiB
+	if !errors.Is(err, runtime.StatusOutOfMemory) || !strings.Contains(err.Error(), "cudaErrorMemoryAllocation") {
+		t.Fatalf("Malloc(1 TiB): %v", err)
+	}
+	t.Log(err)
+	// The failure is not sticky: the device still works.
+	b := malloc(t, dev(0), 1<<20)
+	if err := runtime.Memset(b, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStreamsAndEvents(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	least, greatest, err := gpu(t).StreamPriorityRange(0)
+	if err != nil || greatest > least {
+		t.Fatalf("priority range %d..%d, %v", least, greatest, err)
+	}
+	hi := newStream(t, d, runtime.WithPriority(greatest))
+	lo := newStream(t, d)
+	start, _ := runtime.NewEvent(d, runtime.EventDefault)
+	end, _ := runtime.NewEvent(d, runtime.EventDefault)
+	nt, _ := runtime.NewEvent(d, runtime.EventDisableTiming)
+	defer start.Destroy()
+	defer end.Destroy()
+	defer nt.Destroy()
+
+	const n = 1 << 26 // 256 MiB: a copy long enough to see
+	a, b := malloc(t, d, 4*n), malloc(t, d, 4*n)
+	if err := start.Record(lo); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if err := runtime.Copy(b, a, lo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := end.Record(lo); err != nil {
+		t.Fatal(err)
+	}
+	if err := nt.Record(lo); err != nil {
+		t.Fatal(err)
+	}
+	// The high-priority stream waits for the copies.
+	if err := hi.WaitEvent(nt); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Memset(a, 0, hi); err != nil {
+		t.Fatal(err)
+	}
+	if err := end.Query(); err != nil && !errors.Is(err, runtime.StatusNotReady) {
+		t.Fatalf("Query: %v", err)
+	}
+	if _, err := runtime.Elapsed(start, end); err != nil && !errors.Is(err, runtime.StatusNotReady) {
+		t.Fatalf("Elapsed before completion: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hi.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := end.Query(); err != nil {
+		t.Fatalf("end not complete after the waiting stream finished: %v", err)
+	}
+	el, err := runtime.Elapsed(start, end)
+	if err != nil || el <= 0 || el > 5*time.Second {
+		t.Fatalf("Elapsed = %v, %v", el, err)
+	}
+	t.Logf("4 × 256 MiB device copies: %v (%.0f GB/s read+write)", el, 4*2*4*n/el.Seconds()/1e9)
+	if _, err := runtime.Elapsed(start, nt); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Errorf("Elapsed with a disable-timing event: %v", err)
+	}
+	if err := gpu(t).DeviceSynchronize(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMemory(t *testing.T) {
+	impl := gpu(t)
+	d := dev(0)
+	s := newStream(t, d)
+	before, _ := impl.MemoryStats(0)
+	const n = 1000
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(i) * 0.5
+	}
+	a := upload(t, d, v)
+	st, err := impl.MemoryStats(0)
+	if err != nil || st.InUse != before.InUse+4*n || st.Peak < st.InUse || st.Total <= 0 || st.Free <= 0 || st.Free > st.Total {
+		t.Fatalf("MemoryStats after a 4000-byte allocation: %+v (before %+v), %v", st, before, err)
+	}
+	b := malloc(t, d, 4*n)
+	// A view: elements 100..299 of a into 0..199 of b, asynchronously.
+	av, _ := a.Elems(runtime.Float32, 100, 200)
+	bv, _ := b.Elems(runtime.Float32, 0, 200)
+	if err := runtime.Memset(b, 0, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Copy(bv, av, s); err != nil {
+		t.Fatal(err)
+	}
+	got := download(t, s, b, n)
+	for i := range n {
+		want := float32(0)
+		if i < 200 {
+			want = v[100+i]
+		}
+		if got[i] != want {
+			t.Fatalf("b[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+	// Stream-ordered allocation.
+	c, err := runtime.MallocAsync(1<<20, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Memset(c, 0xab, s); err != nil {
+		t.Fatal(err)
+	}
+	host := make([]byte, 1<<20)
+	if err := runtime.CopyToHost(host, c, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.FreeAsync(c, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(nil); err != nil {
+		t.Fatal(err)
+	}
+	if host[0] != 0xab || host[len(host)-1] != 0xab {
+		t.Errorf("memset through MallocAsync memory: %#x %#x", host[0], host[len(host)-1])
+	}
+	if err := runtime.FreeAsync(c, s); err == nil {
+		t.Error("second FreeAsync succeeded")
+	}
+	if err := impl.ResetPeakMemory(0); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := impl.MemoryStats(0); st.Peak != st.InUse {
+		t.Errorf("after reset: %+v", st)
+	}
+}
+
+// cpuGemm is the column-major reference in float64.
+func cpuGemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float64 {
+	out := make([]float64, len(c))
+	for i := range c {
+		out[i] = float64(c[i])
+	}
+	at := func(i, l int) float64 {
+		if ta {
+			return float64(a[l+i*lda])
+		}
+		return float64(a[i+l*lda])
+	}
+	bt := func(l, j int) float64 {
+		if tb {
+			return float64(b[j+l*ldb])
+		}
+		return float64(b[l+j*ldb])
+	}
+	for j := range n {
+		for i := range m {
+			var s float64
+			for l := range k {
+				s += at(i, l) * bt(l, j)
+			}
+			out[i+j*ldc] = float64(alpha)*s + float64(beta)*out[i+j*ldc]
+		}
+	}
+	return out
+}
+
+func randomVec(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(2*r.Float64() - 1)
+	}
+	return v
+}
+
+// GEMM in float32 agrees with a float64 reference to fp32 rounding: TF32
+// (10-bit mantissas) would be off by about 1e-3 relative and fail.
+func TestGemmFloat32IsFullPrecision(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	s := newStream(t, d)
+	r := rand.New(rand.NewPCG(1, 2))
+	const m, n, k = 96, 80, 512
+	for _, tc := range []struct{ ta, tb bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		lda, ldb := m, k
+		if tc.ta {
+			lda = k
+		}
+		if tc.tb {
+			ldb = n
+		}
+		a, b, c := randomVec(r, m*k), randomVec(r, k*n), randomVec(r, m*n)
+		da, db, dc := upload(t, d, a), upload(t, d, b), upload(t, d, c)
+		err := runtime.Gemm(s, runtime.GemmArgs{TransA: tc.ta, TransB: tc.tb, M: m, N: n, K: k, Alpha: 0.75, Beta: 0.5,
+			A: da, LDA: lda, B: db, LDB: ldb, C: dc, LDC: m, Type: runtime.Float32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, s, dc, m*n)
+		want := cpuGemm(tc.ta, tc.tb, m, n, k, 0.75, a, lda, b, ldb, 0.5, c, m)
+		var worst float64
+		for i := range got {
+			// Error relative to the magnitude of the dot product (√k).
+			worst = max(worst, math.Abs(float64(got[i])-want[i])/math.Sqrt(k))
+		}
+		if worst > 2e-6 {
+			t.Errorf("transA=%v transB=%v: max error %.3g (×√k), want fp32 rounding (< 2e-6); TF32 on?", tc.ta, tc.tb, worst)
+		}
+	}
+}
+
+func TestGemmReducedPrecision(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	s := newStream(t, d)
+	tf32 := cuda.New(cuda.WithTF32(true))
+	if err := tf32.Init(); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	const m, n, k = 64, 64, 256
+	a, b := randomVec(r, m*k), randomVec(r, k*n)
+	want := cpuGemm(false, false, m, n, k, 1, a, m, b, k, 0, make([]float32, m*n), m)
+	// TF32 through a second backend instance of its own.
+	ts, err := runtime.NewStreamWith(tf32, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Destroy()
+	ta, tb, tc := tf32bufs(t, tf32, a, b, m*n)
+	if err := runtime.Gemm(ts, runtime.GemmArgs{M: m, N: n, K: k, Alpha: 1, A: ta, LDA: m, B: tb, LDB: k, C: tc, LDC: m, Type: runtime.Float32}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Synchronize(nil); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 4*m*n)
+	if err := runtime.CopyToHost(out, tc, nil); err != nil {
+		t.Fatal(err)
+	}
+	var worst float64
+	for i, g := range bytesf32(out) {
+		worst = max(worst, math.Abs(float64(g)-want[i])/math.Sqrt(k))
+	}
+	t.Logf("TF32 GEMM max error %.3g (×√k)", worst)
+	if worst > 5e-3 || worst < 1e-6 {
+		t.Errorf("TF32 error %.3g: not reduced precision, or wrong", worst)
+	}
+	for _, ft := range []runtime.DataType{runtime.BFloat16, runtime.Float16, runtime.Float64} {
+		es := int64(ft.Size())
+		da, db, dc := malloc(t, d, es*m*k), malloc(t, d, es*k*n), malloc(t, d, es*m*n)
+		for _, buf := range []runtime.Buffer{da, db} {
+			if err := runtime.Memset(buf, 0, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := runtime.Gemm(s, runtime.GemmArgs{M: m, N: n, K: k, Alpha: 1, A: da, LDA: m, B: db, LDB: k, C: dc, LDC: m, Type: ft}); err != nil {
+			t.Errorf("%s GEMM: %v", ft, err)
+		}
+	}
+	if err := s.Synchronize(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Gemm(s, runtime.GemmArgs{M: 1, N: 1, K: 1, Alpha: 1, A: malloc(t, d, 4), LDA: 1, B: malloc(t, d, 4), LDB: 1, C: malloc(t, d, 4), LDC: 1, Type: runtime.Int32}); !errors.Is(err, runtime.StatusNotSupported) {
+		t.Errorf("int32 GEMM: %v", err)
+	}
+}
+
+func tf32bufs(t *testing.T, impl *cuda.Impl, a, b []float32, nc int) (runtime.Buffer, runtime.Buffer, runtime.Buffer) {
+	t.Helper()
+	d := dev(0)
+	mk := func(v []float32) runtime.Buffer {
+		h, err := impl.Malloc(0, int64(4*len(v)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := runtime.NewBufferView(impl, d, h, 0, int64(4*len(v)))
+		if err := impl.MemcpyHtoD(buf, f32bytes(v), nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = impl.Free(h) })
+		return buf
+	}
+	return mk(a), mk(b), mk(make([]float32, nc))
+}
+
+func TestElementwise(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	s := newStream(t, d)
+	x := []float32{0, float32(math.Copysign(0, -1)), 1e-30, -1e-8, 1e-3, 0.1, -0.3, 0.5499, 0.55, 0.5501, -0.6, 1, -2, 5, 9, -9.1, 20, -50, 1e30,
+		float32(math.Inf(1)), float32(math.Inf(-1))}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 100000 {
+		x = append(x, float32(r.NormFloat64()*3))
+	}
+	n := len(x)
+	dx, dy := upload(t, d, x), malloc(t, d, int64(4*n))
+	if err := runtime.Tanh(s, dx, dy, n); err != nil {
+		t.Fatal(err)
+	}
+	got := download(t, s, dy, n)
+	var worst float64
+	for i, v := range x {
+		want := float32(math.Tanh(float64(v)))
+		u := ulps(got[i], want)
+		if u > 4 || math.Signbit(float64(got[i])) != math.Signbit(float64(want)) {
+			t.Fatalf("tanh(%g) = %g, want %g (%v ulp)", v, got[i], want, u)
+		}
+		worst = max(worst, u)
+	}
+	t.Logf("tanh over %d values: within %v ulp of math.Tanh", n, worst)
+	// In place, as the trainer calls it.
+	if err := runtime.Tanh(s, dx, dx, n); err != nil {
+		t.Fatal(err)
+	}
+	if inPlace := download(t, s, dx, n); ulps(inPlace[7], got[7]) != 0 {
+		t.Errorf("in-place tanh differs")
+	}
+	// TanhBackward is exact: the same three roundings as the CPU backend.
+	g := randomVec(r, n)
+	dg, dout := upload(t, d, g), malloc(t, d, int64(4*n))
+	if err := runtime.TanhBackward(s, dy, dg, dout, n); err != nil {
+		t.Fatal(err)
+	}
+	back := download(t, s, dout, n)
+	for i := range n {
+		y := got[i]
+		if want := g[i] * (1 - y*y); back[i] != want {
+			t.Fatalf("TanhBackward[%d] = %g, want %g", i, back[i], want)
+		}
+	}
+	// Axpy and Scale through cuBLAS (fused multiply-add: within an ulp).
+	ax := randomVec(r, n)
+	da := upload(t, d, ax)
+	if err := runtime.Axpy(s, -0.25, dg, da, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Scale(s, 3, da, n); err != nil {
+		t.Fatal(err)
+	}
+	res := download(t, s, da, n)
+	for i := range n {
+		want := float32((float64(ax[i]) + -0.25*float64(g[i])) * 3)
+		if u := ulps(res[i], want); u > 2 {
+			t.Fatalf("axpy+scale[%d] = %g, want %g (%v ulp)", i, res[i], want, u)
+		}
+	}
+	// Zero-length calls do nothing and succeed.
+	if err := runtime.Tanh(s, dx, dy, 0); err != nil {
+		t.Error(err)
+	}
+}
+
+// Synchronous and stream-ordered memory operations on every GPU from one
+// thread, whose current device stays what it was.
+func TestEveryDeviceFromOneThread(t *testing.T) {
+	impl := gpu(t)
+	n, _ := impl.DeviceCount()
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	before, _ := impl.GetDevice()
+	for i := range n {
+		d := dev(i)
+		s := newStream(t, d)
+		a := malloc(t, d, 4096)
+		b := malloc(t, d, 4096)
+		if err := runtime.Memset(a, 7, nil); err != nil {
+			t.Fatalf("cuda:%d: synchronous Memset: %v", i, err)
+		}
+		if err := runtime.Copy(b, a, s); err != nil {
+			t.Fatalf("cuda:%d: Copy: %v", i, err)
+		}
+		if err := runtime.Memset(a, 1, s); err != nil {
+			t.Fatalf("cuda:%d: Memset: %v", i, err)
+		}
+		if err := s.Synchronize(nil); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, 4096)
+		if err := runtime.CopyToHost(out, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		if out[0] != 7 || out[4095] != 7 {
+			t.Errorf("cuda:%d: copy of a memset reads %d", i, out[0])
+		}
+	}
+	if after, _ := impl.GetDevice(); after != before {
+		t.Errorf("current device changed from %d to %d", before, after)
+	}
+}
+
+// Ranks on goroutines of their own, each locked to a thread, drive their
+// own GPUs at once: the current device never leaks between them.
+func TestConcurrentDevices(t *testing.T) {
+	impl := gpu(t)
+	n, _ := impl.DeviceCount()
+	var wg sync.WaitGroup
+	errs := make([]error, 2*n)
+	for g := range 2 * n {
+		wg.Go(func() {
+			goruntime.LockOSThread()
+			defer goruntime.UnlockOSThread()
+			d := dev(g % n)
+			s, err := runtime.NewStream(d)
+			if err != nil {
+				errs[g] = err
+				return
+			}
+			defer s.Destroy()
+			const w = 256
+			a, err := runtime.Malloc(d, 4*w*w)
+			if err != nil {
+				errs[g] = err
+				return
+			}
+			defer runtime.Free(a)
+			for range 200 {
+				if err := runtime.Gemm(s, runtime.GemmArgs{M: w, N: w, K: w, Alpha: 1, A: a, LDA: w, B: a, LDB: w, C: a, LDC: w, Type: runtime.Float32}); err != nil {
+					errs[g] = err
+					return
+				}
+				if err := runtime.Tanh(s, a, a, w*w); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+			errs[g] = s.Synchronize(nil)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The profiler times a GEMM through the backend's events.
+func TestProfilerDeviceRange(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	rec, err := p.NewRecorder(0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStream(t, d)
+	const w = 4096
+	a := malloc(t, d, 4*w*w)
+	c := malloc(t, d, 4*w*w)
+	rec.StartDevice("gemm", s)
+	for range 4 {
+		if err := runtime.Gemm(s, runtime.GemmArgs{M: w, N: w, K: w, Alpha: 1, A: a, LDA: w, B: a, LDB: w, C: c, LDC: w, Type: runtime.Float32}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 1 || !recs[0].HasDevice {
+		t.Fatalf("records %+v", recs)
+	}
+	r := recs[0]
+	dur := r.DeviceDuration()
+	tflops := 4 * 2 * float64(w) * w * w / dur.Seconds() / 1e12
+	t.Logf("4 × %d³ SGEMM: device %v (%.1f TFLOP/s), host %v, peak memory %d", w, dur, tflops, r.HostDuration(), r.PeakMemory)
+	if tflops < 5 || tflops > 200 {
+		t.Errorf("%.1f TFLOP/s is implausible for fp32", tflops)
+	}
+	if r.PeakMemory < 2*4*w*w {
+		t.Errorf("peak memory %d below the two buffers", r.PeakMemory)
+	}
+}

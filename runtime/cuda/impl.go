@@ -1,0 +1,355 @@
+package cuda
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cuda/dl"
+)
+
+// Compile-time checks that Impl is a complete backend with the optional
+// capabilities.
+var (
+	_ runtime.Impl            = (*Impl)(nil)
+	_ runtime.Elementwise     = (*Impl)(nil)
+	_ runtime.DeviceDescriber = (*Impl)(nil)
+)
+
+// Impl is the CUDA backend. Make one with New; the package registers one
+// for runtime.CUDA from init. Nothing is loaded until Init.
+//
+// Handles (streams, events, allocations) are valid only with the Impl that
+// made them.
+type Impl struct {
+	cfg config
+
+	once    sync.Once
+	loaded  atomic.Bool
+	initErr error
+
+	rt             *cudart
+	runtimeVersion int // e.g. 13000 for CUDA 13.0
+	driverVersion  int
+	devices        []device
+
+	blasOnce    sync.Once
+	blas        *cublas
+	blasLoadErr error
+
+	drvOnce sync.Once
+	drv     *driver
+	drvErr  error
+}
+
+// device is the backend's state for one GPU.
+type device struct {
+	index       int
+	inUse, peak atomic.Int64
+	total, free atomic.Int64 // from cudaMemGetInfo at the last allocation change
+	kernOnce    sync.Once
+	kern        *kernels
+	kernErr     error
+}
+
+// New returns a CUDA backend configured by opts; it loads nothing.
+func New(opts ...Option) *Impl { return &Impl{cfg: newConfig(opts)} }
+
+// Type returns runtime.CUDA.
+func (*Impl) Type() runtime.DeviceType { return runtime.CUDA }
+
+// Init opens libcudart, checks its version and counts the GPUs, once; the
+// result, success or failure, is kept. It is cheap after the first call.
+func (m *Impl) Init() error {
+	if m.loaded.Load() {
+		return nil
+	}
+	m.once.Do(func() {
+		m.initErr = m.load()
+		if m.initErr == nil {
+			m.loaded.Store(true)
+		}
+	})
+	return m.initErr
+}
+
+func (m *Impl) load() error {
+	const op = "Init"
+	lib, _, err := dl.Open(candidates(m.cfg.cudart, EnvCudartLib,
+		"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so*"))
+	if err != nil {
+		return &runtime.Error{Op: op, Status: runtime.StatusUnavailable, Detail: "CUDA runtime library (libcudart) not found", Err: err}
+	}
+	rt, err := bindCudart(lib)
+	if err != nil {
+		return &runtime.Error{Op: op, Status: runtime.StatusNotSupported, Detail: "CUDA runtime library unusable", Err: err}
+	}
+	m.rt = rt
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(rt.runtimeGetVersion, f.OutPtr(0))); rc != 0 {
+		return m.cudaErr(op, rc)
+	}
+	m.runtimeVersion = int(int32(f.Out[0]))
+	if m.runtimeVersion < m.cfg.minVersion {
+		return runtime.Errorf(op, runtime.StatusNotSupported, "%s is CUDA runtime %s; trainscope needs %s or newer",
+			lib.Path, versionString(m.runtimeVersion), versionString(m.cfg.minVersion))
+	}
+	if int32(f.Call(rt.driverGetVersion, f.OutPtr(1))) == 0 {
+		m.driverVersion = int(int32(f.Out[1]))
+	}
+	if rc := int32(f.Call(rt.getDeviceCount, f.OutPtr(2))); rc != 0 {
+		err := m.cudaErr(op, rc)
+		return &runtime.Error{Op: op, Status: runtime.StatusOf(err),
+			Detail: fmt.Sprintf("no usable GPU (runtime %s from %s, driver %s)", versionString(m.runtimeVersion), lib.Path, versionString(m.driverVersion)),
+			Err:    err}
+	}
+	n := int(int32(f.Out[2]))
+	if n < 1 {
+		return runtime.Errorf(op, runtime.StatusUnavailable, "cudaGetDeviceCount found no GPU (runtime %s from %s)", versionString(m.runtimeVersion), lib.Path)
+	}
+	m.devices = make([]device, n)
+	for i := range m.devices {
+		m.devices[i].index = i
+	}
+	return nil
+}
+
+// versionString writes a CUDA version number (12040) as "12.4"; 0 as
+// "none".
+func versionString(v int) string {
+	if v <= 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+}
+
+// RuntimeVersion returns the CUDA runtime and driver versions (e.g. 13000,
+// 13000), once Init has succeeded.
+func (m *Impl) RuntimeVersion() (runtimeVersion, driverVersion int) {
+	return m.runtimeVersion, m.driverVersion
+}
+
+// LibraryPath returns the path libcudart was loaded from, or "".
+func (m *Impl) LibraryPath() string {
+	if !m.loaded.Load() {
+		return ""
+	}
+	return m.rt.lib.Path
+}
+
+// ready loads the backend if needed: methods called before Init load it
+// rather than crash.
+func (m *Impl) ready(op string) error {
+	if m.loaded.Load() {
+		return nil
+	}
+	if err := m.Init(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// device returns the state of GPU index.
+func (m *Impl) device(op string, index int) (*device, error) {
+	if err := m.ready(op); err != nil {
+		return nil, err
+	}
+	if index < 0 || index >= len(m.devices) {
+		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument,
+			"cudaErrorInvalidDevice: invalid device ordinal %d (%d CUDA devices present)", index, len(m.devices))
+	}
+	return &m.devices[index], nil
+}
+
+// DeviceCount returns the number of GPUs, as counted at Init.
+func (m *Impl) DeviceCount() (int, error) {
+	if err := m.ready("DeviceCount"); err != nil {
+		return 0, err
+	}
+	return len(m.devices), nil
+}
+
+// SetDevice makes index the current device of the calling OS thread; it
+// means something only to a goroutine locked to its thread.
+func (m *Impl) SetDevice(index int) error {
+	if err := m.ready("SetDevice"); err != nil {
+		return err
+	}
+	if rc := int32(dl.Call(m.rt.setDevice, uintptr(index))); rc != 0 {
+		return m.cudaErr("SetDevice", rc)
+	}
+	return nil
+}
+
+// GetDevice returns the calling OS thread's current device.
+func (m *Impl) GetDevice() (int, error) {
+	if err := m.ready("GetDevice"); err != nil {
+		return 0, err
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(m.rt.getDevice, f.OutPtr(0))); rc != 0 {
+		return 0, m.cudaErr("GetDevice", rc)
+	}
+	return int(int32(f.Out[0])), nil
+}
+
+// DeviceSynchronize waits for all work on GPU index.
+func (m *Impl) DeviceSynchronize(index int) error {
+	const op = "DeviceSynchronize"
+	if _, err := m.device(op, index); err != nil {
+		return err
+	}
+	sc, err := m.enter(op, index)
+	if err != nil {
+		return err
+	}
+	defer sc.exit()
+	if rc := int32(dl.Call(m.rt.deviceSynchronize)); rc != 0 {
+		return m.cudaErr(op, rc)
+	}
+	return nil
+}
+
+// scope is a stretch of a call during which a device is current on a
+// locked OS thread; exit restores the previous device and unlocks.
+type scope struct {
+	m       *Impl
+	prev    int32
+	changed bool
+}
+
+// enter locks the calling goroutine to its OS thread and makes dev the
+// thread's current device, remembering the previous one. It allocates
+// nothing, so hot paths may use it.
+func (m *Impl) enter(op string, dev int) (scope, error) {
+	goruntime.LockOSThread()
+	f := dl.Get()
+	rc := int32(f.Call(m.rt.getDevice, f.OutPtr(0)))
+	prev := int32(f.Out[0])
+	f.Put()
+	if rc != 0 {
+		goruntime.UnlockOSThread()
+		return scope{}, m.cudaErr(op, rc)
+	}
+	if int(prev) == dev {
+		return scope{m: m, prev: prev}, nil
+	}
+	if rc := int32(dl.Call(m.rt.setDevice, uintptr(dev))); rc != 0 {
+		goruntime.UnlockOSThread()
+		return scope{}, m.cudaErr(op, rc)
+	}
+	return scope{m: m, prev: prev, changed: true}, nil
+}
+
+func (s scope) exit() {
+	if s.changed {
+		dl.Call(s.m.rt.setDevice, uintptr(s.prev))
+	}
+	goruntime.UnlockOSThread()
+}
+
+// cublasAPI loads libcublas on first use.
+func (m *Impl) cublasAPI(op string) (*cublas, error) {
+	m.blasOnce.Do(func() {
+		major := m.runtimeVersion / 1000
+		lib, _, err := dl.Open(candidates(m.cfg.cublas, EnvCublasLib,
+			fmt.Sprintf("libcublas.so.%d", major), "libcublas.so.13", "libcublas.so.12",
+			"/usr/local/cuda/lib64/libcublas.so*"))
+		if err != nil {
+			m.blasLoadErr = &runtime.Error{Op: op, Status: runtime.StatusUnavailable, Detail: "cuBLAS library (libcublas) not found", Err: err}
+			return
+		}
+		b, err := bindCublas(lib)
+		if err != nil {
+			m.blasLoadErr = &runtime.Error{Op: op, Status: runtime.StatusNotSupported, Detail: "cuBLAS library unusable", Err: err}
+			return
+		}
+		m.blas = b
+	})
+	return m.blas, m.blasLoadErr
+}
+
+// driverAPI loads the CUDA driver library on first use.
+func (m *Impl) driverAPI(op string) (*driver, error) {
+	m.drvOnce.Do(func() {
+		lib, _, err := dl.Open(candidates(m.cfg.driver, EnvDriverLib, "libcuda.so.1", "libcuda.so"))
+		if err != nil {
+			m.drvErr = &runtime.Error{Op: op, Status: runtime.StatusUnavailable, Detail: "CUDA driver library (libcuda) not found", Err: err}
+			return
+		}
+		d, err := bindDriver(lib)
+		if err != nil {
+			m.drvErr = &runtime.Error{Op: op, Status: runtime.StatusNotSupported, Detail: "CUDA driver library unusable", Err: err}
+			return
+		}
+		m.drv = d
+		if rc := int32(dl.Call(d.init, 0)); rc != 0 {
+			m.drvErr = m.driverErr(op, rc)
+			m.drv = nil
+		}
+	})
+	return m.drv, m.drvErr
+}
+
+// DeviceName returns the GPU's product name, e.g. "NVIDIA H200".
+func (m *Impl) DeviceName(index int) (string, error) {
+	const op = "DeviceName"
+	if _, err := m.device(op, index); err != nil {
+		return "", err
+	}
+	d, err := m.driverAPI(op)
+	if err != nil {
+		return "", err
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(d.deviceGet, f.OutPtr(0), uintptr(index))); rc != 0 {
+		return "", m.driverErr(op, rc)
+	}
+	if rc := int32(f.Call(d.deviceGetName, f.BufPtr(), uintptr(len(f.Buf)-1), uintptr(int32(f.Out[0])))); rc != 0 {
+		return "", m.driverErr(op, rc)
+	}
+	return f.BufString(), nil
+}
+
+// DeviceUUID returns the GPU's UUID as nvidia-smi prints it,
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+func (m *Impl) DeviceUUID(index int) (string, error) {
+	const op = "DeviceUUID"
+	if _, err := m.device(op, index); err != nil {
+		return "", err
+	}
+	d, err := m.driverAPI(op)
+	if err != nil {
+		return "", err
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(d.deviceGet, f.OutPtr(0), uintptr(index))); rc != 0 {
+		return "", m.driverErr(op, rc)
+	}
+	if rc := int32(f.Call(d.deviceGetUUID, f.OutPtr(1), uintptr(int32(f.Out[0])))); rc != 0 {
+		return "", m.driverErr(op, rc)
+	}
+	var u [16]byte
+	for i := range 8 {
+		u[i] = byte(f.Out[1] >> (8 * i))
+		u[8+i] = byte(f.Out[2] >> (8 * i))
+	}
+	return formatUUID(u), nil
+}
+
+// formatUUID writes 16 bytes the way nvidia-smi does.
+func formatUUID(u [16]byte) string {
+	h := fmt.Sprintf("%x", u[:])
+	return "GPU-" + strings.Join([]string{h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]}, "-")
+}
+
+func init() {
+	runtime.MustRegister(runtime.CUDA, New())
+}

@@ -1,0 +1,67 @@
+package cuda
+
+import "os"
+
+// Environment variables that override the library search.
+const (
+	EnvCudartLib = "TRAINSCOPE_CUDA_LIB"        // path of libcudart
+	EnvCublasLib = "TRAINSCOPE_CUBLAS_LIB"      // path of libcublas
+	EnvDriverLib = "TRAINSCOPE_CUDA_DRIVER_LIB" // path of libcuda
+)
+
+// Minimum versions: CUDA 12.0 runtime (stream-ordered allocation, the
+// error-name API, cudaSetDevice initialising the context).
+const minRuntimeVersion = 12000
+
+// Option configures New. Options are sealed: only this package makes them.
+type Option interface{ apply(*config) }
+
+type config struct {
+	cudart, cublas, driver string // explicit library paths
+	tf32                   bool
+	minVersion             int
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithLibrary loads libcudart from path and nowhere else.
+func WithLibrary(path string) Option { return optionFunc(func(c *config) { c.cudart = path }) }
+
+// WithCUBLASLibrary loads libcublas from path and nowhere else.
+func WithCUBLASLibrary(path string) Option { return optionFunc(func(c *config) { c.cublas = path }) }
+
+// WithDriverLibrary loads the CUDA driver library (libcuda) from path.
+func WithDriverLibrary(path string) Option { return optionFunc(func(c *config) { c.driver = path }) }
+
+// WithTF32 lets float32 GEMMs use TF32 tensor cores (10-bit mantissa
+// inputs, fp32 accumulation). Off by default: float32 GEMMs are computed
+// in full fp32, so their results agree with the CPU backend's.
+func WithTF32(on bool) Option { return optionFunc(func(c *config) { c.tf32 = on }) }
+
+// withMinVersion overrides the minimum runtime version; for tests.
+func withMinVersion(v int) Option { return optionFunc(func(c *config) { c.minVersion = v }) }
+
+func newConfig(opts []Option) config {
+	c := config{minVersion: minRuntimeVersion}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// candidates is the search list for one library: the explicit path alone
+// when one is given (an option, else the environment variable), the
+// defaults otherwise.
+func candidates(explicit, env string, defaults ...string) []string {
+	if explicit != "" {
+		return []string{explicit}
+	}
+	if p := os.Getenv(env); p != "" {
+		return []string{p}
+	}
+	return defaults
+}

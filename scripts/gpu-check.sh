@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# GPU evidence for the CUDA and NCCL backends (docs/gpu.md).
+#
+#   scripts/gpu-check.sh build   # on a machine with Go: CGO_ENABLED=0 binaries into .bin/
+#   scripts/gpu-check.sh run     # on the GPU machine (no Go needed): results under $OUT
+#                                # (tests, then bench, run one half each)
+#   scripts/gpu-check.sh         # both, where Go and GPUs are on one machine
+#
+# run writes at most four files under $OUT: env.log, tests.log,
+# profile-run.log and bench.log. Every step is bounded by `timeout`, so a
+# hang shows as a failed step, not a stuck script. NCCL_NVLS_ENABLE=0 is
+# exported (NVLink SHARP multicast is off on the lent machines).
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/.bin
+
+build() {
+	set -e
+	mkdir -p "$bin"
+	cd "$root"
+	export CGO_ENABLED=0
+	go test -c -o "$bin/cuda.test" ./runtime/cuda
+	go test -c -o "$bin/nccl.test" ./ccl/nccl
+	# profile-run with the GPU backends imported, through a build overlay:
+	# cmd/profile-run itself is not edited.
+	cat >"$bin/gpu_backends.go" <<'GO'
+package main
+
+import (
+	_ "github.com/trainscope/trainscope/ccl/nccl"
+	_ "github.com/trainscope/trainscope/runtime/cuda"
+)
+GO
+	printf '{"Replace":{"%s":"%s"}}\n' "$root/cmd/profile-run/zz_gpu_backends.go" "$bin/gpu_backends.go" >"$bin/overlay.json"
+	go build -overlay "$bin/overlay.json" -o "$bin/profile-run" ./cmd/profile-run
+	ls -l "$bin"
+}
+
+# step NAME SECONDS LOG CMD...: runs CMD with a deadline, appending to LOG.
+step() {
+	local name=$1 secs=$2 log=$3
+	shift 3
+	echo "=== $name: $*" >>"$log"
+	local t0=$SECONDS
+	timeout -k 10 "$secs" "$@" >>"$log" 2>&1
+	local rc=$?
+	echo "=== $name: exit $rc after $((SECONDS - t0))s" >>"$log"
+	echo "$name: exit $rc after $((SECONDS - t0))s"
+}
+
+setup_run() {
+	: "${OUT:?set OUT to the results directory}"
+	mkdir -p "$OUT"
+	export NCCL_NVLS_ENABLE=0
+	export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+	cd "$bin"
+	{
+		date -u
+		uname -a
+		nvidia-smi -L
+		nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+		nvidia-smi topo -m
+		ls -l /usr/local/cuda/lib64/libcudart.so* /usr/local/cuda/lib64/libcublas.so* 2>&1
+		ls -l /usr/lib/x86_64-linux-gnu/libnccl.so* 2>&1
+		nproc
+	} >"$OUT/env.log" 2>&1
+}
+
+run_tests() {
+	step cuda-tests 150 "$OUT/tests.log" ./cuda.test -test.v -test.count=1 -test.timeout=140s
+	faults='TestCommInitRankTimesOut|TestPeerNeverCalls'
+	step nccl-tests 240 "$OUT/tests.log" ./nccl.test -test.v -test.count=1 -test.timeout=230s -test.skip "$faults"
+	# Fault tests in processes of their own: a fault must not leave the
+	# others a broken CUDA context.
+	step nccl-fault-tests 90 "$OUT/tests.log" ./nccl.test -test.v -test.count=1 -test.timeout=80s -test.run "$faults"
+	step "nccl tests, blocking NCCL" 150 "$OUT/tests.log" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.v -test.count=1 -test.timeout=140s -test.run 'TestCollectives|TestProcessGroupProfiled|TestTrainerMatchesCPU'
+	step "nccl fault tests, blocking NCCL" 90 "$OUT/tests.log" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.v -test.count=1 -test.timeout=80s -test.run "$faults"
+
+	pr=$OUT/profile-run.log
+	runs=$(mktemp -d)
+	for layout in "-pp 2 -vpp 2 -dp 1" "-pp 1 -vpp 2 -dp 2"; do
+		# shellcheck disable=SC2086
+		step "profile-run cuda $layout" 90 "$pr" ./profile-run -backend cuda $layout -steps 10 -out "$runs/cuda"
+		# shellcheck disable=SC2086
+		step "profile-run cpu $layout" 90 "$pr" ./profile-run -backend cpu $layout -steps 10 -profile off -out "$runs/cpu"
+	done
+	step "profile-run auto" 60 "$pr" ./profile-run -steps 3 -profile off -out "$runs/auto"
+	for f in "$runs"/cuda/*/report.txt; do
+		echo "=== $f" >>"$pr"
+		cat "$f" >>"$pr"
+	done
+}
+
+run_bench() {
+	bl=$OUT/bench.log
+	step "bench a: event record" 90 "$bl" ./cuda.test -test.run '^$' -test.bench 'EventRecord' -test.benchtime 1s -test.count 2
+	step "bench d: gemm" 120 "$bl" ./cuda.test -test.run '^$' -test.bench 'Gemm' -test.benchtime 20x
+	step "bench b: trainer step" 150 "$bl" ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 1
+	step "bench c: collectives" 150 "$bl" ./nccl.test -test.run '^$' -test.bench 'Collective' -test.benchtime 20x
+	# The same with blocking NCCL communicators (nccl.WithBlockingOps).
+	step "bench b, blocking NCCL" 100 "$bl" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 1
+	step "bench c, blocking NCCL" 120 "$bl" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.run '^$' -test.bench 'Collective' -test.benchtime 20x
+}
+
+case ${1:-all} in
+build) build ;;
+run) setup_run && run_tests && run_bench ;;
+tests) setup_run && run_tests ;;
+bench) setup_run && run_bench ;;
+all) build && setup_run && run_tests && run_bench ;;
+*)
+	echo "usage: $0 [build|run|tests|bench|all]" >&2
+	exit 2
+	;;
+esac
