@@ -209,17 +209,29 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	c.Seq = r.seq
 	c.BusFactor = BusFactor(c.Op, pg.size)
 	rec := profiler.FromContext(ctx)
-	rec.StartCollective(c.Op, r.stream, c)
+	// Inside a group the call is only queued: its kernel is launched by
+	// the outermost GroupEnd, which times it then (launchTimed).
+	grouped := pg.groupOpen()
+	if !grouped {
+		rec.StartCollective(c.Op, r.stream, c)
+	}
 	err = enqueue()
 	if err != nil {
-		rec.End()
+		if !grouped {
+			rec.End()
+		}
 		return nil, err
 	}
 	w := &Work{pg: pg, r: r, op: c.Op, seq: r.seq, done: done, recorded: make(chan struct{})}
 	r.seq++
+	if grouped {
+		w.rec, w.call = rec, profiler.GroupedCollective{Name: c.Op, Stream: r.stream, Collective: c, Labels: rec.Labels()}
+	}
 	if !pg.hold(w) {
 		w.record()
 	}
-	rec.End()
+	if !grouped {
+		rec.End()
+	}
 	return w, nil
 }

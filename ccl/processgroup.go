@@ -7,8 +7,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/trainscope/trainscope/ccl/internal/goid"
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -157,11 +159,14 @@ func (pg *ProcessGroup) Stream(dev runtime.Device) *runtime.Stream {
 // after its outermost GroupEnd; waiting on one before then times out.
 func (pg *ProcessGroup) GroupStart() error {
 	id := goid.Get()
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
+	// The backend is called without pg.mu: its group calls may wait for
+	// peers (NCCL's GroupEnd does), and the peers may be local ranks of
+	// this very group, on other goroutines.
 	if err := pg.impl.GroupStart(); err != nil {
 		return err
 	}
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
 	g := pg.groups[id]
 	if g == nil {
 		g = &openGroup{}
@@ -183,19 +188,57 @@ func (pg *ProcessGroup) GroupEnd() error {
 		pg.mu.Unlock()
 		return Errorf("GroupEnd", StatusInvalidArgument, "group %q: GroupEnd without GroupStart on this goroutine", pg.name)
 	}
-	err := pg.impl.GroupEnd()
 	g.depth--
+	outermost := g.depth == 0
 	var flush []*Work
-	if g.depth == 0 {
+	if outermost {
 		flush = g.pending
 		delete(pg.groups, id)
 		pg.openGroups.Add(-1)
 	}
 	pg.mu.Unlock()
+	if !outermost {
+		return pg.impl.GroupEnd()
+	}
+	err := launchTimed(flush, pg.impl.GroupEnd)
 	for _, w := range flush {
 		w.record()
 	}
 	return err
+}
+
+// launchTimed runs the launch of a fused group inside the profiler ranges
+// of its calls: every recorder that issued calls in the group times them
+// around the launch (Recorder.Grouped), since that is when the group's
+// kernels are enqueued.
+func launchTimed(works []*Work, launch func() error) error {
+	var order []*profiler.Recorder
+	calls := map[*profiler.Recorder][]profiler.GroupedCollective{}
+	for _, w := range works {
+		if w.rec == nil {
+			continue
+		}
+		if _, seen := calls[w.rec]; !seen {
+			order = append(order, w.rec)
+		}
+		calls[w.rec] = append(calls[w.rec], w.call)
+	}
+	for _, rec := range order {
+		inner, rec, cs := launch, rec, calls[rec]
+		launch = func() error { return rec.Grouped(cs, inner) }
+	}
+	return launch()
+}
+
+// groupOpen reports whether the calling goroutine has a group open.
+func (pg *ProcessGroup) groupOpen() bool {
+	if pg.openGroups.Load() == 0 {
+		return false
+	}
+	id := goid.Get()
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.groups[id] != nil
 }
 
 // hold keeps w back when the calling goroutine has a group open; it
@@ -221,8 +264,12 @@ func (pg *ProcessGroup) Group(fn func() error) error {
 	return group(pg, fn)
 }
 
-// Destroy waits for the work on the communication streams (bounded by
-// the backend's own deadlines), destroys the communicators and the
+// DestroyTimeout bounds how long Destroy waits for a rank's pending work
+// before it aborts the rank's communicator.
+const DestroyTimeout = 60 * time.Second
+
+// Destroy waits for the work on the communication streams (at most
+// DestroyTimeout per rank, then it aborts), destroys the communicators and the
 // streams, and removes the group from its factory. Later calls return the
 // first call's result; operations issued after Destroy fail.
 func (pg *ProcessGroup) Destroy() error {
@@ -231,9 +278,19 @@ func (pg *ProcessGroup) Destroy() error {
 		var errs []error
 		for _, r := range pg.ranks {
 			r.mu.Lock() // let an operation being issued finish
-			errs = append(errs, r.stream.Synchronize(context.Background()))
+			ctx, cancel := context.WithTimeout(context.Background(), DestroyTimeout)
+			err := r.stream.Synchronize(ctx)
+			cancel()
 			r.finalErr = pg.impl.GetAsyncError(r.comm)
-			errs = append(errs, pg.impl.CommDestroy(r.comm), r.stream.Destroy())
+			if err != nil {
+				// Work still pending past the deadline (a peer that never
+				// came, say): abort rather than wait on it for ever.
+				errs = append(errs, fmt.Errorf("ccl: group %q rank %d: work still pending after %v, aborting: %w", pg.name, r.rank, DestroyTimeout, err),
+					pg.impl.CommAbort(r.comm))
+			} else {
+				errs = append(errs, pg.impl.CommDestroy(r.comm))
+			}
+			errs = append(errs, r.stream.Destroy())
 			r.mu.Unlock()
 		}
 		if pg.release != nil {

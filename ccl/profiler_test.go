@@ -8,6 +8,7 @@ import (
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cpu"
 )
 
 // TestProfiledRanges: with a Recorder in the context, every operation is
@@ -120,6 +121,78 @@ func TestProfiledRanges(t *testing.T) {
 			if !rec.HasDevice || rec.Device != devs[r] {
 				t.Errorf("rank %d %s: HasDevice %v on %v", r, op, rec.HasDevice, rec.Device)
 			}
+		}
+	}
+}
+
+// TestGroupedCallsAreTimedAtLaunch: calls issued inside a group are
+// launched by GroupEnd, so that is when their ranges are timed. Rank 0's
+// send is held back 30ms on its caller's stream; rank 1's grouped receive
+// must show that wait in its device time, with the labels it was issued
+// under.
+func TestGroupedCallsAreTimedAtLaunch(t *testing.T) {
+	noLeaks(t)
+	const n, count, delay = 2, 4, 30 * time.Millisecond
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	f, _ := newFactory(t, 5*time.Second)
+	devs := cpuDevs(0, n)
+	pg, err := f.GetOrCreate("grouped", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]*profiler.Recorder, n)
+	streams := make([]*runtime.Stream, n)
+	for r := range n {
+		if recs[r], err = p.NewRecorder(r, devs[r]); err != nil {
+			t.Fatal(err)
+		}
+		streams[r] = stream(t, devs[r])
+	}
+	ranks(t, n, func(r int) error {
+		ctx := profiler.NewContext(context.Background(), recs[r])
+		recs[r].SetMicrobatch(7)
+		s := streams[r]
+		buf := floats(t, devs[r], values(r, count))
+		if r == 0 {
+			if err := cpu.Enqueue(s, func() { time.Sleep(delay) }); err != nil {
+				return err
+			}
+		}
+		var w *ccl.Work
+		err := pg.Group(func() error {
+			var err error
+			if r == 0 {
+				w, err = pg.Send(ctx, s, buf, runtime.Float32, 1)
+			} else {
+				w, err = pg.Recv(ctx, s, buf, runtime.Float32, 0)
+			}
+			recs[r].SetMicrobatch(8) // the range keeps the labels of its issue
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return w.Wait(5 * time.Second)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := p.Snapshot()
+	if len(got) != n {
+		t.Fatalf("%d records, want one per rank: %+v", len(got), got)
+	}
+	for _, rec := range got {
+		if !rec.HasDevice || rec.Microbatch != 7 {
+			t.Errorf("rank %d %s: device time %v, microbatch %d; want a device time and microbatch 7", rec.Rank, rec.Name, rec.HasDevice, rec.Microbatch)
+		}
+		if rec.Rank == 1 && rec.DeviceDuration() < delay*2/3 {
+			t.Errorf("grouped Recv device time %v: the wait for the delayed Send (%v) is missing", rec.DeviceDuration(), delay)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package ccl
 
 import (
 	"fmt"
+	"github.com/trainscope/trainscope/profiler"
 	"sync"
 	"time"
 
@@ -21,6 +22,10 @@ type Work struct {
 	op   string
 	seq  uint64
 	done *runtime.Event
+
+	// Inside a group: the profiler range is recorded at GroupEnd.
+	rec  *profiler.Recorder
+	call profiler.GroupedCollective
 
 	recorded  chan struct{} // closed once done is recorded (after GroupEnd inside a group)
 	recordErr error         // written before recorded is closed

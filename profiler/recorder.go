@@ -27,13 +27,14 @@ type Recorder struct {
 	device runtime.Device
 
 	// Owner-only state.
-	stack  [maxDepth]frame
-	depth  int
-	over   int // Starts beyond maxDepth not yet ended
-	nextID uint64
-	labels Labels
-	step   atomic.Int32     // settable from any goroutine
-	cache  []*runtime.Event // pooled events only the owner touches
+	stack   [maxDepth]frame
+	depth   int
+	over    int // Starts beyond maxDepth not yet ended
+	nextID  uint64
+	labels  Labels
+	step    atomic.Int32     // settable from any goroutine
+	cache   []*runtime.Event // pooled events only the owner touches
+	grouped []frame          // scratch for Grouped
 
 	// Completed ranges, and the device details of those that have them,
 	// in the same order, handed to the collector through lock-free
@@ -166,6 +167,14 @@ func (r *Recorder) push(name string, kind Kind) *frame {
 		return nil
 	}
 	f := &r.stack[r.depth]
+	r.initFrame(f, name, kind)
+	r.depth++
+	return f
+}
+
+// initFrame fills f as a range opened now at the current depth, its parent
+// the innermost open range.
+func (r *Recorder) initFrame(f *frame, name string, kind Kind) {
 	r.nextID++
 	f.id = r.nextID
 	f.parentGap = 0
@@ -184,8 +193,6 @@ func (r *Recorder) push(name string, kind Kind) *frame {
 	f.chunk = r.labels.Chunk
 	f.tag = r.p.tagIndex.Load()
 	f.hasExtra = false
-	r.depth++
-	return f
 }
 
 // Start opens a host-timed range. Ranges nest: End closes the innermost.
@@ -370,4 +377,62 @@ func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
 func (r *Recorder) Range(name string) *Recorder {
 	r.Start(name)
 	return r
+}
+
+// GroupedCollective is one call of a fused group, for Recorder.Grouped.
+type GroupedCollective struct {
+	Name       string
+	Stream     *runtime.Stream
+	Collective Collective
+	// Labels are the recorder's labels when the call was issued (see
+	// Recorder.Labels); the range carries them rather than those current
+	// at launch.
+	Labels Labels
+}
+
+// Grouped records the calls of a fused group — issued between GroupStart
+// and GroupEnd, launched together by GroupEnd — as sibling ranges inside
+// the current range. Each is timed on its own stream from just before
+// launch to just after it, so the calls of one group share the group's
+// device interval: that is what a fused launch makes measurable. It returns
+// launch's error; with a nil recorder it only calls launch.
+func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error {
+	if r == nil || len(calls) == 0 {
+		return launch()
+	}
+	if r.depth >= maxDepth {
+		r.dropped.Add(uint64(len(calls)))
+		return launch()
+	}
+	frames := r.grouped[:0]
+	for _, c := range calls {
+		frames = append(frames, frame{})
+		f := &frames[len(frames)-1]
+		kind := KindCollective
+		if c.Collective.Peer >= 0 {
+			kind = KindP2P
+		}
+		r.initFrame(f, c.Name, kind)
+		f.step, f.microbatch, f.stage, f.chunk, f.phase = c.Labels.Step, c.Labels.Microbatch, c.Labels.Stage, c.Labels.Chunk, c.Labels.Phase
+		f.extra.hasCollective = true
+		f.extra.collective = c.Collective
+		r.startDevice(f, c.Stream)
+	}
+	err := launch()
+	now := r.p.now()
+	for i := range frames {
+		f := &frames[i]
+		f.hostEnd = now
+		if f.extra.start != nil {
+			r.endDevice(f)
+		}
+		if !r.publish(f) {
+			r.dropped.Add(1)
+			r.keep(f.extra.start)
+			r.keep(f.extra.end)
+		}
+	}
+	clear(frames)
+	r.grouped = frames[:0]
+	return err
 }
