@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	goruntime "runtime"
 	"sync/atomic"
 	"time"
 )
@@ -156,21 +157,38 @@ func (s *Stream) Destroy() error {
 	return s.impl.StreamDestroy(s.h)
 }
 
-// poll calls query until it stops returning StatusNotReady or ctx ends,
-// backing off from a few microseconds to a millisecond.
+// poll calls query until it stops returning StatusNotReady or ctx ends:
+// first yielding the processor between queries for a short while (most
+// waits on a busy pipeline are short), then sleeping, backing off from
+// 10µs to 200µs so a finished wait is noticed quickly.
 func poll(ctx context.Context, op string, query func() error) error {
-	wait := 2 * time.Microsecond
+	spinUntil := time.Now().Add(50 * time.Microsecond)
+	wait := 10 * time.Microsecond
+	var timer *time.Timer
 	for {
 		err := query()
 		if err == nil || StatusOf(err) != StatusNotReady {
 			return err
 		}
+		if ctx.Err() != nil {
+			return &Error{Op: op, Status: StatusTimeout, Detail: "gave up waiting", Err: ctx.Err()}
+		}
+		if time.Now().Before(spinUntil) {
+			goruntime.Gosched()
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
 		select {
 		case <-ctx.Done():
 			return &Error{Op: op, Status: StatusTimeout, Detail: "gave up waiting", Err: ctx.Err()}
-		case <-time.After(wait):
+		case <-timer.C:
 		}
-		if wait < time.Millisecond {
+		if wait < 200*time.Microsecond {
 			wait *= 2
 		}
 	}

@@ -23,16 +23,7 @@ build() {
 	go test -c -o "$bin/nccl.test" ./ccl/nccl
 	# profile-run with the GPU backends imported, through a build overlay:
 	# cmd/profile-run itself is not edited.
-	cat >"$bin/gpu_backends.go" <<'GO'
-package main
-
-import (
-	_ "github.com/trainscope/trainscope/ccl/nccl"
-	_ "github.com/trainscope/trainscope/runtime/cuda"
-)
-GO
-	printf '{"Replace":{"%s":"%s"}}\n' "$root/cmd/profile-run/zz_gpu_backends.go" "$bin/gpu_backends.go" >"$bin/overlay.json"
-	go build -overlay "$bin/overlay.json" -o "$bin/profile-run" ./cmd/profile-run
+	go build -o "$bin/profile-run" ./cmd/profile-run
 	ls -l "$bin"
 }
 
@@ -102,7 +93,26 @@ run_bench() {
 	step "bench c, blocking NCCL" 120 "$bl" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.run '^$' -test.bench 'Collective' -test.benchtime 20x
 }
 
+# quick: the checks that belong together after a change to ccl or the
+# trainer — the profiled process-group and trainer tests on NCCL, the
+# trainer benchmark under Go's test deadline (which prints every
+# goroutine's stack if a step stalls), and profile-run in both layouts.
+run_quick() {
+	step nccl-profiled 120 "$OUT/tests.log" ./nccl.test -test.v -test.count=1 -test.timeout=110s -test.run 'TestProcessGroupProfiled|TestTrainerMatchesCPU|TestCollectives'
+	step "bench b: trainer step" 130 "$OUT/bench.log" env GOTRACEBACK=all ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 60x -test.count 1 -test.timeout 120s
+	pr=$OUT/profile-run.log
+	runs=$(mktemp -d)
+	for layout in "-pp 2 -vpp 2 -dp 1" "-pp 1 -vpp 2 -dp 2"; do
+		step "profile-run cuda $layout" 60 "$pr" ./profile-run -backend cuda $layout -steps 10 -metrics-addr off -out "$runs/cuda"
+	done
+	for f in "$runs"/cuda/*/report.txt; do
+		echo "=== $f" >>"$pr"
+		cat "$f" >>"$pr"
+	done
+}
+
 case ${1:-all} in
+quick) setup_run && run_quick ;;
 build) build ;;
 run) setup_run && run_tests && run_bench ;;
 tests) setup_run && run_tests ;;

@@ -15,10 +15,23 @@ func TestGet(t *testing.T) {
 	}
 	const n = 16
 	ids := make([]uint64, n)
-	var wg sync.WaitGroup
+	var wg, alive sync.WaitGroup
+	release := make(chan struct{})
+	alive.Add(n)
 	for i := range n {
-		wg.Go(func() { ids[i] = Get() })
+		// Identifiers are unique among live goroutines: keep every one
+		// alive until all have read theirs.
+		wg.Go(func() {
+			ids[i] = Get()
+			alive.Done()
+			<-release
+			if again := Get(); again != ids[i] {
+				t.Errorf("Get changed on one goroutine: %d then %d", ids[i], again)
+			}
+		})
 	}
+	alive.Wait()
+	close(release)
 	wg.Wait()
 	seen := map[uint64]bool{me: true}
 	for _, id := range ids {
