@@ -15,21 +15,17 @@ import (
 // rank is one pipeline stage of one replica on its own device, driven by
 // its own goroutine. Everything here belongs to that goroutine.
 type rank struct {
-	cfg             Config
-	id              int // replica·Stages + stage
-	replica, stage  int
-	dev             runtime.Device
-	layers, rows, n int // layers per chunk, rows per microbatch, rows·Width
-	rounds          []round
-	pp, dp          *ccl.ProcessGroup // nil when the group would have one rank
-	groups          bool              // bracket each batch with GroupStart/GroupEnd
-	prof            *profiler.Profiler
-	rec             *profiler.Recorder
-	compute         *runtime.Stream
-	// inflight marks the last actionWindow actions on the compute stream;
-	// see throttle.
-	inflight         [actionWindow]*runtime.Event
-	actions          int // actions enqueued this step
+	cfg              Config
+	id               int // replica·Stages + stage
+	replica, stage   int
+	dev              runtime.Device
+	layers, rows, n  int // layers per chunk, rows per microbatch, rows·Width
+	rounds           []round
+	pp, dp           *ccl.ProcessGroup // nil when the group would have one rank
+	groups           bool              // bracket each batch with GroupStart/GroupEnd
+	prof             *profiler.Profiler
+	rec              *profiler.Recorder
+	compute          *runtime.Stream
 	chunks           []chunk
 	scratch          [2]runtime.Buffer // dZ and dX of the layer being differentiated
 	allocs           []runtime.Buffer
@@ -99,11 +95,6 @@ func (r *rank) setup() error {
 	var err error
 	if r.compute, err = runtime.NewStream(r.dev); err != nil {
 		return err
-	}
-	for i := range r.inflight {
-		if r.inflight[i], err = runtime.NewEvent(r.dev, runtime.EventDisableTiming); err != nil {
-			return err
-		}
 	}
 	if r.prof != nil {
 		if r.rec, err = r.prof.NewRecorder(r.id, r.dev); err != nil {
@@ -203,12 +194,6 @@ func (r *rank) teardown() error {
 		return fmt.Errorf("pipeline: rank %d: teardown: device work did not finish, %d buffers not freed: %w", r.id, len(r.allocs), err)
 	}
 	errs = append(errs, r.compute.Destroy())
-	for i, ev := range r.inflight {
-		if ev != nil {
-			errs = append(errs, ev.Destroy())
-			r.inflight[i] = nil
-		}
-	}
 	for _, b := range r.allocs {
 		errs = append(errs, runtime.Free(b))
 	}

@@ -32,7 +32,6 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 		cctx = profiler.NewContext(ctx, rec)
 	}
 	r.works = r.works[:0]
-	r.actions = 0
 	for i := range r.chunks {
 		clear(r.chunks[i].inWork) // this step's receives fill them again
 		clear(r.chunks[i].gradWork)
@@ -55,9 +54,6 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 		}
 		rd := &r.rounds[i]
 		if a := rd.action; a != nil {
-			if err := r.throttle(ctx); err != nil {
-				return 0, fmt.Errorf("%v: %w", a.Action, err)
-			}
 			if a.Kind == schedule.Forward {
 				err = r.forward(cctx, a, rd.batch)
 			} else {
@@ -66,10 +62,6 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 			if err != nil {
 				return 0, fmt.Errorf("%v: %w", a.Action, err)
 			}
-			if err := r.inflight[r.actions%actionWindow].Record(r.compute); err != nil {
-				return 0, fmt.Errorf("%v: %w", a.Action, err)
-			}
-			r.actions++
 		}
 		if err := r.receive(cctx, rd.batch); err != nil {
 			return 0, err
@@ -122,34 +114,6 @@ func (r *rank) labels(kind schedule.Kind, chunk, mb int) {
 	} else {
 		rec.SetPhase(profiler.Backward)
 	}
-}
-
-// actionWindow is how many actions a rank may have enqueued and not yet
-// completed on its compute stream.
-const actionWindow = 2
-
-// throttle waits until the action enqueued actionWindow actions ago has
-// completed on the device, bounded by the communication timeout.
-//
-// Without it the host can run far ahead of the device, and a device's
-// launch queue is bounded: once it is full, enqueueing blocks the host
-// (cuBLAS blocked in cudaLaunchKernel, seen on 2×H200). A host blocked
-// there cannot post the sends and receives its peers' earlier work waits
-// for, and peers blocked the same way complete a cycle that the schedule
-// alone does not have. Waiting only for work two actions back keeps the
-// queue short while leaving the device the next action to run; every wait
-// is for work whose communication every rank enqueued rounds before, so
-// it cannot close a cycle.
-func (r *rank) throttle(ctx context.Context) error {
-	if r.actions < actionWindow {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, r.cfg.commTimeout())
-	defer cancel()
-	if err := r.inflight[r.actions%actionWindow].Synchronize(wctx); err != nil {
-		return fmt.Errorf("waiting for the action %d back: %w", actionWindow, err)
-	}
-	return nil
 }
 
 // finish waits for the step's device work and communication, each wait

@@ -162,7 +162,7 @@ func (s *Stream) Destroy() error {
 // waits on a busy pipeline are short), then sleeping, backing off from
 // 10µs to 200µs so a finished wait is noticed quickly.
 func poll(ctx context.Context, op string, query func() error) error {
-	spinUntil := time.Now().Add(50 * time.Microsecond)
+	spinUntil := time.Now().Add(5 * time.Microsecond)
 	wait := 10 * time.Microsecond
 	var timer *time.Timer
 	for {
