@@ -9,7 +9,7 @@
 # run writes at most four files under $OUT: env.log, tests.log,
 # profile-run.log and bench.log. Every step is bounded by `timeout`, so a
 # hang shows as a failed step, not a stuck script. NCCL_NVLS_ENABLE=0 is
-# exported (NVLink SHARP multicast is off on the lent machines).
+# exported (NVLink SHARP multicast must stay off on shared GPU hosts).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/.bin
@@ -99,7 +99,7 @@ run_bench() {
 # goroutine's stack if a step stalls), and profile-run in both layouts.
 run_quick() {
 	step nccl-profiled 120 "$OUT/tests.log" ./nccl.test -test.v -test.count=1 -test.timeout=110s -test.run 'TestProcessGroupProfiled|TestTrainerMatchesCPU|TestCollectives'
-	step "bench b: trainer step" 130 "$OUT/bench.log" env GOTRACEBACK=all ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 60x -test.count 1 -test.timeout 120s
+	step "bench b: trainer step" 150 "$OUT/bench.log" env GOTRACEBACK=all ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 2 -test.timeout 140s
 	pr=$OUT/profile-run.log
 	runs=$(mktemp -d)
 	for layout in "-pp 2 -vpp 2 -dp 1" "-pp 1 -vpp 2 -dp 2"; do
