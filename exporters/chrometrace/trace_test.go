@@ -18,6 +18,7 @@ import (
 
 	_ "github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/internal/synthtrace"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -562,7 +563,7 @@ func TestTrainerRun(t *testing.T) {
 // The benchmark's records overlap on the device without nesting; the
 // lanes must still nest, and every Send find its Recv.
 func TestSyntheticLayout(t *testing.T) {
-	recs := synthetic(4, 2)
+	recs := synthtrace.Trainer(4, 2)
 	var buf bytes.Buffer
 	if _, err := chrometrace.Write(&buf, recs); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/exporters/pprof"
+	"github.com/trainscope/trainscope/internal/synthtrace"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -112,7 +113,7 @@ func TestGolden(t *testing.T) {
 // TestWriteMatchesBuild checks that the streaming encoder writes exactly
 // the profile Build returns, as pprof's own encoder writes it.
 func TestWriteMatchesBuild(t *testing.T) {
-	for name, recs := range map[string][]profiler.Record{"fixture": fixture(), "synthetic": synthetic(2, 2)} {
+	for name, recs := range map[string][]profiler.Record{"fixture": fixture(), "synthetic": synthtrace.Trainer(2, 2)} {
 		t.Run(name, func(t *testing.T) {
 			built, err := pprof.Build(recs, pprof.WithEpoch(epoch))
 			if err != nil {
