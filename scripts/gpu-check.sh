@@ -5,6 +5,8 @@
 #   scripts/gpu-check.sh run     # on the GPU machine (no Go needed): results under $OUT
 #                                # (tests, then bench, run one half each)
 #   scripts/gpu-check.sh         # both, where Go and GPUs are on one machine
+#   scripts/gpu-check.sh quick   # after a ccl or trainer change: NCCL tests, bench b, profile-run
+#   scripts/gpu-check.sh stall   # bench b's stall under variants, with goroutine dumps
 #
 # run writes at most four files under $OUT: env.log, tests.log,
 # profile-run.log and bench.log. Every step is bounded by `timeout`, so a
@@ -111,7 +113,40 @@ run_quick() {
 	done
 }
 
+# stall: the launch-bound trainer benchmark, which stalls after tens of
+# steps (docs/gpu.md, Known limits), under the variants worth telling
+# apart, each dumped with SIGQUIT (every goroutine's stack) if it is still
+# running after 60 s: as is; with NCCL connecting every peer at
+# initialisation instead of at first use; and with NCCL's INFO log.
+stall_one() {
+	local name=$1
+	shift
+	local log=$OUT/stall-$name.log
+	echo "=== $name: $*" >"$log"
+	env GOTRACEBACK=all "$@" ./nccl.test -test.run '^$' -test.bench 'TrainerStep/profiling=off' -test.benchtime 100x -test.count 1 >>"$log" 2>&1 &
+	local pid=$! t=0
+	while kill -0 "$pid" 2>/dev/null && [ $t -lt 60 ]; do
+		sleep 1
+		t=$((t + 1))
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "=== $name: still running after ${t}s: SIGQUIT" >>"$log"
+		kill -QUIT "$pid"
+		sleep 5
+		kill -9 "$pid" 2>/dev/null
+	fi
+	wait "$pid" 2>/dev/null
+	echo "$name: $(grep -c '^Benchmark' "$log") benchmark lines, $(grep -c '^goroutine ' "$log") goroutines dumped"
+}
+
+run_stall() {
+	stall_one as-is
+	stall_one runtime-connect-0 NCCL_RUNTIME_CONNECT=0
+	stall_one nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET
+}
+
 case ${1:-all} in
+stall) setup_run && run_stall ;;
 quick) setup_run && run_quick ;;
 build) build ;;
 run) setup_run && run_tests && run_bench ;;
@@ -119,7 +154,7 @@ tests) setup_run && run_tests ;;
 bench) setup_run && run_bench ;;
 all) build && setup_run && run_tests && run_bench ;;
 *)
-	echo "usage: $0 [build|run|tests|bench|all]" >&2
+	echo "usage: $0 [build|run|tests|bench|quick|stall|all]" >&2
 	exit 2
 	;;
 esac
