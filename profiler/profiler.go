@@ -26,7 +26,7 @@ type Profiler struct {
 	recorders  []*Recorder
 	records    store
 	unresolved []unresolved
-	calib      map[runtime.Device]*calibration
+	calib      map[runtime.Device]*clockSync
 	sinks      []Sink
 	batch      []Record                       // records finished in this pass, for the sinks
 	returned   map[*Recorder][]*runtime.Event // events to hand back, per owner
@@ -49,11 +49,12 @@ type unresolved struct {
 type Option interface{ apply(*config) }
 
 type config struct {
-	buffer     int
-	maxRecords int
-	eventPool  int
-	interval   time.Duration
-	seedSync   bool
+	buffer      int
+	maxRecords  int
+	eventPool   int
+	interval    time.Duration
+	seedSync    bool
+	recalibrate time.Duration
 }
 
 type optionFunc func(*config)
@@ -81,6 +82,13 @@ func WithCollectInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.interval = d })
 }
 
+// WithRecalibration sets how often the collector takes a new calibration
+// point for each device (default 10s; 0 keeps the first one only). Each
+// point synchronises a private idle stream, never a rank's.
+func WithRecalibration(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.recalibrate = d })
+}
+
 // WithSeedStyleSync makes every device range synchronise its stream before
 // it starts and wait for its end event when it ends, as the seed's profiler
 // did. It serialises host and device; it exists to measure what that
@@ -88,7 +96,7 @@ func WithCollectInterval(d time.Duration) Option {
 func WithSeedStyleSync() Option { return optionFunc(func(c *config) { c.seedSync = true }) }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond}
+	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond, recalibrate: 10 * time.Second}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -101,6 +109,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("profiler: event pool %d must be at least 2", c.eventPool)
 	case c.interval < 0:
 		return c, fmt.Errorf("profiler: collect interval %v is negative", c.interval)
+	case c.recalibrate < 0:
+		return c, fmt.Errorf("profiler: recalibration interval %v is negative", c.recalibrate)
 	}
 	return c, nil
 }
@@ -115,7 +125,7 @@ func New(opts ...Option) (*Profiler, error) {
 	p := &Profiler{
 		cfg:      cfg,
 		clock:    newMonoClock(),
-		calib:    make(map[runtime.Device]*calibration),
+		calib:    make(map[runtime.Device]*clockSync),
 		returned: make(map[*Recorder][]*runtime.Event),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -206,10 +216,11 @@ func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime
 	if done {
 		return nil
 	}
-	c, err := calibrate(ctx, impl, dev, p.now)
+	c, err := newClockSync(ctx, impl, dev, p.now)
 	if err != nil {
 		return err
 	}
+	c.next = p.now() + p.cfg.recalibrate
 	p.mu.Lock()
 	if _, dup := p.calib[dev]; dup {
 		p.mu.Unlock()
@@ -281,6 +292,11 @@ func (p *Profiler) collectLocked() {
 	}
 	p.resolveLocked(false)
 	p.deliverLocked()
+	for _, cs := range p.calib {
+		if err := cs.maybeRecalibrate(p.cfg.recalibrate, p.now); err != nil {
+			p.resolveErrs.Add(1)
+		}
+	}
 }
 
 // keepLocked stores a finished record and queues it for the sinks. Sinks

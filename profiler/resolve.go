@@ -2,78 +2,9 @@ package profiler
 
 import (
 	"context"
-	"time"
 
 	"github.com/trainscope/trainscope/runtime"
 )
-
-const calibrationTimeout = 10 * time.Second
-
-// calibration ties a device's event clock to the host clock: host is the
-// host time at which event ev completed on the device.
-type calibration struct {
-	ev     *runtime.Event
-	stream *runtime.Stream
-	host   time.Duration
-}
-
-// calibrate records an event on an idle private stream several times and
-// keeps the round with the tightest host bracket, placing the event at the
-// middle of that bracket. It synchronises, so it runs at setup only.
-func calibrate(ctx context.Context, impl runtime.Impl, dev runtime.Device, now func() time.Duration) (*calibration, error) {
-	s, err := runtime.NewStreamWith(impl, dev)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Synchronize(ctx); err != nil {
-		_ = s.Destroy()
-		return nil, err
-	}
-	var best *calibration
-	var bestSpan time.Duration
-	for range 5 {
-		ev, err := runtime.NewEventWith(impl, dev, runtime.EventDefault)
-		if err != nil {
-			_ = s.Destroy()
-			return nil, err
-		}
-		t0 := now()
-		if err := ev.Record(s); err != nil {
-			_ = ev.Destroy()
-			_ = s.Destroy()
-			return nil, err
-		}
-		if err := ev.Synchronize(ctx); err != nil {
-			_ = ev.Destroy()
-			_ = s.Destroy()
-			return nil, err
-		}
-		t1 := now()
-		if best == nil || t1-t0 < bestSpan {
-			if best != nil {
-				_ = best.ev.Destroy()
-			}
-			best, bestSpan = &calibration{ev: ev, stream: s, host: t0 + (t1-t0)/2}, t1-t0
-		} else {
-			_ = ev.Destroy()
-		}
-	}
-	return best, nil
-}
-
-func (c *calibration) close() {
-	_ = c.ev.Destroy()
-	_ = c.stream.Destroy()
-}
-
-// hostTime maps a completed device event onto the host clock.
-func (c *calibration) hostTime(ev *runtime.Event) (time.Duration, error) {
-	d, err := runtime.Elapsed(c.ev, ev)
-	if err != nil {
-		return 0, err
-	}
-	return c.host + d, nil
-}
 
 // resolveLocked turns unresolved device ranges whose end event completed
 // into records. The elapsed-time query doubles as the completion check, so
@@ -115,17 +46,18 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 	if err != nil {
 		return err
 	}
-	c, ok := p.calib[rec.Device]
+	cs, ok := p.calib[rec.Device]
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), calibrationTimeout)
-		nc, err := calibrate(ctx, u.impl, rec.Device, p.now)
+		ncs, err := newClockSync(ctx, u.impl, rec.Device, p.now)
 		cancel()
 		if err != nil {
 			return err
 		}
-		p.calib[rec.Device], c = nc, nc
+		ncs.next = p.now() + p.cfg.recalibrate
+		p.calib[rec.Device], cs = ncs, ncs
 	}
-	start, err := c.hostTime(u.start)
+	start, err := cs.pick(rec.HostStart).hostTime(u.start)
 	if err != nil {
 		return err
 	}
