@@ -200,9 +200,33 @@ func (r *Recorder) Start(name string) {
 	if r == nil {
 		return
 	}
-	if f := r.push(name, KindHost); f != nil {
-		f.hostStart = r.p.now()
+	// push, written out: this is the hottest call in the package.
+	if r.depth >= maxDepth {
+		r.over++
+		r.dropped.Add(1)
+		return
 	}
+	f := &r.stack[r.depth]
+	r.nextID++
+	f.id = r.nextID
+	f.parentGap = 0
+	if r.depth > 0 {
+		if gap := f.id - r.stack[r.depth-1].id; gap <= 1<<32-1 {
+			f.parentGap = uint32(gap)
+		}
+	}
+	f.name = name
+	f.kind = KindHost
+	f.depth = uint8(r.depth)
+	f.phase = r.labels.Phase
+	f.step = r.step.Load()
+	f.microbatch = r.labels.Microbatch
+	f.stage = r.labels.Stage
+	f.chunk = r.labels.Chunk
+	f.tag = r.p.tagIndex.Load()
+	f.hasExtra = false
+	r.depth++
+	f.hostStart = r.p.now()
 }
 
 // StartDevice opens a range timed both on the host and on stream s: an
