@@ -173,13 +173,8 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	if s.Device().Type != pg.backend {
 		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q is on %s devices, the stream is on %s", pg.name, pg.backend, s.Device())
 	}
-	ready, err := runtime.NewEventWith(pg.rt, s.Device(), runtime.EventDisableTiming)
-	if err != nil {
-		return nil, err
-	}
 	done, err := runtime.NewEventWith(pg.rt, r.dev, runtime.EventDisableTiming)
 	if err != nil {
-		_ = ready.Destroy()
 		return nil, err
 	}
 	// The done event lives as long as someone holds it (the Work or its
@@ -189,17 +184,15 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pg.destroyed.Load() {
-		_ = ready.Destroy()
 		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q used after Destroy", pg.name)
 	}
-	err = ready.Record(s)
-	if err == nil {
-		err = r.stream.WaitEvent(ready)
-	}
-	// The wait holds on to what it needs; the event can go (as CUDA allows).
-	_ = ready.Destroy()
-	if err != nil {
-		return nil, err
+	// The operation follows what the caller enqueued on s. A caller that
+	// enqueues on the group's own stream (Stream) is ordered already and
+	// costs the device no wait.
+	if s != r.stream {
+		if err := pg.follow(r, s); err != nil {
+			return nil, err
+		}
 	}
 
 	c.DType = dtype.String()
@@ -227,6 +220,9 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	if grouped {
 		w.rec, w.call = rec, profiler.GroupedCollective{Name: c.Op, Stream: r.stream, Collective: c, Labels: rec.Labels()}
 	}
+	// The completion mark is inside the range, so that the range's end is
+	// the last thing this call puts on the stream and a next call can start
+	// where it ends (profiler: adjacent ranges share an event).
 	if !pg.hold(w) {
 		w.record()
 	}
@@ -234,4 +230,19 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 		rec.End()
 	}
 	return w, nil
+}
+
+// follow makes r's communication stream wait for what is enqueued on s.
+func (pg *ProcessGroup) follow(r *localRank, s *runtime.Stream) error {
+	ready, err := runtime.NewEventWith(pg.rt, s.Device(), runtime.EventDisableTiming)
+	if err != nil {
+		return err
+	}
+	err = ready.Record(s)
+	if err == nil {
+		err = r.stream.WaitEvent(ready)
+	}
+	// The wait holds on to what it needs; the event can go (as CUDA allows).
+	_ = ready.Destroy()
+	return err
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cpu"
 )
@@ -468,5 +470,75 @@ func TestGroupIsPerGoroutine(t *testing.T) {
 	}
 	if got := read(t, bufs[1]); !equal(got, []float32{3}) {
 		t.Errorf("result %v", got)
+	}
+}
+
+// waitCounting is the CPU runtime, counting stream waits.
+type waitCounting struct {
+	runtime.Impl
+	waits atomic.Int32
+}
+
+func (w *waitCounting) StreamWaitEvent(stream, event any) error {
+	w.waits.Add(1)
+	return w.Impl.StreamWaitEvent(stream, event)
+}
+
+// TestOwnStreamNeedsNoWait: an operation issued from the caller's stream
+// makes the group's stream wait for it; one issued from the group's own
+// stream (ProcessGroup.Stream) is ordered by the stream itself and costs
+// no wait. Both see what was produced before them.
+func TestOwnStreamNeedsNoWait(t *testing.T) {
+	noLeaks(t)
+	const n = 2
+	rt := &waitCounting{Impl: cpuRuntime(t)}
+	f := ccl.NewProcessGroupFactory(local.New(local.WithTimeout(10*time.Second)), rt)
+	defer f.Destroy()
+	devs := cpuDevs(0, n)
+	pg, err := f.GetOrCreate("own-stream", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, own := range []bool{false, true} {
+		before := rt.waits.Load()
+		ranks(t, n, func(r int) error {
+			s := pg.Stream(devs[r])
+			if !own {
+				var err error
+				if s, err = runtime.NewStreamWith(rt, devs[r]); err != nil {
+					return err
+				}
+				defer s.Destroy()
+			}
+			buf, err := runtime.Malloc(devs[r], 4*3)
+			if err != nil {
+				return err
+			}
+			defer runtime.Free(buf)
+			if err := produce(s, buf, values(r, 3)); err != nil {
+				return err
+			}
+			w, err := pg.AllReduce(context.Background(), s, buf, runtime.Float32, ccl.Sum)
+			if err != nil {
+				return err
+			}
+			if err := w.Wait(5 * time.Second); err != nil {
+				return err
+			}
+			got, err := cpu.Float32s(buf)
+			if err != nil {
+				return err
+			}
+			for i, v := range got {
+				if want := value(0, i) + value(1, i); v != want {
+					return fmt.Errorf("own stream %v: element %d = %v, want %v", own, i, v, want)
+				}
+			}
+			return nil
+		})
+		waits := rt.waits.Load() - before
+		if want := map[bool]int32{false: n, true: 0}[own]; waits != want {
+			t.Errorf("own stream %v: %d stream waits, want %d", own, waits, want)
+		}
 	}
 }

@@ -113,11 +113,15 @@ run_quick() {
 	done
 }
 
-# stall: the launch-bound trainer benchmark, which stalls after tens of
+# stall: the launch-bound trainer benchmark, which stalled after tens of
 # steps (docs/gpu.md, Known limits), under the variants worth telling
-# apart, each dumped with SIGQUIT (every goroutine's stack) if it is still
-# running after 60 s: as is; with NCCL connecting every peer at
-# initialisation instead of at first use; and with NCCL's INFO log.
+# apart, each dumped if it is still running after 60 s: the GPUs'
+# utilisation, every thread's native stack (where gdb exists) and every
+# goroutine's (SIGQUIT). The variants: as is; CUDA loading every module at
+# initialisation (CUDA_MODULE_LOADING=EAGER: a lazily loaded kernel waits
+# for the whole device to drain, which a NCCL kernel waiting for its peer
+# never does); Go's collector off (cleanups destroying events on another
+# thread). Then the collective gap benchmark.
 stall_one() {
 	local name=$1
 	shift
@@ -130,19 +134,26 @@ stall_one() {
 		t=$((t + 1))
 	done
 	if kill -0 "$pid" 2>/dev/null; then
-		echo "=== $name: still running after ${t}s: SIGQUIT" >>"$log"
+		echo "=== $name: still running after ${t}s" >>"$log"
+		nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv >>"$log" 2>&1
+		if command -v gdb >/dev/null; then
+			timeout 30 gdb -p "$pid" -batch -ex 'thread apply all bt 30' >>"$log" 2>&1
+		else
+			echo "(no gdb: no native stacks)" >>"$log"
+		fi
 		kill -QUIT "$pid"
 		sleep 5
 		kill -9 "$pid" 2>/dev/null
 	fi
 	wait "$pid" 2>/dev/null
-	echo "$name: $(grep -c '^Benchmark' "$log") benchmark lines, $(grep -c '^goroutine ' "$log") goroutines dumped"
+	echo "$name: after ${t}s, $(grep -c '^Benchmark' "$log") benchmark lines, $(grep -c '^goroutine ' "$log") goroutines dumped"
 }
 
 run_stall() {
 	stall_one as-is
-	stall_one runtime-connect-0 NCCL_RUNTIME_CONNECT=0
-	stall_one nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET
+	stall_one eager-modules CUDA_MODULE_LOADING=EAGER
+	stall_one gc-off GOGC=off
+	step "bench c: gap at 1 MiB" 120 "$OUT/bench.log" ./nccl.test -test.run '^$' -test.bench 'CollectiveGap' -test.benchtime 20x
 }
 
 case ${1:-all} in

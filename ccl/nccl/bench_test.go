@@ -246,3 +246,154 @@ func BenchmarkCollective(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCollectiveGap splits what separates back-to-back calls on the
+// device, for evidence c at small sizes: the same AllReduce loop (held
+// stream, raw events around it, as BenchmarkCollective) issued straight
+// to the backend on communicators of its own (what nccl-tests times), and
+// through a ProcessGroup without and with the profiler, from the caller's
+// stream (the group waits for it) or from the group's own stream (no
+// wait). busbw-raw is the loop's; busbw-profiler (profiled cases) that of
+// the records.
+func BenchmarkCollectiveGap(b *testing.B) {
+	rt, be := gpus(b, 2)
+	const n = 2
+	devs := devices(n)
+	comms, err := be.CommInitAll(devs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			_ = be.CommDestroy(c)
+		}
+	}()
+	f := ccl.NewProcessGroupFactory(be, rt)
+	defer f.Destroy()
+	pg, err := f.GetOrCreate("gap", devs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type rankState struct {
+		s          *runtime.Stream
+		buf, gate  runtime.Buffer
+		start, end *runtime.Event
+	}
+	ranks := make([]rankState, n)
+	for r, d := range devs {
+		rs := &ranks[r]
+		rs.s = newStream(b, d)
+		rs.buf = malloc(b, d, 64<<20)
+		rs.gate = malloc(b, d, 1<<30)
+		_ = runtime.Memset(rs.buf, 0, nil)
+		rs.start, _ = runtime.NewEvent(d, runtime.EventDefault)
+		rs.end, _ = runtime.NewEvent(d, runtime.EventDefault)
+		defer rs.start.Destroy()
+		defer rs.end.Destroy()
+	}
+	factor := ccl.BusFactor(ccl.OpAllReduce, n)
+	for _, size := range []int64{1 << 20, 64 << 20} {
+		for _, mode := range []string{"nccl", "pg", "pg-own-stream", "pg-profiled", "pg-profiled-own-stream"} {
+			b.Run(fmt.Sprintf("%s/%dMiB", mode, size>>20), func(b *testing.B) {
+				var p *profiler.Profiler
+				if mode == "pg-profiled" || mode == "pg-profiled-own-stream" {
+					if p, err = profiler.New(profiler.WithCollectInterval(0)); err != nil {
+						b.Fatal(err)
+					}
+					defer p.Close(context.Background())
+				}
+				iters := b.N
+				err := onRanks(n, func(r int) error {
+					rs := &ranks[r]
+					buf, err := rs.buf.Slice(0, size)
+					if err != nil {
+						return err
+					}
+					count := int(size / 4)
+					ctx := context.Background()
+					if p != nil {
+						rec, err := p.NewRecorder(r, devs[r])
+						if err != nil {
+							return err
+						}
+						ctx = profiler.NewContext(ctx, rec)
+					}
+					s := rs.s // where the loop runs and the raw events go
+					if mode == "pg-own-stream" || mode == "pg-profiled-own-stream" {
+						s = pg.Stream(devs[r])
+					}
+					timed := s
+					if mode != "nccl" {
+						timed = pg.Stream(devs[r])
+					}
+					var last *ccl.Work
+					issue := func(ctx context.Context) error {
+						if mode == "nccl" {
+							return be.AllReduce(buf, buf, count, runtime.Float32, ccl.Sum, comms[r], s)
+						}
+						last, err = pg.AllReduce(ctx, s, buf, runtime.Float32, ccl.Sum)
+						return err
+					}
+					for range 2 { // warm up, unrecorded
+						if err := issue(context.Background()); err != nil {
+							return err
+						}
+					}
+					if err := s.Synchronize(ctx); err != nil {
+						return err
+					}
+					if err := timed.Synchronize(ctx); err != nil {
+						return err
+					}
+					for range 16 { // hold the stream while the loop is enqueued
+						if err := runtime.Memset(rs.gate, 0, timed); err != nil {
+							return err
+						}
+					}
+					if err := rs.start.Record(timed); err != nil {
+						return err
+					}
+					for range iters {
+						if err := issue(ctx); err != nil {
+							return err
+						}
+					}
+					if err := rs.end.Record(timed); err != nil {
+						return err
+					}
+					if last != nil {
+						if err := last.Wait(time.Minute); err != nil {
+							return err
+						}
+					}
+					return rs.end.Synchronize(nil)
+				})
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				raw, err := runtime.Elapsed(ranks[0].start, ranks[0].end)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bus := func(d time.Duration) float64 { return factor * float64(size) * float64(iters) / d.Seconds() / 1e9 }
+				b.ReportMetric(bus(raw), "busbw-raw-GB/s")
+				b.ReportMetric(float64(raw.Nanoseconds())/float64(iters)/1e3, "µs-per-call-raw")
+				if p != nil {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					if err := p.Flush(ctx); err != nil {
+						b.Fatal(err)
+					}
+					var total time.Duration
+					for _, rec := range p.Snapshot() {
+						if rec.Rank == 0 && rec.Collective.Op == ccl.OpAllReduce && rec.HasDevice {
+							total += rec.DeviceDuration()
+						}
+					}
+					b.ReportMetric(bus(total), "busbw-profiler-GB/s")
+				}
+			})
+		}
+	}
+}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -32,7 +33,8 @@ type Impl struct {
 	initErr error
 
 	rt             *cudart
-	runtimeVersion int // e.g. 13000 for CUDA 13.0
+	runtimeVersion int    // e.g. 13000 for CUDA 13.0
+	moduleLoading  string // CUDA_MODULE_LOADING as CUDA reads it ("" for CUDA's default)
 	driverVersion  int
 	devices        []device
 
@@ -78,6 +80,7 @@ func (m *Impl) Init() error {
 
 func (m *Impl) load() error {
 	const op = "Init"
+	m.moduleLoading = moduleLoading(m.cfg.lazy)
 	lib, _, err := dl.Open(candidates(m.cfg.cudart, EnvCudartLib,
 		"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so*"))
 	if err != nil {
@@ -117,6 +120,24 @@ func (m *Impl) load() error {
 	}
 	return nil
 }
+
+// moduleLoading sets CUDA_MODULE_LOADING=EAGER unless lazy is asked for
+// or the variable is set already, and returns the value in effect. Under
+// purego, as under cgo, os.Setenv reaches the C library's environment,
+// which is where CUDA reads it when it initialises.
+func moduleLoading(lazy bool) string {
+	if v, set := os.LookupEnv(EnvModuleLoading); set || lazy {
+		return v
+	}
+	if os.Setenv(EnvModuleLoading, "EAGER") != nil {
+		return ""
+	}
+	return "EAGER"
+}
+
+// ModuleLoading returns CUDA_MODULE_LOADING as it was when Init ran
+// ("" when unset: CUDA's default, lazy loading). See WithLazyLoading.
+func (m *Impl) ModuleLoading() string { return m.moduleLoading }
 
 // versionString writes a CUDA version number (12040) as "12.4"; 0 as
 // "none".

@@ -2,9 +2,14 @@ package cuda
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cuda/dl"
 )
 
 func TestStatusOf(t *testing.T) {
@@ -70,5 +75,57 @@ func TestCandidates(t *testing.T) {
 	t.Setenv(EnvCudartLib, "")
 	if got := candidates("", EnvCudartLib, "a", "b"); len(got) != 2 {
 		t.Errorf("defaults: %v", got)
+	}
+}
+
+// TestModuleLoadingReachesC checks that Init's CUDA_MODULE_LOADING=EAGER
+// is visible to C code (CUDA reads it with getenv), not only to Go, and
+// that a value the user set, or WithLazyLoading, is left alone. It needs
+// no GPU: the variable is set before libcudart is looked for.
+func TestModuleLoadingReachesC(t *testing.T) {
+	libc, _, err := dl.Open([]string{"libc.so.6"})
+	if err != nil {
+		t.Skipf("skipped: no libc.so.6 to read the C environment with: %v", err)
+	}
+	getenv, err := libc.Lookup("getenv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgetenv := func(name string) string {
+		c := dl.CString(name)
+		v := dl.GoString(dl.Call(getenv, uintptr(unsafe.Pointer(&c[0]))))
+		goruntime.KeepAlive(c)
+		return v
+	}
+	nowhere := filepath.Join(t.TempDir(), "libcudart.so")
+	cases := []struct {
+		name       string
+		preset     string // "" for unset
+		opts       []Option
+		want, seen string
+	}{
+		{name: "unset", want: "EAGER", seen: "EAGER"},
+		{name: "user's value kept", preset: "LAZY", want: "LAZY", seen: "LAZY"},
+		{name: "WithLazyLoading", opts: []Option{WithLazyLoading(true)}, want: "", seen: ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(EnvModuleLoading, "x") // restored after the test
+			if c.preset == "" {
+				os.Unsetenv(EnvModuleLoading)
+			} else {
+				os.Setenv(EnvModuleLoading, c.preset)
+			}
+			m := New(append(c.opts, WithLibrary(nowhere))...)
+			if err := m.Init(); runtime.StatusOf(err) != runtime.StatusUnavailable {
+				t.Fatalf("Init with %s: %v, want Unavailable", nowhere, err)
+			}
+			if got := m.ModuleLoading(); got != c.want {
+				t.Errorf("ModuleLoading() = %q, want %q", got, c.want)
+			}
+			if got := cgetenv(EnvModuleLoading); got != c.seen {
+				t.Errorf("C getenv(%s) = %q, want %q", EnvModuleLoading, got, c.seen)
+			}
+		})
 	}
 }

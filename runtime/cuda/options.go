@@ -7,6 +7,11 @@ const (
 	EnvCudartLib = "TRAINSCOPE_CUDA_LIB"        // path of libcudart
 	EnvCublasLib = "TRAINSCOPE_CUBLAS_LIB"      // path of libcublas
 	EnvDriverLib = "TRAINSCOPE_CUDA_DRIVER_LIB" // path of libcuda
+
+	// EnvModuleLoading is CUDA's own variable choosing when kernels are
+	// loaded: EAGER (at initialisation) or LAZY (at first launch, CUDA's
+	// default since 12.2). See WithLazyLoading.
+	EnvModuleLoading = "CUDA_MODULE_LOADING"
 )
 
 // Minimum versions: CUDA 12.0 runtime (stream-ordered allocation, the
@@ -19,6 +24,7 @@ type Option interface{ apply(*config) }
 type config struct {
 	cudart, cublas, driver string // explicit library paths
 	tf32                   bool
+	lazy                   bool
 	minVersion             int
 }
 
@@ -39,6 +45,17 @@ func WithDriverLibrary(path string) Option { return optionFunc(func(c *config) {
 // inputs, fp32 accumulation). Off by default: float32 GEMMs are computed
 // in full fp32, so their results agree with the CPU backend's.
 func WithTF32(on bool) Option { return optionFunc(func(c *config) { c.tf32 = on }) }
+
+// WithLazyLoading(true) leaves CUDA's module loading as the environment
+// has it. By default Init sets CUDA_MODULE_LOADING=EAGER when the variable
+// is unset, before CUDA initialises: a kernel loaded lazily, at its first
+// launch, waits for every stream of the device to drain, and a NCCL kernel
+// waiting for a peer never drains until that peer's host thread launches
+// its side. Two ranks in one process can then block each other for good
+// (each in its first launch of some cuBLAS kernel). Eager loading costs
+// start-up time and device memory for every kernel of every library
+// loaded. A value set by the user is always kept.
+func WithLazyLoading(on bool) Option { return optionFunc(func(c *config) { c.lazy = on }) }
 
 // withMinVersion overrides the minimum runtime version; for tests.
 func withMinVersion(v int) Option { return optionFunc(func(c *config) { c.minVersion = v }) }
