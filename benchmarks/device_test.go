@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"testing"
 
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 	_ "github.com/trainscope/trainscope/runtime/cpu"
 )
@@ -21,32 +22,40 @@ func BenchmarkDeviceRange(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = s.Destroy() })
 
-	b.Run("trainscope", func(b *testing.B) {
-		p := newQuietProfiler(b)
-		r, err := p.NewRecorder(0, dev)
-		if err != nil {
-			b.Fatal(err)
+	// With adjacent ranges sharing an event (the default), and with an
+	// event of its own for every start and end.
+	for _, adjacent := range []bool{true, false} {
+		name := "trainscope"
+		if !adjacent {
+			name += "/own-events"
 		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			r.SetMicrobatch(i & 7)
-			r.StartDevice("forward", s)
-			r.End()
-			if i%deviceDrainEvery == deviceDrainEvery-1 {
-				// Collection, with its event queries, is the collector's
-				// work, not the rank's.
-				b.StopTimer()
-				p.Reset()
-				b.StartTimer()
+		b.Run(name, func(b *testing.B) {
+			p := newQuietProfiler(b, profiler.WithAdjacentRanges(adjacent))
+			r, err := p.NewRecorder(0, dev)
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-		b.StopTimer()
-		st := p.Stats()
-		if st.Dropped != 0 || st.EventDrops != 0 {
-			b.Fatalf("ranges dropped or timed on the host only: %+v", st)
-		}
-	})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r.SetMicrobatch(i & 7)
+				r.StartDevice("forward", s)
+				r.End()
+				if i%deviceDrainEvery == deviceDrainEvery-1 {
+					// Collection, with its event queries, is the collector's
+					// work, not the rank's.
+					b.StopTimer()
+					p.Reset()
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			st := p.Stats()
+			if st.Dropped != 0 || st.EventDrops != 0 {
+				b.Fatalf("ranges dropped or timed on the host only: %+v", st)
+			}
+		})
+	}
 	b.Run("two-raw-event-records", func(b *testing.B) {
 		e1, _ := runtime.NewEvent(dev, runtime.EventDefault)
 		e2, _ := runtime.NewEvent(dev, runtime.EventDefault)

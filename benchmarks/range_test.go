@@ -19,9 +19,9 @@ import (
 var hostOnly = runtime.Device{Type: runtime.DeviceType(99)}
 
 // newQuietProfiler has no background collector: the benchmark collects.
-func newQuietProfiler(b *testing.B) *profiler.Profiler {
+func newQuietProfiler(b *testing.B, opts ...profiler.Option) *profiler.Profiler {
 	b.Helper()
-	p, err := profiler.New(profiler.WithCollectInterval(0))
+	p, err := profiler.New(append([]profiler.Option{profiler.WithCollectInterval(0)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

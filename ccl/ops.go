@@ -209,6 +209,7 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 		rec.StartCollective(c.Op, r.stream, c)
 	}
 	err = enqueue()
+	r.stream.MarkEnqueued() // the backend enqueues on the handle (see Stream.Ops)
 	if err != nil {
 		if !grouped {
 			rec.End()

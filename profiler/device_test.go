@@ -2,6 +2,7 @@ package profiler_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -138,43 +139,56 @@ func TestSeedStyleSyncWaitsForDevice(t *testing.T) {
 }
 
 func TestEventPoolBound(t *testing.T) {
-	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithEventPool(4))
-	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 8})
-	s := cpuStream(t, 8)
-	gate := make(chan struct{})
-	_ = cpu.Enqueue(s, func() { <-gate })
-	for range 5 {
-		r.StartDevice("x", s)
-		r.End()
-	}
-	// Two ranges hold the four events until the stream moves on; the
-	// other three are timed on the host only, and counted.
-	close(gate)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	recs := p.Snapshot()
-	withDevice := 0
-	for _, rec := range recs {
-		if rec.HasDevice {
-			withDevice++
-		}
-	}
-	if len(recs) != 5 || withDevice != 2 {
-		t.Fatalf("%d records, %d with device time; want 5 and 2", len(recs), withDevice)
-	}
-	if st := p.Stats(); st.EventDrops != 3 {
-		t.Errorf("EventDrops = %d, want 3", st.EventDrops)
-	}
-	// Once resolved, the events are back in the pool.
-	r.StartDevice("y", s)
-	r.End()
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if recs := p.Snapshot(); !recs[len(recs)-1].HasDevice {
-		t.Error("events were not returned to the pool")
+	// Five ranges back to back on a held stream with a pool of four
+	// events. Each range records its own start and end: two ranges hold
+	// the four events until the stream moves on. Adjacent ranges share an
+	// event (the next starts from the previous end): three ranges fit.
+	// The others are timed on the host only, and counted.
+	for _, c := range []struct {
+		adjacent          bool
+		withDevice, drops int
+	}{{false, 2, 3}, {true, 3, 2}} {
+		t.Run(fmt.Sprintf("adjacent=%v", c.adjacent), func(t *testing.T) {
+			p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithEventPool(4), profiler.WithAdjacentRanges(c.adjacent))
+			r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 8})
+			s := cpuStream(t, 8)
+			gate := make(chan struct{})
+			_ = cpu.Enqueue(s, func() { <-gate })
+			for range 5 {
+				r.StartDevice("x", s)
+				r.End()
+			}
+			close(gate)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			recs := p.Snapshot()
+			withDevice := 0
+			for _, rec := range recs {
+				if rec.HasDevice {
+					withDevice++
+				}
+			}
+			if len(recs) != 5 || withDevice != c.withDevice {
+				t.Fatalf("%d records, %d with device time; want 5 and %d", len(recs), withDevice, c.withDevice)
+			}
+			if st := p.Stats(); st.EventDrops != uint64(c.drops) {
+				t.Errorf("EventDrops = %d, want %d", st.EventDrops, c.drops)
+			}
+			// Once resolved, the events are back in the pool: with the
+			// stream idle, ranges get fresh events again, each time.
+			for range 3 {
+				r.StartDevice("y", s)
+				r.End()
+				if err := p.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if recs := p.Snapshot(); !recs[len(recs)-1].HasDevice {
+					t.Fatal("events were not returned to the pool")
+				}
+			}
+		})
 	}
 }

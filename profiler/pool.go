@@ -1,16 +1,31 @@
 package profiler
 
-import "github.com/trainscope/trainscope/runtime"
+import (
+	"sync/atomic"
 
-// event takes a timing event for s's device: from the owner's cache, else
-// by moving the shared free list into the cache in one locked swap, else a
-// new one while under the pool's bound; nil when none can be had.
-func (r *Recorder) event(s *runtime.Stream) *runtime.Event {
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// event is a pooled timing event and the number of references to it: the
+// records that use it as their start or end, the recorder while a next
+// range may start from it (Recorder.last), and whoever has just taken it
+// from the pool. It goes back to the pool when the last one is dropped.
+type event struct {
+	*runtime.Event
+	refs atomic.Int32
+}
+
+// event takes a timing event for s's device, holding one reference: from
+// the owner's cache, else by moving the shared free list into the cache in
+// one locked swap, else a new one while under the pool's bound; nil when
+// none can be had.
+func (r *Recorder) event(s *runtime.Stream) *event {
 	for {
 		if n := len(r.cache); n > 0 {
 			ev := r.cache[n-1]
 			r.cache = r.cache[:n-1]
 			if ev.Device() == s.Device() {
+				ev.refs.Store(1)
 				return ev
 			}
 			// A recorder normally times one device; an event of another
@@ -40,7 +55,7 @@ func (r *Recorder) event(s *runtime.Stream) *runtime.Event {
 			// Running through the pool: resolved events should come back.
 			r.p.wake()
 		}
-		ev, err := runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDefault)
+		rev, err := runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDefault)
 		if err != nil {
 			r.mu.Lock()
 			r.events--
@@ -48,22 +63,26 @@ func (r *Recorder) event(s *runtime.Stream) *runtime.Event {
 			r.recordErrs.Add(1)
 			return nil
 		}
+		ev := &event{Event: rev}
+		ev.refs.Store(1)
 		return ev
 	}
 }
 
-// keep returns an event to the pool from the owner's goroutine.
-func (r *Recorder) keep(ev *runtime.Event) {
-	if ev != nil {
+// drop releases one reference from the owner's goroutine; the last one
+// returns the event to the pool.
+func (r *Recorder) drop(ev *event) {
+	if ev != nil && ev.refs.Add(-1) == 0 {
 		r.cache = append(r.cache, ev)
 	}
 }
 
-// releaseAll returns events to the pool from the collector.
-func (r *Recorder) releaseAll(evs []*runtime.Event) {
+// releaseAll releases one reference to each of evs from the collector;
+// those that were the last go back to the pool.
+func (r *Recorder) releaseAll(evs []*event) {
 	r.mu.Lock()
 	for _, ev := range evs {
-		if ev != nil {
+		if ev != nil && ev.refs.Add(-1) == 0 {
 			r.free = append(r.free, ev)
 		}
 	}

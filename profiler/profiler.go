@@ -28,9 +28,9 @@ type Profiler struct {
 	unresolved []unresolved
 	calib      map[runtime.Device]*clockSync
 	sinks      []Sink
-	batch      []Record                       // records finished in this pass, for the sinks
-	returned   map[*Recorder][]*runtime.Event // events to hand back, per owner
-	kick       chan struct{}                  // a recorder running short asks for a collection
+	batch      []Record               // records finished in this pass, for the sinks
+	returned   map[*Recorder][]*event // events to hand back, per owner
+	kick       chan struct{}          // a recorder running short asks for a collection
 
 	storeDrops   atomic.Uint64
 	resolveErrs  atomic.Uint64
@@ -42,7 +42,8 @@ type unresolved struct {
 	rec        Record
 	owner      *Recorder
 	impl       runtime.Impl
-	start, end *runtime.Event
+	start, end *event
+	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
 }
 
 // Option configures New.
@@ -54,6 +55,7 @@ type config struct {
 	eventPool   int
 	interval    time.Duration
 	seedSync    bool
+	noAdjacent  bool
 	recalibrate time.Duration
 }
 
@@ -95,6 +97,16 @@ func WithRecalibration(d time.Duration) Option {
 // costs, not for use.
 func WithSeedStyleSync() Option { return optionFunc(func(c *config) { c.seedSync = true }) }
 
+// WithAdjacentRanges(false) gives every device range a start event of its
+// own. By default a device range that starts on the stream where the
+// previous one ended, with nothing enqueued on the stream in between
+// (runtime.Stream.Ops) and that end event not yet reached by the device,
+// starts from that end event instead of recording another: a start event
+// recorded then would complete at the same device time, one record later.
+// Back-to-back ranges then cost one event record each instead of two, on
+// the host and on the device.
+func WithAdjacentRanges(on bool) Option { return optionFunc(func(c *config) { c.noAdjacent = !on }) }
+
 func newConfig(opts []Option) (config, error) {
 	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond, recalibrate: 10 * time.Second}
 	for _, o := range opts {
@@ -126,7 +138,7 @@ func New(opts ...Option) (*Profiler, error) {
 		cfg:      cfg,
 		clock:    newMonoClock(),
 		calib:    make(map[runtime.Device]*clockSync),
-		returned: make(map[*Recorder][]*runtime.Event),
+		returned: make(map[*Recorder][]*event),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),
@@ -265,7 +277,7 @@ func (p *Profiler) collectLocked() {
 				xh++
 			}
 			if x != nil && x.end != nil {
-				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end}
+				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt}
 				r.fill(&u.rec, pd, x, tags)
 				p.unresolved = append(p.unresolved, u)
 				continue

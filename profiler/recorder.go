@@ -32,9 +32,10 @@ type Recorder struct {
 	over    int // Starts beyond maxDepth not yet ended
 	nextID  uint64
 	labels  Labels
-	step    atomic.Int32     // settable from any goroutine
-	cache   []*runtime.Event // pooled events only the owner touches
-	grouped []frame          // scratch for Grouped
+	step    atomic.Int32 // settable from any goroutine
+	cache   []*event     // pooled events only the owner touches
+	grouped []frame      // scratch for Grouped
+	last    lastEnd      // the latest device range's end, while a next range may start from it
 
 	// Completed ranges, and the device details of those that have them,
 	// in the same order, handed to the collector through lock-free
@@ -44,8 +45,8 @@ type Recorder struct {
 
 	// The event pool's shared side, under mu.
 	mu     sync.Mutex
-	free   []*runtime.Event // timing events ready for reuse
-	events int              // events this recorder created
+	free   []*event // timing events ready for reuse
+	events int      // events this recorder created
 
 	dropped    atomic.Uint64 // records lost to a full queue or depth
 	eventDrops atomic.Uint64 // device ranges recorded host-only for want of events
@@ -77,10 +78,20 @@ var _ [64 - unsafe.Sizeof(pending{})]struct{}
 // extra holds what only device-timed ranges have.
 type extra struct {
 	stream        *runtime.Stream
-	start, end    *runtime.Event
+	start, end    *event
+	startAt       time.Duration // when start was recorded, if it is the previous range's end; else 0
 	peak          int64
 	hasCollective bool
 	collective    Collective
+}
+
+// lastEnd is the end event of the latest device range, held by the
+// recorder (one reference) until the next device range starts.
+type lastEnd struct {
+	stream *runtime.Stream
+	ev     *event
+	ops    uint64        // stream.Ops() right after ev was recorded
+	at     time.Duration // host time of the record
 }
 
 // frame is an open range.
@@ -261,23 +272,45 @@ func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective)
 
 func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	f.hasExtra = true
-	f.extra.stream, f.extra.start, f.extra.end, f.extra.peak = s, nil, nil, 0
+	x := &f.extra
+	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
 	if s != nil {
 		if r.p.cfg.seedSync {
 			if err := s.Synchronize(context.Background()); err != nil {
 				r.recordErrs.Add(1)
 			}
 		}
-		if ev := r.event(s); ev != nil {
-			if err := ev.Record(s); err == nil {
-				f.extra.start = ev
-			} else {
-				r.recordErrs.Add(1)
-				r.keep(ev)
+		if r.last.ev != nil {
+			x.start, x.startAt = r.adjacent(s)
+		}
+		if x.start == nil {
+			if ev := r.event(s); ev != nil {
+				if err := ev.Record(s); err == nil {
+					x.start = ev
+				} else {
+					r.recordErrs.Add(1)
+					r.drop(ev)
+				}
 			}
 		}
 	}
 	f.hostStart = r.p.now()
+}
+
+// adjacent decides what becomes of the previous range's end event as a
+// range starts on s. When the new range is adjacent to it — same stream,
+// nothing enqueued since (Stream.Ops), and the device not yet at the event
+// — the event is the new range's start: one recorded now would complete at
+// the same device time. The recorder's reference passes to the new range.
+// Otherwise the reference is dropped and adjacent returns nil.
+func (r *Recorder) adjacent(s *runtime.Stream) (*event, time.Duration) {
+	l := r.last
+	r.last = lastEnd{}
+	if l.stream == s && s.Ops() == l.ops && runtime.StatusOf(l.ev.Query()) == runtime.StatusNotReady {
+		return l.ev, l.at
+	}
+	r.drop(l.ev)
+	return nil, 0
 }
 
 // End closes the innermost open range. An End with no open range is
@@ -303,8 +336,8 @@ func (r *Recorder) End() {
 	}
 	if !r.publish(f) {
 		r.dropped.Add(1)
-		r.keep(f.extra.start)
-		r.keep(f.extra.end)
+		r.drop(f.extra.start)
+		r.drop(f.extra.end)
 	}
 }
 
@@ -343,16 +376,24 @@ func (r *Recorder) endDevice(f *frame) {
 	if end != nil {
 		if err := end.Record(x.stream); err != nil {
 			r.recordErrs.Add(1)
-			r.keep(end)
+			r.drop(end)
 			end = nil
 		}
 	}
 	if end == nil {
-		r.keep(x.start)
+		r.drop(x.start)
 		x.start = nil
 		return
 	}
 	x.end = end
+	if !r.p.cfg.seedSync && !r.p.cfg.noAdjacent {
+		// Hold the end while the next range may start from it.
+		if r.last.ev != nil {
+			r.drop(r.last.ev)
+		}
+		end.refs.Add(1)
+		r.last = lastEnd{stream: x.stream, ev: end, ops: x.stream.Ops(), at: r.p.now()}
+	}
 	if r.p.cfg.seedSync {
 		if err := end.Synchronize(context.Background()); err != nil {
 			r.recordErrs.Add(1)
@@ -452,8 +493,8 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		}
 		if !r.publish(f) {
 			r.dropped.Add(1)
-			r.keep(f.extra.start)
-			r.keep(f.extra.end)
+			r.drop(f.extra.start)
+			r.drop(f.extra.end)
 		}
 	}
 	clear(frames)

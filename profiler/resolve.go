@@ -42,7 +42,7 @@ func (p *Profiler) returnEventsLocked() {
 }
 
 func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
-	dur, err := runtime.Elapsed(u.start, u.end)
+	dur, err := runtime.Elapsed(u.start.Event, u.end.Event)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,13 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 		ncs.next = p.now() + p.cfg.recalibrate
 		p.calib[rec.Device], cs = ncs, ncs
 	}
-	start, err := cs.pick(rec.HostStart).hostTime(u.start)
+	// The calibration point must precede the start event on the device:
+	// pick by the time that event was recorded.
+	at := rec.HostStart
+	if u.startAt != 0 {
+		at = u.startAt
+	}
+	start, err := cs.pick(at).hostTime(u.start.Event)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ func Gemm(s *Stream, g GemmArgs) error {
 	if err := checkGemm(g); err != nil {
 		return err
 	}
+	s.ops.Add(1)
 	return s.impl.Gemm(s.h, g)
 }
 
@@ -74,6 +75,7 @@ func elementwise(s *Stream, op string, n int, bufs ...Buffer) (Elementwise, erro
 			return nil, Errorf(op, StatusInvalidArgument, "%d float32 elements in a %d-byte buffer", n, b.size)
 		}
 	}
+	s.ops.Add(1)
 	return ew, nil
 }
 

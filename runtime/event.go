@@ -75,6 +75,7 @@ func (e *Event) Record(s *Stream) error {
 	if s.dev != e.dev {
 		return Errorf("EventRecord", StatusInvalidArgument, "event on %s recorded on a stream of %s", e.dev, s.dev)
 	}
+	s.ops.Add(1)
 	return e.impl.EventRecord(e.h, s.h)
 }
 

@@ -88,6 +88,7 @@ func MallocAsync(size int64, s *Stream) (Buffer, error) {
 	if size <= 0 {
 		return Buffer{}, Errorf("MallocAsync", StatusInvalidArgument, "size %d", size)
 	}
+	s.ops.Add(1)
 	h, err := s.impl.MallocAsync(size, s.h)
 	if err != nil {
 		return Buffer{}, err
@@ -117,6 +118,7 @@ func FreeAsync(b Buffer, s *Stream) error {
 	if !b.root {
 		return Errorf("FreeAsync", StatusInvalidArgument, "FreeAsync of a view; free the allocation it came from")
 	}
+	s.ops.Add(1)
 	return b.impl.FreeAsync(b.h, s.h)
 }
 
@@ -130,6 +132,7 @@ func streamHandle(s *Stream, b Buffer, op string) (any, error) {
 	if s.dev != b.dev {
 		return nil, Errorf(op, StatusInvalidArgument, "buffer on %s, stream on %s", b.dev, s.dev)
 	}
+	s.ops.Add(1) // the caller enqueues next
 	return s.h, nil
 }
 

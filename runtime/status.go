@@ -103,6 +103,14 @@ func StatusOf(err error) Status {
 	if err == nil {
 		return StatusSuccess
 	}
+	// The common cases without errors.As, which allocates: polling asks
+	// this of every NotReady.
+	switch e := err.(type) {
+	case *Error:
+		return e.Status
+	case Status:
+		return e
+	}
 	var st Status
 	if errors.As(err, &st) {
 		return st

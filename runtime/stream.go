@@ -16,6 +16,7 @@ type Stream struct {
 	h         any
 	priority  int
 	destroyed atomic.Bool
+	ops       atomic.Uint64 // operations enqueued through this package (Ops)
 }
 
 // StreamOption configures NewStream.
@@ -131,6 +132,19 @@ func (s *Stream) Query() error {
 	return s.impl.StreamQuery(s.h)
 }
 
+// Ops counts the operations enqueued on s so far through this package —
+// kernels, copies, memsets, event records, waits — and those reported with
+// MarkEnqueued. Equal counts at two moments mean nothing was enqueued on s
+// in between; the profiler relies on it to let a range start where the
+// previous one on the stream ended.
+func (s *Stream) Ops() uint64 { return s.ops.Load() }
+
+// MarkEnqueued counts one operation that a caller put on Handle()
+// directly (a communication backend's kernel, a kernel of the caller's
+// own). Work enqueued on the handle without it may be timed as part of the
+// next device range on s that starts while s is still busy.
+func (s *Stream) MarkEnqueued() { s.ops.Add(1) }
+
 // WaitEvent makes work enqueued on s after this call wait until ev has
 // completed; the host does not wait.
 func (s *Stream) WaitEvent(ev *Event) error {
@@ -143,6 +157,7 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	if ev.dev.Type != s.dev.Type {
 		return Errorf("StreamWaitEvent", StatusInvalidArgument, "event on %s, stream on %s", ev.dev, s.dev)
 	}
+	s.ops.Add(1)
 	return s.impl.StreamWaitEvent(s.h, ev.h)
 }
 

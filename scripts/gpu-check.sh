@@ -88,11 +88,12 @@ run_bench() {
 	bl=$OUT/bench.log
 	step "bench a: event record" 90 "$bl" ./cuda.test -test.run '^$' -test.bench 'EventRecord' -test.benchtime 1s -test.count 2
 	step "bench d: gemm" 120 "$bl" ./cuda.test -test.run '^$' -test.bench 'Gemm' -test.benchtime 20x
-	step "bench b: trainer step" 150 "$bl" ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 1
-	step "bench c: collectives" 150 "$bl" ./nccl.test -test.run '^$' -test.bench 'Collective' -test.benchtime 20x
+	step "bench b: trainer step" 150 "$bl" env GOTRACEBACK=all ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 3 -test.timeout 140s
+	step "bench c: collectives" 150 "$bl" ./nccl.test -test.run '^$' -test.bench 'Collective$' -test.benchtime 20x
+	step "bench c: what separates back-to-back calls" 120 "$bl" ./nccl.test -test.run '^$' -test.bench 'CollectiveGap' -test.benchtime 20x
 	# The same with blocking NCCL communicators (nccl.WithBlockingOps).
 	step "bench b, blocking NCCL" 100 "$bl" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 1
-	step "bench c, blocking NCCL" 120 "$bl" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.run '^$' -test.bench 'Collective' -test.benchtime 20x
+	step "bench c, blocking NCCL" 120 "$bl" env TRAINSCOPE_NCCL_BLOCKING=1 ./nccl.test -test.run '^$' -test.bench 'Collective$' -test.benchtime 20x
 }
 
 # quick: the checks that belong together after a change to ccl or the

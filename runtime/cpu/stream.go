@@ -120,6 +120,7 @@ func Enqueue(s *runtime.Stream, fn func()) error {
 	if s == nil {
 		return runtime.Errorf("Enqueue", runtime.StatusInvalidArgument, "nil stream")
 	}
+	s.MarkEnqueued()
 	return EnqueueHandle(s.Handle(), fn)
 }
 

@@ -82,35 +82,58 @@ func BenchmarkEventRecord(b *testing.B) {
 			}
 		}
 	})
-	b.Run("profiler-range", func(b *testing.B) {
-		p, err := profiler.New(profiler.WithCollectInterval(0))
-		if err != nil {
-			b.Fatal(err)
+	// The profiler's range, with adjacent ranges sharing an event (the
+	// default: a range that starts where the previous one ended on a
+	// stream the device has not caught up with records no start event)
+	// and with an event of its own for every start and end.
+	for _, adjacent := range []bool{true, false} {
+		name := "profiler-range"
+		if !adjacent {
+			name += "/own-events"
 		}
-		defer p.Close(context.Background())
-		r, err := p.NewRecorder(0, d)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			r.SetMicrobatch(i & 7)
-			r.StartDevice("forward", s)
-			r.End()
-			if i%drainEvery == drainEvery-1 {
-				b.StopTimer()
+		b.Run(name, func(b *testing.B) {
+			p, err := profiler.New(profiler.WithCollectInterval(0), profiler.WithAdjacentRanges(adjacent))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			r, err := p.NewRecorder(0, d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ranges, shared int
+			drain := func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_ = p.Flush(ctx)
 				cancel()
+				recs := p.Snapshot()
+				for i := range recs {
+					ranges++
+					if i > 0 && recs[i].DeviceStart == recs[i-1].DeviceEnd {
+						shared++
+					}
+				}
 				p.Reset()
-				b.StartTimer()
 			}
-		}
-		b.StopTimer()
-		if st := p.Stats(); st.Dropped != 0 || st.EventDrops != 0 || st.Errors != 0 {
-			b.Fatalf("ranges dropped, timed on the host only or failed: %+v", st)
-		}
-	})
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r.SetMicrobatch(i & 7)
+				r.StartDevice("forward", s)
+				r.End()
+				if i%drainEvery == drainEvery-1 {
+					b.StopTimer()
+					drain()
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			drain()
+			if st := p.Stats(); st.Dropped != 0 || st.EventDrops != 0 || st.Errors != 0 {
+				b.Fatalf("ranges dropped, timed on the host only or failed: %+v", st)
+			}
+			b.ReportMetric(100*float64(shared)/float64(max(ranges, 1)), "%-shared-start")
+		})
+	}
 }
 
 // BenchmarkGemm (evidence d): the device time of a profiled GEMM range

@@ -1,0 +1,182 @@
+package profiler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cpu"
+)
+
+// sleepOn enqueues d of work on s.
+func sleepOn(t *testing.T, s *runtime.Stream, d time.Duration) {
+	t.Helper()
+	if err := cpu.Enqueue(s, func() { time.Sleep(d) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deviceRanges flushes p and returns its records by name; each must have
+// device times.
+func deviceRanges(t *testing.T, p *profiler.Profiler) map[string]profiler.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]profiler.Record{}
+	for _, rec := range p.Snapshot() {
+		if !rec.HasDevice {
+			t.Fatalf("%s has no device time", rec.Name)
+		}
+		out[rec.Name] = rec
+	}
+	return out
+}
+
+// Ranges queued back to back on a busy stream: each starts where the
+// previous ended (one shared event), and each device time is its own work's.
+// Work enqueued between two ranges outside any range is not given to the
+// next one, nor is time the stream spent idle.
+func TestAdjacentRanges(t *testing.T) {
+	const a, b, between, c, idle = 20 * time.Millisecond, 30 * time.Millisecond, 25 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	dev := runtime.Device{Type: runtime.CPU, Index: 11}
+	r, err := p.NewRecorder(0, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cpuStream(t, 11)
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("a", s)
+	sleepOn(t, s, a)
+	r.End()
+	r.StartDevice("b", s) // adjacent to a
+	sleepOn(t, s, b)
+	r.End()
+	sleepOn(t, s, between) // unprofiled work between b and c
+	r.StartDevice("c", s)
+	sleepOn(t, s, c)
+	r.End()
+	close(gate)
+	// Once the stream is idle, d starts fresh.
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idle)
+	r.StartDevice("d", s)
+	sleepOn(t, s, c)
+	r.End()
+
+	recs := deviceRanges(t, p)
+	slack := 8 * time.Millisecond
+	within := func(name string, want time.Duration) {
+		rec := recs[name]
+		if got := rec.DeviceDuration(); got < want || got > want+slack {
+			t.Errorf("%s: device time %v, want %v (+%v)", name, got, want, slack)
+		}
+	}
+	within("a", a)
+	within("b", b)
+	within("c", c)
+	within("d", c)
+	if recs["b"].DeviceStart != recs["a"].DeviceEnd {
+		t.Errorf("b starts at %v, a ends at %v: adjacent ranges should share the event", recs["b"].DeviceStart, recs["a"].DeviceEnd)
+	}
+	if gap := recs["c"].DeviceStart - recs["b"].DeviceEnd; gap < between {
+		t.Errorf("c starts %v after b ends, want at least the %v of work between them", gap, between)
+	}
+	if gap := recs["d"].DeviceStart - recs["c"].DeviceEnd; gap < idle {
+		t.Errorf("d starts %v after c ends, want at least the %v the stream was idle", gap, idle)
+	}
+}
+
+// Without adjacency every range has a start event of its own.
+func TestAdjacentRangesOff(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithAdjacentRanges(false))
+	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 12})
+	s := cpuStream(t, 12)
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		r.StartDevice(name, s)
+		sleepOn(t, s, 5*time.Millisecond)
+		r.End()
+	}
+	close(gate)
+	recs := deviceRanges(t, p)
+	if recs["b"].DeviceStart == recs["a"].DeviceEnd {
+		t.Errorf("b starts at a's end (%v) exactly: an event was shared although adjacency is off", recs["a"].DeviceEnd)
+	}
+}
+
+// Many adjacent ranges while the collector resolves and recycles events
+// concurrently: every range keeps its own device interval, in stream
+// order, with no event handed out twice (which would show as overlapping
+// or negative intervals).
+func TestAdjacentRangesRecycle(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(time.Millisecond), profiler.WithEventPool(16))
+	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 13})
+	s := cpuStream(t, 13)
+	const n = 2000
+	for i := range n {
+		r.StartDevice("w", s)
+		if i%7 == 0 {
+			sleepOn(t, s, 50*time.Microsecond)
+		}
+		r.End()
+		if i%97 == 0 {
+			sleepOn(t, s, 20*time.Microsecond) // unprofiled work now and then
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	st := p.Stats()
+	var prev profiler.Record
+	timed := 0
+	for i, rec := range recs {
+		if !rec.HasDevice {
+			continue
+		}
+		timed++
+		if rec.DeviceEnd < rec.DeviceStart {
+			t.Fatalf("record %d: device end %v before start %v", i, rec.DeviceEnd, rec.DeviceStart)
+		}
+		if prev.HasDevice && rec.DeviceStart < prev.DeviceEnd {
+			t.Fatalf("record %d starts at %v, before the previous one ended (%v)", i, rec.DeviceStart, prev.DeviceEnd)
+		}
+		prev = rec
+	}
+	if len(recs) != n || uint64(n-timed) != st.EventDrops {
+		t.Fatalf("%d records, %d device-timed, %d event drops; want %d records, the untimed all counted", len(recs), timed, st.EventDrops, n)
+	}
+	// Every event came back: fifteen adjacent ranges on a held stream
+	// need all sixteen of the pool.
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	for range 15 {
+		r.StartDevice("z", s)
+		r.End()
+	}
+	close(gate)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Stats().EventDrops - st.EventDrops; d != 0 {
+		t.Errorf("%d of 15 ranges found no event in a pool of 16 that should all be back", d)
+	}
+}
