@@ -95,6 +95,9 @@ func TestAdjacentRanges(t *testing.T) {
 	if gap := recs["d"].DeviceStart - recs["c"].DeviceEnd; gap < idle {
 		t.Errorf("d starts %v after c ends, want at least the %v the stream was idle", gap, idle)
 	}
+	if st := p.Stats(); st.Adjacent != 1 {
+		t.Errorf("Stats().Adjacent = %d, want 1 (b)", st.Adjacent)
+	}
 }
 
 // Without adjacency every range has a start event of its own.
@@ -178,5 +181,53 @@ func TestAdjacentRangesRecycle(t *testing.T) {
 	}
 	if d := p.Stats().EventDrops - st.EventDrops; d != 0 {
 		t.Errorf("%d of 15 ranges found no event in a pool of 16 that should all be back", d)
+	}
+}
+
+// WithDeviceDepth(1): inside a device-timed range, device ranges are host
+// ranges, collectives are still device-timed, and once the outer range
+// ends the next one is device-timed again.
+func TestDeviceDepth(t *testing.T) {
+	if _, err := profiler.New(profiler.WithDeviceDepth(-1)); err == nil {
+		t.Error("New accepted a negative device depth")
+	}
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithDeviceDepth(1))
+	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 14})
+	s := cpuStream(t, 14)
+	r.StartDevice("action", s)
+	r.StartDevice("kernel", s)
+	sleepOn(t, s, time.Millisecond)
+	r.End()
+	r.StartCollective("allreduce", s, profiler.Collective{Op: "AllReduce", Bytes: 4, Peer: -1, Root: -1})
+	r.End()
+	r.End()
+	r.StartDevice("next", s)
+	r.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		kind      profiler.Kind
+		hasDevice bool
+	}{
+		"action":    {profiler.KindDevice, true},
+		"kernel":    {profiler.KindHost, false},
+		"allreduce": {profiler.KindCollective, true},
+		"next":      {profiler.KindDevice, true},
+	}
+	recs := p.Snapshot()
+	if len(recs) != len(want) {
+		t.Fatalf("%d records, want %d", len(recs), len(want))
+	}
+	for _, rec := range recs {
+		w := want[rec.Name]
+		if rec.Kind != w.kind || rec.HasDevice != w.hasDevice {
+			t.Errorf("%s: kind %v, device time %v; want %v, %v", rec.Name, rec.Kind, rec.HasDevice, w.kind, w.hasDevice)
+		}
+	}
+	if st := p.Stats(); st.EventDrops != 0 || st.Dropped != 0 {
+		t.Errorf("host-timed by depth counted as lost: %+v", st)
 	}
 }

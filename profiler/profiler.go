@@ -56,6 +56,7 @@ type config struct {
 	interval    time.Duration
 	seedSync    bool
 	noAdjacent  bool
+	deviceDepth int
 	recalibrate time.Duration
 }
 
@@ -107,6 +108,17 @@ func WithSeedStyleSync() Option { return optionFunc(func(c *config) { c.seedSync
 // the host and on the device.
 func WithAdjacentRanges(on bool) Option { return optionFunc(func(c *config) { c.noAdjacent = !on }) }
 
+// WithDeviceDepth(n) times on the device only the device ranges opened
+// while fewer than n device-timed ranges are open: with n = 1, the
+// outermost device range of each nest (a pipeline action, say) is timed on
+// the device and the ranges inside it (its kernels) on the host only, as
+// Start would. Collectives (StartCollective, Grouped) are always timed on
+// the device. Each device-timed range costs an event record, about as much
+// host time as a small kernel launch on CUDA; a launch-bound job that
+// wraps every kernel in a range pays it on every launch. The default, 0,
+// times every device range on the device.
+func WithDeviceDepth(n int) Option { return optionFunc(func(c *config) { c.deviceDepth = n }) }
+
 func newConfig(opts []Option) (config, error) {
 	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond, recalibrate: 10 * time.Second}
 	for _, o := range opts {
@@ -121,6 +133,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("profiler: event pool %d must be at least 2", c.eventPool)
 	case c.interval < 0:
 		return c, fmt.Errorf("profiler: collect interval %v is negative", c.interval)
+	case c.deviceDepth < 0:
+		return c, fmt.Errorf("profiler: device depth %d is negative", c.deviceDepth)
 	case c.recalibrate < 0:
 		return c, fmt.Errorf("profiler: recalibration interval %v is negative", c.recalibrate)
 	}
@@ -384,6 +398,7 @@ type Stats struct {
 	Dropped    uint64 // ranges lost on the recording side: a full recorder buffer or too deep nesting
 	Overflow   uint64 // records lost to the profiler's record bound (WithMaxRecords)
 	EventDrops uint64 // device ranges timed on the host only for want of pooled events
+	Adjacent   uint64 // device ranges that started from the previous range's end event (WithAdjacentRanges)
 	Unbalanced uint64 // End calls with no open range
 	Errors     uint64 // events the backend refused to record or resolve
 }
@@ -402,6 +417,7 @@ func (p *Profiler) Stats() Stats {
 	for _, r := range p.recorders {
 		s.Dropped += r.dropped.Load()
 		s.EventDrops += r.eventDrops.Load()
+		s.Adjacent += r.adjacentStarts.Load()
 		s.Unbalanced += r.unbalanced.Load()
 		s.Errors += r.recordErrs.Load()
 	}

@@ -30,6 +30,7 @@ type Recorder struct {
 	stack   [maxDepth]frame
 	depth   int
 	over    int // Starts beyond maxDepth not yet ended
+	devOpen int // open device-timed ranges (WithDeviceDepth)
 	nextID  uint64
 	labels  Labels
 	step    atomic.Int32 // settable from any goroutine
@@ -48,11 +49,12 @@ type Recorder struct {
 	free   []*event // timing events ready for reuse
 	events int      // events this recorder created
 
-	dropped    atomic.Uint64 // records lost to a full queue or depth
-	eventDrops atomic.Uint64 // device ranges recorded host-only for want of events
-	unbalanced atomic.Uint64 // End without Start
-	recordErrs atomic.Uint64 // event records the backend refused
-	peakMemory atomic.Int64
+	dropped        atomic.Uint64 // records lost to a full queue or depth
+	eventDrops     atomic.Uint64 // device ranges recorded host-only for want of events
+	adjacentStarts atomic.Uint64 // device ranges started from the previous range's end
+	unbalanced     atomic.Uint64 // End without Start
+	recordErrs     atomic.Uint64 // event records the backend refused
+	peakMemory     atomic.Int64
 }
 
 // pending is a completed range in compact form, one cache line, as End
@@ -247,6 +249,10 @@ func (r *Recorder) StartDevice(name string, s *runtime.Stream) {
 	if r == nil {
 		return
 	}
+	if d := r.p.cfg.deviceDepth; d > 0 && r.devOpen >= d {
+		r.Start(name) // deeper than WithDeviceDepth: a host range
+		return
+	}
 	if f := r.push(name, KindDevice); f != nil {
 		f.extra.hasCollective = false
 		r.startDevice(f, s)
@@ -272,6 +278,7 @@ func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective)
 
 func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	f.hasExtra = true
+	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
 	if s != nil {
@@ -307,6 +314,7 @@ func (r *Recorder) adjacent(s *runtime.Stream) (*event, time.Duration) {
 	l := r.last
 	r.last = lastEnd{}
 	if l.stream == s && s.Ops() == l.ops && runtime.StatusOf(l.ev.Query()) == runtime.StatusNotReady {
+		r.adjacentStarts.Add(1)
 		return l.ev, l.at
 	}
 	r.drop(l.ev)
@@ -331,8 +339,11 @@ func (r *Recorder) End() {
 	r.depth--
 	f := &r.stack[r.depth]
 	f.hostEnd = now
-	if f.hasExtra && f.extra.start != nil {
-		r.endDevice(f)
+	if f.hasExtra {
+		r.devOpen--
+		if f.extra.start != nil {
+			r.endDevice(f)
+		}
 	}
 	if !r.publish(f) {
 		r.dropped.Add(1)
@@ -488,6 +499,7 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 	for i := range frames {
 		f := &frames[i]
 		f.hostEnd = now
+		r.devOpen--
 		if f.extra.start != nil {
 			r.endDevice(f)
 		}

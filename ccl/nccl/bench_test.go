@@ -42,6 +42,7 @@ func BenchmarkTrainerStep(b *testing.B) {
 	}{
 		{name: "profiling=off", off: true},
 		{name: "profiling=on"},
+		{name: "profiling=on/device-depth=1", opts: []profiler.Option{profiler.WithDeviceDepth(1)}},
 		{name: "profiling=seed-style", opts: []profiler.Option{profiler.WithSeedStyleSync()}},
 	}
 	for _, bc := range cases {
@@ -94,7 +95,8 @@ var collectiveSizes = []struct {
 // reports for each call (its records' device times) beside an
 // independent timing of the same calls, raw events recorded on the
 // communication stream around the loop. Run with a fixed count, e.g.
-// -test.benchtime=20x.
+// -test.benchtime=20x. ranges-adjacent is how many of the calls started
+// from the previous call's end event (profiler.WithAdjacentRanges).
 func BenchmarkCollective(b *testing.B) {
 	rt, be := gpus(b, 2)
 	const n = 2
@@ -114,7 +116,10 @@ func BenchmarkCollective(b *testing.B) {
 	ranks := make([]rankState, n)
 	for r, d := range devs {
 		rs := &ranks[r]
-		rs.s = newStream(b, d)
+		// Issued on the group's own stream, back to back, as nccl-tests
+		// does: no stream wait between calls (BenchmarkCollectiveGap
+		// shows what issuing from another stream adds).
+		rs.s = pg.Stream(d)
 		rs.big = malloc(b, d, 1<<30)
 		rs.half = malloc(b, d, 1<<29)
 		rs.gate = malloc(b, d, 1<<30)
@@ -242,6 +247,7 @@ func BenchmarkCollective(b *testing.B) {
 				b.ReportMetric(prof, "busbw-profiler-GB/s")
 				b.ReportMetric(ind, "busbw-raw-GB/s")
 				b.ReportMetric(100*(prof/ind-1), "diff-%")
+				b.ReportMetric(float64(p.Stats().Adjacent)/float64(n), "ranges-adjacent/rank")
 			})
 		}
 	}

@@ -20,6 +20,7 @@ type options struct {
 	outDir  string
 	sortBy  profiler.SortKey
 	profile string // "on", "off", "seed-sync"
+	depth   int    // profiler.WithDeviceDepth
 	command []string
 
 	// Destinations. File outputs default to the run directory ("" there
@@ -65,6 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
 	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or seed-sync (synchronise around every range, as the seed did)")
+	fs.IntVar(&o.depth, "device-depth", 1, "time on the device only ranges nested at most this deep among device ranges (1: each action, not its kernels); collectives always; 0 times every kernel, at about one event record of host time each")
 	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip)`)
 	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
@@ -104,6 +106,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case "on", "off", "seed-sync":
 	default:
 		return nil, usagef("-profile: unknown mode %q (one of: on, off, seed-sync)", o.profile)
+	}
+	if o.depth < 0 {
+		return nil, usagef("-device-depth: %d is negative", o.depth)
 	}
 	if c.CommTimeout <= 0 {
 		return nil, usagef("-comm-timeout: %v must be positive", c.CommTimeout)

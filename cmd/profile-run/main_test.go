@@ -37,6 +37,7 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"unknown schedule", []string{"-schedule", "zigzag"}, []string{"zigzag"}},
 		{"unknown sort", []string{"-sort", "speed"}, []string{`"speed"`}},
 		{"unknown profile mode", []string{"-profile", "maybe"}, []string{`"maybe"`}},
+		{"negative device depth", []string{"-device-depth", "-1"}, []string{"-device-depth", "-1"}},
 		{"microbatches vs pp", []string{"-pp", "2", "-vpp", "2", "-microbatches", "3"}, []string{"3", "2"}},
 		{"stray argument", []string{"python", "train.py"}, []string{"python"}},
 		{"pprof without profiling", []string{"-profile", "off", "-pprof", "x.pb.gz"}, []string{"-pprof", "-profile"}},

@@ -182,6 +182,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 	st := out.prof.Stats()
 	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped while recording, %d over the record bound, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
 		st.Records, st.Dropped, st.Overflow, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
+	if d := out.o.depth; d > 0 {
+		fmt.Fprintf(stdout, "device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)\n", d)
+	} else {
+		fmt.Fprintln(stdout, "device timing: every device range (-device-depth 0)")
+	}
 	fmt.Fprintln(stdout, "outputs:")
 	for _, line := range out.summary {
 		fmt.Fprintf(stdout, "  %s\n", line)

@@ -135,7 +135,7 @@ func makeRunDir(dir string) (string, error) {
 func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
-		var opts []profiler.Option
+		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
 		if o.profile == "seed-sync" {
 			opts = append(opts, profiler.WithSeedStyleSync())
 		}
