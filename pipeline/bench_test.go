@@ -29,7 +29,7 @@ func BenchmarkStep(b *testing.B) {
 	}{
 		{name: "profiling=off", off: true},
 		{name: "profiling=on"},
-		{name: "profiling=on/device-depth=1", opts: []profiler.Option{profiler.WithDeviceDepth(1)}},
+		{name: "profiling=on,device-depth=1", opts: []profiler.Option{profiler.WithDeviceDepth(1)}},
 		{name: "profiling=seed-style", opts: []profiler.Option{profiler.WithSeedStyleSync()}},
 	}
 	for _, bc := range cases {

@@ -7,6 +7,7 @@
 #   scripts/gpu-check.sh         # both, where Go and GPUs are on one machine
 #   scripts/gpu-check.sh quick   # after a ccl or trainer change: NCCL tests, bench b, profile-run
 #   scripts/gpu-check.sh stall   # bench b's stall under variants, with goroutine dumps
+#   scripts/gpu-check.sh overhead  # bench b's off vs device depth 1, repeated in fresh processes
 #
 # run writes at most four files under $OUT: env.log, tests.log,
 # profile-run.log and bench.log. Every step is bounded by `timeout`, so a
@@ -89,6 +90,12 @@ run_bench() {
 	step "bench a: event record" 90 "$bl" ./cuda.test -test.run '^$' -test.bench 'EventRecord' -test.benchtime 1s -test.count 2
 	step "bench d: gemm" 120 "$bl" ./cuda.test -test.run '^$' -test.bench 'Gemm' -test.benchtime 20x
 	step "bench b: trainer step" 150 "$bl" env GOTRACEBACK=all ./nccl.test -test.run '^$' -test.bench 'TrainerStep' -test.benchtime 100x -test.count 3 -test.timeout 140s
+	# profile-run's own job on CUDA: unprofiled, default device depth, every kernel timed.
+	runs=$(mktemp -d)
+	for mode in "-profile off" "-device-depth 1" "-device-depth 0"; do
+		# shellcheck disable=SC2086
+		step "bench b: profile-run $mode" 90 "$bl" ./profile-run -backend cuda -steps 30 -metrics-addr off -trace off -pprof off -out "$runs" $mode
+	done
 	step "bench c: collectives" 150 "$bl" ./nccl.test -test.run '^$' -test.bench 'Collective$' -test.benchtime 20x
 	step "bench c: what separates back-to-back calls" 120 "$bl" ./nccl.test -test.run '^$' -test.bench 'CollectiveGap' -test.benchtime 20x
 	# The same with blocking NCCL communicators (nccl.WithBlockingOps).
@@ -157,8 +164,29 @@ run_stall() {
 	step "bench c: gap at 1 MiB" 120 "$OUT/bench.log" ./nccl.test -test.run '^$' -test.bench 'CollectiveGap' -test.benchtime 20x
 }
 
+# overhead: bench b's two figures that the target is about — no profiling
+# against profiling at device depth 1 — each in a process of its own, six
+# times, alternating which goes first, 200 steps per figure, in both NCCL
+# modes: the spread between processes is as large as the difference
+# measured, so one pair proves little.
+run_overhead() {
+	bl=$OUT/overhead.log
+	for mode in nonblocking blocking; do
+		blocking=0
+		[ $mode = blocking ] && blocking=1
+		for i in 1 2 3 4 5 6; do
+			cases="off on,device-depth=1"
+			[ $((i % 2)) = 0 ] && cases="on,device-depth=1 off"
+			for c in $cases; do
+				step "overhead $mode #$i $c" 40 "$bl" env TRAINSCOPE_NCCL_BLOCKING=$blocking ./nccl.test -test.run '^$' -test.bench "TrainerStep/profiling=$c\$" -test.benchtime 200x -test.count 1 -test.timeout 35s
+			done
+		done
+	done
+}
+
 case ${1:-all} in
 stall) setup_run && run_stall ;;
+overhead) setup_run && run_overhead ;;
 quick) setup_run && run_quick ;;
 build) build ;;
 run) setup_run && run_tests && run_bench ;;
@@ -166,7 +194,7 @@ tests) setup_run && run_tests ;;
 bench) setup_run && run_bench ;;
 all) build && setup_run && run_tests && run_bench ;;
 *)
-	echo "usage: $0 [build|run|tests|bench|quick|stall|all]" >&2
+	echo "usage: $0 [build|run|tests|bench|quick|stall|overhead|all]" >&2
 	exit 2
 	;;
 esac

@@ -540,6 +540,14 @@ func TestProfilerDeviceRange(t *testing.T) {
 	const w = 4096
 	a := malloc(t, d, 4*w*w)
 	c := malloc(t, d, 4*w*w)
+	// The first cuBLAS call on a device loads cuBLAS (every kernel, with
+	// eager module loading: about 2 s); it is not what is measured here.
+	if err := runtime.Gemm(s, runtime.GemmArgs{M: w, N: w, K: w, Alpha: 1, A: a, LDA: w, B: a, LDB: w, C: c, LDC: w, Type: runtime.Float32}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	rec.StartDevice("gemm", s)
 	for range 4 {
 		if err := runtime.Gemm(s, runtime.GemmArgs{M: w, N: w, K: w, Alpha: 1, A: a, LDA: w, B: a, LDB: w, C: c, LDC: w, Type: runtime.Float32}); err != nil {
@@ -565,5 +573,64 @@ func TestProfilerDeviceRange(t *testing.T) {
 	}
 	if r.PeakMemory < 2*4*w*w {
 		t.Errorf("peak memory %d below the two buffers", r.PeakMemory)
+	}
+}
+
+// The profiler's clock placement on a real device, across recalibrations:
+// ranges started on an idle stream begin on the device right after the
+// host records their start event, so each device start must lie close to
+// its host start, whichever calibration point (one every 20 ms here)
+// placed it.
+func TestProfilerCalibrationOnDevice(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	p, err := profiler.New(profiler.WithCollectInterval(2*time.Millisecond), profiler.WithRecalibration(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	rec, err := p.NewRecorder(0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStream(t, d)
+	const w = 1024
+	a := malloc(t, d, 4*w*w)
+	c := malloc(t, d, 4*w*w)
+	const n = 150 // about 1.5 s: some 75 calibration points
+	for range n {
+		rec.StartDevice("gemm", s)
+		if err := runtime.Gemm(s, runtime.GemmArgs{M: w, N: w, K: w, Alpha: 1, A: a, LDA: w, B: a, LDB: w, C: c, LDC: w, Type: runtime.Float32}); err != nil {
+			t.Fatal(err)
+		}
+		rec.End()
+		if err := s.Synchronize(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if len(recs) != n {
+		t.Fatalf("%d records, want %d", len(recs), n)
+	}
+	// Before the host start by more than the calibration's bracket, or
+	// after the host end by more than a launch's latency, is misplaced.
+	const early, late = 20 * time.Microsecond, 500 * time.Microsecond
+	var worstEarly, worstLate time.Duration
+	for i, r := range recs {
+		if !r.HasDevice {
+			t.Fatalf("record %d has no device time", i)
+		}
+		worstEarly = max(worstEarly, r.HostStart-r.DeviceStart)
+		worstLate = max(worstLate, r.DeviceStart-r.HostEnd)
+	}
+	t.Logf("%d ranges: device start at most %v before its host start, at most %v after its host end", n, worstEarly, worstLate)
+	if worstEarly > early || worstLate > late {
+		t.Errorf("device starts misplaced: up to %v early (bound %v), %v late (bound %v)", worstEarly, early, worstLate, late)
 	}
 }
