@@ -527,16 +527,7 @@ func TestConcurrentDevices(t *testing.T) {
 func TestProfilerDeviceRange(t *testing.T) {
 	gpu(t)
 	d := dev(0)
-	p, err := profiler.New(profiler.WithCollectInterval(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	rec, err := p.NewRecorder(0, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newStream(t, d)
+	p, rec, s := profiled(t, d, profiler.WithCollectInterval(0))
 	const w = 4096
 	a := malloc(t, d, 4*w*w)
 	c := malloc(t, d, 4*w*w)
@@ -584,16 +575,7 @@ func TestProfilerDeviceRange(t *testing.T) {
 func TestProfilerCalibrationOnDevice(t *testing.T) {
 	gpu(t)
 	d := dev(0)
-	p, err := profiler.New(profiler.WithCollectInterval(2*time.Millisecond), profiler.WithRecalibration(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	rec, err := p.NewRecorder(0, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newStream(t, d)
+	p, rec, s := profiled(t, d, profiler.WithCollectInterval(2*time.Millisecond), profiler.WithRecalibration(20*time.Millisecond))
 	const w = 1024
 	a := malloc(t, d, 4*w*w)
 	c := malloc(t, d, 4*w*w)
@@ -633,4 +615,21 @@ func TestProfilerCalibrationOnDevice(t *testing.T) {
 	if worstEarly > early || worstLate > late {
 		t.Errorf("device starts misplaced: up to %v early (bound %v), %v late (bound %v)", worstEarly, early, worstLate, late)
 	}
+}
+
+// profiled returns a profiler made with opts (closed when t ends), a
+// recorder for rank 0 on d, and a stream on d.
+func profiled(t *testing.T, d runtime.Device, opts ...profiler.Option) (*profiler.Profiler, *profiler.Recorder, *runtime.Stream) {
+	t.Helper()
+	s := newStream(t, d) // destroyed after the profiler closes
+	p, err := profiler.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	rec, err := p.NewRecorder(0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, rec, s
 }
