@@ -4,8 +4,20 @@ import (
 	"context"
 
 	"github.com/trainscope/trainscope/pipeline/schedule"
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
+
+// commRange runs enqueue — a wait for, or a copy of, an action's input —
+// inside a device range called name in the communication phase, on the
+// compute stream. The caller restores the action's phase.
+func (r *rank) commRange(name string, enqueue func() error) error {
+	r.rec.SetPhase(profiler.Comm)
+	r.rec.StartDevice(name, r.compute)
+	err := enqueue()
+	r.rec.End()
+	return err
+}
 
 // forward runs one microbatch through one chunk: wait for (or copy) its
 // input, then per layer a GEMM and a tanh; the last virtual stage computes
@@ -14,24 +26,26 @@ func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
 	rec, s := r.rec, r.compute
 	c, mb := &r.chunks[a.Chunk], a.Microbatch
 	r.labels(schedule.Forward, a.Chunk, mb)
-	rec.StartDevice("forward", s)
-	defer rec.End()
 	act := c.act[mb]
 	if !c.first {
-		rec.StartDevice("recv", s)
-		var err error
-		if r.pp == nil {
-			// One stage: the previous virtual stage is this rank's
-			// previous chunk.
-			err = runtime.Copy(act[0], r.chunks[a.Chunk-1].act[mb][r.layers], s)
-		} else {
-			err = streamWait(c.inWork[mb], s, "input", a.Action)
-		}
-		rec.End()
+		// Waiting for the input is not forward work: a range of its own
+		// in the communication phase, before the forward range, so that
+		// the forward range's device time is computation only.
+		err := r.commRange("recv", func() error {
+			if r.pp == nil {
+				// One stage: the previous virtual stage is this rank's
+				// previous chunk.
+				return runtime.Copy(act[0], r.chunks[a.Chunk-1].act[mb][r.layers], s)
+			}
+			return streamWait(c.inWork[mb], s, "input", a.Action)
+		})
+		rec.SetPhase(profiler.Forward)
 		if err != nil {
 			return err
 		}
 	}
+	rec.StartDevice("forward", s)
+	defer rec.End()
 	for j := 1; j <= r.layers; j++ {
 		rec.StartDevice("linear", s)
 		err := linearForward(s, c.w[j-1], act[j-1], act[j], r.rows, r.cfg.Width)
@@ -77,21 +91,20 @@ func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
 	rec, s, w := r.rec, r.compute, r.cfg.Width
 	c, mb := &r.chunks[a.Chunk], a.Microbatch
 	r.labels(schedule.Backward, a.Chunk, mb)
-	rec.StartDevice("backward", s)
-	defer rec.End()
 	if !c.last {
-		rec.StartDevice("recv_grad", s)
-		var err error
-		if r.pp == nil {
-			err = runtime.Copy(c.gradIn[mb], r.chunks[a.Chunk+1].gradOut[mb], s)
-		} else {
-			err = streamWait(c.gradWork[mb], s, "gradient", a.Action)
-		}
-		rec.End()
+		err := r.commRange("recv_grad", func() error {
+			if r.pp == nil {
+				return runtime.Copy(c.gradIn[mb], r.chunks[a.Chunk+1].gradOut[mb], s)
+			}
+			return streamWait(c.gradWork[mb], s, "gradient", a.Action)
+		})
+		rec.SetPhase(profiler.Backward)
 		if err != nil {
 			return err
 		}
 	}
+	rec.StartDevice("backward", s)
+	defer rec.End()
 	act := c.act[mb]
 	dy, dz := c.gradIn[mb], r.scratch[0]
 	for j := r.layers; j >= 1; j-- {

@@ -61,7 +61,13 @@ func TestTrainProfiled(t *testing.T) {
 				t.Errorf("%s range has phase %v", r.Name, r.Phase)
 			}
 			count[key{r.Name, int(r.Step), r.Rank, int(r.Chunk), int(r.Microbatch)}]++
-		case "recv", "linear", "tanh", "loss", "send", "recv_grad", "tanh_backward", "linear_grad_weight", "linear_grad_input", "send_grad":
+		case "recv", "recv_grad":
+			// The wait for an action's input: a device range of the
+			// communication phase beside the action, not inside it.
+			if pa := parent(r); r.Kind != profiler.KindDevice || !r.HasDevice || r.Phase != profiler.Comm || pa == nil || pa.Name != "step" || r.Chunk < 0 || r.Microbatch < 0 {
+				t.Errorf("%s range %+v (kind %v, parent %+v): want a device range of phase comm inside a step", r.Name, r.Labels, r.Kind, pa)
+			}
+		case "linear", "tanh", "loss", "send", "tanh_backward", "linear_grad_weight", "linear_grad_input", "send_grad":
 			pa := parent(r)
 			if pa == nil || (pa.Name != "forward" && pa.Name != "backward") || pa.Labels != r.Labels {
 				t.Errorf("%s range %+v: want it inside a forward or backward range with the same labels (parent %+v)", r.Name, r.Labels, pa)
@@ -130,6 +136,26 @@ func TestTrainProfiled(t *testing.T) {
 	for name := range counts {
 		if _, ok := want[name]; !ok {
 			t.Errorf("unexpected range %q (%d)", name, counts[name])
+		}
+	}
+	// An action's device time starts once its input has arrived: never
+	// before the end of the wait for it.
+	byAction := map[key]*profiler.Record{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Name == "forward" || r.Name == "backward" {
+			byAction[key{r.Name, int(r.Step), r.Rank, int(r.Chunk), int(r.Microbatch)}] = r
+		}
+	}
+	for i := range recs {
+		w := &recs[i]
+		name := map[string]string{"recv": "forward", "recv_grad": "backward"}[w.Name]
+		if name == "" {
+			continue
+		}
+		a := byAction[key{name, int(w.Step), w.Rank, int(w.Chunk), int(w.Microbatch)}]
+		if a == nil || a.DeviceStart < w.DeviceEnd {
+			t.Errorf("%s %+v on rank %d: its %s %+v starts on the device before the wait ends (%v)", w.Name, w.Labels, w.Rank, name, a, w.DeviceEnd)
 		}
 	}
 }
