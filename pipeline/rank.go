@@ -176,7 +176,16 @@ func (r *rank) setup() error {
 		r.hostTgt = hostBuffers(m, r.n)
 		r.hostDiff = hostBuffers(m, r.n)
 	}
-	return nil
+	// One GEMM (into scratch, whose contents nothing reads before writing)
+	// before the first step, so that a backend's one-time setup is not
+	// timed inside step 0: cuBLAS loads its kernels at its first call on a
+	// device, about 2 s with eager module loading.
+	if err = linearForward(r.compute, r.chunks[0].w[0], r.scratch[0], r.scratch[1], r.rows, w); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.commTimeout())
+	defer cancel()
+	return r.compute.Synchronize(ctx)
 }
 
 // teardown waits (bounded) for the rank's device work, then destroys its
