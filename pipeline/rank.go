@@ -179,7 +179,7 @@ func (r *rank) setup() error {
 	// One GEMM (into scratch, whose contents nothing reads before writing)
 	// before the first step, so that a backend's one-time setup is not
 	// timed inside step 0: cuBLAS loads its kernels at its first call on a
-	// device, about 2 s with eager module loading.
+	// device, about 2.5 s with eager module loading.
 	if err = linearForward(r.compute, r.chunks[0].w[0], r.scratch[0], r.scratch[1], r.rows, w); err != nil {
 		return err
 	}

@@ -6,11 +6,12 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// event is a pooled timing event and the number of references to it: the
-// records that use it as their start or end, the recorder while a next
-// range may start from it (Recorder.last), and whoever has just taken it
-// from the pool. It goes back to the pool when the last one is dropped.
-type event struct {
+// pooledEvent is a timing event of a recorder's pool and the number of
+// references to it: the records that use it as their start or end, the
+// recorder while a next range may start from it (Recorder.last), and
+// whoever has just taken it from the pool. It goes back to the pool when
+// the last one is dropped.
+type pooledEvent struct {
 	*runtime.Event
 	refs atomic.Int32
 }
@@ -19,7 +20,7 @@ type event struct {
 // the owner's cache, else by moving the shared free list into the cache in
 // one locked swap, else a new one while under the pool's bound; nil when
 // none can be had.
-func (r *Recorder) event(s *runtime.Stream) *event {
+func (r *Recorder) event(s *runtime.Stream) *pooledEvent {
 	for {
 		if n := len(r.cache); n > 0 {
 			ev := r.cache[n-1]
@@ -63,7 +64,7 @@ func (r *Recorder) event(s *runtime.Stream) *event {
 			r.recordErrs.Add(1)
 			return nil
 		}
-		ev := &event{Event: rev}
+		ev := &pooledEvent{Event: rev}
 		ev.refs.Store(1)
 		return ev
 	}
@@ -71,7 +72,7 @@ func (r *Recorder) event(s *runtime.Stream) *event {
 
 // drop releases one reference from the owner's goroutine; the last one
 // returns the event to the pool.
-func (r *Recorder) drop(ev *event) {
+func (r *Recorder) drop(ev *pooledEvent) {
 	if ev != nil && ev.refs.Add(-1) == 0 {
 		r.cache = append(r.cache, ev)
 	}
@@ -79,7 +80,7 @@ func (r *Recorder) drop(ev *event) {
 
 // releaseAll releases one reference to each of evs from the collector;
 // those that were the last go back to the pool.
-func (r *Recorder) releaseAll(evs []*event) {
+func (r *Recorder) releaseAll(evs []*pooledEvent) {
 	r.mu.Lock()
 	for _, ev := range evs {
 		if ev != nil && ev.refs.Add(-1) == 0 {

@@ -28,9 +28,9 @@ type Profiler struct {
 	unresolved []unresolved
 	calib      map[runtime.Device]*clockSync
 	sinks      []Sink
-	batch      []Record               // records finished in this pass, for the sinks
-	returned   map[*Recorder][]*event // events to hand back, per owner
-	kick       chan struct{}          // a recorder running short asks for a collection
+	batch      []Record                     // records finished in this pass, for the sinks
+	returned   map[*Recorder][]*pooledEvent // events to hand back, per owner
+	kick       chan struct{}                // a recorder running short asks for a collection
 
 	storeDrops   atomic.Uint64
 	resolveErrs  atomic.Uint64
@@ -42,7 +42,7 @@ type unresolved struct {
 	rec        Record
 	owner      *Recorder
 	impl       runtime.Impl
-	start, end *event
+	start, end *pooledEvent
 	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
 }
 
@@ -152,7 +152,7 @@ func New(opts ...Option) (*Profiler, error) {
 		cfg:      cfg,
 		clock:    newMonoClock(),
 		calib:    make(map[runtime.Device]*clockSync),
-		returned: make(map[*Recorder][]*event),
+		returned: make(map[*Recorder][]*pooledEvent),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),

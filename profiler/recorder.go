@@ -33,10 +33,10 @@ type Recorder struct {
 	devOpen int // open device-timed ranges (WithDeviceDepth)
 	nextID  uint64
 	labels  Labels
-	step    atomic.Int32 // settable from any goroutine
-	cache   []*event     // pooled events only the owner touches
-	grouped []frame      // scratch for Grouped
-	last    lastEnd      // the latest device range's end, while a next range may start from it
+	step    atomic.Int32   // settable from any goroutine
+	cache   []*pooledEvent // pooled events only the owner touches
+	grouped []frame        // scratch for Grouped
+	last    lastEnd        // the latest device range's end, while a next range may start from it
 
 	// Completed ranges, and the device details of those that have them,
 	// in the same order, handed to the collector through lock-free
@@ -46,8 +46,8 @@ type Recorder struct {
 
 	// The event pool's shared side, under mu.
 	mu     sync.Mutex
-	free   []*event // timing events ready for reuse
-	events int      // events this recorder created
+	free   []*pooledEvent // timing events ready for reuse
+	events int            // events this recorder created
 
 	dropped        atomic.Uint64 // records lost to a full queue or depth
 	eventDrops     atomic.Uint64 // device ranges recorded host-only for want of events
@@ -80,7 +80,7 @@ var _ [64 - unsafe.Sizeof(pending{})]struct{}
 // extra holds what only device-timed ranges have.
 type extra struct {
 	stream        *runtime.Stream
-	start, end    *event
+	start, end    *pooledEvent
 	startAt       time.Duration // when start was recorded, if it is the previous range's end; else 0
 	peak          int64
 	hasCollective bool
@@ -91,7 +91,7 @@ type extra struct {
 // recorder (one reference) until the next device range starts.
 type lastEnd struct {
 	stream *runtime.Stream
-	ev     *event
+	ev     *pooledEvent
 	ops    uint64        // stream.Ops() right after ev was recorded
 	at     time.Duration // host time of the record
 }
@@ -310,7 +310,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 // — the event is the new range's start: one recorded now would complete at
 // the same device time. The recorder's reference passes to the new range.
 // Otherwise the reference is dropped and adjacent returns nil.
-func (r *Recorder) adjacent(s *runtime.Stream) (*event, time.Duration) {
+func (r *Recorder) adjacent(s *runtime.Stream) (*pooledEvent, time.Duration) {
 	l := r.last
 	r.last = lastEnd{}
 	if l.stream == s && s.Ops() == l.ops && runtime.StatusOf(l.ev.Query()) == runtime.StatusNotReady {
