@@ -9,15 +9,17 @@ import (
 )
 
 // optimize all-reduces every chunk's gradients over the data-parallel
-// group, then applies SGD and zeroes the gradients.
+// group, then applies SGD and zeroes the gradients. The all-reduce and the
+// compute stream's wait for it are a communication-phase range of their
+// own before the optimizer range, so that the optimizer's device time is
+// computation only (as the wait for an action's input is kept out of the
+// action).
 func (r *rank) optimize(ctx context.Context) error {
 	rec, s := r.rec, r.compute
 	rec.SetLabels(profiler.NoLabels)
 	rec.SetStage(r.stage)
-	rec.SetPhase(profiler.Optimizer)
-	rec.StartDevice("optimizer", s)
-	defer rec.End()
 	if r.dp != nil {
+		rec.SetPhase(profiler.Comm)
 		rec.StartDevice("allreduce_grads", s)
 		err := r.allReduce(ctx)
 		rec.End()
@@ -25,6 +27,9 @@ func (r *rank) optimize(ctx context.Context) error {
 			return err
 		}
 	}
+	rec.SetPhase(profiler.Optimizer)
+	rec.StartDevice("optimizer", s)
+	defer rec.End()
 	rec.StartDevice("sgd", s)
 	defer rec.End()
 	n := r.layers * r.cfg.Width * r.cfg.Width

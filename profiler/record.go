@@ -20,6 +20,9 @@ type Record struct {
 	Kind   Kind
 	Rank   int
 	Device runtime.Device
+	// Stream is the ID (runtime.Stream.ID) of the stream a device range
+	// was timed on; 0 for host ranges.
+	Stream uint64
 	Tag    string // the profiler's tag when the range started (the seed's tag)
 	Labels
 

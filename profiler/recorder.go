@@ -440,6 +440,7 @@ func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
 	if x != nil {
 		if x.stream != nil {
 			rec.Device = x.stream.Device()
+			rec.Stream = x.stream.ID()
 		}
 		rec.PeakMemory = x.peak
 		if x.hasCollective {

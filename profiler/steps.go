@@ -14,15 +14,16 @@ import (
 const StepName = "step"
 
 // RankSteps is one rank's account of its steps: wall time, and the part of
-// it the rank's device was busy with forward and backward work. The rest is
-// idle time — the pipeline bubble as this rank saw it, plus waits for
-// communication and the optimizer.
+// it the rank was busy computing (see Activity: device time of forward,
+// backward and optimizer ranges, less transfers and input waits on the same
+// stream). The rest is idle time — the pipeline bubble as this rank saw it,
+// waits for communication, transfers nothing overlaps, host work.
 type RankSteps struct {
 	Rank  int
-	Stage int // the stage its forward and backward ranges carried; None when they carried none or several
+	Stage int // the stage label of its step ranges; None when they carried none or several
 	Steps int
 	Wall  time.Duration // sum of the steps' host wall time
-	Busy  time.Duration // union of the device intervals of forward and backward ranges directly inside each step, clipped to it
+	Busy  time.Duration // sum of the steps' busy time
 }
 
 // Idle is Wall − Busy.
@@ -36,6 +37,14 @@ func (r RankSteps) IdleFraction() float64 {
 	return float64(r.Idle()) / float64(r.Wall)
 }
 
+// BusyFraction is Busy / Wall, 0 for no steps.
+func (r RankSteps) BusyFraction() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(r.Busy) / float64(r.Wall)
+}
+
 // MeanStep is the mean host wall time of a step.
 func (r RankSteps) MeanStep() time.Duration {
 	if r.Steps == 0 {
@@ -44,64 +53,29 @@ func (r RankSteps) MeanStep() time.Duration {
 	return r.Wall / time.Duration(r.Steps)
 }
 
-// StepBreakdown accounts every rank's step ranges (top-level ranges named
-// StepName): wall time, and busy time as the union of the device intervals
-// of the Forward and Backward ranges directly inside each step (their host
-// intervals where they have no device time), clipped to the step. Ranks
-// come out in order.
+// StepBreakdown accounts every rank's steps (top-level ranges named
+// StepName, grouped with their work by rank and step label) with a
+// StepAccountant, the same accounting the metrics use. Ranks come out in
+// order.
 func StepBreakdown(records []Record) []RankSteps {
-	type key struct {
-		rank int
-		id   uint64
-	}
-	type step struct {
-		start, end time.Duration
-		work       [][2]time.Duration
-	}
-	steps := map[key]*step{}
+	a := NewStepAccountant()
 	for i := range records {
-		r := &records[i]
-		if r.Depth == 0 && r.Name == StepName {
-			steps[key{r.Rank, r.ID}] = &step{start: r.HostStart, end: r.HostEnd}
-		}
-	}
-	stages := map[int]int{}
-	for i := range records {
-		r := &records[i]
-		if r.Phase != Forward && r.Phase != Backward {
-			continue
-		}
-		s, ok := steps[key{r.Rank, r.Parent}]
-		if !ok {
-			continue
-		}
-		iv := [2]time.Duration{r.HostStart, r.HostEnd}
-		if r.HasDevice {
-			iv = [2]time.Duration{r.DeviceStart, r.DeviceEnd}
-		}
-		s.work = append(s.work, iv)
-		switch st, seen := stages[r.Rank]; {
-		case !seen:
-			stages[r.Rank] = int(r.Stage)
-		case st != int(r.Stage):
-			stages[r.Rank] = None
-		}
+		a.Add(&records[i])
 	}
 	byRank := map[int]*RankSteps{}
-	for k, s := range steps {
-		rs, ok := byRank[k.rank]
+	a.Finish(func(st StepTime) {
+		rs, ok := byRank[st.Rank]
 		if !ok {
-			st, seen := stages[k.rank]
-			if !seen {
-				st = None
-			}
-			rs = &RankSteps{Rank: k.rank, Stage: st}
-			byRank[k.rank] = rs
+			rs = &RankSteps{Rank: st.Rank, Stage: st.Stage}
+			byRank[st.Rank] = rs
+		}
+		if rs.Stage != st.Stage {
+			rs.Stage = None
 		}
 		rs.Steps++
-		rs.Wall += s.end - s.start
-		rs.Busy += union(s.work, s.start, s.end)
-	}
+		rs.Wall += st.Wall()
+		rs.Busy += st.Busy
+	}, nil)
 	out := make([]RankSteps, 0, len(byRank))
 	for _, rs := range byRank {
 		out = append(out, *rs)
@@ -110,31 +84,19 @@ func StepBreakdown(records []Record) []RankSteps {
 	return out
 }
 
-// union is the length of the union of the intervals, each clipped to
-// [lo, hi].
-func union(iv [][2]time.Duration, lo, hi time.Duration) time.Duration {
-	clipped := make([][2]time.Duration, 0, len(iv))
-	for _, x := range iv {
-		s, e := max(x[0], lo), min(x[1], hi)
-		if e > s {
-			clipped = append(clipped, [2]time.Duration{s, e})
-		}
+// median is the median of sorted values: the middle one, or the mean of
+// the two middle ones.
+func median(sorted []time.Duration) time.Duration {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
 	}
-	slices.SortFunc(clipped, func(a, b [2]time.Duration) int { return cmp.Compare(a[0], b[0]) })
-	var total, curS, curE time.Duration
-	for i, x := range clipped {
-		if i == 0 || x[0] > curE {
-			total += curE - curS
-			curS, curE = x[0], x[1]
-			continue
-		}
-		curE = max(curE, x[1])
-	}
-	return total + curE - curS
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 // WriteStepBreakdown writes one line per rank — steps, mean step time, busy
-// and idle shares — then names the slowest rank against the median, and,
+// and idle shares — then, with more than one rank, names the slowest rank
+// against the median of the ranks' mean steps, and,
 // when ideal is positive, the schedule's ideal bubble fraction to compare
 // the idle shares with.
 func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
@@ -149,7 +111,7 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 			stage = fmt.Sprint(r.Stage)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t%.1f\t%.1f\t\n", r.Rank, stage, r.Steps,
-			float64(r.MeanStep())/float64(time.Millisecond), 100*(1-r.IdleFraction()), 100*r.IdleFraction())
+			float64(r.MeanStep())/float64(time.Millisecond), 100*r.BusyFraction(), 100*r.IdleFraction())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -163,10 +125,11 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 		}
 	}
 	slices.Sort(means)
-	median := means[(len(means)-1)/2] // the lower median: with two ranks, the faster one
-	if median > 0 {
-		fmt.Fprintf(w, "slowest rank: %d, mean step %.3f ms, %+.1f%% against the median\n", slowest.Rank,
-			float64(slowest.MeanStep())/float64(time.Millisecond), 100*(float64(slowest.MeanStep())/float64(median)-1))
+	// One rank has nothing to be slow against.
+	if med := median(means); len(ranks) > 1 && med > 0 {
+		fmt.Fprintf(w, "slowest rank: %d, mean step %.3f ms, %+.1f%% against the median (%.3f ms)\n", slowest.Rank,
+			float64(slowest.MeanStep())/float64(time.Millisecond), 100*(float64(slowest.MeanStep())/float64(med)-1),
+			float64(med)/float64(time.Millisecond))
 	}
 	if ideal > 0 {
 		fmt.Fprintf(w, "ideal pipeline bubble for this schedule: %.1f%% of a step (idle above it is communication, optimizer and imbalance)\n", 100*ideal)

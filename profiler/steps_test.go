@@ -10,51 +10,97 @@ import (
 )
 
 func TestStepBreakdown(t *testing.T) {
-	lbl := func(stage int16, ph profiler.Phase) profiler.Labels {
+	lbl := func(step int32, stage int16, ph profiler.Phase) profiler.Labels {
 		l := profiler.NoLabels
-		l.Stage, l.Phase = stage, ph
+		l.Step, l.Stage, l.Phase = step, stage, ph
 		return l
 	}
+	dev := func(id, parent uint64, name string, rank int, l profiler.Labels, s, e time.Duration) profiler.Record {
+		return profiler.Record{ID: id, Parent: parent, Depth: 1, Name: name, Kind: profiler.KindDevice, Rank: rank, Labels: l,
+			Stream: uint64(rank + 1), HostStart: s, HostEnd: e, HasDevice: true, DeviceStart: s, DeviceEnd: e}
+	}
 	recs := []profiler.Record{
-		// Rank 0: a 1000us step; forward device 100–400, backward device
-		// 300–600 (overlapping: union 100–600 = 500us), an optimizer range
-		// that does not count, and a forward that spills past the step end
-		// (900–1200, clipped to 900–1000 = 100us). Busy 600us.
-		{ID: 1, Name: "step", Rank: 0, HostStart: 0, HostEnd: 1000 * us},
-		{ID: 2, Parent: 1, Depth: 1, Name: "forward", Rank: 0, Labels: lbl(0, profiler.Forward), HasDevice: true, DeviceStart: 100 * us, DeviceEnd: 400 * us},
-		{ID: 3, Parent: 1, Depth: 1, Name: "backward", Rank: 0, Labels: lbl(0, profiler.Backward), HasDevice: true, DeviceStart: 300 * us, DeviceEnd: 600 * us},
-		{ID: 4, Parent: 1, Depth: 1, Name: "optimizer", Rank: 0, Labels: lbl(0, profiler.Optimizer), HasDevice: true, DeviceStart: 600 * us, DeviceEnd: 900 * us},
-		{ID: 5, Parent: 1, Depth: 1, Name: "forward", Rank: 0, Labels: lbl(0, profiler.Forward), HasDevice: true, DeviceStart: 900 * us, DeviceEnd: 1200 * us},
-		// Rank 1: two steps of 500us and 1500us; host-timed work only.
-		{ID: 1, Name: "step", Rank: 1, HostStart: 0, HostEnd: 500 * us},
-		{ID: 2, Parent: 1, Depth: 1, Name: "forward", Rank: 1, Labels: lbl(1, profiler.Forward), HostStart: 0, HostEnd: 250 * us},
-		{ID: 3, Name: "step", Rank: 1, HostStart: 600 * us, HostEnd: 2100 * us},
-		{ID: 4, Parent: 3, Depth: 1, Name: "backward", Rank: 1, Labels: lbl(1, profiler.Backward), HostStart: 600 * us, HostEnd: 1350 * us},
-		// A nested forward (not directly inside a step) is not counted.
-		{ID: 5, Parent: 4, Depth: 2, Name: "forward", Rank: 1, Labels: lbl(1, profiler.Forward), HostStart: 1400 * us, HostEnd: 2000 * us},
+		// Rank 0: a 1000us step; forward 100–400 and backward 300–600
+		// overlap (union 500us), the optimizer 600–700 counts, and a
+		// forward spilling past the step's end (900–1200) counts up to
+		// it (100us). Busy 700us.
+		{ID: 1, Name: "step", Rank: 0, Labels: lbl(0, 0, profiler.PhaseNone), HostStart: 0, HostEnd: 1000 * us},
+		dev(2, 1, "forward", 0, lbl(0, 0, profiler.Forward), 100*us, 400*us),
+		dev(3, 1, "backward", 0, lbl(0, 0, profiler.Backward), 300*us, 600*us),
+		dev(4, 1, "optimizer", 0, lbl(0, 0, profiler.Optimizer), 600*us, 700*us),
+		dev(5, 1, "forward", 0, lbl(0, 0, profiler.Forward), 900*us, 1200*us),
+		// Rank 1: two steps of 500us and 1500us. In the first, a forward
+		// on the device 0–250 and a host-only forward (not busy); in the
+		// second, a backward 600–1350 with a wait for input 700–800 on
+		// its stream inside it: busy 650us.
+		{ID: 1, Name: "step", Rank: 1, Labels: lbl(0, 1, profiler.PhaseNone), HostStart: 0, HostEnd: 500 * us},
+		dev(2, 1, "forward", 1, lbl(0, 1, profiler.Forward), 0, 250*us),
+		{ID: 3, Parent: 1, Depth: 1, Name: "forward", Rank: 1, Labels: lbl(0, 1, profiler.Forward), HostStart: 250 * us, HostEnd: 500 * us},
+		{ID: 4, Name: "step", Rank: 1, Labels: lbl(1, 1, profiler.PhaseNone), HostStart: 600 * us, HostEnd: 2100 * us},
+		dev(5, 4, "backward", 1, lbl(1, 1, profiler.Backward), 600*us, 1350*us),
+		dev(6, 5, "recv", 1, lbl(1, 1, profiler.Comm), 700*us, 800*us),
 	}
 	got := profiler.StepBreakdown(recs)
 	if len(got) != 2 {
 		t.Fatalf("%d ranks", len(got))
 	}
 	r0, r1 := got[0], got[1]
-	if r0.Rank != 0 || r0.Steps != 1 || r0.Wall != 1000*us || r0.Busy != 600*us || r0.Stage != 0 {
-		t.Errorf("rank 0: %+v, want 1 step, wall 1000us, busy 600us, stage 0", r0)
+	if r0.Rank != 0 || r0.Steps != 1 || r0.Wall != 1000*us || r0.Busy != 700*us || r0.Stage != 0 {
+		t.Errorf("rank 0: %+v, want 1 step, wall 1000us, busy 700us, stage 0", r0)
 	}
-	if r0.IdleFraction() != 0.4 {
-		t.Errorf("rank 0 idle fraction %v, want 0.4", r0.IdleFraction())
+	if r0.IdleFraction() != 0.3 || r0.BusyFraction() != 0.7 {
+		t.Errorf("rank 0 idle %v busy %v, want 0.3 and 0.7", r0.IdleFraction(), r0.BusyFraction())
 	}
-	if r1.Steps != 2 || r1.Wall != 2000*us || r1.Busy != 1000*us || r1.MeanStep() != time.Millisecond || r1.Stage != 1 {
-		t.Errorf("rank 1: %+v, want 2 steps, wall 2000us, busy 250+750us, mean 1ms", r1)
+	if r1.Steps != 2 || r1.Wall != 2000*us || r1.Busy != 900*us || r1.MeanStep() != time.Millisecond || r1.Stage != 1 {
+		t.Errorf("rank 1: %+v, want 2 steps, wall 2000us, busy 250+650us, mean 1ms, stage 1", r1)
 	}
 	var buf bytes.Buffer
 	if err := profiler.WriteStepBreakdown(&buf, got, 0.2); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, w := range []string{"Mean step(ms)", "60.0", "40.0", "50.0", "slowest rank: 0", "+0.0%", "ideal pipeline bubble for this schedule: 20.0%"} {
+	for _, w := range []string{"Mean step(ms)", "70.0", "30.0", "45.0", "55.0", "ideal pipeline bubble for this schedule: 20.0%"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("breakdown lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// The slowest rank is measured against the true median of the ranks' mean
+// steps, and a single rank is not called slowest.
+func TestStepBreakdownMedian(t *testing.T) {
+	ranks := func(means ...time.Duration) []profiler.RankSteps {
+		var out []profiler.RankSteps
+		for i, m := range means {
+			out = append(out, profiler.RankSteps{Rank: i, Stage: profiler.None, Steps: 2, Wall: 2 * m})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		means []time.Duration
+		want  string // "" for no slowest-rank line
+	}{
+		{[]time.Duration{time.Millisecond}, ""},
+		// Two ranks: the median is their mean, 2 ms; rank 1 is 50% above it.
+		{[]time.Duration{time.Millisecond, 3 * time.Millisecond}, "slowest rank: 1, mean step 3.000 ms, +50.0% against the median (2.000 ms)"},
+		// Three: the middle one.
+		{[]time.Duration{4 * time.Millisecond, time.Millisecond, 2 * time.Millisecond}, "slowest rank: 0, mean step 4.000 ms, +100.0% against the median (2.000 ms)"},
+		// Four: the mean of the middle two, (2+4)/2 = 3 ms.
+		{[]time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 6 * time.Millisecond}, "slowest rank: 3, mean step 6.000 ms, +100.0% against the median (3.000 ms)"},
+	} {
+		var buf bytes.Buffer
+		if err := profiler.WriteStepBreakdown(&buf, ranks(c.means...), 0); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if c.want == "" {
+			if strings.Contains(out, "slowest") {
+				t.Errorf("%v: one rank named slowest:\n%s", c.means, out)
+			}
+			continue
+		}
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%v: want %q in\n%s", c.means, c.want, out)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 // release it with Destroy; work enqueued on one stream runs in order, work
 // on different streams may overlap.
 type Stream struct {
+	id        uint64
 	dev       Device
 	impl      Impl
 	h         any
@@ -70,8 +71,16 @@ func NewStreamWith(impl Impl, dev Device, opts ...StreamOption) (*Stream, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{dev: dev, impl: impl, h: h, priority: cfg.priority}, nil
+	return &Stream{id: streamIDs.Add(1), dev: dev, impl: impl, h: h, priority: cfg.priority}, nil
 }
+
+// streamIDs numbers the streams of the process, from 1.
+var streamIDs atomic.Uint64
+
+// ID identifies the stream among every stream this process created, from
+// 1; it is never reused, so records of work on one stream can be grouped
+// by it after the stream is gone.
+func (s *Stream) ID() uint64 { return s.id }
 
 func checkDevice(impl Impl, dev Device, op string) error {
 	if dev.Type != impl.Type() {

@@ -202,7 +202,7 @@ func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, ideal
 	}
 	if steps := profiler.StepBreakdown(recs); len(steps) > 0 {
 		for _, w := range []io.Writer{stdout, f} {
-			fmt.Fprintln(w, "=== where the steps went (busy: forward and backward device time; idle: the rest) ===")
+			fmt.Fprintf(w, "\n=== where the steps went (%s) ===\n", profiler.BusyDefinition)
 			if err := profiler.WriteStepBreakdown(w, steps, ideal); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}

@@ -28,7 +28,7 @@ type Exporter struct {
 	devs   map[runtime.Device]deviceLabels
 	names  map[string]struct{} // distinct range names seen, up to cfg.maxNames
 	groups map[string]struct{} // distinct group names seen, up to cfg.maxGroups
-	acct   stepAccounting
+	acct   *profiler.StepAccountant
 
 	deliveries *deliveryCollector
 
@@ -186,7 +186,7 @@ func New(p *profiler.Profiler, opts ...Option) (*Exporter, error) {
 		groups:     make(map[string]struct{}),
 		deliveries: newDeliveryCollector(),
 	}
-	e.acct.init()
+	e.acct = profiler.NewStepAccountant()
 	e.m = newMetrics(cfg)
 	// Every series carries the node's Hostname, as DCGM's do.
 	r := prometheus.WrapRegistererWith(prometheus.Labels{labelHostname: cfg.hostname}, e.reg)

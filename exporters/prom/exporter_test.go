@@ -216,7 +216,8 @@ func TestConsumeHandBuiltStep(t *testing.T) {
 }
 
 // Busy time is the union of the actions' device intervals clipped to the
-// step, over many random layouts, checked against a millisecond grid.
+// step, less a wait on their stream, over many random layouts, checked
+// against a millisecond grid.
 func TestBusyIsClippedUnion(t *testing.T) {
 	for seed := range 50 {
 		e, err := prom.New(nil, prom.WithHostname(host))
@@ -243,10 +244,15 @@ func TestBusyIsClippedUnion(t *testing.T) {
 				}
 			}
 		}
-		// A nested range and a collective do not count as busy.
-		nested := action(50, 2, "linear", profiler.Forward, 0, 0, 0, 100)
-		nested.Depth = 2
-		batch = append(batch, nested, collective(51, 1, "AllReduce", "dp0", 8, 1, 2, 0, 100))
+		// A collective on another stream takes nothing away; a wait for
+		// input on the actions' stream, 30–40 ms, does.
+		coll := collective(51, 1, "AllReduce", "dp0", 8, 1, 2, 0, 100)
+		coll.Stream = 9
+		wait := action(52, 1, "recv", profiler.Comm, 0, 0, 30, 40)
+		batch = append(batch, coll, wait)
+		for m := 30; m < 40; m++ {
+			covered[m] = false
+		}
 		batch = append(batch, rec(1, 0, 0, "step", profiler.KindHost, 10, 90, 0, 0))
 		e.Consume(batch)
 		n := 0

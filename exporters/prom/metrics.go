@@ -64,13 +64,13 @@ func newMetrics(c config) metrics {
 		step: hist("trainscope_step_seconds",
 			"Host wall time of top-level \"step\" ranges.", c.durationBuckets, withRank("stage")),
 		stageBusy: counter("trainscope_stage_busy_seconds_total",
-			"Per step, the union of the device intervals of the step's forward and backward ranges, clipped to the step.", withRank("stage")),
+			"Per step, the time the rank computed: device time of its forward, backward and optimizer ranges, less transfers and input waits on the same stream, clipped to the step.", withRank("stage")),
 		stageIdle: counter("trainscope_stage_idle_seconds_total",
 			"Per step, the step's wall time minus its busy time.", withRank("stage")),
 		stageLate: counter("trainscope_stage_late_ranges_total",
-			"Forward and backward ranges whose device time arrived after their step was accounted, so not counted as busy.", withRank("stage")),
+			"Compute, transfer and wait ranges whose device time arrived after their step was accounted, so left out of its busy time.", withRank("stage")),
 		stepsWithoutAccounting: counter("trainscope_stage_unaccounted_steps_total",
-			"Steps whose forward and backward ranges arrived without their step range (dropped, or never ended), so not counted as busy or idle.", withRank()),
+			"Steps whose device work arrived without their step range (dropped, or never ended), so not counted as busy or idle.", withRank()),
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 )
 
 // StepRange is the name of the top-level range that marks a training step:
-// its host time is the step time, and the forward and backward ranges
-// directly inside it make up the stage's busy time.
-const StepRange = "step"
+// its host time is the step time, and its busy and idle times are
+// accounted by profiler.StepAccountant.
+const StepRange = profiler.StepName
 
 // rangeKey identifies one range series. It holds the record's fields
 // rather than label strings, so a record finds its series without
@@ -79,17 +79,14 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 			e.collective(r)
 		}
-		switch {
-		case r.Depth == 0 && r.Name == StepRange:
+		if r.Depth == 0 && r.Name == StepRange {
 			e.stepSeries(r.Device, r.Rank, r.Stage).step.Observe(r.HostDuration().Seconds())
-			e.acct.step(r)
-		case isAction(r):
-			if e.acct.action(r) {
-				e.stepSeries(r.Device, r.Rank, r.Stage).late.Inc()
-			}
+		}
+		if e.acct.Add(r) {
+			e.stepSeries(r.Device, r.Rank, r.Stage).late.Inc()
 		}
 	}
-	e.acct.finish(e.accountStep, e.unaccounted)
+	e.acct.Finish(e.accountStep, e.unaccounted)
 }
 
 func (e *Exporter) collective(r *profiler.Record) {
@@ -194,11 +191,12 @@ func (e *Exporter) stepSeries(dev runtime.Device, rank int, stage int16) *stepSe
 	return s
 }
 
-// accountStep adds one step's busy and idle time.
-func (e *Exporter) accountStep(dev runtime.Device, rank int, stage int16, busy, idle float64) {
-	s := e.stepSeries(dev, rank, stage)
-	s.busy.Add(busy)
-	s.idle.Add(idle)
+// accountStep adds one step's busy and idle time (profiler.StepAccountant
+// defines them, for the text report too).
+func (e *Exporter) accountStep(st profiler.StepTime) {
+	s := e.stepSeries(st.Device, st.Rank, int16(st.Stage))
+	s.busy.Add(st.Busy.Seconds())
+	s.idle.Add(st.Idle().Seconds())
 }
 
 func (e *Exporter) unaccounted(dev runtime.Device, rank int) {
@@ -237,11 +235,4 @@ func sizeBucket(n int64) int8 {
 		return -1
 	}
 	return int8(bits.Len64(uint64(n - 1)))
-}
-
-// isAction reports whether r is a forward or backward action directly
-// inside a step: what busy time is made of.
-func isAction(r *profiler.Record) bool {
-	return r.Depth == 1 && r.Kind == profiler.KindDevice && r.HasDevice &&
-		(r.Phase == profiler.Forward || r.Phase == profiler.Backward)
 }

@@ -202,7 +202,8 @@ func TestServeOnLoopbackAndPortInUse(t *testing.T) {
 
 // On real runs — two in a row on one profiler, whose recorders number
 // their records from 1 again — busy and idle per rank reconcile with the
-// step and action records the profiler kept.
+// records the profiler kept (busy recomputed here by a sweep over each
+// step's device intervals), and with the text report's step breakdown.
 func TestBusyIdleReconcileWithRecords(t *testing.T) {
 	p, err := profiler.New()
 	if err != nil {
@@ -214,6 +215,7 @@ func TestBusyIdleReconcileWithRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantBusy, wantWall := map[string]float64{}, map[string]float64{}
+	reportBusy, reportWall := map[string]float64{}, map[string]float64{}
 	for run := range 2 {
 		cfg := trainConfig(3, 4)
 		cfg.Profiler = p
@@ -225,50 +227,64 @@ func TestBusyIdleReconcileWithRecords(t *testing.T) {
 		}
 		recs := p.Snapshot()
 		p.Reset()
-		type key struct {
-			rank int
-			id   uint64
+		for _, rs := range profiler.StepBreakdown(recs) {
+			reportBusy[strconv.Itoa(rs.Rank)] += rs.Busy.Seconds()
+			reportWall[strconv.Itoa(rs.Rank)] += rs.Wall.Seconds()
 		}
+		type key struct{ rank, step int }
 		steps := map[key]*profiler.Record{}
 		for i := range recs {
 			if r := &recs[i]; r.Depth == 0 && r.Name == "step" {
-				steps[key{r.Rank, r.ID}] = r
+				steps[key{r.Rank, int(r.Step)}] = r
 			}
 		}
 		if len(steps) != 3*4 {
 			t.Fatalf("run %d: %d step records, want 12", run, len(steps))
 		}
-		// Sweep the actions' endpoints per step: busy is where at least
-		// one action is running, inside the step.
+		// Sweep each step's device intervals: busy where some stream has
+		// a forward, backward or optimizer range open and no transfer
+		// (collective, send, receive) nor wait (communication phase) on
+		// the same stream.
 		type edge struct {
-			at    time.Duration
-			delta int
+			at           time.Duration
+			stream       uint64
+			compute, off int
 		}
 		edges := map[key][]edge{}
 		for i := range recs {
 			r := &recs[i]
-			if r.Depth != 1 || r.Kind != profiler.KindDevice || (r.Phase != profiler.Forward && r.Phase != profiler.Backward) {
+			if !r.HasDevice {
 				continue
 			}
-			s := steps[key{r.Rank, r.Parent}]
-			if s == nil || !r.HasDevice {
-				t.Fatalf("action %+v without a step or device time", *r)
+			var c, o int
+			switch {
+			case r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P || r.Phase == profiler.Comm:
+				o = 1
+			case r.Kind == profiler.KindDevice && (r.Phase == profiler.Forward || r.Phase == profiler.Backward || r.Phase == profiler.Optimizer):
+				c = 1
+			default:
+				continue
 			}
-			lo, hi := max(r.DeviceStart, s.HostStart), min(r.DeviceEnd, s.HostEnd)
-			if hi > lo {
-				edges[key{r.Rank, r.Parent}] = append(edges[key{r.Rank, r.Parent}], edge{lo, +1}, edge{hi, -1})
-			}
+			k := key{r.Rank, int(r.Step)}
+			edges[k] = append(edges[k], edge{r.DeviceStart, r.Stream, c, o}, edge{r.DeviceEnd, r.Stream, -c, -o})
 		}
 		for k, s := range steps {
 			es := edges[k]
-			sort.Slice(es, func(i, j int) bool { return es[i].at < es[j].at || es[i].at == es[j].at && es[i].delta > es[j].delta })
+			sort.Slice(es, func(i, j int) bool { return es[i].at < es[j].at })
+			open := map[uint64][2]int{}
 			var busy time.Duration
-			depth := 0
 			for i, x := range es {
-				if depth > 0 {
-					busy += x.at - es[i-1].at
+				if i > 0 {
+					computing := false
+					for _, n := range open {
+						computing = computing || n[0] > 0 && n[1] == 0
+					}
+					if lo, hi := max(es[i-1].at, s.HostStart), min(x.at, s.HostEnd); computing && hi > lo {
+						busy += hi - lo
+					}
 				}
-				depth += x.delta
+				n := open[x.stream]
+				open[x.stream] = [2]int{n[0] + x.compute, n[1] + x.off}
 			}
 			rank := strconv.Itoa(s.Rank)
 			wantBusy[rank] += busy.Seconds()
@@ -285,6 +301,10 @@ func TestBusyIdleReconcileWithRecords(t *testing.T) {
 		}
 		if busy <= 0 || idle <= 0 {
 			t.Errorf("rank %s: busy %v, idle %v: want both positive", rank, busy, idle)
+		}
+		// The report and /metrics say the same.
+		if math.Abs(busy-reportBusy[rank]) > 1e-9 || math.Abs(busy+idle-reportWall[rank]) > 1e-9 {
+			t.Errorf("rank %s: metrics busy %v of %v, report busy %v of %v", rank, busy, busy+idle, reportBusy[rank], reportWall[rank])
 		}
 		if late := got["trainscope_stage_late_ranges_total"+l]; late != 0 {
 			t.Errorf("rank %s: %v late actions", rank, late)

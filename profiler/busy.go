@@ -1,0 +1,339 @@
+package profiler
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// Busy and idle time of a step: the one definition the text report, the
+// metrics and any later analysis use.
+//
+// A rank is busy while one of its streams computes: the device intervals
+// of its compute ranges (device ranges in the forward, backward or
+// optimizer phase), less, on the same stream, the device intervals of
+// transfers (collectives and point-to-point) and of waits for input
+// (device ranges in the communication phase) — a compute range whose
+// stream waits for a peer is not computing meanwhile. The streams' busy
+// intervals are united, clipped to the step's host interval, and summed.
+// Idle is the rest of the step's wall time: the pipeline bubble, waits,
+// transfers that nothing overlaps, host time, loading data. Host time never
+// counts as busy, nor does a device range timed on the host only.
+//
+// Records are grouped into steps by rank and step label (Recorder.SetStep)
+// and a step is accounted when its step range (a top-level range named
+// StepName) arrives.
+
+// Activity is what a record's device interval counts as in busy time.
+type Activity uint8
+
+// Activities.
+const (
+	// ActivityNone: not part of busy time (host ranges, device ranges
+	// outside the compute phases, such as loading a batch).
+	ActivityNone Activity = iota
+	// ActivityCompute: a device range in the forward, backward or
+	// optimizer phase.
+	ActivityCompute
+	// ActivityTransfer: a collective or point-to-point transfer.
+	ActivityTransfer
+	// ActivityWait: a device range in the communication phase — a wait
+	// for, or a copy of, an action's input.
+	ActivityWait
+)
+
+var activityNames = [...]string{ActivityNone: "none", ActivityCompute: "compute", ActivityTransfer: "transfer", ActivityWait: "wait"}
+
+func (a Activity) String() string {
+	if int(a) < len(activityNames) {
+		return activityNames[a]
+	}
+	return "activity?"
+}
+
+// Activity classifies r for busy time; a record without a device
+// interval is ActivityNone whatever it is.
+func (r *Record) Activity() Activity {
+	if !r.HasDevice {
+		return ActivityNone
+	}
+	switch {
+	case r.Kind == KindCollective || r.Kind == KindP2P:
+		return ActivityTransfer
+	case r.Kind != KindDevice:
+		return ActivityNone
+	case r.Phase == Comm:
+		return ActivityWait
+	case r.Phase == Forward || r.Phase == Backward || r.Phase == Optimizer:
+		return ActivityCompute
+	}
+	return ActivityNone
+}
+
+// BusyDefinition says in one line how busy time is computed, for report
+// headers and metric help.
+const BusyDefinition = "busy: device time of forward, backward and optimizer ranges, less transfers and input waits on the same stream; idle: the rest of the step"
+
+// StepTime is one rank's accounted step.
+type StepTime struct {
+	Rank       int
+	Device     runtime.Device
+	Stage      int // the step range's stage label, None without one
+	Step       int // the step label, None without one
+	Start, End time.Duration
+	Busy       time.Duration
+}
+
+// Wall is the step's host wall time.
+func (s StepTime) Wall() time.Duration { return s.End - s.Start }
+
+// Idle is Wall − Busy.
+func (s StepTime) Idle() time.Duration { return s.Wall() - s.Busy }
+
+// StepAccountant turns a stream of records, in any order within a batch,
+// into accounted steps. It keeps only the records of steps not yet
+// accounted, and a bounded memory of recent steps; use one per stream of
+// records, from one goroutine (it has no lock).
+type StepAccountant struct {
+	open  map[stepKey]*openStep
+	done  map[stepKey]doneStep
+	ready []*openStep
+	free  []*openStep
+	seq   uint64
+	work  []streamInterval // scratch for busy
+	out   []interval
+}
+
+// maxOpenSteps bounds the steps waiting for their step range, and
+// maxDoneSteps the accounted steps remembered to recognise late records.
+const (
+	maxOpenSteps = 4096
+	maxDoneSteps = 4096
+)
+
+type stepKey struct {
+	dev  runtime.Device
+	rank int32
+	step int32
+}
+
+type interval struct{ start, end time.Duration }
+
+type streamInterval struct {
+	stream uint64
+	act    Activity
+	interval
+}
+
+type doneStep struct {
+	seq uint64
+	end time.Duration
+}
+
+type openStep struct {
+	key      stepKey
+	seq      uint64
+	haveStep bool
+	stage    int16
+	start    time.Duration
+	end      time.Duration
+	work     []streamInterval
+}
+
+// NewStepAccountant returns an empty accountant.
+func NewStepAccountant() *StepAccountant {
+	return &StepAccountant{open: make(map[stepKey]*openStep), done: make(map[stepKey]doneStep)}
+}
+
+func (a *StepAccountant) get(k stepKey) *openStep {
+	if s, ok := a.open[k]; ok {
+		return s
+	}
+	var s *openStep
+	if n := len(a.free); n > 0 {
+		s, a.free = a.free[n-1], a.free[:n-1]
+	} else {
+		s = new(openStep)
+	}
+	a.seq++
+	*s = openStep{key: k, seq: a.seq, work: s.work[:0]}
+	a.open[k] = s
+	return s
+}
+
+// Add takes one record. It reports late when r would have counted in the
+// busy time of a step already accounted (its device interval arrived
+// after the batch that brought its step range); it is then left out.
+func (a *StepAccountant) Add(r *Record) (late bool) {
+	k := stepKey{dev: r.Device, rank: int32(r.Rank), step: r.Step}
+	if r.Depth == 0 && r.Name == StepName {
+		// A step range is delivered once; a known key is a new
+		// recorder's step (a second run on one profiler counts its
+		// steps from 0 again).
+		delete(a.done, k)
+		s := a.get(k)
+		if !s.haveStep {
+			s.haveStep, s.stage, s.start, s.end = true, r.Stage, r.HostStart, r.HostEnd
+			a.ready = append(a.ready, s)
+		}
+		return false
+	}
+	act := r.Activity()
+	if act == ActivityNone {
+		return false
+	}
+	// Late if it started before the accounted step of its key ended;
+	// otherwise it belongs to a later step with the same key.
+	if d, done := a.done[k]; done {
+		if r.DeviceStart < d.end {
+			return true
+		}
+		delete(a.done, k)
+	}
+	s := a.get(k)
+	s.work = append(s.work, streamInterval{stream: r.Stream, act: act, interval: interval{r.DeviceStart, r.DeviceEnd}})
+	return false
+}
+
+// Finish accounts the steps whose step range has arrived, calling emit
+// for each, and gives up on the oldest steps that never got one once too
+// many wait, calling abandoned for each (nil to ignore).
+func (a *StepAccountant) Finish(emit func(StepTime), abandoned func(dev runtime.Device, rank int)) {
+	for _, s := range a.ready {
+		stage := int(s.stage)
+		emit(StepTime{
+			Rank: int(s.key.rank), Device: s.key.dev, Stage: stage, Step: int(s.key.step),
+			Start: s.start, End: s.end, Busy: a.busy(s.work, s.start, s.end),
+		})
+		a.retire(s)
+		a.seq++
+		a.done[s.key] = doneStep{seq: a.seq, end: s.end}
+	}
+	clear(a.ready)
+	a.ready = a.ready[:0]
+	if len(a.open) > maxOpenSteps {
+		cut := a.seq - maxOpenSteps/2
+		for k, s := range a.open {
+			if s.seq < cut {
+				if abandoned != nil {
+					abandoned(k.dev, int(k.rank))
+				}
+				a.retire(s)
+			}
+		}
+	}
+	if len(a.done) > maxDoneSteps {
+		cut := a.seq - maxDoneSteps/2
+		for k, d := range a.done {
+			if d.seq < cut {
+				delete(a.done, k)
+			}
+		}
+	}
+}
+
+func (a *StepAccountant) retire(s *openStep) {
+	delete(a.open, s.key)
+	if cap(s.work) > 4096 {
+		s.work = nil // do not hold on to an outsized step
+	}
+	a.free = append(a.free, s)
+}
+
+// busy computes a step's busy time from its intervals (sorted in place):
+// per stream, compute less transfers and waits; then the union across
+// streams, clipped to [lo, hi].
+func (a *StepAccountant) busy(work []streamInterval, lo, hi time.Duration) time.Duration {
+	slices.SortFunc(work, func(x, y streamInterval) int {
+		if c := cmp.Compare(x.stream, y.stream); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.start, y.start)
+	})
+	out := a.out[:0]
+	for i := 0; i < len(work); {
+		j := i
+		for j < len(work) && work[j].stream == work[i].stream {
+			j++
+		}
+		out = computeLessOther(out, work[i:j])
+		i = j
+	}
+	busy := unionLength(out, lo, hi)
+	a.out = out[:0]
+	return busy
+}
+
+// computeLessOther appends to out the parts of one stream's compute
+// intervals that no transfer or wait on that stream covers. work is
+// sorted by start.
+func computeLessOther(out []interval, work []streamInterval) []interval {
+	var compute, other []interval
+	for _, w := range work {
+		if w.act == ActivityCompute {
+			compute = appendMerged(compute, w.interval)
+		} else {
+			other = appendMerged(other, w.interval)
+		}
+	}
+	// Both lists are sorted and disjoint: walk them together.
+	k := 0
+	for _, c := range compute {
+		s := c.start
+		for k < len(other) && other[k].end <= s {
+			k++
+		}
+		for m := k; m < len(other) && other[m].start < c.end; m++ {
+			if other[m].start > s {
+				out = append(out, interval{s, other[m].start})
+			}
+			s = max(s, other[m].end)
+		}
+		if s < c.end {
+			out = append(out, interval{s, c.end})
+		}
+	}
+	return out
+}
+
+// appendMerged appends x to a list of disjoint intervals sorted by start,
+// given x starts no earlier than the last one, merging overlaps.
+func appendMerged(list []interval, x interval) []interval {
+	if x.end <= x.start {
+		return list
+	}
+	if n := len(list); n > 0 && x.start <= list[n-1].end {
+		list[n-1].end = max(list[n-1].end, x.end)
+		return list
+	}
+	return append(list, x)
+}
+
+// unionLength is the length of the union of the intervals, each clipped
+// to [lo, hi]. It sorts iv in place.
+func unionLength(iv []interval, lo, hi time.Duration) time.Duration {
+	slices.SortFunc(iv, func(a, b interval) int { return cmp.Compare(a.start, b.start) })
+	var total, curS, curE time.Duration
+	open := false
+	for _, x := range iv {
+		s, e := max(x.start, lo), min(x.end, hi)
+		if e <= s {
+			continue
+		}
+		switch {
+		case !open:
+			curS, curE, open = s, e, true
+		case s > curE:
+			total += curE - curS
+			curS, curE = s, e
+		default:
+			curE = max(curE, e)
+		}
+	}
+	if open {
+		total += curE - curS
+	}
+	return total
+}
