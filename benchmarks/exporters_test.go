@@ -31,10 +31,10 @@ func BenchmarkTrainerExporters(b *testing.B) {
 	}{
 		{name: "profiling-only"},
 		{name: "all-exporters-otel-noop", prom: true, otel: func(p *profiler.Profiler) (*otelexp.Exporter, error) {
-			return otelexp.New(context.Background(), otelexp.Config{Epoch: p.Epoch()}, otelexp.WithSpanExporter(tracetest.NewNoopExporter()))
+			return otelexp.New(context.Background(), p, otelexp.Config{Epoch: p.Epoch()}, otelexp.WithSpanExporter(tracetest.NewNoopExporter()))
 		}},
 		{name: "all-exporters-otel-jaeger", prom: true, needs: jaeger, otel: func(p *profiler.Profiler) (*otelexp.Exporter, error) {
-			return otelexp.New(context.Background(), otelexp.Config{Epoch: p.Epoch(), Protocol: otelexp.ProtocolGRPC, Endpoint: jaeger,
+			return otelexp.New(context.Background(), p, otelexp.Config{Epoch: p.Epoch(), Protocol: otelexp.ProtocolGRPC, Endpoint: jaeger,
 				ServiceName: fmt.Sprintf("trainscope-bench-%d", time.Now().UnixNano())})
 		}},
 	}
@@ -59,7 +59,6 @@ func BenchmarkTrainerExporters(b *testing.B) {
 				if exp, err = c.otel(p); err != nil {
 					b.Fatal(err)
 				}
-				p.AddSink(exp)
 			}
 			cfg := pipeline.DefaultConfig()
 			cfg.Profiler = p

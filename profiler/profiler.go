@@ -22,28 +22,21 @@ type Profiler struct {
 	tags     atomic.Pointer[[]string]
 	tagIDs   map[string]uint32
 
-	mu         sync.Mutex
-	recorders  []*Recorder
-	records    store
-	unresolved []unresolved
-	calib      map[runtime.Device]*clockSync
-	sinks      []Sink
-	batch      []Record                     // records finished in this pass, for the sinks
-	returned   map[*Recorder][]*pooledEvent // events to hand back, per owner
-	kick       chan struct{}                // a recorder running short asks for a collection
+	mu          sync.Mutex
+	recorders   []*Recorder
+	records     store
+	unresolved  []unresolved
+	calib       map[runtime.Device]*clockSync
+	sinks       []Sink
+	sinksClosed bool                         // Close has shut the sinks down
+	batch       []Record                     // records finished in this pass, for the sinks
+	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
+	kick        chan struct{}                // a recorder running short asks for a collection
 
 	storeDrops   atomic.Uint64
 	resolveErrs  atomic.Uint64
 	closeOnce    sync.Once
 	stop, closed chan struct{}
-}
-
-type unresolved struct {
-	rec        Record
-	owner      *Recorder
-	impl       runtime.Impl
-	start, end *pooledEvent
-	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
 }
 
 // Option configures New.
@@ -258,86 +251,6 @@ func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime
 	return nil
 }
 
-func (p *Profiler) loop() {
-	defer close(p.closed)
-	t := time.NewTicker(p.cfg.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-p.kick:
-		case <-t.C:
-			p.mu.Lock()
-			p.collectLocked()
-			p.mu.Unlock()
-		}
-	}
-}
-
-// collectLocked gathers every recorder's completed ranges and resolves the
-// device times that are ready, without waiting for any device.
-func (p *Profiler) collectLocked() {
-	tags := *p.tags.Load()
-	for _, r := range p.recorders {
-		q, xq := r.pending, r.extras
-		h, t := q.head.Load(), q.tail.Load()
-		xh := xq.head.Load()
-		for i := h; i < t; i++ {
-			pd := q.at(i)
-			var x *extra
-			if pd.hasExtra {
-				x = xq.at(xh)
-				xh++
-			}
-			if x != nil && x.end != nil {
-				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt}
-				r.fill(&u.rec, pd, x, tags)
-				p.unresolved = append(p.unresolved, u)
-				continue
-			}
-			if len(p.sinks) > 0 {
-				var rec Record
-				r.fill(&rec, pd, x, tags)
-				finishBandwidth(&rec)
-				p.keepLocked(rec)
-				continue
-			}
-			if p.records.len() >= p.cfg.maxRecords {
-				p.storeDrops.Add(1)
-				continue
-			}
-			// Built in place: a Record is large, and this loop must keep
-			// up with every rank's recording.
-			rec := p.records.add()
-			r.fill(rec, pd, x, tags)
-			finishBandwidth(rec)
-		}
-		xq.head.Store(xh)
-		q.head.Store(t)
-	}
-	p.resolveLocked(false)
-	p.deliverLocked()
-	for _, cs := range p.calib {
-		if err := cs.maybeRecalibrate(p.cfg.recalibrate, p.now); err != nil {
-			p.resolveErrs.Add(1)
-		}
-	}
-}
-
-// keepLocked stores a finished record and queues it for the sinks. Sinks
-// see every record, also those beyond the store's bound.
-func (p *Profiler) keepLocked(rec Record) {
-	if len(p.sinks) > 0 {
-		p.batch = append(p.batch, rec)
-	}
-	if p.records.len() >= p.cfg.maxRecords {
-		p.storeDrops.Add(1)
-		return
-	}
-	*p.records.add() = rec
-}
-
 // Snapshot gathers what the recorders have completed, resolves the device
 // times that are ready, and returns a copy of every record kept so far,
 // ordered by rank, then start time. Ranges still open, and device ranges
@@ -438,12 +351,16 @@ func (p *Profiler) PeakMemory(rank int) int64 {
 	return peak
 }
 
-// ErrClosed is returned by Close when called again.
+// ErrClosed is returned by Close when called again, and by AddSink after
+// Close.
 var ErrClosed = errors.New("profiler: already closed")
 
-// Close stops the background collector and releases the events and
-// calibration state; records kept remain readable through Snapshot.
-// It waits for the collector until ctx ends.
+// Close stops the background collector, delivers what the recorders have
+// completed, shuts the sinks down (SinkShutdowner, in the order they were
+// added) and releases the calibration state; records kept remain readable
+// through Snapshot. Everything waits at most until ctx ends: the
+// collector's last pass, and each sink's Shutdown. Call Flush first to
+// include device ranges whose events are still outstanding.
 func (p *Profiler) Close(ctx context.Context) error {
 	err := ErrClosed
 	p.closeOnce.Do(func() {
@@ -453,45 +370,18 @@ func (p *Profiler) Close(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var errs []error
 	select {
 	case <-p.closed:
 	case <-ctx.Done():
-		return fmt.Errorf("profiler: close: %w", ctx.Err())
+		errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.collectLocked()
 	for _, c := range p.calib {
 		c.close()
 	}
-	return nil
-}
-
-// Sink receives every finished record exactly once, in batches, in the
-// order the collector finishes them: host ranges when collected, device
-// ranges once their times are resolved. Consume runs on whichever goroutine
-// collects (the background collector, or a Snapshot, Flush or Reset caller)
-// with the profiler's lock held: it must return quickly, must not call back
-// into the Profiler, and must copy what it keeps, since the batch is reused.
-// Exporters implement it.
-type Sink interface {
-	Consume(batch []Record)
-}
-
-// AddSink registers s for every record finished from now on.
-func (p *Profiler) AddSink(s Sink) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.sinks = append(p.sinks, s)
-}
-
-func (p *Profiler) deliverLocked() {
-	if len(p.batch) == 0 {
-		return
-	}
-	for _, s := range p.sinks {
-		s.Consume(p.batch)
-	}
-	clear(p.batch)
-	p.batch = p.batch[:0]
+	p.mu.Unlock()
+	errs = append(errs, p.shutdownSinks(ctx))
+	return errors.Join(errs...)
 }

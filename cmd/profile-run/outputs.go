@@ -83,7 +83,7 @@ func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.W
 		}
 	}
 	if o.otlpEndpoint != "" || otel.EnvEndpoint() != "" {
-		out.spans, err = otel.New(context.Background(), otel.Config{
+		out.spans, err = otel.New(context.Background(), prof, otel.Config{
 			Epoch:       prof.Epoch(),
 			RunID:       filepath.Base(runDir),
 			Endpoint:    o.otlpEndpoint,
@@ -95,7 +95,6 @@ func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.W
 			out.closeFiles()
 			return nil, &usageError{err.Error()}
 		}
-		prof.AddSink(out.spans)
 		fmt.Fprintf(stderr, "profile-run: sending spans over OTLP (%s) to %s\n", out.spans.Protocol(), out.spans.Endpoint())
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
@@ -160,24 +159,28 @@ func (out *outputs) finish(stdout io.Writer) error {
 		errs = append(errs, ignoreEmpty(err))
 		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched) → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, out.traceFile.Name()))
 	}
+	if out.metrics != nil {
+		out.pushAndLinger()
+	}
+	// The profiler shuts its sinks down in the order they were added: the
+	// span exporter delivers what it holds, then /metrics stops.
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	if err := out.prof.Close(ctx); err != nil {
+		// Undelivered spans are counted and shown below; they do not
+		// fail the run.
+		fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+	}
+	cancel()
 	if out.spans != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		err := out.spans.Shutdown(ctx)
-		cancel()
 		st := out.spans.Stats()
 		line := fmt.Sprintf("otlp (%s → %s): %d spans delivered, %d dropped, %d failed", out.spans.Protocol(), out.spans.Endpoint(), st.Exported, st.Dropped, st.Failed)
 		if st.LastError != nil {
 			line += fmt.Sprintf("; last error: %v", st.LastError)
 		}
 		out.summary = append(out.summary, line)
-		if err != nil {
-			// Undelivered spans are counted and shown; they do not fail
-			// the run.
-			fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
-		}
 	}
-	if out.metrics != nil {
-		errs = append(errs, out.finishMetrics())
+	if out.metricsAddr != nil {
+		out.summary = append(out.summary, fmt.Sprintf("metrics: served on http://%s/metrics during the run", out.metricsAddr))
 	}
 	st := out.prof.Stats()
 	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped while recording, %d over the record bound, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
@@ -203,8 +206,16 @@ func ignoreEmpty(err error) error {
 	return err
 }
 
-func (out *outputs) finishMetrics() error {
-	var errs []error
+// pushAndLinger pushes the final metrics to a Pushgateway and keeps
+// /metrics up for -metrics-linger, before the profiler shuts the exporters
+// down. Spans are flushed first, so the delivery counts they show are
+// final unless the endpoint is slow.
+func (out *outputs) pushAndLinger() {
+	if out.spans != nil && (out.o.pushgateway != "" || out.o.metricsLinger > 0) {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_ = out.spans.ForceFlush(ctx) // what it could not deliver shows in its counts
+		cancel()
+	}
 	if out.o.pushgateway != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		err := out.metrics.Push(ctx, out.o.pushgateway, "profile-run")
@@ -216,19 +227,10 @@ func (out *outputs) finishMetrics() error {
 			out.summary = append(out.summary, "pushgateway: pushed to "+out.o.pushgateway)
 		}
 	}
-	if out.metricsAddr != nil {
-		if out.o.metricsLinger > 0 {
-			fmt.Fprintf(out.stderr, "profile-run: serving final metrics for %v more\n", out.o.metricsLinger)
-			time.Sleep(out.o.metricsLinger)
-		}
-		out.summary = append(out.summary, fmt.Sprintf("metrics: served on http://%s/metrics during the run", out.metricsAddr))
+	if out.metricsAddr != nil && out.o.metricsLinger > 0 {
+		fmt.Fprintf(out.stderr, "profile-run: serving final metrics for %v more\n", out.o.metricsLinger)
+		time.Sleep(out.o.metricsLinger)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	if err := out.metrics.Close(ctx); err != nil && !errors.Is(err, prom.ErrClosed) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }
 
 // loopbackHostPort reports a scheme-less endpoint on this machine: a local

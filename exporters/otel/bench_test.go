@@ -138,7 +138,7 @@ func BenchmarkConsume(b *testing.B) {
 	s := trainerRecords(b)
 	b.Run("exporter", func(b *testing.B) {
 		const queue = otelexp.DefaultQueueSize
-		exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: epoch, RunID: "bench", QueueSize: queue},
+		exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, RunID: "bench", QueueSize: queue},
 			otelexp.WithSpanExporter(tracetest.NewNoopExporter()))
 		if err != nil {
 			b.Fatal(err)
@@ -286,7 +286,7 @@ func runDelivery(b *testing.B, s *synth, cfg otelexp.Config, check func(spans ui
 	if v, err := strconv.Atoi(os.Getenv("TRAINSCOPE_BENCH_CONCURRENCY")); err == nil {
 		cfg.Concurrency = v
 	}
-	exp, err := otelexp.New(context.Background(), cfg)
+	exp, err := otelexp.New(context.Background(), nil, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -442,13 +442,13 @@ func BenchmarkTrainStep(b *testing.B) {
 	}{
 		{name: "profiling-only"},
 		{name: "otel-discard", sink: func(p *profiler.Profiler) (*otelexp.Exporter, error) {
-			return otelexp.New(context.Background(), otelexp.Config{Epoch: p.Epoch()}, otelexp.WithSpanExporter(tracetest.NewNoopExporter()))
+			return otelexp.New(context.Background(), p, otelexp.Config{Epoch: p.Epoch()}, otelexp.WithSpanExporter(tracetest.NewNoopExporter()))
 		}},
 		{name: "otel-jaeger-grpc", sink: func(p *profiler.Profiler) (*otelexp.Exporter, error) {
 			if grpcEndpoint == "" {
 				return nil, nil
 			}
-			return otelexp.New(context.Background(), otelexp.Config{Epoch: p.Epoch(), Protocol: otelexp.ProtocolGRPC, Endpoint: grpcEndpoint,
+			return otelexp.New(context.Background(), p, otelexp.Config{Epoch: p.Epoch(), Protocol: otelexp.ProtocolGRPC, Endpoint: grpcEndpoint,
 				ServiceName: fmt.Sprintf("trainscope-bench-train-%d", time.Now().UnixNano())})
 		}},
 	}
@@ -468,7 +468,6 @@ func BenchmarkTrainStep(b *testing.B) {
 				if exp == nil {
 					b.Skip("no Jaeger: set TRAINSCOPE_OTLP_GRPC (scripts/jaeger.sh start)")
 				}
-				p.AddSink(exp)
 			}
 			cfg := pipeline.DefaultConfig() // profile-run's default job
 			cfg.Profiler = p

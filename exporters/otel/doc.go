@@ -1,8 +1,9 @@
 // Package otel sends profiler records to an OpenTelemetry backend (Jaeger,
 // Tempo, any OTLP receiver) as spans, over OTLP/gRPC or OTLP/HTTP.
 //
-// An Exporter is a profiler.Sink: register it with Profiler.AddSink and
-// every finished record reaches it once, off the training hot path.
+// An Exporter is a profiler.Sink: New registers it with the profiler it is
+// given, every finished record reaches it once, off the training hot path,
+// and the profiler's Close shuts it down (flushing what is queued).
 // Consume only copies the records into a bounded queue; one goroutine
 // builds the spans and exports them in batches. Nothing is dropped
 // silently: every span is counted as exported (acknowledged by the

@@ -24,11 +24,10 @@ func Example() {
 	defer p.Close(ctx)
 
 	mem := tracetest.NewInMemoryExporter()
-	exp, err := otelexp.New(ctx, otelexp.Config{Epoch: p.Epoch(), RunID: "example"}, otelexp.WithSpanExporter(mem))
+	exp, err := otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: "example"}, otelexp.WithSpanExporter(mem))
 	if err != nil {
 		panic(err)
 	}
-	p.AddSink(exp)
 
 	dev := runtime.Device{Type: runtime.CPU}
 	stream, _ := runtime.NewStream(dev)

@@ -58,13 +58,15 @@ type Exporter struct {
 	shutdownErr  error
 }
 
-var _ profiler.Sink = (*Exporter)(nil)
+var _ profiler.SinkShutdowner = (*Exporter)(nil)
 
 // New validates cfg, builds the OTLP exporter it describes (or takes the
 // one WithSpanExporter gives) and the per-rank resources, and starts the
-// export goroutine; stop it with Shutdown. Nothing connects here: an
-// endpoint that is down shows in Stats, not as an error.
-func New(ctx context.Context, cfg Config, opts ...Option) (*Exporter, error) {
+// export goroutine. With a non-nil p it registers itself as p's sink, and
+// p's Close shuts it down; with nil the caller feeds it records through
+// Consume and stops it with Shutdown. Nothing connects here: an endpoint
+// that is down shows in Stats, not as an error.
+func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) (*Exporter, error) {
 	var o options
 	for _, opt := range opts {
 		opt.apply(&o)
@@ -102,6 +104,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Exporter, error) {
 	}
 	e.exportCtx, e.cancelExport = context.WithCancel(context.WithoutCancel(ctx))
 	go e.run()
+	if p != nil {
+		if err := p.AddSink(e); err != nil {
+			_ = e.Shutdown(ctx)
+			return nil, fmt.Errorf("otel: %w", err)
+		}
+	}
 	return e, nil
 }
 

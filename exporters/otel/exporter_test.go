@@ -53,7 +53,7 @@ func TestConfigErrors(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			exp, err := otelexp.New(context.Background(), c.cfg)
+			exp, err := otelexp.New(context.Background(), nil, c.cfg)
 			if err == nil {
 				_ = exp.Shutdown(context.Background())
 				t.Fatalf("New accepted %+v", c.cfg)
@@ -70,7 +70,7 @@ func TestConfigErrors(t *testing.T) {
 func send(t *testing.T, cfg otelexp.Config, n int) (*otelexp.Exporter, int) {
 	t.Helper()
 	cfg.Epoch = epoch
-	exp, err := otelexp.New(context.Background(), cfg)
+	exp, err := otelexp.New(context.Background(), nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestPartialSuccess(t *testing.T) {
 
 func TestQueueFullDropsWithoutBlocking(t *testing.T) {
 	s := &stub{gate: make(chan struct{})}
-	exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: epoch, QueueSize: 10}, otelexp.WithSpanExporter(s))
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, QueueSize: 10}, otelexp.WithSpanExporter(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestQueueFullDropsWithoutBlocking(t *testing.T) {
 func TestExportErrorsCounted(t *testing.T) {
 	boom := errors.New("boom")
 	s := &stub{err: boom}
-	exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: epoch, BatchSize: 8}, otelexp.WithSpanExporter(s))
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, BatchSize: 8}, otelexp.WithSpanExporter(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestExportErrorsCounted(t *testing.T) {
 
 func TestBatchesKeepRecordsWhole(t *testing.T) {
 	s := &stub{}
-	exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: epoch, BatchSize: 5}, otelexp.WithSpanExporter(s))
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, BatchSize: 5}, otelexp.WithSpanExporter(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestBatchesKeepRecordsWhole(t *testing.T) {
 
 func TestShutdownDeadline(t *testing.T) {
 	s := &stub{gate: make(chan struct{})} // never opens: an endpoint that hangs
-	exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: epoch, BatchSize: 4, ExportTimeout: time.Hour}, otelexp.WithSpanExporter(s))
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, BatchSize: 4, ExportTimeout: time.Hour}, otelexp.WithSpanExporter(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestShutdownDeadline(t *testing.T) {
 func TestConcurrentConsumeAndShutdown(t *testing.T) {
 	for range 20 {
 		s := &stub{}
-		exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: epoch, QueueSize: 64, BatchSize: 16}, otelexp.WithSpanExporter(s))
+		exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, QueueSize: 64, BatchSize: 16}, otelexp.WithSpanExporter(s))
 		if err != nil {
 			t.Fatal(err)
 		}

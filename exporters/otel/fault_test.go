@@ -21,7 +21,7 @@ func TestEndpointDownAtStart(t *testing.T) {
 			dead := deadAddr(t)
 			start := time.Now()
 			exp, recs := trainProfiled(t, smallRun(3), func(p *profiler.Profiler) *otelexp.Exporter {
-				exp, err := otelexp.New(context.Background(), otelexp.Config{Epoch: p.Epoch(), Protocol: protocol, Endpoint: "http://" + dead})
+				exp, err := otelexp.New(context.Background(), p, otelexp.Config{Epoch: p.Epoch(), Protocol: protocol, Endpoint: "http://" + dead})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,7 +65,7 @@ func TestEndpointGoesAwayMidRun(t *testing.T) {
 			addr, stop := serve(t, c)
 			stopped := make(chan time.Time, 1)
 			exp, recs := trainProfiled(t, smallRun(8), func(p *profiler.Profiler) *otelexp.Exporter {
-				exp, err := otelexp.New(context.Background(), otelexp.Config{
+				exp, err := otelexp.New(context.Background(), p, otelexp.Config{
 					Epoch: p.Epoch(), Protocol: protocol, Endpoint: "http://" + addr,
 					RetryTime: 500 * time.Millisecond, ExportTimeout: 5 * time.Second, // generous: CI runs this under -race beside other packages
 				})

@@ -159,8 +159,7 @@ func trainProfiled(t *testing.T, cfg pipeline.Config, newExporter func(*profiler
 		t.Fatal(err)
 	}
 	defer p.Close(ctx)
-	exp := newExporter(p)
-	p.AddSink(exp)
+	exp := newExporter(p) // registers itself with p
 	cfg.Profiler = p
 	if _, err := pipeline.Train(ctx, cfg); err != nil {
 		t.Fatalf("training: %v", err)
@@ -210,7 +209,7 @@ func TestJaegerEndToEnd(t *testing.T) {
 			var epoch time.Time
 			exp, recs := trainProfiled(t, smallRun(3), func(p *profiler.Profiler) *otelexp.Exporter {
 				epoch = p.Epoch()
-				exp, err := otelexp.New(context.Background(), otelexp.Config{
+				exp, err := otelexp.New(context.Background(), p, otelexp.Config{
 					Epoch: p.Epoch(), Endpoint: c.endpoint, Protocol: c.protocol, Insecure: true,
 					ServiceName: service, RunID: service,
 				})

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trainscope/trainscope/profiler"
@@ -115,6 +114,7 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 		n += spansOf(&recs[i])
 	}
 	slab := make([]attribute.KeyValue, 0, len(recs)*maxAttrs+(n-len(recs))*deviceAttrs)
+	spans := make([]span, n)
 	for i := range recs {
 		r := &recs[i]
 		start := len(slab)
@@ -122,23 +122,24 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 		attrs := slab[start:len(slab):len(slab)]
 
 		tid := b.ids.traceID(r.Step)
-		host := tracetest.SpanStub{
-			Name:                 r.Name,
-			SpanContext:          spanContext(tid, b.spanID(r)),
-			SpanKind:             trace.SpanKindInternal,
-			StartTime:            b.epoch.Add(r.HostStart),
-			EndTime:              b.epoch.Add(r.HostEnd),
-			Attributes:           attrs,
-			Resource:             b.resource(r.Rank),
-			InstrumentationScope: b.scope,
+		host := &spans[0]
+		spans = spans[1:]
+		*host = span{
+			name:  r.Name,
+			sc:    spanContext(tid, b.spanID(r)),
+			start: b.epoch.Add(r.HostStart),
+			end:   b.epoch.Add(r.HostEnd),
+			attrs: attrs,
+			res:   b.resource(r.Rank),
+			scope: &b.scope,
 		}
 		if r.Parent != 0 {
-			host.Parent = spanContext(tid, b.ids.spanID(r.Rank, r.Parent, false))
+			host.parent = spanContext(tid, b.ids.spanID(r.Rank, r.Parent, false))
 		}
 		if r.Kind == profiler.KindCollective && r.Collective.Group != "" {
-			host.Links, host.DroppedLinks = b.peerLinks(tid, r)
+			host.links, host.droppedLinks = b.peerLinks(tid, r)
 		}
-		out = append(out, host.Snapshot())
+		out = append(out, host)
 
 		if r.HasDevice {
 			// The device span is a timing child: its parent holds every
@@ -146,15 +147,19 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 			// costs the OTLP encoder three messages, on both ends.
 			start := len(slab)
 			slab = append(slab, attrs[0], attrs[1], KeyClock.String(ClockDevice))
-			dev := host
-			dev.Name = b.deviceName(r.Name)
-			dev.SpanContext = spanContext(tid, b.ids.spanID(r.Rank, r.ID, true))
-			dev.Parent = host.SpanContext
-			dev.StartTime = b.epoch.Add(r.DeviceStart)
-			dev.EndTime = b.epoch.Add(r.DeviceEnd)
-			dev.Attributes = slab[start:len(slab):len(slab)]
-			dev.Links, dev.DroppedLinks = nil, 0
-			out = append(out, dev.Snapshot())
+			dev := &spans[0]
+			spans = spans[1:]
+			*dev = span{
+				name:   b.deviceName(r.Name),
+				sc:     spanContext(tid, b.ids.spanID(r.Rank, r.ID, true)),
+				parent: host.sc,
+				start:  b.epoch.Add(r.DeviceStart),
+				end:    b.epoch.Add(r.DeviceEnd),
+				attrs:  slab[start:len(slab):len(slab)],
+				res:    host.res,
+				scope:  &b.scope,
+			}
+			out = append(out, dev)
 		}
 	}
 	return out

@@ -358,7 +358,7 @@ func TestResource(t *testing.T) {
 	}
 	t.Run("bad env", func(t *testing.T) {
 		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "no-equals-sign")
-		if _, err := New(context.Background(), Config{Epoch: epoch}); err == nil {
+		if _, err := New(context.Background(), nil, Config{Epoch: epoch}); err == nil {
 			t.Errorf("New accepted OTEL_RESOURCE_ATTRIBUTES=no-equals-sign")
 		}
 	})

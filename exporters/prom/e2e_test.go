@@ -123,7 +123,7 @@ func TestEndToEndPrometheus(t *testing.T) {
 	if _, err := e.Serve(addr); err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer e.Shutdown(context.Background())
 
 	// Prometheus scrapes this exporter before training starts.
 	q.poll(t, time.Now().Add(60*time.Second), `up`+ours, func(res []promSample) error {

@@ -31,7 +31,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer e.Close(ctx)
+	defer e.Shutdown(ctx)
 
 	dev := runtime.Device{Type: runtime.CPU, Index: 0}
 	stream, _ := runtime.NewStream(dev)

@@ -167,9 +167,12 @@ func runtimeDescriber(t runtime.DeviceType) runtime.DeviceDescriber {
 	return d
 }
 
+var _ profiler.SinkShutdowner = (*Exporter)(nil)
+
 // New returns an exporter with its own registry. With a non-nil p it
-// registers itself as p's sink and exports p's Stats at every scrape; with
-// nil the caller feeds it records through Consume.
+// registers itself as p's sink, exports p's Stats at every scrape, and p's
+// Close shuts it down (stopping the /metrics server); with nil the caller
+// feeds it records through Consume and calls Shutdown.
 func New(p *profiler.Profiler, opts ...Option) (*Exporter, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -210,7 +213,9 @@ func New(p *profiler.Profiler, opts ...Option) (*Exporter, error) {
 		}
 	}
 	if p != nil {
-		p.AddSink(e)
+		if err := p.AddSink(e); err != nil {
+			return nil, fmt.Errorf("prom: %w", err)
+		}
 	}
 	return e, nil
 }

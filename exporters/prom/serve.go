@@ -16,7 +16,7 @@ import (
 // the port OpenTelemetry's Prometheus exporter uses by convention.
 const DefaultAddr = "127.0.0.1:9464"
 
-// ErrClosed is returned by Serve after Close.
+// ErrClosed is returned by Serve after Shutdown.
 var ErrClosed = errors.New("prom: exporter closed")
 
 // Serve starts serving /metrics on addr (DefaultAddr when empty) in the
@@ -45,7 +45,7 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 	case e.closed:
 		return nil, ErrClosed
 	case e.srv != nil:
-		return nil, fmt.Errorf("prom: already serving /metrics; Close first")
+		return nil, fmt.Errorf("prom: already serving /metrics; Shutdown first")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -79,10 +79,11 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
-// Close stops the /metrics endpoint, waiting until ctx ends for scrapes in
-// progress, then closing what is left. It is idempotent; the metrics stay
-// readable through Registry and Push.
-func (e *Exporter) Close(ctx context.Context) error {
+// Shutdown stops the /metrics endpoint, waiting until ctx ends for
+// scrapes in progress, then closing what is left. It is idempotent; the
+// metrics stay readable through Registry and Push. The profiler the
+// exporter was made with calls it from its Close.
+func (e *Exporter) Shutdown(ctx context.Context) error {
 	e.srvMu.Lock()
 	defer e.srvMu.Unlock()
 	e.closed = true
@@ -94,7 +95,7 @@ func (e *Exporter) Close(ctx context.Context) error {
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		_ = srv.Close()
-		err = fmt.Errorf("prom: close: %w", err)
+		err = fmt.Errorf("prom: shutdown: %w", err)
 	}
 	return errors.Join(err, <-errc)
 }

@@ -134,7 +134,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer e.Shutdown(context.Background())
 	body := scrape(t, addr)
 	for _, name := range []string{"trainscope_records_total", "trainscope_range_device_seconds_bucket", "trainscope_collective_busbw_bytes_per_second_bucket",
 		"trainscope_stage_idle_seconds_total", "trainscope_records_dropped_total", "trainscope_exporter_items_total"} {
@@ -182,18 +182,18 @@ func TestServeOnLoopbackAndPortInUse(t *testing.T) {
 		t.Error("the second exporter does not serve its records")
 	}
 	for _, x := range []*prom.Exporter{e, other} {
-		if err := x.Close(context.Background()); err != nil {
+		if err := x.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
-		if err := x.Close(context.Background()); err != nil {
-			t.Errorf("second Close: %v", err)
+		if err := x.Shutdown(context.Background()); err != nil {
+			t.Errorf("second Shutdown: %v", err)
 		}
 	}
 	if _, err := http.Get("http://" + addr.String() + "/metrics"); err == nil {
-		t.Error("still serving after Close")
+		t.Error("still serving after Shutdown")
 	}
 	if _, err := e.Serve("127.0.0.1:0"); !errors.Is(err, prom.ErrClosed) {
-		t.Errorf("Serve after Close: %v, want ErrClosed", err)
+		t.Errorf("Serve after Shutdown: %v, want ErrClosed", err)
 	}
 	if _, err := e.Serve("no-port"); err == nil {
 		t.Error("Serve(\"no-port\"): no error")
@@ -337,7 +337,7 @@ func TestScrapeWhileTraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer e.Shutdown(context.Background())
 	stop := make(chan struct{})
 	scraped := make(chan int)
 	go func() {

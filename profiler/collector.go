@@ -1,0 +1,206 @@
+package profiler
+
+import (
+	"context"
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// The collector: recorder → ring → collector → records → sinks.
+//
+// Each Recorder publishes completed ranges into its own single-producer
+// rings (recorder.go, ring.go). The collector — the background loop below,
+// or whoever calls Snapshot, Flush, Reset or Close — drains every ring under
+// the profiler's lock, turns host ranges into Records at once and parks
+// device ranges in the unresolved list until their end event completes,
+// then keeps each finished Record in the bounded store and hands the
+// pass's records to every sink (deliverLocked). A recorder whose ring is
+// half full wakes the loop (Profiler.wake) rather than wait for its timer.
+
+type unresolved struct {
+	rec        Record
+	owner      *Recorder
+	impl       runtime.Impl
+	start, end *pooledEvent
+	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
+}
+
+func (p *Profiler) loop() {
+	defer close(p.closed)
+	t := time.NewTicker(p.cfg.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick: // a recorder's ring is half full, or was full
+		case <-t.C:
+		}
+		p.mu.Lock()
+		select {
+		case <-p.stop:
+			// Close has begun: it makes the last pass itself.
+			p.mu.Unlock()
+			return
+		default:
+		}
+		p.collectLocked()
+		p.mu.Unlock()
+	}
+}
+
+// collectLocked gathers every recorder's completed ranges and resolves the
+// device times that are ready, without waiting for any device.
+func (p *Profiler) collectLocked() {
+	tags := *p.tags.Load()
+	for _, r := range p.recorders {
+		q, xq := r.pending, r.extras
+		h, t := q.head.Load(), q.tail.Load()
+		xh := xq.head.Load()
+		for i := h; i < t; i++ {
+			pd := q.at(i)
+			var x *extra
+			if pd.hasExtra {
+				x = xq.at(xh)
+				xh++
+			}
+			if x != nil && x.end != nil {
+				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt}
+				r.fill(&u.rec, pd, x, tags)
+				p.unresolved = append(p.unresolved, u)
+				continue
+			}
+			if len(p.sinks) > 0 {
+				var rec Record
+				r.fill(&rec, pd, x, tags)
+				finishBandwidth(&rec)
+				p.keepLocked(rec)
+				continue
+			}
+			if p.records.len() >= p.cfg.maxRecords {
+				p.storeDrops.Add(1)
+				continue
+			}
+			// Built in place: a Record is large, and this loop must keep
+			// up with every rank's recording.
+			rec := p.records.add()
+			r.fill(rec, pd, x, tags)
+			finishBandwidth(rec)
+		}
+		xq.head.Store(xh)
+		q.head.Store(t)
+	}
+	p.resolveLocked(false)
+	p.deliverLocked()
+	for _, cs := range p.calib {
+		if err := cs.maybeRecalibrate(p.cfg.recalibrate, p.now); err != nil {
+			p.resolveErrs.Add(1)
+		}
+	}
+}
+
+// keepLocked stores a finished record and queues it for the sinks. Sinks
+// see every record, also those beyond the store's bound.
+func (p *Profiler) keepLocked(rec Record) {
+	if len(p.sinks) > 0 {
+		p.batch = append(p.batch, rec)
+	}
+	if p.records.len() >= p.cfg.maxRecords {
+		p.storeDrops.Add(1)
+		return
+	}
+	*p.records.add() = rec
+}
+
+// resolveLocked turns unresolved device ranges whose end event completed
+// into records. The elapsed-time query doubles as the completion check, so
+// a resolved range costs the backend two calls. With wait, ranges that are
+// still not ready (their events failed) are kept without device times.
+func (p *Profiler) resolveLocked(wait bool) {
+	kept := p.unresolved[:0]
+	for _, u := range p.unresolved {
+		rec := u.rec
+		err := p.deviceTimesLocked(&rec, u)
+		if err != nil && runtime.StatusOf(err) == runtime.StatusNotReady && !wait {
+			kept = append(kept, u)
+			continue
+		}
+		if err != nil {
+			p.resolveErrs.Add(1)
+		}
+		finishBandwidth(&rec)
+		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
+		p.keepLocked(rec)
+	}
+	clear(p.unresolved[len(kept):])
+	p.unresolved = kept
+	p.returnEventsLocked()
+}
+
+// returnEventsLocked hands resolved events back to their recorders, one
+// lock per recorder rather than one per event.
+func (p *Profiler) returnEventsLocked() {
+	for r, evs := range p.returned {
+		r.releaseAll(evs)
+		clear(evs)
+		p.returned[r] = evs[:0]
+	}
+}
+
+func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
+	dur, err := runtime.Elapsed(u.start.Event, u.end.Event)
+	if err != nil {
+		return err
+	}
+	cs, ok := p.calib[rec.Device]
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), calibrationTimeout)
+		ncs, err := newClockSync(ctx, u.impl, rec.Device, p.now)
+		cancel()
+		if err != nil {
+			return err
+		}
+		ncs.next = p.now() + p.cfg.recalibrate
+		p.calib[rec.Device], cs = ncs, ncs
+	}
+	// The calibration point must precede the start event on the device:
+	// pick by the time that event was recorded.
+	at := rec.HostStart
+	if u.startAt != 0 {
+		at = u.startAt
+	}
+	start, err := cs.pick(at).hostTime(u.start.Event)
+	if err != nil {
+		return err
+	}
+	rec.HasDevice, rec.DeviceStart, rec.DeviceEnd = true, start, start+dur
+	return nil
+}
+
+// finishBandwidth fills a collective's algorithm and bus bandwidth from
+// its device time, or its host time where it has none.
+func finishBandwidth(rec *Record) {
+	if rec.Kind != KindCollective && rec.Kind != KindP2P {
+		return
+	}
+	d := rec.DeviceDuration()
+	if !rec.HasDevice {
+		d = rec.HostDuration()
+	}
+	rec.AlgBandwidth = AlgBandwidth(rec.Collective.Bytes, d.Seconds())
+	rec.BusBandwidth = rec.AlgBandwidth * rec.Collective.BusFactor
+}
+
+// deliverLocked hands the pass's records to every sink, in registration
+// order.
+func (p *Profiler) deliverLocked() {
+	if len(p.batch) == 0 {
+		return
+	}
+	for _, s := range p.sinks {
+		s.Consume(p.batch)
+	}
+	clear(p.batch)
+	p.batch = p.batch[:0]
+}

@@ -1,0 +1,66 @@
+package profiler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Sink receives every finished record exactly once, in batches, in the
+// order the collector finishes them: host ranges when collected, device
+// ranges once their times are resolved. Consume runs on whichever goroutine
+// collects (the background collector, or a Snapshot, Flush or Reset caller)
+// with the profiler's lock held: it must return quickly, must not call back
+// into the Profiler, and must copy what it keeps, since the batch is reused.
+// Exporters implement it.
+//
+// A sink that holds resources (a connection, a queue, a server) also
+// implements SinkShutdowner; Profiler.Close calls it once after the last
+// delivery.
+type Sink interface {
+	Consume(batch []Record)
+}
+
+// SinkShutdowner is a Sink with something to release: Profiler.Close
+// calls Shutdown once, after the last record has been delivered, in the
+// order the sinks were added, each within the context Close was given. A
+// sink that delivers elsewhere flushes what it holds there; once Shutdown
+// returns, it is sent no more records.
+type SinkShutdowner interface {
+	Sink
+	Shutdown(ctx context.Context) error
+}
+
+// AddSink registers s for every record finished from now on. After Close
+// it is an error: the profiler delivers nothing more.
+func (p *Profiler) AddSink(s Sink) error {
+	if s == nil {
+		return errors.New("profiler: AddSink: nil sink")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sinksClosed {
+		return fmt.Errorf("profiler: AddSink: %w", ErrClosed)
+	}
+	p.sinks = append(p.sinks, s)
+	return nil
+}
+
+// shutdownSinks detaches every sink and shuts down those that implement
+// SinkShutdowner, in the order they were added. Each gets ctx; a sink whose
+// Shutdown fails does not stop the next one's.
+func (p *Profiler) shutdownSinks(ctx context.Context) error {
+	p.mu.Lock()
+	sinks := p.sinks
+	p.sinks, p.sinksClosed = nil, true
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range sinks {
+		if sd, ok := s.(SinkShutdowner); ok {
+			if err := sd.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("profiler: shut down sink %T: %w", s, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
