@@ -12,7 +12,8 @@ import (
 // errors.Is(err, ccl.StatusTimeout) matches any error wrapping it.
 type Status int
 
-// Status values as the seed numbered them.
+// Status values: non-negative is a normal outcome, negative a failure;
+// Unknown sits at -127 to leave room for new failures.
 const (
 	StatusSuccess         Status = 0
 	StatusInProgress      Status = 1
@@ -49,8 +50,7 @@ func (s Status) String() string {
 // Error makes a Status usable as an error and as an errors.Is target.
 func (s Status) Error() string { return "ccl: " + s.String() }
 
-// OK reports whether s is a normal (non-negative) outcome in the seed's
-// convention. NotReady, InProgress and Timeout are non-negative too: they
+// OK reports whether s is a normal (non-negative) outcome. NotReady, InProgress and Timeout are non-negative too: they
 // mean "not yet" or "gave up waiting", not success, so code that needs
 // success compares with StatusSuccess (or checks err == nil).
 func (s Status) OK() bool { return s >= 0 }

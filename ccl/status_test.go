@@ -35,7 +35,7 @@ func TestStatusString(t *testing.T) {
 			t.Errorf("Status(%d).Error() = %q", int(tc.s), got)
 		}
 	}
-	// Values must stay as the seed numbered them.
+	// The values are part of the API: they must not change.
 	for s, v := range map[Status]int{StatusSuccess: 0, StatusInProgress: 1, StatusTimeout: 2, StatusError: -1,
 		StatusInvalidArgument: -2, StatusUnavailable: -3, StatusNotSupported: -4, StatusInternal: -5, StatusUnknown: -127} {
 		if int(s) != v {

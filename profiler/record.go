@@ -20,7 +20,7 @@ type Record struct {
 	Kind   Kind
 	Rank   int
 	Device runtime.Device
-	Tag    string // the profiler's tag when the range started (the seed's tag)
+	Tag    string // the profiler's tag when the range started (SetTag); the report groups by it
 	Labels
 
 	HostStart, HostEnd time.Duration

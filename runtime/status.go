@@ -14,8 +14,8 @@ import (
 // matches any error that wraps that status.
 type Status int
 
-// Status values, as the seed numbered them; Unknown sits at -127 to leave
-// room for new failures.
+// Status values: non-negative is a normal outcome, negative a failure;
+// Unknown sits at -127 to leave room for new failures.
 const (
 	StatusSuccess          Status = 0
 	StatusNotReady         Status = 1
@@ -58,8 +58,7 @@ func (s Status) String() string {
 // Error makes a Status usable as an error and as an errors.Is target.
 func (s Status) Error() string { return "runtime: " + s.String() }
 
-// OK reports whether s is a normal (non-negative) outcome in the seed's
-// convention. NotReady, InProgress and Timeout are non-negative too: they
+// OK reports whether s is a normal (non-negative) outcome. NotReady, InProgress and Timeout are non-negative too: they
 // mean "not yet" or "gave up waiting", not success, so code that needs
 // success compares with StatusSuccess (or checks err == nil).
 func (s Status) OK() bool { return s >= 0 }

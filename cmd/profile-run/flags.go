@@ -19,7 +19,7 @@ type options struct {
 	backend string // "auto", "cpu", "cuda"
 	outDir  string
 	sortBy  profiler.SortKey
-	profile string // "on", "off", "seed-sync"
+	profile string // "on", "off", "sync"
 	depth   int    // profiler.WithDeviceDepth
 	command []string
 
@@ -65,7 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
-	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or seed-sync (synchronise around every range, as the seed did)")
+	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
 	fs.IntVar(&o.depth, "device-depth", 1, "time on the device only ranges nested at most this deep among device ranges (1: each action, not its kernels); collectives always; 0 times every kernel, at about one event record of host time each")
 	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip)`)
 	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
@@ -103,9 +103,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("-sort: %v", err)
 	}
 	switch o.profile {
-	case "on", "off", "seed-sync":
+	case "on", "off", "sync":
+	case "seed-sync":
+		// The former name of sync, accepted for one release.
+		fmt.Fprintln(stderr, "profile-run: -profile seed-sync is deprecated; use -profile sync")
+		o.profile = "sync"
 	default:
-		return nil, usagef("-profile: unknown mode %q (one of: on, off, seed-sync)", o.profile)
+		return nil, usagef("-profile: unknown mode %q (one of: on, off, sync)", o.profile)
 	}
 	if o.depth < 0 {
 		return nil, usagef("-device-depth: %d is negative", o.depth)

@@ -225,3 +225,24 @@ func TestOTLPEndpointDown(t *testing.T) {
 		t.Errorf("summary does not show the undelivered spans:\n%s", stdout)
 	}
 }
+
+// -profile sync synchronises around every range and says so; seed-sync,
+// its former name, still works and prints one deprecation line.
+func TestProfileSync(t *testing.T) {
+	for _, mode := range []string{"sync", "seed-sync"} {
+		t.Run(mode, func(t *testing.T) {
+			args := append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-profile", mode}, small...)
+			code, stdout, stderr := runCmd(t, append(args, "-steps", "1")...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if !strings.Contains(stdout, "(-profile sync)") || !strings.Contains(stdout, "Host Total") {
+				t.Errorf("no report, or it does not say the stream was synchronised:\n%s", stdout)
+			}
+			const deprecated = "profile-run: -profile seed-sync is deprecated; use -profile sync\n"
+			if got := strings.Count(stderr, deprecated); (mode == "seed-sync") != (got == 1) || got > 1 {
+				t.Errorf("-profile %s: deprecation line %d times in stderr %q", mode, got, stderr)
+			}
+		})
+	}
+}

@@ -187,6 +187,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 	} else {
 		fmt.Fprintln(stdout, "device timing: every device range (-device-depth 0)")
 	}
+	if out.o.profile == "sync" {
+		fmt.Fprintln(stdout, "synchronised: the stream was synchronised around every device range (-profile sync), so host times include the waits")
+	}
 	fmt.Fprintln(stdout, "outputs:")
 	for _, line := range out.summary {
 		fmt.Fprintf(stdout, "  %s\n", line)

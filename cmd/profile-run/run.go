@@ -136,8 +136,8 @@ func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Wri
 	var prof *profiler.Profiler
 	if o.profile != "off" {
 		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
-		if o.profile == "seed-sync" {
-			opts = append(opts, profiler.WithSeedStyleSync())
+		if o.profile == "sync" {
+			opts = append(opts, profiler.WithSyncEachRange())
 		}
 		var err error
 		if prof, err = profiler.New(opts...); err != nil {
