@@ -75,3 +75,17 @@ func TestErrorWrapping(t *testing.T) {
 		t.Errorf("Errorf: %v", err)
 	}
 }
+
+// A process group asks StatusOf of every asynchronous error check while it
+// waits ("in progress" included): the direct cases must not allocate.
+func TestStatusOfDoesNotAllocate(t *testing.T) {
+	var e error = &Error{Op: "AllReduce", Status: StatusInProgress}
+	var s error = StatusTimeout
+	if n := testing.AllocsPerRun(100, func() {
+		if StatusOf(e) != StatusInProgress || StatusOf(s) != StatusTimeout {
+			t.Fatal("wrong status")
+		}
+	}); n != 0 {
+		t.Errorf("StatusOf allocates %v times per call", n)
+	}
+}
