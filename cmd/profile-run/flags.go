@@ -112,16 +112,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("-profile: unknown mode %q (one of: on, off, sync)", o.profile)
 	}
 	if o.depth < 0 {
-		return nil, usagef("-device-depth: %d is negative", o.depth)
+		return nil, usagef("-device-depth %d: must not be negative", o.depth)
 	}
 	if c.CommTimeout <= 0 {
-		return nil, usagef("-comm-timeout: %v must be positive", c.CommTimeout)
+		return nil, usagef("-comm-timeout %v: must be positive", c.CommTimeout)
 	}
 	if strings.TrimSpace(o.outDir) == "" {
 		return nil, usagef("-out: empty directory name")
 	}
 	if o.metricsLinger < 0 {
-		return nil, usagef("-metrics-linger: %v is negative", o.metricsLinger)
+		return nil, usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
 	}
 	if o.pushgateway != "" {
 		u, err := url.Parse(o.pushgateway)
@@ -137,4 +137,41 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// configFlags names the flag that sets each pipeline.Config field, so that
+// a configuration error names what the user typed (-pp 0), not the field
+// (Stages=0).
+var configFlags = map[string]string{
+	"Backend":        "-backend",
+	"Stages":         "-pp",
+	"Chunks":         "-vpp",
+	"Replicas":       "-dp",
+	"Microbatches":   "-microbatches",
+	"MicrobatchSize": "-microbatch-size",
+	"Width":          "-width",
+	"Layers":         "-layers",
+	"Steps":          "-steps",
+	"Schedule":       "-schedule",
+	"LearningRate":   "-lr",
+	"Seed":           "-seed",
+	"CommTimeout":    "-comm-timeout",
+}
+
+// asFlag names a Config field as its flag, followed by the value where
+// there is one: pipeline.ConfigError.Explain's namer for the command line.
+func asFlag(field string, value any) string {
+	name, ok := configFlags[field]
+	if !ok {
+		name = field // not set from a flag; the library's name is all there is
+	}
+	switch v := value.(type) {
+	case nil:
+		return name
+	case string:
+		if v == "" || strings.ContainsAny(v, " \t\"") {
+			return fmt.Sprintf("%s %q", name, v)
+		}
+	}
+	return fmt.Sprintf("%s %v", name, value)
 }

@@ -3,14 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trainscope/trainscope/pipeline"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -31,7 +35,7 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 	}{
 		{"bad int", []string{"-pp", "two"}, []string{"-pp", "two"}},
 		{"unknown flag", []string{"-speed", "3"}, []string{"speed"}},
-		{"depth not divisible", []string{"-pp", "2", "-vpp", "2", "-layers", "6"}, []string{"6", "2", "Layers"}},
+		{"depth not divisible", []string{"-pp", "2", "-vpp", "2", "-layers", "6"}, []string{"-layers 6", "-pp 2", "-vpp 2"}},
 		{"too many ranks", []string{"-pp", "40", "-dp", "2", "-vpp", "1", "-layers", "40"}, []string{"80", "64"}},
 		{"unknown backend", []string{"-backend", "tpu"}, []string{`"tpu"`}},
 		{"unknown schedule", []string{"-schedule", "zigzag"}, []string{"zigzag"}},
@@ -244,5 +248,70 @@ func TestProfileSync(t *testing.T) {
 				t.Errorf("-profile %s: deprecation line %d times in stderr %q", mode, got, stderr)
 			}
 		})
+	}
+}
+
+// Every configuration error that flags can cause names the flags and the
+// values as typed, never a pipeline.Config field.
+func TestConfigErrorsNameFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string // the whole line after "profile-run: "
+	}{
+		{[]string{"-pp", "0"}, "-pp 0: must be at least 1"},
+		{[]string{"-vpp", "0"}, "-vpp 0: must be at least 1"},
+		{[]string{"-dp", "0"}, "-dp 0: must be at least 1"},
+		{[]string{"-microbatches", "-2"}, "-microbatches -2: must be at least 1"},
+		{[]string{"-microbatch-size", "0"}, "-microbatch-size 0: must be at least 1"},
+		{[]string{"-width", "0"}, "-width 0: must be at least 1"},
+		{[]string{"-layers", "0"}, "-layers 0: must be at least 1"},
+		{[]string{"-steps", "0"}, "-steps 0: must be at least 1"},
+		{[]string{"-pp", "2", "-vpp", "2", "-layers", "6"}, "-layers 6: not divisible by -pp 2 × -vpp 2 = 4"},
+		{[]string{"-pp", "2", "-vpp", "2", "-microbatches", "3"}, "-microbatches 3: must be a multiple of -pp 2 for the interleaved 1F1B schedule (-vpp 2)"},
+		{[]string{"-schedule", "zigzag"}, "-schedule zigzag: unknown schedule (known: 1f1b, gpipe)"},
+		{[]string{"-schedule", ""}, `-schedule "": unknown schedule (known: 1f1b, gpipe)`},
+		{[]string{"-lr", "0"}, "-lr 0: must be positive and finite"},
+		{[]string{"-lr", "-0.5"}, "-lr -0.5: must be positive and finite"},
+		{[]string{"-lr", "NaN"}, "-lr NaN: must be positive and finite"},
+		{[]string{"-lr", "+Inf"}, "-lr +Inf: must be positive and finite"},
+		{[]string{"-pp", "40", "-dp", "2", "-vpp", "1", "-layers", "40"}, "-pp 40 × -dp 2 = 80 ranks, but backend cpu has 64 devices"},
+		{[]string{"-width", "32768", "-layers", "4", "-microbatches", "4", "-microbatch-size", "4"}, "-width 32768, -layers 4, -microbatches 4, -microbatch-size 4: too large for the built-in trainer"},
+		{[]string{"-comm-timeout", "0s"}, "-comm-timeout 0s: must be positive"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			out := t.TempDir()
+			code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu"}, c.args...)...)
+			if code != exitUsage {
+				t.Fatalf("exit code %d, want %d; stderr %q", code, exitUsage, stderr)
+			}
+			if want := "profile-run: " + c.want + " (see profile-run -h)\n"; stderr != want {
+				t.Errorf("stderr\n%q, want\n%q", stderr, want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+// The table of flag names covers every pipeline.Config field a flag sets,
+// and names only flags that exist.
+func TestConfigFlagsCoverConfig(t *testing.T) {
+	var usage bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &usage); !errors.Is(err, errHelp) {
+		t.Fatalf("parseFlags(-h) = %v", err)
+	}
+	for field, name := range configFlags {
+		if !strings.Contains(usage.String(), "\n  "+name+" ") {
+			t.Errorf("configFlags[%q] = %q, which -h does not list", field, name)
+		}
+	}
+	typ := reflect.TypeFor[pipeline.Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if _, ok := configFlags[f.Name]; !ok && f.Name != "Profiler" {
+			t.Errorf("pipeline.Config.%s has no flag in configFlags", f.Name)
+		}
 	}
 }

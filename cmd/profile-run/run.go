@@ -56,7 +56,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o.train.Backend = backend
 	if err := o.train.Validate(); err != nil {
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
+		var ce *pipeline.ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ce.Explain(asFlag))
+		} else {
+			fmt.Fprintf(stderr, "profile-run: %v\n", err)
+		}
 		return exitUsage
 	}
 	runDir, err := makeRunDir(o.outDir)
