@@ -315,3 +315,74 @@ func TestConfigFlagsCoverConfig(t *testing.T) {
 		}
 	}
 }
+
+// A run leaves a run directory only when it wrote something into it: not
+// when a destination fails before training, not when no file goes there,
+// not when the run fails before recording anything.
+func TestNoRunDirectoryLeftBehind(t *testing.T) {
+	elsewhere := t.TempDir()
+	existing := filepath.Join(elsewhere, "existing.txt")
+	if err := os.WriteFile(existing, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name    string
+		ctx     context.Context
+		args    []string
+		code    int
+		stderr  string   // a substring of stderr
+		written []string // files that must exist afterwards, outside -out
+		absent  []string // files that must not
+	}{
+		{"report exists", context.Background(), []string{"-report", existing}, exitFail, "-report", nil, nil},
+		{"pprof unwritable", context.Background(), []string{"-pprof", filepath.Join(elsewhere, "missing", "p.pb.gz")}, exitFail, "-pprof", nil, nil},
+		{"trace unwritable after report and pprof", context.Background(), []string{"-trace", filepath.Join(elsewhere, "missing", "t.json")}, exitFail, "-trace", nil, nil},
+		{"report elsewhere, pprof unwritable", context.Background(), []string{
+			"-report", filepath.Join(elsewhere, "r2.txt"), "-pprof", filepath.Join(elsewhere, "missing", "p.pb.gz"),
+		}, exitFail, "-pprof", nil, []string{"r2.txt"}},
+		{"profiling off", context.Background(), []string{"-profile", "off"}, exitOK, "", nil, nil},
+		{"every output off", context.Background(), []string{"-report", "off", "-pprof", "off", "-trace", "off"}, exitOK, "", nil, nil},
+		{"every file elsewhere", context.Background(), []string{
+			"-report", filepath.Join(elsewhere, "r.txt"), "-pprof", filepath.Join(elsewhere, "p.pb.gz"), "-trace", filepath.Join(elsewhere, "t.json"),
+		}, exitOK, "", []string{"r.txt", "r.rank0", "p.pb.gz", "t.json"}, nil},
+		// One rank: no process group to form, whose rendezvous would wait
+		// out its own deadline.
+		{"failed before recording", cancelled, []string{"-pp", "1", "-vpp", "1"}, exitFail, "context canceled", nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			args := append(append([]string{"-out", out, "-metrics-addr", "off"}, small...), "-steps", "1")
+			var stdout, stderr bytes.Buffer
+			code := run(c.ctx, append(args, c.args...), &stdout, &stderr)
+			if code != c.code || !strings.Contains(stderr.String(), c.stderr) {
+				t.Fatalf("exit %d, want %d; stderr %q, want it to say %q", code, c.code, stderr.String(), c.stderr)
+			}
+			entries, err := os.ReadDir(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				t.Errorf("left behind in -out: %s", e.Name())
+			}
+			for _, f := range c.written {
+				if fi, err := os.Stat(filepath.Join(elsewhere, f)); err != nil || fi.Size() == 0 {
+					t.Errorf("%s not written (%v)", f, err)
+				}
+			}
+			for _, f := range c.absent {
+				if _, err := os.Stat(filepath.Join(elsewhere, f)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s left behind (%v)", f, err)
+				}
+			}
+			if b, err := os.ReadFile(existing); err != nil || string(b) != "keep me\n" {
+				t.Errorf("the existing file was changed: %q, %v", b, err)
+			}
+			if ms, _ := filepath.Glob(filepath.Join(elsewhere, "missing*")); len(ms) != 0 {
+				t.Errorf("left behind: %q", ms)
+			}
+		})
+	}
+}

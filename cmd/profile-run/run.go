@@ -64,16 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	runDir, err := makeRunDir(o.outDir)
-	if err != nil {
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
-		return exitFail
-	}
-	if err := train(ctx, o, runDir, stdout, stderr); err != nil {
+	if err := train(ctx, o, stdout, stderr); err != nil {
 		if errors.As(err, &ue) {
-			// A destination was misconfigured before training started:
-			// leave no half-made run directory behind.
-			_ = os.RemoveAll(runDir)
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage
 		}
@@ -115,17 +107,21 @@ func usable(t runtime.DeviceType) error {
 	return err
 }
 
+// newRunID names a run by time and a random suffix.
+func newRunID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
 // makeRunDir creates a fresh directory for this run under dir, named by
-// time and a random suffix, so no run overwrites another's outputs.
+// its run ID, so no run overwrites another's outputs.
 func makeRunDir(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("output directory: %w", err)
 	}
 	for range 10 {
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		id := time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-		path := filepath.Join(dir, id)
+		path := filepath.Join(dir, newRunID())
 		err := os.Mkdir(path, 0o755)
 		if err == nil {
 			return path, nil
@@ -137,7 +133,7 @@ func makeRunDir(dir string) (string, error) {
 	return "", fmt.Errorf("output directory: could not find a free run name under %s", dir)
 }
 
-func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Writer) error {
+func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
 		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
@@ -157,7 +153,7 @@ func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Wri
 	var out *outputs
 	if prof != nil {
 		var err error
-		if out, err = openOutputs(o, runDir, prof, stderr); err != nil {
+		if out, err = openOutputs(o, prof, stderr); err != nil {
 			return err
 		}
 	}
