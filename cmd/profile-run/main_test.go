@@ -90,7 +90,7 @@ func TestUnwritableOutputFailsBeforeTraining(t *testing.T) {
 
 func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
 	out := t.TempDir()
-	args := append([]string{"-out", out}, small...)
+	args := append([]string{"-out", out, "-metrics-addr", "off"}, small...)
 	for range 2 {
 		code, stdout, stderr := runCmd(t, args...)
 		if code != exitOK {
@@ -126,7 +126,7 @@ func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
 }
 
 func TestProfilingOff(t *testing.T) {
-	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-profile", "off"}, small...)...)
+	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-profile", "off", "-metrics-addr", "off"}, small...)...)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
