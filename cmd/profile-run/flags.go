@@ -21,6 +21,7 @@ type options struct {
 	sortBy  profiler.SortKey
 	profile string // "on", "off", "sync"
 	depth   int    // profiler.WithDeviceDepth
+	quiet   bool   // no summary tables on stdout
 	command []string
 
 	// Destinations. File outputs default to the run directory ("" there
@@ -67,7 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
 	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
 	fs.IntVar(&o.depth, "device-depth", 1, "time on the device only ranges nested at most this deep among device ranges (1: each action, not its kernels); collectives always; 0 times every kernel, at about one event record of host time each")
-	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip)`)
+	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip the files: the summary is still printed)`)
+	fs.BoolVar(&o.quiet, "quiet", false, "do not print the summary tables on stdout (the report files are still written)")
 	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)

@@ -386,3 +386,47 @@ func TestNoRunDirectoryLeftBehind(t *testing.T) {
 		})
 	}
 }
+
+// -report off skips the report files, not the summary on stdout; -quiet
+// skips the summary on stdout, not the files.
+func TestReportOffAndQuiet(t *testing.T) {
+	const summary, breakdown = "=== rank 1 · all steps ===", "=== where the steps went"
+	cases := []struct {
+		name        string
+		args        []string
+		printed     bool // the summary tables on stdout
+		reportFiles bool // report.txt and report.rank<N> in the run directory
+	}{
+		{"default", nil, true, true},
+		{"report off", []string{"-report", "off"}, true, false},
+		{"quiet", []string{"-quiet"}, false, true},
+		{"quiet, report off", []string{"-quiet", "-report", "off"}, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			args := append(append([]string{"-out", out, "-metrics-addr", "off"}, small...), "-steps", "1")
+			code, stdout, stderr := runCmd(t, append(args, c.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, w := range []string{summary, breakdown} {
+				if got := strings.Contains(stdout, w); got != c.printed {
+					t.Errorf("stdout has %q: %v, want %v\n%s", w, got, c.printed, stdout)
+				}
+			}
+			if !strings.Contains(stdout, "step 0: loss") || !strings.Contains(stdout, "outputs:") {
+				t.Errorf("stdout lacks the step lines or the list of outputs:\n%s", stdout)
+			}
+			reports, _ := filepath.Glob(filepath.Join(out, "*", "report.*"))
+			if want := map[bool]int{true: 3, false: 0}[c.reportFiles]; len(reports) != want {
+				t.Errorf("report files %q, want %d", reports, want)
+			}
+			for _, r := range reports {
+				if b, err := os.ReadFile(r); err != nil || !bytes.Contains(b, []byte("Host Total(us)")) {
+					t.Errorf("%s has no report table (%v)", r, err)
+				}
+			}
+		})
+	}
+}

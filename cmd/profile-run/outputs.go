@@ -189,13 +189,20 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		out.removeFiles()
 	}
-	if out.report != nil {
+	// -report off skips the files, -quiet the summary on stdout.
+	var screen io.Writer
+	if !out.o.quiet {
+		screen = stdout
+	}
+	if len(recs) > 0 && (screen != nil || out.report != nil) {
 		c := out.o.train
-		paths, err := writeReports(out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), stdout)
+		paths, err := writeReports(screen, out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches))
 		errs = append(errs, err)
-		out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
-		for _, p := range paths {
-			out.summary = append(out.summary, "        "+p)
+		if out.report != nil {
+			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
+			for _, p := range paths {
+				out.summary = append(out.summary, "        "+p)
+			}
 		}
 	}
 	if out.pprofFile != nil {

@@ -181,9 +181,10 @@ func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	return errors.Join(trainErr, flushErr, out.finish(stdout))
 }
 
-// writeReports prints the all-steps summary, writes it to f, and writes
-// one file per rank beside f with per-step tables and the per-call log.
-func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64, stdout io.Writer) ([]string, error) {
+// writeReports prints the all-steps summary on stdout and writes it to f,
+// either of them nil to skip it, and writes one file per rank beside f with
+// per-step tables and the per-call log.
+func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64) ([]string, error) {
 	all := make([]profiler.Record, len(recs))
 	copy(all, recs)
 	for i := range all {
@@ -194,20 +195,28 @@ func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, ideal
 		peaks[recs[i].Rank] = max(peaks[recs[i].Rank], recs[i].PeakMemory)
 	}
 	groups := profiler.Summarize(all)
-	fmt.Fprintln(stdout)
-	if err := profiler.WriteReport(stdout, groups, peaks, by); err != nil {
-		return nil, err
+	steps := profiler.StepBreakdown(recs)
+	var ws []io.Writer
+	if stdout != nil {
+		fmt.Fprintln(stdout)
+		ws = append(ws, stdout)
 	}
-	if err := profiler.WriteReport(f, groups, peaks, by); err != nil {
-		return nil, fmt.Errorf("report: %w", err)
+	if f != nil {
+		ws = append(ws, f)
 	}
-	if steps := profiler.StepBreakdown(recs); len(steps) > 0 {
-		for _, w := range []io.Writer{stdout, f} {
+	for _, w := range ws {
+		if err := profiler.WriteReport(w, groups, peaks, by); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		if len(steps) > 0 {
 			fmt.Fprintln(w, "=== where the steps went (busy: forward and backward device time; idle: the rest) ===")
 			if err := profiler.WriteStepBreakdown(w, steps, ideal); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
 		}
+	}
+	if f == nil {
+		return nil, nil
 	}
 	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
 	return profiler.WriteRankFiles(prefix, recs, by)
