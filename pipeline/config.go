@@ -82,7 +82,9 @@ func DefaultConfig() Config {
 // Validate reports the first problem of the configuration, in one line
 // naming the fields and their values: a *ConfigError, which wraps
 // ErrInvalidConfig. Besides the sizes it checks that the backend is
-// available and has Stages·Replicas devices.
+// available and has Stages·Replicas devices and, where the backend
+// describes their memory (runtime.MemoryDescriber), that what the ranks
+// allocate (see Memory) fits in it.
 func (c Config) Validate() error {
 	if err := c.validateModel(); err != nil {
 		return err
@@ -103,6 +105,9 @@ func (c Config) Validate() error {
 		return invalid("%s × %s = %d ranks, but backend %s has %d devices",
 			field("Stages", c.Stages), field("Replicas", c.Replicas), ranks, c.Backend, n)
 	}
+	if d, ok := impl.(runtime.MemoryDescriber); ok {
+		return c.checkMemory(d)
+	}
 	return nil
 }
 
@@ -122,13 +127,10 @@ func (c Config) validateModel() error {
 			return invalid("%s: must be at least 1", field(s.name, s.v))
 		}
 	}
-	// Keep every buffer's element count and every rank's memory far from
-	// overflow; the built-in trainer is a small job.
-	const maxElems = 1 << 28
-	if c.Width > 1<<14 || int64(c.Width)*int64(c.Width)*int64(c.Layers) > maxElems ||
-		int64(c.Microbatches)*int64(c.MicrobatchSize)*int64(c.Width)*int64(c.Layers+2) > maxElems {
-		return invalid("%s, %s, %s, %s: too large for the built-in trainer",
-			field("Width", c.Width), field("Layers", c.Layers), field("Microbatches", c.Microbatches), field("MicrobatchSize", c.MicrobatchSize))
+	// Whether the buffers fit is Validate's question, for the backend's
+	// devices; here only that their sizes can be counted.
+	if err := c.checkSizesRepresentable(); err != nil {
+		return err
 	}
 	if pv := c.Stages * c.Chunks; c.Layers%pv != 0 {
 		return invalid("%s: not divisible by %s × %s = %d", field("Layers", c.Layers), field("Stages", c.Stages), field("Chunks", c.Chunks), pv)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -275,7 +276,7 @@ func TestConfigErrorsNameFlags(t *testing.T) {
 		{[]string{"-lr", "NaN"}, "-lr NaN: must be positive and finite"},
 		{[]string{"-lr", "+Inf"}, "-lr +Inf: must be positive and finite"},
 		{[]string{"-pp", "40", "-dp", "2", "-vpp", "1", "-layers", "40"}, "-pp 40 × -dp 2 = 80 ranks, but backend cpu has 64 devices"},
-		{[]string{"-width", "32768", "-layers", "4", "-microbatches", "4", "-microbatch-size", "4"}, "-width 32768, -layers 4, -microbatches 4, -microbatch-size 4: too large for the built-in trainer"},
+		{[]string{"-width", "2147483648"}, "-width 2147483648, -layers 16, -microbatches 8 and -microbatch-size 16: too large to allocate (more than 2^60 bytes a rank)"},
 		{[]string{"-comm-timeout", "0s"}, "-comm-timeout 0s: must be positive"},
 	}
 	for _, c := range cases {
@@ -428,5 +429,24 @@ func TestReportOffAndQuiet(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A model larger than this host's memory is refused before anything is
+// made, in the flags' names. The -width 8192 -layers 4 -dp 8 of the issue
+// is refused the same way where memory is short (see pipeline's tests, with
+// a fake capacity); this one needs terabytes per rank.
+func TestModelTooLargeForThisHost(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-width", "1048576", "-layers", "4", "-dp", "2")
+	if code != exitUsage || stdout != "" {
+		t.Fatalf("exit %d, want %d; stdout %q, stderr %q", code, exitUsage, stdout, stderr)
+	}
+	want := regexp.MustCompile(`^profile-run: the model needs about [0-9.]+ TB per rank × 4 ranks on this host( × [0-9.]+ for the garbage collector's headroom \(GOGC=[0-9]+\))? = [0-9.]+ TB, but [0-9.]+ [kMGT]B is available: lower -width, -layers, -microbatches, -microbatch-size or -dp \(see profile-run -h\)\n$`)
+	if !want.MatchString(stderr) {
+		t.Errorf("stderr %q does not match %s", stderr, want)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("left behind in -out: %v", entries)
 	}
 }
