@@ -1,5 +1,5 @@
-// Package ccl is trainscope's collective-communication layer: the seed's
-// CclImpl registry, the group guard, unique-id exchange through files, and
+// Package ccl is trainscope's collective-communication layer: a registry
+// of collective backends (one Impl per device type), the group guard, unique-id exchange through files, and
 // process groups that run collectives and point-to-point transfers on a
 // backend's streams.
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // ProcessGroupFactory creates process groups on one backend and keeps
-// them by name, the seed's ProcessGroupFactory. Instance returns the
+// them by name. Instance returns the
 // process-wide factory of a backend; NewProcessGroupFactory makes a
 // private one (tests, or a backend not in the registries).
 type ProcessGroupFactory struct {

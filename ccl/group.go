@@ -34,8 +34,7 @@ func group(impl grouper, fn func() error) (err error) {
 	return fn()
 }
 
-// GroupGuard holds a GroupStart/GroupEnd region open until End, the seed's
-// CclGroupGuard:
+// GroupGuard holds a GroupStart/GroupEnd region open until End:
 //
 //	g, err := ccl.NewGroupGuard(impl)
 //	if err != nil { return err }

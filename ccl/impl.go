@@ -47,8 +47,8 @@ type Comm interface {
 	Device() runtime.Device
 }
 
-// Impl is the collective-communication backend for one device type, the
-// seed's CclImpl. Every operation is enqueued on a stream of that device
+// Impl is the collective-communication backend for one device type. Every
+// operation is enqueued on a stream of that device
 // type and returns once enqueued; completion is observed through the
 // stream (events, synchronisation). Counts are in elements of dtype.
 //

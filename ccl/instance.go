@@ -40,7 +40,7 @@ func Instance(backend runtime.DeviceType) (*ProcessGroupFactory, error) {
 }
 
 // ExistingFactory returns the factory an earlier Instance call created,
-// the seed's Instance() without a backend. It creates nothing: it is an
+// for code that does not know the backend. It creates nothing: it is an
 // error when no factory exists yet, or when factories of several backends
 // exist (then Instance(backend) must pick one).
 func ExistingFactory() (*ProcessGroupFactory, error) {

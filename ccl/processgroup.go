@@ -14,8 +14,8 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// ProcessGroup is a named communicator bound to a backend device type,
-// the seed's ProcessGroup. It holds one or more local ranks, one per
+// ProcessGroup is a named communicator bound to a backend device type. It
+// holds one or more local ranks, one per
 // device: several when this process drives several devices (CommInitAll,
 // a goroutine per device), one in a multi-process group (CommInitRank).
 //

@@ -35,7 +35,7 @@ func TestStatusString(t *testing.T) {
 			t.Errorf("Status(%d).Error() = %q", int(tc.s), got)
 		}
 	}
-	// Values must stay as the seed numbered them.
+	// The values are part of the API: they must not change.
 	for s, v := range map[Status]int{StatusSuccess: 0, StatusInProgress: 1, StatusTimeout: 2, StatusError: -1,
 		StatusInvalidArgument: -2, StatusUnavailable: -3, StatusNotSupported: -4, StatusInternal: -5, StatusUnknown: -127} {
 		if int(s) != v {
@@ -73,5 +73,19 @@ func TestErrorWrapping(t *testing.T) {
 	}
 	if err := Errorf("Send", StatusInvalidArgument, "peer %d", 9); !errors.Is(err, StatusInvalidArgument) || err.Error() != "ccl: Send: InvalidArgument: peer 9" {
 		t.Errorf("Errorf: %v", err)
+	}
+}
+
+// A process group asks StatusOf of every asynchronous error check while it
+// waits ("in progress" included): the direct cases must not allocate.
+func TestStatusOfDoesNotAllocate(t *testing.T) {
+	var e error = &Error{Op: "AllReduce", Status: StatusInProgress}
+	var s error = StatusTimeout
+	if n := testing.AllocsPerRun(100, func() {
+		if StatusOf(e) != StatusInProgress || StatusOf(s) != StatusTimeout {
+			t.Fatal("wrong status")
+		}
+	}); n != 0 {
+		t.Errorf("StatusOf allocates %v times per call", n)
 	}
 }

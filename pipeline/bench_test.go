@@ -19,8 +19,8 @@ func launchBound() Config {
 }
 
 // BenchmarkStep measures one training step (ns/op is per step) without
-// profiling, with trainscope's profiler, and with the profiler in the
-// seed's style, which synchronises the stream around every device range.
+// profiling, with trainscope's profiler, and with the profiler
+// synchronising the stream around every device range.
 func BenchmarkStep(b *testing.B) {
 	cases := []struct {
 		name string
@@ -30,7 +30,7 @@ func BenchmarkStep(b *testing.B) {
 		{name: "profiling=off", off: true},
 		{name: "profiling=on"},
 		{name: "profiling=on,device-depth=1", opts: []profiler.Option{profiler.WithDeviceDepth(1)}},
-		{name: "profiling=seed-style", opts: []profiler.Option{profiler.WithSeedStyleSync()}},
+		{name: "profiling=sync-each-range", opts: []profiler.Option{profiler.WithSyncEachRange()}},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -12,7 +11,8 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// ErrInvalidConfig is wrapped by every error Validate returns.
+// ErrInvalidConfig is wrapped by every error Validate returns (a
+// *ConfigError).
 var ErrInvalidConfig = errors.New("invalid trainer configuration")
 
 // Schedule names accepted in Config.Schedule.
@@ -80,22 +80,33 @@ func DefaultConfig() Config {
 }
 
 // Validate reports the first problem of the configuration, in one line
-// naming the values, wrapping ErrInvalidConfig. Besides the sizes it
-// checks that the backend is available and has Stages·Replicas devices.
+// naming the fields and their values: a *ConfigError, which wraps
+// ErrInvalidConfig. Besides the sizes it checks that the backend is
+// available and has Stages·Replicas devices and, where the backend
+// describes their memory (runtime.MemoryDescriber), that what the ranks
+// allocate (see Memory) fits in it.
 func (c Config) Validate() error {
 	if err := c.validateModel(); err != nil {
 		return err
 	}
 	impl, err := runtime.Available(c.Backend)
 	if err != nil {
-		return fmt.Errorf("pipeline: %w: backend %s: %w", ErrInvalidConfig, c.Backend, err)
+		e := invalid("backend %s: %v", c.Backend, err)
+		e.cause = err
+		return e
 	}
 	n, err := impl.DeviceCount()
 	if err != nil {
-		return fmt.Errorf("pipeline: %w: backend %s: device count: %w", ErrInvalidConfig, c.Backend, err)
+		e := invalid("backend %s: device count: %v", c.Backend, err)
+		e.cause = err
+		return e
 	}
 	if ranks := c.Stages * c.Replicas; ranks > n {
-		return invalid("Stages×Replicas = %d×%d = %d ranks, but backend %s has %d devices", c.Stages, c.Replicas, ranks, c.Backend, n)
+		return invalid("%s × %s = %d ranks, but backend %s has %d devices",
+			field("Stages", c.Stages), field("Replicas", c.Replicas), ranks, c.Backend, n)
+	}
+	if d, ok := impl.(runtime.MemoryDescriber); ok {
+		return c.checkMemory(d)
 	}
 	return nil
 }
@@ -113,28 +124,25 @@ func (c Config) validateModel() error {
 	}
 	for _, s := range sizes {
 		if s.v < 1 {
-			return invalid("%s=%d must be at least 1", s.name, s.v)
+			return invalid("%s: must be at least 1", field(s.name, s.v))
 		}
 	}
-	// Keep every buffer's element count and every rank's memory far from
-	// overflow; the built-in trainer is a small job.
-	const maxElems = 1 << 28
-	if c.Width > 1<<14 || int64(c.Width)*int64(c.Width)*int64(c.Layers) > maxElems ||
-		int64(c.Microbatches)*int64(c.MicrobatchSize)*int64(c.Width)*int64(c.Layers+2) > maxElems {
-		return invalid("Width=%d, Layers=%d, Microbatches=%d, MicrobatchSize=%d is too large for the built-in trainer",
-			c.Width, c.Layers, c.Microbatches, c.MicrobatchSize)
+	// Whether the buffers fit is Validate's question, for the backend's
+	// devices; here only that their sizes can be counted.
+	if err := c.checkSizesRepresentable(); err != nil {
+		return err
 	}
 	if pv := c.Stages * c.Chunks; c.Layers%pv != 0 {
-		return invalid("Layers=%d is not divisible by Stages×Chunks = %d×%d = %d", c.Layers, c.Stages, c.Chunks, pv)
+		return invalid("%s: not divisible by %s × %s = %d", field("Layers", c.Layers), field("Stages", c.Stages), field("Chunks", c.Chunks), pv)
 	}
 	if _, err := c.schedule(); err != nil {
 		return err
 	}
 	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
-		return invalid("LearningRate=%g must be positive and finite", c.LearningRate)
+		return invalid("%s: must be positive and finite", field("LearningRate", c.LearningRate))
 	}
 	if c.CommTimeout < 0 {
-		return invalid("CommTimeout=%v is negative", c.CommTimeout)
+		return invalid("%s: must not be negative", field("CommTimeout", c.CommTimeout))
 	}
 	return nil
 }
@@ -146,22 +154,29 @@ func (c Config) schedule() (*schedule.Schedule, error) {
 		s   *schedule.Schedule
 		err error
 	)
-	switch strings.ToLower(c.Schedule) {
+	name := strings.ToLower(c.Schedule)
+	switch name {
 	case Schedule1F1B:
 		s, err = schedule.Interleaved1F1B(c.Stages, c.Chunks, c.Microbatches)
 	case ScheduleGPipe:
 		s, err = schedule.GPipe(c.Stages, c.Chunks, c.Microbatches)
 	default:
-		return nil, invalid("unknown Schedule %q (known: %s, %s)", c.Schedule, Schedule1F1B, ScheduleGPipe)
+		return nil, invalid("%s: unknown schedule (known: %s, %s)", field("Schedule", c.Schedule), Schedule1F1B, ScheduleGPipe)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: %w: %w", ErrInvalidConfig, err)
+		var e *ConfigError
+		if name == Schedule1F1B && c.Chunks > 1 && c.Stages > 0 && c.Microbatches%c.Stages != 0 {
+			// The one schedule rule a valid size breaks, said in the
+			// fields' names rather than the schedule package's p, v, m.
+			e = invalid("%s: must be a multiple of %s for the interleaved 1F1B schedule (%s)",
+				field("Microbatches", c.Microbatches), field("Stages", c.Stages), field("Chunks", c.Chunks))
+		} else {
+			e = invalid("%s, %s, %s: %v", field("Stages", c.Stages), field("Chunks", c.Chunks), field("Microbatches", c.Microbatches), err)
+		}
+		e.cause = err
+		return nil, e
 	}
 	return s, nil
-}
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("pipeline: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 }
 
 // commTimeout is CommTimeout with its default applied.

@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,9 +26,9 @@ func TestValidate(t *testing.T) {
 		{"gpipe any m", func(c *Config) { c.Schedule, c.Microbatches = ScheduleGPipe, 3 }, nil, false},
 		{"plain 1f1b any m", func(c *Config) { c.Chunks, c.Microbatches = 1, 3 }, nil, false},
 		{"upper-case schedule", func(c *Config) { c.Schedule = "GPipe" }, nil, false},
-		{"layers", func(c *Config) { c.Layers = 10 }, []string{"Layers=10", "Stages×Chunks = 2×2 = 4"}, false},
-		{"devices", func(c *Config) { c.Stages, c.Chunks, c.Layers, c.Replicas = 8, 1, 8, 9 }, []string{"Stages×Replicas = 8×9 = 72", "cpu has 64 devices"}, false},
-		{"interleaved m", func(c *Config) { c.Microbatches = 3 }, []string{"m=3", "p=2", "v=2"}, true},
+		{"layers", func(c *Config) { c.Layers = 10 }, []string{"Layers=10", "Stages=2 × Chunks=2 = 4"}, false},
+		{"devices", func(c *Config) { c.Stages, c.Chunks, c.Layers, c.Replicas = 8, 1, 8, 9 }, []string{"Stages=8 × Replicas=9 = 72", "cpu has 64 devices"}, false},
+		{"interleaved m", func(c *Config) { c.Microbatches = 3 }, []string{"Microbatches=3", "multiple of Stages=2", "Chunks=2"}, true},
 		{"stages", func(c *Config) { c.Stages = 0 }, []string{"Stages=0"}, false},
 		{"chunks", func(c *Config) { c.Chunks = -1 }, []string{"Chunks=-1"}, false},
 		{"replicas", func(c *Config) { c.Replicas = 0 }, []string{"Replicas=0"}, false},
@@ -35,9 +37,9 @@ func TestValidate(t *testing.T) {
 		{"width", func(c *Config) { c.Width = 0 }, []string{"Width=0"}, false},
 		{"layers zero", func(c *Config) { c.Layers = 0 }, []string{"Layers=0"}, false},
 		{"steps", func(c *Config) { c.Steps = 0 }, []string{"Steps=0"}, false},
-		{"too large", func(c *Config) { c.Width = 1 << 15 }, []string{"Width=32768", "too large"}, false},
-		{"schedule", func(c *Config) { c.Schedule = "zero-bubble" }, []string{`unknown Schedule "zero-bubble"`, "1f1b", "gpipe"}, false},
-		{"empty schedule", func(c *Config) { c.Schedule = "" }, []string{`unknown Schedule ""`}, false},
+		{"too large to count", func(c *Config) { c.Width = 1 << 31 }, []string{"Width=2147483648", "too large"}, false},
+		{"schedule", func(c *Config) { c.Schedule = "zero-bubble" }, []string{`Schedule="zero-bubble": unknown`, "1f1b", "gpipe"}, false},
+		{"empty schedule", func(c *Config) { c.Schedule = "" }, []string{`Schedule="": unknown`}, false},
 		{"learning rate", func(c *Config) { c.LearningRate = 0 }, []string{"LearningRate=0"}, false},
 		{"learning rate NaN", func(c *Config) { c.LearningRate = math.NaN() }, []string{"LearningRate=NaN"}, false},
 		{"timeout", func(c *Config) { c.CommTimeout = -1 }, []string{"CommTimeout=-1ns"}, false},
@@ -68,6 +70,47 @@ func TestValidate(t *testing.T) {
 			}
 			if got := errors.Is(err, schedule.ErrInvalidArgument); got != tc.sched {
 				t.Errorf("errors.Is(err, schedule.ErrInvalidArgument) = %v, want %v", got, tc.sched)
+			}
+		})
+	}
+}
+
+// A caller that sets the fields from elsewhere can say the problem in its
+// own names.
+func TestConfigErrorExplain(t *testing.T) {
+	upper := func(field string, value any) string {
+		if value == nil {
+			return strings.ToUpper(field)
+		}
+		return fmt.Sprintf("<%s %v>", strings.ToUpper(field), value)
+	}
+	ok := smallConfig(2, 2, 1, Schedule1F1B)
+	cases := []struct {
+		name    string
+		change  func(*Config)
+		fields  []string
+		explain string
+	}{
+		{"size", func(c *Config) { c.Replicas = 0 }, []string{"Replicas"}, "<REPLICAS 0>: must be at least 1"},
+		{"layers", func(c *Config) { c.Layers = 6 }, []string{"Layers", "Stages", "Chunks"}, "<LAYERS 6>: not divisible by <STAGES 2> × <CHUNKS 2> = 4"},
+		{"interleaved m", func(c *Config) { c.Microbatches = 3 }, []string{"Microbatches", "Stages", "Chunks"},
+			"<MICROBATCHES 3>: must be a multiple of <STAGES 2> for the interleaved 1F1B schedule (<CHUNKS 2>)"},
+		{"schedule", func(c *Config) { c.Schedule = "zigzag" }, []string{"Schedule"}, "<SCHEDULE zigzag>: unknown schedule (known: 1f1b, gpipe)"},
+		{"learning rate", func(c *Config) { c.LearningRate = -1 }, []string{"LearningRate"}, "<LEARNINGRATE -1>: must be positive and finite"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.change(&c)
+			var ce *ConfigError
+			if err := c.Validate(); !errors.As(err, &ce) {
+				t.Fatalf("Validate() = %v, want a *ConfigError", err)
+			}
+			if got := ce.Fields(); !slices.Equal(got, tc.fields) {
+				t.Errorf("Fields() = %q, want %q", got, tc.fields)
+			}
+			if got := ce.Explain(upper); got != tc.explain {
+				t.Errorf("Explain = %q, want %q", got, tc.explain)
 			}
 		})
 	}

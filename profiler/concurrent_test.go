@@ -14,9 +14,10 @@ import (
 	_ "github.com/trainscope/trainscope/runtime/cpu"
 )
 
-// TestConcurrentRecordingWhileReading is the seed's bug class: many ranks
-// (as under VPP) record nested device-timed ranges while another goroutine
-// snapshots, reports, resets and changes tags. Run under -race; every range
+// TestConcurrentRecordingWhileReading covers the races a profiler shared by
+// pipeline ranks is prone to: many ranks (as under VPP) record nested
+// device-timed ranges while another goroutine snapshots, reports, resets
+// and changes tags. Run under -race; every range
 // recorded after the last Reset must come out exactly once.
 func TestConcurrentRecordingWhileReading(t *testing.T) {
 	const ranks, iters = 32, 40

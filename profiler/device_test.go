@@ -121,20 +121,27 @@ func TestCollectiveBandwidthFromDeviceTime(t *testing.T) {
 	}
 }
 
-func TestSeedStyleSyncWaitsForDevice(t *testing.T) {
-	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithSeedStyleSync())
-	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 7})
-	s := cpuStream(t, 7)
-	r.StartDevice("work", s)
-	_ = cpu.Enqueue(s, func() { time.Sleep(15 * time.Millisecond) })
-	t0 := time.Now()
-	r.End()
-	if waited := time.Since(t0); waited < 10*time.Millisecond {
-		t.Fatalf("seed-style End returned after %v, before the device finished", waited)
-	}
-	recs := p.Snapshot()
-	if len(recs) != 1 || recs[0].HostDuration() < 15*time.Millisecond {
-		t.Fatalf("seed-style host time should include the wait: %+v", recs)
+func TestSyncEachRangeWaitsForDevice(t *testing.T) {
+	for name, opt := range map[string]profiler.Option{
+		"WithSyncEachRange": profiler.WithSyncEachRange(),
+		"WithSeedStyleSync": profiler.WithSeedStyleSync(), // deprecated name, same behaviour
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := newProfiler(t, profiler.WithCollectInterval(0), opt)
+			r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 7})
+			s := cpuStream(t, 7)
+			r.StartDevice("work", s)
+			_ = cpu.Enqueue(s, func() { time.Sleep(15 * time.Millisecond) })
+			t0 := time.Now()
+			r.End()
+			if waited := time.Since(t0); waited < 10*time.Millisecond {
+				t.Fatalf("End returned after %v, before the device finished", waited)
+			}
+			recs := p.Snapshot()
+			if len(recs) != 1 || recs[0].HostDuration() < 15*time.Millisecond {
+				t.Fatalf("host time should include the wait: %+v", recs)
+			}
+		})
 	}
 }
 

@@ -22,7 +22,7 @@
 // through a ccl.ProcessGroup arrive as ranges with a Collective attached;
 // their algorithm and bus bandwidth are computed from the device time.
 //
-// Summarize and WriteReport produce the seed's text report: per rank and
+// Summarize and WriteReport produce the text report: per rank and
 // tag, each name's count, host and device totals and shares, and averages,
 // followed by peak device memory; WriteRecords writes the per-call log.
 package profiler

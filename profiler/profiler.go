@@ -47,7 +47,7 @@ type config struct {
 	maxRecords  int
 	eventPool   int
 	interval    time.Duration
-	seedSync    bool
+	syncEach    bool
 	noAdjacent  bool
 	deviceDepth int
 	recalibrate time.Duration
@@ -85,11 +85,16 @@ func WithRecalibration(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.recalibrate = d })
 }
 
-// WithSeedStyleSync makes every device range synchronise its stream before
-// it starts and wait for its end event when it ends, as the seed's profiler
-// did. It serialises host and device; it exists to measure what that
-// costs, not for use.
-func WithSeedStyleSync() Option { return optionFunc(func(c *config) { c.seedSync = true }) }
+// WithSyncEachRange makes every device range synchronise its stream before
+// it starts and wait for its end event when it ends, as simple event-based
+// profilers do. It serialises host and device; it exists to measure what
+// that costs, not for use.
+func WithSyncEachRange() Option { return optionFunc(func(c *config) { c.syncEach = true }) }
+
+// WithSeedStyleSync is the former name of WithSyncEachRange.
+//
+// Deprecated: use WithSyncEachRange.
+func WithSeedStyleSync() Option { return WithSyncEachRange() }
 
 // WithAdjacentRanges(false) gives every device range a start event of its
 // own. By default a device range that starts on the stream where the
@@ -173,8 +178,9 @@ func (p *Profiler) wake() {
 // Epoch is the host time that record times count from.
 func (p *Profiler) Epoch() time.Time { return p.clock.epoch }
 
-// SetTag sets the tag that ranges started from now on carry (the seed's
-// tag, e.g. a step name); safe from any goroutine.
+// SetTag sets the tag that ranges started from now on carry (a label such
+// as a step name, that the report groups ranges by); safe from any
+// goroutine.
 func (p *Profiler) SetTag(tag string) {
 	p.tagMu.Lock()
 	defer p.tagMu.Unlock()

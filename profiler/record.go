@@ -23,7 +23,7 @@ type Record struct {
 	// Stream is the ID (runtime.Stream.ID) of the stream a device range
 	// was timed on; 0 for host ranges.
 	Stream uint64
-	Tag    string // the profiler's tag when the range started (the seed's tag)
+	Tag    string // the profiler's tag when the range started (SetTag); the report groups by it
 	Labels
 
 	HostStart, HostEnd time.Duration

@@ -282,7 +282,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
 	if s != nil {
-		if r.p.cfg.seedSync {
+		if r.p.cfg.syncEach {
 			if err := s.Synchronize(context.Background()); err != nil {
 				r.recordErrs.Add(1)
 			}
@@ -397,7 +397,7 @@ func (r *Recorder) endDevice(f *frame) {
 		return
 	}
 	x.end = end
-	if !r.p.cfg.seedSync && !r.p.cfg.noAdjacent {
+	if !r.p.cfg.syncEach && !r.p.cfg.noAdjacent {
 		// Hold the end while the next range may start from it.
 		if r.last.ev != nil {
 			r.drop(r.last.ev)
@@ -405,7 +405,7 @@ func (r *Recorder) endDevice(f *frame) {
 		end.refs.Add(1)
 		r.last = lastEnd{stream: x.stream, ev: end, ops: x.stream.Ops(), at: r.p.now()}
 	}
-	if r.p.cfg.seedSync {
+	if r.p.cfg.syncEach {
 		if err := end.Synchronize(context.Background()); err != nil {
 			r.recordErrs.Add(1)
 		}

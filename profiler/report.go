@@ -90,8 +90,9 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 const mib = 1 << 20
 
-// WriteReport writes the summary tables, one per rank and tag, with the
-// columns of the seed's report, rows ordered by `by`, each rank's section
+// WriteReport writes the summary tables, one per rank and tag (a row per
+// range name: count, host and device totals and shares, averages), rows
+// ordered by `by`, each rank's section
 // ending with its peak device memory (peak maps rank to bytes; a missing
 // rank prints 0).
 func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) error {

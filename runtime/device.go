@@ -48,7 +48,7 @@ func (d Device) String() string { return fmt.Sprintf("%s:%d", d.Type, d.Index) }
 // EventFlag selects event behaviour at creation; flags combine with |.
 type EventFlag uint32
 
-// Event flags, numbered as in the seed (and as CUDA numbers them).
+// Event flags, numbered as CUDA numbers them.
 const (
 	EventDefault       EventFlag = 0
 	EventBlockingSync  EventFlag = 1

@@ -2,11 +2,10 @@
 // devices, streams, events, buffers and the backend interface Impl that each
 // device type registers once.
 //
-// It carries over the seed's DeviceGuardImpl registry with the review's
-// requests applied: streams and events are created and destroyed through
-// their own types (NewStream, NewEvent, Destroy) rather than through the
-// backend, status codes live inside error values (use errors.Is with a
-// Status), and the String of a status outside the list says so.
+// Streams and events are created and destroyed through their own types
+// (NewStream, NewEvent, Destroy) rather than through the backend, status
+// codes live inside error values (use errors.Is with a Status), and the
+// String of a status outside the list says so.
 //
 // A backend registers in init and does no other work there; it loads its
 // native libraries on first use (Impl.Init), so importing a GPU backend on a
@@ -19,6 +18,6 @@
 //	ev, err := runtime.NewEvent(dev, runtime.EventDefault)
 //	err = ev.Record(s)
 //
-// Package runtime is named after the seed's core/runtime directory; import
-// it under another name (trt, say) where Go's own runtime is also needed.
+// Package runtime shares its name with Go's own runtime package; import it
+// under another name (trt, say) where both are needed.
 package runtime

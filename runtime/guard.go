@@ -1,7 +1,7 @@
 package runtime
 
-// Guard sets a current device and restores the previous one on Release,
-// like the seed's DeviceGuard. For CUDA the current device belongs to the
+// Guard sets a current device and restores the previous one on Release
+// (a scoped device guard). For CUDA the current device belongs to the
 // OS thread, so a goroutine that relies on it should hold
 // runtime.LockOSThread (Go's) for the guard's lifetime; trainscope's own
 // APIs take the device explicitly and do not rely on it.

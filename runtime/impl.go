@@ -110,6 +110,25 @@ type Elementwise interface {
 	Scale(stream any, alpha float32, x Buffer, n int) error
 }
 
+// MemoryDescriber is an optional backend capability: how much memory a
+// device can allocate from, so that a job too large for it can be refused
+// before it starts. Discover it with a type assertion.
+type MemoryDescriber interface {
+	// DeviceMemory asks the system (not the backend's own counters, as
+	// MemoryStats does), so it may cost a driver call.
+	DeviceMemory(index int) (DeviceMemory, error)
+}
+
+// DeviceMemory is the memory a device allocates from.
+type DeviceMemory struct {
+	Total     int64 // bytes; 0 where unknown
+	Available int64 // bytes new allocations can still get; 0 where unknown
+	// Host reports that the memory is the host's, shared by every device
+	// of the backend and by the host's own allocations (the CPU
+	// backend's devices): what each of them allocates counts against it.
+	Host bool
+}
+
 // DeviceDescriber is an optional backend capability that names devices the
 // way other tools do, so metrics can join with them (NVIDIA's DCGM exporter
 // labels GPUs by index and UUID). Discover it with a type assertion.

@@ -1,10 +1,6 @@
 package runtime
 
-import (
-	"errors"
-	"fmt"
-	"strconv"
-)
+import "github.com/trainscope/trainscope/internal/status"
 
 // Status is the outcome of a runtime operation. Non-negative values are
 // normal outcomes, negative values are failures. Each backend maps its own
@@ -14,8 +10,8 @@ import (
 // matches any error that wraps that status.
 type Status int
 
-// Status values, as the seed numbered them; Unknown sits at -127 to leave
-// room for new failures.
+// Status values: non-negative is a normal outcome, negative a failure;
+// Unknown sits at -127 to leave room for new failures.
 const (
 	StatusSuccess          Status = 0
 	StatusNotReady         Status = 1
@@ -46,74 +42,40 @@ var statusNames = map[Status]string{
 	StatusUnknown:          "Unknown",
 }
 
+// statusTable describes runtime's codes to the shared status code.
+type statusTable struct{}
+
+func (statusTable) Package() string { return "runtime" }
+
+func (statusTable) Name(s Status) (string, bool) {
+	n, ok := statusNames[s]
+	return n, ok
+}
+
 // String names a listed status. A value outside the list is reported as
 // unsupported rather than as "Unknown", which is itself a listed value.
-func (s Status) String() string {
-	if n, ok := statusNames[s]; ok {
-		return n
-	}
-	return "unsupported runtime status " + strconv.Itoa(int(s))
-}
+func (s Status) String() string { return status.String[statusTable](s) }
 
 // Error makes a Status usable as an error and as an errors.Is target.
-func (s Status) Error() string { return "runtime: " + s.String() }
+func (s Status) Error() string { return status.Message[statusTable](s) }
 
-// OK reports whether s is a normal (non-negative) outcome in the seed's
-// convention. NotReady, InProgress and Timeout are non-negative too: they
-// mean "not yet" or "gave up waiting", not success, so code that needs
-// success compares with StatusSuccess (or checks err == nil).
-func (s Status) OK() bool { return s >= 0 }
+// OK reports whether s is a normal (non-negative) outcome. NotReady and
+// Timeout are non-negative too: they mean "not yet" or "gave up waiting",
+// not success, so code that needs success compares with StatusSuccess (or
+// checks err == nil).
+func (s Status) OK() bool { return status.OK(s) }
 
-// Error is a failed runtime operation: which operation, the status it maps
-// to, and the backend's own detail (a CUDA error name and string, say).
-type Error struct {
-	Op     string // the operation, e.g. "EventElapsed"
-	Status Status
-	Detail string // backend-specific explanation; may be empty
-	Err    error  // underlying cause; may be nil
-}
-
-func (e *Error) Error() string {
-	msg := "runtime: " + e.Op + ": " + e.Status.String()
-	if e.Detail != "" {
-		msg += ": " + e.Detail
-	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Unwrap exposes both the status and the cause to errors.Is and errors.As.
-func (e *Error) Unwrap() []error {
-	if e.Err == nil {
-		return []error{e.Status}
-	}
-	return []error{e.Status, e.Err}
-}
+// Error is a failed runtime operation: which operation (Op, e.g.
+// "EventElapsed"), the Status it maps to, the backend's own Detail (a CUDA
+// error name and string, say) and the underlying cause Err; the last two
+// may be empty. errors.Is and errors.As see both the status and the cause.
+type Error = status.Error[Status, statusTable]
 
 // Errorf returns an *Error for op with status st and a formatted detail.
 func Errorf(op string, st Status, format string, args ...any) error {
-	return &Error{Op: op, Status: st, Detail: fmt.Sprintf(format, args...)}
+	return status.Errorf[statusTable](op, st, format, args...)
 }
 
 // StatusOf returns the status an error carries: StatusSuccess for nil,
 // the wrapped Status where there is one, and StatusUnknown otherwise.
-func StatusOf(err error) Status {
-	if err == nil {
-		return StatusSuccess
-	}
-	// The common cases without errors.As, which allocates: polling asks
-	// this of every NotReady.
-	switch e := err.(type) {
-	case *Error:
-		return e.Status
-	case Status:
-		return e
-	}
-	var st Status
-	if errors.As(err, &st) {
-		return st
-	}
-	return StatusUnknown
-}
+func StatusOf(err error) Status { return status.Of[statusTable](err, StatusUnknown) }

@@ -178,8 +178,8 @@ func TestRecvTimeout(t *testing.T) {
 }
 
 // TestOneGoroutineDrivesAll issues, from one goroutine and inside one
-// group, every rank's Recv before its Send and an AllReduce, as the seed's
-// CommInitAll mode drives several devices from one thread.
+// group, every rank's Recv before its Send and an AllReduce, as
+// CommInitAll's single-thread mode drives several devices from one thread.
 func TestOneGoroutineDrivesAll(t *testing.T) {
 	noLeaks(t)
 	const n, count = 4, 5

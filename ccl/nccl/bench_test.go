@@ -32,7 +32,7 @@ func launchBound() pipeline.Config {
 
 // BenchmarkTrainerStep (evidence b): one training step (ns/op is per
 // step) without profiling, with trainscope's profiler, and with the
-// profiler in the seed's style.
+// profiler synchronising the stream around every device range.
 func BenchmarkTrainerStep(b *testing.B) {
 	gpus(b, 2)
 	cases := []struct {
@@ -43,7 +43,7 @@ func BenchmarkTrainerStep(b *testing.B) {
 		{name: "profiling=off", off: true},
 		{name: "profiling=on"},
 		{name: "profiling=on,device-depth=1", opts: []profiler.Option{profiler.WithDeviceDepth(1)}},
-		{name: "profiling=seed-style", opts: []profiler.Option{profiler.WithSeedStyleSync()}},
+		{name: "profiling=sync-each-range", opts: []profiler.Option{profiler.WithSyncEachRange()}},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {

@@ -19,8 +19,9 @@ type options struct {
 	backend string // "auto", "cpu", "cuda"
 	outDir  string
 	sortBy  profiler.SortKey
-	profile string // "on", "off", "seed-sync"
+	profile string // "on", "off", "sync"
 	depth   int    // profiler.WithDeviceDepth
+	quiet   bool   // no summary tables on stdout
 	command []string
 
 	// Destinations. File outputs default to the run directory ("" there
@@ -65,9 +66,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
-	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or seed-sync (synchronise around every range, as the seed did)")
+	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
 	fs.IntVar(&o.depth, "device-depth", 1, "time on the device only ranges nested at most this deep among device ranges (1: each action, not its kernels); collectives always; 0 times every kernel, at about one event record of host time each")
-	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip)`)
+	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip the files: the summary is still printed)`)
+	fs.BoolVar(&o.quiet, "quiet", false, "do not print the summary tables on stdout (the report files are still written)")
 	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)
@@ -103,21 +105,25 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("-sort: %v", err)
 	}
 	switch o.profile {
-	case "on", "off", "seed-sync":
+	case "on", "off", "sync":
+	case "seed-sync":
+		// The former name of sync, accepted for one release.
+		fmt.Fprintln(stderr, "profile-run: -profile seed-sync is deprecated; use -profile sync")
+		o.profile = "sync"
 	default:
-		return nil, usagef("-profile: unknown mode %q (one of: on, off, seed-sync)", o.profile)
+		return nil, usagef("-profile: unknown mode %q (one of: on, off, sync)", o.profile)
 	}
 	if o.depth < 0 {
-		return nil, usagef("-device-depth: %d is negative", o.depth)
+		return nil, usagef("-device-depth %d: must not be negative", o.depth)
 	}
 	if c.CommTimeout <= 0 {
-		return nil, usagef("-comm-timeout: %v must be positive", c.CommTimeout)
+		return nil, usagef("-comm-timeout %v: must be positive", c.CommTimeout)
 	}
 	if strings.TrimSpace(o.outDir) == "" {
 		return nil, usagef("-out: empty directory name")
 	}
 	if o.metricsLinger < 0 {
-		return nil, usagef("-metrics-linger: %v is negative", o.metricsLinger)
+		return nil, usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
 	}
 	if o.pushgateway != "" {
 		u, err := url.Parse(o.pushgateway)
@@ -133,4 +139,41 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// configFlags names the flag that sets each pipeline.Config field, so that
+// a configuration error names what the user typed (-pp 0), not the field
+// (Stages=0).
+var configFlags = map[string]string{
+	"Backend":        "-backend",
+	"Stages":         "-pp",
+	"Chunks":         "-vpp",
+	"Replicas":       "-dp",
+	"Microbatches":   "-microbatches",
+	"MicrobatchSize": "-microbatch-size",
+	"Width":          "-width",
+	"Layers":         "-layers",
+	"Steps":          "-steps",
+	"Schedule":       "-schedule",
+	"LearningRate":   "-lr",
+	"Seed":           "-seed",
+	"CommTimeout":    "-comm-timeout",
+}
+
+// asFlag names a Config field as its flag, followed by the value where
+// there is one: pipeline.ConfigError.Explain's namer for the command line.
+func asFlag(field string, value any) string {
+	name, ok := configFlags[field]
+	if !ok {
+		name = field // not set from a flag; the library's name is all there is
+	}
+	switch v := value.(type) {
+	case nil:
+		return name
+	case string:
+		if v == "" || strings.ContainsAny(v, " \t\"") {
+			return fmt.Sprintf("%s %q", name, v)
+		}
+	}
+	return fmt.Sprintf("%s %v", name, value)
 }

@@ -27,7 +27,8 @@ const closeTimeout = 15 * time.Second
 // endpoint, and what is pushed at the end.
 type outputs struct {
 	o      *options
-	runDir string
+	runID  string
+	runDir string // "" unless a file goes into the run directory
 	prof   *profiler.Profiler
 	stderr io.Writer
 
@@ -63,43 +64,53 @@ func createFile(what, path string) (*os.File, error) {
 	return f, nil
 }
 
-// openOutputs prepares every destination. File problems are errors;
-// network problems (a port in use) are warnings: training goes on.
-func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.Writer) (*outputs, error) {
-	out := &outputs{o: o, runDir: runDir, prof: prof, stderr: stderr}
+// openOutputs prepares every destination. File problems are errors, and
+// leave nothing behind: no file, no run directory. Network problems (a
+// port in use) are warnings: training goes on.
+func openOutputs(o *options, prof *profiler.Profiler, stderr io.Writer) (*outputs, error) {
+	out := &outputs{o: o, prof: prof, stderr: stderr}
 	var err error
+	// The run directory is made only when a file goes into it.
+	if o.report == "" || o.pprofPath == "" || o.tracePath == "" {
+		if out.runDir, err = makeRunDir(o.outDir); err != nil {
+			return nil, err
+		}
+		out.runID = filepath.Base(out.runDir)
+	} else {
+		out.runID = newRunID()
+	}
 	files := []struct {
 		dst        **os.File
 		what, path string
 	}{
-		{&out.report, "-report", resolvePath(o.report, runDir, "report.txt")},
-		{&out.pprofFile, "-pprof", resolvePath(o.pprofPath, runDir, "profile.pb.gz")},
-		{&out.traceFile, "-trace", resolvePath(o.tracePath, runDir, "trace.json")},
+		{&out.report, "-report", resolvePath(o.report, out.runDir, "report.txt")},
+		{&out.pprofFile, "-pprof", resolvePath(o.pprofPath, out.runDir, "profile.pb.gz")},
+		{&out.traceFile, "-trace", resolvePath(o.tracePath, out.runDir, "trace.json")},
 	}
 	for _, f := range files {
 		if *f.dst, err = createFile(f.what, f.path); err != nil {
-			out.closeFiles()
+			out.discard()
 			return nil, err
 		}
 	}
 	if o.otlpEndpoint != "" || otel.EnvEndpoint() != "" {
 		out.spans, err = otel.New(context.Background(), prof, otel.Config{
 			Epoch:       prof.Epoch(),
-			RunID:       filepath.Base(runDir),
+			RunID:       out.runID,
 			Endpoint:    o.otlpEndpoint,
 			Protocol:    o.otlpProtocol,
 			Insecure:    o.otlpInsecure || loopbackHostPort(o.otlpEndpoint),
 			ServiceName: o.serviceName,
 		})
 		if err != nil {
-			out.closeFiles()
+			out.discard()
 			return nil, &usageError{err.Error()}
 		}
 		fmt.Fprintf(stderr, "profile-run: sending spans over OTLP (%s) to %s\n", out.spans.Protocol(), out.spans.Endpoint())
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
-		if out.metrics, err = prom.New(prof, prom.WithRunID(filepath.Base(runDir))); err != nil {
-			out.closeFiles()
+		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID)); err != nil {
+			out.discard()
 			return nil, err
 		}
 		if out.spans != nil {
@@ -109,7 +120,7 @@ func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.W
 				return prom.Delivery{Delivered: s.Exported, Failed: s.Failed, Dropped: s.Dropped}
 			}))
 			if err != nil {
-				out.closeFiles()
+				out.discard()
 				return nil, err
 			}
 		}
@@ -125,11 +136,40 @@ func openOutputs(o *options, runDir string, prof *profiler.Profiler, stderr io.W
 	return out, nil
 }
 
+func (out *outputs) files() []*os.File {
+	return []*os.File{out.report, out.pprofFile, out.traceFile}
+}
+
 func (out *outputs) closeFiles() {
-	for _, f := range []*os.File{out.report, out.pprofFile, out.traceFile} {
+	for _, f := range out.files() {
 		if f != nil {
 			_ = f.Close()
 		}
+	}
+}
+
+// removeFiles closes and removes every file openOutputs created, and the
+// run directory: for a run that stops before it writes anything.
+func (out *outputs) removeFiles() {
+	out.closeFiles()
+	for _, f := range out.files() {
+		if f != nil {
+			_ = os.Remove(f.Name())
+		}
+	}
+	out.report, out.pprofFile, out.traceFile = nil, nil, nil
+	if out.runDir != "" {
+		_ = os.Remove(out.runDir) // only if empty: never what someone else put there
+	}
+}
+
+// discard undoes openOutputs when a destination cannot be prepared.
+func (out *outputs) discard() {
+	out.removeFiles()
+	if out.spans != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_ = out.spans.Shutdown(ctx)
+		cancel()
 	}
 }
 
@@ -140,23 +180,38 @@ func (out *outputs) finish(stdout io.Writer) error {
 	defer out.closeFiles()
 	recs := out.prof.Snapshot()
 	var errs []error
-	if out.report != nil {
+	if len(recs) == 0 {
+		// The run failed before recording anything: empty files and an
+		// empty run directory would only look like a result.
+		if out.report != nil || out.pprofFile != nil || out.traceFile != nil {
+			out.summary = append(out.summary, "files: nothing was recorded, so none were written")
+		}
+		out.removeFiles()
+	}
+	// -report off skips the files, -quiet the summary on stdout.
+	var screen io.Writer
+	if !out.o.quiet {
+		screen = stdout
+	}
+	if len(recs) > 0 && (screen != nil || out.report != nil) {
 		c := out.o.train
-		paths, err := writeReports(out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), stdout)
+		paths, err := writeReports(screen, out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches))
 		errs = append(errs, err)
-		out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
-		for _, p := range paths {
-			out.summary = append(out.summary, "        "+p)
+		if out.report != nil {
+			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
+			for _, p := range paths {
+				out.summary = append(out.summary, "        "+p)
+			}
 		}
 	}
 	if out.pprofFile != nil {
 		st, err := pprof.Write(out.pprofFile, recs, pprof.WithEpoch(out.prof.Epoch()))
-		errs = append(errs, ignoreEmpty(err))
+		errs = append(errs, err)
 		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), out.pprofFile.Name()))
 	}
 	if out.traceFile != nil {
 		st, err := chrometrace.Write(out.traceFile, recs, chrometrace.WithEpoch(out.prof.Epoch()))
-		errs = append(errs, ignoreEmpty(err))
+		errs = append(errs, err)
 		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched) → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, out.traceFile.Name()))
 	}
 	if out.metrics != nil {
@@ -190,20 +245,14 @@ func (out *outputs) finish(stdout io.Writer) error {
 	} else {
 		fmt.Fprintln(stdout, "device timing: every device range (-device-depth 0)")
 	}
+	if out.o.profile == "sync" {
+		fmt.Fprintln(stdout, "synchronised: the stream was synchronised around every device range (-profile sync), so host times include the waits")
+	}
 	fmt.Fprintln(stdout, "outputs:")
 	for _, line := range out.summary {
 		fmt.Fprintf(stdout, "  %s\n", line)
 	}
 	return errors.Join(errs...)
-}
-
-// ignoreEmpty lets a run that recorded nothing (it failed at once) leave
-// empty files rather than fail a second time.
-func ignoreEmpty(err error) error {
-	if errors.Is(err, pprof.ErrNoRecords) || errors.Is(err, chrometrace.ErrNoRecords) {
-		return nil
-	}
-	return err
 }
 
 // pushAndLinger pushes the final metrics to a Pushgateway and keeps

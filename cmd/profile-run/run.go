@@ -56,19 +56,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o.train.Backend = backend
 	if err := o.train.Validate(); err != nil {
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
+		var ce *pipeline.ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ce.Explain(asFlag))
+		} else {
+			fmt.Fprintf(stderr, "profile-run: %v\n", err)
+		}
 		return exitUsage
 	}
-	runDir, err := makeRunDir(o.outDir)
-	if err != nil {
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
-		return exitFail
-	}
-	if err := train(ctx, o, runDir, stdout, stderr); err != nil {
+	if err := train(ctx, o, stdout, stderr); err != nil {
 		if errors.As(err, &ue) {
-			// A destination was misconfigured before training started:
-			// leave no half-made run directory behind.
-			_ = os.RemoveAll(runDir)
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage
 		}
@@ -110,17 +107,21 @@ func usable(t runtime.DeviceType) error {
 	return err
 }
 
+// newRunID names a run by time and a random suffix.
+func newRunID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
 // makeRunDir creates a fresh directory for this run under dir, named by
-// time and a random suffix, so no run overwrites another's outputs.
+// its run ID, so no run overwrites another's outputs.
 func makeRunDir(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("output directory: %w", err)
 	}
 	for range 10 {
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		id := time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-		path := filepath.Join(dir, id)
+		path := filepath.Join(dir, newRunID())
 		err := os.Mkdir(path, 0o755)
 		if err == nil {
 			return path, nil
@@ -132,12 +133,12 @@ func makeRunDir(dir string) (string, error) {
 	return "", fmt.Errorf("output directory: could not find a free run name under %s", dir)
 }
 
-func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Writer) error {
+func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
 		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
-		if o.profile == "seed-sync" {
-			opts = append(opts, profiler.WithSeedStyleSync())
+		if o.profile == "sync" {
+			opts = append(opts, profiler.WithSyncEachRange())
 		}
 		var err error
 		if prof, err = profiler.New(opts...); err != nil {
@@ -152,7 +153,7 @@ func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Wri
 	var out *outputs
 	if prof != nil {
 		var err error
-		if out, err = openOutputs(o, runDir, prof, stderr); err != nil {
+		if out, err = openOutputs(o, prof, stderr); err != nil {
 			return err
 		}
 	}
@@ -180,9 +181,10 @@ func train(ctx context.Context, o *options, runDir string, stdout, stderr io.Wri
 	return errors.Join(trainErr, flushErr, out.finish(stdout))
 }
 
-// writeReports prints the all-steps summary, writes it to f, and writes
-// one file per rank beside f with per-step tables and the per-call log.
-func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64, stdout io.Writer) ([]string, error) {
+// writeReports prints the all-steps summary on stdout and writes it to f,
+// either of them nil to skip it, and writes one file per rank beside f with
+// per-step tables and the per-call log.
+func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64) ([]string, error) {
 	all := make([]profiler.Record, len(recs))
 	copy(all, recs)
 	for i := range all {
@@ -193,20 +195,28 @@ func writeReports(f *os.File, recs []profiler.Record, by profiler.SortKey, ideal
 		peaks[recs[i].Rank] = max(peaks[recs[i].Rank], recs[i].PeakMemory)
 	}
 	groups := profiler.Summarize(all)
-	fmt.Fprintln(stdout)
-	if err := profiler.WriteReport(stdout, groups, peaks, by); err != nil {
-		return nil, err
+	steps := profiler.StepBreakdown(recs)
+	var ws []io.Writer
+	if stdout != nil {
+		fmt.Fprintln(stdout)
+		ws = append(ws, stdout)
 	}
-	if err := profiler.WriteReport(f, groups, peaks, by); err != nil {
-		return nil, fmt.Errorf("report: %w", err)
+	if f != nil {
+		ws = append(ws, f)
 	}
-	if steps := profiler.StepBreakdown(recs); len(steps) > 0 {
-		for _, w := range []io.Writer{stdout, f} {
+	for _, w := range ws {
+		if err := profiler.WriteReport(w, groups, peaks, by); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		if len(steps) > 0 {
 			fmt.Fprintf(w, "\n=== where the steps went (%s) ===\n", profiler.BusyDefinition)
 			if err := profiler.WriteStepBreakdown(w, steps, ideal); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
 		}
+	}
+	if f == nil {
+		return nil, nil
 	}
 	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
 	return profiler.WriteRankFiles(prefix, recs, by)

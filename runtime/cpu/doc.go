@@ -11,6 +11,9 @@
 // float32 and float64 views; GEMM is a cache-blocked float32 SGEMM in pure
 // Go, and the Elementwise kernels run on the stream as well.
 //
+// As runtime.MemoryDescriber it reports the host's memory, which every
+// virtual device shares.
+//
 // Recording an event does not allocate. Bytes, Float32s and Enqueue give
 // other in-process backends (the local collective backend) access to the
 // memory behind a buffer and to a stream's order.

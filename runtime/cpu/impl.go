@@ -9,8 +9,9 @@ import (
 
 // Compile-time checks that Impl is a complete backend.
 var (
-	_ runtime.Impl        = (*Impl)(nil)
-	_ runtime.Elementwise = (*Impl)(nil)
+	_ runtime.Impl            = (*Impl)(nil)
+	_ runtime.Elementwise     = (*Impl)(nil)
+	_ runtime.MemoryDescriber = (*Impl)(nil)
 )
 
 // Impl is the host backend. Make one with New; the package registers one in

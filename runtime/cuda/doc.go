@@ -19,7 +19,8 @@
 //
 // Besides runtime.Impl, the backend implements runtime.Elementwise (tanh
 // and its derivative as PTX kernels the driver compiles at first use; axpy
-// and scale through cuBLAS) and runtime.DeviceDescriber. GEMMs run through
+// and scale through cuBLAS), runtime.DeviceDescriber and
+// runtime.MemoryDescriber (cudaMemGetInfo). GEMMs run through
 // cuBLAS: float32 in full fp32 precision unless WithTF32 is given, float64,
 // and float16/bfloat16 with fp32 accumulation.
 //

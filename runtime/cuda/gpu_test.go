@@ -224,6 +224,37 @@ func TestMemory(t *testing.T) {
 	}
 }
 
+// DeviceMemory asks CUDA itself: a 256 MiB allocation shows in its free
+// memory, and it agrees with what MemoryStats kept from the last
+// allocation.
+func TestDeviceMemory(t *testing.T) {
+	impl := gpu(t)
+	before, err := impl.DeviceMemory(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Host || before.Total <= 0 || before.Available <= 0 || before.Available > before.Total {
+		t.Fatalf("DeviceMemory(0) = %+v", before)
+	}
+	const size = 256 << 20
+	malloc(t, dev(0), size)
+	after, err := impl.DeviceMemory(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other processes may allocate meanwhile; CUDA rounds up to its
+	// page size.
+	if after.Total != before.Total || after.Available > before.Available-size {
+		t.Errorf("after a %d-byte allocation: %+v (before %+v)", size, after, before)
+	}
+	if st, err := impl.MemoryStats(0); err != nil || st.Total != after.Total || st.Free != after.Available {
+		t.Errorf("MemoryStats %+v, %v; want Total and Free as DeviceMemory said: %+v", st, err, after)
+	}
+	if _, err := impl.DeviceMemory(1 << 20); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Errorf("DeviceMemory of a device that does not exist: %v", err)
+	}
+}
+
 // cpuGemm is the column-major reference in float64.
 func cpuGemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float64 {
 	out := make([]float64, len(c))

@@ -18,6 +18,7 @@ var (
 	_ runtime.Impl            = (*Impl)(nil)
 	_ runtime.Elementwise     = (*Impl)(nil)
 	_ runtime.DeviceDescriber = (*Impl)(nil)
+	_ runtime.MemoryDescriber = (*Impl)(nil)
 )
 
 // Impl is the CUDA backend. Make one with New; the package registers one

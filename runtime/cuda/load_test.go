@@ -66,6 +66,9 @@ func TestMissingLibraryIsUnavailable(t *testing.T) {
 			if _, err := impl.DeviceName(0); !errors.Is(err, runtime.StatusUnavailable) {
 				t.Errorf("DeviceName: %v", err)
 			}
+			if mem, err := impl.DeviceMemory(0); !errors.Is(err, runtime.StatusUnavailable) || mem != (runtime.DeviceMemory{}) {
+				t.Errorf("DeviceMemory: %+v, %v", mem, err)
+			}
 			if err := impl.SetDevice(0); !errors.Is(err, runtime.StatusUnavailable) {
 				t.Errorf("SetDevice: %v", err)
 			}

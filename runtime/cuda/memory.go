@@ -329,6 +329,32 @@ func (m *Impl) MemoryStats(device int) (runtime.MemoryStats, error) {
 	return runtime.MemoryStats{InUse: d.inUse.Load(), Peak: d.peak.Load(), Total: d.total.Load(), Free: d.free.Load()}, nil
 }
 
+// DeviceMemory asks CUDA (cudaMemGetInfo) for the GPU's total and free
+// memory, and keeps them for MemoryStats. It creates the device's primary
+// context if nothing has yet. Where CUDA is not loaded it returns the
+// error every method does (wrapping StatusUnavailable): memory unknown.
+func (m *Impl) DeviceMemory(index int) (runtime.DeviceMemory, error) {
+	const op = "DeviceMemory"
+	d, err := m.device(op, index)
+	if err != nil {
+		return runtime.DeviceMemory{}, err
+	}
+	sc, err := m.enter(op, index)
+	if err != nil {
+		return runtime.DeviceMemory{}, err
+	}
+	defer sc.exit()
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(m.rt.memGetInfo, f.OutPtr(0), f.OutPtr(1))); rc != 0 {
+		return runtime.DeviceMemory{}, m.cudaErr(op, rc)
+	}
+	free, total := int64(f.Out[0]), int64(f.Out[1])
+	d.free.Store(free)
+	d.total.Store(total)
+	return runtime.DeviceMemory{Total: total, Available: free}, nil
+}
+
 // ResetPeakMemory sets the peak to the bytes in use now.
 func (m *Impl) ResetPeakMemory(device int) error {
 	d, err := m.device("ResetPeakMemory", device)

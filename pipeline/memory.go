@@ -1,0 +1,184 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"runtime/metrics"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// MemoryEstimate is what the built-in trainer allocates for one rank, in
+// bytes.
+type MemoryEstimate struct {
+	// Device is what the rank allocates on its device: per chunk its
+	// weights and their gradients (Width² floats a layer each), every
+	// microbatch's activations (the chunk's input and each layer's
+	// output), the gradients received and sent for each microbatch, and
+	// the targets on the last virtual stage; two scratch blocks besides.
+	Device int64
+	// Host is what the rank holds in host memory: the inputs, targets and
+	// output differences of a step on the first and last stages, the
+	// target projection (Width² floats) on the last, and the staging of
+	// its weight upload.
+	Host int64
+}
+
+// Memory returns the most any one rank of c allocates (Device and Host
+// each at their maximum over the ranks); c's sizes must be valid.
+func (c Config) Memory() MemoryEstimate {
+	var e MemoryEstimate
+	for s := range c.Stages {
+		r := c.rankMemory(s)
+		e.Device = max(e.Device, r.Device)
+		e.Host = max(e.Host, r.Host)
+	}
+	return e
+}
+
+// rankMemory is what the rank of stage s allocates (every replica's rank
+// of a stage allocates the same): rank.setup's buffers, counted the way it
+// makes them.
+func (c Config) rankMemory(s int) MemoryEstimate {
+	const f32 = 4
+	p, v, m, w := int64(c.Stages), int64(c.Chunks), int64(c.Microbatches), int64(c.Width)
+	l := int64(c.layersPerChunk())
+	n := int64(c.MicrobatchSize) * w // one microbatch's activations
+	dev := 2 * n                     // scratch
+	for ci := range v {
+		virtual := ci*p + int64(s)
+		dev += 2 * l * w * w // weights, gradients
+		dev += m * (l + 1) * n
+		dev += m * n // gradients received
+		if virtual != 0 {
+			dev += m * n // gradients sent back
+		}
+		if virtual == p*v-1 {
+			dev += m * n // targets
+		}
+	}
+	first, last := s == 0, s == c.Stages-1
+	host := 2 * w * w // weight upload: one layer as floats, then as bytes
+	if first || last {
+		host += n // one microbatch of inputs
+	}
+	if first {
+		host += m * n // a step's inputs
+	}
+	if last {
+		host += w*w + n + 2*m*n // projection, targets, a step's targets and differences
+	}
+	return MemoryEstimate{Device: f32 * dev, Host: f32 * host}
+}
+
+// maxRankBytes bounds the estimate for one rank, far beyond any machine,
+// so that the figures (and the buffer sizes behind them) cannot overflow.
+const maxRankBytes = 1 << 60
+
+// checkSizesRepresentable refuses sizes whose buffers could not even be
+// counted; it runs before any arithmetic in int.
+func (c Config) checkSizesRepresentable() error {
+	fl := func(x int) float64 { return float64(x) }
+	w, n := fl(c.Width), fl(c.MicrobatchSize)*fl(c.Width)
+	l := fl(c.Layers) // every layer on one rank: the bound for any layout
+	perRank := 4 * fl(c.Chunks) * (2*l*w*w + fl(c.Microbatches)*(l+4)*n)
+	if perRank > maxRankBytes || fl(c.Stages)*fl(c.Chunks)*fl(c.Microbatches) > maxRankBytes {
+		return invalid("%s, %s, %s and %s: too large to allocate (more than 2^60 bytes a rank)",
+			field("Width", c.Width), field("Layers", c.Layers), field("Microbatches", c.Microbatches), field("MicrobatchSize", c.MicrobatchSize))
+	}
+	return nil
+}
+
+// checkMemory compares what the ranks allocate with what their devices
+// have, as d reports it; a device whose memory d cannot tell is not
+// checked. Ranks on devices that share the host's memory are counted
+// together, with the host memory each keeps and the garbage collector's
+// headroom (that memory is Go's heap).
+func (c Config) checkMemory(d runtime.MemoryDescriber) error {
+	ranks := c.Stages * c.Replicas
+	var hostNeed float64
+	var hostMem runtime.DeviceMemory
+	hostRanks := 0
+	for id := range ranks {
+		mem, err := d.DeviceMemory(id)
+		if err != nil {
+			continue // unknown: nothing to compare with
+		}
+		need := c.rankMemory(id % c.Stages)
+		if mem.Host {
+			hostNeed += float64(need.Device + need.Host)
+			hostMem = mem
+			hostRanks++
+			continue
+		}
+		if capacity := capacityOf(mem); capacity > 0 && need.Device > capacity {
+			dev := runtime.Device{Type: c.Backend, Index: id}
+			return invalid("the model needs about %s on %s (rank %d), but %s is available there: lower %s, %s, %s or %s, or raise %s",
+				bytesString(float64(need.Device)), dev, id, bytesString(float64(capacity)),
+				fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Stages"))
+		}
+	}
+	if hostRanks == 0 {
+		return nil
+	}
+	capacity := capacityOf(hostMem)
+	growth, limit := heapGrowth()
+	if limit > 0 && (capacity == 0 || limit < capacity) {
+		capacity = limit
+	}
+	if capacity == 0 || hostNeed*growth <= float64(capacity) {
+		return nil
+	}
+	headroom := ""
+	if growth > 1 {
+		headroom = fmt.Sprintf(" × %.3g for the garbage collector's headroom (GOGC=%.0f)", growth, 100*(growth-1))
+	}
+	return invalid("the model needs about %s per rank × %d ranks on this host%s = %s, but %s is available: lower %s, %s, %s, %s or %s",
+		bytesString(hostNeed/float64(hostRanks)), hostRanks, headroom, bytesString(hostNeed*growth), bytesString(float64(capacity)),
+		fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Replicas"))
+}
+
+// capacityOf is what a device can still allocate: Available, else Total,
+// else 0 (unknown).
+func capacityOf(m runtime.DeviceMemory) int64 {
+	if m.Available > 0 {
+		return m.Available
+	}
+	return m.Total
+}
+
+// heapGrowth reads how far Go's garbage collector lets the heap grow past
+// its live size before collecting, 1 + GOGC/100, and the memory limit
+// (GOMEMLIMIT), 0 when none is set. Under a limit the collector keeps the
+// heap below it rather than at GOGC's ratio, so growth is 1 then; with
+// GOGC=off and no limit garbage is never collected, which no ratio
+// describes, and growth stays at the default's 2.
+func heapGrowth() (growth float64, limit int64) {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(s)
+	growth = 2
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		if pct := s[0].Value.Uint64(); pct <= math.MaxInt32 {
+			growth = 1 + float64(pct)/100
+		}
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		if l := s[1].Value.Uint64(); l < math.MaxInt64 {
+			return 1, int64(l)
+		}
+	}
+	return growth, 0
+}
+
+// bytesString writes a size the way the message reads it: 34.4 GB.
+func bytesString(b float64) string {
+	switch {
+	case b >= 1e12:
+		return fmt.Sprintf("%.1f TB", b/1e12)
+	case b >= 1e9:
+		return fmt.Sprintf("%.1f GB", b/1e9)
+	case b >= 1e6:
+		return fmt.Sprintf("%.1f MB", b/1e6)
+	}
+	return fmt.Sprintf("%.1f kB", b/1e3)
+}

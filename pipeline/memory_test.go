@@ -1,0 +1,197 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// The estimate is what the trainer really allocates: the CPU backend
+// counts every byte allocated on each device, and each rank has a device of
+// its own. It is measured after setup and again, as the peak, after a
+// step, which allocates nothing more.
+func TestMemoryEstimateMatchesAllocations(t *testing.T) {
+	impl, err := runtime.Available(runtime.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []Config{
+		smallConfig(2, 2, 1, Schedule1F1B),
+		smallConfig(1, 1, 2, Schedule1F1B),
+		smallConfig(1, 2, 1, ScheduleGPipe),
+		smallConfig(4, 2, 2, Schedule1F1B),
+		func() Config {
+			c := smallConfig(2, 1, 2, ScheduleGPipe)
+			c.Layers, c.Width, c.Microbatches = 6, 24, 3
+			return c
+		}(),
+	} {
+		t.Run(fmt.Sprintf("pp%d_vpp%d_dp%d_%s", cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Schedule), func(t *testing.T) {
+			ranks := cfg.Stages * cfg.Replicas
+			before := make([]int64, ranks)
+			for id := range ranks {
+				st, err := impl.MemoryStats(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before[id] = st.InUse
+				if err := impl.ResetPeakMemory(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr, err := NewTrainer(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			allocated := make([]int64, ranks)
+			for id := range ranks {
+				st, _ := impl.MemoryStats(id)
+				allocated[id] = st.InUse - before[id]
+			}
+			if _, err := tr.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var peaks []int64
+			for id := range ranks {
+				st, _ := impl.MemoryStats(id)
+				peaks = append(peaks, st.Peak-before[id])
+			}
+			if err := tr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var most int64
+			for id := range ranks {
+				want := cfg.rankMemory(id % cfg.Stages).Device
+				if allocated[id] != want || peaks[id] != want {
+					t.Errorf("rank %d: allocated %d bytes after setup, peak %d after a step; estimated %d", id, allocated[id], peaks[id], want)
+				}
+				most = max(most, allocated[id])
+			}
+			if got := cfg.Memory().Device; got != most {
+				t.Errorf("Memory().Device = %d, want the largest rank's %d", got, most)
+			}
+		})
+	}
+}
+
+// fakeMemory describes every device the same way, or fails.
+type fakeMemory struct {
+	mem runtime.DeviceMemory
+	err error
+}
+
+func (f fakeMemory) DeviceMemory(int) (runtime.DeviceMemory, error) { return f.mem, f.err }
+
+// gcDefaults runs the test with GOGC=100 and no memory limit, whatever the
+// environment says.
+func gcDefaults(t *testing.T) {
+	pct := debug.SetGCPercent(100)
+	lim := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(lim)
+	})
+}
+
+// The issue's example, -width 8192 -layers 4 -dp 8 with the other sizes at
+// their defaults, is refused on a host with less memory than it needs, and
+// the message says how much it needs and what there is. Per rank (4-byte
+// floats, 131072 per microbatch, 67108864 per weight): stage 0 allocates
+// 4·(2·131072 + 4·67108864 + 7·8·131072) = 1104150528 bytes on its device
+// and keeps 4·(2·67108864 + 131072 + 8·131072) = 541589504 on the host;
+// stage 1 1112539136 and 4·(3·67108864 + 2·131072 + 16·131072) = 814743552:
+// 1.79 GB a rank on average, 28.6 GB for 16 ranks, twice that with the
+// garbage collector's headroom.
+func TestMemoryCheckRefusesTheIssueExample(t *testing.T) {
+	gcDefaults(t)
+	c := DefaultConfig()
+	c.Width, c.Layers, c.Replicas = 8192, 4, 8
+	if err := c.validateModel(); err != nil {
+		t.Fatalf("the example's sizes should be valid: %v", err)
+	}
+	for _, s := range []struct {
+		stage     int
+		dev, host int64
+	}{{0, 1104150528, 541589504}, {1, 1112539136, 814743552}} {
+		if got := c.rankMemory(s.stage); got.Device != s.dev || got.Host != s.host {
+			t.Errorf("stage %d: %+v, want device %d, host %d", s.stage, got, s.dev, s.host)
+		}
+	}
+	const gb = 1_000_000_000
+	for _, avail := range []int64{16 * gb, 57 * gb} {
+		err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2 * avail, Available: avail, Host: true}})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("%d bytes available: %v, want a *ConfigError", avail, err)
+		}
+		for _, w := range []string{"about 1.8 GB per rank × 16 ranks on this host × 2 for the garbage collector's headroom (GOGC=100) = 57.2 GB", fmt.Sprintf("but %d.0 GB is available", avail/gb)} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q does not say %q", err, w)
+			}
+		}
+		if want := []string{"Width", "Layers", "Microbatches", "MicrobatchSize", "Replicas"}; !slices.Equal(ce.Fields(), want) {
+			t.Errorf("Fields() = %q, want %q", ce.Fields(), want)
+		}
+	}
+	// 57.2 GB needed: 58 GB is enough; Available, not Total, counts.
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 58 * gb, Available: 58 * gb, Host: true}}); err != nil {
+		t.Errorf("58 GB available: %v", err)
+	}
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 1000 * gb, Available: 40 * gb, Host: true}}); err == nil {
+		t.Error("40 GB available of 1000: accepted")
+	}
+	// Under a memory limit the collector keeps the heap below it: no
+	// headroom, and the limit caps what is available.
+	debug.SetMemoryLimit(40 * gb)
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}); err != nil {
+		t.Errorf("40 GB limit, 100 GB available: %v", err)
+	}
+	debug.SetMemoryLimit(20 * gb)
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}); err == nil || !strings.Contains(err.Error(), "× 16 ranks on this host = 28.6 GB, but 20.0 GB is available") {
+		t.Errorf("20 GB limit, 100 GB available: %v", err)
+	}
+}
+
+// On devices of their own (GPUs) each rank is compared with its device:
+// the message names the device and the rank.
+func TestMemoryCheckPerDevice(t *testing.T) {
+	gcDefaults(t)
+	c := DefaultConfig()
+	c.Backend = runtime.CUDA
+	c.Width, c.Layers = 8192, 4 // stage 1 needs 1112539136 bytes
+	err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.108e9}})
+	if err == nil || !strings.Contains(err.Error(), "about 1.1 GB on cuda:1 (rank 1), but 1.1 GB is available there") {
+		t.Errorf("1.108 GB per GPU: %v", err)
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !slices.Equal(ce.Fields(), []string{"Width", "Layers", "Microbatches", "MicrobatchSize", "Stages"}) {
+		t.Errorf("fields: %v", err)
+	}
+	// The host memory the ranks keep is not the GPU's, nor does the
+	// collector's headroom apply there.
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.12e9}}); err != nil {
+		t.Errorf("1.12 GB per GPU: %v", err)
+	}
+}
+
+// A device whose memory cannot be told is not checked.
+func TestMemoryCheckUnknown(t *testing.T) {
+	c := DefaultConfig()
+	c.Width, c.Layers, c.Replicas = 8192, 4, 8
+	for _, f := range []fakeMemory{
+		{err: runtime.StatusUnavailable},
+		{mem: runtime.DeviceMemory{Host: true}},
+		{mem: runtime.DeviceMemory{}},
+	} {
+		if err := c.checkMemory(f); err != nil {
+			t.Errorf("%+v: %v", f, err)
+		}
+	}
+}
