@@ -161,6 +161,15 @@ func trainProfiled(t *testing.T, cfg pipeline.Config, newExporter func(*profiler
 	defer p.Close(ctx)
 	exp := newExporter(p)
 	p.AddSink(exp)
+	return exp, train(t, p, cfg)
+}
+
+// train runs the built-in trainer with p recording, hands every record
+// finished so far to p's sinks, and returns every record p holds (also
+// those of earlier runs on p).
+func train(t *testing.T, p *profiler.Profiler, cfg pipeline.Config) []profiler.Record {
+	t.Helper()
+	ctx := context.Background()
 	cfg.Profiler = p
 	if _, err := pipeline.Train(ctx, cfg); err != nil {
 		t.Fatalf("training: %v", err)
@@ -172,7 +181,7 @@ func trainProfiled(t *testing.T, cfg pipeline.Config, newExporter func(*profiler
 	if st := p.Stats(); st.Overflow != 0 || st.Dropped != 0 || st.Pending != 0 {
 		t.Fatalf("profiler lost records: %+v", st)
 	}
-	return exp, recs
+	return recs
 }
 
 // smallRun is a pipelined, data-parallel run: 4 ranks, AllReduce groups of
