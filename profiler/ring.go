@@ -47,6 +47,3 @@ func (q *ring[T]) publish(seq uint64) { q.tail.Store(seq + 1) }
 
 // at returns the slot of sequence number seq, for the consumer.
 func (q *ring[T]) at(seq uint64) *T { return &q.slots[seq&q.mask] }
-
-// capacity is the number of slots.
-func (q *ring[T]) capacity() int { return len(q.slots) }

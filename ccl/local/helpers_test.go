@@ -3,14 +3,12 @@ package local_test
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"math"
-	"os"
-	goruntime "runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/ccl/local"
@@ -18,48 +16,15 @@ import (
 	"github.com/trainscope/trainscope/runtime/cpu"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := waitForGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines left running after the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// waitForGoroutines waits until no goroutine outside the testing machinery
-// runs trainscope code, and returns the stacks of those that still do.
-func waitForGoroutines(wait time.Duration) string {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:goruntime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "trainscope/trainscope/") &&
-				!strings.Contains(g, "testing.tRunner(") && !strings.Contains(g, "testing.(*M).Run(") &&
-				!strings.Contains(g, "waitForGoroutines") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// noLeaks fails t if goroutines it started still run trainscope code
-// after its cleanups (streams destroyed, ranks returned).
+// noLeaks fails t if goroutines are still running once its cleanups have
+// run (streams destroyed, ranks returned). It is called first in a test,
+// so its cleanup runs last. goleak waits a little for goroutines that are
+// on their way out before it reports them.
 func noLeaks(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		if leaked := waitForGoroutines(3 * time.Second); leaked != "" {
-			t.Errorf("goroutines left running:\n%s", leaked)
-		}
-	})
+	t.Cleanup(func() { goleak.VerifyNone(t) })
 }
 
 // group is n ranks of one communicator, each with a stream on its own

@@ -93,9 +93,6 @@ func WithBlockingOps(on bool) Option {
 	return optionFunc(func(c *config) { c.blocking, c.blockingSet = on, true })
 }
 
-// withMinVersion overrides the minimum NCCL version; for tests.
-func withMinVersion(v int) Option { return optionFunc(func(c *config) { c.minVersion = v }) }
-
 // New returns a backend configured by opts; it loads nothing.
 func New(opts ...Option) *Backend {
 	c := config{timeout: DefaultTimeout, minVersion: minVersion}

@@ -213,7 +213,7 @@ func BenchmarkCollective(b *testing.B) {
 					if err := last.Wait(5 * time.Minute); err != nil {
 						return err
 					}
-					return rs.end.Synchronize(nil)
+					return rs.end.Synchronize(context.Background())
 				})
 				b.StopTimer()
 				if err != nil {
@@ -372,7 +372,7 @@ func BenchmarkCollectiveGap(b *testing.B) {
 							return err
 						}
 					}
-					return rs.end.Synchronize(nil)
+					return rs.end.Synchronize(context.Background())
 				})
 				b.StopTimer()
 				if err != nil {

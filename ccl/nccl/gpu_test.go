@@ -61,7 +61,7 @@ func TestCollectives(t *testing.T) {
 		}
 	}
 	read := func(r, elems int) []float32 {
-		if err := streams[r].Synchronize(nil); err != nil {
+		if err := streams[r].Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		out := make([]byte, 4*elems)

@@ -150,16 +150,30 @@ func awaitSpans(t *testing.T, query, service string, since time.Time, want int) 
 }
 
 // trainProfiled runs the built-in trainer with a profiler feeding exp's
-// Consume, and returns every record the profiler kept.
+// Consume, and returns every record the profiler kept. The profiler is
+// closed (shutting exp down, if the test has not) when the test ends: the
+// test's own Shutdown is the one it measures.
 func trainProfiled(t *testing.T, cfg pipeline.Config, newExporter func(*profiler.Profiler) *otelexp.Exporter) (*otelexp.Exporter, []profiler.Record) {
 	t.Helper()
-	ctx := context.Background()
 	p, err := profiler.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
 	exp := newExporter(p) // registers itself with p
+	return exp, train(t, p, cfg)
+}
+
+// train runs the built-in trainer with p recording, hands every record
+// finished so far to p's sinks, and returns every record p holds (also
+// those of earlier runs on p).
+func train(t *testing.T, p *profiler.Profiler, cfg pipeline.Config) []profiler.Record {
+	t.Helper()
+	ctx := context.Background()
 	cfg.Profiler = p
 	if _, err := pipeline.Train(ctx, cfg); err != nil {
 		t.Fatalf("training: %v", err)
@@ -171,7 +185,7 @@ func trainProfiled(t *testing.T, cfg pipeline.Config, newExporter func(*profiler
 	if st := p.Stats(); st.Overflow != 0 || st.Dropped != 0 || st.Pending != 0 {
 		t.Fatalf("profiler lost records: %+v", st)
 	}
-	return exp, recs
+	return recs
 }
 
 // smallRun is a pipelined, data-parallel run: 4 ranks, AllReduce groups of

@@ -211,7 +211,7 @@ func TestBuildAttributes(t *testing.T) {
 	}
 	for k, v := range want {
 		if ar[k] != v {
-			t.Errorf("AllReduce %s = %v, want %v", k, ar[k].Emit(), v.Emit())
+			t.Errorf("AllReduce %s = %v, want %v", k, ar[k].String(), v.String())
 		}
 	}
 	arDev := get("AllReduce [device]")
@@ -224,7 +224,7 @@ func TestBuildAttributes(t *testing.T) {
 	step := get("step")
 	for _, k := range []attribute.Key{KeyChunk, KeyMicrobatch, KeyPhase, KeyOp, KeyPeakMemory} {
 		if _, ok := step[k]; ok {
-			t.Errorf("step carries unset %s = %v", k, step[k].Emit())
+			t.Errorf("step carries unset %s = %v", k, step[k].String())
 		}
 	}
 	if step[KeyTag].AsString() != "warmup" || step[KeyStep].AsInt64() != 3 {

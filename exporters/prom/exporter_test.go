@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/trainscope/trainscope/exporters/prom"
@@ -448,12 +449,12 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 	e, _ := prom.New(nil, prom.WithHostname(host))
-	err := e.Register(prometheus.NewGoCollector())
+	err := e.Register(collectors.NewGoCollector())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var are prometheus.AlreadyRegisteredError
-	if err := e.Register(prometheus.NewGoCollector()); !errors.As(err, &are) {
+	if err := e.Register(collectors.NewGoCollector()); !errors.As(err, &are) {
 		t.Errorf("second Register: %v, want AlreadyRegisteredError", err)
 	}
 }

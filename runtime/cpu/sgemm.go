@@ -138,10 +138,7 @@ func packB(trans bool, b []float32, ldb, p0, j0, kb, nb int, dst []float32) {
 		for p := range kb {
 			row := b[j0+s+(p0+p)*ldb:]
 			row = row[:cols]
-			dp := d[p*nr : p*nr+nr]
-			for j, v := range row {
-				dp[j] = v
-			}
+			copy(d[p*nr:p*nr+nr], row)
 		}
 	}
 }

@@ -26,7 +26,6 @@ type cudart struct {
 	malloc, free, mallocAsync, freeAsync uintptr
 	memcpy, memcpyAsync                  uintptr
 	memset, memsetAsync                  uintptr
-	free0                                uintptr
 }
 
 func bindCudart(lib *dl.Library) (*cudart, error) {

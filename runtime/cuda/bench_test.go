@@ -35,7 +35,7 @@ func BenchmarkEventRecord(b *testing.B) {
 	n1, n2 := event(runtime.EventDisableTiming), event(runtime.EventDisableTiming)
 	sync := func(b *testing.B) {
 		b.StopTimer()
-		if err := s.Synchronize(nil); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
@@ -199,7 +199,7 @@ func benchGemm(b *testing.B, impl runtime.Impl, t runtime.DataType, n int) {
 	if err := runtime.Gemm(s, g); err != nil {
 		b.Fatal(err)
 	}
-	_ = s.Synchronize(nil)
+	_ = s.Synchronize(context.Background())
 	b.ResetTimer()
 	_ = start.Record(s)
 	for b.Loop() {
@@ -210,7 +210,7 @@ func benchGemm(b *testing.B, impl runtime.Impl, t runtime.DataType, n int) {
 		r.End()
 	}
 	_ = end.Record(s)
-	_ = s.Synchronize(nil)
+	_ = s.Synchronize(context.Background())
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

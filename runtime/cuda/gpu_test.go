@@ -207,7 +207,7 @@ func TestMemory(t *testing.T) {
 	if err := runtime.FreeAsync(c, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Synchronize(nil); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if host[0] != 0xab || host[len(host)-1] != 0xab {
@@ -351,7 +351,7 @@ func TestGemmReducedPrecision(t *testing.T) {
 	if err := runtime.Gemm(ts, runtime.GemmArgs{M: m, N: n, K: k, Alpha: 1, A: ta, LDA: m, B: tb, LDB: k, C: tc, LDC: m, Type: runtime.Float32}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Synchronize(nil); err != nil {
+	if err := ts.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]byte, 4*m*n)
@@ -378,7 +378,7 @@ func TestGemmReducedPrecision(t *testing.T) {
 			t.Errorf("%s GEMM: %v", ft, err)
 		}
 	}
-	if err := s.Synchronize(nil); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := runtime.Gemm(s, runtime.GemmArgs{M: 1, N: 1, K: 1, Alpha: 1, A: malloc(t, d, 4), LDA: 1, B: malloc(t, d, 4), LDB: 1, C: malloc(t, d, 4), LDC: 1, Type: runtime.Int32}); !errors.Is(err, runtime.StatusNotSupported) {
@@ -494,7 +494,7 @@ func TestEveryDeviceFromOneThread(t *testing.T) {
 		if err := runtime.Memset(a, 1, s); err != nil {
 			t.Fatalf("cuda:%d: Memset: %v", i, err)
 		}
-		if err := s.Synchronize(nil); err != nil {
+		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		out := make([]byte, 4096)
@@ -545,7 +545,7 @@ func TestConcurrentDevices(t *testing.T) {
 					return
 				}
 			}
-			errs[g] = s.Synchronize(nil)
+			errs[g] = s.Synchronize(context.Background())
 		})
 	}
 	wg.Wait()

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -75,7 +76,7 @@ func upload(tb testing.TB, d runtime.Device, v []float32) runtime.Buffer {
 // download reads n float32s of b after s has finished.
 func download(tb testing.TB, s *runtime.Stream, b runtime.Buffer, n int) []float32 {
 	tb.Helper()
-	if err := s.Synchronize(nil); err != nil {
+	if err := s.Synchronize(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
 	out := make([]byte, 4*n)

@@ -57,9 +57,6 @@ func WithTF32(on bool) Option { return optionFunc(func(c *config) { c.tf32 = on 
 // loaded. A value set by the user is always kept.
 func WithLazyLoading(on bool) Option { return optionFunc(func(c *config) { c.lazy = on }) }
 
-// withMinVersion overrides the minimum runtime version; for tests.
-func withMinVersion(v int) Option { return optionFunc(func(c *config) { c.minVersion = v }) }
-
 func newConfig(opts []Option) config {
 	c := config{minVersion: minRuntimeVersion}
 	for _, o := range opts {
