@@ -102,7 +102,6 @@ type StepAccountant struct {
 	ready []*openStep
 	free  []*openStep
 	seq   uint64
-	work  []streamInterval // scratch for busy
 	out   []interval
 }
 

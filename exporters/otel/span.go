@@ -48,7 +48,10 @@ func (s *span) InstrumentationScope() instrumentation.Scope {
 }
 
 // InstrumentationLibrary is the deprecated name of InstrumentationScope,
-// still part of ReadOnlySpan.
-func (s *span) InstrumentationLibrary() instrumentation.Library { //nolint:staticcheck // part of the interface
+// still part of ReadOnlySpan; an exporter built before the rename calls
+// it.
+//
+//lint:ignore SA1019 the interface still requires it
+func (s *span) InstrumentationLibrary() instrumentation.Library {
 	return *s.scope
 }
