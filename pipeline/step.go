@@ -47,6 +47,11 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 		return 0, err
 	}
 	for i := range r.rounds {
+		// A cancelled run stops at the next action boundary, rather than
+		// at whichever wait notices first.
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("step %d: stopped before action %d of %d: %w", step, i, len(r.rounds), context.Cause(ctx))
+		}
 		if f := r.fault; f != nil {
 			if err := f(ctx, r.id, step, i); err != nil {
 				return 0, err

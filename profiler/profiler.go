@@ -379,8 +379,12 @@ func (p *Profiler) Close(ctx context.Context) error {
 	var errs []error
 	select {
 	case <-p.closed:
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
+	default:
+		select {
+		case <-p.closed:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
+		}
 	}
 	p.mu.Lock()
 	p.collectLocked()

@@ -156,9 +156,10 @@ func (p *Profiler) peaks(recs []Record) map[int]int64 {
 	return out
 }
 
-// WriteRankFiles writes one file per rank, <prefix>.rank<N>, holding that
-// rank's summary tables and its per-call log, and returns the paths.
-func WriteRankFiles(prefix string, records []Record, by SortKey) ([]string, error) {
+// WriteRankFiles writes one file per rank, <prefix>.rank<N>, holding the
+// header lines, that rank's summary tables and its per-call log, and
+// returns the paths.
+func WriteRankFiles(prefix string, records []Record, by SortKey, header ...string) ([]string, error) {
 	byRank := map[int][]Record{}
 	var ranks []int
 	for _, r := range records {
@@ -179,6 +180,9 @@ func WriteRankFiles(prefix string, records []Record, by SortKey) ([]string, erro
 		peak := map[int]int64{}
 		for i := range recs {
 			peak[rank] = max(peak[rank], recs[i].PeakMemory)
+		}
+		for _, h := range header {
+			fmt.Fprintln(f, h)
 		}
 		err = WriteReport(f, Summarize(recs), peak, by)
 		if err == nil {

@@ -8,8 +8,11 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	in := newInterrupt(context.Background())
+	go in.watch(sigs)
+	// Signals stay caught until the process is gone: one arriving while
+	// it exits must not replace the status.
+	os.Exit(runWith(in, os.Args[1:], os.Stdout, os.Stderr))
 }

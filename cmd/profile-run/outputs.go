@@ -31,6 +31,10 @@ type outputs struct {
 	runDir string // "" unless a file goes into the run directory
 	prof   *profiler.Profiler
 	stderr io.Writer
+	abort  context.Context // every wait at the end also ends with it (interrupt.abort)
+	// partial, when set, says why the run is incomplete ("interrupted by
+	// SIGINT at step 46"); every output says it.
+	partial string
 
 	report, pprofFile, traceFile *os.File
 
@@ -67,8 +71,8 @@ func createFile(what, path string) (*os.File, error) {
 // openOutputs prepares every destination. File problems are errors, and
 // leave nothing behind: no file, no run directory. Network problems (a
 // port in use) are warnings: training goes on.
-func openOutputs(o *options, prof *profiler.Profiler, stderr io.Writer) (*outputs, error) {
-	out := &outputs{o: o, prof: prof, stderr: stderr}
+func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, stderr io.Writer) (*outputs, error) {
+	out := &outputs{o: o, prof: prof, stderr: stderr, abort: abort}
 	var err error
 	// The run directory is made only when a file goes into it.
 	if o.report == "" || o.pprofPath == "" || o.tracePath == "" {
@@ -167,7 +171,7 @@ func (out *outputs) removeFiles() {
 func (out *outputs) discard() {
 	out.removeFiles()
 	if out.spans != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		ctx, cancel := context.WithTimeout(out.abort, closeTimeout)
 		_ = out.spans.Shutdown(ctx)
 		cancel()
 	}
@@ -195,7 +199,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 	}
 	if len(recs) > 0 && (screen != nil || out.report != nil) {
 		c := out.o.train
-		paths, err := writeReports(screen, out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches))
+		var header []string
+		if out.partial != "" {
+			header = append(header, out.partial)
+		}
+		paths, err := writeReports(screen, out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header...)
 		errs = append(errs, err)
 		if out.report != nil {
 			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
@@ -205,12 +213,20 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 	}
 	if out.pprofFile != nil {
-		st, err := pprof.Write(out.pprofFile, recs, pprof.WithEpoch(out.prof.Epoch()))
+		opts := []pprof.Option{pprof.WithEpoch(out.prof.Epoch())}
+		if out.partial != "" {
+			opts = append(opts, pprof.WithComment(out.partial))
+		}
+		st, err := pprof.Write(out.pprofFile, recs, opts...)
 		errs = append(errs, err)
 		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), out.pprofFile.Name()))
 	}
 	if out.traceFile != nil {
-		st, err := chrometrace.Write(out.traceFile, recs, chrometrace.WithEpoch(out.prof.Epoch()))
+		opts := []chrometrace.Option{chrometrace.WithEpoch(out.prof.Epoch())}
+		if out.partial != "" {
+			opts = append(opts, chrometrace.WithOtherData("partial", out.partial))
+		}
+		st, err := chrometrace.Write(out.traceFile, recs, opts...)
 		errs = append(errs, err)
 		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched) → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, out.traceFile.Name()))
 	}
@@ -219,11 +235,15 @@ func (out *outputs) finish(stdout io.Writer) error {
 	}
 	// The profiler shuts its sinks down in the order they were added: the
 	// span exporter delivers what it holds, then /metrics stops.
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	ctx, cancel := context.WithTimeout(out.abort, closeTimeout)
 	if err := out.prof.Close(ctx); err != nil {
 		// Undelivered spans are counted and shown below; they do not
 		// fail the run.
-		fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+		if out.abort.Err() != nil {
+			fmt.Fprintf(out.stderr, "profile-run: shutting the exporters down was cut short (%v)\n", context.Cause(out.abort))
+		} else {
+			fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+		}
 	}
 	cancel()
 	if out.spans != nil {
@@ -248,6 +268,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 	if out.o.profile == "sync" {
 		fmt.Fprintln(stdout, "synchronised: the stream was synchronised around every device range (-profile sync), so host times include the waits")
 	}
+	if out.partial != "" {
+		fmt.Fprintln(stdout, out.partial)
+	}
 	fmt.Fprintln(stdout, "outputs:")
 	for _, line := range out.summary {
 		fmt.Fprintf(stdout, "  %s\n", line)
@@ -261,12 +284,12 @@ func (out *outputs) finish(stdout io.Writer) error {
 // final unless the endpoint is slow.
 func (out *outputs) pushAndLinger() {
 	if out.spans != nil && (out.o.pushgateway != "" || out.o.metricsLinger > 0) {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		ctx, cancel := context.WithTimeout(out.abort, closeTimeout)
 		_ = out.spans.ForceFlush(ctx) // what it could not deliver shows in its counts
 		cancel()
 	}
 	if out.o.pushgateway != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		ctx, cancel := context.WithTimeout(out.abort, closeTimeout)
 		err := out.metrics.Push(ctx, out.o.pushgateway, "profile-run")
 		cancel()
 		if err != nil {
@@ -277,8 +300,11 @@ func (out *outputs) pushAndLinger() {
 		}
 	}
 	if out.metricsAddr != nil && out.o.metricsLinger > 0 {
-		fmt.Fprintf(out.stderr, "profile-run: serving final metrics for %v more\n", out.o.metricsLinger)
-		time.Sleep(out.o.metricsLinger)
+		fmt.Fprintf(out.stderr, "profile-run: serving final metrics for %v more (Ctrl-C ends it)\n", out.o.metricsLinger)
+		select {
+		case <-time.After(out.o.metricsLinger):
+		case <-out.abort.Done():
+		}
 	}
 }
 

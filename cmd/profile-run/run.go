@@ -32,7 +32,13 @@ const (
 // flushTimeout bounds the wait for outstanding device work at the end.
 const flushTimeout = 30 * time.Second
 
+// run is profile-run with ctx in place of signals: its end stops
+// training, as a first signal would.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(newInterrupt(ctx), args, stdout, stderr)
+}
+
+func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, errHelp) {
 		return exitOK
@@ -64,7 +70,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	if err := train(ctx, o, stdout, stderr); err != nil {
+	if err := train(in, o, stdout, stderr); err != nil {
+		var ei *errInterrupted
+		if errors.As(err, &ei) {
+			return in.exitCode()
+		}
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage
@@ -133,7 +143,7 @@ func makeRunDir(dir string) (string, error) {
 	return "", fmt.Errorf("output directory: could not find a free run name under %s", dir)
 }
 
-func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+func train(in *interrupt, o *options, stdout, stderr io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
 		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
@@ -145,7 +155,7 @@ func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+			cctx, cancel := context.WithTimeout(in.abort, flushTimeout)
 			defer cancel()
 			_ = prof.Close(cctx)
 		}()
@@ -153,7 +163,7 @@ func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var out *outputs
 	if prof != nil {
 		var err error
-		if out, err = openOutputs(o, prof, stderr); err != nil {
+		if out, err = openOutputs(in.abort, o, prof, stderr); err != nil {
 			return err
 		}
 	}
@@ -161,30 +171,63 @@ func train(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	cfg.Profiler = prof
 	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %d microbatches of %d rows, %d layers of width %d, schedule %s, %d steps\n",
 		cfg.Backend, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Schedule, cfg.Steps)
-	res, trainErr := pipeline.Train(ctx, cfg)
-	if res != nil {
-		for i, loss := range res.Losses {
-			var dt time.Duration
-			if i < len(res.StepTimes) {
-				dt = res.StepTimes[i]
-			}
-			fmt.Fprintf(stdout, "step %d: loss %.6f, %v\n", i, loss, dt.Round(time.Microsecond))
+	done, trainErr := trainSteps(in.stop, cfg, stdout)
+	in.trainingDone()
+	var interrupted error
+	if in.stopped() {
+		// What the interrupted step's ranks said on their way out is not
+		// news: the signal is.
+		trainErr = nil
+		interrupted = context.Cause(in.stop)
+		fmt.Fprintf(stderr, "profile-run: %v at step %d (%d of %d steps complete); writing what was recorded (another signal stops at once)\n",
+			interrupted, done, done, cfg.Steps)
+		if out != nil {
+			out.partial = fmt.Sprintf("partial run: %v at step %d (%d of %d steps complete)", interrupted, done, done, cfg.Steps)
 		}
 	}
 	if prof == nil {
-		return trainErr
+		return errors.Join(trainErr, interrupted)
 	}
 	// Whatever happened to training, what was recorded is written out.
-	fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	fctx, cancel := context.WithTimeout(in.abort, flushTimeout)
 	flushErr := prof.Flush(fctx)
 	cancel()
-	return errors.Join(trainErr, flushErr, out.finish(stdout))
+	if flushErr != nil && in.abort.Err() != nil {
+		flushErr = fmt.Errorf("flush cut short (%v): device ranges still pending are left out", context.Cause(in.abort))
+	}
+	err := errors.Join(trainErr, flushErr, out.finish(stdout), interrupted)
+	if err == nil && in.signal() != nil {
+		// A signal after training (during the linger, say) ended the run
+		// early all the same.
+		err = context.Cause(in.abort)
+	}
+	return err
+}
+
+// trainSteps runs cfg's steps, printing each step's loss as it finishes,
+// until they are done, one fails, or ctx ends. It returns the number of
+// steps completed.
+func trainSteps(ctx context.Context, cfg pipeline.Config, stdout io.Writer) (int, error) {
+	tr, err := pipeline.NewTrainer(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	done := 0
+	for done < cfg.Steps {
+		sr, err := tr.Step(ctx)
+		if err != nil {
+			return done, errors.Join(err, tr.Close())
+		}
+		done++
+		fmt.Fprintf(stdout, "step %d: loss %.6f, %v\n", sr.Step, sr.Loss, sr.Wall.Round(time.Microsecond))
+	}
+	return done, tr.Close()
 }
 
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
 // per-step tables and the per-call log.
-func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64) ([]string, error) {
+func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64, header ...string) ([]string, error) {
 	all := make([]profiler.Record, len(recs))
 	copy(all, recs)
 	for i := range all {
@@ -205,6 +248,9 @@ func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profi
 		ws = append(ws, f)
 	}
 	for _, w := range ws {
+		for _, h := range header {
+			fmt.Fprintln(w, h)
+		}
 		if err := profiler.WriteReport(w, groups, peaks, by); err != nil {
 			return nil, fmt.Errorf("report: %w", err)
 		}
@@ -219,5 +265,5 @@ func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profi
 		return nil, nil
 	}
 	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
-	return profiler.WriteRankFiles(prefix, recs, by)
+	return profiler.WriteRankFiles(prefix, recs, by, header...)
 }

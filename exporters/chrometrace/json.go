@@ -33,6 +33,15 @@ func (j *jsonWriter) header(cfg config) {
 		b = append(b, `,"epoch":`...)
 		b = appendString(b, cfg.epoch.UTC().Format(time.RFC3339Nano))
 	}
+	for _, kv := range cfg.other {
+		if kv[0] == "producer" || kv[0] == "epoch" {
+			continue
+		}
+		b = append(b, ',')
+		b = appendString(b, kv[0])
+		b = append(b, ':')
+		b = appendString(b, kv[1])
+	}
 	b = append(b, "},\n\"traceEvents\":["...)
 	j.buf = b
 	j.first = true

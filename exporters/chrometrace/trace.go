@@ -16,6 +16,7 @@ type Option interface{ apply(*config) }
 
 type config struct {
 	epoch time.Time
+	other [][2]string
 }
 
 type optionFunc func(*config)
@@ -25,6 +26,14 @@ func (f optionFunc) apply(c *config) { f(c) }
 // WithEpoch records the wall-clock time that event times count from
 // (profiler.Profiler.Epoch) in the trace's otherData, as "epoch".
 func WithEpoch(t time.Time) Option { return optionFunc(func(c *config) { c.epoch = t }) }
+
+// WithOtherData adds key: value to the trace's otherData, which trace
+// viewers show as the trace's metadata (Perfetto: "Info and stats"); a
+// partial run says so there, for one. Keys "producer" and "epoch" are the
+// writer's own.
+func WithOtherData(key, value string) Option {
+	return optionFunc(func(c *config) { c.other = append(c.other, [2]string{key, value}) })
+}
 
 // Stats says what a trace holds.
 type Stats struct {

@@ -590,3 +590,26 @@ func TestSyntheticLayout(t *testing.T) {
 		t.Error("no second lane: the test no longer exercises lanes")
 	}
 }
+
+// WithOtherData lands in otherData, escaped, and cannot replace the
+// writer's own keys.
+func TestWithOtherData(t *testing.T) {
+	var buf bytes.Buffer
+	_, err := chrometrace.Write(&buf, fixture(), chrometrace.WithEpoch(epoch),
+		chrometrace.WithOtherData("run", `interrupted at step 3 "SIGINT"`), chrometrace.WithOtherData("producer", "someone else"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		OtherData map[string]string `json:"otherData"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	if got := doc.OtherData["run"]; got != `interrupted at step 3 "SIGINT"` {
+		t.Errorf("otherData.run = %q", got)
+	}
+	if got := doc.OtherData["producer"]; got != "trainscope" {
+		t.Errorf("otherData.producer = %q, want trainscope", got)
+	}
+}

@@ -35,7 +35,8 @@ const (
 type Option interface{ apply(*config) }
 
 type config struct {
-	epoch time.Time
+	epoch    time.Time
+	comments []string
 }
 
 type optionFunc func(*config)
@@ -46,6 +47,12 @@ func (f optionFunc) apply(c *config) { f(c) }
 // (profiler.Profiler.Epoch), so the profile's start time is absolute.
 // Without it the profile carries no start time.
 func WithEpoch(t time.Time) Option { return optionFunc(func(c *config) { c.epoch = t }) }
+
+// WithComment adds a line to the profile's comments, which `go tool pprof`
+// prints with -comments (a partial run says so there, for one).
+func WithComment(s string) Option {
+	return optionFunc(func(c *config) { c.comments = append(c.comments, s) })
+}
 
 func newConfig(opts []Option) config {
 	var c config
@@ -117,6 +124,7 @@ func newProfile(t *tree, cfg config) *profile.Profile {
 		Function: t.functions,
 		Location: t.locations,
 	}
+	p.Comments = append(p.Comments, cfg.comments...)
 	p.DurationNanos = int64(t.end - t.start)
 	if !cfg.epoch.IsZero() {
 		p.TimeNanos = cfg.epoch.Add(t.start).UnixNano()

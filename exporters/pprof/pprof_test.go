@@ -447,3 +447,19 @@ func TestTrainerRun(t *testing.T) {
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// Comments given with WithComment follow the profile's own, in order.
+func TestWithComment(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := pprof.Write(&buf, fixture(), pprof.WithComment("partial run: interrupted at step 3"), pprof.WithComment("second")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(p.Comments)
+	if n < 3 || p.Comments[n-2] != "partial run: interrupted at step 3" || p.Comments[n-1] != "second" {
+		t.Errorf("comments %q: want the two given last", p.Comments)
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// interrupt is what profile-run does with SIGINT and SIGTERM. The first
+// signal during training ends stop: training stops at the next action
+// boundary, and everything recorded is flushed and written out, marked
+// partial. A second signal, or any signal once training is over, ends
+// abort: every wait left (flushing device work, delivering spans, the
+// metrics linger, a push) ends at once. No wait in profile-run ignores
+// them: each is bounded by a deadline and by abort.
+type interrupt struct {
+	stop, abort             context.Context
+	cancelStop, cancelAbort context.CancelCauseFunc
+
+	mu       sync.Mutex
+	first    os.Signal // the first signal, which sets the exit status
+	training bool
+}
+
+// errInterrupted is the cause of stop and abort when a signal ended them.
+type errInterrupted struct{ sig os.Signal }
+
+func (e *errInterrupted) Error() string { return "interrupted by " + signalName(e.sig) }
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// newInterrupt returns an interrupt whose contexts also end with parent.
+func newInterrupt(parent context.Context) *interrupt {
+	in := &interrupt{training: true}
+	in.abort, in.cancelAbort = context.WithCancelCause(parent)
+	in.stop, in.cancelStop = context.WithCancelCause(in.abort)
+	return in
+}
+
+// watch delivers signals from ch until it is closed.
+func (in *interrupt) watch(ch <-chan os.Signal) {
+	for s := range ch {
+		in.deliver(s)
+	}
+}
+
+// deliver acts on one signal.
+func (in *interrupt) deliver(s os.Signal) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	cause := &errInterrupted{s}
+	if in.first == nil {
+		in.first = s
+		if in.training {
+			in.cancelStop(cause)
+			return
+		}
+	}
+	in.cancelStop(cause)
+	in.cancelAbort(cause)
+}
+
+// trainingDone says training is over: from now on the first signal cuts
+// the remaining waits short.
+func (in *interrupt) trainingDone() {
+	in.mu.Lock()
+	in.training = false
+	in.mu.Unlock()
+}
+
+// signal is the first signal received, or nil.
+func (in *interrupt) signal() os.Signal {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.first
+}
+
+// exitCode is the conventional status of a process ended by the first
+// signal: 128 + its number (130 for SIGINT, 143 for SIGTERM).
+func (in *interrupt) exitCode() int {
+	if s, ok := in.signal().(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitFail
+}
+
+// stopped reports whether a signal (not an error) ended training.
+func (in *interrupt) stopped() bool {
+	var ei *errInterrupted
+	return errors.As(context.Cause(in.stop), &ei)
+}
