@@ -34,6 +34,13 @@ type options struct {
 	otlpEndpoint, otlpProtocol   string
 	otlpInsecure                 bool
 	serviceName                  string
+
+	// What profile-run says while it runs.
+	logFormat, logLevel string
+	progress            string        // "auto", "bar", "log", "off"
+	progressEvery       time.Duration // "log": one line this often
+	quietSteps          bool          // no per-step loss lines
+	deprecations        []string      // logged once the logger exists
 }
 
 var errHelp = errors.New("help requested")
@@ -79,6 +86,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
+	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console (human-readable) or json (for log collectors)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar, log or off")
+	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
+	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
 	printUsage := func() {
 		fmt.Fprintf(stderr, "Usage: profile-run [flags]\n\nTrains the built-in pipelined model on the best available backend and reports\nwhere each step's time went.\n\nFlags:\n")
 		fs.SetOutput(stderr)
@@ -108,10 +120,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case "on", "off", "sync":
 	case "seed-sync":
 		// The former name of sync, accepted for one release.
-		fmt.Fprintln(stderr, "profile-run: -profile seed-sync is deprecated; use -profile sync")
+		o.deprecations = append(o.deprecations, "-profile seed-sync is deprecated; use -profile sync")
 		o.profile = "sync"
 	default:
 		return nil, usagef("-profile: unknown mode %q (one of: on, off, sync)", o.profile)
+	}
+	switch o.progress {
+	case "auto", "bar", "log", "off":
+	default:
+		return nil, usagef("-progress: unknown mode %q (one of: auto, bar, log, off)", o.progress)
+	}
+	if o.progressEvery <= 0 {
+		return nil, usagef("-progress-every %v: must be positive", o.progressEvery)
 	}
 	if o.depth < 0 {
 		return nil, usagef("-device-depth %d: must not be negative", o.depth)

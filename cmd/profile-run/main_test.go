@@ -244,7 +244,7 @@ func TestProfileSync(t *testing.T) {
 			if !strings.Contains(stdout, "(-profile sync)") || !strings.Contains(stdout, "Host Total") {
 				t.Errorf("no report, or it does not say the stream was synchronised:\n%s", stdout)
 			}
-			const deprecated = "profile-run: -profile seed-sync is deprecated; use -profile sync\n"
+			const deprecated = "-profile seed-sync is deprecated; use -profile sync"
 			if got := strings.Count(stderr, deprecated); (mode == "seed-sync") != (got == 1) || got > 1 {
 				t.Errorf("-profile %s: deprecation line %d times in stderr %q", mode, got, stderr)
 			}

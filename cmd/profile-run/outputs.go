@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/trainscope/trainscope/exporters/chrometrace"
 	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/exporters/pprof"
@@ -30,7 +32,7 @@ type outputs struct {
 	runID  string
 	runDir string // "" unless a file goes into the run directory
 	prof   *profiler.Profiler
-	stderr io.Writer
+	log    *zap.Logger
 	abort  context.Context // every wait at the end also ends with it (interrupt.abort)
 	// partial, when set, says why the run is incomplete ("interrupted by
 	// SIGINT at step 46"); every output says it.
@@ -71,8 +73,8 @@ func createFile(what, path string) (*os.File, error) {
 // openOutputs prepares every destination. File problems are errors, and
 // leave nothing behind: no file, no run directory. Network problems (a
 // port in use) are warnings: training goes on.
-func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, stderr io.Writer) (*outputs, error) {
-	out := &outputs{o: o, prof: prof, stderr: stderr, abort: abort}
+func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log *zap.Logger) (*outputs, error) {
+	out := &outputs{o: o, prof: prof, log: log, abort: abort}
 	var err error
 	// The run directory is made only when a file goes into it.
 	if o.report == "" || o.pprofPath == "" || o.tracePath == "" {
@@ -105,15 +107,15 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, std
 			Protocol:    o.otlpProtocol,
 			Insecure:    o.otlpInsecure || loopbackHostPort(o.otlpEndpoint),
 			ServiceName: o.serviceName,
-		})
+		}, otel.WithLogger(log.Named("otel")))
 		if err != nil {
 			out.discard()
 			return nil, &usageError{err.Error()}
 		}
-		fmt.Fprintf(stderr, "profile-run: sending spans over OTLP (%s) to %s\n", out.spans.Protocol(), out.spans.Endpoint())
+		log.Info("sending spans over OTLP", zap.String("protocol", out.spans.Protocol()), zap.String("endpoint", out.spans.Endpoint()))
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
-		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID)); err != nil {
+		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithLogger(log.Named("prom"))); err != nil {
 			out.discard()
 			return nil, err
 		}
@@ -131,10 +133,10 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, std
 	}
 	if o.metricsAddr != "off" {
 		if out.metricsAddr, err = out.metrics.Serve(o.metricsAddr); err != nil {
-			fmt.Fprintf(stderr, "profile-run: warning: not serving /metrics: %v (training goes on)\n", err)
+			log.Warn("not serving /metrics; training goes on", zap.Error(err))
 			out.summary = append(out.summary, fmt.Sprintf("metrics: not served: %v", err))
 		} else {
-			fmt.Fprintf(stderr, "profile-run: serving Prometheus metrics on http://%s/metrics\n", out.metricsAddr)
+			log.Info("serving Prometheus metrics", zap.String("url", "http://"+out.metricsAddr.String()+"/metrics"))
 		}
 	}
 	return out, nil
@@ -240,9 +242,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 		// Undelivered spans are counted and shown below; they do not
 		// fail the run.
 		if out.abort.Err() != nil {
-			fmt.Fprintf(out.stderr, "profile-run: shutting the exporters down was cut short (%v)\n", context.Cause(out.abort))
+			out.log.Warn("shutting the exporters down was cut short", zap.String("by", context.Cause(out.abort).Error()))
 		} else {
-			fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+			out.log.Warn("shutting the exporters down", zap.Error(err))
 		}
 	}
 	cancel()
@@ -294,13 +296,13 @@ func (out *outputs) pushAndLinger() {
 		cancel()
 		if err != nil {
 			out.summary = append(out.summary, fmt.Sprintf("pushgateway: not delivered: %v", err))
-			fmt.Fprintf(out.stderr, "profile-run: warning: %v\n", err)
+			out.log.Warn("pushgateway: not delivered", zap.Error(err))
 		} else {
 			out.summary = append(out.summary, "pushgateway: pushed to "+out.o.pushgateway)
 		}
 	}
 	if out.metricsAddr != nil && out.o.metricsLinger > 0 {
-		fmt.Fprintf(out.stderr, "profile-run: serving final metrics for %v more (Ctrl-C ends it)\n", out.o.metricsLinger)
+		out.log.Info("serving final metrics; Ctrl-C ends it", zap.Duration("for", out.o.metricsLinger))
 		select {
 		case <-time.After(out.o.metricsLinger):
 		case <-out.abort.Done():
@@ -324,4 +326,14 @@ func loopbackHostPort(endpoint string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// liveCounts reads the running totals the progress line shows.
+func (out *outputs) liveCounts() liveCounts {
+	st := out.prof.Stats()
+	c := liveCounts{ranges: uint64(st.Records) + st.Overflow, drops: st.Dropped}
+	if out.spans != nil {
+		c.backlog = out.spans.Stats().Pending
+	}
+	return c
 }

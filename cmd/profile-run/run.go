@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/trainscope/trainscope/ccl"
 	_ "github.com/trainscope/trainscope/ccl/local" // in-process collectives for the CPU backend
 	_ "github.com/trainscope/trainscope/ccl/nccl"  // NCCL, loaded at run time where present
@@ -52,6 +54,15 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)
 		return exitFail
 	}
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
+		return exitUsage
+	}
+	defer func() { _ = log.Sync() }()
+	for _, d := range o.deprecations {
+		log.Warn(d)
+	}
 	backend, err := chooseBackend(o.backend)
 	if err != nil {
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)
@@ -70,7 +81,7 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	if err := train(in, o, stdout, stderr); err != nil {
+	if err := train(in, o, log, stdout); err != nil {
 		var ei *errInterrupted
 		if errors.As(err, &ei) {
 			return in.exitCode()
@@ -79,7 +90,7 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
+		log.Error(err.Error())
 		return exitFail
 	}
 	return exitOK
@@ -143,7 +154,7 @@ func makeRunDir(dir string) (string, error) {
 	return "", fmt.Errorf("output directory: could not find a free run name under %s", dir)
 }
 
-func train(in *interrupt, o *options, stdout, stderr io.Writer) error {
+func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
 		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
@@ -163,7 +174,7 @@ func train(in *interrupt, o *options, stdout, stderr io.Writer) error {
 	var out *outputs
 	if prof != nil {
 		var err error
-		if out, err = openOutputs(in.abort, o, prof, stderr); err != nil {
+		if out, err = openOutputs(in.abort, o, prof, log); err != nil {
 			return err
 		}
 	}
@@ -171,7 +182,13 @@ func train(in *interrupt, o *options, stdout, stderr io.Writer) error {
 	cfg.Profiler = prof
 	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %d microbatches of %d rows, %d layers of width %d, schedule %s, %d steps\n",
 		cfg.Backend, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Schedule, cfg.Steps)
-	done, trainErr := trainSteps(in.stop, cfg, stdout)
+	var live func() liveCounts
+	if prof != nil {
+		live = out.liveCounts
+	}
+	pr := newProgress(o.progress, stdout, log, cfg, o.progressEvery, !o.quietSteps, live)
+	done, trainErr := trainSteps(in.stop, cfg, pr)
+	pr.stop()
 	in.trainingDone()
 	var interrupted error
 	if in.stopped() {
@@ -179,8 +196,8 @@ func train(in *interrupt, o *options, stdout, stderr io.Writer) error {
 		// news: the signal is.
 		trainErr = nil
 		interrupted = context.Cause(in.stop)
-		fmt.Fprintf(stderr, "profile-run: %v at step %d (%d of %d steps complete); writing what was recorded (another signal stops at once)\n",
-			interrupted, done, done, cfg.Steps)
+		log.Warn(fmt.Sprintf("%v at step %d (%d of %d steps complete); writing what was recorded (another signal stops at once)",
+			interrupted, done, done, cfg.Steps))
 		if out != nil {
 			out.partial = fmt.Sprintf("partial run: %v at step %d (%d of %d steps complete)", interrupted, done, done, cfg.Steps)
 		}
@@ -204,10 +221,10 @@ func train(in *interrupt, o *options, stdout, stderr io.Writer) error {
 	return err
 }
 
-// trainSteps runs cfg's steps, printing each step's loss as it finishes,
-// until they are done, one fails, or ctx ends. It returns the number of
-// steps completed.
-func trainSteps(ctx context.Context, cfg pipeline.Config, stdout io.Writer) (int, error) {
+// trainSteps runs cfg's steps, reporting each to pr as it finishes, until
+// they are done, one fails, or ctx ends. It returns the number of steps
+// completed.
+func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, error) {
 	tr, err := pipeline.NewTrainer(ctx, cfg)
 	if err != nil {
 		return 0, err
@@ -219,7 +236,7 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, stdout io.Writer) (int
 			return done, errors.Join(err, tr.Close())
 		}
 		done++
-		fmt.Fprintf(stdout, "step %d: loss %.6f, %v\n", sr.Step, sr.Loss, sr.Wall.Round(time.Microsecond))
+		pr.stepDone(sr)
 	}
 	return done, tr.Close()
 }

@@ -1,6 +1,8 @@
 package otel
 
 import (
+	"go.uber.org/zap"
+
 	"errors"
 	"fmt"
 	"net"
@@ -99,6 +101,7 @@ type Option interface{ apply(*options) }
 
 type options struct {
 	spanExporter sdktrace.SpanExporter
+	log          *zap.Logger
 }
 
 type optionFunc func(*options)
@@ -110,6 +113,14 @@ func (f optionFunc) apply(o *options) { f(o) }
 // or for an exporter configured some other way. The Exporter shuts e down.
 func WithSpanExporter(e sdktrace.SpanExporter) Option {
 	return optionFunc(func(o *options) { o.spanExporter = e })
+}
+
+// WithLogger logs what the exporter cannot deliver: when the endpoint
+// starts failing (and when it recovers), and the first time the queue
+// overflows. Counts stay exact in Stats either way; the default logs
+// nothing.
+func WithLogger(l *zap.Logger) Option {
+	return optionFunc(func(o *options) { o.log = l })
 }
 
 // endpoint is the resolved destination.

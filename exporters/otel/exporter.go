@@ -1,6 +1,8 @@
 package otel
 
 import (
+	"go.uber.org/zap"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,6 +58,10 @@ type Exporter struct {
 	stopOnce     sync.Once
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	log         *zap.Logger
+	failing     bool // the last request failed (under mu), for logging changes only
+	droppedOnce sync.Once
 }
 
 var _ profiler.SinkShutdowner = (*Exporter)(nil)
@@ -82,7 +88,11 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
+	if o.log == nil {
+		o.log = zap.NewNop()
+	}
 	e := &Exporter{
+		log:     o.log,
 		cfg:     cfg,
 		spans:   o.spanExporter,
 		build:   newBuilder(cfg.RunID, cfg.Epoch, cfg.MaxLinks, base),
@@ -237,6 +247,12 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 	e.stats.Queued += uint64(spans)
 	e.stats.Dropped += uint64(n - spans)
 	e.mu.Unlock()
+	if spans < n {
+		e.droppedOnce.Do(func() {
+			e.log.Warn("OTLP span queue full: dropping spans (counted; raise QueueSize or check the endpoint)",
+				zap.String("endpoint", e.target), zap.Int("queue_size", e.cfg.QueueSize))
+		})
+	}
 	if took > 0 {
 		select {
 		case e.wake <- struct{}{}:
@@ -342,6 +358,16 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 		st.LastError = err
 	case ok < n && st.LastError == nil:
 		st.LastError = errAbandoned
+	}
+	// Log changes of state, not every request.
+	switch failing := sent && err != nil; {
+	case failing && !e.failing:
+		e.log.Warn("OTLP endpoint is not taking spans; counting them as failed", zap.String("endpoint", e.target), zap.Error(err))
+	case sent && !failing && e.failing:
+		e.log.Info("OTLP endpoint is taking spans again", zap.String("endpoint", e.target), zap.Uint64("failed_so_far", st.Failed))
+	}
+	if sent {
+		e.failing = err != nil
 	}
 }
 

@@ -1,6 +1,8 @@
 package prom
 
 import (
+	"go.uber.org/zap"
+
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,7 +56,13 @@ type config struct {
 	bandwidthBucket []float64
 	maxNames        int
 	maxGroups       int
+	log             *zap.Logger
 }
+
+// WithLogger logs what the exporter cannot deliver: scrapes that failed
+// to gather a metric (the endpoint answers with what it could). The
+// default logs nothing.
+func WithLogger(l *zap.Logger) Option { return optionFunc(func(c *config) { c.log = l }) }
 
 // WithHostname sets the Hostname label (default: os.Hostname), which
 // should match what the DCGM exporter on the node reports.

@@ -1,6 +1,10 @@
 package prom
 
 import (
+	"strings"
+
+	"go.uber.org/zap"
+
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +61,7 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
 		ErrorHandling:       promhttp.ContinueOnError,
+		ErrorLog:            scrapeLog{e.cfg.log},
 		Timeout:             10 * time.Second,
 		MaxRequestsInFlight: 4,
 	}))
@@ -98,4 +103,13 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 		err = fmt.Errorf("prom: shutdown: %w", err)
 	}
 	return errors.Join(err, <-errc)
+}
+
+// scrapeLog passes promhttp's scrape errors to the exporter's logger.
+type scrapeLog struct{ l *zap.Logger }
+
+func (s scrapeLog) Println(v ...any) {
+	if s.l != nil {
+		s.l.Warn("metrics scrape: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
+	}
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"go.uber.org/zap"
+
+	"github.com/trainscope/trainscope/pipeline"
+)
+
+// liveCounts are the profiler's and exporters' running totals the
+// progress shows.
+type liveCounts struct {
+	ranges  uint64 // ranges collected so far
+	drops   uint64 // ranges lost on the recording side
+	backlog uint64 // spans queued for the OTLP endpoint, not yet delivered
+}
+
+// progress reports a run's advance while it trains: on a terminal one
+// status line updated in place (an mpb bar: step, loss, step time,
+// throughput, ranges/s, drops, exporter backlog, elapsed, ETA), with the
+// per-step loss lines printed above it; elsewhere a log line every
+// interval. Its methods are called from the training goroutine; the bar
+// renders from its own.
+type progress struct {
+	mode      string // "bar", "log" or "off"
+	out       io.Writer
+	log       *zap.Logger
+	steps     int
+	rows      int // samples per step
+	every     time.Duration
+	live      func() liveCounts
+	stepLines bool
+
+	container *mpb.Progress
+	bar       *mpb.Bar
+
+	mu        sync.Mutex
+	start     time.Time
+	done      int
+	loss      float64
+	wall      time.Duration
+	rate      float64 // ranges per second over the last interval
+	counts    liveCounts
+	lastAt    time.Time
+	lastCount uint64
+	lastLog   time.Time
+}
+
+// newProgress starts reporting. mode "auto" becomes "bar" when out is a
+// terminal and "log" otherwise. live may be nil (profiling off).
+func newProgress(mode string, out io.Writer, log *zap.Logger, cfg pipeline.Config, every time.Duration, stepLines bool, live func() liveCounts) *progress {
+	if mode == "auto" {
+		mode = "log"
+		if isTerminal(out) {
+			mode = "bar"
+		}
+	}
+	if live == nil {
+		live = func() liveCounts { return liveCounts{} }
+	}
+	now := time.Now()
+	pr := &progress{
+		mode: mode, out: out, log: log, steps: cfg.Steps, every: every, live: live, stepLines: stepLines,
+		rows:  cfg.Microbatches * cfg.MicrobatchSize * cfg.Replicas,
+		start: now, lastAt: now, lastLog: now,
+	}
+	if mode == "bar" {
+		pr.container = mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond))
+		pr.bar = pr.container.New(int64(cfg.Steps), mpb.BarStyle().Lbound("[").Rbound("]"),
+			mpb.BarWidth(20),
+			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return pr.status() })),
+		)
+	}
+	return pr
+}
+
+// lines is where per-step lines go: above the status line on a terminal.
+func (pr *progress) lines() io.Writer {
+	if pr.container != nil {
+		return pr.container
+	}
+	return pr.out
+}
+
+// stepDone takes a finished step.
+func (pr *progress) stepDone(sr pipeline.StepResult) {
+	if pr.stepLines {
+		fmt.Fprintf(pr.lines(), "step %d: loss %.6f, %v\n", sr.Step, sr.Loss, sr.Wall.Round(time.Microsecond))
+	}
+	now := time.Now()
+	c := pr.live()
+	pr.mu.Lock()
+	pr.done, pr.loss, pr.wall, pr.counts = sr.Step+1, sr.Loss, sr.Wall, c
+	if dt := now.Sub(pr.lastAt); dt >= 500*time.Millisecond {
+		pr.rate = float64(c.ranges-pr.lastCount) / dt.Seconds()
+		pr.lastAt, pr.lastCount = now, c.ranges
+	} else if pr.rate == 0 && dt > 0 {
+		pr.rate = float64(c.ranges-pr.lastCount) / dt.Seconds()
+	}
+	logNow := pr.mode == "log" && (now.Sub(pr.lastLog) >= pr.every || pr.done == pr.steps)
+	if logNow {
+		pr.lastLog = now
+	}
+	pr.mu.Unlock()
+	if pr.bar != nil {
+		pr.bar.SetCurrent(int64(sr.Step + 1))
+	}
+	if logNow {
+		pr.logLine()
+	}
+}
+
+// eta is the time the remaining steps take at the mean pace so far.
+func (pr *progress) eta(elapsed time.Duration) time.Duration {
+	if pr.done == 0 {
+		return 0
+	}
+	return time.Duration(float64(elapsed) / float64(pr.done) * float64(pr.steps-pr.done))
+}
+
+// status is the status line's text.
+func (pr *progress) status() string {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	elapsed := time.Since(pr.start)
+	if pr.done == 0 {
+		return fmt.Sprintf("step 0/%d  starting  elapsed %v", pr.steps, elapsed.Round(time.Second))
+	}
+	return fmt.Sprintf("step %d/%d  loss %.4f  %v/step  %.0f samples/s  %s ranges/s  drops %d  backlog %d  elapsed %v  ETA %v",
+		pr.done, pr.steps, pr.loss, pr.wall.Round(10*time.Microsecond), float64(pr.rows)/pr.wall.Seconds(),
+		si(pr.rate), pr.counts.drops, pr.counts.backlog, elapsed.Round(time.Second), pr.eta(elapsed).Round(time.Second))
+}
+
+// logLine logs the same as fields.
+func (pr *progress) logLine() {
+	pr.mu.Lock()
+	elapsed := time.Since(pr.start)
+	fields := []zap.Field{
+		zap.Int("step", pr.done), zap.Int("steps", pr.steps), zap.Float64("loss", pr.loss),
+		zap.Duration("step_time", pr.wall), zap.Float64("samples_per_s", float64(pr.rows)/pr.wall.Seconds()),
+		zap.Float64("ranges_per_s", pr.rate), zap.Uint64("drops", pr.counts.drops), zap.Uint64("backlog", pr.counts.backlog),
+		zap.Duration("elapsed", elapsed), zap.Duration("eta", pr.eta(elapsed)),
+	}
+	pr.mu.Unlock()
+	pr.log.Info("training", fields...)
+}
+
+// stop ends the status line (kept on screen, complete or not) before the
+// summary prints.
+func (pr *progress) stop() {
+	if pr.bar == nil {
+		return
+	}
+	if !pr.bar.Completed() {
+		pr.bar.Abort(false)
+	}
+	pr.container.Wait()
+	pr.bar, pr.container = nil, nil
+}
+
+// si formats v with a k/M/G suffix.
+func si(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.1fG", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// On a terminal the progress is one status line updated in place, the
+// loss lines print above it as steps finish, and the final screen holds
+// the summary. The test runs profile-run (this test binary as main) in a
+// pseudo-terminal and reads everything it draws.
+func TestProgressLineOnATerminal(t *testing.T) {
+	const steps = 40
+	cmd := exec.Command(os.Args[0], "-out", t.TempDir(), "-metrics-addr", "off", "-steps", "40", "-width", "32", "-report", "off", "-pprof", "off", "-trace", "off")
+	cmd.Env = append(os.Environ(), "PROFILE_RUN_AS_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	defer tty.Close()
+	var screen bytes.Buffer
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(&screen, tty)
+		read <- err
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("profile-run: %v\n%s", err, screen.String())
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("profile-run did not finish in 2 minutes")
+	}
+	// The reader ends with EIO once the terminal's other side is gone.
+	select {
+	case err := <-read:
+		var errno syscall.Errno
+		if err != nil && !(errors.As(err, &errno) && errno == syscall.EIO) {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("terminal output did not end")
+	}
+	out := screen.String()
+
+	// Drawn several times, each time over the last: cursor movements, and
+	// the step counter advancing.
+	renders := regexp.MustCompile(`step (\d+)/40 `).FindAllStringSubmatch(out, -1)
+	seen := map[string]bool{}
+	for _, m := range renders {
+		seen[m[1]] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("status line drawn with %d distinct step counts (%v); want it updated as steps finish:\n%q", len(seen), seen, out)
+	}
+	if !strings.Contains(out, "\x1b[") {
+		t.Errorf("no cursor control: the status line is not redrawn in place:\n%q", out)
+	}
+	for _, w := range []string{"loss ", "samples/s", "ranges/s", "drops 0", "ETA"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status line lacks %q", w)
+		}
+	}
+	// Every loss line, each once, and the summary after the last drawing.
+	for i := range steps {
+		if n := strings.Count(out, "step "+strconv.Itoa(i)+": loss "); n != 1 {
+			t.Errorf("loss line of step %d printed %d times", i, n)
+		}
+	}
+	last := strings.LastIndex(out, "/40 ")
+	if sum := strings.LastIndex(out, "where the steps went"); sum < last {
+		t.Errorf("the summary is not on the final screen (summary at %d, last status drawing at %d)", sum, last)
+	}
+	if !strings.Contains(out[last:], "step 40/40") && !strings.Contains(out, "step 40/40") {
+		t.Errorf("the status line never reached step 40/40")
+	}
+}
