@@ -1,0 +1,224 @@
+package profiler
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// StepWindow chooses the steps whose records are kept in detail (for a
+// timeline or a per-call log) when a run is too long to keep them all:
+// fixed ranges of steps, and the most recent steps.
+type StepWindow struct {
+	// Ranges are inclusive [from, to] step ranges kept whenever they
+	// come.
+	Ranges [][2]int
+	// Last keeps the records of the Last highest steps seen so far.
+	Last int
+	// All keeps every step (bounded only by MaxRecords).
+	All bool
+}
+
+// DefaultStepWindow keeps steps 1–5 (the first after a warm-up step) and
+// the last 5.
+var DefaultStepWindow = StepWindow{Ranges: [][2]int{{1, 5}}, Last: 5}
+
+// ParseStepWindow reads a window: comma-separated parts, each "A-B"
+// (steps A to B), "A" (one step), "last:N" (the N most recent steps) or
+// "all"; "" is DefaultStepWindow.
+func ParseStepWindow(s string) (StepWindow, error) {
+	if strings.TrimSpace(s) == "" {
+		return DefaultStepWindow, nil
+	}
+	var w StepWindow
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		switch {
+		case part == "all":
+			w.All = true
+		case strings.HasPrefix(part, "last:"):
+			n, err := strconv.Atoi(strings.TrimPrefix(part, "last:"))
+			if err != nil || n < 1 {
+				return StepWindow{}, fmt.Errorf("step window %q: %q: want last:N with N ≥ 1", s, part)
+			}
+			w.Last = max(w.Last, n)
+		default:
+			lo, hi, isRange := strings.Cut(part, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := a, error(nil)
+			if isRange {
+				b, err2 = strconv.Atoi(hi)
+			}
+			if err1 != nil || err2 != nil || a < 0 || b < a {
+				return StepWindow{}, fmt.Errorf("step window %q: %q: want A-B (0 ≤ A ≤ B), A, last:N or all", s, part)
+			}
+			w.Ranges = append(w.Ranges, [2]int{a, b})
+		}
+	}
+	return w, nil
+}
+
+// String is the window in ParseStepWindow's syntax.
+func (w StepWindow) String() string {
+	if w.All {
+		return "all"
+	}
+	var parts []string
+	for _, r := range w.Ranges {
+		if r[0] == r[1] {
+			parts = append(parts, strconv.Itoa(r[0]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", r[0], r[1]))
+		}
+	}
+	if w.Last > 0 {
+		parts = append(parts, "last:"+strconv.Itoa(w.Last))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (w StepWindow) fixed(step int) bool {
+	for _, r := range w.Ranges {
+		if step >= r[0] && step <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// Window is a Sink that keeps the records of the steps its StepWindow
+// chooses, up to maxRecords in all, and counts the rest. Records without a
+// step label are kept too, within the same bound. Its memory is bounded by
+// maxRecords whatever the length of the run. Safe for concurrent use.
+type Window struct {
+	w          StepWindow
+	maxRecords int
+
+	mu      sync.Mutex
+	steps   map[int][]Record // kept records by step label (None for none)
+	kept    int
+	recent  []int // steps kept for Last, ascending
+	outside uint64
+	full    uint64
+}
+
+// NewWindow returns a window sink; maxRecords < 1 means 1<<18.
+func NewWindow(w StepWindow, maxRecords int) *Window {
+	if maxRecords < 1 {
+		maxRecords = 1 << 18
+	}
+	return &Window{w: w, maxRecords: maxRecords, steps: map[int][]Record{}}
+}
+
+// Consume implements Sink.
+func (win *Window) Consume(batch []Record) {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	for i := range batch {
+		r := &batch[i]
+		step := int(r.Step)
+		if !win.wants(step) {
+			win.outside++
+			continue
+		}
+		if win.kept >= win.maxRecords {
+			win.full++
+			continue
+		}
+		win.steps[step] = append(win.steps[step], *r)
+		win.kept++
+	}
+}
+
+// wants reports whether records of step are kept, making room among the
+// most recent steps when step is a new one.
+func (win *Window) wants(step int) bool {
+	if step == None || win.w.All || win.w.fixed(step) {
+		return true
+	}
+	if win.w.Last == 0 {
+		return false
+	}
+	if _, ok := slices.BinarySearch(win.recent, step); ok {
+		return true
+	}
+	if len(win.recent) >= win.w.Last && step < win.recent[0] {
+		return false // older than every recent step kept
+	}
+	win.recent = append(win.recent, step)
+	slices.Sort(win.recent)
+	for len(win.recent) > win.w.Last {
+		old := win.recent[0]
+		win.recent = win.recent[1:]
+		if !win.w.fixed(old) {
+			win.kept -= len(win.steps[old])
+			win.outside += uint64(len(win.steps[old]))
+			delete(win.steps, old)
+		}
+	}
+	return true
+}
+
+// Records returns a copy of the records kept, ordered by rank, then start
+// time.
+func (win *Window) Records() []Record {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	out := make([]Record, 0, win.kept)
+	for _, rs := range win.steps {
+		out = append(out, rs...)
+	}
+	sortRecords(out)
+	return out
+}
+
+// WindowStats says what a Window holds and left out.
+type WindowStats struct {
+	Records int    // kept
+	Outside uint64 // records of steps outside the window (or evicted from its most recent steps)
+	Full    uint64 // records of wanted steps beyond the bound
+	Steps   []int  // step labels kept, ascending (None first when present)
+}
+
+// Stats returns what the window holds now.
+func (win *Window) Stats() WindowStats {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	st := WindowStats{Records: win.kept, Outside: win.outside, Full: win.full}
+	for s := range win.steps {
+		st.Steps = append(st.Steps, s)
+	}
+	slices.Sort(st.Steps)
+	return st
+}
+
+// Covers describes the steps kept, e.g. "steps 1–5, 495–499" ("no steps"
+// when none).
+func (st WindowStats) Covers() string {
+	var parts []string
+	for i := 0; i < len(st.Steps); {
+		if st.Steps[i] == None {
+			i++
+			continue
+		}
+		j := i
+		for j+1 < len(st.Steps) && st.Steps[j+1] == st.Steps[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(st.Steps[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d–%d", st.Steps[i], st.Steps[j]))
+		}
+		i = j + 1
+	}
+	if len(parts) == 0 {
+		return "no steps"
+	}
+	if len(parts) == 1 && !strings.Contains(parts[0], "–") {
+		return "step " + parts[0]
+	}
+	return "steps " + strings.Join(parts, ", ")
+}

@@ -1,0 +1,115 @@
+package profiler_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+func TestParseStepWindow(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string // String() of the result; "" for an error
+	}{
+		{"", "1-5,last:5"},
+		{"20-30", "20-30"},
+		{"last:5", "last:5"},
+		{"3", "3"},
+		{"0-2, last:10", "0-2,last:10"},
+		{"all", "all"},
+		{"last:0", ""},
+		{"5-3", ""},
+		{"-1", ""},
+		{"x", ""},
+		{"last:", ""},
+	} {
+		w, err := profiler.ParseStepWindow(c.in)
+		switch {
+		case c.want == "" && err == nil:
+			t.Errorf("%q: no error, got %v", c.in, w)
+		case c.want != "" && err != nil:
+			t.Errorf("%q: %v", c.in, err)
+		case c.want != "" && w.String() != c.want:
+			t.Errorf("%q: %q, want %q", c.in, w.String(), c.want)
+		}
+	}
+}
+
+// stepRecords makes per rank and step n records, plus one without a step.
+func stepRecords(steps, ranks, n int) []profiler.Record {
+	var out []profiler.Record
+	id := uint64(0)
+	for s := range steps {
+		for r := range ranks {
+			for range n {
+				id++
+				l := profiler.NoLabels
+				l.Step = int32(s)
+				out = append(out, profiler.Record{ID: id, Name: "op", Rank: r, Labels: l, HostStart: time.Duration(id), HostEnd: time.Duration(id + 1)})
+			}
+		}
+	}
+	out = append(out, profiler.Record{ID: id + 1, Name: "setup", Labels: profiler.NoLabels})
+	return out
+}
+
+func TestWindowKeepsChosenSteps(t *testing.T) {
+	recs := stepRecords(100, 2, 3)
+	win := profiler.NewWindow(profiler.DefaultStepWindow, 0)
+	for i := 0; i < len(recs); i += 7 { // in batches, as a profiler delivers
+		win.Consume(recs[i:min(i+7, len(recs))])
+	}
+	st := win.Stats()
+	// Steps 1–5 and 95–99, 2 ranks × 3 records each, and the step-less one.
+	if want := 10*2*3 + 1; st.Records != want || len(win.Records()) != want {
+		t.Errorf("kept %d records (%d returned), want %d", st.Records, len(win.Records()), want)
+	}
+	if st.Outside != uint64(len(recs)-st.Records) || st.Full != 0 {
+		t.Errorf("outside %d, full %d; want %d and 0", st.Outside, st.Full, len(recs)-st.Records)
+	}
+	if got := st.Covers(); got != "steps 1–5, 95–99" {
+		t.Errorf("covers %q", got)
+	}
+	// A late record of a step that has left the recent ones is outside.
+	late := recs[90*6]
+	win.Consume([]profiler.Record{late})
+	if st2 := win.Stats(); st2.Records != st.Records || st2.Outside != st.Outside+1 {
+		t.Errorf("a late record of step %d: %+v", late.Step, st2)
+	}
+	// Records come back ordered by rank, then start.
+	out := win.Records()
+	for i := 1; i < len(out); i++ {
+		if out[i-1].Rank > out[i].Rank || out[i-1].Rank == out[i].Rank && out[i-1].HostStart > out[i].HostStart {
+			t.Fatalf("records out of order at %d", i)
+		}
+	}
+}
+
+func TestWindowBounds(t *testing.T) {
+	recs := stepRecords(50, 1, 10)
+	win := profiler.NewWindow(profiler.StepWindow{All: true}, 100)
+	win.Consume(recs)
+	if st := win.Stats(); st.Records != 100 || st.Full != uint64(len(recs)-100) || st.Outside != 0 {
+		t.Errorf("%+v: want 100 kept and the rest counted as beyond the bound", st)
+	}
+	// A fixed range only.
+	win = profiler.NewWindow(profiler.StepWindow{Ranges: [][2]int{{20, 30}}}, 0)
+	win.Consume(recs)
+	if st := win.Stats(); st.Records != 11*10+1 || st.Covers() != "steps 20–30" {
+		t.Errorf("%+v (covers %q)", st, st.Covers())
+	}
+	// Memory stays bounded however long the run: last:3 over 2000 steps.
+	win = profiler.NewWindow(profiler.StepWindow{Last: 3}, 0)
+	for s := range 2000 {
+		l := profiler.NoLabels
+		l.Step = int32(s)
+		win.Consume([]profiler.Record{{Name: "op", Labels: l}, {Name: "op", Labels: l}})
+		if st := win.Stats(); st.Records > 6 {
+			t.Fatalf("step %d: %d records kept, want at most 6", s, st.Records)
+		}
+	}
+	if got := win.Stats().Covers(); got != "steps 1997–1999" {
+		t.Errorf("covers %q", got)
+	}
+}
