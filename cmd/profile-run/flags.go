@@ -41,6 +41,9 @@ type options struct {
 	progressEvery       time.Duration // "log": one line this often
 	quietSteps          bool          // no per-step loss lines
 	deprecations        []string      // logged once the logger exists
+
+	// detail is the steps the trace and the per-call log cover.
+	detail profiler.StepWindow
 }
 
 var errHelp = errors.New("help requested")
@@ -86,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
+	detail := fs.String("trace-steps", "", "steps the trace and the per-rank call logs cover, comma-separated: A-B, A, last:N or all (default 1-5,last:5: the first steps after the warm-up step and the most recent)")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console (human-readable) or json (for log collectors)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar, log or off")
@@ -124,6 +128,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.profile = "sync"
 	default:
 		return nil, usagef("-profile: unknown mode %q (one of: on, off, sync)", o.profile)
+	}
+	if o.detail, err = profiler.ParseStepWindow(*detail); err != nil {
+		return nil, usagef("-trace-steps: %v", err)
 	}
 	switch o.progress {
 	case "auto", "bar", "log", "off":

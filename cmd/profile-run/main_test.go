@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -49,6 +50,10 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"bad pushgateway", []string{"-pushgateway", "localhost:9091"}, []string{"localhost:9091"}},
 		{"negative linger", []string{"-metrics-linger", "-1s"}, []string{"-1s"}},
 		{"bad otlp protocol", []string{"-otlp-endpoint", "127.0.0.1:4317", "-otlp-protocol", "carrier-pigeon"}, []string{"carrier-pigeon"}},
+		{"bad trace steps", []string{"-trace-steps", "9-3"}, []string{"-trace-steps", "9-3"}},
+		{"unknown log format", []string{"-log-format", "xml"}, []string{"-log-format", "xml"}},
+		{"unknown log level", []string{"-log-level", "loud"}, []string{"-log-level", "loud"}},
+		{"unknown progress", []string{"-progress", "spinner"}, []string{"-progress", "spinner"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -448,5 +453,62 @@ func TestModelTooLargeForThisHost(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(out); len(entries) != 0 {
 		t.Errorf("left behind in -out: %v", entries)
+	}
+}
+
+// -trace-steps chooses the steps the trace and the per-rank call logs
+// cover, and both say which.
+func TestTraceSteps(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"-out", dir, "-metrics-addr", "off", "-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4", "-steps", "12", "-trace-steps", "2-3,last:2"}
+	code, stdout, stderr := runCmd(t, args...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "steps 2–3, 10–11 →") {
+		t.Errorf("the summary does not say which steps the trace covers:\n%s", stdout)
+	}
+	runs, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(runs) != 1 {
+		t.Fatalf("%d run directories", len(runs))
+	}
+	b, err := os.ReadFile(filepath.Join(runs[0], "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		OtherData   map[string]string `json:"otherData"`
+		TraceEvents []struct {
+			Ph   string         `json:"ph"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatal(err)
+	}
+	if tr.OtherData["steps"] != "steps 2–3, 10–11" {
+		t.Errorf("otherData.steps = %q", tr.OtherData["steps"])
+	}
+	seen := map[float64]bool{}
+	for _, e := range tr.TraceEvents {
+		if e.Ph != "X" {
+			continue
+		}
+		if s, ok := e.Args["step"].(float64); ok {
+			seen[s] = true
+		}
+	}
+	if len(seen) != 4 || !seen[2] || !seen[3] || !seen[10] || !seen[11] {
+		t.Errorf("trace events carry steps %v, want 2, 3, 10, 11", seen)
+	}
+	rank0, err := os.ReadFile(filepath.Join(runs[0], "report.rank0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(rank0, []byte("per-step tables and calls cover steps 2–3, 10–11 (-trace-steps 2-3,last:2)")) {
+		t.Errorf("report.rank0 starts %q", rank0[:min(len(rank0), 120)])
+	}
+	if bytes.Contains(rank0, []byte("step 5 ===")) || !bytes.Contains(rank0, []byte("step 10 ===")) {
+		t.Error("report.rank0's per-step tables are not the window's steps")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ type outputs struct {
 	partial string
 
 	report, pprofFile, traceFile *os.File
+	detail                       *profiler.Window // the steps the trace and the per-call logs cover
 
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
@@ -95,6 +97,13 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	}
 	for _, f := range files {
 		if *f.dst, err = createFile(f.what, f.path); err != nil {
+			out.discard()
+			return nil, err
+		}
+	}
+	if out.traceFile != nil || out.report != nil {
+		out.detail = profiler.NewWindow(o.detail, 0)
+		if err := prof.AddSink(out.detail); err != nil {
 			out.discard()
 			return nil, err
 		}
@@ -205,7 +214,14 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if out.partial != "" {
 			header = append(header, out.partial)
 		}
-		paths, err := writeReports(screen, out.report, recs, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header...)
+		var detail []profiler.Record
+		var rankHeader []string
+		if out.report != nil {
+			detail = out.detail.Records()
+			st := out.detail.Stats()
+			rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
+		}
+		paths, err := writeReports(screen, out.report, recs, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
 		errs = append(errs, err)
 		if out.report != nil {
 			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
@@ -228,9 +244,14 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if out.partial != "" {
 			opts = append(opts, chrometrace.WithOtherData("partial", out.partial))
 		}
-		st, err := chrometrace.Write(out.traceFile, recs, opts...)
+		covers := out.detail.Stats().Covers()
+		opts = append(opts, chrometrace.WithOtherData("steps", covers))
+		st, err := chrometrace.Write(out.traceFile, out.detail.Records(), opts...)
+		if errors.Is(err, chrometrace.ErrNoRecords) {
+			err = fmt.Errorf("-trace: no records in the steps it covers (-trace-steps %s): %w", out.o.detail, err)
+		}
 		errs = append(errs, err)
-		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched) → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, out.traceFile.Name()))
+		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, covers, out.traceFile.Name()))
 	}
 	if out.metrics != nil {
 		out.pushAndLinger()

@@ -243,8 +243,8 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, er
 
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
-// per-step tables and the per-call log.
-func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profiler.SortKey, ideal float64, header ...string) ([]string, error) {
+// per-step tables and the per-call log of the detail records.
+func writeReports(stdout io.Writer, f *os.File, recs, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string) ([]string, error) {
 	all := make([]profiler.Record, len(recs))
 	copy(all, recs)
 	for i := range all {
@@ -282,5 +282,5 @@ func writeReports(stdout io.Writer, f *os.File, recs []profiler.Record, by profi
 		return nil, nil
 	}
 	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
-	return profiler.WriteRankFiles(prefix, recs, by, header...)
+	return profiler.WriteRankFiles(prefix, detail, by, rankHeader...)
 }
