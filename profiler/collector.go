@@ -71,6 +71,7 @@ func (p *Profiler) collectLocked() {
 				p.unresolved = append(p.unresolved, u)
 				continue
 			}
+			p.collected.Add(1)
 			if len(p.sinks) > 0 {
 				var rec Record
 				r.fill(&rec, pd, x, tags)
@@ -101,10 +102,15 @@ func (p *Profiler) collectLocked() {
 }
 
 // keepLocked stores a finished record and queues it for the sinks. Sinks
-// see every record, also those beyond the store's bound.
+// see every record, also those beyond the store's bound. With a bound of
+// 0 and a sink, the store keeps nothing and nothing counts as overflow:
+// the sinks are where records go.
 func (p *Profiler) keepLocked(rec Record) {
 	if len(p.sinks) > 0 {
 		p.batch = append(p.batch, rec)
+		if p.cfg.maxRecords == 0 {
+			return
+		}
 	}
 	if p.records.len() >= p.cfg.maxRecords {
 		p.storeDrops.Add(1)
@@ -131,6 +137,7 @@ func (p *Profiler) resolveLocked(wait bool) {
 		}
 		finishBandwidth(&rec)
 		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
+		p.collected.Add(1)
 		p.keepLocked(rec)
 	}
 	clear(p.unresolved[len(kept):])

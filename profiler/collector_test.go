@@ -175,3 +175,24 @@ func TestCloseKeepsToItsDeadline(t *testing.T) {
 		t.Errorf("events %q: want the next sink shut down too", log)
 	}
 }
+
+// With WithMaxRecords(0) the sinks get every record and the store keeps
+// none, without counting them as lost; Stats.Collected counts them all.
+func TestNoStoreWithSinks(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithMaxRecords(0))
+	sink := &plainSink{}
+	if err := p.AddSink(sink); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := p.NewRecorder(0, hostDevice)
+	for range 50 {
+		r.Start("a")
+		r.End()
+	}
+	if n := len(p.Snapshot()); n != 0 {
+		t.Errorf("store kept %d records", n)
+	}
+	if st := p.Stats(); sink.n != 50 || st.Collected != 50 || st.Overflow != 0 || st.Records != 0 {
+		t.Errorf("sink got %d; stats %+v; want 50 collected and delivered, none kept or over the bound", sink.n, st)
+	}
+}

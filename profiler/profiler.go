@@ -34,6 +34,7 @@ type Profiler struct {
 	kick        chan struct{}                // a recorder running short asks for a collection
 
 	storeDrops   atomic.Uint64
+	collected    atomic.Uint64 // records finished: stored, delivered to sinks, or over the bound
 	resolveErrs  atomic.Uint64
 	closeOnce    sync.Once
 	stop, closed chan struct{}
@@ -62,8 +63,11 @@ func (f optionFunc) apply(c *config) { f(c) }
 // further ranges are dropped and counted.
 func WithBufferSize(n int) Option { return optionFunc(func(c *config) { c.buffer = n }) }
 
-// WithMaxRecords bounds the records the profiler keeps (default 1<<18);
-// beyond it records are dropped and counted.
+// WithMaxRecords bounds the records the profiler keeps for Snapshot
+// (default 1<<18); beyond it records are not kept and are counted as
+// overflow (sinks still receive them). 0 keeps none: for a profiler whose
+// sinks hold what is wanted (summaries, a window of detail) in bounded
+// memory.
 func WithMaxRecords(n int) Option { return optionFunc(func(c *config) { c.maxRecords = n }) }
 
 // WithEventPool bounds the timing events one recorder may hold (default
@@ -125,8 +129,8 @@ func newConfig(opts []Option) (config, error) {
 	switch {
 	case c.buffer < 1:
 		return c, fmt.Errorf("profiler: buffer size %d must be at least 1", c.buffer)
-	case c.maxRecords < 1:
-		return c, fmt.Errorf("profiler: max records %d must be at least 1", c.maxRecords)
+	case c.maxRecords < 0:
+		return c, fmt.Errorf("profiler: max records %d is negative", c.maxRecords)
 	case c.eventPool < 2:
 		return c, fmt.Errorf("profiler: event pool %d must be at least 2", c.eventPool)
 	case c.interval < 0:
@@ -312,7 +316,8 @@ func (p *Profiler) Reset() {
 // Stats counts what the profiler holds and what it lost.
 type Stats struct {
 	Recorders  int
-	Records    int    // records kept
+	Records    int    // records kept for Snapshot
+	Collected  uint64 // records finished so far: kept, over the bound, or delivered to sinks only
 	Pending    int    // device ranges whose times are not resolved yet
 	Dropped    uint64 // ranges lost on the recording side: a full recorder buffer or too deep nesting
 	Overflow   uint64 // records lost to the profiler's record bound (WithMaxRecords)
@@ -331,6 +336,7 @@ func (p *Profiler) Stats() Stats {
 		Records:   p.records.len(),
 		Pending:   len(p.unresolved),
 		Overflow:  p.storeDrops.Load(),
+		Collected: p.collected.Load(),
 		Errors:    p.resolveErrs.Load(),
 	}
 	for _, r := range p.recorders {

@@ -193,7 +193,7 @@ func TestContextCarriesRecorder(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	for _, o := range []profiler.Option{
-		profiler.WithBufferSize(0), profiler.WithMaxRecords(0), profiler.WithEventPool(1), profiler.WithCollectInterval(-time.Second),
+		profiler.WithBufferSize(0), profiler.WithMaxRecords(-1), profiler.WithEventPool(1), profiler.WithCollectInterval(-time.Second),
 	} {
 		if _, err := profiler.New(o); err == nil {
 			t.Errorf("option accepted, want error")
