@@ -311,3 +311,42 @@ func TestTwoSignalsDuringOTLPShutdown(t *testing.T) {
 		t.Errorf("the summary does not count the undelivered spans:\n%s", p.output())
 	}
 }
+
+// Once a signal has cut the waits short, the process ends within the
+// grace period even if something keeps waiting (a backend call that no
+// signal reaches); an ending that was not a signal leaves it alone.
+func TestExitAfterAbort(t *testing.T) {
+	in := newInterrupt(context.Background())
+	exited := make(chan int, 1)
+	go exitAfterAbort(in, 10*time.Millisecond, func(code int) { exited <- code })
+	in.deliver(syscall.SIGTERM) // during training: stop only
+	select {
+	case code := <-exited:
+		t.Fatalf("exited (%d) after one signal during training", code)
+	case <-time.After(50 * time.Millisecond):
+	}
+	sent := time.Now()
+	in.deliver(syscall.SIGTERM)
+	select {
+	case code := <-exited:
+		if code != 143 {
+			t.Errorf("exit %d, want 143", code)
+		}
+		if d := time.Since(sent); d < 10*time.Millisecond {
+			t.Errorf("exited after %v, before the grace period", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit after the second signal")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	in = newInterrupt(ctx)
+	exited = make(chan int, 1)
+	go exitAfterAbort(in, time.Millisecond, func(code int) { exited <- code })
+	cancel()
+	select {
+	case code := <-exited:
+		t.Errorf("exited (%d) when no signal came", code)
+	case <-time.After(50 * time.Millisecond):
+	}
+}

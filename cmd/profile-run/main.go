@@ -2,17 +2,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
+
+// abortGrace is how long profile-run may take to exit once a signal has
+// cut its waits short; a wait that cannot see the signal (a backend call
+// without a deadline of its own, say) does not keep it alive longer.
+const abortGrace = 2 * time.Second
 
 func main() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	in := newInterrupt(context.Background())
 	go in.watch(sigs)
+	go exitAfterAbort(in, abortGrace, os.Exit)
 	// Signals stay caught until the process is gone: one arriving while
 	// it exits must not replace the status.
 	os.Exit(runWith(in, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitAfterAbort calls exit with the signal's status grace after a signal
+// has ended in.abort; an abort for another reason does nothing.
+func exitAfterAbort(in *interrupt, grace time.Duration, exit func(int)) {
+	<-in.abort.Done()
+	var ei *errInterrupted
+	if errors.As(context.Cause(in.abort), &ei) {
+		time.Sleep(grace)
+		exit(in.exitCode())
+	}
 }
