@@ -54,3 +54,28 @@ func TestSummariesMemoryBounded(t *testing.T) {
 	t.Logf("live heap after 100 steps %d B, after 10,000 steps %d B; %d summary entries", heap100, heap10k, entries10k)
 	runtime.KeepAlive(buf)
 }
+
+// Once warm, a Summary allocates nothing per record, and a StepSummary
+// only the busy-time computation's scratch, a few allocations per step
+// (not per record).
+func TestSummariesSteadyStateAllocs(t *testing.T) {
+	g := synthtrace.NewGenerator(synthtrace.TrainerShape(2, 0))
+	var steps [][]profiler.Record
+	for range 1200 {
+		steps = append(steps, synthtrace.EndOrder(g.Step(nil)))
+	}
+	summary := profiler.NewSummary(profiler.WithSummaryTag("all steps"))
+	stepSummary := profiler.NewStepSummary()
+	for _, st := range steps[:200] {
+		summary.Consume(st)
+		stepSummary.Consume(st)
+	}
+	i := 200
+	if n := testing.AllocsPerRun(500, func() { summary.Consume(steps[i]); i++ }); n != 0 {
+		t.Errorf("Summary: %v allocations per step of %d records, want 0", n, len(steps[0]))
+	}
+	i = 700
+	if n := testing.AllocsPerRun(400, func() { stepSummary.Consume(steps[i]); i++ }); n > 16 {
+		t.Errorf("StepSummary: %v allocations per step of %d records, want at most 16", n, len(steps[0]))
+	}
+}

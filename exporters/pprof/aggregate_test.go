@@ -402,3 +402,21 @@ func TestAggregateProfileWhileConsuming(t *testing.T) {
 	}
 	checkAggregate(t, a, recs)
 }
+
+// Once warm, the aggregate allocates nothing per record: slots, map
+// entries and queue space are reused.
+func TestAggregateSteadyStateAllocs(t *testing.T) {
+	g := synthtrace.NewGenerator(synthtrace.TrainerShape(2, 0))
+	var steps [][]profiler.Record
+	for range 1200 {
+		steps = append(steps, synthtrace.EndOrder(g.Step(nil)))
+	}
+	a := pprof.NewAggregate()
+	for _, st := range steps[:200] {
+		a.Consume(st)
+	}
+	i := 200
+	if n := testing.AllocsPerRun(900, func() { a.Consume(steps[i]); i++ }); n != 0 {
+		t.Errorf("%v allocations per step of %d records, want 0", n, len(steps[0]))
+	}
+}
