@@ -3,6 +3,7 @@ module github.com/trainscope/trainscope
 go 1.26.8
 
 require (
+	github.com/DataDog/sketches-go v1.4.8
 	github.com/creack/pty v1.1.24
 	github.com/ebitengine/purego v0.11.3
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b

@@ -1,8 +1,6 @@
 package profiler
 
 import (
-	"cmp"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -57,79 +55,11 @@ type Group struct {
 
 // Summarize groups records by rank and tag (ranks ascending, tags in order
 // of first appearance) and totals each name. Percentages use the group's
-// top-level host time and its outermost device time (device ranges with no
-// device-timed ancestor), so nested ranges are not counted twice there.
+// top-level host time and its outermost device time (device ranges that
+// are not Record.DeviceNested), so nested ranges are not counted twice
+// there. It is Summary over records at once.
 func Summarize(records []Record) []Group {
-	type key struct {
-		rank int
-		tag  string
-	}
-	type rid struct {
-		rank int
-		id   uint64
-	}
-	byID := make(map[rid]*Record, len(records))
-	for i := range records {
-		byID[rid{records[i].Rank, records[i].ID}] = &records[i]
-	}
-	hasDeviceAncestor := func(r *Record) bool {
-		for p := r.Parent; p != 0; {
-			a, ok := byID[rid{r.Rank, p}]
-			if !ok {
-				return false
-			}
-			if a.HasDevice {
-				return true
-			}
-			p = a.Parent
-		}
-		return false
-	}
-	var order []key
-	groups := map[key]*Group{}
-	names := map[key]map[string]*NameStats{}
-	for i := range records {
-		r := &records[i]
-		k := key{r.Rank, TagOf(r)}
-		g, ok := groups[k]
-		if !ok {
-			g = &Group{Rank: k.rank, Tag: k.tag}
-			groups[k], names[k] = g, map[string]*NameStats{}
-			order = append(order, k)
-		}
-		ns, ok := names[k][r.Name]
-		if !ok {
-			ns = &NameStats{Name: r.Name}
-			names[k][r.Name] = ns
-		}
-		ns.Count++
-		ns.HostTotal += r.HostDuration()
-		if r.HasDevice {
-			ns.DeviceCount++
-			ns.DeviceTotal += r.DeviceDuration()
-			if !hasDeviceAncestor(r) {
-				g.DeviceTotal += r.DeviceDuration()
-			}
-		}
-		if r.Depth == 0 {
-			g.HostTotal += r.HostDuration()
-		}
-	}
-	slices.SortStableFunc(order, func(a, b key) int { return cmp.Compare(a.rank, b.rank) })
-	out := make([]Group, 0, len(order))
-	for _, k := range order {
-		g := groups[k]
-		for _, ns := range names[k] {
-			if g.HostTotal > 0 {
-				ns.HostPercent = 100 * float64(ns.HostTotal) / float64(g.HostTotal)
-			}
-			if g.DeviceTotal > 0 {
-				ns.DevicePercent = 100 * float64(ns.DeviceTotal) / float64(g.DeviceTotal)
-			}
-			g.Names = append(g.Names, *ns)
-		}
-		slices.SortFunc(g.Names, func(a, b NameStats) int { return cmp.Compare(a.Name, b.Name) })
-		out = append(out, *g)
-	}
-	return out
+	s := NewSummary()
+	s.Consume(records)
+	return s.Groups()
 }

@@ -98,18 +98,32 @@ func (s StepTime) Idle() time.Duration { return s.Wall() - s.Busy }
 // records, from one goroutine (it has no lock).
 type StepAccountant struct {
 	open  map[stepKey]*openStep
-	done  map[stepKey]doneStep
+	ranks map[rankKey]*rankAccount
 	ready []*openStep
 	free  []*openStep
 	seq   uint64
 	out   []interval
 }
 
+type rankKey struct {
+	dev  runtime.Device
+	rank int32
+}
+
+// rankAccount is what the accountant keeps per device and rank: the step
+// ranges seen, so FinishAfter can wait for later steps, and the latest
+// accounted steps, to recognise late records, in a ring indexed by step.
+type rankAccount struct {
+	stepRanges uint64
+	done       [doneSteps]doneStep
+}
+
 // maxOpenSteps bounds the steps waiting for their step range, and
-// maxDoneSteps the accounted steps remembered to recognise late records.
+// doneSteps the accounted steps remembered per device and rank to
+// recognise late records.
 const (
 	maxOpenSteps = 4096
-	maxDoneSteps = 4096
+	doneSteps    = 64
 )
 
 type stepKey struct {
@@ -127,13 +141,15 @@ type streamInterval struct {
 }
 
 type doneStep struct {
-	seq uint64
-	end time.Duration
+	step int32
+	ok   bool
+	end  time.Duration
 }
 
 type openStep struct {
 	key      stepKey
 	seq      uint64
+	arrived  uint64 // stepRanges of its rank when its step range arrived
 	haveStep bool
 	stage    int16
 	start    time.Duration
@@ -143,7 +159,22 @@ type openStep struct {
 
 // NewStepAccountant returns an empty accountant.
 func NewStepAccountant() *StepAccountant {
-	return &StepAccountant{open: make(map[stepKey]*openStep), done: make(map[stepKey]doneStep)}
+	return &StepAccountant{open: make(map[stepKey]*openStep), ranks: make(map[rankKey]*rankAccount)}
+}
+
+func (a *StepAccountant) rank(k stepKey) *rankAccount {
+	rk := rankKey{k.dev, k.rank}
+	ra, ok := a.ranks[rk]
+	if !ok {
+		ra = new(rankAccount)
+		a.ranks[rk] = ra
+	}
+	return ra
+}
+
+// doneOf is where the accounted step k would be remembered.
+func (ra *rankAccount) doneOf(k stepKey) *doneStep {
+	return &ra.done[uint32(k.step)%doneSteps]
 }
 
 func (a *StepAccountant) get(k stepKey) *openStep {
@@ -171,10 +202,15 @@ func (a *StepAccountant) Add(r *Record) (late bool) {
 		// A step range is delivered once; a known key is a new
 		// recorder's step (a second run on one profiler counts its
 		// steps from 0 again).
-		delete(a.done, k)
+		ra := a.rank(k)
+		if d := ra.doneOf(k); d.ok && d.step == k.step {
+			d.ok = false
+		}
 		s := a.get(k)
 		if !s.haveStep {
+			ra.stepRanges++
 			s.haveStep, s.stage, s.start, s.end = true, r.Stage, r.HostStart, r.HostEnd
+			s.arrived = ra.stepRanges
 			a.ready = append(a.ready, s)
 		}
 		return false
@@ -185,11 +221,11 @@ func (a *StepAccountant) Add(r *Record) (late bool) {
 	}
 	// Late if it started before the accounted step of its key ended;
 	// otherwise it belongs to a later step with the same key.
-	if d, done := a.done[k]; done {
+	if d := a.rank(k).doneOf(k); d.ok && d.step == k.step {
 		if r.DeviceStart < d.end {
 			return true
 		}
-		delete(a.done, k)
+		d.ok = false
 	}
 	s := a.get(k)
 	s.work = append(s.work, streamInterval{stream: r.Stream, act: act, interval: interval{r.DeviceStart, r.DeviceEnd}})
@@ -200,22 +236,35 @@ func (a *StepAccountant) Add(r *Record) (late bool) {
 // for each, and gives up on the oldest steps that never got one once too
 // many wait, calling abandoned for each (nil to ignore).
 func (a *StepAccountant) Finish(emit func(StepTime), abandoned func(dev runtime.Device, rank int)) {
+	a.FinishAfter(0, emit, abandoned)
+}
+
+// FinishAfter is Finish for a stream whose device ranges may arrive
+// after their step range (device work the host did not wait for within
+// the step): it accounts a step only once `later` later step ranges of
+// the same device and rank have arrived, so the step's device ranges
+// delivered meanwhile still count in its busy time. The steps it holds
+// back stay in memory (at most `later` per rank) and Ready reports them;
+// Finish, or FinishAfter(0, …), accounts them all.
+func (a *StepAccountant) FinishAfter(later int, emit func(StepTime), abandoned func(dev runtime.Device, rank int)) {
+	held := a.ready[:0]
 	for _, s := range a.ready {
-		stage := int(s.stage)
-		emit(StepTime{
-			Rank: int(s.key.rank), Device: s.key.dev, Stage: stage, Step: int(s.key.step),
-			Start: s.start, End: s.end, Busy: a.busy(s.work, s.start, s.end),
-		})
+		ra := a.rank(s.key)
+		if later > 0 && ra.stepRanges-s.arrived < uint64(later) {
+			held = append(held, s)
+			continue
+		}
+		emit(a.stepTime(s))
 		a.retire(s)
-		a.seq++
-		a.done[s.key] = doneStep{seq: a.seq, end: s.end}
+		*ra.doneOf(s.key) = doneStep{step: s.key.step, ok: true, end: s.end}
 	}
-	clear(a.ready)
-	a.ready = a.ready[:0]
+	clear(a.ready[len(held):])
+	a.ready = held
 	if len(a.open) > maxOpenSteps {
 		cut := a.seq - maxOpenSteps/2
 		for k, s := range a.open {
-			if s.seq < cut {
+			// A held step has its step range: it is not abandoned.
+			if s.seq < cut && !s.haveStep {
 				if abandoned != nil {
 					abandoned(k.dev, int(k.rank))
 				}
@@ -223,13 +272,20 @@ func (a *StepAccountant) Finish(emit func(StepTime), abandoned func(dev runtime.
 			}
 		}
 	}
-	if len(a.done) > maxDoneSteps {
-		cut := a.seq - maxDoneSteps/2
-		for k, d := range a.done {
-			if d.seq < cut {
-				delete(a.done, k)
-			}
-		}
+}
+
+// Ready calls emit for each step that FinishAfter holds back, as it
+// would be accounted now, without accounting it.
+func (a *StepAccountant) Ready(emit func(StepTime)) {
+	for _, s := range a.ready {
+		emit(a.stepTime(s))
+	}
+}
+
+func (a *StepAccountant) stepTime(s *openStep) StepTime {
+	return StepTime{
+		Rank: int(s.key.rank), Device: s.key.dev, Stage: int(s.stage), Step: int(s.key.step),
+		Start: s.start, End: s.end, Busy: a.busy(s.work, s.start, s.end),
 	}
 }
 

@@ -25,4 +25,19 @@
 // Summarize and WriteReport produce the text report: per rank and
 // tag, each name's count, host and device totals and shares, and averages,
 // followed by peak device memory; WriteRecords writes the per-call log.
+// StepBreakdown and WriteStepBreakdown account each rank's steps as busy
+// and idle time.
+//
+// The records a Profiler keeps are bounded (WithMaxRecords), so those
+// computed from a Snapshot cover only the first part of a long run.
+// Summary and StepSummary compute the same online: they are Sinks, see
+// every record of the run, and keep only what their results need —
+// Summary one entry per rank, tag and range name; StepSummary per rank a
+// few sums and a quantile sketch of at most 2048 bins, plus the records of
+// the steps not yet accounted. Their memory does not grow with the number
+// of records or steps (with Summary's default grouping by step, the
+// entries grow with the steps; WithSummaryTag gives one table per rank).
+// Record.DeviceNested, set by the recorder when a range starts, lets the
+// report's outermost device time be computed without the ancestors,
+// which arrive later.
 package profiler

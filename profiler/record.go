@@ -31,7 +31,16 @@ type Record struct {
 	// HasDevice reports whether DeviceStart and DeviceEnd hold a measured
 	// device interval. A device range whose events could not be resolved
 	// (a backend error) keeps HasDevice false and counts in Stats.
-	HasDevice              bool
+	HasDevice bool
+	// DeviceNested reports that a range of the same recorder with a
+	// device time of its own (its start event recorded) enclosed this
+	// device range when it started, so this range's device time is
+	// already inside that one's: the report's outermost device time
+	// leaves it out. The recorder knows this when the range starts, so a
+	// consumer needs no ancestor, which may arrive later or not at all
+	// (Summarize and Summary rely on it; records made by hand must set
+	// it where a device-timed ancestor encloses them).
+	DeviceNested           bool
 	DeviceStart, DeviceEnd time.Duration
 
 	// PeakMemory is the device's memory high-water mark in bytes when a

@@ -31,12 +31,16 @@ type Recorder struct {
 	depth   int
 	over    int // Starts beyond maxDepth not yet ended
 	devOpen int // open device-timed ranges (WithDeviceDepth)
-	nextID  uint64
-	labels  Labels
-	step    atomic.Int32   // settable from any goroutine
-	cache   []*pooledEvent // pooled events only the owner touches
-	grouped []frame        // scratch for Grouped
-	last    lastEnd        // the latest device range's end, while a next range may start from it
+	// devTimed counts the open ranges whose start event was recorded:
+	// those that will have a device time. A device range started while
+	// one is open is Record.DeviceNested.
+	devTimed int
+	nextID   uint64
+	labels   Labels
+	step     atomic.Int32   // settable from any goroutine
+	cache    []*pooledEvent // pooled events only the owner touches
+	grouped  []frame        // scratch for Grouped
+	last     lastEnd        // the latest device range's end, while a next range may start from it
 
 	// Completed ranges, and the device details of those that have them,
 	// in the same order, handed to the collector through lock-free
@@ -84,6 +88,7 @@ type extra struct {
 	startAt       time.Duration // when start was recorded, if it is the previous range's end; else 0
 	peak          int64
 	hasCollective bool
+	nested        bool // Record.DeviceNested
 	collective    Collective
 }
 
@@ -281,6 +286,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
+	x.nested = r.devTimed > 0
 	if s != nil {
 		if r.p.cfg.syncEach {
 			if err := s.Synchronize(context.Background()); err != nil {
@@ -300,6 +306,9 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 				}
 			}
 		}
+	}
+	if x.start != nil {
+		r.devTimed++
 	}
 	f.hostStart = r.p.now()
 }
@@ -342,6 +351,7 @@ func (r *Recorder) End() {
 	if f.hasExtra {
 		r.devOpen--
 		if f.extra.start != nil {
+			r.devTimed--
 			r.endDevice(f)
 		}
 	}
@@ -443,6 +453,7 @@ func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
 			rec.Stream = x.stream.ID()
 		}
 		rec.PeakMemory = x.peak
+		rec.DeviceNested = x.nested
 		if x.hasCollective {
 			rec.Collective = x.collective
 		}
@@ -482,6 +493,8 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		return launch()
 	}
 	frames := r.grouped[:0]
+	// The calls are siblings: none encloses another.
+	nested := r.devTimed > 0
 	for _, c := range calls {
 		frames = append(frames, frame{})
 		f := &frames[len(frames)-1]
@@ -494,6 +507,7 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		f.extra.hasCollective = true
 		f.extra.collective = c.Collective
 		r.startDevice(f, c.Stream)
+		f.extra.nested = nested
 	}
 	err := launch()
 	now := r.p.now()
@@ -502,6 +516,7 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		f.hostEnd = now
 		r.devOpen--
 		if f.extra.start != nil {
+			r.devTimed--
 			r.endDevice(f)
 		}
 		if !r.publish(f) {

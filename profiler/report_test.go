@@ -32,7 +32,7 @@ func fixture() []profiler.Record {
 		{ID: 2, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: lbl(1),
 			HostStart: 10 * us, HostEnd: 310 * us, HasDevice: true, DeviceStart: 20 * us, DeviceEnd: 420 * us, PeakMemory: 3 << 20},
 		{ID: 3, Parent: 2, Depth: 2, Name: "linear", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: lbl(1),
-			HostStart: 20 * us, HostEnd: 120 * us, HasDevice: true, DeviceStart: 30 * us, DeviceEnd: 330 * us, PeakMemory: 3 << 20},
+			HostStart: 20 * us, HostEnd: 120 * us, HasDevice: true, DeviceNested: true, DeviceStart: 30 * us, DeviceEnd: 330 * us, PeakMemory: 3 << 20},
 		{ID: 4, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: lbl(1),
 			HostStart: 400 * us, HostEnd: 600 * us, HasDevice: true, DeviceStart: 420 * us, DeviceEnd: 520 * us, PeakMemory: 4 << 20},
 		{ID: 5, Parent: 1, Depth: 1, Name: "allreduce", Kind: profiler.KindCollective, Rank: 0, Device: cpu0, Labels: lbl(1),

@@ -21,6 +21,14 @@
 // string labels phase and tag where the record has them, so
 // `-tagfocus=rank=1` or `-tagfocus=phase=backward` narrows the view.
 //
+// Aggregate is the same profile kept as records arrive, as a
+// profiler.Sink, in memory that does not grow with the run: samples that
+// differ only in their step are summed and carry no step label, and per
+// rank only the records of the latest few top-level ranges are kept, to
+// place records whose ancestors arrive after them. Register one before a
+// run and write it at the end; unlike Write over a Snapshot, it covers
+// records beyond the profiler's record bound.
+//
 // Write encodes the profile itself, straight from the records, several
 // times faster than building every sample as a profile.Sample and
 // encoding it with profile.Write (which Build allows, for callers that

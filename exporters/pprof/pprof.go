@@ -78,7 +78,7 @@ func Build(records []profiler.Record, opts ...Option) (*profile.Profile, error) 
 		return nil, ErrNoRecords
 	}
 	t := newTree(records)
-	p := newProfile(t, newConfig(opts))
+	p := header(t.mapping, t.functions, t.locations, t.start, t.end, newConfig(opts))
 	type labels struct {
 		str  map[string][]string
 		num  map[string][]int64
@@ -105,8 +105,9 @@ func Build(records []profiler.Record, opts ...Option) (*profile.Profile, error) 
 	return p, nil
 }
 
-// newProfile returns the profile's header and tables, without samples.
-func newProfile(t *tree, cfg config) *profile.Profile {
+// header returns a profile's header and tables, without samples, for
+// records spanning [start, end] of host time.
+func header(m *profile.Mapping, fns []*profile.Function, locs []*profile.Location, start, end time.Duration, cfg config) *profile.Profile {
 	p := &profile.Profile{
 		SampleType: []*profile.ValueType{
 			{Type: HostTime, Unit: "nanoseconds"},
@@ -120,21 +121,22 @@ func newProfile(t *tree, cfg config) *profile.Profile {
 			"trainscope: one sample per profiled range, its stack the range nesting path",
 			"host_time and device_time are self times, so cum is a range's own total",
 		},
-		Mapping:  []*profile.Mapping{t.mapping},
-		Function: t.functions,
-		Location: t.locations,
+		Mapping:  []*profile.Mapping{m},
+		Function: fns,
+		Location: locs,
 	}
 	p.Comments = append(p.Comments, cfg.comments...)
-	p.DurationNanos = int64(t.end - t.start)
+	p.DurationNanos = int64(end - start)
 	if !cfg.epoch.IsZero() {
-		p.TimeNanos = cfg.epoch.Add(t.start).UnixNano()
+		p.TimeNanos = cfg.epoch.Add(start).UnixNano()
 	}
 	return p
 }
 
 // Stats says what Write and WriteFile wrote.
 type Stats struct {
-	Samples int // one per record
+	Samples int // one per record; for an Aggregate, one per distinct stack and label set
+	Ranges  int // the ranges the samples account for
 }
 
 // Write writes the gzip-compressed profile of records to w, after checking
@@ -166,7 +168,7 @@ func Write(w io.Writer, records []profiler.Record, opts ...Option) (Stats, error
 		return Stats{}, ErrNoRecords
 	}
 	t := newTree(records)
-	p := newProfile(t, newConfig(opts))
+	p := header(t.mapping, t.functions, t.locations, t.start, t.end, newConfig(opts))
 	// The samples are written from the tree, not from p; a sample per
 	// distinct stack lets CheckValid see every stack and table entry that
 	// the written samples refer to.
@@ -193,7 +195,7 @@ func Write(w io.Writer, records []profiler.Record, opts ...Option) (Stats, error
 	if err != nil {
 		return Stats{}, fmt.Errorf("pprof: %w", err)
 	}
-	return Stats{Samples: len(records)}, nil
+	return Stats{Samples: len(records), Ranges: len(records)}, nil
 }
 
 // WriteFile writes the profile of records to path (created or truncated).

@@ -44,17 +44,22 @@ func fixture() []profiler.Record {
 		r.HasDevice, r.DeviceStart, r.DeviceEnd = true, start, end
 		return r
 	}
+	// A device range inside a device-timed one, as the recorder marks it.
+	nested := func(r profiler.Record) profiler.Record {
+		r.DeviceNested = true
+		return r
+	}
 	return []profiler.Record{
 		{ID: 1, Name: "step", Rank: 0, Device: cpu0, Labels: step0, HostStart: 0, HostEnd: 1000 * us},
 		dev(profiler.Record{ID: 2, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: fwd,
 			HostStart: 10 * us, HostEnd: 310 * us}, 20*us, 420*us),
-		dev(profiler.Record{ID: 3, Parent: 2, Depth: 2, Name: "linear", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: fwd,
-			HostStart: 20 * us, HostEnd: 120 * us}, 30*us, 330*us),
-		dev(profiler.Record{ID: 4, Parent: 2, Depth: 2, Name: "send", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: fwd,
-			HostStart: 130 * us, HostEnd: 140 * us}, 330*us, 331*us),
-		dev(profiler.Record{ID: 5, Parent: 4, Depth: 3, Name: "Send", Kind: profiler.KindP2P, Rank: 0, Device: cpu0, Labels: fwd,
+		nested(dev(profiler.Record{ID: 3, Parent: 2, Depth: 2, Name: "linear", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: fwd,
+			HostStart: 20 * us, HostEnd: 120 * us}, 30*us, 330*us)),
+		nested(dev(profiler.Record{ID: 4, Parent: 2, Depth: 2, Name: "send", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: fwd,
+			HostStart: 130 * us, HostEnd: 140 * us}, 330*us, 331*us)),
+		nested(dev(profiler.Record{ID: 5, Parent: 4, Depth: 3, Name: "Send", Kind: profiler.KindP2P, Rank: 0, Device: cpu0, Labels: fwd,
 			HostStart: 131 * us, HostEnd: 139 * us, Collective: profiler.Collective{Op: "Send", Bytes: 4096, Peer: 1, Root: -1,
-				Group: "pp0", GroupSize: 2, GroupRank: 0, Seq: 0}}, 335*us, 435*us),
+				Group: "pp0", GroupSize: 2, GroupRank: 0, Seq: 0}}, 335*us, 435*us)),
 		dev(profiler.Record{ID: 6, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: fwd,
 			HostStart: 400 * us, HostEnd: 600 * us}, 420*us, 520*us),
 		{ID: 7, Parent: 1, Depth: 1, Name: "optimizer", Rank: 0, Device: cpu0, Labels: opt, HostStart: 700 * us, HostEnd: 900 * us},
