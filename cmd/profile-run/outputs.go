@@ -42,6 +42,11 @@ type outputs struct {
 	report, pprofFile, traceFile *os.File
 	detail                       *profiler.Window // the steps the trace and the per-call logs cover
 
+	// Whole-run summaries, kept as records arrive in bounded memory.
+	tables  *profiler.Summary     // the report's all-steps tables
+	steps   *profiler.StepSummary // the step breakdown and step-time distribution
+	profile *pprof.Aggregate      // the pprof profile
+
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
 	spans       *otel.Exporter
@@ -101,9 +106,22 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			return nil, err
 		}
 	}
+	var sinks []profiler.Sink
 	if out.traceFile != nil || out.report != nil {
 		out.detail = profiler.NewWindow(o.detail, 0)
-		if err := prof.AddSink(out.detail); err != nil {
+		sinks = append(sinks, out.detail)
+	}
+	if out.report != nil || !o.quiet {
+		out.tables = profiler.NewSummary(profiler.WithSummaryTag("all steps"))
+		out.steps = profiler.NewStepSummary()
+		sinks = append(sinks, out.tables, out.steps)
+	}
+	if out.pprofFile != nil {
+		out.profile = pprof.NewAggregate()
+		sinks = append(sinks, out.profile)
+	}
+	for _, sk := range sinks {
+		if err := prof.AddSink(sk); err != nil {
 			out.discard()
 			return nil, err
 		}
@@ -193,9 +211,9 @@ func (out *outputs) discard() {
 // is not its business: a destination that fails is reported, and returned.
 func (out *outputs) finish(stdout io.Writer) error {
 	defer out.closeFiles()
-	recs := out.prof.Snapshot()
+	collected := out.prof.Stats().Collected
 	var errs []error
-	if len(recs) == 0 {
+	if collected == 0 {
 		// The run failed before recording anything: empty files and an
 		// empty run directory would only look like a result.
 		if out.report != nil || out.pprofFile != nil || out.traceFile != nil {
@@ -208,7 +226,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 	if !out.o.quiet {
 		screen = stdout
 	}
-	if len(recs) > 0 && (screen != nil || out.report != nil) {
+	if collected > 0 && out.tables != nil {
 		c := out.o.train
 		var header []string
 		if out.partial != "" {
@@ -221,10 +239,10 @@ func (out *outputs) finish(stdout io.Writer) error {
 			st := out.detail.Stats()
 			rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
 		}
-		paths, err := writeReports(screen, out.report, recs, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
+		paths, err := writeReports(screen, out.report, out.tables, out.steps, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
 		errs = append(errs, err)
 		if out.report != nil {
-			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", len(recs), out.report.Name()))
+			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", collected, out.report.Name()))
 			for _, p := range paths {
 				out.summary = append(out.summary, "        "+p)
 			}
@@ -235,7 +253,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if out.partial != "" {
 			opts = append(opts, pprof.WithComment(out.partial))
 		}
-		st, err := pprof.Write(out.pprofFile, recs, opts...)
+		st, err := out.profile.Write(out.pprofFile, opts...)
 		errs = append(errs, err)
 		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), out.pprofFile.Name()))
 	}
@@ -281,8 +299,8 @@ func (out *outputs) finish(stdout io.Writer) error {
 		out.summary = append(out.summary, fmt.Sprintf("metrics: served on http://%s/metrics during the run", out.metricsAddr))
 	}
 	st := out.prof.Stats()
-	fmt.Fprintf(stdout, "\nrecords: %d kept, %d dropped while recording, %d over the record bound, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
-		st.Records, st.Dropped, st.Overflow, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
+	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
+		st.Collected, st.Dropped, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
 	if d := out.o.depth; d > 0 {
 		fmt.Fprintf(stdout, "device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)\n", d)
 	} else {

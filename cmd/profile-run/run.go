@@ -157,7 +157,9 @@ func makeRunDir(dir string) (string, error) {
 func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	var prof *profiler.Profiler
 	if o.profile != "off" {
-		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth)}
+		// The sinks keep the whole-run summaries and a window of detail in
+		// bounded memory; the profiler keeps no records of its own.
+		opts := []profiler.Option{profiler.WithDeviceDepth(o.depth), profiler.WithMaxRecords(0)}
 		if o.profile == "sync" {
 			opts = append(opts, profiler.WithSyncEachRange())
 		}
@@ -244,18 +246,10 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, er
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
 // per-step tables and the per-call log of the detail records.
-func writeReports(stdout io.Writer, f *os.File, recs, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string) ([]string, error) {
-	all := make([]profiler.Record, len(recs))
-	copy(all, recs)
-	for i := range all {
-		all[i].Tag = "all steps"
-	}
-	peaks := map[int]int64{}
-	for i := range recs {
-		peaks[recs[i].Rank] = max(peaks[recs[i].Rank], recs[i].PeakMemory)
-	}
-	groups := profiler.Summarize(all)
-	steps := profiler.StepBreakdown(recs)
+func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string) ([]string, error) {
+	groups, peaks := tables.Groups(), tables.Peaks()
+	times := steps.Ranks()
+	breakdown := steps.Breakdown()
 	var ws []io.Writer
 	if stdout != nil {
 		fmt.Fprintln(stdout)
@@ -271,9 +265,13 @@ func writeReports(stdout io.Writer, f *os.File, recs, detail []profiler.Record, 
 		if err := profiler.WriteReport(w, groups, peaks, by); err != nil {
 			return nil, fmt.Errorf("report: %w", err)
 		}
-		if len(steps) > 0 {
+		if len(breakdown) > 0 {
 			fmt.Fprintf(w, "\n=== where the steps went (%s) ===\n", profiler.BusyDefinition)
-			if err := profiler.WriteStepBreakdown(w, steps, ideal); err != nil {
+			if err := profiler.WriteStepBreakdown(w, breakdown, ideal); err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+			fmt.Fprintf(w, "\n=== step times, all steps (quantiles within %.0f%%) ===\n", 100*profiler.StepQuantileAccuracy)
+			if err := profiler.WriteStepTimes(w, times); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
 		}
