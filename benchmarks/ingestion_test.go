@@ -46,6 +46,7 @@ func BenchmarkIngestion(b *testing.B) {
 		{"max", 0},
 		{"paced-100k", 100e3},
 		{"paced-1M", 1e6},
+		{"paced-2M", 2e6},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p, err := profiler.New()

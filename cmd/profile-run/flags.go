@@ -44,6 +44,8 @@ type options struct {
 
 	// detail is the steps the trace and the per-call log cover.
 	detail profiler.StepWindow
+	// callLogMiB caps each rank's complete call log (0: none written).
+	callLogMiB int
 }
 
 var errHelp = errors.New("help requested")
@@ -90,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
 	detail := fs.String("trace-steps", "", "steps the trace and the per-rank call logs cover, comma-separated: A-B, A, last:N or all (default 1-5,last:5: the first steps after the warm-up step and the most recent)")
+	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's complete call log (calls.rank<N>.gz in the run directory, written as ranges finish); 0 writes none")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console (human-readable) or json (for log collectors)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar, log or off")
@@ -131,6 +134,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.detail, err = profiler.ParseStepWindow(*detail); err != nil {
 		return nil, usagef("-trace-steps: %v", err)
+	}
+	if o.callLogMiB < 0 {
+		return nil, usagef("-call-log-size %d: must not be negative", o.callLogMiB)
 	}
 	switch o.progress {
 	case "auto", "bar", "log", "off":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -510,5 +512,46 @@ func TestTraceSteps(t *testing.T) {
 	}
 	if bytes.Contains(rank0, []byte("step 5 ===")) || !bytes.Contains(rank0, []byte("step 10 ===")) {
 		t.Error("report.rank0's per-step tables are not the window's steps")
+	}
+}
+
+// Every call is in the per-rank call logs, written as the run goes and
+// capped by -call-log-size: their lines add up to the records collected.
+func TestCallLogs(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", dir, "-metrics-addr", "off"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	m := regexp.MustCompile(`records: (\d+) collected`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no record count:\n%s", stdout)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "calls.rank*.gz"))
+	if len(files) != 2 {
+		t.Fatalf("call logs %v, want one per rank", files)
+	}
+	total := 0
+	for _, path := range files {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(zr)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += strings.Count(string(b), "\n") - 1 // less the header
+	}
+	if strconv.Itoa(total) != m[1] {
+		t.Errorf("call logs hold %d calls, %s records collected", total, m[1])
+	}
+	if !strings.Contains(stdout, "calls: ") || !strings.Contains(stdout, "(steps 0–1)") {
+		t.Errorf("the summary does not list the call logs:\n%s", stdout)
 	}
 }

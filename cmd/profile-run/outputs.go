@@ -46,6 +46,7 @@ type outputs struct {
 	tables  *profiler.Summary     // the report's all-steps tables
 	steps   *profiler.StepSummary // the step breakdown and step-time distribution
 	profile *pprof.Aggregate      // the pprof profile
+	calls   *profiler.CallLog     // every call, per rank, as it finishes
 
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
@@ -119,6 +120,10 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	if out.pprofFile != nil {
 		out.profile = pprof.NewAggregate()
 		sinks = append(sinks, out.profile)
+	}
+	if out.report != nil && o.callLogMiB > 0 {
+		out.calls = profiler.NewCallLog(filepath.Join(filepath.Dir(out.report.Name()), "calls"), int64(o.callLogMiB)<<20)
+		sinks = append(sinks, out.calls)
 	}
 	for _, sk := range sinks {
 		if err := prof.AddSink(sk); err != nil {
@@ -287,6 +292,18 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 	}
 	cancel()
+	if out.calls != nil {
+		for _, f := range out.calls.Files() {
+			line := fmt.Sprintf("calls: %d → %s", f.Lines, f.Path)
+			if f.HasSteps {
+				line += fmt.Sprintf(" (steps %d–%d)", f.FirstStep, f.LastStep)
+			}
+			if f.Skipped > 0 {
+				line += fmt.Sprintf("; %d more beyond -call-log-size %d MiB not written", f.Skipped, out.o.callLogMiB)
+			}
+			out.summary = append(out.summary, line)
+		}
+	}
 	if out.spans != nil {
 		st := out.spans.Stats()
 		line := fmt.Sprintf("otlp (%s → %s): %d spans delivered, %d dropped, %d failed", out.spans.Protocol(), out.spans.Endpoint(), st.Exported, st.Dropped, st.Failed)
