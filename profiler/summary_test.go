@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -328,5 +329,30 @@ func TestSummaryMatchesWholeRunSynthetic(t *testing.T) {
 				t.Fatalf("all-steps groups %v", g)
 			}
 		})
+	}
+}
+
+// The issue the online summaries fix: with a record bound smaller than
+// the run, the store keeps the first records only, and what is computed
+// from it covers the first steps; the sinks cover every step.
+func TestSummariesCoverRecordsBeyondTheStore(t *testing.T) {
+	l := trainrun.Layouts()[0]
+	l.Config.Steps, l.MaxRecords = 12, 1000
+	all, steps := profiler.NewSummary(profiler.WithSummaryTag("all steps")), profiler.NewStepSummary()
+	tape, st, kept, err := trainrun.RunSnapshot(t.Context(), l, all, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := tape.Records()
+	if st.Overflow == 0 || len(kept) != 1000 || len(recs) != len(kept)+int(st.Overflow) {
+		t.Fatalf("kept %d records, %d over the bound, sinks received %d: want the bound to cut the run", len(kept), st.Overflow, len(recs))
+	}
+	sameGroups(t, "all steps", all.Groups(), walkSummarize(recs, fixedTag("all steps")))
+	got, whole, fromStore := steps.Breakdown(), profiler.StepBreakdown(recs), profiler.StepBreakdown(kept)
+	if !reflect.DeepEqual(got, whole) || got[0].Steps != 12 {
+		t.Errorf("step summary %+v, whole run %+v: want 12 steps per rank", got, whole)
+	}
+	if len(fromStore) > 0 && fromStore[0].Steps >= 12 {
+		t.Errorf("the store's breakdown has %d steps: the bound did not cut the run", fromStore[0].Steps)
 	}
 }

@@ -18,6 +18,7 @@ type Layout struct {
 	Name        string
 	Config      pipeline.Config
 	DeviceDepth int // profiler.WithDeviceDepth
+	MaxRecords  int // profiler.WithMaxRecords; 0 for the default
 }
 
 // Layouts returns small runs of a few steps that together cover device
@@ -37,10 +38,10 @@ func Layouts() []Layout {
 	var out []Layout
 	for _, depth := range []int{0, 1} {
 		for _, dp := range []int{1, 2} {
-			out = append(out, Layout{fmt.Sprintf("pp2-vpp2-dp%d-1f1b-depth%d", dp, depth), cfg(2, 2, dp, pipeline.Schedule1F1B), depth})
+			out = append(out, Layout{fmt.Sprintf("pp2-vpp2-dp%d-1f1b-depth%d", dp, depth), cfg(2, 2, dp, pipeline.Schedule1F1B), depth, 0})
 		}
 	}
-	out = append(out, Layout{"pp2-vpp1-dp1-gpipe-depth1", cfg(2, 1, 1, pipeline.ScheduleGPipe), 1})
+	out = append(out, Layout{"pp2-vpp1-dp1-gpipe-depth1", cfg(2, 1, 1, pipeline.ScheduleGPipe), 1, 0})
 	return out
 }
 
@@ -77,15 +78,26 @@ func (t *Tape) Records() []profiler.Record {
 // returns what a Tape registered after them received, and the profiler's
 // Stats. The profiler is closed before Run returns.
 func Run(ctx context.Context, l Layout, sinks ...profiler.Sink) (*Tape, profiler.Stats, error) {
-	p, err := profiler.New(profiler.WithDeviceDepth(l.DeviceDepth))
+	tape, st, _, err := RunSnapshot(ctx, l, sinks...)
+	return tape, st, err
+}
+
+// RunSnapshot is Run that also returns the profiler's Snapshot after the
+// flush: the records its store kept.
+func RunSnapshot(ctx context.Context, l Layout, sinks ...profiler.Sink) (*Tape, profiler.Stats, []profiler.Record, error) {
+	opts := []profiler.Option{profiler.WithDeviceDepth(l.DeviceDepth)}
+	if l.MaxRecords > 0 {
+		opts = append(opts, profiler.WithMaxRecords(l.MaxRecords))
+	}
+	p, err := profiler.New(opts...)
 	if err != nil {
-		return nil, profiler.Stats{}, err
+		return nil, profiler.Stats{}, nil, err
 	}
 	tape := &Tape{}
 	for _, s := range append(sinks, tape) {
 		if err := p.AddSink(s); err != nil {
 			_ = p.Close(ctx)
-			return nil, profiler.Stats{}, err
+			return nil, profiler.Stats{}, nil, err
 		}
 	}
 	cfg := l.Config
@@ -95,8 +107,9 @@ func Run(ctx context.Context, l Layout, sinks ...profiler.Sink) (*Tape, profiler
 		err = p.Flush(ctx)
 	}
 	st := p.Stats()
+	kept := p.Snapshot()
 	if cerr := p.Close(ctx); err == nil {
 		err = cerr
 	}
-	return tape, st, err
+	return tape, st, kept, err
 }
