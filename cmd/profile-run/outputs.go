@@ -387,7 +387,7 @@ func loopbackHostPort(endpoint string) bool {
 // liveCounts reads the running totals the progress line shows.
 func (out *outputs) liveCounts() liveCounts {
 	st := out.prof.Stats()
-	c := liveCounts{ranges: uint64(st.Records) + st.Overflow, drops: st.Dropped}
+	c := liveCounts{ranges: st.Collected, drops: st.Dropped}
 	if out.spans != nil {
 		c.backlog = out.spans.Stats().Pending
 	}

@@ -71,6 +71,10 @@ func TestProgressLineOnATerminal(t *testing.T) {
 	if !strings.Contains(out, "\x1b[") {
 		t.Errorf("no cursor control: the status line is not redrawn in place:\n%q", out)
 	}
+	// The collector's rate shows once ranges have been collected.
+	if !regexp.MustCompile(`  [1-9][0-9.]*k? ranges/s`).MatchString(out) {
+		t.Errorf("the status line never shows a collection rate above zero:\n%q", out)
+	}
 	for _, w := range []string{"loss ", "samples/s", "ranges/s", "drops 0", "ETA"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status line lacks %q", w)
