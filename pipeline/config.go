@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -56,6 +57,10 @@ type Config struct {
 	// CommTimeout bounds every wait for communication or device work in a
 	// step; 0 means DefaultCommTimeout.
 	CommTimeout time.Duration
+	// Devices is the most devices the run uses; 0 means every device the
+	// backend has. With fewer devices than ranks, ranks share them (see
+	// Placement).
+	Devices int
 }
 
 // DefaultConfig returns a run of 2 stages × 2 chunks, 8 microbatches of 16
@@ -82,9 +87,9 @@ func DefaultConfig() Config {
 // Validate reports the first problem of the configuration, in one line
 // naming the fields and their values: a *ConfigError, which wraps
 // ErrInvalidConfig. Besides the sizes it checks that the backend is
-// available and has Stages·Replicas devices and, where the backend
-// describes their memory (runtime.MemoryDescriber), that what the ranks
-// allocate (see Memory) fits in it.
+// available and, where the backend describes its devices' memory
+// (runtime.MemoryDescriber), that what the ranks allocate (see Memory)
+// fits in it, adding up the ranks that share a device (see Placement).
 func (c Config) Validate() error {
 	if err := c.validateModel(); err != nil {
 		return err
@@ -95,20 +100,75 @@ func (c Config) Validate() error {
 		e.cause = err
 		return e
 	}
+	pl, err := c.placement(impl)
+	if err != nil {
+		return err
+	}
+	if d, ok := impl.(runtime.MemoryDescriber); ok {
+		return c.checkMemory(d, pl.Devices)
+	}
+	return nil
+}
+
+// Placement says where a run's ranks go: rank r (replica r / Stages,
+// stage r mod Stages) on device r mod Devices.
+type Placement struct {
+	Type    runtime.DeviceType
+	Ranks   int
+	Devices int // devices in use: the backend's count, or fewer
+	// Shared reports that ranks share devices (Ranks > Devices). The
+	// collectives and transfers then run in process through the runtime's
+	// own operations (ccl/local.NewShared) instead of the registered
+	// backend (NCCL for CUDA, which does not put two ranks on one device),
+	// with the same profiled ranges, bytes and bus bandwidth.
+	Shared bool
+}
+
+// String describes the placement for a run's first line: "2 ranks on 2
+// cuda devices" or "2 ranks sharing 1 cuda device (in-process
+// collectives)".
+func (p Placement) String() string {
+	dev := p.Type.String() + " devices"
+	if p.Devices == 1 {
+		dev = p.Type.String() + " device"
+	}
+	if p.Shared {
+		return fmt.Sprintf("%d ranks sharing %d %s (in-process collectives)", p.Ranks, p.Devices, dev)
+	}
+	rk := "ranks"
+	if p.Ranks == 1 {
+		rk = "rank"
+	}
+	return fmt.Sprintf("%d %s on %d %s", p.Ranks, rk, p.Devices, dev)
+}
+
+// Placement returns where c's ranks go on its backend's devices; the
+// backend must be available.
+func (c Config) Placement() (Placement, error) {
+	impl, err := runtime.Available(c.Backend)
+	if err != nil {
+		e := invalid("backend %s: %v", c.Backend, err)
+		e.cause = err
+		return Placement{}, e
+	}
+	return c.placement(impl)
+}
+
+func (c Config) placement(impl runtime.Impl) (Placement, error) {
 	n, err := impl.DeviceCount()
 	if err != nil {
 		e := invalid("backend %s: device count: %v", c.Backend, err)
 		e.cause = err
-		return e
+		return Placement{}, e
 	}
-	if ranks := c.Stages * c.Replicas; ranks > n {
-		return invalid("%s × %s = %d ranks, but backend %s has %d devices",
-			field("Stages", c.Stages), field("Replicas", c.Replicas), ranks, c.Backend, n)
+	if n < 1 {
+		return Placement{}, invalid("backend %s has no devices", c.Backend)
 	}
-	if d, ok := impl.(runtime.MemoryDescriber); ok {
-		return c.checkMemory(d)
+	if c.Devices > 0 {
+		n = min(n, c.Devices)
 	}
-	return nil
+	ranks := c.Stages * c.Replicas
+	return Placement{Type: c.Backend, Ranks: ranks, Devices: min(n, ranks), Shared: ranks > n}, nil
 }
 
 // validateModel checks everything but the backend: what ReferenceLosses
@@ -140,6 +200,9 @@ func (c Config) validateModel() error {
 	}
 	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
 		return invalid("%s: must be positive and finite", field("LearningRate", c.LearningRate))
+	}
+	if c.Devices < 0 {
+		return invalid("%s: must not be negative (0 uses every device)", field("Devices", c.Devices))
 	}
 	if c.CommTimeout < 0 {
 		return invalid("%s: must not be negative", field("CommTimeout", c.CommTimeout))

@@ -27,7 +27,7 @@ func TestValidate(t *testing.T) {
 		{"plain 1f1b any m", func(c *Config) { c.Chunks, c.Microbatches = 1, 3 }, nil, false},
 		{"upper-case schedule", func(c *Config) { c.Schedule = "GPipe" }, nil, false},
 		{"layers", func(c *Config) { c.Layers = 10 }, []string{"Layers=10", "Stages=2 × Chunks=2 = 4"}, false},
-		{"devices", func(c *Config) { c.Stages, c.Chunks, c.Layers, c.Replicas = 8, 1, 8, 9 }, []string{"Stages=8 × Replicas=9 = 72", "cpu has 64 devices"}, false},
+		{"devices", func(c *Config) { c.Devices = -1 }, []string{"Devices=-1: must not be negative"}, false},
 		{"interleaved m", func(c *Config) { c.Microbatches = 3 }, []string{"Microbatches=3", "multiple of Stages=2", "Chunks=2"}, true},
 		{"stages", func(c *Config) { c.Stages = 0 }, []string{"Stages=0"}, false},
 		{"chunks", func(c *Config) { c.Chunks = -1 }, []string{"Chunks=-1"}, false},

@@ -94,13 +94,20 @@ func (c Config) checkSizesRepresentable() error {
 // checked. Ranks on devices that share the host's memory are counted
 // together, with the host memory each keeps and the garbage collector's
 // headroom (that memory is Go's heap).
-func (c Config) checkMemory(d runtime.MemoryDescriber) error {
+func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 	ranks := c.Stages * c.Replicas
 	var hostNeed float64
 	var hostMem runtime.DeviceMemory
 	hostRanks := 0
+	// Ranks sharing a device (rank r is on device r mod devices) add up.
+	type onDevice struct {
+		need  int64
+		ranks []int
+	}
+	perDevice := make(map[int]*onDevice)
 	for id := range ranks {
-		mem, err := d.DeviceMemory(id)
+		idx := id % devices
+		mem, err := d.DeviceMemory(idx)
 		if err != nil {
 			continue // unknown: nothing to compare with
 		}
@@ -111,10 +118,21 @@ func (c Config) checkMemory(d runtime.MemoryDescriber) error {
 			hostRanks++
 			continue
 		}
-		if capacity := capacityOf(mem); capacity > 0 && need.Device > capacity {
-			dev := runtime.Device{Type: c.Backend, Index: id}
-			return invalid("the model needs about %s on %s (rank %d), but %s is available there: lower %s, %s, %s or %s, or raise %s",
-				bytesString(float64(need.Device)), dev, id, bytesString(float64(capacity)),
+		od := perDevice[idx]
+		if od == nil {
+			od = &onDevice{}
+			perDevice[idx] = od
+		}
+		od.need += need.Device
+		od.ranks = append(od.ranks, id)
+		if capacity := capacityOf(mem); capacity > 0 && od.need > capacity {
+			dev := runtime.Device{Type: c.Backend, Index: idx}
+			who := fmt.Sprintf("rank %d", id)
+			if len(od.ranks) > 1 {
+				who = fmt.Sprintf("ranks %v sharing it", od.ranks)
+			}
+			return invalid("the model needs about %s on %s (%s), but %s is available there: lower %s, %s, %s or %s, or raise %s",
+				bytesString(float64(od.need)), dev, who, bytesString(float64(capacity)),
 				fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Stages"))
 		}
 	}

@@ -126,7 +126,7 @@ func TestMemoryCheckRefusesTheIssueExample(t *testing.T) {
 	}
 	const gb = 1_000_000_000
 	for _, avail := range []int64{16 * gb, 57 * gb} {
-		err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2 * avail, Available: avail, Host: true}})
+		err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2 * avail, Available: avail, Host: true}}, 64)
 		var ce *ConfigError
 		if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {
 			t.Fatalf("%d bytes available: %v, want a *ConfigError", avail, err)
@@ -141,20 +141,20 @@ func TestMemoryCheckRefusesTheIssueExample(t *testing.T) {
 		}
 	}
 	// 57.2 GB needed: 58 GB is enough; Available, not Total, counts.
-	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 58 * gb, Available: 58 * gb, Host: true}}); err != nil {
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 58 * gb, Available: 58 * gb, Host: true}}, 64); err != nil {
 		t.Errorf("58 GB available: %v", err)
 	}
-	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 1000 * gb, Available: 40 * gb, Host: true}}); err == nil {
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 1000 * gb, Available: 40 * gb, Host: true}}, 64); err == nil {
 		t.Error("40 GB available of 1000: accepted")
 	}
 	// Under a memory limit the collector keeps the heap below it: no
 	// headroom, and the limit caps what is available.
 	debug.SetMemoryLimit(40 * gb)
-	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}); err != nil {
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}, 64); err != nil {
 		t.Errorf("40 GB limit, 100 GB available: %v", err)
 	}
 	debug.SetMemoryLimit(20 * gb)
-	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}); err == nil || !strings.Contains(err.Error(), "× 16 ranks on this host = 28.6 GB, but 20.0 GB is available") {
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}, 64); err == nil || !strings.Contains(err.Error(), "× 16 ranks on this host = 28.6 GB, but 20.0 GB is available") {
 		t.Errorf("20 GB limit, 100 GB available: %v", err)
 	}
 }
@@ -166,7 +166,7 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	c := DefaultConfig()
 	c.Backend = runtime.CUDA
 	c.Width, c.Layers = 8192, 4 // stage 1 needs 1112539136 bytes
-	err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.108e9}})
+	err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.108e9}}, 2)
 	if err == nil || !strings.Contains(err.Error(), "about 1.1 GB on cuda:1 (rank 1), but 1.1 GB is available there") {
 		t.Errorf("1.108 GB per GPU: %v", err)
 	}
@@ -176,8 +176,16 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	}
 	// The host memory the ranks keep is not the GPU's, nor does the
 	// collector's headroom apply there.
-	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.12e9}}); err != nil {
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.12e9}}, 2); err != nil {
 		t.Errorf("1.12 GB per GPU: %v", err)
+	}
+	// Two ranks sharing one GPU add up: 1104150528 + 1112539136 bytes.
+	err = c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 4e9, Available: 2.2e9}}, 1)
+	if err == nil || !strings.Contains(err.Error(), "about 2.2 GB on cuda:0 (ranks [0 1] sharing it), but 2.2 GB is available there") {
+		t.Errorf("2.2 GB on one shared GPU: %v", err)
+	}
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 4e9, Available: 2.22e9}}, 1); err != nil {
+		t.Errorf("2.22 GB on one shared GPU: %v", err)
 	}
 }
 
@@ -190,7 +198,7 @@ func TestMemoryCheckUnknown(t *testing.T) {
 		{mem: runtime.DeviceMemory{Host: true}},
 		{mem: runtime.DeviceMemory{}},
 	} {
-		if err := c.checkMemory(f); err != nil {
+		if err := c.checkMemory(f, 64); err != nil {
 			t.Errorf("%+v: %v", f, err)
 		}
 	}

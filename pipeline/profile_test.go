@@ -9,7 +9,16 @@ import (
 	"github.com/trainscope/trainscope/profiler"
 )
 
+// TestTrainProfiled runs on devices of the ranks' own and with the four
+// ranks sharing one device, whose in-process collectives must be
+// profiled the same way.
 func TestTrainProfiled(t *testing.T) {
+	for _, devices := range []int{0, 1} {
+		t.Run(fmt.Sprintf("devices=%d", devices), func(t *testing.T) { trainProfiled(t, devices) })
+	}
+}
+
+func trainProfiled(t *testing.T, devices int) {
 	p, err := profiler.New()
 	if err != nil {
 		t.Fatal(err)
@@ -18,6 +27,7 @@ func TestTrainProfiled(t *testing.T) {
 	cfg := smallConfig(2, 2, 2, Schedule1F1B)
 	cfg.Steps = 2
 	cfg.Profiler = p
+	cfg.Devices = devices
 	if _, err := Train(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +97,20 @@ func TestTrainProfiled(t *testing.T) {
 			if r.Microbatch < 0 || r.Chunk < 0 {
 				t.Errorf("%s range without microbatch or chunk: %+v", r.Name, r.Labels)
 			}
+			// One microbatch's activations: 4 rows of width 16, float32.
+			if r.Collective.Bytes != 4*16*4 || !r.HasDevice {
+				t.Errorf("%s: %d bytes (want 256), device-timed %v", r.Name, r.Collective.Bytes, r.HasDevice)
+			}
 		case "AllReduce":
 			pa := parent(r)
 			if r.Kind != profiler.KindCollective || r.Collective.Group != fmt.Sprintf("dp%d", r.Rank%cfg.Stages) || r.Collective.GroupSize != 2 ||
 				pa == nil || pa.Name != "allreduce_grads" || r.Phase != profiler.Comm || r.Chunk < 0 {
 				t.Errorf("AllReduce range %+v in %+v", *r, pa)
+			}
+			// A chunk's gradients: 2 layers of 16×16 float32, bus factor
+			// 2(n−1)/n = 1 for two ranks.
+			if r.Collective.Bytes != 2*16*16*4 || r.Collective.BusFactor != 1 || !r.HasDevice {
+				t.Errorf("AllReduce: %d bytes (want 2048), bus factor %v, device-timed %v", r.Collective.Bytes, r.Collective.BusFactor, r.HasDevice)
 			}
 		}
 	}

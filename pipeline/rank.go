@@ -12,8 +12,9 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// rank is one pipeline stage of one replica on its own device, driven by
-// its own goroutine. Everything here belongs to that goroutine.
+// rank is one pipeline stage of one replica on its device (its own, or
+// one it shares with other ranks: see Placement), driven by its own
+// goroutine. Everything here belongs to that goroutine.
 type rank struct {
 	cfg              Config
 	id               int // replica·Stages + stage
@@ -59,14 +60,14 @@ type chunk struct {
 	gradWork    []*ccl.Work        // [mb]: the Recv that fills gradIn[mb]
 }
 
-func newRank(cfg Config, id int, rounds [][]round, pp, dp *ccl.ProcessGroup) *rank {
+func newRank(cfg Config, id int, dev runtime.Device, rounds [][]round, pp, dp *ccl.ProcessGroup) *rank {
 	stage := id % cfg.Stages
 	r := &rank{
 		cfg:     cfg,
 		id:      id,
 		replica: id / cfg.Stages,
 		stage:   stage,
-		dev:     runtime.Device{Type: cfg.Backend, Index: id},
+		dev:     dev,
 		layers:  cfg.layersPerChunk(),
 		rows:    cfg.MicrobatchSize,
 		n:       cfg.MicrobatchSize * cfg.Width,

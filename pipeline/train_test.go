@@ -7,6 +7,7 @@ import (
 	"time"
 
 	_ "github.com/trainscope/trainscope/ccl/local"
+	"github.com/trainscope/trainscope/runtime"
 	_ "github.com/trainscope/trainscope/runtime/cpu"
 )
 
@@ -36,6 +37,8 @@ func TestTrainMatchesReference(t *testing.T) {
 		{"pp1_vpp1", smallConfig(1, 1, 1, Schedule1F1B)},
 		{"pp1_vpp2_gpipe_dp2", smallConfig(1, 2, 2, ScheduleGPipe)},
 		{"pp4_vpp2_dp2_1f1b", smallConfig(4, 2, 2, Schedule1F1B)},
+		{"pp2_vpp2_dp2_1f1b_one_device", withDevices(smallConfig(2, 2, 2, Schedule1F1B), 1)},
+		{"pp4_vpp2_dp2_1f1b_three_devices", withDevices(smallConfig(4, 2, 2, Schedule1F1B), 3)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,5 +63,51 @@ func TestTrainMatchesReference(t *testing.T) {
 				t.Errorf("loss did not decrease: %v", res.Losses)
 			}
 		})
+	}
+}
+
+func withDevices(c Config, n int) Config {
+	c.Devices = n
+	return c
+}
+
+// Ranks sharing devices train the same model as ranks on devices of their
+// own: the in-process collectives move the same data. The all-reduce sums
+// in another order than the registered backend's, so the losses agree to
+// float32 rounding, not bit for bit.
+func TestSharedDevicesTrainLikeOwnDevices(t *testing.T) {
+	base := smallConfig(2, 2, 2, Schedule1F1B)
+	own, err := Train(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, devs := range []int{1, 2, 3} {
+		cfg := withDevices(base, devs)
+		pl, err := cfg.Placement()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (Placement{Type: runtime.CPU, Ranks: 4, Devices: devs, Shared: true}); pl != want {
+			t.Fatalf("Devices=%d: placement %+v, want %+v", devs, pl, want)
+		}
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("Devices=%d: %v", devs, err)
+		}
+		for i, got := range res.Losses {
+			if rel := math.Abs(got-own.Losses[i]) / own.Losses[i]; !(rel <= 1e-6) {
+				t.Errorf("Devices=%d step %d: loss %.9g, on own devices %.9g", devs, i, got, own.Losses[i])
+			}
+		}
+	}
+	pl, err := base.Placement()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Shared || pl.Devices != 4 || pl.String() != "4 ranks on 4 cpu devices" {
+		t.Errorf("own devices: %+v %q", pl, pl)
+	}
+	if p, _ := withDevices(base, 1).Placement(); p.String() != "4 ranks sharing 1 cpu device (in-process collectives)" {
+		t.Errorf("shared: %q", p)
 	}
 }

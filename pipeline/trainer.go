@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -22,6 +23,7 @@ import (
 // broken: later steps return the same error, and Close tears it down.
 type Trainer struct {
 	cfg       Config
+	placement Placement
 	impl      ccl.Impl
 	rt        runtime.Impl
 	factories []*ccl.ProcessGroupFactory // one per group endpoint
@@ -86,15 +88,22 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	impl, err := ccl.Available(cfg.Backend)
+	pl, err := cfg.placement(rt)
 	if err != nil {
+		return nil, err
+	}
+	var impl ccl.Impl
+	if pl.Shared {
+		impl = local.NewShared(cfg.Backend, local.WithTimeout(cfg.commTimeout()))
+	} else if impl, err = ccl.Available(cfg.Backend); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	t := &Trainer{
-		cfg:     cfg,
-		impl:    impl,
-		rt:      rt,
-		results: make(chan rankResult, cfg.Stages*cfg.Replicas),
+		cfg:       cfg,
+		impl:      impl,
+		rt:        rt,
+		placement: pl,
+		results:   make(chan rankResult, cfg.Stages*cfg.Replicas),
 	}
 	pp, dp, err := t.createGroups(ctx)
 	if err != nil {
@@ -103,7 +112,7 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	setup := make(chan error, cfg.Stages*cfg.Replicas)
 	for id := range cfg.Stages * cfg.Replicas {
 		w := &rankWorker{
-			r:    newRank(cfg, id, rounds, pp[id], dp[id]),
+			r:    newRank(cfg, id, t.device(id), rounds, pp[id], dp[id]),
 			cmds: make(chan stepCmd),
 			done: make(chan error, 1),
 		}
@@ -187,7 +196,7 @@ func (t *Trainer) createGroups(ctx context.Context) (pp, dp []*ccl.ProcessGroup,
 	for i, m := range members {
 		f := ccl.NewProcessGroupFactory(t.impl, t.rt)
 		t.factories = append(t.factories, f)
-		dev := runtime.Device{Type: cfg.Backend, Index: m.id}
+		dev := t.device(m.id)
 		wg.Go(func() {
 			pg, err := f.GetOrCreateRank(ctx, m.name, m.size, m.rank, dev, dir)
 			if err != nil {
@@ -338,6 +347,14 @@ func (t *Trainer) destroyGroups() error {
 	}
 	return nil
 }
+
+// device is rank id's device.
+func (t *Trainer) device(id int) runtime.Device {
+	return runtime.Device{Type: t.cfg.Backend, Index: id % t.placement.Devices}
+}
+
+// Placement says where the ranks run and whether they share devices.
+func (t *Trainer) Placement() Placement { return t.placement }
 
 // Config returns the trainer's configuration.
 func (t *Trainer) Config() Config { return t.cfg }

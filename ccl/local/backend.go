@@ -19,6 +19,10 @@ const DefaultTimeout = 60 * time.Second
 type Backend struct {
 	cfg    config
 	groups groups // open GroupStart regions, per goroutine
+	typ    runtime.DeviceType
+	// shared: data moves through the runtime's own operations (see
+	// NewShared), not through host memory on the streams' goroutines.
+	shared bool
 }
 
 // Option configures New. Options are sealed: only this package makes them.
@@ -50,14 +54,31 @@ func New(opts ...Option) *Backend {
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
-	return &Backend{cfg: c, groups: groups{m: make(map[uint64]*openGroup)}}
+	return &Backend{cfg: c, groups: groups{m: make(map[uint64]*openGroup)}, typ: runtime.CPU}
+}
+
+// NewShared returns a backend for ranks of one process on devices of type
+// t, several ranks to a device where there are fewer devices than ranks
+// (see the package documentation, "Shared devices"). It moves data only
+// through t's runtime operations — copies between buffers, and the
+// Elementwise Axpy and Scale for reductions — ordered by events, so it
+// works with any backend's buffers: on CUDA the data never leaves the
+// devices. NewShared(runtime.CPU) runs the same code on cpu devices.
+func NewShared(t runtime.DeviceType, opts ...Option) *Backend {
+	b := New(opts...)
+	b.typ, b.shared = t, true
+	return b
 }
 
 // Timeout returns the bound on each wait.
 func (b *Backend) Timeout() time.Duration { return b.cfg.timeout }
 
-// Type returns runtime.CPU.
-func (*Backend) Type() runtime.DeviceType { return runtime.CPU }
+// Type returns the device type the backend serves: runtime.CPU, or
+// NewShared's type.
+func (b *Backend) Type() runtime.DeviceType { return b.typ }
+
+// Shared reports whether the backend was made by NewShared.
+func (b *Backend) Shared() bool { return b.shared }
 
 // Init does nothing: the backend needs no library.
 func (*Backend) Init() error { return nil }

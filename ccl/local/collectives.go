@@ -43,9 +43,12 @@ type issuer struct {
 // rank's recv; send and recv may be the same buffer.
 func (b *Backend) AllReduce(send, recv runtime.Buffer, count int, dtype runtime.DataType, op ccl.ReduceOp, c ccl.Comm, s *runtime.Stream) error {
 	p := &part{op: ccl.OpAllReduce, count: count, dtype: dtype, redop: op, root: -1}
-	lc, n, err := prepare(p, c, s)
+	lc, n, err := b.prepare(p, c, s)
 	if err != nil {
 		return err
+	}
+	if b.shared {
+		return b.deviceCollective(lc, s, p, send, recv, n)
 	}
 	if p.send, err = bytesOf(p.op, "send", lc, send, n); err != nil {
 		return err
@@ -60,9 +63,12 @@ func (b *Backend) AllReduce(send, recv runtime.Buffer, count int, dtype runtime.
 // send is read on root only.
 func (b *Backend) Broadcast(send, recv runtime.Buffer, count int, dtype runtime.DataType, root int, c ccl.Comm, s *runtime.Stream) error {
 	p := &part{op: ccl.OpBroadcast, count: count, dtype: dtype, root: root}
-	lc, n, err := prepare(p, c, s)
+	lc, n, err := b.prepare(p, c, s)
 	if err != nil {
 		return err
+	}
+	if b.shared {
+		return b.deviceCollective(lc, s, p, send, recv, n)
 	}
 	if lc.rank == root {
 		if p.send, err = bytesOf(p.op, "send", lc, send, n); err != nil {
@@ -79,9 +85,12 @@ func (b *Backend) Broadcast(send, recv runtime.Buffer, count int, dtype runtime.
 // recv. recv is written on root only.
 func (b *Backend) Reduce(send, recv runtime.Buffer, count int, dtype runtime.DataType, op ccl.ReduceOp, root int, c ccl.Comm, s *runtime.Stream) error {
 	p := &part{op: ccl.OpReduce, count: count, dtype: dtype, redop: op, root: root}
-	lc, n, err := prepare(p, c, s)
+	lc, n, err := b.prepare(p, c, s)
 	if err != nil {
 		return err
+	}
+	if b.shared {
+		return b.deviceCollective(lc, s, p, send, recv, n)
 	}
 	if p.send, err = bytesOf(p.op, "send", lc, send, n); err != nil {
 		return err
@@ -98,9 +107,12 @@ func (b *Backend) Reduce(send, recv runtime.Buffer, count int, dtype runtime.Dat
 // recv, rank-major.
 func (b *Backend) AllGather(send, recv runtime.Buffer, sendCount int, dtype runtime.DataType, c ccl.Comm, s *runtime.Stream) error {
 	p := &part{op: ccl.OpAllGather, count: sendCount, dtype: dtype, root: -1}
-	lc, n, err := prepare(p, c, s)
+	lc, n, err := b.prepare(p, c, s)
 	if err != nil {
 		return err
+	}
+	if b.shared {
+		return b.deviceCollective(lc, s, p, send, recv, n)
 	}
 	if p.send, err = bytesOf(p.op, "send", lc, send, n); err != nil {
 		return err
@@ -115,9 +127,12 @@ func (b *Backend) AllGather(send, recv runtime.Buffer, sendCount int, dtype runt
 // op and leaves block r of the result in rank r's recv.
 func (b *Backend) ReduceScatter(send, recv runtime.Buffer, recvCount int, dtype runtime.DataType, op ccl.ReduceOp, c ccl.Comm, s *runtime.Stream) error {
 	p := &part{op: ccl.OpReduceScatter, count: recvCount, dtype: dtype, redop: op, root: -1}
-	lc, n, err := prepare(p, c, s)
+	lc, n, err := b.prepare(p, c, s)
 	if err != nil {
 		return err
+	}
+	if b.shared {
+		return b.deviceCollective(lc, s, p, send, recv, n)
 	}
 	if p.send, err = bytesOf(p.op, "send", lc, send, n*int64(lc.w.n)); err != nil {
 		return err
@@ -135,7 +150,7 @@ func reduces(op string) bool {
 
 // prepare checks what every collective shares and returns the
 // communicator and the byte size of count elements.
-func prepare(p *part, c ccl.Comm, s *runtime.Stream) (*comm, int64, error) {
+func (b *Backend) prepare(p *part, c ccl.Comm, s *runtime.Stream) (*comm, int64, error) {
 	lc, err := usable(p.op, c)
 	if err != nil {
 		return nil, 0, err
@@ -151,7 +166,11 @@ func prepare(p *part, c ccl.Comm, s *runtime.Stream) (*comm, int64, error) {
 		return nil, 0, ccl.Errorf(p.op, ccl.StatusInvalidArgument, "%s", p.dtype)
 	}
 	if reduces(p.op) {
-		if err := checkReduction(p.op, p.dtype, p.redop); err != nil {
+		check := checkReduction
+		if b.shared {
+			check = checkDeviceReduction
+		}
+		if err := check(p.op, p.dtype, p.redop); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -23,6 +23,10 @@ type world struct {
 	boxes  []mailbox         // src*n + dst
 	err    error             // the first failure; broken is closed when set
 	broken chan struct{}
+
+	// A shared backend's collectives and messages being posted.
+	shared map[uint64]*sharedRound
+	msgs   map[p2pKey]*sharedMsg
 }
 
 func newWorld(id []byte, n int) *world {
@@ -32,6 +36,8 @@ func newWorld(id []byte, n int) *world {
 		rounds: make(map[uint64]*round),
 		boxes:  newMailboxes(n),
 		broken: make(chan struct{}),
+		shared: make(map[uint64]*sharedRound),
+		msgs:   make(map[p2pKey]*sharedMsg),
 	}
 }
 
@@ -65,6 +71,12 @@ type comm struct {
 	timeout   time.Duration
 	issue     issuer
 	destroyed atomic.Bool
+
+	// A shared backend's scratch for the collectives this rank executes,
+	// used in scratchStream's order.
+	scratchMu     sync.Mutex
+	scratchBuf    runtime.Buffer
+	scratchStream *runtime.Stream
 }
 
 func newComm(w *world, n, rank int, dev runtime.Device, timeout time.Duration) *comm {
@@ -117,6 +129,17 @@ func (b *Backend) CommDestroy(c ccl.Comm) error {
 	if lc.destroyed.Swap(true) {
 		return ccl.Errorf("CommDestroy", ccl.StatusInvalidArgument, "%s destroyed twice", lc)
 	}
+	return lc.freeScratch()
+}
+
+// freeScratch frees a shared backend's scratch, after the work enqueued
+// on its stream.
+func (c *comm) freeScratch() error {
+	c.scratchMu.Lock()
+	defer c.scratchMu.Unlock()
+	if err := c.freeScratchLocked(); err != nil {
+		return &ccl.Error{Op: "CommDestroy", Status: ccl.StatusError, Detail: c.String() + ": free scratch", Err: err}
+	}
 	return nil
 }
 
@@ -128,6 +151,7 @@ func (b *Backend) CommAbort(c ccl.Comm) error {
 		return err
 	}
 	lc.destroyed.Store(true)
+	_ = lc.freeScratch()
 	lc.w.fail(ccl.Errorf("CommAbort", ccl.StatusError, "%s: rank %d aborted the communicator", lc.w.name, lc.rank))
 	return nil
 }

@@ -37,6 +37,23 @@
 // and int64; Avg of integers truncates. Broadcast, AllGather, Send and
 // Recv move any data type.
 //
+// # Shared devices
+//
+// NewShared makes a backend for any device type, for ranks of one process
+// that share devices — several pipeline stages on one GPU, say, where
+// NCCL refuses two ranks on one device. It moves data only through the
+// runtime's own operations on the ranks' streams: device-to-device copies,
+// and the Elementwise Axpy and Scale for float32 Sum and Avg reductions
+// (other reductions are refused with StatusNotSupported), ordered by
+// events, so on CUDA the data never leaves the devices and the host never
+// waits for a device. The host waits only for the peers' calls: an
+// operation is matched with its peers' when they issue it (at the
+// outermost GroupEnd inside a group), as NCCL's rendezvous does, bounded
+// by the timeout. A Send completes when the Recv's copy has, so a buffer
+// may be reused on its stream right after the call. Results are combined
+// in rank order, so they do not depend on which rank arrives last. See
+// shared.go for the protocol.
+//
 // The package registers a Backend for runtime.CPU in init and does nothing
 // else there; New makes private ones (with a short timeout in tests, say).
 package local

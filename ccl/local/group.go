@@ -26,7 +26,8 @@ type groups struct {
 // openGroup is one goroutine's open group.
 type openGroup struct {
 	depth   int
-	batches []*batch // in the order their streams were first used
+	batches []*batch   // in the order their streams were first used
+	shared  []sharedOp // a shared backend's operations, in issue order
 }
 
 // batch is the operations a group issued on one stream.
@@ -83,6 +84,9 @@ func (b *Backend) GroupEnd() error {
 			}
 			errs = append(errs, err)
 		}
+	}
+	if len(g.shared) > 0 {
+		errs = append(errs, runShared(g.shared))
 	}
 	return errors.Join(errs...)
 }

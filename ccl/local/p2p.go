@@ -51,6 +51,9 @@ func (m *mailbox) take(k uint64) ([]byte, bool, <-chan struct{}) {
 // reaches it, the bytes are copied into the pair's mailbox and the send is
 // complete, whether or not peer has reached its Recv.
 func (b *Backend) Send(buf runtime.Buffer, count int, dtype runtime.DataType, peer int, c ccl.Comm, s *runtime.Stream) error {
+	if b.shared {
+		return b.deviceP2P(ccl.OpSend, buf, count, dtype, peer, c, s)
+	}
 	lc, data, err := prepareP2P(ccl.OpSend, buf, count, dtype, peer, c, s)
 	if err != nil {
 		return err
@@ -70,6 +73,9 @@ func (b *Backend) Send(buf runtime.Buffer, count int, dtype runtime.DataType, pe
 // peer matches peer's k-th Send to this rank). A message of another size
 // fails the communicator.
 func (b *Backend) Recv(buf runtime.Buffer, count int, dtype runtime.DataType, peer int, c ccl.Comm, s *runtime.Stream) error {
+	if b.shared {
+		return b.deviceP2P(ccl.OpRecv, buf, count, dtype, peer, c, s)
+	}
 	lc, data, err := prepareP2P(ccl.OpRecv, buf, count, dtype, peer, c, s)
 	if err != nil {
 		return err

@@ -10,12 +10,13 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// checkDevice checks that dev is a cpu device of the registered runtime.
-func checkDevice(op string, dev runtime.Device) error {
-	if dev.Type != runtime.CPU {
-		return ccl.Errorf(op, ccl.StatusInvalidArgument, "device %s: the local backend runs on cpu devices", dev)
+// checkDevice checks that dev is a device of the backend's type in the
+// registered runtime.
+func (b *Backend) checkDevice(op string, dev runtime.Device) error {
+	if dev.Type != b.typ {
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "device %s: this local backend runs on %s devices", dev, b.typ)
 	}
-	rt, err := runtime.Lookup(runtime.CPU)
+	rt, err := runtime.Lookup(b.typ)
 	if err != nil {
 		return &ccl.Error{Op: op, Status: ccl.StatusUnavailable, Err: err}
 	}
@@ -24,7 +25,7 @@ func checkDevice(op string, dev runtime.Device) error {
 		return &ccl.Error{Op: op, Status: ccl.StatusUnavailable, Err: err}
 	}
 	if dev.Index < 0 || dev.Index >= n {
-		return ccl.Errorf(op, ccl.StatusInvalidArgument, "invalid device %s: %d cpu devices", dev, n)
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "invalid device %s: %d %s devices", dev, n, b.typ)
 	}
 	return nil
 }
@@ -37,10 +38,10 @@ func (b *Backend) CommInitAll(devices []runtime.Device) ([]ccl.Comm, error) {
 	}
 	seen := make(map[runtime.Device]bool, len(devices))
 	for _, d := range devices {
-		if err := checkDevice(op, d); err != nil {
+		if err := b.checkDevice(op, d); err != nil {
 			return nil, err
 		}
-		if seen[d] {
+		if seen[d] && !b.shared {
 			return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "device %s listed twice", d)
 		}
 		seen[d] = true
@@ -83,7 +84,7 @@ func (b *Backend) CommInitRank(nranks int, id ccl.UniqueID, rank int, dev runtim
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "rank %d of %d", rank, nranks)
 	}
-	if err := checkDevice(op, dev); err != nil {
+	if err := b.checkDevice(op, dev); err != nil {
 		return nil, err
 	}
 	key := string(id.Data())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -107,6 +108,38 @@ func BenchmarkCollective(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchCollective(b, devs, []*ccl.ProcessGroup{pg, pg})
+}
+
+// BenchmarkSharedCollective is BenchmarkCollective for two ranks sharing
+// one GPU through the in-process backend (ccl/local.NewShared): each rank
+// its own ProcessGroup endpoint and stream, as the trainer makes them.
+func BenchmarkSharedCollective(b *testing.B) {
+	rt, _ := gpus(b, 1)
+	const n = 2
+	be := local.NewShared(runtime.CUDA, local.WithTimeout(time.Minute))
+	devs := []runtime.Device{{Type: runtime.CUDA}, {Type: runtime.CUDA}}
+	dir := b.TempDir()
+	pgs := make([]*ccl.ProcessGroup, n)
+	err := onRanks(n, func(r int) error {
+		f := ccl.NewProcessGroupFactory(be, rt)
+		b.Cleanup(func() { _ = f.Destroy() })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var err error
+		pgs[r], err = f.GetOrCreateRank(ctx, "bench", n, r, devs[r], dir)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchCollective(b, devs, pgs)
+}
+
+// benchCollective is the body of the collective benchmarks: rank r issues
+// through pgs[r] on devs[r].
+func benchCollective(b *testing.B, devs []runtime.Device, pgs []*ccl.ProcessGroup) {
+	n := len(devs)
 	type rankState struct {
 		s          *runtime.Stream
 		big, half  runtime.Buffer
@@ -116,6 +149,7 @@ func BenchmarkCollective(b *testing.B) {
 	ranks := make([]rankState, n)
 	for r, d := range devs {
 		rs := &ranks[r]
+		pg := pgs[r]
 		// Issued on the group's own stream, back to back, as nccl-tests
 		// does: no stream wait between calls (BenchmarkCollectiveGap
 		// shows what issuing from another stream adds).
@@ -143,19 +177,19 @@ func BenchmarkCollective(b *testing.B) {
 		issue    issueFunc
 	}{
 		{"AllReduce", ccl.OpAllReduce, func(ctx context.Context, r int, rs *rankState, size int64) (*ccl.Work, error) {
-			return pg.AllReduce(ctx, rs.s, view(rs.big, size), runtime.Float32, ccl.Sum)
+			return pgs[r].AllReduce(ctx, rs.s, view(rs.big, size), runtime.Float32, ccl.Sum)
 		}},
 		{"AllGather", ccl.OpAllGather, func(ctx context.Context, r int, rs *rankState, size int64) (*ccl.Work, error) {
-			return pg.AllGather(ctx, rs.s, view(rs.half, size/n), view(rs.big, size), runtime.Float32)
+			return pgs[r].AllGather(ctx, rs.s, view(rs.half, size/int64(n)), view(rs.big, size), runtime.Float32)
 		}},
 		{"ReduceScatter", ccl.OpReduceScatter, func(ctx context.Context, r int, rs *rankState, size int64) (*ccl.Work, error) {
-			return pg.ReduceScatter(ctx, rs.s, view(rs.big, size), view(rs.half, size/n), runtime.Float32, ccl.Sum)
+			return pgs[r].ReduceScatter(ctx, rs.s, view(rs.big, size), view(rs.half, size/int64(n)), runtime.Float32, ccl.Sum)
 		}},
 		{"SendRecv", ccl.OpSend, func(ctx context.Context, r int, rs *rankState, size int64) (*ccl.Work, error) {
 			if r == 0 {
-				return pg.Send(ctx, rs.s, view(rs.big, size), runtime.Float32, 1)
+				return pgs[r].Send(ctx, rs.s, view(rs.big, size), runtime.Float32, 1)
 			}
-			return pg.Recv(ctx, rs.s, view(rs.big, size), runtime.Float32, 0)
+			return pgs[r].Recv(ctx, rs.s, view(rs.big, size), runtime.Float32, 0)
 		}},
 	}
 	for _, op := range ops {
@@ -186,7 +220,7 @@ func BenchmarkCollective(b *testing.B) {
 					}
 					ready.Done()
 					ready.Wait()
-					cs := pg.Stream(devs[r])
+					cs := pgs[r].Stream(devs[r])
 					// Hold the communication stream with device work (a few
 					// milliseconds of memsets) while the loop is enqueued,
 					// so that the calls run back to back, as in

@@ -430,3 +430,57 @@ func (l layout) config() pipeline.Config {
 	cfg.Stages, cfg.Chunks, cfg.Replicas = l.pp, l.vpp, l.dp
 	return cfg
 }
+
+// TestSharedDeviceTrainer trains with every rank on GPU 0 (Devices 1):
+// the in-process collectives of ccl/local.NewShared on CUDA buffers. The
+// losses match the CPU backend's, and on a machine with two GPUs the
+// NCCL layout's, within lossTolerance.
+func TestSharedDeviceTrainer(t *testing.T) {
+	rt, _ := gpus(t, 1)
+	have, _ := rt.DeviceCount()
+	for _, l := range append(layouts, layout{"pp2xvpp2xdp2", 2, 2, 2}) {
+		t.Run(l.name, func(t *testing.T) {
+			cfg := l.config()
+			cfg.Steps = 6
+			cfg.Devices = 1
+			pl, err := cfg.Placement()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pl.Shared || pl.Devices != 1 {
+				t.Fatalf("placement %v, want ranks sharing one device", pl)
+			}
+			cpu := cfg
+			cpu.Backend, cpu.Devices = runtime.CPU, 0
+			want, err := trainLosses(cpu, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := trainLosses(cfg, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nccl []float64
+			if ranks := l.pp * l.dp; have >= ranks {
+				own := cfg
+				own.Devices = 0
+				if nccl, err = trainLosses(own, false); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				t.Logf("%d GPUs: no NCCL layout of %d ranks to compare with", have, ranks)
+			}
+			for i := range want {
+				t.Logf("step %d: shared %.9f cpu %.9f", i, got[i], want[i])
+				if rel := math.Abs(got[i]-want[i]) / want[i]; !(rel <= lossTolerance) {
+					t.Errorf("step %d: loss %.9g sharing a GPU, %.9g on CPU: relative difference %.3g", i, got[i], want[i], rel)
+				}
+				if nccl != nil {
+					if rel := math.Abs(got[i]-nccl[i]) / nccl[i]; !(rel <= lossTolerance) {
+						t.Errorf("step %d: loss %.9g sharing a GPU, %.9g with NCCL: relative difference %.3g", i, got[i], nccl[i], rel)
+					}
+				}
+			}
+		})
+	}
+}

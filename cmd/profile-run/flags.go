@@ -76,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	lr := fs.Float64("lr", float64(def.LearningRate), "SGD learning rate")
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", def.CommTimeout, "deadline for any one communication wait")
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
+	fs.IntVar(&c.Devices, "devices", 0, "use at most this many devices (0: all); with fewer devices than ranks (pp·dp), ranks share them and communicate in process")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
 	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
@@ -182,6 +183,7 @@ var configFlags = map[string]string{
 	"Stages":         "-pp",
 	"Chunks":         "-vpp",
 	"Replicas":       "-dp",
+	"Devices":        "-devices",
 	"Microbatches":   "-microbatches",
 	"MicrobatchSize": "-microbatch-size",
 	"Width":          "-width",

@@ -40,7 +40,7 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"bad int", []string{"-pp", "two"}, []string{"-pp", "two"}},
 		{"unknown flag", []string{"-speed", "3"}, []string{"speed"}},
 		{"depth not divisible", []string{"-pp", "2", "-vpp", "2", "-layers", "6"}, []string{"-layers 6", "-pp 2", "-vpp 2"}},
-		{"too many ranks", []string{"-pp", "40", "-dp", "2", "-vpp", "1", "-layers", "40"}, []string{"80", "64"}},
+		{"negative devices", []string{"-devices", "-1"}, []string{"-devices -1", "must not be negative"}},
 		{"unknown backend", []string{"-backend", "tpu"}, []string{`"tpu"`}},
 		{"unknown schedule", []string{"-schedule", "zigzag"}, []string{"zigzag"}},
 		{"unknown sort", []string{"-sort", "speed"}, []string{`"speed"`}},
@@ -96,6 +96,24 @@ func TestUnwritableOutputFailsBeforeTraining(t *testing.T) {
 	}
 }
 
+// With -devices 1 the two ranks share one device; the first line says so,
+// and the transfers between them are profiled as between devices.
+func TestRanksShareADevice(t *testing.T) {
+	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-devices", "1"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	first, _, _ := strings.Cut(stdout, "\n")
+	if want := "profile-run: training on 2 ranks sharing 1 cpu device (in-process collectives): pp=2 vpp=2"; !strings.HasPrefix(first, want) {
+		t.Errorf("first line %q, want it to start %q", first, want)
+	}
+	for _, w := range []string{"step 1: loss", "Send", "Recv"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, stdout)
+		}
+	}
+}
+
 func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
 	out := t.TempDir()
 	args := append([]string{"-out", out, "-metrics-addr", "off"}, small...)
@@ -104,7 +122,7 @@ func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		for _, w := range []string{"training on cpu", "step 1: loss", "=== rank 0 · all steps ===", "forward", "report.rank1"} {
+		for _, w := range []string{"training on 2 ranks on 2 cpu devices: pp=2 vpp=2", "step 1: loss", "=== rank 0 · all steps ===", "forward", "report.rank1"} {
 			if !strings.Contains(stdout, w) {
 				t.Errorf("stdout lacks %q:\n%s", w, stdout)
 			}

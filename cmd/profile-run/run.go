@@ -182,8 +182,12 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	}
 	cfg := o.train
 	cfg.Profiler = prof
+	where := cfg.Backend.String()
+	if pl, err := cfg.Placement(); err == nil {
+		where = pl.String()
+	}
 	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %d microbatches of %d rows, %d layers of width %d, schedule %s, %d steps\n",
-		cfg.Backend, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Schedule, cfg.Steps)
+		where, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Schedule, cfg.Steps)
 	var live func() liveCounts
 	if prof != nil {
 		live = out.liveCounts
