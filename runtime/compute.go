@@ -2,13 +2,19 @@ package runtime
 
 // Gemm enqueues C = alpha·op(A)·op(B) + beta·C on s (see GemmArgs). The
 // shapes are checked against the buffers' sizes before the backend sees
-// them.
+// them. A reduced precision (g.Math) goes to backends with the MathModes
+// capability, which refuse the modes they lack themselves; any other
+// backend is refused it here with StatusNotSupported, since it would
+// ignore the field.
 func Gemm(s *Stream, g GemmArgs) error {
 	if err := s.live("Gemm"); err != nil {
 		return err
 	}
 	if err := checkGemm(g); err != nil {
 		return err
+	}
+	if _, ok := s.impl.(MathModes); !ok && g.Math != MathDefault {
+		return Errorf("Gemm", StatusNotSupported, "the %s backend computes float32 GEMMs in full precision only, not %s", s.impl.Type(), g.Math)
 	}
 	s.ops.Add(1)
 	return s.impl.Gemm(s.h, g)
@@ -21,6 +27,12 @@ func checkGemm(g GemmArgs) error {
 	es := int64(g.Type.Size())
 	if es == 0 {
 		return Errorf("Gemm", StatusInvalidArgument, "data type %s", g.Type)
+	}
+	if !g.Math.valid() {
+		return Errorf("Gemm", StatusInvalidArgument, "%s", g.Math)
+	}
+	if g.Math != MathDefault && g.Type != Float32 {
+		return Errorf("Gemm", StatusInvalidArgument, "math mode %s needs float32 operands, not %s", g.Math, g.Type)
 	}
 	// Column-major: a rows×cols matrix with leading dimension ld needs
 	// ld ≥ rows and ld·(cols−1)+rows elements.

@@ -93,6 +93,21 @@ type GemmArgs struct {
 	A, B, C        Buffer
 	LDA, LDB, LDC  int
 	Type           DataType
+	// Math is the compute precision; a mode other than MathDefault needs
+	// Type Float32 and a backend that supports it (see MathModes), and is
+	// refused with StatusNotSupported elsewhere rather than ignored.
+	Math MathMode
+}
+
+// MathModes is an optional backend capability: the reduced precisions its
+// float32 GEMMs can compute in (GemmArgs.Math). Discover it with a type
+// assertion, or ask SupportsMath; a backend without it computes float32
+// GEMMs in MathDefault only.
+type MathModes interface {
+	// SupportsMath reports whether a float32 GEMM with Math m runs on
+	// this backend. It is about the backend, not a device, and costs no
+	// driver call.
+	SupportsMath(m MathMode) bool
 }
 
 // Elementwise is an optional backend capability for the small vector

@@ -19,8 +19,10 @@ func (g *gemmCall) run() {
 
 // Gemm enqueues C = alpha·op(A)·op(B) + beta·C on the stream, in BLAS
 // conventions (column-major, leading dimensions in elements). Only float32
-// is supported. With beta 0, C is overwritten without being read, so NaNs
-// in it do not propagate; with alpha 0, A and B are not read.
+// is supported, computed in full fp32: a reduced precision (g.Math
+// MathTF32 or MathBF16) is refused with StatusNotSupported. With beta 0, C
+// is overwritten without being read, so NaNs in it do not propagate; with
+// alpha 0, A and B are not read.
 func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	const op = "Gemm"
 	s, err := m.stream(op, sh)
@@ -29,6 +31,9 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	}
 	if g.Type != runtime.Float32 {
 		return runtime.Errorf(op, runtime.StatusNotSupported, "the cpu backend's GEMM supports float32, not %s", g.Type)
+	}
+	if g.Math != runtime.MathDefault {
+		return runtime.Errorf(op, runtime.StatusNotSupported, "the cpu backend computes in float32, not %s", g.Math)
 	}
 	if g.M < 0 || g.N < 0 || g.K < 0 {
 		return runtime.Errorf(op, runtime.StatusInvalidArgument, "negative shape M=%d N=%d K=%d", g.M, g.N, g.K)
@@ -83,3 +88,7 @@ func (m *Impl) matrix(name string, b runtime.Buffer, rows, cols, ld int) ([]floa
 	}
 	return v, nil
 }
+
+// SupportsMath reports whether float32 GEMMs compute in mode: only
+// MathDefault (full fp32), the one precision the host kernel has.
+func (*Impl) SupportsMath(mode runtime.MathMode) bool { return mode == runtime.MathDefault }

@@ -2,9 +2,12 @@ package cpu_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trainscope/trainscope/runtime"
@@ -234,6 +237,56 @@ func TestGemmErrors(t *testing.T) {
 	}
 	if err := s.Synchronize(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The host kernel computes in fp32 only: a GEMM asking for TF32 or
+// bfloat16 compute is refused, says why, and leaves C as it was.
+func TestGemmReducedPrecisionNotSupported(t *testing.T) {
+	impl := registered(t)
+	s := newStream(t, dev0)
+	a, b, c := malloc(t, dev0, 16), malloc(t, dev0, 16), malloc(t, dev0, 16)
+	uploadF32(t, a, []float32{1, 2, 3, 4})
+	uploadF32(t, b, []float32{5, 6, 7, 8})
+	before := []float32{-1, -2, -3, -4}
+	uploadF32(t, c, before)
+	for _, m := range []runtime.MathMode{runtime.MathTF32, runtime.MathBF16} {
+		if impl.SupportsMath(m) {
+			t.Errorf("SupportsMath(%s) = true on the cpu backend", m)
+		}
+		g := runtime.GemmArgs{M: 2, N: 2, K: 2, Alpha: 1, A: a, B: b, C: c, LDA: 2, LDB: 2, LDC: 2, Type: runtime.Float32, Math: m}
+		for name, err := range map[string]error{"impl": impl.Gemm(s.Handle(), g), "runtime": runtime.Gemm(s, g)} {
+			if !errors.Is(err, runtime.StatusNotSupported) {
+				t.Errorf("%s.Gemm with %s: %v, want NotSupported", name, m, err)
+				continue
+			}
+			for _, w := range []string{"cpu backend computes in float32", m.String()} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s.Gemm with %s: %q does not say %q", name, m, err, w)
+				}
+			}
+		}
+	}
+	if !impl.SupportsMath(runtime.MathDefault) {
+		t.Error("SupportsMath(MathDefault) = false on the cpu backend")
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := downloadF32(t, c, 4); !slices.Equal(got, before) {
+		t.Errorf("C = %v after refused GEMMs, want it untouched: %v", got, before)
+	}
+	// The same GEMM in the default mode runs: 1·5+3·6 = 23 in C's first
+	// element (column-major).
+	g := runtime.GemmArgs{M: 2, N: 2, K: 2, Alpha: 1, A: a, B: b, C: c, LDA: 2, LDB: 2, LDC: 2, Type: runtime.Float32}
+	if err := runtime.Gemm(s, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := downloadF32(t, c, 4); !slices.Equal(got, []float32{23, 34, 31, 46}) {
+		t.Errorf("float32 GEMM gave %v, want [23 34 31 46]", got)
 	}
 }
 

@@ -12,6 +12,7 @@ var (
 	_ runtime.Impl            = (*Impl)(nil)
 	_ runtime.Elementwise     = (*Impl)(nil)
 	_ runtime.MemoryDescriber = (*Impl)(nil)
+	_ runtime.MathModes       = (*Impl)(nil)
 )
 
 // Impl is the host backend. Make one with New; the package registers one in
