@@ -3,6 +3,7 @@ package cuda_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -239,4 +240,104 @@ func benchGemm(b *testing.B, impl runtime.Impl, t runtime.DataType, n int) {
 	b.ReportMetric(flop*iters/total.Seconds()/1e12, "TFLOP/s-profiler-total")
 	b.ReportMetric(flop*iters/raw.Seconds()/1e12, "TFLOP/s-raw-loop")
 	b.Logf("%s %d³: %d ranges, median %.3f ms, raw loop %.3f ms/iter", fmt.Sprint(t), n, len(durs), durs[len(durs)/2]*1e3, raw.Seconds()*1e3/iters)
+}
+
+// BenchmarkGemmTrainerShapes measures the GEMM rate of the built-in
+// trainer's three GEMMs at width 4096 with 256-row microbatches, in each
+// compute precision (the names -dtype takes), so the model FLOP/s of a
+// training run can be read against what cuBLAS gives the same GEMMs alone:
+//
+//	forward      Zᵀ = Wᵀ·Xᵀ     M 4096, N 256,  K 4096, no transposes
+//	grad-weight  dWᵀ += dZᵀ·X   M 4096, N 4096, K 256,  B transposed
+//	grad-input   dXᵀ = W·dZᵀ    M 4096, N 256,  K 4096, A transposed
+//
+// Each does 2·M·N·K = 8.6 GFLOP. FLOP/s is timed by device events around
+// the whole loop, which ends when the device has finished; ns/op is host
+// time, the enqueueing until CUDA's launch queue fills. Run on a GPU with
+// e.g. -test.bench GemmTrainerShapes -test.benchtime 200x.
+func BenchmarkGemmTrainerShapes(b *testing.B) {
+	gpu(b)
+	const width, rows = 4096, 256
+	forms := []struct {
+		name    string
+		ta, tb  bool
+		m, n, k int
+		beta    float32
+	}{
+		{"forward", false, false, width, rows, width, 0},
+		{"grad-weight", false, true, width, width, rows, 1},
+		{"grad-input", true, false, width, rows, width, 0},
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, f := range forms {
+		ar, ac := f.m, f.k
+		if f.ta {
+			ar, ac = ac, ar
+		}
+		br, bc := f.k, f.n
+		if f.tb {
+			br, bc = bc, br
+		}
+		d := dev(0)
+		// Random inputs: a tensor core's power, and so its clock, depends
+		// on the bits it multiplies; zeros would flatter every mode.
+		a, bb, c := upload(b, d, randomVec(r, ar*ac)), upload(b, d, randomVec(r, br*bc)), upload(b, d, randomVec(r, f.m*f.n))
+		for _, mode := range []runtime.MathMode{runtime.MathDefault, runtime.MathTF32, runtime.MathBF16} {
+			g := runtime.GemmArgs{TransA: f.ta, TransB: f.tb, M: f.m, N: f.n, K: f.k, Alpha: 1, Beta: f.beta,
+				A: a, LDA: ar, B: bb, LDB: br, C: c, LDC: f.m, Type: runtime.Float32, Math: mode}
+			b.Run(f.name+"/"+mode.String(), func(b *testing.B) { benchGemmRate(b, g) })
+		}
+	}
+}
+
+// benchGemmRate runs g b.N times on a stream of its own and reports the
+// rate the device sustained, in FLOP/s.
+func benchGemmRate(b *testing.B, g runtime.GemmArgs) {
+	d := dev(0)
+	s := newStream(b, d)
+	start, err := runtime.NewEvent(d, runtime.EventDefault)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer start.Destroy()
+	end, err := runtime.NewEvent(d, runtime.EventDefault)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer end.Destroy()
+	ctx := context.Background()
+	// Warm up: cuBLAS creates the handle and picks its kernel.
+	for range 3 {
+		if err := runtime.Gemm(s, g); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := start.Record(s); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for b.Loop() {
+		if err := runtime.Gemm(s, g); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	if err := end.Record(s); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		b.Fatal(err)
+	}
+	elapsed, err := runtime.Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n == 0 || elapsed <= 0 {
+		b.Fatalf("%d GEMMs in %v of device time", n, elapsed)
+	}
+	flop := 2 * float64(g.M) * float64(g.N) * float64(g.K)
+	b.ReportMetric(flop*float64(n)/elapsed.Seconds(), "FLOP/s")
 }

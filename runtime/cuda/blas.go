@@ -18,7 +18,14 @@ const (
 	cudaR16F  = 2
 	cudaR16BF = 14
 
+	// cublasComputeType_t, as cublas_api.h numbers it (CUDA 11 and
+	// later): CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+	// CUBLAS_COMPUTE_32F_FAST_TF32 = 77. With CUDA_R_32F A, B and C the
+	// FAST types let cuBLAS convert the inputs to a narrower format for
+	// the tensor cores (75: bfloat16, or TF32; 77: TF32) and accumulate
+	// in fp32.
 	cublasCompute32F         = 68
+	cublasCompute32FFast16BF = 75
 	cublasCompute32FFastTF32 = 77
 	cublasGemmDefault        = -1
 )
@@ -87,9 +94,12 @@ func blasOp(t bool) uintptr {
 }
 
 // Gemm enqueues C = alpha·op(A)·op(B) + beta·C through cuBLAS, column-major.
-// float32 is computed in full fp32 (cublasSgemm) unless the backend was
-// made WithTF32; float64 with cublasDgemm; float16 and bfloat16 with
-// cublasGemmEx, accumulating in fp32.
+// float32 is computed as g.Math says: MathDefault in full fp32
+// (cublasSgemm), or TF32 if the backend was made WithTF32; MathTF32 and
+// MathBF16 through cublasGemmEx with float32 operands and the compute type
+// CUBLAS_COMPUTE_32F_FAST_TF32 or _FAST_16BF, whatever WithTF32 says.
+// float64 runs with cublasDgemm; float16 and bfloat16 with cublasGemmEx,
+// accumulating in fp32.
 func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	const op = "Gemm"
 	s, err := m.stream(op, sh)
@@ -103,6 +113,10 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	case runtime.Float32, runtime.Float64, runtime.Float16, runtime.BFloat16:
 	default:
 		return runtime.Errorf(op, runtime.StatusNotSupported, "the cuda backend's GEMM supports float32, float64, float16 and bfloat16, not %s", g.Type)
+	}
+	compute, err := float32Compute(g, m.cfg.tf32)
+	if err != nil {
+		return err
 	}
 	if g.M == 0 || g.N == 0 {
 		return nil
@@ -138,7 +152,6 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	ta, tb := blasOp(g.TransA), blasOp(g.TransB)
 	mm, nn, kk := uintptr(g.M), uintptr(g.N), uintptr(g.K)
 	lda, ldb, ldc := uintptr(max(g.LDA, 1)), uintptr(max(g.LDB, 1)), uintptr(g.LDC)
-	tf32 := m.cfg.tf32
 	return m.blasCall(op, s, func(bl *cublas, h uintptr, f *dl.Frame) int32 {
 		switch g.Type {
 		case runtime.Float64:
@@ -146,11 +159,11 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 			return int32(f.Call(bl.dgemm, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, lda, b, ldb, f.OutPtr(1), c, ldc))
 		case runtime.Float32:
 			f.Out[0], f.Out[1] = uint64(math.Float32bits(g.Alpha)), uint64(math.Float32bits(g.Beta))
-			if !tf32 {
+			if compute == cublasCompute32F {
 				return int32(f.Call(bl.sgemm, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, lda, b, ldb, f.OutPtr(1), c, ldc))
 			}
 			return int32(f.Call(bl.gemmEx, h, ta, tb, mm, nn, kk, f.OutPtr(0), a, cudaR32F, lda, b, cudaR32F, ldb,
-				f.OutPtr(1), c, cudaR32F, ldc, cublasCompute32FFastTF32, gemmDefaultAlgo))
+				f.OutPtr(1), c, cudaR32F, ldc, compute, gemmDefaultAlgo))
 		default:
 			dt := uintptr(cudaR16F)
 			if g.Type == runtime.BFloat16 {
@@ -161,6 +174,42 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 				f.OutPtr(1), c, dt, ldc, cublasCompute32F, gemmDefaultAlgo))
 		}
 	})
+}
+
+// float32Compute checks g.Math and returns the cuBLAS compute type of a
+// float32 GEMM: cublasCompute32F (full fp32, through cublasSgemm) for
+// MathDefault unless tf32 (WithTF32) lowers it, the FAST type of an
+// explicit mode otherwise. Another element type takes MathDefault only.
+func float32Compute(g runtime.GemmArgs, tf32 bool) (uintptr, error) {
+	const op = "Gemm"
+	switch g.Math {
+	case runtime.MathDefault:
+		if tf32 {
+			return cublasCompute32FFastTF32, nil
+		}
+		return cublasCompute32F, nil
+	case runtime.MathTF32, runtime.MathBF16:
+		if g.Type != runtime.Float32 {
+			return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "math mode %s needs float32 operands, not %s", g.Math, g.Type)
+		}
+		if g.Math == runtime.MathTF32 {
+			return cublasCompute32FFastTF32, nil
+		}
+		return cublasCompute32FFast16BF, nil
+	}
+	return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "%s", g.Math)
+}
+
+// SupportsMath reports true for every listed mode: the FAST compute types
+// are part of the cuBLAS API of every CUDA version the backend loads
+// (12.0 and later). Only GPUs with TF32 and bfloat16 tensor cores
+// (compute capability 8.0 and later) run them at tensor-core rates.
+func (*Impl) SupportsMath(mode runtime.MathMode) bool {
+	switch mode {
+	case runtime.MathDefault, runtime.MathTF32, runtime.MathBF16:
+		return true
+	}
+	return false
 }
 
 // matrix returns the device address of a matrix operand after checking

@@ -20,9 +20,10 @@
 // Besides runtime.Impl, the backend implements runtime.Elementwise (tanh
 // and its derivative as PTX kernels the driver compiles at first use; axpy
 // and scale through cuBLAS), runtime.DeviceDescriber and
-// runtime.MemoryDescriber (cudaMemGetInfo). GEMMs run through
-// cuBLAS: float32 in full fp32 precision unless WithTF32 is given, float64,
-// and float16/bfloat16 with fp32 accumulation.
+// runtime.MemoryDescriber (cudaMemGetInfo) and runtime.MathModes. GEMMs
+// run through cuBLAS: float32 in full fp32 precision unless the call asks
+// for TF32 or bfloat16 compute (runtime.GemmArgs.Math) or WithTF32 is
+// given, float64, and float16/bfloat16 with fp32 accumulation.
 //
 // Memory statistics are counters the backend keeps per device (bytes in
 // use through it and their peak), with the device's total and free memory

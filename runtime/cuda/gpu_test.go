@@ -386,6 +386,98 @@ func TestGemmReducedPrecision(t *testing.T) {
 	}
 }
 
+// Per-call precision (GemmArgs.Math) on the default backend, in the three
+// forms the trainer uses: forward (no transposes), the weight gradient
+// (B transposed, accumulating into C) and the input gradient (A
+// transposed); K from a small layer to the trainer's 4096.
+//
+// Error model. Rounding the inputs to a format with a p-bit significand
+// changes each by a relative δ with |δ| ≤ u = 2⁻ᵖ when rounded to nearest
+// and 0 ≤ −δ < 2u when truncated (tensor cores may read fp32 bits and drop
+// the low ones): TF32 has p = 11 (u ≈ 4.9e-4), bfloat16 p = 8 (u ≈ 3.9e-3).
+// A product a·b then errs by a·b·(δa+δb), and the K errors of a dot
+// product add like a random walk, to about σ·s where s = √(Σₖ aₖ²bₖ²)
+// (≈ √K/3 for inputs uniform in [−1, 1]) and σ is the spread of δa+δb.
+// Rounding 64×64 products of such inputs on the host, with K 256 and 4096
+// and fp32 accumulation in the worst (sequential) order, gives for the
+// element error e = |got − exact|/s an RMS of 0.54u rounded to nearest and
+// 1.4u truncated, a largest e of 2.5u and 5.3u, and, with no rounding of
+// the inputs (full fp32), an RMS of 1.2e-6 at K 4096. So against an fp64
+// host reference:
+//   - the RMS of e over the matrix is below 4u and every e below 16u (about
+//     three times the truncated figures: an error of the wrong format or a
+//     wrong result breaks them, the order cuBLAS sums in does not);
+//   - the RMS is above u/8 (6.1e-5 for TF32, fifty times full fp32's):
+//     reduced precision really was used.
+//
+// In the element's own terms: TF32 about 1e-3 of s, bfloat16 about 1e-2.
+// CUBLAS_COMPUTE_32F_FAST_16BF allows cuBLAS to round to TF32 instead, so
+// whether bf16 gave bfloat16-sized errors is logged, not asserted.
+func TestGemmMathModes(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	s := newStream(t, d)
+	r := rand.New(rand.NewPCG(7, 8))
+	const m, n = 64, 64
+	unit := map[runtime.MathMode]float64{runtime.MathTF32: 0x1p-11, runtime.MathBF16: 0x1p-8}
+	for _, k := range []int{256, 4096} {
+		for _, form := range []struct {
+			name   string
+			ta, tb bool
+			beta   float32
+		}{{"forward", false, false, 0}, {"grad-weight", false, true, 1}, {"grad-input", true, false, 0}} {
+			lda, ldb := m, k
+			if form.ta {
+				lda = k
+			}
+			if form.tb {
+				ldb = n
+			}
+			a, b, c := randomVec(r, m*k), randomVec(r, k*n), randomVec(r, m*n)
+			exact := cpuGemm(form.ta, form.tb, m, n, k, 1, a, lda, b, ldb, form.beta, c, m)
+			scale := cpuGemm(form.ta, form.tb, m, n, k, 1, squares(a), lda, squares(b), ldb, 0, make([]float32, m*n), m)
+			da, db := upload(t, d, a), upload(t, d, b)
+			rms := map[runtime.MathMode]float64{}
+			for _, mode := range []runtime.MathMode{runtime.MathTF32, runtime.MathBF16} {
+				u := unit[mode]
+				dc := upload(t, d, c)
+				err := runtime.Gemm(s, runtime.GemmArgs{TransA: form.ta, TransB: form.tb, M: m, N: n, K: k, Alpha: 1, Beta: form.beta,
+					A: da, LDA: lda, B: db, LDB: ldb, C: dc, LDC: m, Type: runtime.Float32, Math: mode})
+				if err != nil {
+					t.Fatalf("%s K=%d %s: %v", form.name, k, mode, err)
+				}
+				got := download(t, s, dc, m*n)
+				var sum, worst float64
+				for i := range got {
+					e := math.Abs(float64(got[i])-exact[i]) / math.Sqrt(scale[i])
+					sum += e * e
+					worst = max(worst, e)
+				}
+				rms[mode] = math.Sqrt(sum / float64(len(got)))
+				t.Logf("%s K=%d %s: error RMS %.3g u, max %.3g u (u = %.3g)", form.name, k, mode, rms[mode]/u, worst/u, u)
+				if rms[mode] > 4*u || worst > 16*u || math.IsNaN(worst) {
+					t.Errorf("%s K=%d %s: error RMS %.3g, max %.3g of √Σ(ab)²; want within %.3g and %.3g (4u, 16u)", form.name, k, mode, rms[mode], worst, 4*u, 16*u)
+				}
+				if rms[mode] < u/8 {
+					t.Errorf("%s K=%d %s: error RMS %.3g, below u/8 = %.3g: computed in full fp32?", form.name, k, mode, rms[mode], u/8)
+				}
+			}
+			if bf, tf := rms[runtime.MathBF16], rms[runtime.MathTF32]; bf < unit[runtime.MathBF16]/4 {
+				t.Logf("%s K=%d: bf16 error RMS %.3g is TF32-sized (tf32 %.3g): cuBLAS rounded to TF32 under FAST_16BF", form.name, k, bf, tf)
+			}
+		}
+	}
+}
+
+// squares returns v with each element squared.
+func squares(v []float32) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = x * x
+	}
+	return out
+}
+
 func tf32bufs(t *testing.T, impl *cuda.Impl, a, b []float32, nc int) (runtime.Buffer, runtime.Buffer, runtime.Buffer) {
 	t.Helper()
 	d := dev(0)

@@ -19,6 +19,7 @@ var (
 	_ runtime.Elementwise     = (*Impl)(nil)
 	_ runtime.DeviceDescriber = (*Impl)(nil)
 	_ runtime.MemoryDescriber = (*Impl)(nil)
+	_ runtime.MathModes       = (*Impl)(nil)
 )
 
 // Impl is the CUDA backend. Make one with New; the package registers one

@@ -129,3 +129,43 @@ func TestModuleLoadingReachesC(t *testing.T) {
 		})
 	}
 }
+
+// The compute type each float32 GEMM gets, with and without WithTF32. The
+// numbers are cublasComputeType_t's in cublas_api.h: CUBLAS_COMPUTE_32F
+// 68, CUBLAS_COMPUTE_32F_FAST_16BF 75, CUBLAS_COMPUTE_32F_FAST_TF32 77.
+func TestFloat32Compute(t *testing.T) {
+	const full, bf16, tf32 = 68, 75, 77
+	cases := []struct {
+		mode     runtime.MathMode
+		withTF32 bool
+		want     uintptr
+	}{
+		{runtime.MathDefault, false, full},
+		{runtime.MathDefault, true, tf32}, // WithTF32 lowers the default only
+		{runtime.MathTF32, false, tf32},
+		{runtime.MathTF32, true, tf32},
+		{runtime.MathBF16, false, bf16},
+		{runtime.MathBF16, true, bf16}, // an explicit mode wins over WithTF32
+	}
+	for _, c := range cases {
+		got, err := float32Compute(runtime.GemmArgs{Type: runtime.Float32, Math: c.mode}, c.withTF32)
+		if err != nil || got != c.want {
+			t.Errorf("%s (WithTF32 %v): compute type %d, %v; want %d", c.mode, c.withTF32, got, err, c.want)
+		}
+	}
+	for _, g := range []runtime.GemmArgs{
+		{Type: runtime.Float64, Math: runtime.MathTF32},
+		{Type: runtime.BFloat16, Math: runtime.MathBF16},
+		{Type: runtime.Float32, Math: runtime.MathMode(3)},
+	} {
+		if _, err := float32Compute(g, false); !errors.Is(err, runtime.StatusInvalidArgument) {
+			t.Errorf("%s GEMM with math %s: %v, want InvalidArgument", g.Type, g.Math, err)
+		}
+	}
+	m := New()
+	for mode, want := range map[runtime.MathMode]bool{runtime.MathDefault: true, runtime.MathTF32: true, runtime.MathBF16: true, 3: false} {
+		if got := m.SupportsMath(mode); got != want {
+			t.Errorf("SupportsMath(%s) = %v, want %v", mode, got, want)
+		}
+	}
+}

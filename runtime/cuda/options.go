@@ -44,6 +44,12 @@ func WithDriverLibrary(path string) Option { return optionFunc(func(c *config) {
 // WithTF32 lets float32 GEMMs use TF32 tensor cores (10-bit mantissa
 // inputs, fp32 accumulation). Off by default: float32 GEMMs are computed
 // in full fp32, so their results agree with the CPU backend's.
+//
+// It changes what runtime.MathDefault means for this backend's float32
+// GEMMs, and nothing else: a GEMM that names its precision
+// (runtime.GemmArgs.Math MathTF32 or MathBF16) gets that precision with
+// or without it. Per call is the finer choice; WithTF32 remains for code
+// that cannot set the field.
 func WithTF32(on bool) Option { return optionFunc(func(c *config) { c.tf32 = on }) }
 
 // WithLazyLoading(true) leaves CUDA's module loading as the environment
