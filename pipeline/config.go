@@ -51,6 +51,13 @@ type Config struct {
 	LearningRate float64
 	Seed         uint64
 
+	// Precision is the compute precision of the model's GEMMs; weights,
+	// activations and gradients stay float32 whatever it is. The zero
+	// value, runtime.MathDefault, is full float32. A precision the
+	// backend lacks is not an error: the run computes in float32, and
+	// EffectivePrecision says so.
+	Precision runtime.MathMode
+
 	// Profiler records every rank's ranges when set; nil turns profiling
 	// off.
 	Profiler *profiler.Profiler
@@ -207,7 +214,44 @@ func (c Config) validateModel() error {
 	if c.CommTimeout < 0 {
 		return invalid("%s: must not be negative", field("CommTimeout", c.CommTimeout))
 	}
+	if c.Precision < runtime.MathDefault || c.Precision > runtime.MathBF16 {
+		return invalid("%s: unknown precision (known: %s, %s, %s)", field("Precision", int(c.Precision)), runtime.MathDefault, runtime.MathTF32, runtime.MathBF16)
+	}
 	return nil
+}
+
+// EffectivePrecision returns the precision the trainer's GEMMs compute in:
+// Precision where the backend supports it (runtime.SupportsMath), float32
+// (runtime.MathDefault) where it does not. When the two differ, the string
+// says why in one line, naming the Config field as Error does
+// ("Precision=bf16"); it is empty otherwise.
+func (c Config) EffectivePrecision() (runtime.MathMode, string) {
+	return c.EffectivePrecisionExplained(fieldEqualsValue)
+}
+
+// EffectivePrecisionExplained is EffectivePrecision with the explanation
+// naming the Config field by name(field, value), as ConfigError.Explain
+// does, so that a command line can say it in its own names.
+func (c Config) EffectivePrecisionExplained(name func(field string, value any) string) (runtime.MathMode, string) {
+	if c.Precision == runtime.MathDefault {
+		return runtime.MathDefault, ""
+	}
+	req := name("Precision", c.Precision)
+	impl, err := runtime.Lookup(c.Backend)
+	if err != nil {
+		return runtime.MathDefault, fmt.Sprintf("backend %s: %v; %s not available, using %s", c.Backend, err, req, runtime.MathDefault)
+	}
+	if runtime.SupportsMath(impl, c.Precision) {
+		return c.Precision, ""
+	}
+	has := []string{runtime.MathDefault.String()}
+	for _, m := range []runtime.MathMode{runtime.MathTF32, runtime.MathBF16} {
+		if runtime.SupportsMath(impl, m) {
+			has = append(has, m.String())
+		}
+	}
+	return runtime.MathDefault, fmt.Sprintf("the %s backend computes in %s; %s not available there, using %s",
+		c.Backend, strings.Join(has, " or "), req, runtime.MathDefault)
 }
 
 // schedule builds the configured schedule; its errors wrap

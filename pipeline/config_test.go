@@ -44,6 +44,12 @@ func TestValidate(t *testing.T) {
 		{"learning rate NaN", func(c *Config) { c.LearningRate = math.NaN() }, []string{"LearningRate=NaN"}, false},
 		{"timeout", func(c *Config) { c.CommTimeout = -1 }, []string{"CommTimeout=-1ns"}, false},
 		{"backend", func(c *Config) { c.Backend = runtime.CUDA }, []string{"backend cuda"}, false},
+		// A precision the backend lacks is not an error (see
+		// EffectivePrecision); one that does not exist is.
+		{"bf16 on cpu", func(c *Config) { c.Precision = runtime.MathBF16 }, nil, false},
+		{"tf32 on cpu", func(c *Config) { c.Precision = runtime.MathTF32 }, nil, false},
+		{"unknown precision", func(c *Config) { c.Precision = 7 }, []string{"Precision=7: unknown precision", "float32", "tf32", "bf16"}, false},
+		{"negative precision", func(c *Config) { c.Precision = -1 }, []string{"Precision=-1"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

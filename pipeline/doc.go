@@ -19,7 +19,10 @@
 // Weights depend only on (seed, layer) and samples only on (seed, sample
 // index), so every layout trains the same model on the same data:
 // ReferenceLosses trains it unpipelined in float64 on the host, and
-// Train's losses agree with it to float32 rounding.
+// Train's losses agree with it to float32 rounding. Config.Precision lets
+// the GEMMs compute in TF32 or bfloat16 on tensor cores instead (storage
+// stays float32); losses then agree only to that precision, and a backend
+// without it trains in float32 (Config.EffectivePrecision).
 //
 // With Config.Profiler set, each rank records into its own
 // profiler.Recorder: a host range per step, a device range per forward and

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -63,7 +64,7 @@ func TestLayerByHand(t *testing.T) {
 	x := upload(t, dev, []float32{1, 2, 3, 4})
 	w := upload(t, dev, []float32{0.5, -1, 0.25, 0})
 	y := upload(t, dev, make([]float32, 4))
-	if err := linearForward(s, w, x, y, 2, 2); err != nil {
+	if err := linearForward(s, w, x, y, 2, 2, runtime.MathDefault); err != nil {
 		t.Fatal(err)
 	}
 	if err := runtime.Tanh(s, y, y, 4); err != nil {
@@ -73,14 +74,40 @@ func TestLayerByHand(t *testing.T) {
 
 	dz := upload(t, dev, []float32{1, 0, 0, 2})
 	dw := upload(t, dev, []float32{1, 1, 1, 1})
-	if err := linearGradWeight(s, x, dz, dw, 2, 2); err != nil {
+	if err := linearGradWeight(s, x, dz, dw, 2, 2, runtime.MathDefault); err != nil {
 		t.Fatal(err)
 	}
 	near(t, "dW", download(t, s, dw, 4), []float64{2, 7, 3, 9})
 
 	dx := upload(t, dev, make([]float32, 4))
-	if err := linearGradInput(s, w, dz, dx, 2, 2); err != nil {
+	if err := linearGradInput(s, w, dz, dx, 2, 2, runtime.MathDefault); err != nil {
 		t.Fatal(err)
 	}
 	near(t, "dX", download(t, s, dx, 4), []float64{0.5, 0.25, -2, 0})
+}
+
+// Each layer GEMM carries the precision it is given to the backend: the
+// cpu backend, which computes in float32 only, refuses the others.
+func TestLayerPrecisionReachesBackend(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CPU}
+	s, err := runtime.NewStream(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	a, b, c := upload(t, dev, make([]float32, 4)), upload(t, dev, make([]float32, 4)), upload(t, dev, make([]float32, 4))
+	for _, m := range []runtime.MathMode{runtime.MathTF32, runtime.MathBF16} {
+		for name, err := range map[string]error{
+			"forward":     linearForward(s, a, b, c, 2, 2, m),
+			"grad weight": linearGradWeight(s, a, b, c, 2, 2, m),
+			"grad input":  linearGradInput(s, a, b, c, 2, 2, m),
+		} {
+			if !errors.Is(err, runtime.StatusNotSupported) {
+				t.Errorf("%s in %s on cpu: %v, want NotSupported", name, m, err)
+			}
+		}
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }

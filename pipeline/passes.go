@@ -48,7 +48,7 @@ func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
 	defer rec.End()
 	for j := 1; j <= r.layers; j++ {
 		rec.StartDevice("linear", s)
-		err := linearForward(s, c.w[j-1], act[j-1], act[j], r.rows, r.cfg.Width)
+		err := linearForward(s, c.w[j-1], act[j-1], act[j], r.rows, r.cfg.Width, r.cfg.Precision)
 		rec.End()
 		if err != nil {
 			return err
@@ -115,7 +115,7 @@ func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
 			return err
 		}
 		rec.StartDevice("linear_grad_weight", s)
-		err = linearGradWeight(s, act[j-1], dz, c.dw[j-1], r.rows, w)
+		err = linearGradWeight(s, act[j-1], dz, c.dw[j-1], r.rows, w, r.cfg.Precision)
 		rec.End()
 		if err != nil {
 			return err
@@ -128,7 +128,7 @@ func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
 			dx = c.gradOut[mb]
 		}
 		rec.StartDevice("linear_grad_input", s)
-		err = linearGradInput(s, c.w[j-1], dz, dx, r.rows, w)
+		err = linearGradInput(s, c.w[j-1], dz, dx, r.rows, w, r.cfg.Precision)
 		rec.End()
 		if err != nil {
 			return err

@@ -181,7 +181,7 @@ func (r *rank) setup() error {
 	// before the first step, so that a backend's one-time setup is not
 	// timed inside step 0: cuBLAS loads its kernels at its first call on a
 	// device, about 2.5 s with eager module loading.
-	if err = linearForward(r.compute, r.chunks[0].w[0], r.scratch[0], r.scratch[1], r.rows, w); err != nil {
+	if err = linearForward(r.compute, r.chunks[0].w[0], r.scratch[0], r.scratch[1], r.rows, w, cfg.Precision); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.commTimeout())

@@ -76,6 +76,7 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Precision, _ = cfg.EffectivePrecision() // float32 where the backend lacks the precision asked for
 	sched, err := cfg.schedule()
 	if err != nil {
 		return nil, err
@@ -356,5 +357,6 @@ func (t *Trainer) device(id int) runtime.Device {
 // Placement says where the ranks run and whether they share devices.
 func (t *Trainer) Placement() Placement { return t.placement }
 
-// Config returns the trainer's configuration.
+// Config returns the trainer's configuration, with the Precision its
+// GEMMs compute in (Config.EffectivePrecision).
 func (t *Trainer) Config() Config { return t.cfg }
