@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // options are the parsed command line.
@@ -74,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&c.Schedule, "schedule", def.Schedule, "pipeline schedule: 1f1b (interleaved when vpp>1) or gpipe")
 	fs.Uint64Var(&c.Seed, "seed", def.Seed, "seed for weights and data")
 	lr := fs.Float64("lr", float64(def.LearningRate), "SGD learning rate")
+	dtype := fs.String("dtype", "float32", "compute precision of the model's GEMMs: float32 (or fp32: full precision), tf32 or bf16 (tensor cores, accumulating in fp32; weights and activations stay float32); a backend without it runs in float32 and says so")
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", def.CommTimeout, "deadline for any one communication wait")
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
 	fs.IntVar(&c.Devices, "devices", 0, "use at most this many devices (0: all); with fewer devices than ranks (pp·dp), ranks share them and communicate in process")
@@ -121,6 +123,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	c.LearningRate = *lr
 	var err error
+	if c.Precision, err = runtime.ParseMathMode(*dtype); err != nil {
+		var re *runtime.Error
+		if errors.As(err, &re) {
+			return nil, usagef("-dtype: %s", re.Detail)
+		}
+		return nil, usagef("-dtype: %v", err)
+	}
 	if o.sortBy, err = profiler.ParseSortKey(*sortBy); err != nil {
 		return nil, usagef("-sort: %v", err)
 	}
@@ -193,6 +202,7 @@ var configFlags = map[string]string{
 	"LearningRate":   "-lr",
 	"Seed":           "-seed",
 	"CommTimeout":    "-comm-timeout",
+	"Precision":      "-dtype",
 }
 
 // asFlag names a Config field as its flag, followed by the value where

@@ -56,6 +56,7 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"unknown log format", []string{"-log-format", "xml"}, []string{"-log-format", "xml"}},
 		{"unknown log level", []string{"-log-level", "loud"}, []string{"-log-level", "loud"}},
 		{"unknown progress", []string{"-progress", "spinner"}, []string{"-progress", "spinner"}},
+		{"unknown dtype", []string{"-dtype", "fp16"}, []string{"-dtype", `"fp16"`, "float32", "fp32", "tf32", "bf16"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

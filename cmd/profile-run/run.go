@@ -81,6 +81,12 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
+	// A precision the backend lacks is a warning, not a mistake: the
+	// same command line runs everywhere, in float32 where it must.
+	var why string
+	if o.train.Precision, why = o.train.EffectivePrecisionExplained(asFlag); why != "" {
+		log.Warn(why)
+	}
 	if err := train(in, o, log, stdout); err != nil {
 		var ei *errInterrupted
 		if errors.As(err, &ei) {
@@ -186,8 +192,8 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	if pl, err := cfg.Placement(); err == nil {
 		where = pl.String()
 	}
-	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %d microbatches of %d rows, %d layers of width %d, schedule %s, %d steps\n",
-		where, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Schedule, cfg.Steps)
+	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %d microbatches of %d rows, %d layers of width %d, precision %s, schedule %s, %d steps\n",
+		where, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Precision, cfg.Schedule, cfg.Steps)
 	var live func() liveCounts
 	if prof != nil {
 		live = out.liveCounts
