@@ -301,7 +301,7 @@ func TestConfigErrorsNameFlags(t *testing.T) {
 		{[]string{"-lr", "-0.5"}, "-lr -0.5: must be positive and finite"},
 		{[]string{"-lr", "NaN"}, "-lr NaN: must be positive and finite"},
 		{[]string{"-lr", "+Inf"}, "-lr +Inf: must be positive and finite"},
-		{[]string{"-pp", "40", "-dp", "2", "-vpp", "1", "-layers", "40"}, "-pp 40 × -dp 2 = 80 ranks, but backend cpu has 64 devices"},
+		{[]string{"-devices", "-2"}, "-devices -2: must not be negative (0 uses every device)"},
 		{[]string{"-width", "2147483648"}, "-width 2147483648, -layers 16, -microbatches 8 and -microbatch-size 16: too large to allocate (more than 2^60 bytes a rank)"},
 		{[]string{"-comm-timeout", "0s"}, "-comm-timeout 0s: must be positive"},
 	}
