@@ -131,6 +131,7 @@ func TestTrainProfiled(t *testing.T) {
 		"Send":               2 * p2p,
 		"Recv":               2 * p2p,
 		"load_batch":         cfg.Steps * ranks, // both stages hold the first or last virtual stage
+		"targets":            cfg.Steps * cfg.Replicas,
 		"optimizer":          cfg.Steps * ranks,
 		"allreduce_grads":    cfg.Steps * ranks,
 		"AllReduce":          cfg.Steps * ranks * cfg.Chunks,
