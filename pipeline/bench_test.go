@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // launchBound is a step of many tiny kernels: 64 layers of width 8 over
@@ -61,4 +62,104 @@ func BenchmarkStep(b *testing.B) {
 			}
 		})
 	}
+}
+
+// wide is a step of large GEMMs: width 1024, 8 layers on one stage, 8
+// microbatches of 64 rows, where the data's cost shows.
+func wide() Config {
+	c := DefaultConfig()
+	c.Stages, c.Chunks = 1, 1
+	c.Width, c.Layers = 1024, 8
+	c.Microbatches, c.MicrobatchSize = 8, 64
+	c.LearningRate = 0.1
+	return c
+}
+
+// BenchmarkStepWide measures one training step of the wide configuration
+// on the CPU backend (ns/op is per step).
+func BenchmarkStepWide(b *testing.B) {
+	tr, err := NewTrainer(context.Background(), wide())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tr.Step(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoadBatch measures the host's part of a step's data on the
+// wide configuration (one rank, first and last virtual stage): copying
+// the step's rows of the dataset and enqueueing the targets' GEMM, beside
+// the former way, which drew every sample and computed its target in
+// float64 on the host each step. The device's (here the stream
+// goroutine's) work is waited for with the timer stopped.
+func BenchmarkLoadBatch(b *testing.B) {
+	cases := []struct {
+		name string
+		load func(r *rank, step int) error
+	}{
+		{"data=dataset,targets=device", (*rank).loadBatch},
+		{"data=drawn-each-step,targets=host-float64", newHostTargets().load},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			tr, err := NewTrainer(context.Background(), wide())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			r, ctx := tr.ranks[0].r, context.Background()
+			step := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.load(r, step); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := r.compute.Synchronize(ctx); err != nil {
+					b.Fatal(err)
+				}
+				step++
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// hostTargets is the baseline of BenchmarkLoadBatch: the data path as it
+// was, each step drawing the microbatches' samples, computing their
+// targets on the host (batchRows with a projection) and uploading both.
+type hostTargets struct {
+	proj            []float32
+	x32, t32        []float32
+	hostIn, hostTgt [][]byte
+}
+
+func newHostTargets() *hostTargets { return &hostTargets{} }
+
+func (h *hostTargets) load(r *rank, step int) error {
+	cfg, s := r.cfg, r.compute
+	if h.proj == nil {
+		h.proj = targetProjection(cfg.Seed, cfg.Width)
+		h.x32, h.t32 = make([]float32, r.n), make([]float32, r.n)
+		h.hostIn, h.hostTgt = hostBuffers(cfg.Microbatches, r.n), hostBuffers(cfg.Microbatches, r.n)
+	}
+	first, last := &r.chunks[0], &r.chunks[len(r.chunks)-1]
+	r.rec.StartDevice("load_batch", s)
+	defer r.rec.End()
+	for mb := range cfg.Microbatches {
+		batchRows(cfg.Seed, cfg.firstSample(step, r.replica, mb), r.rows, cfg.Width, h.proj, h.x32, h.t32)
+		if err := runtime.CopyToDevice(first.act[mb][0], float32Bytes(h.x32, h.hostIn[mb]), s); err != nil {
+			return err
+		}
+		if err := runtime.CopyToDevice(last.target[mb], float32Bytes(h.t32, h.hostTgt[mb]), s); err != nil {
+			return err
+		}
+	}
+	return nil
 }

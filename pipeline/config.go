@@ -31,6 +31,19 @@ const DefaultCommTimeout = 60 * time.Second
 
 // Config describes a training run: the layout of the ranks, the model,
 // the data and the schedule.
+//
+// The data is a synthetic dataset of D samples, drawn once when the ranks
+// are set up: step s trains on the global batch of G = Replicas ×
+// Microbatches × MicrobatchSize samples s·G … s·G+G−1 of the run, and
+// sample i of the run is sample i mod D of the dataset, with
+//
+//	D = G × min(Steps, max(1, ⌊2^24 / (Width × G)⌋))
+//
+// that is min(Steps × G, max(G, 64 MiB of float32 inputs)) in whole
+// global batches: a run of Steps steps sees fresh samples every step as
+// long as its inputs fit in 64 MiB, and cycles through the dataset
+// otherwise (and past Steps). D depends on these sizes only, so every
+// layout, and ReferenceLosses, train on the same samples.
 type Config struct {
 	// Backend is the device type the run uses; its runtime and ccl
 	// backends must be registered (import them with _).

@@ -38,6 +38,7 @@ func TestValidate(t *testing.T) {
 		{"layers zero", func(c *Config) { c.Layers = 0 }, []string{"Layers=0"}, false},
 		{"steps", func(c *Config) { c.Steps = 0 }, []string{"Steps=0"}, false},
 		{"too large to count", func(c *Config) { c.Width = 1 << 31 }, []string{"Width=2147483648", "too large"}, false},
+		{"global batch too large to count", func(c *Config) { c.Replicas = 1 << 53 }, []string{"Replicas=9007199254740992", "global batch too large"}, false},
 		{"schedule", func(c *Config) { c.Schedule = "zero-bubble" }, []string{`Schedule="zero-bubble": unknown`, "1f1b", "gpipe"}, false},
 		{"empty schedule", func(c *Config) { c.Schedule = "" }, []string{`Schedule="": unknown`}, false},
 		{"learning rate", func(c *Config) { c.LearningRate = 0 }, []string{"LearningRate=0"}, false},

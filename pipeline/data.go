@@ -20,6 +20,12 @@ const (
 // deep tanh network neither saturates nor fades.
 const weightGain = 1.0
 
+// datasetCapFloats bounds the inputs of the synthetic dataset: 2^24
+// float32s, 64 MiB. The dataset holds a whole number of global batches, so
+// the bound is rounded down to one (and raised to one global batch where a
+// single batch is larger).
+const datasetCapFloats = 1 << 24
+
 func newRand(seed, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream))
 }
@@ -38,18 +44,43 @@ func layerWeights(seed uint64, layer, width int, w []float32) {
 	uniform(newRand(seed, streamWeights|uint64(layer)), weightGain*math.Sqrt(3/float64(width)), w[:width*width])
 }
 
-// targetProjection returns the fixed random width×width projection P,
+// projection fills p (width² values) with the fixed random projection P,
 // row-major, that defines the targets: t = tanh(x·P).
+func projection(seed uint64, width int, p []float32) {
+	uniform(newRand(seed, streamProjection), 1.5*math.Sqrt(3/float64(width)), p[:width*width])
+}
+
+// targetProjection returns P in a new slice.
 func targetProjection(seed uint64, width int) []float32 {
 	p := make([]float32, width*width)
-	uniform(newRand(seed, streamProjection), 1.5*math.Sqrt(3/float64(width)), p)
+	projection(seed, width, p)
 	return p
 }
 
-// sample fills x with sample index's input (uniform in ±1) and, unless t
-// is nil, t with its target tanh(x·P); both are width long.
+// sampler draws samples' inputs with one generator, reseeded for each
+// sample, so that drawing a dataset allocates nothing per sample.
+type sampler struct {
+	src *rand.PCG
+	rng *rand.Rand
+}
+
+func newSampler() sampler {
+	src := rand.NewPCG(0, 0)
+	return sampler{src: src, rng: rand.New(src)}
+}
+
+// draw fills x with sample index's input: uniform in ±1, from the
+// generator stream of (seed, index) alone.
+func (s sampler) draw(seed uint64, index int, x []float32) {
+	s.src.Seed(seed, streamSamples|uint64(index))
+	uniform(s.rng, 1, x)
+}
+
+// sample fills x with sample index's input and, unless t is nil, t with
+// its target tanh(x·P) computed in float64 (the reference's way; the
+// trainer computes targets on the device); both are width long.
 func sample(seed uint64, index, width int, proj, x, t []float32) {
-	uniform(newRand(seed, streamSamples|uint64(index)), 1, x[:width])
+	newSampler().draw(seed, index, x[:width])
 	if t == nil {
 		return
 	}
@@ -74,9 +105,32 @@ func batchRows(seed uint64, first, rows, width int, proj, x, t []float32) {
 	}
 }
 
-// firstSample is the index of the first sample of microbatch mb of
-// replica d in step: the global batch of a step is the samples
-// [step·B, (step+1)·B), replica-major, then microbatch-major.
+// datasetRows is D, the number of samples in the run's synthetic dataset:
+// sample i of the run is sample i mod D of the dataset. With G the global
+// batch (globalRows) it is
+//
+//	D = G · min(Steps, max(1, ⌊2^24 / (Width·G)⌋))
+//
+// that is min(Steps·G, max(G, 64 MiB of float32 inputs)), the 64 MiB
+// rounded down to whole global batches: a short run sees fresh samples
+// every step, a long one cycles through at most 64 MiB of inputs (or one
+// global batch, where that is larger). It depends on the Config's sizes
+// only, so every layout, and the reference, see the same samples.
+func (c Config) datasetRows() int {
+	return c.globalRows() * c.datasetBatches()
+}
+
+// datasetBatches is D/G: how many steps pass before the samples repeat.
+func (c Config) datasetBatches() int {
+	g := c.globalRows()
+	fit := datasetCapFloats / c.Width / g // ⌊⌊2^24/Width⌋/G⌋ = ⌊2^24/(Width·G)⌋
+	return min(c.Steps, max(1, fit))
+}
+
+// firstSample is the dataset index of the first sample of microbatch mb of
+// replica d in step: the global batch of a step is G consecutive samples
+// of the dataset, replica-major, then microbatch-major, starting at
+// (step mod D/G)·G.
 func (c Config) firstSample(step, replica, mb int) int {
-	return step*c.globalRows() + (replica*c.Microbatches+mb)*c.MicrobatchSize
+	return (step%c.datasetBatches())*c.globalRows() + (replica*c.Microbatches+mb)*c.MicrobatchSize
 }

@@ -16,13 +16,24 @@
 // process group per replica, and gradients are averaged over a
 // data-parallel group per stage before the update.
 //
+// The data works as a data loader's would. Each rank holding the first or
+// the last virtual stage draws its replica's share of a fixed synthetic
+// dataset once, at setup (D samples, at most 64 MiB of inputs or one
+// global batch; see Config), and each step only copies the step's rows to
+// its device, in a "load_batch" device range. The rank holding the last
+// virtual stage keeps the projection P on its device and computes the
+// step's targets there, tanh(x·P) with a float32 GEMM and tanh, in a
+// "targets" device range: no sample is drawn and no target computed on
+// the host during training.
+//
 // Weights depend only on (seed, layer) and samples only on (seed, sample
 // index), so every layout trains the same model on the same data:
-// ReferenceLosses trains it unpipelined in float64 on the host, and
-// Train's losses agree with it to float32 rounding. Config.Precision lets
-// the GEMMs compute in TF32 or bfloat16 on tensor cores instead (storage
-// stays float32); losses then agree only to that precision, and a backend
-// without it trains in float32 (Config.EffectivePrecision).
+// ReferenceLosses trains it unpipelined in float64 on the host (targets
+// included), and Train's losses agree with it to float32 rounding.
+// Config.Precision lets the GEMMs compute in TF32 or bfloat16 on tensor
+// cores instead (storage stays float32); losses then agree only to that
+// precision, and a backend without it trains in float32
+// (Config.EffectivePrecision).
 //
 // With Config.Profiler set, each rank records into its own
 // profiler.Recorder: a host range per step, a device range per forward and

@@ -14,13 +14,15 @@ type MemoryEstimate struct {
 	// Device is what the rank allocates on its device: per chunk its
 	// weights and their gradients (Width² floats a layer each), every
 	// microbatch's activations (the chunk's input and each layer's
-	// output), the gradients received and sent for each microbatch, and
-	// the targets on the last virtual stage; two scratch blocks besides.
+	// output) and the gradients received and sent for each microbatch;
+	// on the last virtual stage the target projection (Width² floats) and
+	// a step's inputs and targets; two scratch blocks besides.
 	Device int64
-	// Host is what the rank holds in host memory: the inputs, targets and
-	// output differences of a step on the first and last stages, the
-	// target projection (Width² floats) on the last, and the staging of
-	// its weight upload.
+	// Host is what the rank holds in host memory: its replica's share of
+	// the synthetic dataset on the first and last stages (a step's inputs
+	// for each of the D/G global batches the dataset holds, see
+	// Config), a step's output differences on the last, and the staging
+	// of its weight and projection uploads.
 	Host int64
 }
 
@@ -54,19 +56,16 @@ func (c Config) rankMemory(s int) MemoryEstimate {
 			dev += m * n // gradients sent back
 		}
 		if virtual == p*v-1 {
-			dev += m * n // targets
+			dev += w*w + 2*m*n // projection, a step's inputs and targets
 		}
 	}
 	first, last := s == 0, s == c.Stages-1
-	host := 2 * w * w // weight upload: one layer as floats, then as bytes
+	host := 2 * w * w // weight (and projection) upload: one layer as floats, then as bytes
 	if first || last {
-		host += n // one microbatch of inputs
-	}
-	if first {
-		host += m * n // a step's inputs
+		host += int64(c.datasetBatches()) * m * n // the replica's share of the dataset
 	}
 	if last {
-		host += w*w + n + 2*m*n // projection, targets, a step's targets and differences
+		host += m * n // a step's output differences
 	}
 	return MemoryEstimate{Device: f32 * dev, Host: f32 * host}
 }
@@ -81,10 +80,16 @@ func (c Config) checkSizesRepresentable() error {
 	fl := func(x int) float64 { return float64(x) }
 	w, n := fl(c.Width), fl(c.MicrobatchSize)*fl(c.Width)
 	l := fl(c.Layers) // every layer on one rank: the bound for any layout
-	perRank := 4 * fl(c.Chunks) * (2*l*w*w + fl(c.Microbatches)*(l+4)*n)
+	perRank := 4 * fl(c.Chunks) * ((2*l+1)*w*w + fl(c.Microbatches)*(l+5)*n)
 	if perRank > maxRankBytes || fl(c.Stages)*fl(c.Chunks)*fl(c.Microbatches) > maxRankBytes {
 		return invalid("%s, %s, %s and %s: too large to allocate (more than 2^60 bytes a rank)",
 			field("Width", c.Width), field("Layers", c.Layers), field("Microbatches", c.Microbatches), field("MicrobatchSize", c.MicrobatchSize))
+	}
+	// The global batch sizes the dataset (Config.datasetRows) and the
+	// reference's buffers.
+	if 4*fl(c.Replicas)*fl(c.Microbatches)*n > maxRankBytes {
+		return invalid("%s, %s, %s and %s: a global batch too large to allocate (more than 2^60 bytes)",
+			field("Replicas", c.Replicas), field("Microbatches", c.Microbatches), field("MicrobatchSize", c.MicrobatchSize), field("Width", c.Width))
 	}
 	return nil
 }

@@ -83,6 +83,16 @@ func trainProfiled(t *testing.T, devices int) {
 			if pa == nil || (pa.Name != "forward" && pa.Name != "backward") || pa.Labels != r.Labels {
 				t.Errorf("%s range %+v: want it inside a forward or backward range with the same labels (parent %+v)", r.Name, r.Labels, pa)
 			}
+		case "load_batch", "targets":
+			// A step's data: device ranges inside the step, outside every
+			// action and compute phase; the targets only where the last
+			// virtual stage is.
+			if pa := parent(r); r.Kind != profiler.KindDevice || !r.HasDevice || r.Phase != profiler.PhaseNone || pa == nil || pa.Name != "step" {
+				t.Errorf("%s range %+v (kind %v, parent %+v): want a device range of no phase inside a step", r.Name, r.Labels, r.Kind, pa)
+			}
+			if r.Name == "targets" && int(r.Stage) != cfg.Stages-1 {
+				t.Errorf("targets on rank %d, stage %d: want only the last stage", r.Rank, r.Stage)
+			}
 		case "allreduce_grads", "optimizer":
 			// The gradient all-reduce (and the compute stream's wait for
 			// it) is communication before the optimizer, not inside it.
@@ -150,6 +160,7 @@ func trainProfiled(t *testing.T, devices int) {
 		"Send":               2 * p2p,
 		"Recv":               2 * p2p,
 		"load_batch":         cfg.Steps * ranks, // both stages hold the first or last virtual stage
+		"targets":            cfg.Steps * cfg.Replicas,
 		"optimizer":          cfg.Steps * ranks,
 		"allreduce_grads":    cfg.Steps * ranks,
 		"AllReduce":          cfg.Steps * ranks * cfg.Chunks,

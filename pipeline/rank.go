@@ -30,10 +30,11 @@ type rank struct {
 	chunks           []chunk
 	scratch          [2]runtime.Buffer // dZ and dX of the layer being differentiated
 	allocs           []runtime.Buffer
-	proj             []float32 // the target projection (last stage)
-	x32, t32         []float32 // one microbatch of inputs and targets, host
-	hostIn, hostTgt  [][]byte  // per microbatch, uploaded at the start of a step
-	hostDiff         [][]byte  // per microbatch, output − target copied back
+	data             []byte           // the replica's share of the dataset, host (first and last stages)
+	proj             runtime.Buffer   // the target projection P (last stage)
+	inputs, targets  runtime.Buffer   // a step's inputs and their targets (last stage)
+	inputViews       []runtime.Buffer // inputs, per microbatch
+	hostDiff         [][]byte         // per microbatch, output − target copied back
 	works            []*ccl.Work
 	batchOpen        bool
 	fault            faultFunc // tests only
@@ -110,7 +111,7 @@ func (r *rank) setup() error {
 		}
 	}
 	last := cfg.Stages*cfg.Chunks - 1
-	host := make([]float32, w*w)
+	host, hostBytes := make([]float32, w*w), make([]byte, 4*w*w)
 	r.chunks = make([]chunk, cfg.Chunks)
 	for ci := range r.chunks {
 		c := &r.chunks[ci]
@@ -133,7 +134,7 @@ func (r *rank) setup() error {
 		}
 		for j := range l {
 			layerWeights(cfg.Seed, c.virtual*l+j, w, host)
-			if err = runtime.CopyToDevice(c.w[j], float32Bytes(host, nil), nil); err != nil {
+			if err = runtime.CopyToDevice(c.w[j], float32Bytes(host, hostBytes), nil); err != nil {
 				return err
 			}
 		}
@@ -157,25 +158,11 @@ func (r *rank) setup() error {
 				return err
 			}
 		}
-		if c.last {
-			if c.target, err = r.mallocViews(m, r.n); err != nil {
-				return err
-			}
-		}
 		c.inWork = make([]*ccl.Work, m)
 		c.gradWork = make([]*ccl.Work, m)
 	}
-	if r.chunks[0].first || r.chunks[cfg.Chunks-1].last {
-		r.x32 = make([]float32, r.n)
-	}
-	if r.chunks[0].first {
-		r.hostIn = hostBuffers(m, r.n)
-	}
-	if r.chunks[cfg.Chunks-1].last {
-		r.proj = targetProjection(cfg.Seed, w)
-		r.t32 = make([]float32, r.n)
-		r.hostTgt = hostBuffers(m, r.n)
-		r.hostDiff = hostBuffers(m, r.n)
+	if err = r.setupData(host, hostBytes); err != nil {
+		return err
 	}
 	// One GEMM (into scratch, whose contents nothing reads before writing)
 	// before the first step, so that a backend's one-time setup is not

@@ -8,7 +8,6 @@ import (
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
-	"github.com/trainscope/trainscope/runtime"
 )
 
 // step runs one training step on the rank: the schedule's rounds, the
@@ -76,36 +75,6 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 		return 0, err
 	}
 	return r.finish(ctx)
-}
-
-// loadBatch uploads the step's inputs (first virtual stage) and targets
-// (last virtual stage) of every microbatch of the rank's replica.
-func (r *rank) loadBatch(step int) error {
-	first, last := &r.chunks[0], &r.chunks[len(r.chunks)-1]
-	if !first.first && !last.last {
-		return nil
-	}
-	rec, s, cfg := r.rec, r.compute, r.cfg
-	rec.StartDevice("load_batch", s)
-	defer rec.End()
-	for mb := range cfg.Microbatches {
-		var t []float32
-		if last.last {
-			t = r.t32
-		}
-		batchRows(cfg.Seed, cfg.firstSample(step, r.replica, mb), r.rows, cfg.Width, r.proj, r.x32, t)
-		if first.first {
-			if err := runtime.CopyToDevice(first.act[mb][0], float32Bytes(r.x32, r.hostIn[mb]), s); err != nil {
-				return err
-			}
-		}
-		if last.last {
-			if err := runtime.CopyToDevice(last.target[mb], float32Bytes(r.t32, r.hostTgt[mb]), s); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // labels sets the recorder's context for an action or a transfer.

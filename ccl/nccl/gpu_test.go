@@ -410,11 +410,12 @@ func TestTrainerMatchesCPU(t *testing.T) {
 }
 
 // lossTolerance is the relative difference allowed between the CUDA and
-// CPU backends' losses: both compute in float32, with different summation
-// orders in GEMM (cuBLAS vs the blocked host GEMM), fused multiply-adds
-// in cuBLAS's axpy and a tanh within a few ulp; over a few steps the
-// losses agree to about 1e-6, and the bound leaves a margin as the
-// pipeline package's own CPU-vs-float64 test does.
+// CPU backends' losses: both compute in float32 (the targets tanh(x·P)
+// too, each backend on its device), with different summation orders in
+// GEMM (cuBLAS vs the blocked host GEMM), fused multiply-adds in cuBLAS's
+// axpy and a tanh within a few ulp; over a few steps the losses agree to
+// about 1e-6, and the bound leaves a margin as the pipeline package's own
+// CPU-vs-float64 test does.
 const lossTolerance = 1e-4
 
 type layout struct {
