@@ -14,7 +14,9 @@ func (r *rank) setupData(staging []float32, stagingBytes []byte) error {
 	if !first && !last {
 		return nil
 	}
-	r.drawDataset()
+	if err := r.drawDataset(); err != nil {
+		return err
+	}
 	if !last {
 		return nil
 	}
@@ -40,17 +42,27 @@ func (r *rank) setupData(staging []float32, stagingBytes []byte) error {
 	if lc.target, err = views(r.targets, m, r.n); err != nil {
 		return err
 	}
-	r.hostDiff = hostBuffers(m, r.n)
+	if r.sse, err = r.malloc(m); err != nil {
+		return err
+	}
+	r.hostSSE = make([]byte, 4*m)
 	return nil
 }
 
 // drawDataset draws the rank's replica's share of the dataset: for each
 // of the D/G global batches, the replica's replicaRows consecutive
-// samples, as float32 bytes ready to copy.
-func (r *rank) drawDataset() {
+// samples, as float32 bytes ready to copy. The bytes are page-locked
+// where the backend offers it (runtime.HostAlloc), so that a step's
+// copies run asynchronously at the bus's speed, as a data loader's from
+// pinned memory do.
+func (r *rank) drawDataset() error {
 	cfg := r.cfg
 	w, rows, batches := cfg.Width, cfg.replicaRows(), cfg.datasetBatches()
-	r.data = make([]byte, 4*batches*rows*w)
+	data, free, err := runtime.HostAlloc(cfg.Backend, int64(4*batches*rows*w))
+	if err != nil {
+		return err
+	}
+	r.data, r.hostFree = data, append(r.hostFree, free)
 	x, smp := make([]float32, w), newSampler()
 	for k := range batches {
 		first := cfg.firstSample(k, r.replica, 0)
@@ -60,6 +72,7 @@ func (r *rank) drawDataset() {
 			float32Bytes(x, r.data[off:off+4*w])
 		}
 	}
+	return nil
 }
 
 // batchBytes returns the rank's rows of step's global batch: the

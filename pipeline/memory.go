@@ -16,13 +16,15 @@ type MemoryEstimate struct {
 	// microbatch's activations (the chunk's input and each layer's
 	// output) and the gradients received and sent for each microbatch;
 	// on the last virtual stage the target projection (Width² floats) and
-	// a step's inputs and targets; two scratch blocks besides.
+	// a step's inputs and targets and one loss per microbatch; two scratch
+	// blocks besides.
 	Device int64
 	// Host is what the rank holds in host memory: its replica's share of
 	// the synthetic dataset on the first and last stages (a step's inputs
 	// for each of the D/G global batches the dataset holds, see
-	// Config), a step's output differences on the last, and the staging
-	// of its weight and projection uploads.
+	// Config) — page-locked where the backend offers it
+	// (runtime.HostAlloc) — a step's per-microbatch losses on the last,
+	// and the staging of its weight and projection uploads.
 	Host int64
 }
 
@@ -56,7 +58,7 @@ func (c Config) rankMemory(s int) MemoryEstimate {
 			dev += m * n // gradients sent back
 		}
 		if virtual == p*v-1 {
-			dev += w*w + 2*m*n // projection, a step's inputs and targets
+			dev += w*w + 2*m*n + m // projection, a step's inputs and targets, per-microbatch losses
 		}
 	}
 	first, last := s == 0, s == c.Stages-1
@@ -65,7 +67,7 @@ func (c Config) rankMemory(s int) MemoryEstimate {
 		host += int64(c.datasetBatches()) * m * n // the replica's share of the dataset
 	}
 	if last {
-		host += m * n // a step's output differences
+		host += m // a step's per-microbatch losses, copied back
 	}
 	return MemoryEstimate{Device: f32 * dev, Host: f32 * host}
 }

@@ -109,11 +109,11 @@ func gcDefaults(t *testing.T) {
 // 2 batches, each rank holding its replica's 2·128 rows, 2097152 floats):
 // stage 0 allocates 4·(2·131072 + 4·67108864 + 7·8·131072) = 1104150528
 // bytes on its device and keeps 4·(2·67108864 + 2097152) = 545259520 on
-// the host; stage 1, with the projection and a step's inputs,
-// 4·(2·131072 + 5·67108864 + 10·8·131072) = 1385168896 and
-// 4·(2·67108864 + 2097152 + 8·131072) = 549453824: 1.79 GB a rank on
-// average, 28.7 GB for 16 ranks, twice that with the garbage collector's
-// headroom.
+// the host; stage 1, with the projection, a step's inputs and targets
+// and the 8 microbatches' losses, 4·(2·131072 + 5·67108864 + 10·8·131072
+// + 8) = 1385168928 and 4·(2·67108864 + 2097152 + 8) = 545259552: 1.79
+// GB a rank on average, 28.6 GB for 16 ranks, twice that with the
+// garbage collector's headroom.
 func TestMemoryCheckRefusesTheIssueExample(t *testing.T) {
 	gcDefaults(t)
 	c := DefaultConfig()
@@ -124,7 +124,7 @@ func TestMemoryCheckRefusesTheIssueExample(t *testing.T) {
 	for _, s := range []struct {
 		stage     int
 		dev, host int64
-	}{{0, 1104150528, 545259520}, {1, 1385168896, 549453824}} {
+	}{{0, 1104150528, 545259520}, {1, 1385168928, 545259552}} {
 		if got := c.rankMemory(s.stage); got.Device != s.dev || got.Host != s.host {
 			t.Errorf("stage %d: %+v, want device %d, host %d", s.stage, got, s.dev, s.host)
 		}
@@ -159,7 +159,7 @@ func TestMemoryCheckRefusesTheIssueExample(t *testing.T) {
 		t.Errorf("40 GB limit, 100 GB available: %v", err)
 	}
 	debug.SetMemoryLimit(20 * gb)
-	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}, 64); err == nil || !strings.Contains(err.Error(), "× 16 ranks on this host = 28.7 GB, but 20.0 GB is available") {
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Available: 100 * gb, Host: true}}, 64); err == nil || !strings.Contains(err.Error(), "× 16 ranks on this host = 28.6 GB, but 20.0 GB is available") {
 		t.Errorf("20 GB limit, 100 GB available: %v", err)
 	}
 }
@@ -170,7 +170,7 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	gcDefaults(t)
 	c := DefaultConfig()
 	c.Backend = runtime.CUDA
-	c.Width, c.Layers = 8192, 4 // stage 0 needs 1104150528 bytes, stage 1 1385168896
+	c.Width, c.Layers = 8192, 4 // stage 0 needs 1104150528 bytes, stage 1 1385168928
 	err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.2e9}}, 2)
 	if err == nil || !strings.Contains(err.Error(), "about 1.4 GB on cuda:1 (rank 1), but 1.2 GB is available there") {
 		t.Errorf("1.2 GB per GPU: %v", err)
@@ -184,8 +184,8 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 2e9, Available: 1.39e9}}, 2); err != nil {
 		t.Errorf("1.39 GB per GPU: %v", err)
 	}
-	// Two ranks sharing one GPU add up: 1104150528 + 1385168896 =
-	// 2489319424 bytes.
+	// Two ranks sharing one GPU add up: 1104150528 + 1385168928 =
+	// 2489319456 bytes.
 	err = c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 4e9, Available: 2.48e9}}, 1)
 	if err == nil || !strings.Contains(err.Error(), "about 2.5 GB on cuda:0 (ranks [0 1] sharing it), but 2.5 GB is available there") {
 		t.Errorf("2.48 GB on one shared GPU: %v", err)

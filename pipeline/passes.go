@@ -69,8 +69,10 @@ func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
 	return r.sendOp(ctx, "send", act[r.layers], batch)
 }
 
-// lossGrad computes gradIn = scale·(output − target) on the device and
-// copies output − target to the host for the loss.
+// lossGrad computes gradIn = scale·(output − target) on the device, and
+// there too the microbatch's sum of squared errors, as the dot product of
+// output − target with itself: a GEMM of one row by one column, so that
+// only one number per microbatch comes back to the host (finish).
 func (r *rank) lossGrad(c *chunk, mb int) error {
 	s, g := r.compute, c.gradIn[mb]
 	if err := runtime.Copy(g, c.act[mb][r.layers], s); err != nil {
@@ -79,7 +81,16 @@ func (r *rank) lossGrad(c *chunk, mb int) error {
 	if err := runtime.Axpy(s, -1, c.target[mb], g, r.n); err != nil {
 		return err
 	}
-	if err := runtime.CopyToHost(r.hostDiff[mb], g, s); err != nil {
+	sse, err := r.sse.Elems(runtime.Float32, mb, 1)
+	if err != nil {
+		return err
+	}
+	// op(A) = gᵀ (1×n, g stored as an n×1 column), B = g (n×1).
+	if err := runtime.Gemm(s, runtime.GemmArgs{
+		TransA: true, M: 1, N: 1, K: r.n, Alpha: 1,
+		A: g, LDA: r.n, B: g, LDB: r.n, C: sse, LDC: 1,
+		Type: runtime.Float32,
+	}); err != nil {
 		return err
 	}
 	return runtime.Scale(s, r.lossScale, g, r.n)

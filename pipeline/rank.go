@@ -34,7 +34,9 @@ type rank struct {
 	proj             runtime.Buffer   // the target projection P (last stage)
 	inputs, targets  runtime.Buffer   // a step's inputs and their targets (last stage)
 	inputViews       []runtime.Buffer // inputs, per microbatch
-	hostDiff         [][]byte         // per microbatch, output − target copied back
+	sse              runtime.Buffer   // per microbatch, Σ(output − target)², device (last stage)
+	hostSSE          []byte           // sse copied back at the end of a step
+	hostFree         []func() error   // releases host memory from runtime.HostAlloc
 	works            []*ccl.Work
 	batchOpen        bool
 	fault            faultFunc // tests only
@@ -194,7 +196,10 @@ func (r *rank) teardown() error {
 	for _, b := range r.allocs {
 		errs = append(errs, runtime.Free(b))
 	}
-	r.allocs, r.compute = nil, nil
+	for _, free := range r.hostFree {
+		errs = append(errs, free())
+	}
+	r.allocs, r.compute, r.hostFree, r.data = nil, nil, nil, nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pipeline: rank %d: teardown: %w", r.id, err)
 	}
@@ -252,14 +257,4 @@ func float32Bytes(v []float32, dst []byte) []byte {
 		binary.NativeEndian.PutUint32(dst[4*i:], math.Float32bits(x))
 	}
 	return dst
-}
-
-// sumSquares returns the sum of squares of the float32s in b.
-func sumSquares(b []byte) float64 {
-	var s float64
-	for i := 0; i+4 <= len(b); i += 4 {
-		d := float64(math.Float32frombits(binary.NativeEndian.Uint32(b[i:])))
-		s += d * d
-	}
-	return s
 }

@@ -2,12 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // step runs one training step on the rank: the schedule's rounds, the
@@ -96,6 +99,11 @@ func (r *rank) finish(ctx context.Context) (float64, error) {
 	timeout := r.cfg.commTimeout()
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if r.hostSSE != nil {
+		if err := runtime.CopyToHost(r.hostSSE, r.sse, r.compute); err != nil {
+			return 0, fmt.Errorf("copying the step's loss: %w", err)
+		}
+	}
 	if err := r.compute.Synchronize(wctx); err != nil {
 		return 0, fmt.Errorf("waiting for the step's device work: %w", err)
 	}
@@ -108,8 +116,8 @@ func (r *rank) finish(ctx context.Context) (float64, error) {
 	clear(r.works)
 	r.works = r.works[:0]
 	var sse float64
-	for _, d := range r.hostDiff {
-		sse += sumSquares(d)
+	for i := 0; i+4 <= len(r.hostSSE); i += 4 {
+		sse += float64(math.Float32frombits(binary.NativeEndian.Uint32(r.hostSSE[i:])))
 	}
 	return sse, nil
 }

@@ -212,3 +212,38 @@ func Memory(dev Device) (MemoryStats, error) {
 	}
 	return impl.MemoryStats(dev.Index)
 }
+
+// PinnedHostMemory is an optional backend capability: page-locked host
+// memory, which the device copies to and from asynchronously at the bus's
+// full speed (cudaHostAlloc). Pageable memory is staged through a bounce
+// buffer instead, with the host waiting for it. Discover it with a type
+// assertion, or use HostAlloc.
+type PinnedHostMemory interface {
+	// HostAlloc allocates size bytes of page-locked host memory, outside
+	// Go's heap.
+	HostAlloc(size int64) ([]byte, error)
+	// HostFree releases memory HostAlloc returned.
+	HostFree(b []byte) error
+}
+
+// HostAlloc returns size bytes of host memory to copy to and from devices
+// of type t: page-locked where the backend offers it (PinnedHostMemory),
+// else from Go's heap. free releases it; the memory must not be used
+// afterwards, nor while a copy from or to it may still run.
+func HostAlloc(t DeviceType, size int64) (b []byte, free func() error, err error) {
+	if size < 0 {
+		return nil, nil, Errorf("HostAlloc", StatusInvalidArgument, "size %d", size)
+	}
+	impl, err := Available(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, ok := impl.(PinnedHostMemory)
+	if !ok || size == 0 {
+		return make([]byte, size), func() error { return nil }, nil
+	}
+	if b, err = p.HostAlloc(size); err != nil {
+		return nil, nil, err
+	}
+	return b, func() error { return p.HostFree(b) }, nil
+}

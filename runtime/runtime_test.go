@@ -226,3 +226,22 @@ func TestStreamAndEventMisuse(t *testing.T) {
 		t.Errorf("memset of a cpu:1 buffer on a cpu:2 stream: %v", err)
 	}
 }
+
+// A backend without pinned memory gets Go memory from HostAlloc; bad sizes
+// are refused.
+func TestHostAllocFallsBackToGoMemory(t *testing.T) {
+	b, free, err := runtime.HostAlloc(runtime.CPU, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 1000 {
+		t.Fatalf("%d bytes, want 1000", len(b))
+	}
+	b[999] = 1
+	if err := free(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runtime.HostAlloc(runtime.CPU, -1); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Fatalf("size -1: %v", err)
+	}
+}

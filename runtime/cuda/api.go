@@ -26,6 +26,7 @@ type cudart struct {
 	malloc, free, mallocAsync, freeAsync uintptr
 	memcpy, memcpyAsync                  uintptr
 	memset, memsetAsync                  uintptr
+	hostAlloc, freeHost                  uintptr
 }
 
 func bindCudart(lib *dl.Library) (*cudart, error) {
@@ -63,6 +64,8 @@ func bindCudart(lib *dl.Library) (*cudart, error) {
 	b.Sym(&a.memcpyAsync, "cudaMemcpyAsync")
 	b.Sym(&a.memset, "cudaMemset")
 	b.Sym(&a.memsetAsync, "cudaMemsetAsync")
+	b.Sym(&a.hostAlloc, "cudaHostAlloc")
+	b.Sym(&a.freeHost, "cudaFreeHost")
 	if err := b.Err(); err != nil {
 		return nil, err
 	}

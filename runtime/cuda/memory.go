@@ -364,3 +364,53 @@ func (m *Impl) ResetPeakMemory(device int) error {
 	d.peak.Store(d.inUse.Load())
 	return nil
 }
+
+// cudaHostAllocPortable makes pinned memory page-locked for every CUDA
+// context, not only the current device's.
+const cudaHostAllocPortable = 1
+
+// HostAlloc allocates size bytes of page-locked host memory
+// (cudaHostAlloc, portable across devices), so that copies between it and
+// a device run asynchronously at the bus's full speed. The memory is
+// outside Go's heap; free it with HostFree (runtime.PinnedHostMemory).
+func (m *Impl) HostAlloc(size int64) ([]byte, error) {
+	const op = "HostAlloc"
+	if err := m.Init(); err != nil {
+		return nil, err
+	}
+	if size <= 0 {
+		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "size %d", size)
+	}
+	sc, err := m.enter(op, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.exit()
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(m.rt.hostAlloc, f.OutPtr(0), uintptr(size), cudaHostAllocPortable)); rc != 0 {
+		return nil, m.cudaErr(op, rc)
+	}
+	p := uintptr(f.Out[0])
+	if p == 0 {
+		return nil, runtime.Errorf(op, runtime.StatusOutOfMemory, "cudaHostAlloc of %d bytes returned no memory", size)
+	}
+	return unsafe.Slice((*byte)(cPointer(p)), size), nil
+}
+
+// HostFree releases memory HostAlloc returned.
+func (m *Impl) HostFree(b []byte) error {
+	const op = "HostFree"
+	if len(b) == 0 {
+		return runtime.Errorf(op, runtime.StatusInvalidArgument, "empty buffer")
+	}
+	if err := m.Init(); err != nil {
+		return err
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(m.rt.freeHost, hostPtr(b))); rc != 0 {
+		return m.cudaErr(op, rc)
+	}
+	return nil
+}
