@@ -46,7 +46,7 @@ bin=$root/.bin
 # The GEMM benchmark of the trainer's shapes in .bin/cuda.test (M=4096,
 # N=256, K=4096 forward and its backward forms, per dtype, a FLOP/s metric).
 GEMM_BENCH=${GEMM_BENCH:-BenchmarkGemmTrainerShapes}
-GEMM_BENCHTIME=${GEMM_BENCHTIME:-200x}
+GEMM_BENCHTIME=${GEMM_BENCHTIME:-2000x}
 ROUNDS=${ROUNDS:-6}     # rounds of fresh processes, at most
 WARMUP=${WARMUP:-3}     # steps left out of every process's median
 LB_STEPS=${LB_STEPS:-30} # timed steps, launch-bound job
