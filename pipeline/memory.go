@@ -72,6 +72,24 @@ func (c Config) rankMemory(s int) MemoryEstimate {
 	return MemoryEstimate{Device: f32 * dev, Host: f32 * host}
 }
 
+// sharedScratch is what a rank's data-parallel endpoint of the in-process
+// collectives (ccl/local.NewShared, used when ranks share devices) may
+// allocate to combine an all-reduce of a chunk's gradients, twice that
+// where a rank's peers are on other devices (a staging copy): 0 when the
+// ranks have devices of their own or there is no data parallelism.
+func (c Config) sharedScratch(devices int) int64 {
+	ranks := c.Stages * c.Replicas
+	if devices >= ranks || c.Replicas < 2 {
+		return 0
+	}
+	w := int64(c.Width)
+	b := 4 * int64(c.layersPerChunk()) * w * w
+	if devices > 1 {
+		b *= 2
+	}
+	return b
+}
+
 // maxRankBytes bounds the estimate for one rank, far beyond any machine,
 // so that the figures (and the buffer sizes behind them) cannot overflow.
 const maxRankBytes = 1 << 60
@@ -119,6 +137,7 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 			continue // unknown: nothing to compare with
 		}
 		need := c.rankMemory(id % c.Stages)
+		need.Device += c.sharedScratch(devices)
 		if mem.Host {
 			hostNeed += float64(need.Device + need.Host)
 			hostMem = mem
@@ -134,13 +153,15 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 		od.ranks = append(od.ranks, id)
 		if capacity := capacityOf(mem); capacity > 0 && od.need > capacity {
 			dev := runtime.Device{Type: c.Backend, Index: idx}
-			who := fmt.Sprintf("rank %d", id)
+			who, more := fmt.Sprintf("rank %d", id), fieldName("Stages")
 			if len(od.ranks) > 1 {
-				who = fmt.Sprintf("ranks %v sharing it", od.ranks)
+				// More stages would share the same device: more devices
+				// is what helps.
+				who, more = fmt.Sprintf("ranks %v sharing it", od.ranks), fieldName("Devices")
 			}
 			return invalid("the model needs about %s on %s (%s), but %s is available there: lower %s, %s, %s or %s, or raise %s",
 				bytesString(float64(od.need)), dev, who, bytesString(float64(capacity)),
-				fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Stages"))
+				fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), more)
 		}
 	}
 	if hostRanks == 0 {

@@ -193,6 +193,19 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 4e9, Available: 2.49e9}}, 1); err != nil {
 		t.Errorf("2.49 GB on one shared GPU: %v", err)
 	}
+	// With data parallelism each rank sharing the GPU may also hold the
+	// in-process all-reduce's scratch for a chunk's gradients: one layer
+	// (4 layers over 2 stages × 2 chunks) of 8192² floats in each of the 4
+	// ranks (-pp 2 -dp 2), 268435456 bytes each, on top of 2·2489319456:
+	// 6052380736 bytes.
+	c.Replicas = 2
+	err = c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 20e9, Available: 6.04e9}}, 1)
+	if err == nil || !strings.Contains(err.Error(), "about 6.1 GB on cuda:0 (ranks [0 1 2 3] sharing it), but 6.0 GB is available there: lower Width, Layers, Microbatches or MicrobatchSize, or raise Devices") {
+		t.Errorf("6.04 GB for 4 ranks with dp on one GPU: %v", err)
+	}
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 20e9, Available: 6.06e9}}, 1); err != nil {
+		t.Errorf("6.06 GB for 4 ranks with dp on one GPU: %v", err)
+	}
 }
 
 // A device whose memory cannot be told is not checked.

@@ -115,6 +115,48 @@ func TestRanksShareADevice(t *testing.T) {
 	}
 }
 
+// A run whose device fails mid-run (a fault injected before step 1, as a
+// lost GPU would fail it) ends with the error, and every output is still
+// written from what was recorded, marked as a partial run.
+func TestFailedRunWritesMarkedOutputs(t *testing.T) {
+	stepFault = func(step int) error {
+		if step == 1 {
+			return errors.New("cuda:0: device lost (injected)")
+		}
+		return nil
+	}
+	t.Cleanup(func() { stepFault = nil })
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off"}, small...)...)
+	if code != exitFail {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitFail, stderr)
+	}
+	if !strings.Contains(stderr, "device lost (injected)") {
+		t.Errorf("stderr does not give the error: %q", stderr)
+	}
+	runs, err := os.ReadDir(out)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("run directories %v, %v", runs, err)
+	}
+	want := "partial run: training failed at step 1 (1 of 2 steps complete): cuda:0: device lost (injected)"
+	for _, f := range []string{"report.txt", "report.rank0", "report.rank1", "trace.json"} {
+		b, err := os.ReadFile(filepath.Join(out, runs[0].Name(), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s does not say %q", f, want)
+		}
+		// Step 0 was recorded and is there.
+		if strings.HasPrefix(f, "report") && !bytes.Contains(b, []byte("forward")) {
+			t.Errorf("%s has no forward ranges", f)
+		}
+	}
+	if !strings.Contains(stdout, "step 0: loss") || strings.Contains(stdout, "step 1: loss") {
+		t.Errorf("stdout should show step 0 only:\n%s", stdout)
+	}
+}
+
 func TestRunWritesReportsAndNeverOverwrites(t *testing.T) {
 	out := t.TempDir()
 	args := append([]string{"-out", out, "-metrics-addr", "off"}, small...)

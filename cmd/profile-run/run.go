@@ -214,6 +214,12 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 			out.partial = fmt.Sprintf("partial run: %v at step %d (%d of %d steps complete)", interrupted, done, done, cfg.Steps)
 		}
 	}
+	if trainErr != nil && out != nil {
+		// The error goes to stderr in full; the outputs say that the run
+		// stopped and where, so that nobody takes them for a whole run.
+		msg, _, _ := strings.Cut(trainErr.Error(), "\n")
+		out.partial = fmt.Sprintf("partial run: training failed at step %d (%d of %d steps complete): %s", done, done, cfg.Steps, msg)
+	}
 	if prof == nil {
 		return errors.Join(trainErr, interrupted)
 	}
@@ -233,6 +239,10 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	return err
 }
 
+// stepFault, set by tests only, fails the run before a step: a device lost
+// mid-run, which no real device does on demand.
+var stepFault func(step int) error
+
 // trainSteps runs cfg's steps, reporting each to pr as it finishes, until
 // they are done, one fails, or ctx ends. It returns the number of steps
 // completed.
@@ -243,6 +253,11 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, er
 	}
 	done := 0
 	for done < cfg.Steps {
+		if stepFault != nil {
+			if err := stepFault(done); err != nil {
+				return done, errors.Join(err, tr.Close())
+			}
+		}
 		sr, err := tr.Step(ctx)
 		if err != nil {
 			return done, errors.Join(err, tr.Close())
