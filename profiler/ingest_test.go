@@ -36,7 +36,7 @@ func TestIngest(t *testing.T) {
 	ar := profiler.Record{ID: 1, Name: "AllReduce", Kind: profiler.KindCollective, Rank: 3,
 		HostStart: time.Millisecond, HostEnd: 2 * time.Millisecond,
 		HasDevice: true, DeviceStart: 5 * time.Millisecond, DeviceEnd: 7 * time.Millisecond,
-		Collective: profiler.Collective{Op: "AllReduce", Bytes: 256 << 20, BusFactor: 1.5, GroupSize: 4},
+		Collective:   profiler.Collective{Op: "AllReduce", Bytes: 256 << 20, BusFactor: 1.5, GroupSize: 4},
 		AlgBandwidth: 1, BusBandwidth: 1, // overwritten
 	}
 	if err := p.Ingest([]profiler.Record{ar}); err != nil {
