@@ -1,0 +1,114 @@
+"""A known NCCL workload, timed by itself: the check for wrapped runs.
+
+Run under torchrun (one process per GPU; with one GPU, --nproc_per_node 1
+gives single-rank communicators):
+
+    python3 -m torch.distributed.run --nproc_per_node 2 examples/torch/allreduce_pp.py
+
+Each rank issues, per message size, --iters all-reduces and all-gathers on
+a data-parallel group named "dp", and --iters send/recv pairs with its
+pipeline neighbour (rank r ↔ r xor 1) on a group named "pp" when there
+are at least two ranks. It times every loop with CUDA events around it and
+prints one JSON line per rank at the end: the counts it issued, the bytes
+of each call (nccl-tests' S: for all-gather the gathered size), the loop's
+device time and the bus bandwidth nccl-tests would report, and the whole
+run's wall time — so a profiler's counts and bandwidths can be checked
+against figures it did not compute.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iters", type=int, default=20, help="calls per operation and size")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls per operation and size, first")
+    p.add_argument("--sizes-mib", default="1,64", help="message sizes S in MiB, comma-separated")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    a = p.parse_args(argv)
+    if a.iters < 1 or a.warmup < 0:
+        p.error("--iters must be at least 1 and --warmup not negative")
+    a.sizes = [int(float(s) * (1 << 20)) for s in a.sizes_mib.split(",") if s]
+    if not a.sizes or min(a.sizes) <= 0:
+        p.error("--sizes-mib needs positive sizes")
+    return a
+
+
+def main(argv=None):
+    a = parse(argv)
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    dev = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev)
+    dtype = getattr(torch, a.dtype)
+    esize = torch.tensor([], dtype=dtype).element_size()
+    dp = dist.new_group(list(range(world)), group_desc="dp")
+    peer = rank ^ 1
+    pp = None
+    if world >= 2:
+        # Pipeline groups of neighbour pairs; every rank creates every
+        # group, as new_group requires.
+        for first in range(0, world - 1, 2):
+            g = dist.new_group([first, first + 1], group_desc="pp")
+            if rank in (first, first + 1):
+                pp = g
+        if peer >= world:
+            pp = None
+    t0 = time.perf_counter()
+    results = []
+
+    def timed(op, size, body):
+        for _ in range(a.warmup):
+            body()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(a.iters):
+            body()
+        end.record()
+        end.synchronize()
+        secs = start.elapsed_time(end) / 1e3
+        n = dist.get_world_size(dp) if op != "SendRecv" else 2
+        factor = {"AllReduce": 2 * (n - 1) / n, "AllGather": (n - 1) / n, "SendRecv": 1.0}[op]
+        results.append({
+            "op": op, "bytes": size, "calls": a.iters, "warmup_calls": a.warmup,
+            "seconds": secs, "busbw_GBps": factor * size * a.iters / secs / 1e9 if secs > 0 else 0.0,
+        })
+
+    for size in a.sizes:
+        n = size // esize
+        x = torch.ones(n, dtype=dtype, device=dev)
+        timed("AllReduce", size, lambda: dist.all_reduce(x, group=dp))
+        world_dp = dist.get_world_size(dp)
+        part = torch.ones(n // world_dp, dtype=dtype, device=dev)
+        out = torch.empty(part.numel() * world_dp, dtype=dtype, device=dev)
+        timed("AllGather", out.numel() * esize, lambda: dist.all_gather_into_tensor(out, part, group=dp))
+        if pp is not None:
+            buf = torch.ones(n, dtype=dtype, device=dev)
+            rbuf = torch.empty_like(buf)
+
+            def pair():
+                ops = [dist.P2POp(dist.isend, buf, peer, group=pp), dist.P2POp(dist.irecv, rbuf, peer, group=pp)]
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+
+            timed("SendRecv", size, pair)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    print(json.dumps({"tool": "allreduce_pp", "rank": rank, "world": world, "device": str(dev),
+                      "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                      "wall_s": wall, "results": results}), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
