@@ -14,6 +14,7 @@
  * collector for long, and discards (counting) when there is none.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -562,6 +563,19 @@ static void comm_record(struct tsnp_record* r, const struct ts_comm* c, uint16_t
   memcpy(r->comm_name, c->name, sizeof r->comm_name);
 }
 
+/* The CUDA device of the calling thread's current context, through the
+ * driver already loaded in the process (nothing is loaded here); -1 when
+ * there is none. NCCL initialises a communicator on its device. */
+static int current_device(void) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!cuda) return -1;
+  int dev = -1;
+  int (*get)(int*) = (int (*)(int*))dlsym(cuda, "cuCtxGetDevice");
+  if (!get || get(&dev) != 0) dev = -1;
+  dlclose(cuda);
+  return dev;
+}
+
 static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const char* name, int nnodes, int nranks,
                             int rank, ncclDebugLogger_t logfn) {
   *context = NULL;
@@ -588,6 +602,7 @@ static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const c
   comm_record(&r, c, TSNP_COMM_INIT);
   r.t0 = mono_ns();
   r.nnodes = nnodes;
+  r.peer = current_device();
   push(&r);
   if (logfn)
     logfn(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__, "trainscope profiler: comm %lx rank %d/%d, records to %s",

@@ -105,7 +105,9 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  *   when the channel started and stopped (t1 = 0 if NCCL never reported
  *   the stop); a0/a1 = CLOCK_MONOTONIC ns when the proxy thread reported
  *   the start and the stop (a1 = 0 without a stop).
- * COMM_INIT: t0 = CLOCK_MONOTONIC ns, rank, nranks, nnodes, comm name.
+ * COMM_INIT: t0 = CLOCK_MONOTONIC ns, rank, nranks, nnodes, comm name;
+ *   peer = the CUDA device ordinal current on the initialising thread
+ *   (-1 when it could not be read).
  * COMM_FINALIZE: t0 = CLOCK_MONOTONIC ns, rank, nranks, comm name.
  * DROPS: t0 = CLOCK_MONOTONIC ns; counts since the plugin was loaded:
  *   a0 = records lost to a full ring, a1 = events refused (no free event
