@@ -6,6 +6,11 @@
  * the collector would and checks the bytes that arrive.
  *
  *   ./test_plugin ./libtrainscope-nccl.so
+ *
+ * With --drive, it only makes the main case's calls, against the
+ * collector named by TRAINSCOPE_NCCL_SOCKET (the Go end-to-end test):
+ *
+ *   ./test_plugin --drive ./libtrainscope-nccl.so
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -443,8 +448,13 @@ static void test_stuck_collector(void) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--drive") == 0) {
+    lib_path = argv[2];
+    main_child();
+    return 0;
+  }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s path/to/libtrainscope-nccl.so\n", argv[0]);
+    fprintf(stderr, "usage: %s [--drive] path/to/libtrainscope-nccl.so\n", argv[0]);
     return 2;
   }
   lib_path = argv[1];
