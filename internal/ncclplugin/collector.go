@@ -1,0 +1,523 @@
+package ncclplugin
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// EnvSocket is the environment variable that tells the plugin where the
+// collector listens; a wrapped process needs it (Collector.Env) and
+// NCCL_PROFILER_PLUGIN naming libtrainscope-nccl.so.
+const EnvSocket = "TRAINSCOPE_NCCL_SOCKET"
+
+// Option configures a Collector.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	dir    string
+	linger time.Duration
+}
+
+// WithDir sets the directory in which the collector makes its own
+// directory for the socket (default os.TempDir()). Unix socket paths are
+// limited to 107 bytes.
+func WithDir(dir string) Option { return optionFunc(func(c *config) { c.dir = dir }) }
+
+// WithLinger sets how long an operation whose kernel channels have not
+// all arrived waits, after the last news of it, before it is delivered
+// with what it has (default 2 s). Kernel channels arrive when the GPU has
+// run them; a busy GPU can be seconds behind the host.
+func WithLinger(d time.Duration) Option { return optionFunc(func(c *config) { c.linger = d }) }
+
+// Stats counts what the collector has seen.
+type Stats struct {
+	Connections int // plugin connections accepted
+	Processes   int // distinct processes (host, pid) that sent a hello
+	// Records ingested into the profiler; HostOnly of them had no device
+	// time (no kernel channel reported, or the process ended first).
+	Records, HostOnly uint64
+	// KernelChannels matched to their operation; Orphans arrived for an
+	// operation never seen, or after it had been delivered.
+	KernelChannels, Orphans uint64
+	// Losses the plugins reported (the latest cumulative counts of every
+	// process, summed): records lost to a full ring, events refused,
+	// records discarded while no collector was connected.
+	PluginRingFull, PluginRefused, PluginUnsent uint64
+	// ClockConflicts counts processes whose GPU-to-host offset bounds
+	// disagreed (see docs/nccl-plugin.md); their lower bound is used.
+	ClockConflicts int
+	// DecodeErrors counts connections that ended in a malformed stream;
+	// LastError is the latest decode or ingest error.
+	DecodeErrors, IngestErrors uint64
+	LastError                  string
+}
+
+// PluginDrops is the sum of the losses the plugins reported.
+func (s Stats) PluginDrops() uint64 { return s.PluginRingFull + s.PluginRefused + s.PluginUnsent }
+
+// Collector receives plugin record streams on a Unix socket and ingests
+// each completed collective and p2p operation into a profiler.
+type Collector struct {
+	p     *profiler.Profiler
+	cfg   config
+	dir   string
+	path  string
+	ln    *net.UnixListener
+	clock hostClock
+
+	mu      sync.Mutex
+	procs   map[procKey]*process
+	conns   map[*net.UnixConn]struct{}
+	stats   Stats
+	nextID  uint64
+	closing bool
+
+	readers   sync.WaitGroup
+	bg        sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type procKey struct {
+	host string
+	pid  uint32
+}
+
+// process is what the collector knows about one wrapped process.
+type process struct {
+	open    int              // connections open
+	ops     map[uint64]*op   // by task
+	devices map[uint64]int32 // CUDA device by communicator
+	drops   [3]uint64        // ring full, refused, unsent: the latest cumulative report
+	clock   offsetEstimate
+}
+
+type op struct {
+	rec      Record
+	have     bool // rec holds the collective or p2p record
+	channels map[uint8]Record
+	stopped  int
+	last     time.Time
+}
+
+// offsetEstimate is the GPU-globaltimer-to-CLOCK_MONOTONIC offset of one
+// process. Every proxy report bounds it from above (the proxy sees a
+// channel start or stop after it happened: seen − gpu ≥ offset), and
+// every operation bounds it from below (its kernel cannot start before
+// the host began enqueueing it: hostStart − gpuStart ≤ offset). The
+// estimate is the least upper bound seen so far; if a lower bound
+// exceeds it the clocks are not what this assumes, and the lower bound is
+// used so that no device time precedes its launch.
+type offsetEstimate struct {
+	upper, lower       int64
+	haveUpper, haveLow bool
+	conflict           bool
+}
+
+func (o *offsetEstimate) observe(seen, gpu uint64) {
+	if seen == 0 || gpu == 0 {
+		return
+	}
+	d := int64(seen) - int64(gpu)
+	if !o.haveUpper || d < o.upper {
+		o.upper, o.haveUpper = d, true
+	}
+}
+
+func (o *offsetEstimate) bound(hostStart, gpuStart uint64) {
+	d := int64(hostStart) - int64(gpuStart)
+	if !o.haveLow || d > o.lower {
+		o.lower, o.haveLow = d, true
+	}
+}
+
+func (o *offsetEstimate) offset() (int64, bool) {
+	switch {
+	case o.haveUpper && o.haveLow && o.lower > o.upper:
+		o.conflict = true
+		return o.lower, true
+	case o.haveUpper:
+		return o.upper, true
+	}
+	return 0, false
+}
+
+// NewCollector makes a directory (see WithDir), listens on a Unix socket
+// in it, and starts accepting plugin connections; records go to p with
+// Ingest. Pass Env (or EnvSocket = SocketPath) to the wrapped processes.
+func NewCollector(p *profiler.Profiler, opts ...Option) (*Collector, error) {
+	if p == nil {
+		return nil, errors.New("ncclplugin: NewCollector: nil profiler")
+	}
+	cfg := config{dir: os.TempDir(), linger: 2 * time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.linger <= 0 {
+		return nil, fmt.Errorf("ncclplugin: NewCollector: linger %v must be positive", cfg.linger)
+	}
+	clock, err := newHostClock(p.Epoch())
+	if err != nil {
+		return nil, fmt.Errorf("ncclplugin: reading CLOCK_MONOTONIC: %w", err)
+	}
+	dir, err := os.MkdirTemp(cfg.dir, "trainscope-nccl-")
+	if err != nil {
+		return nil, fmt.Errorf("ncclplugin: socket directory: %w", err)
+	}
+	path := filepath.Join(dir, "collector.sock")
+	if len(path) > 107 {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("ncclplugin: socket path %s is %d bytes, Unix sockets allow 107: use a shorter WithDir", path, len(path))
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("ncclplugin: listen: %w", err)
+	}
+	c := &Collector{
+		p: p, cfg: cfg, dir: dir, path: path, ln: ln, clock: clock,
+		procs: make(map[procKey]*process), conns: make(map[*net.UnixConn]struct{}),
+		stop: make(chan struct{}),
+	}
+	c.bg.Add(2)
+	go c.accept()
+	go c.sweeper()
+	return c, nil
+}
+
+// SocketPath is the socket the plugin should connect to.
+func (c *Collector) SocketPath() string { return c.path }
+
+// Env is the environment entry for the wrapped processes: EnvSocket=path.
+func (c *Collector) Env() string { return EnvSocket + "=" + c.path }
+
+// Stats returns the counts so far.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Processes = len(c.procs)
+	s.PluginRingFull, s.PluginRefused, s.PluginUnsent = 0, 0, 0
+	s.ClockConflicts = 0
+	for _, pr := range c.procs {
+		s.PluginRingFull += pr.drops[0]
+		s.PluginRefused += pr.drops[1]
+		s.PluginUnsent += pr.drops[2]
+		if pr.clock.conflict {
+			s.ClockConflicts++
+		}
+	}
+	return s
+}
+
+func (c *Collector) accept() {
+	defer c.bg.Done()
+	for {
+		conn, err := c.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-c.stop:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			conn.Close()
+			continue
+		}
+		c.conns[conn] = struct{}{}
+		c.stats.Connections++
+		c.readers.Add(1)
+		c.mu.Unlock()
+		go c.read(conn)
+	}
+}
+
+func (c *Collector) sweeper() {
+	defer c.bg.Done()
+	t := time.NewTicker(c.cfg.linger / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			var out []profiler.Record
+			for _, pr := range c.procs {
+				out = c.expireLocked(pr, now.Add(-c.cfg.linger), out)
+			}
+			c.mu.Unlock()
+			c.ingest(out)
+		}
+	}
+}
+
+// read decodes one connection until it ends, handing completed
+// operations to the profiler whenever the connection has nothing more
+// buffered.
+func (c *Collector) read(conn *net.UnixConn) {
+	defer c.readers.Done()
+	br := bufio.NewReaderSize(conn, 64*RecordSize)
+	d := NewReader(br)
+	var pr *process
+	var key procKey
+	var out []profiler.Record
+	h, err := d.Hello()
+	if err == nil {
+		key = procKey{h.Hostname, h.PID}
+		c.mu.Lock()
+		pr = c.procs[key]
+		if pr == nil {
+			pr = &process{ops: make(map[uint64]*op), devices: make(map[uint64]int32)}
+			c.procs[key] = pr
+		}
+		pr.open++
+		c.mu.Unlock()
+		for {
+			var rec Record
+			rec, err = d.Next()
+			if err != nil {
+				break
+			}
+			c.mu.Lock()
+			out = c.handleLocked(pr, rec, time.Now(), out)
+			c.mu.Unlock()
+			if br.Buffered() == 0 && len(out) > 0 {
+				c.ingest(out)
+				out = out[:0]
+			}
+		}
+	}
+	conn.Close()
+	c.mu.Lock()
+	delete(c.conns, conn)
+	if err != nil && !errors.Is(err, io.EOF) && !c.closing {
+		c.stats.DecodeErrors++
+		c.stats.LastError = err.Error()
+	}
+	if pr != nil {
+		pr.open--
+		if pr.open == 0 {
+			// The process has gone (or will reconnect, and then its
+			// later records stand alone): what it left open is host-only.
+			out = c.expireLocked(pr, time.Time{}, out)
+		}
+	}
+	c.mu.Unlock()
+	c.ingest(out)
+}
+
+func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []profiler.Record) []profiler.Record {
+	switch r.Kind {
+	case KindCommInit:
+		pr.devices[r.Comm] = r.Device
+	case KindDrops:
+		pr.drops = [3]uint64{r.RingFull, r.Refused, r.Unsent}
+	case KindCollective, KindP2P:
+		o := pr.op(r.Task)
+		o.rec, o.have, o.last = r, true, now
+		return c.maybeDeliverLocked(pr, r.Task, o, out)
+	case KindKernelChannel:
+		o := pr.op(r.Task)
+		o.last = now
+		if prev, ok := o.channels[r.Channel]; !ok || prev.GPUStop == 0 {
+			if r.GPUStop != 0 {
+				o.stopped++
+			}
+			o.channels[r.Channel] = r
+		}
+		pr.clock.observe(r.SeenStart, r.GPUStart)
+		pr.clock.observe(r.SeenStop, r.GPUStop)
+		return c.maybeDeliverLocked(pr, r.Task, o, out)
+	}
+	return out
+}
+
+func (pr *process) op(task uint64) *op {
+	o := pr.ops[task]
+	if o == nil {
+		o = &op{channels: make(map[uint8]Record)}
+		pr.ops[task] = o
+	}
+	return o
+}
+
+// maybeDeliverLocked delivers o once every channel its record announced
+// has reported its stop.
+func (c *Collector) maybeDeliverLocked(pr *process, task uint64, o *op, out []profiler.Record) []profiler.Record {
+	if !o.have || o.rec.NChannels == 0 || o.stopped < int(o.rec.NChannels) {
+		return out
+	}
+	delete(pr.ops, task)
+	return c.deliverLocked(pr, o, out)
+}
+
+// expireLocked delivers every operation of pr last heard of before
+// cutoff (all of them for a zero cutoff) with what it has.
+func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.Record) []profiler.Record {
+	for task, o := range pr.ops {
+		if !cutoff.IsZero() && o.last.After(cutoff) {
+			continue
+		}
+		delete(pr.ops, task)
+		if !o.have {
+			c.stats.Orphans += uint64(len(o.channels))
+			continue
+		}
+		out = c.deliverLocked(pr, o, out)
+	}
+	return out
+}
+
+func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []profiler.Record {
+	r := o.rec
+	if r.Rank < 0 {
+		c.stats.IngestErrors++
+		c.stats.LastError = fmt.Sprintf("ncclplugin: %s of communicator %x has rank %d", r.Op(), r.Comm, r.Rank)
+		return out
+	}
+	c.nextID++
+	kind := profiler.KindCollective
+	peer, root := int32(-1), r.Peer
+	if r.Kind == KindP2P {
+		kind, peer, root = profiler.KindP2P, r.Peer, -1
+	}
+	opName := r.Op()
+	bytes := int64(r.Bytes)
+	if opName == ccl.OpAllGather || opName == ccl.OpReduceScatter {
+		// NCCL's count is per rank; nccl-tests' S is the whole gathered size.
+		bytes *= int64(r.NRanks)
+	}
+	group := r.CommName
+	if group == "" {
+		group = fmt.Sprintf("nccl:%016x", r.Comm)
+	}
+	dev := int32(-1)
+	if d, ok := pr.devices[r.Comm]; ok {
+		dev = d
+	}
+	rec := profiler.Record{
+		ID:        c.nextID,
+		Name:      opName,
+		Kind:      kind,
+		Rank:      int(r.Rank),
+		Device:    runtime.Device{Type: runtime.CUDA, Index: int(dev)},
+		HostStart: c.clock.at(int64(r.HostStart)),
+		HostEnd:   c.clock.at(int64(r.HostEnd)),
+		Collective: profiler.Collective{
+			Op: opName, Bytes: bytes, Count: int64(r.Count), DType: r.DTypeName(),
+			Peer: peer, Root: root, Group: group, GroupSize: r.NRanks, GroupRank: r.Rank,
+			Seq: r.Seq, BusFactor: ccl.BusFactor(opName, int(r.NRanks)),
+		},
+	}
+	// The device interval runs from the first channel's start to the
+	// last channel's stop: the whole operation, as nccl-tests times it
+	// with events around the kernel, channels that start late included.
+	var gpuStart, gpuStop uint64
+	for _, ch := range o.channels {
+		if ch.GPUStart == 0 || ch.GPUStop < ch.GPUStart {
+			continue
+		}
+		if gpuStart == 0 || ch.GPUStart < gpuStart {
+			gpuStart = ch.GPUStart
+		}
+		if ch.GPUStop > gpuStop {
+			gpuStop = ch.GPUStop
+		}
+	}
+	c.stats.KernelChannels += uint64(len(o.channels))
+	if gpuStart != 0 {
+		pr.clock.bound(r.HostStart, gpuStart)
+	}
+	if off, ok := pr.clock.offset(); ok && gpuStart != 0 {
+		rec.HasDevice = true
+		rec.DeviceStart = c.clock.at(int64(gpuStart) + off)
+		rec.DeviceEnd = c.clock.at(int64(gpuStop) + off)
+	} else {
+		c.stats.HostOnly++
+	}
+	c.stats.Records++
+	return append(out, rec)
+}
+
+func (c *Collector) ingest(recs []profiler.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	if err := c.p.Ingest(recs); err != nil {
+		c.mu.Lock()
+		c.stats.IngestErrors++
+		c.stats.LastError = err.Error()
+		c.mu.Unlock()
+	}
+}
+
+// Close stops accepting connections, waits (until ctx is done) for the
+// open ones to end, closes what is still open, delivers every operation
+// still waiting for kernel channels host-only, and removes the socket
+// directory. Later calls return the first call's result.
+func (c *Collector) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })
+	return c.closeErr
+}
+
+func (c *Collector) close(ctx context.Context) error {
+	close(c.stop)
+	c.ln.Close()
+	done := make(chan struct{})
+	go func() { c.readers.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.closing = true
+		n := len(c.conns)
+		for conn := range c.conns {
+			conn.Close()
+		}
+		c.mu.Unlock()
+		<-done
+		err = fmt.Errorf("ncclplugin: Close: %d plugin connection(s) still open: %w", n, ctx.Err())
+	}
+	c.bg.Wait()
+	c.mu.Lock()
+	c.closing = true
+	var out []profiler.Record
+	for _, pr := range c.procs {
+		out = c.expireLocked(pr, time.Time{}, out)
+	}
+	c.mu.Unlock()
+	c.ingest(out)
+	if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
+		err = fmt.Errorf("ncclplugin: removing %s: %w", c.dir, rerr)
+	}
+	return err
+}

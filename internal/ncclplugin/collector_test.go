@@ -1,0 +1,280 @@
+package ncclplugin
+
+import (
+	"context"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// capture is a profiler sink keeping every record.
+type capture struct {
+	mu   sync.Mutex
+	recs []profiler.Record
+}
+
+func (c *capture) Consume(b []profiler.Record) {
+	c.mu.Lock()
+	c.recs = append(c.recs, b...)
+	c.mu.Unlock()
+}
+
+func (c *capture) wait(t *testing.T, n int) []profiler.Record {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		got := append([]profiler.Record(nil), c.recs...)
+		c.mu.Unlock()
+		if len(got) >= n || time.Now().After(deadline) {
+			if len(got) != n {
+				t.Fatalf("%d records, want %d: %+v", len(got), n, got)
+			}
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newTestCollector(t *testing.T, opts ...Option) (*Collector, *capture, *profiler.Profiler) {
+	t.Helper()
+	p, err := profiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &capture{}
+	if err := p.AddSink(sink); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCollector(p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close(context.Background())
+		p.Close(context.Background())
+	})
+	return c, sink, p
+}
+
+func send(t *testing.T, c *Collector, data []byte, keepOpen bool) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("unix", c.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if !keepOpen {
+		conn.Close()
+		return nil
+	}
+	return conn
+}
+
+func byOp(recs []profiler.Record) map[string]profiler.Record {
+	m := map[string]profiler.Record{}
+	for _, r := range recs {
+		m[r.Name] = r
+	}
+	return m
+}
+
+func TestCollectorMatchesKernelChannels(t *testing.T) {
+	c, sink, p := newTestCollector(t)
+	mono, err := monotonicNow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinceEpoch := time.Since(p.Epoch())
+	host := uint64(mono)
+	// The GPU's clock reads gpuAhead ns more than CLOCK_MONOTONIC; the
+	// proxy reports channel 0's start 2 µs late and everything else later.
+	const gpuAhead = 1_700_000_000_000_000_000 - 1_000_000_000
+	gpu := func(hostNs uint64) uint64 { return hostNs + gpuAhead }
+	const hash = 0x1234
+	data := stream(
+		helloFrame(1, 100, "n0"),
+		wireRec{kind: 1, hash: hash, rank: 1, nranks: 4, nnodes: 1, peer: 3, name: "dp"}.frame(),
+		// The second channel's report arrives before its collective's record.
+		wireRec{kind: 4, hash: hash, task: 1, seq: 9, rank: 1, nranks: 4, fn: 1, parent: 2, channel: 1,
+			t0: gpu(host + 30_000), t1: gpu(host + 90_000), a0: host + 40_000, a1: host + 95_000}.frame(),
+		wireRec{kind: 2, hash: hash, task: 1, seq: 9, t0: host, t1: host + 15_000, a0: 1 << 20, a1: 4 << 20, rank: 1, nranks: 4, peer: -1,
+			fn: 1, dtype: 8, algo: 2, proto: 3, nch: 2, name: "dp"}.frame(),
+		wireRec{kind: 4, hash: hash, task: 1, seq: 9, rank: 1, nranks: 4, fn: 1, parent: 2, channel: 0,
+			t0: gpu(host + 20_000), t1: gpu(host + 80_000), a0: host + 22_000, a1: host + 84_000}.frame(),
+		// AllGather of 1000 float16 per rank over 4 ranks: S is 8000 bytes.
+		wireRec{kind: 2, hash: hash, task: 2, seq: 0, t0: host + 100_000, t1: host + 110_000, a0: 1000, a1: 2000, rank: 1, nranks: 4, peer: -1,
+			fn: 4, dtype: 7, nch: 1, name: "dp"}.frame(),
+		wireRec{kind: 4, hash: hash, task: 2, rank: 1, nranks: 4, fn: 4, parent: 2, channel: 0,
+			t0: gpu(host + 120_000), t1: gpu(host + 170_000), a0: host + 125_000, a1: host + 175_000}.frame(),
+		// A send with no kernel channel: host-only when the stream ends.
+		wireRec{kind: 3, hash: hash, task: 3, seq: 5, t0: host + 200_000, t1: host + 201_000, a0: 10, a1: 40, rank: 1, nranks: 4, peer: 2,
+			fn: 6, dtype: 3, nch: 1, name: "dp"}.frame(),
+		wireRec{kind: 5, a0: 3, a1: 1, a2: 7}.frame(),
+	)
+	send(t, c, data, false)
+	recs := byOp(sink.wait(t, 3))
+
+	ar := recs["AllReduce"]
+	if ar.Kind != profiler.KindCollective || ar.Rank != 1 || ar.Device.Index != 3 {
+		t.Errorf("allreduce kind %v rank %d device %v", ar.Kind, ar.Rank, ar.Device)
+	}
+	col := ar.Collective
+	if col.Bytes != 4<<20 || col.Count != 1<<20 || col.DType != "float32" || col.Group != "dp" || col.GroupSize != 4 ||
+		col.GroupRank != 1 || col.Seq != 9 || col.Root != -1 || col.Peer != -1 {
+		t.Errorf("allreduce collective %+v", col)
+	}
+	if col.BusFactor != 1.5 { // 2(n−1)/n, n = 4
+		t.Errorf("allreduce bus factor %v, want 1.5", col.BusFactor)
+	}
+	// Host times: CLOCK_MONOTONIC placed on the profiler's clock.
+	if d := ar.HostStart - sinceEpoch; d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("host start %v, read %v since epoch at the same moment", ar.HostStart, sinceEpoch)
+	}
+	if ar.HostDuration() != 15*time.Microsecond {
+		t.Errorf("host duration %v, want 15µs", ar.HostDuration())
+	}
+	// Device: first channel start to last channel stop; the offset is the
+	// smallest report delay seen (2 µs, channel 0's start).
+	if !ar.HasDevice || ar.DeviceDuration() != 70*time.Microsecond {
+		t.Fatalf("allreduce device %v %v", ar.HasDevice, ar.DeviceDuration())
+	}
+	if got, want := ar.DeviceStart-ar.HostStart, 22*time.Microsecond; got != want {
+		t.Errorf("device start − host start %v, want %v (20 µs + 2 µs report delay)", got, want)
+	}
+	wantBus := float64(4<<20) / 70e-6 * 1.5
+	if math.Abs(ar.BusBandwidth-wantBus) > wantBus*1e-9 {
+		t.Errorf("bus bandwidth %v, want %v", ar.BusBandwidth, wantBus)
+	}
+
+	ag := recs["AllGather"]
+	if ag.Collective.Bytes != 8000 || ag.Collective.BusFactor != 0.75 || ag.DeviceDuration() != 50*time.Microsecond {
+		t.Errorf("allgather bytes %d factor %v device %v", ag.Collective.Bytes, ag.Collective.BusFactor, ag.DeviceDuration())
+	}
+
+	s := recs["Send"]
+	if s.Kind != profiler.KindP2P || s.HasDevice || s.Collective.Peer != 2 || s.Collective.Root != -1 || s.Collective.Bytes != 40 ||
+		s.Collective.BusFactor != 1 || s.Collective.Seq != 5 {
+		t.Errorf("send %+v", s)
+	}
+
+	st := c.Stats()
+	if st.Records != 3 || st.HostOnly != 1 || st.KernelChannels != 3 || st.Processes != 1 || st.Connections != 1 ||
+		st.PluginRingFull != 3 || st.PluginRefused != 1 || st.PluginUnsent != 7 || st.PluginDrops() != 11 || st.DecodeErrors != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestCollectorManyProcesses(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	var wg sync.WaitGroup
+	const procs, ops = 8, 50
+	for i := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			parts := [][]byte{helloFrame(1, uint32(1000+i), "n")}
+			for k := range ops {
+				task := uint64(k + 1)
+				parts = append(parts,
+					wireRec{kind: 2, hash: 7, task: task, seq: uint64(k), t0: 1000, t1: 2000, a0: 4, a1: 16, rank: int32(i), nranks: procs,
+						peer: -1, fn: 5, dtype: 8, nch: 1}.frame(),
+					wireRec{kind: 4, hash: 7, task: task, parent: 2, channel: 0, t0: 50, t1: 60, a0: 1500, a1: 1600}.frame())
+			}
+			send(t, c, stream(parts...), false)
+		}()
+	}
+	wg.Wait()
+	recs := sink.wait(t, procs*ops)
+	seen := map[[2]int]bool{}
+	for _, r := range recs {
+		if r.Name != "ReduceScatter" || !r.HasDevice || r.DeviceDuration() != 10 || r.Collective.Bytes != 16*procs {
+			t.Fatalf("record %+v", r)
+		}
+		seen[[2]int{r.Rank, int(r.Collective.Seq)}] = true
+	}
+	if len(seen) != procs*ops {
+		t.Errorf("%d distinct (rank, seq), want %d", len(seen), procs*ops)
+	}
+	if st := c.Stats(); st.Processes != procs || st.Connections != procs || st.Records != procs*ops || st.HostOnly != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestCollectorLingerAndClose(t *testing.T) {
+	c, sink, _ := newTestCollector(t, WithLinger(100*time.Millisecond))
+	// One operation waits for a second channel that never comes; the
+	// connection stays open, so only the linger delivers it.
+	conn := send(t, c, stream(helloFrame(1, 5, "n"),
+		wireRec{kind: 2, task: 1, t0: 10, t1: 20, rank: 0, nranks: 2, peer: 0, fn: 2, nch: 2, name: "g"}.frame(),
+		wireRec{kind: 4, task: 1, parent: 2, channel: 0, t0: 100, t1: 130, a0: 30, a1: 40}.frame(),
+		wireRec{kind: 4, task: 99, parent: 2, channel: 0, t0: 100, t1: 130, a0: 30, a1: 40}.frame(),
+	), true)
+	defer conn.Close()
+	recs := sink.wait(t, 1)
+	if recs[0].Name != "Broadcast" || recs[0].DeviceDuration() != 30 || recs[0].Collective.Root != 0 {
+		t.Errorf("record %+v", recs[0])
+	}
+	// A second operation with no channel at all, then Close with the
+	// connection still open: Close gives up at its deadline, closes it,
+	// and delivers the operation host-only.
+	if _, err := conn.Write(wireRec{kind: 3, task: 2, t0: 50, t1: 60, rank: 0, nranks: 2, peer: 1, fn: 7, nch: 1, name: "g"}.frame()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.Close(ctx)
+	if err == nil || !strings.Contains(err.Error(), "1 plugin connection(s) still open") {
+		t.Errorf("Close: %v", err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("Close took %v", time.Since(start))
+	}
+	recs = sink.wait(t, 2)
+	if recs[1].Name != "Recv" || recs[1].HasDevice || recs[1].Collective.Peer != 1 {
+		t.Errorf("record %+v", recs[1])
+	}
+	st := c.Stats()
+	if st.Orphans != 1 || st.HostOnly != 1 || st.Records != 2 {
+		t.Errorf("stats %+v", st)
+	}
+	if again := c.Close(context.Background()); again == nil || again.Error() != err.Error() {
+		t.Errorf("second Close: %v", again)
+	}
+	if _, err := net.Dial("unix", c.SocketPath()); err == nil {
+		t.Error("socket still accepting after Close")
+	}
+}
+
+func TestCollectorCountsDecodeErrors(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	send(t, c, stream(helloFrame(1, 1, "n"),
+		wireRec{kind: 2, task: 1, t0: 1, t1: 2, nranks: 1, peer: -1, fn: 1, nch: 1}.frame(),
+		[]byte("garbage")), false)
+	send(t, c, helloFrame(3, 2, "n"), false)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().DecodeErrors < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := c.Stats()
+	if st.DecodeErrors != 2 || !strings.Contains(st.LastError, "version 3") && !strings.Contains(st.LastError, "byte 256") {
+		t.Errorf("stats %+v", st)
+	}
+	// The complete record before the garbage is delivered, host-only.
+	recs := sink.wait(t, 1)
+	if recs[0].Name != "AllReduce" || recs[0].HasDevice {
+		t.Errorf("record %+v", recs[0])
+	}
+}

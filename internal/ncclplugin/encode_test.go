@@ -1,0 +1,63 @@
+package ncclplugin
+
+import "encoding/binary"
+
+// The test side of the wire format, written from the layout in
+// plugins/nccl/trainscope_nccl_wire.h (offsets in its comments), not from
+// the decoder.
+
+func helloFrame(version uint16, pid uint32, host string) []byte {
+	b := make([]byte, 128)
+	copy(b, "TSNP")
+	binary.LittleEndian.PutUint16(b[4:], version)
+	binary.LittleEndian.PutUint16(b[6:], 128)
+	binary.LittleEndian.PutUint32(b[8:], pid)
+	binary.LittleEndian.PutUint32(b[12:], 1000)
+	binary.LittleEndian.PutUint64(b[16:], 5)
+	binary.LittleEndian.PutUint64(b[24:], 6)
+	copy(b[32:96], host)
+	return b
+}
+
+// wireRec holds a record's raw fields by their header names.
+type wireRec struct {
+	kind                         uint16
+	tid                          uint32
+	hash, task, seq, t0, t1      uint64
+	a0, a1, a2                   uint64
+	rank, nranks, peer, nnodes   int32
+	fn, dtype, algo, proto       uint8
+	nch, channel, parent, nwarps uint8
+	name                         string
+}
+
+func (w wireRec) frame() []byte {
+	b := make([]byte, 128)
+	le := binary.LittleEndian
+	le.PutUint16(b[0:], w.kind)
+	le.PutUint32(b[4:], w.tid)
+	le.PutUint64(b[8:], w.hash)
+	le.PutUint64(b[16:], w.task)
+	le.PutUint64(b[24:], w.seq)
+	le.PutUint64(b[32:], w.t0)
+	le.PutUint64(b[40:], w.t1)
+	le.PutUint64(b[48:], w.a0)
+	le.PutUint64(b[56:], w.a1)
+	le.PutUint32(b[64:], uint32(w.rank))
+	le.PutUint32(b[68:], uint32(w.nranks))
+	le.PutUint32(b[72:], uint32(w.peer))
+	le.PutUint32(b[76:], uint32(w.nnodes))
+	b[80], b[81], b[82], b[83] = w.fn, w.dtype, w.algo, w.proto
+	b[84], b[85], b[86], b[87] = w.nch, w.channel, w.parent, w.nwarps
+	le.PutUint64(b[88:], w.a2)
+	copy(b[96:128], w.name)
+	return b
+}
+
+func stream(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}

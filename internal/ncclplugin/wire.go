@@ -1,0 +1,291 @@
+package ncclplugin
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Wire constants (trainscope_nccl_wire.h).
+const (
+	Magic      = "TSNP"
+	Version    = 1
+	RecordSize = 128
+)
+
+// Kind is a record's kind.
+type Kind uint16
+
+// Record kinds.
+const (
+	KindCommInit      Kind = 1
+	KindCollective    Kind = 2
+	KindP2P           Kind = 3
+	KindKernelChannel Kind = 4
+	KindDrops         Kind = 5
+	KindCommFinalize  Kind = 6
+)
+
+var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint16(k))
+}
+
+// Operation names by wire code, as profiler records name them.
+var funcNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "Send", "Recv", "AlltoAll", "Gather", "Scatter", "SendRecv"}
+
+// Element types by wire code: name (as runtime.DataType names them where
+// it has the type) and size in bytes.
+var dtypes = [...]struct {
+	name string
+	size uint64
+}{{"", 0}, {"int8", 1}, {"uint8", 1}, {"int32", 4}, {"uint32", 4}, {"int64", 8}, {"uint64", 8}, {"float16", 2}, {"float32", 4}, {"float64", 8}, {"bfloat16", 2}, {"float8e4m3", 1}, {"float8e5m2", 1}}
+
+var algoNames = [...]string{"", "TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"}
+var protoNames = [...]string{"", "LL", "LL128", "SIMPLE"}
+
+func name(table []string, code uint8) string {
+	if int(code) < len(table) && code != 0 {
+		return table[code]
+	}
+	return "unknown"
+}
+
+// Hello is the first frame of a connection: who is sending.
+type Hello struct {
+	Version    uint16
+	RecordSize uint16
+	PID        uint32
+	UID        uint32
+	MonoNs     uint64 // the plugin's CLOCK_MONOTONIC when it connected
+	RealtimeNs uint64 // CLOCK_REALTIME at the same moment
+	Hostname   string
+}
+
+// Record is one decoded record. Which fields mean something depends on
+// Kind (docs/nccl-plugin.md); the rest are zero.
+type Record struct {
+	Kind     Kind
+	TID      uint32 // kernel thread id NCCL called the plugin on
+	Comm     uint64 // NCCL communicator id (commHash)
+	CommName string
+	Rank     int32 // the process's rank in Comm
+	NRanks   int32
+	NNodes   int32 // comm-init
+	Device   int32 // comm-init: CUDA device ordinal, -1 unknown
+
+	// Collective, p2p, and (the parent's) kernel-channel identity.
+	Task  uint64 // the plugin's number for the operation, unique in the process
+	Seq   uint64
+	Func  uint8 // wire code; Op names it
+	DType uint8
+	Peer  int32 // p2p peer, collective root; -1 none
+	// Collective and p2p.
+	Count, Bytes       uint64 // elements, and count × element size
+	Algo, Proto        uint8
+	NChannels, NWarps  uint8
+	HostStart, HostEnd uint64 // CLOCK_MONOTONIC ns: enqueue start and end
+	// Kernel channel.
+	ParentKind          Kind // KindCollective or KindP2P
+	Channel             uint8
+	GPUStart, GPUStop   uint64 // GPU %globaltimer ns; GPUStop 0 when not reported
+	SeenStart, SeenStop uint64 // CLOCK_MONOTONIC ns when the proxy thread reported them
+
+	// Comm-init, comm-finalize, drops: when (CLOCK_MONOTONIC ns).
+	At uint64
+	// Drops, cumulative for the process.
+	RingFull, Refused, Unsent uint64
+}
+
+// Op is the operation's name ("AllReduce"), or "unknown".
+func (r *Record) Op() string { return name(funcNames[:], r.Func) }
+
+// DTypeName is the element type's name ("float32"), or "unknown".
+func (r *Record) DTypeName() string {
+	if int(r.DType) < len(dtypes) && r.DType != 0 {
+		return dtypes[r.DType].name
+	}
+	return "unknown"
+}
+
+// AlgoName and ProtoName are NCCL's algorithm and protocol names.
+func (r *Record) AlgoName() string  { return name(algoNames[:], r.Algo) }
+func (r *Record) ProtoName() string { return name(protoNames[:], r.Proto) }
+
+// ErrVersion matches (errors.Is) the error a stream of another format
+// version gives, a *VersionError.
+var ErrVersion = errors.New("ncclplugin: unsupported record stream version")
+
+// VersionError is the error for a stream whose hello names a format
+// version this decoder does not read: the plugin and profile-run were
+// built from different sources.
+type VersionError struct{ Version uint16 }
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("ncclplugin: plugin record stream version %d, this profile-run reads version %d: rebuild the plugin (make -C plugins/nccl)", e.Version, Version)
+}
+
+// Is reports whether target is ErrVersion.
+func (e *VersionError) Is(target error) bool { return target == ErrVersion }
+
+// Reader decodes a record stream. It never panics on bad input: the
+// first malformed or truncated frame is an error naming its byte offset.
+type Reader struct {
+	r     io.Reader
+	off   int64
+	hello *Hello
+	err   error
+	buf   [RecordSize]byte
+}
+
+// NewReader returns a Reader of r; the hello is read by the first call of
+// Hello or Next.
+func NewReader(r io.Reader) *Reader { return &Reader{r: r} }
+
+// Offset is the number of bytes consumed so far.
+func (d *Reader) Offset() int64 { return d.off }
+
+func (d *Reader) fill() (int, error) {
+	n, err := io.ReadFull(d.r, d.buf[:])
+	return n, err
+}
+
+// Hello reads and validates the hello frame (once).
+func (d *Reader) Hello() (Hello, error) {
+	if d.hello != nil {
+		return *d.hello, nil
+	}
+	if d.err != nil {
+		return Hello{}, d.err
+	}
+	n, err := d.fill()
+	switch {
+	case err == io.EOF:
+		d.err = fmt.Errorf("ncclplugin: byte 0: empty stream, no hello")
+	case err == io.ErrUnexpectedEOF:
+		d.err = fmt.Errorf("ncclplugin: byte %d: stream ends inside the hello (%d of %d bytes)", d.off+int64(n), n, RecordSize)
+	case err != nil:
+		d.err = fmt.Errorf("ncclplugin: byte %d: %w", d.off+int64(n), err)
+	}
+	if d.err != nil {
+		return Hello{}, d.err
+	}
+	b := d.buf[:]
+	if string(b[0:4]) != Magic {
+		d.err = fmt.Errorf("ncclplugin: byte 0: not a trainscope NCCL plugin stream (magic %q, want %q)", b[0:4], Magic)
+		return Hello{}, d.err
+	}
+	h := Hello{
+		Version:    binary.LittleEndian.Uint16(b[4:]),
+		RecordSize: binary.LittleEndian.Uint16(b[6:]),
+		PID:        binary.LittleEndian.Uint32(b[8:]),
+		UID:        binary.LittleEndian.Uint32(b[12:]),
+		MonoNs:     binary.LittleEndian.Uint64(b[16:]),
+		RealtimeNs: binary.LittleEndian.Uint64(b[24:]),
+		Hostname:   cstring(b[32:96]),
+	}
+	if h.Version != Version {
+		d.err = &VersionError{Version: h.Version}
+		return Hello{}, d.err
+	}
+	if h.RecordSize != RecordSize {
+		d.err = fmt.Errorf("ncclplugin: byte 6: record size %d, version %d has %d", h.RecordSize, Version, RecordSize)
+		return Hello{}, d.err
+	}
+	d.off += RecordSize
+	d.hello = &h
+	return h, nil
+}
+
+// Next returns the next record; io.EOF at a clean end of the stream (on
+// a record boundary).
+func (d *Reader) Next() (Record, error) {
+	if _, err := d.Hello(); err != nil {
+		return Record{}, err
+	}
+	if d.err != nil {
+		return Record{}, d.err
+	}
+	n, err := d.fill()
+	switch {
+	case err == io.EOF:
+		d.err = io.EOF
+		return Record{}, io.EOF
+	case err == io.ErrUnexpectedEOF:
+		d.err = fmt.Errorf("ncclplugin: byte %d: stream ends inside a record (%d of %d bytes)", d.off, n, RecordSize)
+		return Record{}, d.err
+	case err != nil:
+		d.err = fmt.Errorf("ncclplugin: byte %d: %w", d.off+int64(n), err)
+		return Record{}, d.err
+	}
+	rec, err := decode(d.buf[:])
+	if err != nil {
+		d.err = fmt.Errorf("ncclplugin: byte %d: %w", d.off, err)
+		return Record{}, d.err
+	}
+	d.off += RecordSize
+	return rec, nil
+}
+
+func cstring(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+func decode(b []byte) (Record, error) {
+	le := binary.LittleEndian
+	k := Kind(le.Uint16(b[0:]))
+	r := Record{
+		Kind:     k,
+		TID:      le.Uint32(b[4:]),
+		Comm:     le.Uint64(b[8:]),
+		Rank:     int32(le.Uint32(b[64:])),
+		NRanks:   int32(le.Uint32(b[68:])),
+		CommName: cstring(b[96:128]),
+	}
+	task, seq := le.Uint64(b[16:]), le.Uint64(b[24:])
+	t0, t1 := le.Uint64(b[32:]), le.Uint64(b[40:])
+	a0, a1, a2 := le.Uint64(b[48:]), le.Uint64(b[56:]), le.Uint64(b[88:])
+	peer := int32(le.Uint32(b[72:]))
+	switch k {
+	case KindCommInit, KindCommFinalize:
+		r.At = t0
+		if k == KindCommInit {
+			r.NNodes = int32(le.Uint32(b[76:]))
+			r.Device = peer
+		}
+	case KindCollective, KindP2P:
+		r.Task, r.Seq, r.HostStart, r.HostEnd = task, seq, t0, t1
+		r.Count, r.Bytes, r.Peer = a0, a1, peer
+		r.Func, r.DType, r.Algo, r.Proto, r.NChannels, r.NWarps = b[80], b[81], b[82], b[83], b[84], b[87]
+		if task == 0 {
+			return r, fmt.Errorf("%v record with task 0", k)
+		}
+		if t1 < t0 {
+			return r, fmt.Errorf("%v record ends (%d ns) before it starts (%d ns)", k, t1, t0)
+		}
+	case KindKernelChannel:
+		r.Task, r.Seq, r.GPUStart, r.GPUStop = task, seq, t0, t1
+		r.SeenStart, r.SeenStop, r.Peer = a0, a1, peer
+		r.Func, r.DType, r.Channel, r.ParentKind = b[80], b[81], b[85], Kind(b[86])
+		if r.ParentKind != KindCollective && r.ParentKind != KindP2P {
+			return r, fmt.Errorf("kernel-channel record with parent kind %d", b[86])
+		}
+		if task == 0 {
+			return r, fmt.Errorf("kernel-channel record with task 0")
+		}
+	case KindDrops:
+		r.At, r.RingFull, r.Refused, r.Unsent = t0, a0, a1, a2
+	default:
+		return r, fmt.Errorf("unknown record kind %d", uint16(k))
+	}
+	return r, nil
+}

@@ -1,0 +1,195 @@
+package ncclplugin
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestReaderDecodesEveryKind(t *testing.T) {
+	in := stream(
+		helloFrame(1, 4242, "node7"),
+		wireRec{kind: 1, tid: 9, hash: 0xfeed, t0: 100, rank: 2, nranks: 8, nnodes: 2, peer: 3, name: "pg0"}.frame(),
+		wireRec{kind: 2, tid: 9, hash: 0xfeed, task: 11, seq: 4, t0: 200, t1: 250, a0: 1024, a1: 2048, rank: 2, nranks: 8, peer: -1,
+			fn: 1, dtype: 10, algo: 2, proto: 3, nch: 4, nwarps: 16, name: "pg0"}.frame(),
+		wireRec{kind: 3, hash: 0xfeed, task: 12, seq: 1, t0: 300, t1: 310, a0: 3, a1: 24, rank: 2, nranks: 8, peer: 5, fn: 6, dtype: 5, nch: 1}.frame(),
+		wireRec{kind: 4, tid: 77, hash: 0xfeed, task: 11, seq: 4, t0: 9000, t1: 9500, a0: 400, a1: 450, rank: 2, nranks: 8, peer: -1,
+			fn: 1, channel: 3, parent: 2}.frame(),
+		wireRec{kind: 5, t0: 500, a0: 7, a1: 8, a2: 9}.frame(),
+		wireRec{kind: 6, hash: 0xfeed, t0: 600, rank: 2, nranks: 8}.frame(),
+	)
+	d := NewReader(bytes.NewReader(in))
+	h, err := d.Hello()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.PID != 4242 || h.Hostname != "node7" || h.Version != 1 || h.UID != 1000 {
+		t.Fatalf("hello %+v", h)
+	}
+	var got []Record
+	for {
+		r, err := d.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 6 || d.Offset() != 7*128 {
+		t.Fatalf("%d records, offset %d", len(got), d.Offset())
+	}
+	ci := got[0]
+	if ci.Kind != KindCommInit || ci.At != 100 || ci.Rank != 2 || ci.NRanks != 8 || ci.NNodes != 2 || ci.Device != 3 || ci.CommName != "pg0" || ci.Comm != 0xfeed {
+		t.Errorf("comm init %+v", ci)
+	}
+	co := got[1]
+	if co.Op() != "AllReduce" || co.DTypeName() != "bfloat16" || co.AlgoName() != "RING" || co.ProtoName() != "SIMPLE" ||
+		co.Task != 11 || co.Seq != 4 || co.HostStart != 200 || co.HostEnd != 250 || co.Count != 1024 || co.Bytes != 2048 ||
+		co.NChannels != 4 || co.NWarps != 16 || co.Peer != -1 || co.TID != 9 {
+		t.Errorf("collective %+v", co)
+	}
+	p := got[2]
+	if p.Kind != KindP2P || p.Op() != "Send" || p.DTypeName() != "int64" || p.Peer != 5 || p.Seq != 1 || p.Bytes != 24 {
+		t.Errorf("p2p %+v", p)
+	}
+	k := got[3]
+	if k.Kind != KindKernelChannel || k.ParentKind != KindCollective || k.Channel != 3 || k.GPUStart != 9000 || k.GPUStop != 9500 ||
+		k.SeenStart != 400 || k.SeenStop != 450 || k.Task != 11 || k.TID != 77 {
+		t.Errorf("kernel channel %+v", k)
+	}
+	dr := got[4]
+	if dr.Kind != KindDrops || dr.RingFull != 7 || dr.Refused != 8 || dr.Unsent != 9 || dr.At != 500 {
+		t.Errorf("drops %+v", dr)
+	}
+	if got[5].Kind != KindCommFinalize || got[5].At != 600 {
+		t.Errorf("finalize %+v", got[5])
+	}
+}
+
+func TestReaderRejectsOtherVersions(t *testing.T) {
+	d := NewReader(bytes.NewReader(helloFrame(2, 1, "h")))
+	_, err := d.Next()
+	if !errors.Is(err, ErrVersion) {
+		t.Fatalf("error %v, want ErrVersion", err)
+	}
+	for _, want := range []string{"version 2", "reads version 1", "make -C plugins/nccl"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+}
+
+func TestReaderErrorsNameTheOffset(t *testing.T) {
+	good := wireRec{kind: 2, task: 1, t0: 1, t1: 2}.frame()
+	tests := []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"empty", nil, "byte 0: empty stream"},
+		{"short hello", helloFrame(1, 1, "h")[:60], "byte 60: stream ends inside the hello"},
+		{"bad magic", append([]byte("HTTP"), make([]byte, 124)...), "byte 0: not a trainscope"},
+		{"truncated record", stream(helloFrame(1, 1, "h"), good, good[:40]), "byte 256: stream ends inside a record (40 of 128"},
+		{"unknown kind", stream(helloFrame(1, 1, "h"), wireRec{kind: 99}.frame()), "byte 128: unknown record kind 99"},
+		{"task 0", stream(helloFrame(1, 1, "h"), good, wireRec{kind: 3, t0: 1, t1: 1}.frame()), "byte 256: p2p record with task 0"},
+		{"ends before it starts", stream(helloFrame(1, 1, "h"), wireRec{kind: 2, task: 1, t0: 5, t1: 4}.frame()), "byte 128: collective record ends"},
+		{"kernel parent", stream(helloFrame(1, 1, "h"), wireRec{kind: 4, task: 1, parent: 9}.frame()), "byte 128: kernel-channel record with parent kind 9"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewReader(bytes.NewReader(tc.in))
+			var err error
+			for err == nil {
+				_, err = d.Next()
+			}
+			if err == io.EOF || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if _, again := d.Next(); again == nil || again.Error() != err.Error() {
+				t.Errorf("second Next: %v", again)
+			}
+		})
+	}
+}
+
+// The constants here and in the C header must agree.
+func TestWireHeaderAgrees(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "plugins", "nccl", "trainscope_nccl_wire.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := func(name string) int {
+		m := regexp.MustCompile(`\b` + name + `\s*=?\s*(\d+)`).FindSubmatch(src)
+		if m == nil {
+			t.Fatalf("%s not in the header", name)
+		}
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	if !bytes.Contains(src, []byte(`#define TSNP_MAGIC "`+Magic+`"`)) {
+		t.Error("magic differs")
+	}
+	checks := map[string]int{
+		"TSNP_VERSION": Version, "TSNP_RECORD_SIZE": RecordSize,
+		"TSNP_COMM_INIT": int(KindCommInit), "TSNP_COLLECTIVE": int(KindCollective), "TSNP_P2P": int(KindP2P),
+		"TSNP_KERNEL_CHANNEL": int(KindKernelChannel), "TSNP_DROPS": int(KindDrops), "TSNP_COMM_FINALIZE": int(KindCommFinalize),
+	}
+	for name, want := range checks {
+		if got := def(name); got != want {
+			t.Errorf("%s = %d in the header, %d here", name, got, want)
+		}
+	}
+	for i, n := range funcNames[1:] {
+		c := "TSNP_FUNC_" + strings.ToUpper(n)
+		if got := def(c); got != i+1 {
+			t.Errorf("%s = %d in the header, %d here", c, got, i+1)
+		}
+	}
+	for i, d := range dtypes[1:] {
+		c := "TSNP_DTYPE_" + strings.ToUpper(d.name)
+		if got := def(c); got != i+1 {
+			t.Errorf("%s = %d in the header, %d here", c, got, i+1)
+		}
+		if !regexp.MustCompile(c + `\s*=\s*\d+,\s*/\*\s*\(` + strconv.Itoa(int(d.size)) + `\)`).Match(src) {
+			t.Errorf("%s: size %d not in the header", c, d.size)
+		}
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add(stream(helloFrame(1, 1, "h"), wireRec{kind: 2, task: 1, t0: 1, t1: 2, nch: 1}.frame(),
+		wireRec{kind: 4, task: 1, parent: 2, t0: 5, t1: 6}.frame()))
+	f.Add(helloFrame(2, 1, "h"))
+	f.Add(stream(helloFrame(1, 1, "h"), wireRec{kind: 5}.frame()[:77]))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		d := NewReader(bytes.NewReader(in))
+		n := 0
+		for {
+			_, err := d.Next()
+			if err == io.EOF {
+				if int64(len(in)) != d.Offset() {
+					t.Fatalf("EOF at %d of %d bytes", d.Offset(), len(in))
+				}
+				return
+			}
+			if err != nil {
+				if !errors.Is(err, ErrVersion) && !strings.Contains(err.Error(), "byte ") {
+					t.Fatalf("error without an offset: %v", err)
+				}
+				return
+			}
+			n++
+			if int64(n+1)*RecordSize != d.Offset() {
+				t.Fatalf("offset %d after %d records", d.Offset(), n)
+			}
+		}
+	})
+}

@@ -1,0 +1,775 @@
+/*
+ * trainscope's NCCL profiler plugin: timestamps NCCL's collectives, p2p
+ * operations and their kernel channels, copies them into fixed-size
+ * records and streams them to the profile-run collector over a Unix
+ * socket (TRAINSCOPE_NCCL_SOCKET). docs/nccl-plugin.md describes what is
+ * recorded and why it is built this way.
+ *
+ * Threads: NCCL calls init, startEvent, stopEvent and finalize on its
+ * application threads and kernel-channel events on its proxy threads.
+ * Those calls only read the clock, copy fields and push a record onto the
+ * calling thread's ring; they take no lock, allocate nothing and make no
+ * system call once the thread's ring exists. One background thread of
+ * ours drains the rings and writes to the socket, never waiting on the
+ * collector for long, and discards (counting) when there is none.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl_profiler_abi.h"
+#include "trainscope_nccl_wire.h"
+
+#define TS_EXPORT __attribute__((visibility("default")))
+
+enum {
+  TS_MASK = ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh,
+  TS_DEFAULT_RING = 16384, /* records per thread ring */
+  TS_SLOTS = 32768,        /* live event slots per pool; a power of two */
+  TS_BATCH = 512,          /* records per socket write */
+  TS_FLUSH_MS = 200,       /* how long finalize and exit wait for the last records to go */
+  TS_SEND_WAIT_MS = 50,    /* how long one drain cycle waits on a full socket */
+};
+
+static uint64_t now_ns(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+static uint64_t mono_ns(void) { return now_ns(CLOCK_MONOTONIC); }
+
+/* ---- Per-thread rings: single producer (the thread), single consumer (the drainer). ---- */
+
+enum { RING_OWNED = 1, RING_FREE = 2 };
+
+struct ts_ring {
+  _Atomic uint64_t head; /* written by the producer */
+  char pad0[56];
+  _Atomic uint64_t tail; /* written by the drainer */
+  char pad1[56];
+  _Atomic uint64_t dropped; /* records lost because the ring was full */
+  _Atomic int state;
+  uint32_t tid;
+  struct ts_ring* next; /* immutable once published */
+  struct tsnp_record recs[];
+};
+
+/* ---- Event slots: what an event handle names between start and stop. ----
+ * A handle is not a pointer but (generation, slot, tag) packed into a
+ * pointer-sized integer, so a stale or foreign parent handle is recognised
+ * by its generation instead of being dereferenced. Slots are written under
+ * a sequence lock because a slot can be reused (after TS_SLOTS later
+ * events) while another thread still reads it. */
+
+enum { TAG_COLL = 1, TAG_P2P = 2, TAG_KERNEL = 3 };
+enum { SLOT_WORDS = TSNP_RECORD_SIZE / 8 };
+
+struct ts_slot {
+  _Atomic uint64_t seq; /* 2·gen while valid, odd while being written */
+  _Atomic uint64_t w[SLOT_WORDS];
+};
+
+struct ts_pool {
+  _Atomic uint64_t next;
+  struct ts_slot slots[TS_SLOTS];
+};
+
+static struct ts_pool task_pool;   /* collectives and p2p operations */
+static struct ts_pool kernel_pool; /* kernel channels between their start and stop */
+
+static void slot_write(struct ts_slot* s, uint64_t gen, const struct tsnp_record* r) {
+  uint64_t w[SLOT_WORDS];
+  memcpy(w, r, sizeof w);
+  atomic_store_explicit(&s->seq, 2 * gen - 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  for (int i = 0; i < SLOT_WORDS; i++) atomic_store_explicit(&s->w[i], w[i], memory_order_relaxed);
+  atomic_store_explicit(&s->seq, 2 * gen, memory_order_release);
+}
+
+static int slot_read(struct ts_slot* s, uint64_t gen, struct tsnp_record* r) {
+  uint64_t w[SLOT_WORDS];
+  uint64_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
+  if (s1 != 2 * gen) return 0;
+  for (int i = 0; i < SLOT_WORDS; i++) w[i] = atomic_load_explicit(&s->w[i], memory_order_relaxed);
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&s->seq, memory_order_relaxed) != s1) return 0;
+  memcpy(r, w, sizeof w);
+  return 1;
+}
+
+/* Stores r in the next slot of p and returns its handle; with number,
+ * r->task becomes the slot's sequence number (from 1). */
+static void* pool_put(struct ts_pool* p, int tag, struct tsnp_record* r, int number) {
+  uint64_t n = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+  uint64_t idx = n & (TS_SLOTS - 1), gen = n / TS_SLOTS + 1;
+  if (number) r->task = n + 1;
+  slot_write(&p->slots[idx], gen, r);
+  return (void*)(uintptr_t)(gen << 20 | idx << 4 | (uint64_t)tag);
+}
+
+/* Reads the slot a handle names; 0 if the handle is not one of ours with
+ * a tag in tags (a bit set of TAG_*), or the slot moved on. */
+static int pool_get(struct ts_pool* p, const void* h, unsigned tags, struct tsnp_record* r, int* tag) {
+  uint64_t v = (uint64_t)(uintptr_t)h;
+  int t = (int)(v & 15);
+  uint64_t idx = (v >> 4) & 0xffff, gen = v >> 20;
+  if (v == 0 || !(tags & (1u << t)) || idx >= TS_SLOTS || gen == 0) return 0;
+  if (tag) *tag = t;
+  return slot_read(&p->slots[idx], gen, r);
+}
+
+static struct ts_slot* pool_slot(struct ts_pool* p, const void* h, uint64_t* gen) {
+  uint64_t v = (uint64_t)(uintptr_t)h;
+  *gen = v >> 20;
+  return &p->slots[(v >> 4) & (TS_SLOTS - 1)];
+}
+
+/* ---- Global state. ---- */
+
+struct ts_comm {
+  uint64_t hash;
+  int rank, nranks, nnodes;
+  char name[32];
+  _Atomic uint64_t p2p_other; /* p2p sequence for a peer outside [0, nranks) */
+  _Atomic uint64_t p2p_seq[]; /* [0, nranks): sends to peer; [nranks, 2·nranks): receives from peer */
+};
+
+static struct {
+  pthread_mutex_t mu; /* init, finalize and the drainer's bookkeeping; never on the event path */
+  pthread_cond_t wake, done;
+  int set_up;
+  int ncomms;
+  int running, stop;
+  uint64_t flush_req, flush_done, flush_deadline;
+  pthread_t thread;
+  pthread_key_t key;
+  uint32_t ring_cap;
+  uint64_t interval_ns;
+  _Atomic(struct ts_ring*) rings;
+  _Atomic uint64_t refused; /* events refused: no slot, or a parent no longer known */
+  /* The drainer's own. */
+  int fd;
+  uint64_t next_connect;
+  uint64_t unsent;
+  uint64_t last_drops[3];
+  int drops_dirty;
+  char path[sizeof(((struct sockaddr_un*)0)->sun_path)];
+  size_t out_len, out_off; /* bytes of out */
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER, .fd = -1};
+
+static struct tsnp_record out[TS_BATCH]; /* the drainer's batch */
+
+static __thread struct ts_ring* tls_ring;
+static __thread int tls_ring_failed;
+
+static uint32_t gettid_u32(void) { return (uint32_t)syscall(SYS_gettid); }
+
+static void ring_release(void* p) { atomic_store_explicit(&((struct ts_ring*)p)->state, RING_FREE, memory_order_release); }
+
+/* The calling thread's ring: the first call of a thread adopts the ring of
+ * a thread that has exited, or allocates one; later calls are a TLS load. */
+static struct ts_ring* ring_get(void) {
+  struct ts_ring* r = tls_ring;
+  if (__builtin_expect(r != NULL, 1)) return r;
+  if (tls_ring_failed) return NULL;
+  for (r = atomic_load_explicit(&g.rings, memory_order_acquire); r; r = r->next) {
+    int expect = RING_FREE;
+    if (atomic_compare_exchange_strong(&r->state, &expect, RING_OWNED)) break;
+  }
+  if (!r) {
+    size_t size = sizeof *r + (size_t)g.ring_cap * sizeof r->recs[0];
+    r = aligned_alloc(64, (size + 63) & ~(size_t)63);
+    if (!r) {
+      tls_ring_failed = 1;
+      atomic_fetch_add(&g.refused, 1);
+      return NULL;
+    }
+    memset(r, 0, size); /* touch every page now, not on the event path */
+    atomic_init(&r->state, RING_OWNED);
+    struct ts_ring* head = atomic_load(&g.rings);
+    do r->next = head;
+    while (!atomic_compare_exchange_weak(&g.rings, &head, r));
+  }
+  r->tid = gettid_u32();
+  tls_ring = r;
+  pthread_setspecific(g.key, r);
+  return r;
+}
+
+static void push(struct tsnp_record* rec) {
+  struct ts_ring* r = ring_get();
+  if (!r) return;
+  rec->tid = r->tid;
+  uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+  if (h - t >= g.ring_cap) {
+    atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
+    return;
+  }
+  r->recs[h & (g.ring_cap - 1)] = *rec;
+  atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+/* ---- NCCL's names to wire codes. ---- */
+
+static int eq(const char* a, const char* b) { return strcmp(a, b) == 0; }
+
+static uint8_t func_code(const char* s) {
+  if (!s) return TSNP_FUNC_UNKNOWN;
+  switch (s[0]) {
+  case 'A':
+    return eq(s, "AllReduce") ? TSNP_FUNC_ALLREDUCE
+         : eq(s, "AllGather") ? TSNP_FUNC_ALLGATHER
+         : eq(s, "AlltoAll")  ? TSNP_FUNC_ALLTOALL
+                              : TSNP_FUNC_UNKNOWN;
+  case 'B': return eq(s, "Broadcast") ? TSNP_FUNC_BROADCAST : TSNP_FUNC_UNKNOWN;
+  case 'R':
+    return eq(s, "Reduce")        ? TSNP_FUNC_REDUCE
+         : eq(s, "ReduceScatter") ? TSNP_FUNC_REDUCESCATTER
+         : eq(s, "Recv")          ? TSNP_FUNC_RECV
+                                  : TSNP_FUNC_UNKNOWN;
+  case 'S':
+    return eq(s, "Send")     ? TSNP_FUNC_SEND
+         : eq(s, "SendRecv") ? TSNP_FUNC_SENDRECV
+         : eq(s, "Scatter")  ? TSNP_FUNC_SCATTER
+                             : TSNP_FUNC_UNKNOWN;
+  case 'G': return eq(s, "Gather") ? TSNP_FUNC_GATHER : TSNP_FUNC_UNKNOWN;
+  }
+  return TSNP_FUNC_UNKNOWN;
+}
+
+static const struct {
+  const char* name;
+  uint8_t code, size;
+} dtypes[] = {
+    {"Int8", TSNP_DTYPE_INT8, 1},         {"Uint8", TSNP_DTYPE_UINT8, 1},
+    {"Int32", TSNP_DTYPE_INT32, 4},       {"Uint32", TSNP_DTYPE_UINT32, 4},
+    {"Int64", TSNP_DTYPE_INT64, 8},       {"Uint64", TSNP_DTYPE_UINT64, 8},
+    {"Float16", TSNP_DTYPE_FLOAT16, 2},   {"Float32", TSNP_DTYPE_FLOAT32, 4},
+    {"Float64", TSNP_DTYPE_FLOAT64, 8},   {"Bfloat16", TSNP_DTYPE_BFLOAT16, 2},
+    {"Float8e4m3", TSNP_DTYPE_FLOAT8E4M3, 1}, {"Float8e5m2", TSNP_DTYPE_FLOAT8E5M2, 1},
+};
+
+/* NCCL names element types "ncclFloat32" and so on. */
+static uint8_t dtype_code(const char* s, uint64_t* size) {
+  *size = 0;
+  if (!s) return TSNP_DTYPE_UNKNOWN;
+  if (strncmp(s, "nccl", 4) == 0) s += 4;
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+    if (eq(s, dtypes[i].name)) {
+      *size = dtypes[i].size;
+      return dtypes[i].code;
+    }
+  return TSNP_DTYPE_UNKNOWN;
+}
+
+static uint8_t algo_code(const char* s) {
+  if (!s) return TSNP_ALGO_UNKNOWN;
+  static const char* names[] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (eq(s, names[i])) return (uint8_t)(i + 1);
+  return TSNP_ALGO_UNKNOWN;
+}
+
+static uint8_t proto_code(const char* s) {
+  if (!s) return TSNP_PROTO_UNKNOWN;
+  return eq(s, "LL") ? TSNP_PROTO_LL : eq(s, "LL128") ? TSNP_PROTO_LL128 : eq(s, "SIMPLE") ? TSNP_PROTO_SIMPLE : TSNP_PROTO_UNKNOWN;
+}
+
+/* ---- The drainer. ---- */
+
+static uint64_t ring_drops(void) {
+  uint64_t n = 0;
+  for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) n += atomic_load_explicit(&r->dropped, memory_order_relaxed);
+  return n;
+}
+
+static void disconnect(void) {
+  if (g.fd >= 0) close(g.fd);
+  g.fd = -1;
+  /* Whole records that never went out are lost; a partly sent one
+   * truncates the stream, which the collector reports. */
+  if (g.out_len > g.out_off) g.unsent += (g.out_len - g.out_off) / TSNP_RECORD_SIZE;
+  g.out_len = g.out_off = 0;
+  g.next_connect = mono_ns() + 1000000000u;
+}
+
+static void try_connect(void) {
+  if (g.fd >= 0 || !g.path[0] || mono_ns() < g.next_connect) return;
+  g.next_connect = mono_ns() + 1000000000u; /* at most one attempt a second */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  memcpy(addr.sun_path, g.path, sizeof addr.sun_path);
+  if (connect(fd, (struct sockaddr*)&addr, sizeof addr) != 0) {
+    close(fd);
+    return;
+  }
+  g.fd = fd;
+  struct tsnp_hello h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, TSNP_MAGIC, 4);
+  h.version = TSNP_VERSION;
+  h.record_size = TSNP_RECORD_SIZE;
+  h.pid = (uint32_t)getpid();
+  h.uid = (uint32_t)getuid();
+  h.mono_ns = mono_ns();
+  h.realtime_ns = now_ns(CLOCK_REALTIME);
+  gethostname(h.hostname, sizeof h.hostname - 1);
+  memcpy(&out[0], &h, sizeof h);
+  g.out_len = sizeof h;
+  g.out_off = 0;
+  g.drops_dirty = 1;
+}
+
+/* Writes what is buffered, waiting at most wait_ms for room on the socket. */
+static void send_out(int wait_ms) {
+  uint64_t deadline = mono_ns() + (uint64_t)wait_ms * 1000000u;
+  while (g.fd >= 0 && g.out_off < g.out_len) {
+    ssize_t n = send(g.fd, (char*)out + g.out_off, g.out_len - g.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      g.out_off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      uint64_t now = mono_ns();
+      if (now >= deadline) break;
+      struct pollfd p = {.fd = g.fd, .events = POLLOUT};
+      int ms = (int)((deadline - now + 999999) / 1000000);
+      if (poll(&p, 1, ms) < 0 && errno != EINTR) {
+        disconnect();
+        return;
+      }
+      continue;
+    }
+    disconnect();
+    return;
+  }
+  if (g.out_off == g.out_len) {
+    g.out_off = g.out_len = 0;
+  } else if (g.out_off >= TSNP_RECORD_SIZE) {
+    size_t whole = g.out_off / TSNP_RECORD_SIZE * TSNP_RECORD_SIZE;
+    memmove(out, (char*)out + whole, g.out_len - whole);
+    g.out_len -= whole;
+    g.out_off -= whole;
+  }
+}
+
+static int out_room(void) { return (int)(TS_BATCH - (g.out_len + TSNP_RECORD_SIZE - 1) / TSNP_RECORD_SIZE); }
+
+static void queue_drops(void) {
+  uint64_t now[3] = {ring_drops(), atomic_load(&g.refused), g.unsent};
+  if (!g.drops_dirty && memcmp(now, g.last_drops, sizeof now) == 0) return;
+  if (g.fd < 0 || out_room() < 1) return;
+  struct tsnp_record r = {.kind = TSNP_DROPS, .tid = gettid_u32(), .t0 = mono_ns(), .a0 = now[0], .a1 = now[1], .a2 = now[2]};
+  memcpy((char*)out + g.out_len, &r, sizeof r);
+  g.out_len += sizeof r;
+  memcpy(g.last_drops, now, sizeof now);
+  g.drops_dirty = 0;
+}
+
+/* Moves records from the rings to the socket (or discards them when there
+ * is no collector) until the rings are empty or the socket is full.
+ * Returns whether the rings were left empty. */
+static int drain(int wait_ms) {
+  for (int round = 0; round < 256; round++) {
+    int more = 0;
+    for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) {
+      uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+      uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+      uint64_t n = h - t;
+      if (g.fd < 0) {
+        g.unsent += n;
+      } else {
+        uint64_t room = (uint64_t)out_room();
+        if (n > room) {
+          n = room;
+          more = 1;
+        }
+        for (uint64_t i = 0; i < n; i++) {
+          memcpy((char*)out + g.out_len, &r->recs[(t + i) & (g.ring_cap - 1)], TSNP_RECORD_SIZE);
+          g.out_len += TSNP_RECORD_SIZE;
+        }
+      }
+      atomic_store_explicit(&r->tail, t + n, memory_order_release);
+    }
+    queue_drops();
+    send_out(wait_ms);
+    /* A socket that stays full leaves records in the rings, where the
+     * producers count what no longer fits: NCCL never waits on us. */
+    if (g.out_len > g.out_off) return 0;
+    if (!more) return 1;
+  }
+  return 0;
+}
+
+static void* drainer_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&g.mu);
+  for (;;) {
+    pthread_mutex_unlock(&g.mu);
+    try_connect();
+    pthread_mutex_lock(&g.mu);
+    uint64_t wake = mono_ns() + g.interval_ns;
+    struct timespec ts = {(time_t)(wake / 1000000000u), (long)(wake % 1000000000u)};
+    while (!g.stop && g.flush_req == g.flush_done && mono_ns() < wake)
+      if (pthread_cond_timedwait(&g.wake, &g.mu, &ts) == ETIMEDOUT) break;
+    uint64_t req = g.flush_req, deadline = g.flush_deadline;
+    int stop = g.stop;
+    pthread_mutex_unlock(&g.mu);
+
+    try_connect();
+    if (req != g.flush_done) {
+      /* A flush: drain until empty or the deadline. */
+      for (;;) {
+        uint64_t now = mono_ns();
+        if (now >= deadline) break;
+        int left = (int)((deadline - now) / 1000000u);
+        if (drain(left < TS_SEND_WAIT_MS ? left : TS_SEND_WAIT_MS)) break;
+      }
+      g.drops_dirty = 1;
+      queue_drops();
+      uint64_t now = mono_ns();
+      send_out(now < deadline ? (int)((deadline - now) / 1000000u) : 0);
+    } else {
+      drain(TS_SEND_WAIT_MS);
+    }
+
+    pthread_mutex_lock(&g.mu);
+    if (req != g.flush_done) {
+      g.flush_done = req;
+      pthread_cond_broadcast(&g.done);
+    }
+    if (stop) break;
+  }
+  pthread_mutex_unlock(&g.mu);
+  disconnect();
+  return NULL;
+}
+
+/* Called with g.mu held. */
+static void drainer_start(void) {
+  if (g.running) return;
+  g.stop = 0;
+  g.next_connect = 0;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the application's threads */
+  if (pthread_create(&g.thread, NULL, drainer_main, NULL) == 0) g.running = 1;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Asks the drainer to send what is left, waiting until deadline; with
+ * stop, the drainer exits afterwards. Called with g.mu held. */
+static void flush_locked(uint64_t deadline, int stop) {
+  if (!g.running) return;
+  uint64_t req = ++g.flush_req;
+  g.flush_deadline = deadline;
+  if (stop) g.stop = 1;
+  pthread_cond_broadcast(&g.wake);
+  struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
+  while (g.flush_done < req && mono_ns() < deadline)
+    if (pthread_cond_timedwait(&g.done, &g.mu, &ts) == ETIMEDOUT) break;
+  if (!stop) return;
+  int finished = g.flush_done >= req;
+  pthread_t t = g.thread;
+  g.running = 0;
+  pthread_mutex_unlock(&g.mu);
+  if (finished) pthread_join(t, NULL);
+  else pthread_detach(t); /* stuck past the deadline: leave it; it exits when its wait ends */
+  pthread_mutex_lock(&g.mu);
+}
+
+/* Condition variables that time out on CLOCK_MONOTONIC, as every deadline here is. */
+static void init_conds(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&g.wake, &a);
+  pthread_cond_init(&g.done, &a);
+  pthread_condattr_destroy(&a);
+}
+
+static void after_fork_child(void) {
+  /* The drainer did not come along, and the communicators belong to the parent. */
+  pthread_mutex_init(&g.mu, NULL);
+  init_conds();
+  g.running = 0;
+  g.ncomms = 0;
+  g.flush_req = g.flush_done = 0;
+  if (g.fd >= 0) close(g.fd);
+  g.fd = -1;
+  g.out_len = g.out_off = 0;
+  for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next)
+    atomic_store(&r->tail, atomic_load(&r->head)); /* the parent sends its own records */
+}
+
+static uint64_t env_u64(const char* name, uint64_t def) {
+  const char* s = getenv(name);
+  if (!s || !*s) return def;
+  char* end;
+  unsigned long long v = strtoull(s, &end, 10);
+  return *end || v == 0 ? def : (uint64_t)v;
+}
+
+/* Called with g.mu held, once per load of the library. */
+static void set_up(void) {
+  if (g.set_up) return;
+  g.set_up = 1;
+  init_conds();
+  uint64_t cap = env_u64("TRAINSCOPE_NCCL_RING_RECORDS", TS_DEFAULT_RING), p = 16;
+  while (p < cap && p < (1u << 24)) p <<= 1;
+  g.ring_cap = (uint32_t)p;
+  g.interval_ns = env_u64("TRAINSCOPE_NCCL_DRAIN_MS", 5) * 1000000u;
+  const char* path = getenv("TRAINSCOPE_NCCL_SOCKET");
+  if (path && strlen(path) < sizeof g.path) strcpy(g.path, path);
+  pthread_key_create(&g.key, ring_release);
+  pthread_atfork(NULL, NULL, after_fork_child);
+  /* Touch the slot pools now rather than on the event path. */
+  memset(&task_pool, 0, sizeof task_pool);
+  memset(&kernel_pool, 0, sizeof kernel_pool);
+}
+
+__attribute__((destructor)) static void at_unload(void) {
+  /* Process exit without ncclCommDestroy (common): send what is left. */
+  pthread_mutex_lock(&g.mu);
+  flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, 1);
+  pthread_mutex_unlock(&g.mu);
+}
+
+/* ---- The NCCL interface. ---- */
+
+static void comm_record(struct tsnp_record* r, const struct ts_comm* c, uint16_t kind) {
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  r->comm_hash = c->hash;
+  r->rank = c->rank;
+  r->nranks = c->nranks;
+  r->peer = -1;
+  memcpy(r->comm_name, c->name, sizeof r->comm_name);
+}
+
+/* The CUDA device of the calling thread's current context, through the
+ * driver already loaded in the process (nothing is loaded here); -1 when
+ * there is none. NCCL initialises a communicator on its device. */
+static int current_device(void) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!cuda) return -1;
+  int dev = -1;
+  int (*get)(int*) = (int (*)(int*))dlsym(cuda, "cuCtxGetDevice");
+  if (!get || get(&dev) != 0) dev = -1;
+  dlclose(cuda);
+  return dev;
+}
+
+static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const char* name, int nnodes, int nranks,
+                            int rank, ncclDebugLogger_t logfn) {
+  *context = NULL;
+  if (nranks < 0) nranks = 0;
+  struct ts_comm* c = calloc(1, sizeof *c + 2 * (size_t)nranks * sizeof c->p2p_seq[0]);
+  if (!c) {
+    *mask = 0; /* no events, and training goes on */
+    return ncclSuccess;
+  }
+  c->hash = comm_id;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->nnodes = nnodes;
+  if (name) memcpy(c->name, name, strnlen(name, sizeof c->name));
+  pthread_mutex_lock(&g.mu);
+  set_up();
+  drainer_start();
+  g.ncomms++;
+  int connected_path = g.path[0] != 0;
+  pthread_mutex_unlock(&g.mu);
+  *mask = TS_MASK;
+  *context = c;
+  struct tsnp_record r;
+  comm_record(&r, c, TSNP_COMM_INIT);
+  r.t0 = mono_ns();
+  r.nnodes = nnodes;
+  r.peer = current_device();
+  push(&r);
+  if (logfn)
+    logfn(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__, "trainscope profiler: comm %lx rank %d/%d, records to %s",
+          (unsigned long)comm_id, rank, nranks, connected_path ? g.path : "nowhere (TRAINSCOPE_NCCL_SOCKET unset)");
+  return ncclSuccess;
+}
+
+static ncclResult_t ts_init_v4(void** context, int* mask, const char* name, uint64_t hash, int nnodes, int nranks, int rank,
+                               ncclDebugLogger_t logfn) {
+  return ts_init(context, hash, mask, name, nnodes, nranks, rank, logfn);
+}
+
+static ncclResult_t ts_finalize(void* context) {
+  struct ts_comm* c = context;
+  if (!c) return ncclSuccess;
+  struct tsnp_record r;
+  comm_record(&r, c, TSNP_COMM_FINALIZE);
+  r.t0 = mono_ns();
+  push(&r);
+  pthread_mutex_lock(&g.mu);
+  if (--g.ncomms == 0) flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, 1);
+  pthread_mutex_unlock(&g.mu);
+  free(c);
+  return ncclSuccess;
+}
+
+static void start_coll(struct ts_comm* c, void** handle, uint64_t seq, const char* func, size_t count, int root,
+                       const char* dtype, uint8_t nch, uint8_t nwarps, const char* algo, const char* proto) {
+  struct tsnp_record r;
+  comm_record(&r, c, TSNP_COLLECTIVE);
+  r.t0 = mono_ns();
+  r.seq = seq;
+  r.func = func_code(func);
+  uint64_t size;
+  r.dtype = dtype_code(dtype, &size);
+  r.a0 = count;
+  r.a1 = count * size;
+  if (r.func == TSNP_FUNC_BROADCAST || r.func == TSNP_FUNC_REDUCE || r.func == TSNP_FUNC_GATHER ||
+      r.func == TSNP_FUNC_SCATTER)
+    r.peer = root;
+  r.nchannels = nch;
+  r.nwarps = nwarps;
+  r.algo = algo_code(algo);
+  r.proto = proto_code(proto);
+  ring_get(); /* a thread's first event allocates its ring here, not at the stop */
+  *handle = pool_put(&task_pool, TAG_COLL, &r, 1);
+}
+
+static void start_p2p(struct ts_comm* c, void** handle, const char* func, size_t count, const char* dtype, int peer,
+                      uint8_t nch) {
+  struct tsnp_record r;
+  comm_record(&r, c, TSNP_P2P);
+  r.t0 = mono_ns();
+  r.func = func_code(func);
+  uint64_t size;
+  r.dtype = dtype_code(dtype, &size);
+  r.a0 = count;
+  r.a1 = count * size;
+  r.peer = peer;
+  r.nchannels = nch;
+  _Atomic uint64_t* ctr = &c->p2p_other;
+  if (peer >= 0 && peer < c->nranks) ctr = &c->p2p_seq[(r.func == TSNP_FUNC_RECV ? c->nranks : 0) + peer];
+  r.seq = atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
+  ring_get();
+  *handle = pool_put(&task_pool, TAG_P2P, &r, 1);
+}
+
+/* A kernel channel's parent is the handle we returned for its collective
+ * or p2p. It arrives on a proxy thread, possibly long after the parent
+ * stopped (or, for a CUDA graph replay, after its slot was reused), so it
+ * is checked by generation instead of being trusted. */
+static void start_kernel(void** handle, void* parent, uint8_t channel, uint64_t gpu_start) {
+  struct tsnp_record r;
+  int tag;
+  if (!pool_get(&task_pool, parent, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
+    atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
+    return;
+  }
+  r.kind = TSNP_KERNEL_CHANNEL;
+  r.parent_kind = tag == TAG_COLL ? TSNP_COLLECTIVE : TSNP_P2P;
+  r.channel = channel;
+  r.t0 = gpu_start;
+  r.t1 = 0;
+  r.a0 = mono_ns();
+  r.a1 = 0;
+  ring_get();
+  *handle = pool_put(&kernel_pool, TAG_KERNEL, &r, 0);
+}
+
+static ncclResult_t ts_start_v5(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) {
+  *handle = NULL;
+  struct ts_comm* c = context;
+  if (!d) return ncclSuccess;
+  switch (d->type) {
+  case ncclProfileColl:
+    if (c)
+      start_coll(c, handle, d->coll.seqNumber, d->coll.func, d->coll.count, d->coll.root, d->coll.datatype,
+                 d->coll.nChannels, d->coll.nWarps, d->coll.algo, d->coll.proto);
+    break;
+  case ncclProfileP2p:
+    if (c) start_p2p(c, handle, d->p2p.func, d->p2p.count, d->p2p.datatype, d->p2p.peer, d->p2p.nChannels);
+    break;
+  case ncclProfileKernelCh:
+    start_kernel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    break;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t ts_start_v4(void* context, void** handle, ncclProfilerEventDescr_v4_t* d) {
+  *handle = NULL;
+  struct ts_comm* c = context;
+  if (!d) return ncclSuccess;
+  switch (d->type) {
+  case ncclProfileColl:
+    if (c)
+      start_coll(c, handle, d->coll.seqNumber, d->coll.func, d->coll.count, d->coll.root, d->coll.datatype,
+                 d->coll.nChannels, d->coll.nWarps, d->coll.algo, d->coll.proto);
+    break;
+  case ncclProfileP2p:
+    if (c) start_p2p(c, handle, d->p2p.func, d->p2p.count, d->p2p.datatype, d->p2p.peer, d->p2p.nChannels);
+    break;
+  case ncclProfileKernelCh:
+    start_kernel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    break;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t ts_stop(void* handle) {
+  struct tsnp_record r;
+  int tag;
+  if (pool_get(&task_pool, handle, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
+    r.t1 = mono_ns();
+    push(&r);
+  } else if (pool_get(&kernel_pool, handle, 1u << TAG_KERNEL, &r, &tag)) {
+    push(&r);
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t ts_record_state(void* handle, ncclProfilerEventState_t state, ncclProfilerEventStateArgs_v5_t* args) {
+  struct tsnp_record r;
+  if (state != ncclProfilerKernelChStop || !args) return ncclSuccess;
+  if (!pool_get(&kernel_pool, handle, 1u << TAG_KERNEL, &r, NULL)) return ncclSuccess;
+  r.t1 = args->kernelCh.pTimer;
+  r.a1 = mono_ns();
+  uint64_t gen;
+  struct ts_slot* s = pool_slot(&kernel_pool, handle, &gen);
+  slot_write(s, gen, &r);
+  return ncclSuccess;
+}
+
+TS_EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {
+    .name = "trainscope",
+    .init = ts_init,
+    .startEvent = ts_start_v5,
+    .stopEvent = ts_stop,
+    .recordEventState = ts_record_state,
+    .finalize = ts_finalize,
+};
+
+TS_EXPORT ncclProfiler_v4_t ncclProfiler_v4 = {
+    .name = "trainscope",
+    .init = ts_init_v4,
+    .startEvent = ts_start_v4,
+    .stopEvent = ts_stop,
+    .recordEventState = ts_record_state,
+    .finalize = ts_finalize,
+};

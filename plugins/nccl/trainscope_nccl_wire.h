@@ -1,0 +1,150 @@
+/*
+ * The record stream the plugin writes to the profile-run collector, format
+ * version 1. docs/nccl-plugin.md describes it; the Go decoder
+ * (internal/ncclplugin) reads it. Every integer is little-endian; every
+ * frame is TSNP_RECORD_SIZE bytes.
+ *
+ * A connection starts with one hello frame, then carries records until it
+ * closes. Strings are NUL-padded and truncated to their field, and may
+ * lack a terminating NUL when they fill it.
+ */
+#ifndef TRAINSCOPE_NCCL_WIRE_H
+#define TRAINSCOPE_NCCL_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TSNP_MAGIC "TSNP"
+#define TSNP_VERSION 1
+#define TSNP_RECORD_SIZE 128
+
+/* Hello: the first frame of a connection. */
+struct tsnp_hello {
+  char magic[4];        /* 0   "TSNP" */
+  uint16_t version;     /* 4   TSNP_VERSION */
+  uint16_t record_size; /* 6   TSNP_RECORD_SIZE */
+  uint32_t pid;         /* 8   */
+  uint32_t uid;         /* 12  */
+  uint64_t mono_ns;     /* 16  CLOCK_MONOTONIC when the connection was made */
+  uint64_t realtime_ns; /* 24  CLOCK_REALTIME at the same moment */
+  char hostname[64];    /* 32  */
+  uint8_t reserved[32]; /* 96  zero */
+};
+
+/* Record kinds. */
+enum {
+  TSNP_COMM_INIT = 1,      /* a communicator was initialised in this process */
+  TSNP_COLLECTIVE = 2,     /* a collective was enqueued */
+  TSNP_P2P = 3,            /* a send or receive was enqueued */
+  TSNP_KERNEL_CHANNEL = 4, /* one channel of a collective's or p2p's kernel ran on the GPU */
+  TSNP_DROPS = 5,          /* the process's loss counters, cumulative */
+  TSNP_COMM_FINALIZE = 6,  /* a communicator was finalised */
+};
+
+/* Operation codes (NCCL's function names). */
+enum {
+  TSNP_FUNC_UNKNOWN = 0,
+  TSNP_FUNC_ALLREDUCE = 1,
+  TSNP_FUNC_BROADCAST = 2,
+  TSNP_FUNC_REDUCE = 3,
+  TSNP_FUNC_ALLGATHER = 4,
+  TSNP_FUNC_REDUCESCATTER = 5,
+  TSNP_FUNC_SEND = 6,
+  TSNP_FUNC_RECV = 7,
+  TSNP_FUNC_ALLTOALL = 8,
+  TSNP_FUNC_GATHER = 9,
+  TSNP_FUNC_SCATTER = 10,
+  TSNP_FUNC_SENDRECV = 11,
+};
+
+/* Element types; the size in bytes is in parentheses. */
+enum {
+  TSNP_DTYPE_UNKNOWN = 0,     /* (0) */
+  TSNP_DTYPE_INT8 = 1,        /* (1) */
+  TSNP_DTYPE_UINT8 = 2,       /* (1) */
+  TSNP_DTYPE_INT32 = 3,       /* (4) */
+  TSNP_DTYPE_UINT32 = 4,      /* (4) */
+  TSNP_DTYPE_INT64 = 5,       /* (8) */
+  TSNP_DTYPE_UINT64 = 6,      /* (8) */
+  TSNP_DTYPE_FLOAT16 = 7,     /* (2) */
+  TSNP_DTYPE_FLOAT32 = 8,     /* (4) */
+  TSNP_DTYPE_FLOAT64 = 9,     /* (8) */
+  TSNP_DTYPE_BFLOAT16 = 10,   /* (2) */
+  TSNP_DTYPE_FLOAT8E4M3 = 11, /* (1) */
+  TSNP_DTYPE_FLOAT8E5M2 = 12, /* (1) */
+};
+
+enum {
+  TSNP_ALGO_UNKNOWN = 0,
+  TSNP_ALGO_TREE = 1,
+  TSNP_ALGO_RING = 2,
+  TSNP_ALGO_COLLNET_DIRECT = 3,
+  TSNP_ALGO_COLLNET_CHAIN = 4,
+  TSNP_ALGO_NVLS = 5,
+  TSNP_ALGO_NVLS_TREE = 6,
+  TSNP_ALGO_PAT = 7,
+};
+
+enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PROTO_SIMPLE = 3 };
+
+/*
+ * One record. The first 24 bytes are common; the rest depends on kind.
+ *
+ * task: the plugin's number for a collective or p2p, unique in the
+ * process and never 0; its kernel-channel records carry the same number.
+ *
+ * COLLECTIVE, P2P: t0/t1 = CLOCK_MONOTONIC ns when NCCL started and
+ *   finished enqueueing it; seq = NCCL's sequence number (collective: per
+ *   communicator and function, equal on every rank) or the plugin's (p2p:
+ *   per communicator, direction and peer, so the n-th Send from a to b
+ *   and the n-th Recv at b from a share it); peer = root (collective, -1
+ *   where the function has none) or peer (p2p); a0 = count (elements),
+ *   a1 = bytes = count x element size.
+ * KERNEL_CHANNEL: the parent's identity (task, seq, func, dtype, peer,
+ *   rank, nranks, comm name; parent_kind); t0/t1 = GPU %globaltimer ns
+ *   when the channel started and stopped (t1 = 0 if NCCL never reported
+ *   the stop); a0/a1 = CLOCK_MONOTONIC ns when the proxy thread reported
+ *   the start and the stop (a1 = 0 without a stop).
+ * COMM_INIT: t0 = CLOCK_MONOTONIC ns, rank, nranks, nnodes, comm name;
+ *   peer = the CUDA device ordinal current on the initialising thread
+ *   (-1 when it could not be read).
+ * COMM_FINALIZE: t0 = CLOCK_MONOTONIC ns, rank, nranks, comm name.
+ * DROPS: t0 = CLOCK_MONOTONIC ns; counts since the plugin was loaded:
+ *   a0 = records lost to a full ring, a1 = events refused (no free event
+ *   slot, or a kernel channel whose parent was no longer known), a2 =
+ *   records discarded while no collector was connected.
+ */
+struct tsnp_record {
+  uint16_t kind;        /* 0   TSNP_* kind */
+  uint16_t flags;       /* 2   reserved, 0 */
+  uint32_t tid;         /* 4   kernel thread id of the thread NCCL called the plugin on */
+  uint64_t comm_hash;   /* 8   NCCL's communicator id (commId / commHash) */
+  uint64_t task;        /* 16  */
+  uint64_t seq;         /* 24  */
+  uint64_t t0;          /* 32  */
+  uint64_t t1;          /* 40  */
+  uint64_t a0;          /* 48  */
+  uint64_t a1;          /* 56  */
+  int32_t rank;         /* 64  this process's rank in the communicator */
+  int32_t nranks;       /* 68  */
+  int32_t peer;         /* 72  */
+  int32_t nnodes;       /* 76  */
+  uint8_t func;         /* 80  TSNP_FUNC_* */
+  uint8_t dtype;        /* 81  TSNP_DTYPE_* */
+  uint8_t algo;         /* 82  TSNP_ALGO_* */
+  uint8_t proto;        /* 83  TSNP_PROTO_* */
+  uint8_t nchannels;    /* 84  */
+  uint8_t channel;      /* 85  kernel channel id */
+  uint8_t parent_kind;  /* 86  TSNP_COLLECTIVE or TSNP_P2P for a kernel channel */
+  uint8_t nwarps;       /* 87  */
+  uint64_t a2;          /* 88  */
+  char comm_name[32];   /* 96  NCCL's commName, truncated */
+};
+
+_Static_assert(sizeof(struct tsnp_hello) == TSNP_RECORD_SIZE, "hello size");
+_Static_assert(sizeof(struct tsnp_record) == TSNP_RECORD_SIZE, "record size");
+_Static_assert(offsetof(struct tsnp_record, rank) == 64, "record layout");
+_Static_assert(offsetof(struct tsnp_record, a2) == 88, "record layout");
+_Static_assert(offsetof(struct tsnp_record, comm_name) == 96, "record layout");
+
+#endif
