@@ -1,0 +1,138 @@
+package ncclplugin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/trainscope/trainscope/plugins"
+)
+
+// EnvPluginPath names a plugin library to use instead of looking for one.
+const EnvPluginPath = "TRAINSCOPE_NCCL_PLUGIN_PATH"
+
+// Located is where the plugin library was found, and how.
+type Located struct {
+	Path string
+	How  string // "TRAINSCOPE_NCCL_PLUGIN_PATH", "beside profile-run", "cached", "built"
+}
+
+// Locate finds the NCCL profiler plugin library: the file named by
+// EnvPluginPath; else libtrainscope-nccl.so beside the running executable;
+// else one built before into cacheDir (a directory per version of the
+// sources, so a changed plugin is rebuilt); else it builds one there with
+// the C compiler ($CC, else cc), bounded by ctx. When none of these works
+// the error says what was tried and what to do. cacheDir "" means
+// os.UserCacheDir()/trainscope.
+func Locate(ctx context.Context, cacheDir string) (Located, error) {
+	if p := os.Getenv(EnvPluginPath); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return Located{}, fmt.Errorf("%s=%s: %w", EnvPluginPath, p, err)
+		}
+		return Located{Path: p, How: EnvPluginPath}, nil
+	}
+	var tried []string
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), plugins.NCCLLibrary)
+		if _, err := os.Stat(p); err == nil {
+			return Located{Path: p, How: "beside profile-run"}, nil
+		}
+		tried = append(tried, "none beside profile-run ("+p+")")
+	}
+	if cacheDir == "" {
+		d, err := os.UserCacheDir()
+		if err != nil {
+			d = os.TempDir()
+		}
+		cacheDir = filepath.Join(d, "trainscope")
+	}
+	sum, err := sourcesHash()
+	if err != nil {
+		return Located{}, err
+	}
+	dir := filepath.Join(cacheDir, "nccl-plugin-"+sum)
+	p := filepath.Join(dir, plugins.NCCLLibrary)
+	if _, err := os.Stat(p); err == nil {
+		return Located{Path: p, How: "cached"}, nil
+	}
+	tried = append(tried, "none cached ("+p+")")
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return Located{}, fmt.Errorf("no NCCL profiler plugin: %s, and no C compiler (%s) to build one: install one (gcc), or build it with `make -C plugins/nccl` and put %s beside profile-run, or name it in %s",
+			strings.Join(tried, ", "), cc, plugins.NCCLLibrary, EnvPluginPath)
+	}
+	if err := build(ctx, cc, dir); err != nil {
+		return Located{}, fmt.Errorf("no NCCL profiler plugin: %s, and building one failed: %w", strings.Join(tried, ", "), err)
+	}
+	return Located{Path: p, How: "built"}, nil
+}
+
+// sourcesHash names a version of the embedded sources.
+func sourcesHash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(plugins.NCCLSources, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := plugins.NCCLSources.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	h.Write([]byte(strings.Join(plugins.NCCLBuildArgs, "\x00")))
+	return hex.EncodeToString(h.Sum(nil))[:16], err
+}
+
+// build compiles the embedded sources into dir, through a scratch
+// directory renamed into place, so a concurrent or interrupted build never
+// leaves a half-written library where Locate looks.
+func build(ctx context.Context, cc, dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	err = fs.WalkDir(plugins.NCCLSources, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := plugins.NCCLSources.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(tmp, filepath.Base(path)), b, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cc, plugins.NCCLBuildArgs...)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", cc, strings.Join(plugins.NCCLBuildArgs, " "), err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, plugins.NCCLLibrary)); serr == nil {
+			return nil // another build got there first
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package ncclplugin
+
+import (
+	"context"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLocateNamedByEnvironment(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lib.so")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvPluginPath, p)
+	got, err := Locate(context.Background(), t.TempDir())
+	if err != nil || got.Path != p || got.How != EnvPluginPath {
+		t.Fatalf("Locate = %+v, %v; want %s from the environment", got, err, p)
+	}
+	t.Setenv(EnvPluginPath, p+".missing")
+	if _, err := Locate(context.Background(), t.TempDir()); err == nil || !strings.Contains(err.Error(), EnvPluginPath) {
+		t.Fatalf("a missing named plugin: %v", err)
+	}
+}
+
+// Without a plugin beside the test binary, Locate builds one from the
+// embedded sources into the cache, then finds it there; the library
+// exports the data symbols NCCL looks for.
+func TestLocateBuildsIntoTheCache(t *testing.T) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("skipped: no C compiler (%s) to build the plugin with", cc)
+	}
+	t.Setenv(EnvPluginPath, "")
+	cache := t.TempDir()
+	got, err := Locate(context.Background(), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.How != "built" || !strings.HasPrefix(got.Path, cache) {
+		t.Fatalf("Locate = %+v, want a build under %s", got, cache)
+	}
+	f, err := elf.Open(got.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF {
+			exported[s.Name] = true
+		}
+	}
+	for _, want := range []string{"ncclProfiler_v5", "ncclProfiler_v4"} {
+		if !exported[want] {
+			t.Errorf("%s does not export %s", got.Path, want)
+		}
+	}
+	again, err := Locate(context.Background(), cache)
+	if err != nil || again.Path != got.Path || again.How != "cached" {
+		t.Fatalf("second Locate = %+v, %v; want the cached %s", again, err, got.Path)
+	}
+}
+
+func TestLocateWithoutCompilerSaysWhatToDo(t *testing.T) {
+	t.Setenv(EnvPluginPath, "")
+	t.Setenv("CC", "no-such-compiler-here")
+	_, err := Locate(context.Background(), t.TempDir())
+	if err == nil {
+		t.Fatal("no error without a compiler")
+	}
+	for _, w := range []string{"no NCCL profiler plugin", "beside profile-run", "no-such-compiler-here", "make -C plugins/nccl"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+}
