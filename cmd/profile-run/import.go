@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/trainscope/trainscope/internal/importer"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// importOptions are profile-run import's command line: the output flags
+// of a training run, and the files.
+type importOptions struct {
+	options
+	files []string
+}
+
+func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
+	o := &importOptions{}
+	// What finish says about device timing: every device range an
+	// imported profile holds was timed on the device.
+	o.profile, o.depth = "on", 0
+	fs := flag.NewFlagSet("profile-run import", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for the outputs (a new subdirectory per import, named by its run ID)")
+	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
+	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip the files: the summary is still printed)`)
+	fs.BoolVar(&o.quiet, "quiet", false, "do not print the summary tables on stdout")
+	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
+	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "off", "serve Prometheus /metrics here while importing (with -metrics-linger, so a scraper sees them)")
+	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after the import")
+	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL")
+	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this endpoint (host:port or URL); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on")
+	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
+	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
+	detail := fs.String("trace-steps", "all", "steps the trace and the per-rank call logs cover (A-B, A, last:N or all); records outside ProfilerStep ranges are always kept")
+	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's call log (calls.rank<N>.gz); 0 writes none")
+	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals) or torch.profiler's Chrome trace JSON, one file per rank, gzipped or\nnot — and writes the report, pprof profile and trace a training run writes.\nFormats are told by content. See docs/import.md.\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return nil, errHelp
+		}
+		return nil, usagef("import: %v", err)
+	}
+	o.files = fs.Args()
+	if len(o.files) == 0 {
+		return nil, usagef("import: no files to import")
+	}
+	var err error
+	if o.sortBy, err = profiler.ParseSortKey(*sortBy); err != nil {
+		return nil, usagef("-sort: %v", err)
+	}
+	if o.detail, err = profiler.ParseStepWindow(*detail); err != nil {
+		return nil, usagef("-trace-steps: %v", err)
+	}
+	if o.callLogMiB < 0 {
+		return nil, usagef("-call-log-size %d: must not be negative", o.callLogMiB)
+	}
+	if strings.TrimSpace(o.outDir) == "" {
+		return nil, usagef("-out: empty directory name")
+	}
+	if o.metricsLinger < 0 {
+		return nil, usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
+	}
+	return o, nil
+}
+
+// runImport is `profile-run import`: exit 2 for a usage mistake, 1 for a
+// file that cannot be read or parsed (named with its line or byte), 0 when
+// the outputs are written.
+func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
+	o, err := parseImportFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return exitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
+		return exitUsage
+	}
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
+		return exitUsage
+	}
+	defer func() { _ = log.Sync() }()
+	if err := importFiles(in, o, log, stdout); err != nil {
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "profile-run: import: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func loadProfile(path string) (*importer.Profile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return importer.Load(path, f)
+}
+
+func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Writer) error {
+	var profiles []*importer.Profile
+	for _, path := range o.files {
+		p, err := loadProfile(path)
+		if err != nil {
+			return err
+		}
+		for _, w := range p.Warnings {
+			log.Warn(w)
+		}
+		profiles = append(profiles, p)
+	}
+	for _, w := range importer.AssignRanks(profiles) {
+		log.Warn(w)
+	}
+	// A seed report holds totals: it checks the call log of its ranks,
+	// and cannot stand in for one.
+	var seedRecs []profiler.Record
+	var tables []importer.Table
+	for _, p := range profiles {
+		if p.Format == importer.FormatSeed {
+			seedRecs = append(seedRecs, p.Records...)
+		}
+		tables = append(tables, p.Tables...)
+	}
+	problems, uncovered := importer.CheckTables(tables, seedRecs)
+	if len(uncovered) > 0 {
+		t := uncovered[0]
+		return fmt.Errorf("%s:%d: rank %d's summary report holds totals, not calls: there is nothing to place on a timeline or in a profile; "+
+			"import the call log the same run wrote with PrintRecords (\"=== Kernel Call Log for Rank %d ===\"), with the report beside it to check the totals",
+			t.Path, t.Line, t.Rank, t.Rank)
+	}
+	for _, pr := range problems {
+		log.Warn("the report and the call log disagree: " + pr)
+	}
+	recs := importer.Combine(profiles)
+	if len(recs) == 0 {
+		return fmt.Errorf("no ranges in %s", strings.Join(o.files, ", "))
+	}
+	prof, err := profiler.New(profiler.WithMaxRecords(0))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(in.abort, flushTimeout)
+		defer cancel()
+		_ = prof.Close(ctx)
+	}()
+	out, err := openOutputs(in.abort, &o.options, prof, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "profile-run: importing %d file(s), %d ranges:\n", len(profiles), len(recs))
+	for _, p := range profiles {
+		line := fmt.Sprintf("  %s: %s, %s, %d ranges", p.Path, p.Format, ranksText(p.Ranks()), len(p.Records))
+		if len(p.Tables) > 0 {
+			line += fmt.Sprintf(", %d report tables", len(p.Tables))
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	if len(tables) > 0 {
+		if len(problems) == 0 {
+			fmt.Fprintf(stdout, "  the %d report tables agree with the call log (counts and totals)\n", len(tables))
+		} else {
+			fmt.Fprintf(stdout, "  the report tables disagree with the call log in %d places (see the warnings)\n", len(problems))
+		}
+	}
+	if err := prof.Ingest(recs); err != nil {
+		out.removeFiles()
+		return err
+	}
+	fctx, cancel := context.WithTimeout(in.abort, flushTimeout)
+	flushErr := prof.Flush(fctx)
+	cancel()
+	return errors.Join(flushErr, out.finish(stdout))
+}
+
+func ranksText(ranks []int) string {
+	if len(ranks) == 1 {
+		return fmt.Sprintf("rank %d", ranks[0])
+	}
+	s := make([]string, len(ranks))
+	for i, r := range slices.Clone(ranks) {
+		s[i] = fmt.Sprint(r)
+	}
+	return "ranks " + strings.Join(s, ", ")
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const (
+	kinetoDir = "../../internal/importer/testdata/kineto/"
+	seedDir   = "../../internal/importer/testdata/seed/"
+)
+
+// runDirs lists the run directories under out.
+func runDirs(t *testing.T, out string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(out)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		dirs = append(dirs, filepath.Join(out, e.Name()))
+	}
+	return dirs
+}
+
+// reportRow finds name's row in the report's table of rank and returns
+// its fields after the name.
+func reportRow(t *testing.T, report, rank, name string) []string {
+	t.Helper()
+	_, section, ok := strings.Cut(report, "=== rank "+rank+" · all steps ===\n")
+	if !ok {
+		t.Fatalf("no table of rank %s in\n%s", rank, report)
+	}
+	section, _, _ = strings.Cut(section, "\n\n")
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return strings.Fields(strings.TrimPrefix(line, name))
+		}
+	}
+	t.Fatalf("no row %q for rank %s in\n%s", name, rank, section)
+	return nil
+}
+
+func TestImportKinetoTraces(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", "-out", out, kinetoDir+"rank0.json", kinetoDir+"rank1.json")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"rank0.json: Chrome/Kineto trace, rank 0, 10 ranges", "rank1.json: Chrome/Kineto trace, rank 1, 10 ranges", "records: 20 collected"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The all-reduce kernels ran 400 µs on rank 0 and 410 µs on rank 1;
+	// their launches took 8 µs of host time.
+	ar := "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+	for rank, dev := range map[string]string{"0": "400.000", "1": "410.000"} {
+		f := reportRow(t, string(report), rank, ar)
+		if f[0] != "1" || f[1] != "8.000" || f[3] != dev {
+			t.Errorf("rank %s all-reduce row %q, want count 1, host 8.000, device %s", rank, f, dev)
+		}
+	}
+	// The step encloses everything on the host: 2000 µs, 100%.
+	if f := reportRow(t, string(report), "0", "ProfilerStep#3"); f[1] != "2000.000" || f[2] != "100.00" {
+		t.Errorf("step row %q", f)
+	}
+	raw, err := os.ReadFile(filepath.Join(dirs[0], "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trace struct {
+		TraceEvents []struct {
+			Ph   string  `json:"ph"`
+			Name string  `json:"name"`
+			Dur  float64 `json:"dur"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(raw, &trace); err != nil {
+		t.Fatal(err)
+	}
+	durs := map[int64]int{} // whole microseconds (the exporter adds half a nanosecond)
+	for _, ev := range trace.TraceEvents {
+		if ev.Ph == "X" && ev.Name == ar {
+			durs[int64(ev.Dur)]++
+		}
+	}
+	// Each all-reduce is drawn on the host (8 µs launch) and the device.
+	if durs[8] != 2 || durs[400] != 1 || durs[410] != 1 {
+		t.Errorf("all-reduce slices in the trace by duration: %v", durs)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[0], "profile.pb.gz")); err != nil {
+		t.Error(err)
+	}
+	// A second import never overwrites the first.
+	if code, _, stderr := runCmd(t, "import", "-out", out, kinetoDir+"rank0.json"); code != exitOK {
+		t.Fatalf("second import: exit %d: %s", code, stderr)
+	}
+	if dirs := runDirs(t, out); len(dirs) != 2 {
+		t.Errorf("run directories after two imports: %v", dirs)
+	}
+}
+
+func TestImportSeedLogWithReport(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", "-out", out, "-quiet",
+		seedDir+"calls.rank0", seedDir+"report.rank0", seedDir+"calls.rank1", seedDir+"report.rank1")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "the 3 report tables agree with the call log") || strings.Contains(stderr, "disagree") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// matmul_backward: 3000 + 2000 µs host, 2950 + 1990 µs device.
+	if f := reportRow(t, string(report), "0", "matmul_backward"); f[0] != "2" || f[1] != "5000.000" || f[3] != "4940.000" {
+		t.Errorf("matmul_backward row %q", f)
+	}
+	// Rank 1: two matmuls on cuda:1, 1900 + 1700 µs.
+	if f := reportRow(t, string(report), "1", "matmul"); f[0] != "2" || f[1] != "3600.000" || f[3] != "3500.000" {
+		t.Errorf("rank 1 matmul row %q", f)
+	}
+	if !strings.Contains(string(report), "Peak device memory (rank 0): 640.00 MB") {
+		t.Errorf("report lacks rank 0's peak of 640 MB:\n%s", report)
+	}
+}
+
+func TestImportErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	full, err := os.ReadFile(kinetoDir + "rank0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncated := write("cut.json", string(full[:2000]))
+	badLog := write("calls.txt", "=== Kernel Call Log for Rank 0 ===\n\nTag: a\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\n0 2026-02-25 13:05:07 matmul cpu x 0 0\n")
+	unknown := write("notes.txt", "hello\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string // regexp on stderr
+	}{
+		{"no files", nil, exitUsage, `no files to import \(see profile-run import -h\)`},
+		{"unknown flag", []string{"-bogus", truncated}, exitUsage, `flag provided but not defined`},
+		{"bad sort", []string{"-sort", "nope", truncated}, exitUsage, `-sort`},
+		{"truncated JSON", []string{kinetoDir + "rank1.json", truncated}, exitFail, `cut\.json: byte 2000: unexpected end of input`},
+		{"bad call log row", []string{badLog}, exitFail, `calls\.txt:5: not a call log row`},
+		{"report alone", []string{seedDir + "report.rank1"}, exitFail, `report\.rank1:4: rank 1's summary report holds totals.*Kernel Call Log for Rank 1`},
+		{"unknown format", []string{unknown}, exitFail, `notes\.txt:1: not a profile`},
+		{"missing file", []string{filepath.Join(dir, "absent.json")}, exitFail, `absent\.json: no such file`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, "out-"+strings.ReplaceAll(tc.name, " ", "-"))
+			code, _, stderr := runCmd(t, append([]string{"import", "-out", out}, tc.args...)...)
+			if code != tc.code || !regexp.MustCompile(tc.want).MatchString(stderr) {
+				t.Errorf("exit %d, stderr %q; want exit %d matching %q", code, stderr, tc.code, tc.want)
+			}
+			if dirs := runDirs(t, out); len(dirs) != 0 {
+				t.Errorf("a failed import left %v", dirs)
+			}
+		})
+	}
+}

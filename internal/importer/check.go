@@ -1,0 +1,71 @@
+package importer
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// CheckTables compares a seed report's tables with the records imported
+// from the same run's call log: for every table of a rank the records
+// cover, each row's count and host and device totals (whole microseconds,
+// as both files write them) must equal the sums over the records of that
+// rank, tag and name, and no name may be missing from the table. It
+// returns one line per disagreement, and the tables of ranks no record
+// covers (a report without its call log: totals with no calls to place on
+// a timeline).
+func CheckTables(tables []Table, recs []profiler.Record) (problems []string, uncovered []Table) {
+	type key struct {
+		rank      int
+		tag, name string
+	}
+	type sums struct{ count, host, device int64 }
+	got := map[key]*sums{}
+	ranks := map[int]bool{}
+	for i := range recs {
+		r := &recs[i]
+		ranks[r.Rank] = true
+		k := key{r.Rank, r.Tag, r.Name}
+		s := got[k]
+		if s == nil {
+			s = &sums{}
+			got[k] = s
+		}
+		s.count++
+		s.host += int64(r.HostDuration() / time.Microsecond)
+		s.device += int64(r.DeviceDuration() / time.Microsecond)
+	}
+	seen := map[key]bool{}
+	for _, t := range tables {
+		if !ranks[t.Rank] {
+			uncovered = append(uncovered, t)
+			continue
+		}
+		for _, row := range t.Rows {
+			k := key{t.Rank, t.Tag, row.Name}
+			seen[k] = true
+			s := got[k]
+			if s == nil {
+				problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: %d calls in the report, none in the call log", t.Rank, t.Tag, row.Name, row.Count))
+				continue
+			}
+			if s.count != row.Count || s.host != row.HostTotalUS || s.device != row.DeviceTotalUS {
+				problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: the report says %d calls, %d µs host, %d µs device; the call log sums to %d calls, %d µs, %d µs",
+					t.Rank, t.Tag, row.Name, row.Count, row.HostTotalUS, row.DeviceTotalUS, s.count, s.host, s.device))
+			}
+		}
+	}
+	tagged := map[[2]any]bool{}
+	for _, t := range tables {
+		tagged[[2]any{t.Rank, t.Tag}] = true
+	}
+	for k, s := range got {
+		if tagged[[2]any{k.rank, k.tag}] && !seen[k] {
+			problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: %d calls in the call log, none in the report", k.rank, k.tag, k.name, s.count))
+		}
+	}
+	slices.Sort(problems)
+	return problems, uncovered
+}

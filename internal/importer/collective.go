@@ -1,0 +1,168 @@
+package importer
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// collectiveOps maps PyTorch's "Collective name" (the names c10d's
+// ProcessGroupNCCL records with RECORD_PARAM_COMMS) to trainscope's
+// operations. Names not listed keep a name of their own, which has no bus
+// bandwidth factor (ccl.BusFactor is 0 for it).
+var collectiveOps = map[string]string{
+	"allreduce":                       ccl.OpAllReduce,
+	"all_reduce":                      ccl.OpAllReduce,
+	"allreduce_coalesced":             ccl.OpAllReduce,
+	"allgather":                       ccl.OpAllGather,
+	"all_gather":                      ccl.OpAllGather,
+	"_allgather_base":                 ccl.OpAllGather,
+	"allgather_coalesced":             ccl.OpAllGather,
+	"allgather_into_tensor_coalesced": ccl.OpAllGather,
+	"all_gather_into_tensor":          ccl.OpAllGather,
+	"reduce_scatter":                  ccl.OpReduceScatter,
+	"_reduce_scatter_base":            ccl.OpReduceScatter,
+	"reduce_scatter_tensor":           ccl.OpReduceScatter,
+	"reduce_scatter_tensor_coalesced": ccl.OpReduceScatter,
+	"broadcast":                       ccl.OpBroadcast,
+	"_broadcast_oop":                  ccl.OpBroadcast,
+	"reduce":                          ccl.OpReduce,
+	"_reduce_oop":                     ccl.OpReduce,
+	"send":                            ccl.OpSend,
+	"recv":                            ccl.OpRecv,
+	"recvanysource":                   ccl.OpRecv,
+	"all_to_all":                      "AllToAll",
+	"all_to_allv":                     "AllToAll",
+	"alltoall":                        "AllToAll",
+	"alltoall_base":                   "AllToAll",
+	"gather":                          "Gather",
+	"scatter":                         "Scatter",
+	"barrier":                         "Barrier",
+}
+
+// kernelOps are the operations NCCL names its kernels after
+// (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t).
+var kernelOps = []string{ccl.OpAllReduce, ccl.OpAllGather, ccl.OpReduceScatter, ccl.OpBroadcast, ccl.OpReduce, "SendRecv", "AllToAll"}
+
+// dtypes maps c10::ScalarType names, as the "dtype" arg spells them, to
+// trainscope's names and element sizes.
+var dtypes = map[string]struct {
+	name string
+	size int64
+}{
+	"Float":           {"float32", 4},
+	"Double":          {"float64", 8},
+	"Half":            {"float16", 2},
+	"BFloat16":        {"bfloat16", 2},
+	"Byte":            {"uint8", 1},
+	"Char":            {"int8", 1},
+	"Short":           {"int16", 2},
+	"Int":             {"int32", 4},
+	"Long":            {"int64", 8},
+	"Bool":            {"bool", 1},
+	"ComplexHalf":     {"complex32", 4},
+	"ComplexFloat":    {"complex64", 8},
+	"ComplexDouble":   {"complex128", 16},
+	"UInt16":          {"uint16", 2},
+	"UInt32":          {"uint32", 4},
+	"UInt64":          {"uint64", 8},
+	"Float8_e5m2":     {"float8_e5m2", 1},
+	"Float8_e4m3fn":   {"float8_e4m3fn", 1},
+	"Float8_e5m2fnuz": {"float8_e5m2fnuz", 1},
+	"Float8_e4m3fnuz": {"float8_e4m3fnuz", 1},
+}
+
+// isNCCLKernel reports a kernel NCCL launched.
+func isNCCLKernel(name string) bool {
+	return strings.HasPrefix(name, "ncclDevKernel_") || strings.HasPrefix(name, "ncclKernel_")
+}
+
+// collectiveOf reads the collective a GPU activity carries: from PyTorch's
+// metadata where present, else from the NCCL kernel's name (operation
+// only: no size, so no bandwidth).
+func collectiveOf(d *kEvent, rank int, unknownDType map[string]bool) (profiler.Collective, bool) {
+	a := &d.args
+	if a.Collective == "" && !isNCCLKernel(d.name) {
+		return profiler.Collective{}, false
+	}
+	c := profiler.Collective{Peer: -1, Root: -1}
+	if a.Collective != "" {
+		name := strings.ToLower(string(a.Collective))
+		op, ok := collectiveOps[name]
+		if !ok {
+			op = string(a.Collective)
+		}
+		c.Op = op
+	} else {
+		c.Op = kernelOp(d.name)
+	}
+	if a.GroupSize != nil && a.GroupSize.V > 0 && a.GroupSize.V < 1<<31 {
+		c.GroupSize = int32(a.GroupSize.V)
+	}
+	c.Group = string(a.GroupName)
+	c.GroupRank = groupRank(string(a.GroupRanks), rank)
+	if a.Seq != nil && a.Seq.V >= 0 {
+		c.Seq = uint64(a.Seq.V)
+	}
+	switch {
+	case c.Op == ccl.OpSend && a.DstRank != nil:
+		c.Peer = int32(a.DstRank.V)
+	case c.Op == ccl.OpRecv && a.SrcRank != nil:
+		c.Peer = int32(a.SrcRank.V)
+	}
+	if a.InNelems != nil || a.OutNelems != nil {
+		var in, out int64
+		if a.InNelems != nil {
+			in = max(a.InNelems.V, 0)
+		}
+		if a.OutNelems != nil {
+			out = max(a.OutNelems.V, 0)
+		}
+		// Per-rank buffer: the smaller side of a gather or scatter (the
+		// larger is the gathered total), either side of the others.
+		c.Count = min(in, out)
+		if c.Count == 0 {
+			c.Count = max(in, out)
+		}
+		if dt, ok := dtypes[string(a.DType)]; ok {
+			c.DType = dt.name
+			// S as nccl-tests defines it: the larger side, which is the
+			// total gathered size for AllGather and ReduceScatter.
+			if n := max(in, out); n <= (1<<62)/dt.size {
+				c.Bytes = n * dt.size
+			}
+		} else {
+			c.DType = string(a.DType)
+			unknownDType[c.DType] = true
+		}
+	}
+	c.BusFactor = ccl.BusFactor(c.Op, int(c.GroupSize))
+	return c, true
+}
+
+// kernelOp reads the operation from an NCCL kernel's name.
+func kernelOp(name string) string {
+	rest := strings.TrimPrefix(strings.TrimPrefix(name, "ncclDevKernel_"), "ncclKernel_")
+	word, _, _ := strings.Cut(rest, "_")
+	word, _, _ = strings.Cut(word, "(")
+	for _, op := range kernelOps {
+		if word == op {
+			return op
+		}
+	}
+	return word
+}
+
+// groupRank is rank's position in a "Process Group Ranks" list such as
+// "[0, 1, 2, 3]" (PyTorch shortens long lists with "..."); 0 when absent.
+func groupRank(list string, rank int) int32 {
+	list = strings.Trim(strings.TrimSpace(list), "[]")
+	for i, f := range strings.Split(list, ",") {
+		if strings.TrimSpace(f) == strconv.Itoa(rank) {
+			return int32(i)
+		}
+	}
+	return 0
+}

@@ -1,0 +1,22 @@
+// Package importer reads profiles written by other profilers into
+// profiler.Records, so that they reach the same report, pprof profile,
+// Perfetto trace and metrics a trainscope run produces.
+//
+// Two formats are read, told apart by their content (Detect), gzipped or
+// not:
+//
+//   - the text output of the C++ training framework trainscope grows from:
+//     its call log (PrintRecords: "=== Kernel Call Log for Rank N ===") and
+//     its summary report (Report: "=== Profiler Report for Rank N ==="),
+//     in one file or several;
+//   - Chrome trace JSON as torch.profiler's export_chrome_trace writes it
+//     (Kineto): CPU ops, runtime calls and GPU kernels, with the collective
+//     metadata PyTorch attaches to NCCL kernels.
+//
+// A parser returns a Profile: records on the file's own clock, summary
+// tables where the file has them, and warnings about what it could not
+// carry over. Combine puts the records of several files on one timeline
+// with IDs unique per rank; Profiler.Ingest takes them from there.
+// Malformed input is a *ParseError naming the file and the line or byte
+// offset, never a panic.
+package importer

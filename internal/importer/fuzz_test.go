@@ -1,0 +1,76 @@
+package importer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+func jsonNumber(s string) json.Number { return json.Number(s) }
+
+// checkParse is what every fuzz target asserts: a parse either fails with
+// a *ParseError naming the file, or returns records Ingest would accept.
+func checkParse(t *testing.T, p *Profile, err error) {
+	t.Helper()
+	if err != nil {
+		var pe *ParseError
+		if !errors.As(err, &pe) || pe.Path != "fuzz" || !strings.HasPrefix(err.Error(), "fuzz") {
+			t.Fatalf("error %v (%T) does not name the file", err, err)
+		}
+		return
+	}
+	for i := range p.Records {
+		r := &p.Records[i]
+		if r.Name == "" || r.ID == 0 || r.HostEnd < r.HostStart || r.HasDevice && r.DeviceEnd < r.DeviceStart || r.Rank < 0 {
+			t.Fatalf("record %d would not be ingested: %+v", i, *r)
+		}
+	}
+}
+
+func addSeeds(f *testing.F, paths ...string) {
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(b[:len(b)/2])
+	}
+}
+
+func FuzzSeedLog(f *testing.F) {
+	addSeeds(f, "testdata/seed/calls.rank0", "testdata/seed/calls.rank1")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParseSeed("fuzz", bytes.NewReader(b))
+		checkParse(t, p, err)
+	})
+}
+
+func FuzzSeedReport(f *testing.F) {
+	addSeeds(f, "testdata/seed/report.rank0", "testdata/seed/report.rank1")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParseSeed("fuzz", bytes.NewReader(b))
+		checkParse(t, p, err)
+		if err == nil {
+			CheckTables(p.Tables, p.Records)
+		}
+	})
+}
+
+func FuzzKineto(f *testing.F) {
+	addSeeds(f, "testdata/kineto/rank0.json", "testdata/kineto/rank1.json")
+	f.Add([]byte(`[{"ph":"X","cat":"kernel","name":"ncclKernel_SendRecv","args":{"correlation":"3","Collective name":"send","Dst Rank":1}}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := Load("fuzz", bytes.NewReader(b))
+		if err != nil && errors.Is(err, ErrUnknownFormat) {
+			return
+		}
+		checkParse(t, p, err)
+		if err == nil {
+			Combine([]*Profile{p})
+		}
+	})
+}

@@ -1,0 +1,490 @@
+package importer
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// kinetoEvent is one element of traceEvents. Only complete ("X") events
+// are imported; the others (metadata, flows, instants, counters) are read
+// past.
+type kinetoEvent struct {
+	Ph   string          `json:"ph"`
+	Cat  string          `json:"cat"`
+	Name string          `json:"name"`
+	Pid  json.RawMessage `json:"pid"`
+	Tid  json.RawMessage `json:"tid"`
+	Ts   json.RawMessage `json:"ts"`
+	Dur  json.RawMessage `json:"dur"`
+	Args kinetoArgs      `json:"args"`
+}
+
+// kinetoArgs are the args Kineto writes that the import uses: the
+// correlation between a runtime call and the GPU activity it launched, the
+// GPU's device and stream, and the collective metadata PyTorch attaches
+// to NCCL kernels (libkineto output_json.cpp, appendCollectiveArgs; the
+// names are torch/csrc/profiler/util.h's kCommsName, kInMsgNelems, …).
+type kinetoArgs struct {
+	Correlation flexInt    `json:"correlation"`
+	Device      *flexInt   `json:"device"`
+	Stream      flexInt    `json:"stream"`
+	Collective  flexString `json:"Collective name"`
+	InNelems    *flexInt   `json:"In msg nelems"`
+	OutNelems   *flexInt   `json:"Out msg nelems"`
+	GroupSize   *flexInt   `json:"Group size"`
+	DType       flexString `json:"dtype"`
+	GroupName   flexString `json:"Process Group Name"`
+	GroupRanks  flexString `json:"Process Group Ranks"`
+	SrcRank     *flexInt   `json:"Src Rank"`
+	DstRank     *flexInt   `json:"Dst Rank"`
+	Seq         *flexInt   `json:"Seq"`
+}
+
+// flexInt reads a JSON integer, or a string holding one (older writers
+// quoted some metadata).
+type flexInt struct {
+	V   int64
+	Set bool
+}
+
+func (f *flexInt) UnmarshalJSON(b []byte) error {
+	s := string(bytes.Trim(b, `"`))
+	if s == "null" || s == "" {
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		fv, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || fv != math.Trunc(fv) || math.Abs(fv) > 1<<62 {
+			return fmt.Errorf("%s is not an integer", b)
+		}
+		v = int64(fv)
+	}
+	f.V, f.Set = v, true
+	return nil
+}
+
+// flexString reads a JSON string, or any other scalar as its text.
+type flexString string
+
+func (f *flexString) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*f = flexString(s)
+		return nil
+	}
+	if len(b) > 0 && (b[0] == '{' || b[0] == '[') {
+		return fmt.Errorf("want a string, found %.20s", b)
+	}
+	if string(b) != "null" {
+		*f = flexString(b)
+	}
+	return nil
+}
+
+type eventClass int
+
+const (
+	classSkip    eventClass = iota
+	classHost               // CPU ops, annotations, Python functions
+	classRuntime            // CUDA runtime/driver calls: host time, may launch GPU work
+	classDevice             // kernels, memcpys, memsets: device time
+)
+
+func classify(cat string) eventClass {
+	switch strings.ToLower(cat) {
+	case "cpu_op", "operator", "user_annotation", "python_function", "python_function_call":
+		return classHost
+	case "cuda_runtime", "cuda_driver", "runtime", "driver", "xpu_runtime", "xpu_driver", "privateuse1_runtime", "privateuse1_driver":
+		return classRuntime
+	case "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset":
+		return classDevice
+	}
+	return classSkip
+}
+
+type kEvent struct {
+	class      eventClass
+	name       string
+	thread     string // pid/tid
+	start, end int64  // ns on the file's clock (before baseTimeNanoseconds)
+	args       kinetoArgs
+	pid        json.RawMessage
+	offset     int64
+	step       int32
+}
+
+// countingReader counts the bytes read, for the offset of a truncated file.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// ParseKineto reads a Chrome trace JSON as torch.profiler's
+// export_chrome_trace (Kineto) writes it: an object with "traceEvents",
+// or a bare array of events. See docs/import.md for the mapping.
+func ParseKineto(path string, r io.Reader) (*Profile, error) {
+	cr := &countingReader{r: r}
+	dec := json.NewDecoder(cr)
+	dec.UseNumber()
+	p := &Profile{Path: path, Format: FormatKineto}
+	fail := func(off int64, err error) error {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		// off is where the value being read starts (an event, a key).
+		// json.Decoder's SyntaxError.Offset does not count the tokens
+		// read before the value, so it is not used; UnmarshalTypeError's
+		// Offset is relative to the value.
+		switch {
+		case errors.As(err, &se):
+		case errors.As(err, &te):
+			off += te.Offset
+			err = fmt.Errorf("%s: want %s, found %s", strings.TrimPrefix(te.Field, "."), te.Type, te.Value)
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			off = cr.n
+			err = errors.New("unexpected end of input (truncated?)")
+		}
+		return &ParseError{Path: path, Offset: off, Err: err}
+	}
+	var (
+		events   []kEvent
+		base     int64
+		haveBase bool
+		rank     flexInt
+		sawEvs   bool
+		skipped  = map[string]int{}
+	)
+	readEvents := func(opened bool) error {
+		if !opened {
+			if err := expectDelim(dec, '['); err != nil {
+				return fail(dec.InputOffset(), fmt.Errorf("traceEvents: %w", err))
+			}
+		}
+		for dec.More() {
+			off := dec.InputOffset()
+			var ev kinetoEvent
+			if err := dec.Decode(&ev); err != nil {
+				return fail(off, fmt.Errorf("event %d: %w", len(events), err))
+			}
+			if ev.Ph != "X" {
+				continue
+			}
+			class := classify(ev.Cat)
+			if class == classSkip {
+				skipped[ev.Cat]++
+				continue
+			}
+			ts, err := microsToNanos(numberText(ev.Ts))
+			if err != nil {
+				return fail(off, fmt.Errorf("event %q: ts: %w", ev.Name, err))
+			}
+			dur := int64(0)
+			if len(ev.Dur) > 0 && string(ev.Dur) != "null" {
+				if dur, err = microsToNanos(numberText(ev.Dur)); err != nil {
+					return fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
+				}
+			}
+			if dur < 0 || ts > math.MaxInt64/2 || dur > math.MaxInt64/4 || ts < -math.MaxInt64/4 {
+				return fail(off, fmt.Errorf("event %q: ts %s, dur %s out of range", ev.Name, ev.Ts, ev.Dur))
+			}
+			if ev.Name == "" {
+				ev.Name = "(unnamed " + ev.Cat + ")"
+			}
+			events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
+				start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None})
+		}
+		if err := expectDelim(dec, ']'); err != nil {
+			return fail(dec.InputOffset(), err)
+		}
+		sawEvs = true
+		return nil
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fail(0, err)
+	}
+	switch tok {
+	case json.Delim('['):
+		// A bare array of events (the JSON Array Format).
+		if err := readEvents(true); err != nil {
+			return nil, err
+		}
+	case json.Delim('{'):
+		for dec.More() {
+			off := dec.InputOffset()
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, fail(off, err)
+			}
+			key, _ := kt.(string)
+			switch key {
+			case "traceEvents":
+				if err := readEvents(false); err != nil {
+					return nil, err
+				}
+			case "baseTimeNanoseconds":
+				var n json.Number
+				if err := dec.Decode(&n); err != nil {
+					return nil, fail(off, fmt.Errorf("baseTimeNanoseconds: %w", err))
+				}
+				if base, err = strconv.ParseInt(string(n), 10, 64); err != nil || base < 0 || base > math.MaxInt64/2 {
+					return nil, fail(off, fmt.Errorf("baseTimeNanoseconds %s: want nanoseconds", n))
+				}
+				haveBase = true
+			case "distributedInfo":
+				var di struct {
+					Rank flexInt `json:"rank"`
+				}
+				if err := dec.Decode(&di); err != nil {
+					return nil, fail(off, fmt.Errorf("distributedInfo: %w", err))
+				}
+				rank = di.Rank
+			default:
+				var skip json.RawMessage
+				if err := dec.Decode(&skip); err != nil {
+					return nil, fail(off, err)
+				}
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, fail(dec.InputOffset(), err)
+		}
+	default:
+		return nil, fail(0, errors.New("want a JSON object with traceEvents, or an array of events"))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("data after the trace")
+		}
+		return nil, fail(dec.InputOffset(), err)
+	}
+	if !sawEvs {
+		return nil, fail(cr.n, errors.New("no traceEvents"))
+	}
+	if rank.Set {
+		if rank.V < 0 || rank.V > 1<<30 {
+			return nil, fail(0, fmt.Errorf("distributedInfo.rank %d is not a rank", rank.V))
+		}
+		p.RankKnown = true
+	}
+	if haveBase {
+		for i := range events {
+			events[i].start += base
+			events[i].end += base
+		}
+	}
+	for cat, n := range skipped {
+		p.warnf("%s: %d complete events of category %q not imported", path, n, cat)
+	}
+	p.Records = kinetoRecords(p, events, int(rank.V))
+	return p, nil
+}
+
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t != d {
+		return fmt.Errorf("want %q, found %v", d, t)
+	}
+	return nil
+}
+
+// numberText is a JSON number's text, or a quoted one's.
+func numberText(raw json.RawMessage) json.Number {
+	return json.Number(bytes.Trim(raw, `"`))
+}
+
+// microsToNanos reads a Chrome trace time, microseconds with an optional
+// fraction ("1234.567"), as whole nanoseconds without going through a
+// float64, which cannot hold an absolute time to the nanosecond.
+func microsToNanos(n json.Number) (int64, error) {
+	s := string(n)
+	if s == "" {
+		return 0, errors.New("missing")
+	}
+	if strings.ContainsAny(s, "eE") {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(f) || math.Abs(f) > 1e15 {
+			return 0, fmt.Errorf("%q is not a time in microseconds", s)
+		}
+		return int64(math.Round(f * 1000)), nil
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	neg := strings.HasPrefix(whole, "-")
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || w > math.MaxInt64/1000 || w < -math.MaxInt64/1000 {
+		return 0, fmt.Errorf("%q is not a time in microseconds", s)
+	}
+	frac = (frac + "000")[:3]
+	f, err := strconv.ParseInt(frac, 10, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("%q is not a time in microseconds", s)
+	}
+	if neg {
+		f = -f
+	}
+	return w*1000 + f, nil
+}
+
+var stepRe = regexp.MustCompile(`^ProfilerStep#(\d+)$`)
+
+// kinetoRecords turns the events into records: host events nested per
+// thread by containment; each GPU activity merged with the runtime call
+// that launched it (same correlation) into one record whose host time is
+// the launch and whose device time is the activity.
+func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
+	launches := map[int64][]int{} // correlation → device events
+	for i := range events {
+		if events[i].class == classDevice && events[i].args.Correlation.Set {
+			c := events[i].args.Correlation.V
+			launches[c] = append(launches[c], i)
+		}
+	}
+	launched := make([]bool, len(events))
+	// Host side, per thread, in start order (enclosing first).
+	order := make([]int, 0, len(events))
+	for i := range events {
+		if events[i].class != classDevice {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ea, eb := &events[a], &events[b]
+		if c := strings.Compare(ea.thread, eb.thread); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(ea.start, eb.start); c != 0 {
+			return c
+		}
+		return cmp.Compare(eb.end, ea.end)
+	})
+	var out []profiler.Record
+	nextID := uint64(1)
+	type open struct {
+		start, end int64
+		id         uint64
+		step       int32
+	}
+	var stack []open
+	thread := ""
+	unknownDType := map[string]bool{}
+	for _, i := range order {
+		ev := &events[i]
+		if ev.thread != thread {
+			thread, stack = ev.thread, stack[:0]
+		}
+		for len(stack) > 0 {
+			t := stack[len(stack)-1]
+			inside := ev.start >= t.start && ev.end <= t.end && (ev.start < t.end || t.start == t.end || ev.start == t.start)
+			if inside {
+				break
+			}
+			stack = stack[:len(stack)-1]
+		}
+		rec := profiler.Record{ID: nextID, Name: ev.name, Rank: rank, Kind: profiler.KindHost,
+			Device: runtime.Device{Type: runtime.CPU}, Labels: profiler.NoLabels,
+			HostStart: time.Duration(ev.start), HostEnd: time.Duration(ev.end), Depth: len(stack)}
+		nextID++
+		if len(stack) > 0 {
+			rec.Parent = stack[len(stack)-1].id
+			rec.Step = stack[len(stack)-1].step
+		}
+		if m := stepRe.FindStringSubmatch(ev.name); m != nil && rec.Step == profiler.None {
+			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil {
+				rec.Step = int32(n)
+			}
+		}
+		var children []int
+		if ev.class == classRuntime && ev.args.Correlation.Set {
+			children = launches[ev.args.Correlation.V]
+		}
+		if len(children) == 1 {
+			// The launch and what it launched are one range, as a range
+			// recorded around a launch is in trainscope.
+			d := &events[children[0]]
+			launched[children[0]] = true
+			deviceRecord(&rec, d, p.Path, unknownDType)
+		}
+		out = append(out, rec)
+		stack = append(stack, open{start: ev.start, end: ev.end, id: rec.ID, step: rec.Step})
+		if len(children) > 1 {
+			// One launch of many activities (a CUDA graph): each is a
+			// range inside the launch, with no host time of its own.
+			for _, c := range children {
+				d := &events[c]
+				launched[c] = true
+				dr := profiler.Record{ID: nextID, Parent: rec.ID, Depth: rec.Depth + 1, Rank: rank, Labels: profiler.NoLabels,
+					HostStart: rec.HostEnd, HostEnd: rec.HostEnd}
+				dr.Step = rec.Step
+				nextID++
+				deviceRecord(&dr, d, p.Path, unknownDType)
+				out = append(out, dr)
+			}
+		}
+	}
+	// GPU activities no launch in the trace accounts for: ranges of their
+	// own, with no host time.
+	for i := range events {
+		d := &events[i]
+		if d.class != classDevice || launched[i] {
+			continue
+		}
+		dr := profiler.Record{ID: nextID, Rank: rank, Labels: profiler.NoLabels,
+			HostStart: time.Duration(d.start), HostEnd: time.Duration(d.start)}
+		nextID++
+		deviceRecord(&dr, d, p.Path, unknownDType)
+		out = append(out, dr)
+	}
+	for dt := range unknownDType {
+		p.warnf("%s: collectives of dtype %q: element size unknown, so their bytes and bandwidths are 0", p.Path, dt)
+	}
+	return out
+}
+
+// deviceRecord makes rec the record of GPU activity d.
+func deviceRecord(rec *profiler.Record, d *kEvent, path string, unknownDType map[string]bool) {
+	rec.Name = d.name
+	rec.Kind = profiler.KindDevice
+	rec.HasDevice = true
+	rec.DeviceStart, rec.DeviceEnd = time.Duration(d.start), time.Duration(d.end)
+	idx := int64(0)
+	if d.args.Device != nil {
+		idx = d.args.Device.V
+	} else if v, err := strconv.ParseInt(string(d.pid), 10, 64); err == nil {
+		idx = v
+	}
+	rec.Device = runtime.Device{Type: runtime.CUDA, Index: int(max(idx, 0))}
+	rec.Stream = uint64(max(d.args.Stream.V, 0))
+	if c, ok := collectiveOf(d, rec.Rank, unknownDType); ok {
+		rec.Collective = c
+		rec.Kind = profiler.KindCollective
+		if c.Op == ccl.OpSend || c.Op == ccl.OpRecv || c.Op == "SendRecv" {
+			rec.Kind = profiler.KindP2P
+		}
+	}
+}

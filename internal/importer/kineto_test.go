@@ -1,0 +1,172 @@
+package importer
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+func byName(recs []profiler.Record, name string) *profiler.Record {
+	for i := range recs {
+		if recs[i].Name == name {
+			return &recs[i]
+		}
+	}
+	return nil
+}
+
+func TestKinetoTrace(t *testing.T) {
+	p := loadFile(t, "testdata/kineto/rank0.json")
+	if p.Format != FormatKineto || !p.RankKnown {
+		t.Fatalf("format %v, rank known %v", p.Format, p.RankKnown)
+	}
+	// 9 host events and 4 GPU activities; three launches merge with
+	// what they launched (and the memcpy's): 10 records.
+	if len(p.Records) != 10 {
+		for _, r := range p.Records {
+			t.Logf("%+v", r)
+		}
+		t.Fatalf("%d records, want 10", len(p.Records))
+	}
+	base := time.Duration(1772000000000000000)
+	us := time.Microsecond
+	step := byName(p.Records, "ProfilerStep#3")
+	mm := byName(p.Records, "aten::mm")
+	gemm := byName(p.Records, "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32")
+	if step == nil || mm == nil || gemm == nil {
+		t.Fatal("missing records")
+	}
+	if step.Depth != 0 || step.Step != 3 || step.HostStart != base+100*us || step.HostDuration() != 2000*us || step.Kind != profiler.KindHost {
+		t.Errorf("step: %+v", *step)
+	}
+	if mm.Parent != step.ID || mm.Depth != 1 || mm.Step != 3 {
+		t.Errorf("aten::mm: parent %d depth %d step %d", mm.Parent, mm.Depth, mm.Step)
+	}
+	// The kernel takes its launch's place: host time the cudaLaunchKernel
+	// (130–140 µs), device time the kernel (150–270.5 µs).
+	if gemm.Parent != mm.ID || gemm.Depth != 2 || gemm.Kind != profiler.KindDevice || !gemm.HasDevice ||
+		gemm.HostStart != base+130*us || gemm.HostEnd != base+140*us ||
+		gemm.DeviceStart != base+150*us || gemm.DeviceEnd != base+270*us+500*time.Nanosecond ||
+		gemm.Device != (runtime.Device{Type: runtime.CUDA, Index: 0}) || gemm.Stream != 7 {
+		t.Errorf("gemm: %+v", *gemm)
+	}
+	if byName(p.Records, "cudaLaunchKernel") != nil {
+		t.Error("a launch that launched one kernel is still a record of its own")
+	}
+	if s := byName(p.Records, "cudaStreamSynchronize"); s == nil || s.HasDevice || s.Depth != 1 || s.HostDuration() != 20*us {
+		t.Errorf("cudaStreamSynchronize: %+v", s)
+	}
+	if m := byName(p.Records, "Memcpy DtoH (Device -> Pageable)"); m == nil || m.Kind != profiler.KindDevice || m.DeviceDuration() != 30*us || m.HostDuration() != 12*us {
+		t.Errorf("memcpy: %+v", m)
+	}
+
+	ar := byName(p.Records, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+	if ar == nil || ar.Kind != profiler.KindCollective || ar.Depth != 3 || ar.DeviceDuration() != 400*us {
+		t.Fatalf("all-reduce: %+v", ar)
+	}
+	// 1 Mi float32 elements: S = 4 MiB; 2(n−1)/n = 1 for two ranks.
+	c := ar.Collective
+	if c.Op != "AllReduce" || c.Bytes != 4<<20 || c.Count != 1<<20 || c.DType != "float32" || c.GroupSize != 2 || c.Group != "0" || c.GroupRank != 0 || c.BusFactor != 1 {
+		t.Errorf("all-reduce collective %+v", c)
+	}
+	ag := byName(p.Records, "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+	// 256 Ki bf16 in, 512 Ki out: S is the gathered total, 1 MiB; (n−1)/n.
+	if ag == nil || ag.Collective.Op != "AllGather" || ag.Collective.Bytes != 1<<20 || ag.Collective.Count != 256<<10 || ag.Collective.DType != "bfloat16" || ag.Collective.BusFactor != 0.5 {
+		t.Errorf("all-gather: %+v", ag)
+	}
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], `"Trace"`) {
+		t.Errorf("warnings %q, want one about the skipped Trace span", p.Warnings)
+	}
+}
+
+func TestKinetoRanksAndCombine(t *testing.T) {
+	p0 := loadFile(t, "testdata/kineto/rank0.json")
+	p1 := loadFile(t, "testdata/kineto/rank1.json")
+	// A trace that does not say its rank gets the first free one.
+	anon, err := ParseKineto("anon.json", strings.NewReader(`[{"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":1,"ts":5,"dur":2}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if anon.RankKnown {
+		t.Fatal("a bare array says its rank")
+	}
+	ws := AssignRanks([]*Profile{p0, anon, p1})
+	if anon.Records[0].Rank != 2 || len(ws) != 1 || !strings.Contains(ws[0], "rank 2") {
+		t.Errorf("anonymous trace got rank %d; warnings %q", anon.Records[0].Rank, ws)
+	}
+	recs := Combine([]*Profile{p0, p1})
+	if len(recs) != 20 {
+		t.Fatalf("%d records", len(recs))
+	}
+	// Rank 1's process started 50 µs after rank 0's: its step starts at
+	// 50 µs on the combined timeline, rank 0's at 0.
+	var s0, s1 *profiler.Record
+	ids := map[[2]uint64]bool{}
+	for i := range recs {
+		r := &recs[i]
+		if ids[[2]uint64{uint64(r.Rank), r.ID}] {
+			t.Errorf("rank %d ID %d twice", r.Rank, r.ID)
+		}
+		ids[[2]uint64{uint64(r.Rank), r.ID}] = true
+		if r.Name == "ProfilerStep#3" {
+			if r.Rank == 0 {
+				s0 = r
+			} else {
+				s1 = r
+			}
+		}
+		if i > 0 && recs[i-1].HostEnd > r.HostEnd {
+			t.Errorf("record %d ends before the one delivered before it", i)
+		}
+	}
+	if s0 == nil || s1 == nil || s0.HostStart != 0 || s1.HostStart != 50*time.Microsecond {
+		t.Errorf("steps start at %v and %v", s0.HostStart, s1.HostStart)
+	}
+}
+
+func TestKinetoErrors(t *testing.T) {
+	good, err := os.ReadFile("testdata/kineto/rank0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		text   string
+		offset int64
+		want   string
+	}{
+		{"truncated", string(good[:1500]), 1500, "truncated"},
+		{"syntax", `{"traceEvents": [{"ph": "X",, }]}`, 17, "invalid character"},
+		{"wrong type", `{"traceEvents": [{"ph": "X", "name": 5}]}`, 38, "name"},
+		{"bad ts", `{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "soon"}]}`, 17, "ts"},
+		{"negative dur", `{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": -3}]}`, 17, "out of range"},
+		{"no events", `{"schemaVersion": 1}`, 20, "no traceEvents"},
+		{"trailing", `{"traceEvents": []} x`, 20, "invalid character"},
+		{"not an object", `"trace"`, 0, "want a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseKineto("t.json", strings.NewReader(tc.text))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v, want a *ParseError", err)
+			}
+			if pe.Offset != tc.offset || pe.Line != 0 || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "t.json: byte ") {
+				t.Errorf("error %q at byte %d, want byte %d mentioning %q", err, pe.Offset, tc.offset, tc.want)
+			}
+		})
+	}
+}
+
+func TestMicrosToNanos(t *testing.T) {
+	for in, want := range map[string]int64{"1": 1000, "1.5": 1500, "1772000000000123.456": 1772000000000123456, "0.0004": 0, "-2.25": -2250, "1e3": 1000000} {
+		got, err := microsToNanos(jsonNumber(in))
+		if err != nil || got != want {
+			t.Errorf("%s µs: %d ns, %v; want %d", in, got, err, want)
+		}
+	}
+}

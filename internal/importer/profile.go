@@ -1,0 +1,223 @@
+package importer
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Format is a kind of profile file.
+type Format int
+
+// Formats Detect recognises.
+const (
+	FormatUnknown Format = iota
+	// FormatSeed is the C++ framework's profiler output: call logs,
+	// summary reports, or both.
+	FormatSeed
+	// FormatKineto is Chrome trace JSON as torch.profiler writes it.
+	FormatKineto
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatSeed:
+		return "framework profiler text"
+	case FormatKineto:
+		return "Chrome/Kineto trace"
+	}
+	return "unknown format"
+}
+
+// Profile is what one file holds.
+type Profile struct {
+	Path   string
+	Format Format
+	// Records are on the file's own clock: durations since the Unix
+	// epoch of the wall time the file states (Combine moves them).
+	Records []profiler.Record
+	// Tables are the summary tables of a seed report.
+	Tables []Table
+	// RankKnown reports that the file says which rank it holds; a Kineto
+	// trace without distributedInfo does not (its records carry rank 0
+	// until AssignRanks gives them one).
+	RankKnown bool
+	Warnings  []string
+}
+
+// Ranks lists the ranks of the profile's records, ascending.
+func (p *Profile) Ranks() []int {
+	var out []int
+	for i := range p.Records {
+		if !slices.Contains(out, p.Records[i].Rank) {
+			out = append(out, p.Records[i].Rank)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (p *Profile) warnf(format string, args ...any) {
+	p.Warnings = append(p.Warnings, fmt.Sprintf(format, args...))
+}
+
+// ParseError is malformed input: the file, and the line (text formats) or
+// byte offset (JSON) where it went wrong.
+type ParseError struct {
+	Path   string
+	Line   int   // 1-based; 0 when Offset applies
+	Offset int64 // byte offset into the (decompressed) input, when Line is 0
+	Err    error
+}
+
+func (e *ParseError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s: byte %d: %v", e.Path, e.Offset, e.Err)
+}
+
+func (e *ParseError) Unwrap() error { return e.Err }
+
+// ErrUnknownFormat is returned for content Detect does not recognise.
+var ErrUnknownFormat = errors.New("not a profile this command reads (want the framework profiler's report or call log, or a Chrome/Kineto trace JSON)")
+
+// Detect tells the format from the first bytes of a (decompressed) file.
+func Detect(head []byte) Format {
+	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
+	head = bytes.TrimLeft(head, " \t\r\n")
+	switch {
+	case len(head) > 0 && (head[0] == '{' || head[0] == '['):
+		return FormatKineto
+	case bytes.HasPrefix(head, []byte(seedReportPrefix)), bytes.HasPrefix(head, []byte(seedLogPrefix)):
+		return FormatSeed
+	}
+	return FormatUnknown
+}
+
+// Load reads one file of either format, gzipped or not, detecting the
+// format from its content. path names the file in errors and warnings.
+func Load(path string, r io.Reader) (*Profile, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, &ParseError{Path: path, Offset: 0, Err: fmt.Errorf("gzip: %w", err)}
+		}
+		defer zr.Close()
+		br = bufio.NewReaderSize(zr, 64<<10)
+	}
+	head, err := br.Peek(4096)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		return nil, &ParseError{Path: path, Offset: int64(len(head)), Err: err}
+	}
+	switch Detect(head) {
+	case FormatSeed:
+		return ParseSeed(path, br)
+	case FormatKineto:
+		return ParseKineto(path, br)
+	}
+	return nil, &ParseError{Path: path, Line: 1, Err: ErrUnknownFormat}
+}
+
+// AssignRanks gives the profiles that do not say their rank the lowest
+// ranks no other profile holds, in the order given, and says so in
+// warnings. Several files of one rank stay that rank (and are warned of).
+func AssignRanks(profiles []*Profile) []string {
+	var warnings []string
+	taken := map[int]string{}
+	for _, p := range profiles {
+		if !p.RankKnown {
+			continue
+		}
+		for _, r := range p.Ranks() {
+			if other, ok := taken[r]; ok && other != p.Path {
+				warnings = append(warnings, fmt.Sprintf("rank %d appears in %s and %s: their records are combined as one rank's", r, other, p.Path))
+			}
+			taken[r] = p.Path
+		}
+	}
+	next := 0
+	for _, p := range profiles {
+		if p.RankKnown || len(p.Records) == 0 {
+			continue
+		}
+		for {
+			if _, ok := taken[next]; !ok {
+				break
+			}
+			next++
+		}
+		for i := range p.Records {
+			p.Records[i].Rank = next
+		}
+		taken[next] = p.Path
+		warnings = append(warnings, fmt.Sprintf("%s does not say its rank (no distributedInfo): imported as rank %d", p.Path, next))
+	}
+	return warnings
+}
+
+// Combine puts the records of profiles on one timeline, starting at 0,
+// and numbers them uniquely per rank, in the order a profiler delivers
+// records: by end time, a range after those it encloses. Files of one
+// format share a clock (the wall time they state), so the ranks of one
+// run line up; files of different formats are each moved to start at 0.
+func Combine(profiles []*Profile) []profiler.Record {
+	origin := map[Format]int64{}
+	for _, p := range profiles {
+		for i := range p.Records {
+			r := &p.Records[i]
+			start := int64(r.HostStart)
+			if r.HasDevice {
+				start = min(start, int64(r.DeviceStart))
+			}
+			if o, ok := origin[p.Format]; !ok || start < o {
+				origin[p.Format] = start
+			}
+		}
+	}
+	var out []profiler.Record
+	next := map[int]uint64{}
+	for _, p := range profiles {
+		base := map[int]uint64{}
+		top := map[int]uint64{}
+		for _, r := range p.Records {
+			if _, ok := base[r.Rank]; !ok {
+				base[r.Rank] = next[r.Rank]
+			}
+			off := origin[p.Format]
+			r.HostStart -= durationOf(off)
+			r.HostEnd -= durationOf(off)
+			if r.HasDevice {
+				r.DeviceStart -= durationOf(off)
+				r.DeviceEnd -= durationOf(off)
+			}
+			r.ID += base[r.Rank]
+			if r.Parent != 0 {
+				r.Parent += base[r.Rank]
+			}
+			top[r.Rank] = max(top[r.Rank], r.ID)
+			out = append(out, r)
+		}
+		for rank, id := range top {
+			next[rank] = id
+		}
+	}
+	slices.SortStableFunc(out, func(a, b profiler.Record) int {
+		if c := cmp.Compare(a.HostEnd, b.HostEnd); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Depth, a.Depth)
+	})
+	return out
+}
+
+func durationOf(ns int64) time.Duration { return time.Duration(ns) }

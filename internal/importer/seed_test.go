@@ -1,0 +1,168 @@
+package importer
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+func loadFile(t *testing.T, path string) *Profile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := Load(path, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func wall(s string) time.Duration {
+	at, err := time.Parse("2006-01-02 15:04:05", s)
+	if err != nil {
+		panic(err)
+	}
+	return time.Duration(at.UnixNano())
+}
+
+func TestSeedCallLog(t *testing.T) {
+	p := loadFile(t, "testdata/seed/calls.rank0")
+	if p.Format != FormatSeed || len(p.Tables) != 0 {
+		t.Fatalf("format %v, %d tables", p.Format, len(p.Tables))
+	}
+	if len(p.Records) != 8 {
+		t.Fatalf("%d records, want 8 (5 Backward + 3 Forward)", len(p.Records))
+	}
+	// Merged by timestamp across the tags: both Forward calls of 13:05:07
+	// first, then 13:05:08's (Backward's before Forward's: file order),
+	// then the four of 13:05:09.
+	wantNames := []string{"matmul", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+		"matmul_backward", "to_cpu", "matmul_backward",
+		"optimizer_step_fused_adamw_multi_tensor_apply_v2", "optimizer_step_fused_adamw_multi_tensor_apply_v2", "optimizer_step_fused_adamw_multi_tensor_apply_v2"}
+	for i, r := range p.Records {
+		if r.Name != wantNames[i] {
+			t.Errorf("record %d: %q, want %q", i, r.Name, wantNames[i])
+		}
+		if r.ID != uint64(i+1) || r.Rank != 0 || r.Depth != 0 || r.Parent != 0 {
+			t.Errorf("record %d: ID %d rank %d depth %d parent %d", i, r.ID, r.Rank, r.Depth, r.Parent)
+		}
+	}
+	// 13:05:07: matmul ends at the second, the all-reduce 2500 µs later.
+	t7 := wall("2026-02-25 13:05:07")
+	us := time.Microsecond
+	mm, ar := p.Records[0], p.Records[1]
+	if mm.HostEnd != t7 || mm.HostStart != t7-1834*us || mm.DeviceStart != mm.HostStart || mm.DeviceDuration() != 1790*us {
+		t.Errorf("matmul at %v–%v, device %v for %v", mm.HostStart-t7, mm.HostEnd-t7, mm.DeviceStart-t7, mm.DeviceDuration())
+	}
+	if ar.HostStart != t7 || ar.HostEnd != t7+2500*us || ar.DeviceDuration() != 2400*us || ar.Tag != "Forward" {
+		t.Errorf("all-reduce at %v–%v, device %v, tag %q", ar.HostStart-t7, ar.HostEnd-t7, ar.DeviceDuration(), ar.Tag)
+	}
+	if mm.Kind != profiler.KindDevice || mm.Device != (runtime.Device{Type: runtime.CUDA, Index: 0}) || mm.PeakMemory != 512<<20 {
+		t.Errorf("matmul kind %v device %v peak %d", mm.Kind, mm.Device, mm.PeakMemory)
+	}
+	cpu := p.Records[3]
+	if cpu.Kind != profiler.KindHost || cpu.HasDevice || cpu.Device.Type != runtime.CPU || cpu.HostDuration() != 300*us {
+		t.Errorf("to_cpu: kind %v, device %v (%v), host %v", cpu.Kind, cpu.Device, cpu.HasDevice, cpu.HostDuration())
+	}
+	// 13:05:08: matmul_backward (3000 µs) ends at the second, to_cpu right
+	// after it.
+	t8 := wall("2026-02-25 13:05:08")
+	if p.Records[2].HostEnd != t8 || cpu.HostStart != t8 || cpu.HostEnd != t8+300*us {
+		t.Errorf("13:05:08 calls at %v and %v–%v", p.Records[2].HostEnd-t8, cpu.HostStart-t8, cpu.HostEnd-t8)
+	}
+	if len(p.Warnings) != 0 {
+		t.Errorf("warnings: %q", p.Warnings)
+	}
+}
+
+func TestSeedReport(t *testing.T) {
+	p := loadFile(t, "testdata/seed/report.rank0")
+	if len(p.Records) != 0 || len(p.Tables) != 2 {
+		t.Fatalf("%d records, %d tables; want 0, 2", len(p.Records), len(p.Tables))
+	}
+	bw, fw := p.Tables[0], p.Tables[1]
+	if bw.Tag != "Backward" || bw.PeakMB != 640 || fw.Tag != "Forward" || fw.PeakMB != 512 || bw.Rank != 0 {
+		t.Fatalf("tables %q/%d, %q/%d", bw.Tag, bw.PeakMB, fw.Tag, fw.PeakMB)
+	}
+	// The 48-byte name ran into its count of 3 ("…_v23"); the averages
+	// (450/3 = 150, 360/3 = 120) tell them apart.
+	opt := bw.Rows[1]
+	if opt.Name != "optimizer_step_fused_adamw_multi_tensor_apply_v2" || opt.Count != 3 || opt.HostTotalUS != 450 || opt.DeviceTotalUS != 360 {
+		t.Errorf("row %+v", opt)
+	}
+	ar := fw.Rows[0]
+	if !strings.HasPrefix(ar.Name, "ncclDevKernel_AllReduce") || !strings.HasSuffix(ar.Name, "<4096ul>)") || ar.Count != 1 || ar.HostTotalUS != 2500 {
+		t.Errorf("row %+v", ar)
+	}
+	if r := fw.Rows[2]; r.Name != "to_cpu" || r.Count != 1 || r.HostTotalUS != 300 || r.DeviceTotalUS != 0 || r.HostPercent != 6.47 {
+		t.Errorf("row %+v", r)
+	}
+}
+
+func TestCheckTables(t *testing.T) {
+	var tables []Table
+	var recs []profiler.Record
+	for _, rank := range []string{"0", "1"} {
+		tables = append(tables, loadFile(t, "testdata/seed/report.rank"+rank).Tables...)
+		recs = append(recs, loadFile(t, "testdata/seed/calls.rank"+rank).Records...)
+	}
+	problems, uncovered := CheckTables(tables, recs)
+	if len(problems) != 0 || len(uncovered) != 0 {
+		t.Fatalf("problems %q, uncovered %d", problems, len(uncovered))
+	}
+	// One call fewer: the report no longer agrees.
+	short := append([]profiler.Record(nil), recs[1:]...)
+	problems, _ = CheckTables(tables, short)
+	if len(problems) != 1 || !strings.Contains(problems[0], "matmul") {
+		t.Errorf("problems %q, want one about matmul", problems)
+	}
+	// Rank 1's report without its log is uncovered.
+	_, uncovered = CheckTables(tables, recs[:8])
+	if len(uncovered) != 1 || uncovered[0].Rank != 1 {
+		t.Errorf("uncovered %+v", uncovered)
+	}
+}
+
+func TestSeedErrors(t *testing.T) {
+	good, err := os.ReadFile("testdata/seed/calls.rank0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(good), "\n")
+	for _, tc := range []struct {
+		name string
+		text string
+		line int
+		want string
+	}{
+		{"garbage row", strings.Join(append(lines[:7:7], "7       2026-02-25 13:05:09     matmul"), "\n"), 8, "not a call log row"},
+		{"bad date", strings.Replace(string(good), "2026-02-25 13:05:07", "2026-02-30 13:05:07", 1), 14, "timestamp"},
+		{"no tag", "=== Kernel Call Log for Rank 0 ===\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\n", 2, "Tag:"},
+		{"no header", "=== Profiler Report for Rank 2 ===\nTag: x\nPeak Device Memory Usage: 0 MB\nmatmul 1 2 3.00 4 5.00 2 4\n", 4, "column header"},
+		{"bad rank", "=== Kernel Call Log for Rank -1 ===\n", 1, "rank"},
+		{"stray text", "=== Kernel Call Log for Rank 0 ===\n\nTag: a\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\nI0225 glog line\n", 5, "not a call log row"},
+		{"no count", "=== Profiler Report for Rank 0 ===\nTag: a\nPeak Device Memory Usage: 1 MB\n" + reportHeader + "\nname 1 2.00 3 4.00 5 6\n", 5, "no count"},
+		{"no peak", "=== Profiler Report for Rank 0 ===\nTag: a\n" + reportHeader + "\n", 2, "Peak Device Memory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseSeed("f.txt", strings.NewReader(tc.text))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v, want a *ParseError", err)
+			}
+			if pe.Line != tc.line || pe.Path != "f.txt" || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q at line %d, want line %d mentioning %q", err, pe.Line, tc.line, tc.want)
+			}
+		})
+	}
+}
+
+const reportHeader = "Name                                    Count     Host Total(us)    Host %    Device Total(us)    Device %  Avg Host(us)    Avg Device(us)    "
