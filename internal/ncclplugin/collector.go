@@ -102,11 +102,12 @@ type procKey struct {
 
 // process is what the collector knows about one wrapped process.
 type process struct {
-	open    int              // connections open
-	ops     map[uint64]*op   // by task
-	devices map[uint64]int32 // CUDA device by communicator
-	drops   [3]uint64        // ring full, refused, unsent: the latest cumulative report
-	clock   offsetEstimate
+	worldRank int32            // the launcher's rank, -1 unknown
+	open      int              // connections open
+	ops       map[uint64]*op   // by task
+	devices   map[uint64]int32 // CUDA device by communicator
+	drops     [3]uint64        // ring full, refused, unsent: the latest cumulative report
+	clock     offsetEstimate
 }
 
 type op struct {
@@ -295,7 +296,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{ops: make(map[uint64]*op), devices: make(map[uint64]int32)}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32)}
 			c.procs[key] = pr
 		}
 		pr.open++
@@ -419,6 +420,13 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	if group == "" {
 		group = fmt.Sprintf("nccl:%016x", r.Comm)
 	}
+	// A process is one rank of the report: the launcher's number for it
+	// where there is one, so that its traffic on every communicator stays
+	// together; else its rank in this communicator.
+	rank := int(r.Rank)
+	if pr.worldRank >= 0 {
+		rank = int(pr.worldRank)
+	}
 	dev := int32(-1)
 	if d, ok := pr.devices[r.Comm]; ok {
 		dev = d
@@ -427,7 +435,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		ID:        c.nextID,
 		Name:      opName,
 		Kind:      kind,
-		Rank:      int(r.Rank),
+		Rank:      rank,
 		Device:    runtime.Device{Type: runtime.CUDA, Index: int(dev)},
 		HostStart: c.clock.at(int64(r.HostStart)),
 		HostEnd:   c.clock.at(int64(r.HostEnd)),

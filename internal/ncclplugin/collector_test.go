@@ -2,8 +2,11 @@ package ncclplugin
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"math"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +279,34 @@ func TestCollectorCountsDecodeErrors(t *testing.T) {
 	recs := sink.wait(t, 1)
 	if recs[0].Name != "AllReduce" || recs[0].HasDevice {
 		t.Errorf("record %+v", recs[0])
+	}
+}
+
+// TestCollectorRankFromLauncher checks that a process whose launcher set
+// its rank is that rank on every communicator, its rank in each kept as
+// the group rank; without one, the communicator's rank stands.
+func TestCollectorRankFromLauncher(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	mono, err := monotonicNow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := uint64(mono)
+	withRank := helloFrame(1, 200, "n1")
+	binary.LittleEndian.PutUint32(withRank[96:], 6+1) // RANK=6
+	coll := func(hash uint64, task uint64, rank int32, name string) []byte {
+		return wireRec{kind: 2, hash: hash, task: task, seq: task, t0: host, t1: host + 1000, a0: 4, a1: 16, rank: rank, nranks: 2, peer: -1,
+			fn: 1, dtype: 7, nch: 1, name: name}.frame()
+	}
+	send(t, c, stream(withRank, coll(1, 1, 1, "pp"), coll(2, 2, 0, "dp")), false)
+	send(t, c, stream(helloFrame(1, 201, "n1"), coll(1, 1, 1, "pp")), false)
+	got := map[string][]int{}
+	for _, r := range sink.wait(t, 3) {
+		key := fmt.Sprintf("%s rank %d", r.Collective.Group, r.Rank)
+		got[key] = append(got[key], int(r.Collective.GroupRank))
+	}
+	want := map[string][]int{"pp rank 6": {1}, "dp rank 6": {0}, "pp rank 1": {1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("group, rank → group ranks: %v, want %v", got, want)
 	}
 }

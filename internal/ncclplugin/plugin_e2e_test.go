@@ -31,7 +31,9 @@ func TestPluginEndToEnd(t *testing.T) {
 	}
 	c, sink, _ := newTestCollector(t)
 	drive := exec.Command(filepath.Join(dir, "test_plugin"), "--drive", filepath.Join(dir, "libtrainscope-nccl.so"))
-	drive.Env = append(os.Environ(), c.Env())
+	// The launcher's rank (torchrun's RANK) names the process; its rank in
+	// the communicator stays the group rank.
+	drive.Env = append(os.Environ(), c.Env(), "RANK=3", "OMPI_COMM_WORLD_RANK=", "SLURM_PROCID=", "PMI_RANK=")
 	if out, err := drive.CombinedOutput(); err != nil {
 		t.Fatalf("driver: %v\n%s", err, out)
 	}
@@ -44,8 +46,8 @@ func TestPluginEndToEnd(t *testing.T) {
 	n := map[string]int{}
 	for _, r := range recs {
 		n[r.Name]++
-		if r.Collective.Group != "pg-data-parallel" || r.Collective.GroupSize != 4 || r.Rank != 1 {
-			t.Errorf("%s: group %q size %d rank %d", r.Name, r.Collective.Group, r.Collective.GroupSize, r.Rank)
+		if r.Collective.Group != "pg-data-parallel" || r.Collective.GroupSize != 4 || r.Rank != 3 || r.Collective.GroupRank != 1 {
+			t.Errorf("%s: group %q size %d rank %d group rank %d", r.Name, r.Collective.Group, r.Collective.GroupSize, r.Rank, r.Collective.GroupRank)
 		}
 		switch r.Name {
 		case "AllReduce":

@@ -66,6 +66,10 @@ type Hello struct {
 	MonoNs     uint64 // the plugin's CLOCK_MONOTONIC when it connected
 	RealtimeNs uint64 // CLOCK_REALTIME at the same moment
 	Hostname   string
+	// WorldRank is the process's rank as its launcher numbered it
+	// (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK), -1 when none
+	// was set.
+	WorldRank int32
 }
 
 // Record is one decoded record. Which fields mean something depends on
@@ -189,6 +193,7 @@ func (d *Reader) Hello() (Hello, error) {
 		MonoNs:     binary.LittleEndian.Uint64(b[16:]),
 		RealtimeNs: binary.LittleEndian.Uint64(b[24:]),
 		Hostname:   cstring(b[32:96]),
+		WorldRank:  int32(binary.LittleEndian.Uint32(b[96:])) - 1,
 	}
 	if h.Version != Version {
 		d.err = &VersionError{Version: h.Version}

@@ -307,6 +307,20 @@ static void disconnect(void) {
   g.next_connect = mono_ns() + 1000000000u;
 }
 
+/* The process's rank as its launcher numbered it (torchrun, mpirun, srun),
+   or -1. Read on the draining thread, never on NCCL's. */
+static int32_t launcher_rank(void) {
+  static const char* const names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char* s = getenv(names[i]);
+    if (!s || !*s) continue;
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (!*end && v >= 0 && v < (1L << 30)) return (int32_t)v;
+  }
+  return -1;
+}
+
 static void try_connect(void) {
   if (g.fd >= 0 || !g.path[0] || mono_ns() < g.next_connect) return;
   g.next_connect = mono_ns() + 1000000000u; /* at most one attempt a second */
@@ -329,6 +343,7 @@ static void try_connect(void) {
   h.mono_ns = mono_ns();
   h.realtime_ns = now_ns(CLOCK_REALTIME);
   gethostname(h.hostname, sizeof h.hostname - 1);
+  h.world_rank1 = launcher_rank() + 1;
   memcpy(&out[0], &h, sizeof h);
   g.out_len = sizeof h;
   g.out_off = 0;

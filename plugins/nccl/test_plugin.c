@@ -250,7 +250,12 @@ static const struct tsnp_record* rec(const struct stream* s, size_t i) {
 static void test_main(void) {
   int lfd = listen_unix();
   setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("SLURM_PROCID");
+  unsetenv("PMI_RANK");
+  setenv("RANK", "5", 1);
   pid_t pid = spawn(main_child);
+  unsetenv("RANK");
   struct stream s;
   int status = 0;
   collect(lfd, pid, &s, 10000, 0, &status);
@@ -266,6 +271,7 @@ static void test_main(void) {
   CHECK(h.version == 1 && h.record_size == 128, "version %u size %u", h.version, h.record_size);
   CHECK(h.pid == (uint32_t)pid, "hello pid %u, child %d", h.pid, (int)pid);
   CHECK(h.mono_ns > 0 && h.realtime_ns > h.mono_ns, "hello clocks");
+  CHECK(h.world_rank1 == 6, "hello launcher rank + 1 %d, want 6 (RANK=5)", h.world_rank1);
 
   size_t n = s.len / TSNP_RECORD_SIZE - 1;
   int inits = 0, fins = 0, colls = 0, p2ps = 0, kernels = 0, drops = 0;

@@ -28,7 +28,9 @@ struct tsnp_hello {
   uint64_t mono_ns;     /* 16  CLOCK_MONOTONIC when the connection was made */
   uint64_t realtime_ns; /* 24  CLOCK_REALTIME at the same moment */
   char hostname[64];    /* 32  */
-  uint8_t reserved[32]; /* 96  zero */
+  int32_t world_rank1;  /* 96  the launcher's rank of the process + 1 (RANK, OMPI_COMM_WORLD_RANK,
+                                  SLURM_PROCID, PMI_RANK, read at connect); 0: not set */
+  uint8_t reserved[28]; /* 100 zero */
 };
 
 /* Record kinds. */
