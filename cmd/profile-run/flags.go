@@ -102,7 +102,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
 	printUsage := func() {
-		fmt.Fprintf(stderr, "Usage: profile-run [flags]\n\nTrains the built-in pipelined model on the best available backend and reports\nwhere each step's time went.\n\nFlags:\n")
+		fmt.Fprint(stderr, `Usage:
+  profile-run [flags]                 train the built-in pipelined model on the best
+                                      available backend and report where each step's
+                                      time went
+  profile-run [flags] -- CMD ARGS…    run CMD (torchrun, python, mpirun, …) and record
+                                      every NCCL collective and p2p of it and of the
+                                      processes it starts (docs/wrap.md)
+  profile-run import [flags] FILE…    load torch.profiler traces or the C++ framework
+                                      profiler's call logs (profile-run import -h)
+
+Flags:
+`)
 		fs.SetOutput(stderr)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
@@ -118,8 +129,31 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("%v", err)
 	}
 	o.command = fs.Args()
-	if len(o.command) > 0 {
-		return nil, usagef("unexpected arguments %q: profile-run takes flags only (wrapping a command is not supported yet)", o.command)
+	rest := len(args) - len(o.command)
+	wrapping := rest > 0 && args[rest-1] == "--"
+	switch {
+	case wrapping && len(o.command) == 0:
+		return nil, usagef("nothing after --: name the command to profile (profile-run [flags] -- CMD ARGS…)")
+	case !wrapping && len(o.command) > 0:
+		return nil, usagef("unexpected arguments %q: to profile a command, put it after --: profile-run [flags] -- %s", o.command, commandLine(o.command))
+	}
+	if wrapping {
+		var misplaced []string
+		fs.Visit(func(f *flag.Flag) {
+			if trainerFlags[f.Name] {
+				misplaced = append(misplaced, "-"+f.Name)
+			}
+		})
+		if len(misplaced) > 0 {
+			verb := "sets up the built-in trainer and means"
+			if len(misplaced) > 1 {
+				verb = "set up the built-in trainer and mean"
+			}
+			return nil, usagef("%s %s nothing to a wrapped command", strings.Join(misplaced, ", "), verb)
+		}
+		if o.profile != "on" {
+			return nil, usagef("-profile %s: a wrapped command is profiled through its NCCL calls; to run it unprofiled, run it without profile-run", o.profile)
+		}
 	}
 	c.LearningRate = *lr
 	var err error
@@ -182,6 +216,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// trainerFlags set up the built-in trainer; a wrapped command has no use
+// for them.
+var trainerFlags = map[string]bool{
+	"pp": true, "vpp": true, "dp": true, "microbatches": true, "microbatch-size": true, "steps": true,
+	"width": true, "layers": true, "schedule": true, "seed": true, "lr": true, "dtype": true,
+	"comm-timeout": true, "backend": true, "devices": true, "device-depth": true, "no-step-lines": true,
 }
 
 // configFlags names the flag that sets each pipeline.Config field, so that

@@ -8,7 +8,8 @@ import (
 	"syscall"
 )
 
-// interrupt is what profile-run does with SIGINT and SIGTERM. The first
+// interrupt is what profile-run does with SIGINT, SIGTERM, SIGHUP and
+// SIGQUIT. The first
 // signal during training ends stop: training stops at the next action
 // boundary, and everything recorded is flushed and written out, marked
 // partial. A second signal, or any signal once training is over, ends
@@ -35,6 +36,18 @@ func signalName(s os.Signal) string {
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGBUS:
+		return "SIGBUS"
 	}
 	return s.String()
 }

@@ -16,7 +16,7 @@ const abortGrace = 2 * time.Second
 
 func main() {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	in := newInterrupt(context.Background())
 	go in.watch(sigs)
 	go exitAfterAbort(in, abortGrace, os.Exit)

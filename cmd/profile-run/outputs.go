@@ -318,7 +318,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 	st := out.prof.Stats()
 	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
 		st.Collected, st.Dropped, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
-	if d := out.o.depth; d > 0 {
+	if len(out.o.command) > 0 {
+		fmt.Fprintln(stdout, "device timing: each NCCL operation from its first kernel channel's start to its last one's stop, on the GPU's timer")
+	} else if d := out.o.depth; d > 0 {
 		fmt.Fprintf(stdout, "device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)\n", d)
 	} else {
 		fmt.Fprintln(stdout, "device timing: every device range (-device-depth 0)")

@@ -66,6 +66,9 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	for _, d := range o.deprecations {
 		log.Warn(d)
 	}
+	if len(o.command) > 0 {
+		return runWrapped(in, o, log, stdout, stderr)
+	}
 	backend, err := chooseBackend(o.backend)
 	if err != nil {
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)

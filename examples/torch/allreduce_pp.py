@@ -1,7 +1,9 @@
 """A known NCCL workload, timed by itself: the check for wrapped runs.
 
 Run under torchrun (one process per GPU; with one GPU, --nproc_per_node 1
-gives single-rank communicators):
+gives single-rank communicators, whose collectives NCCL 2.28 runs as local
+copies without telling a profiler plugin, and --nproc_per_node 2
+--share-gpu two ranks on the one GPU):
 
     python3 -m torch.distributed.run --nproc_per_node 2 examples/torch/allreduce_pp.py
 
@@ -29,6 +31,10 @@ def parse(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per operation and size, first")
     p.add_argument("--sizes-mib", default="1,64", help="message sizes S in MiB, comma-separated")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--share-gpu", action="store_true",
+                   help="with fewer GPUs than ranks, let ranks share one: each gets an NCCL_HOSTID of its own, "
+                        "so NCCL takes them for different hosts and connects them through its network transport "
+                        "(a test set-up: slow, but every collective and p2p is a real NCCL operation)")
     a = p.parse_args(argv)
     if a.iters < 1 or a.warmup < 0:
         p.error("--iters must be at least 1 and --warmup not negative")
@@ -45,6 +51,10 @@ def main(argv=None):
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
+    if a.share_gpu and world > torch.cuda.device_count():
+        # NCCL refuses two ranks of one communicator on one GPU of one
+        # host; the host is what NCCL_HOSTID says.
+        os.environ["NCCL_HOSTID"] = "allreduce-pp-rank-%d" % rank
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)

@@ -436,6 +436,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		Name:      opName,
 		Kind:      kind,
 		Rank:      rank,
+		Labels:    profiler.NoLabels, // NCCL knows no steps, stages or microbatches
 		Device:    runtime.Device{Type: runtime.CUDA, Index: int(dev)},
 		HostStart: c.clock.at(int64(r.HostStart)),
 		HostEnd:   c.clock.at(int64(r.HostEnd)),

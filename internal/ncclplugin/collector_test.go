@@ -133,6 +133,9 @@ func TestCollectorMatchesKernelChannels(t *testing.T) {
 	if ar.Kind != profiler.KindCollective || ar.Rank != 1 || ar.Device.Index != 3 {
 		t.Errorf("allreduce kind %v rank %d device %v", ar.Kind, ar.Rank, ar.Device)
 	}
+	if ar.Step != -1 || ar.Stage != -1 || ar.Chunk != -1 || ar.Microbatch != -1 {
+		t.Errorf("allreduce labels %+v: NCCL knows no step, stage, chunk or microbatch", ar.Labels)
+	}
 	col := ar.Collective
 	if col.Bytes != 4<<20 || col.Count != 1<<20 || col.DType != "float32" || col.Group != "dp" || col.GroupSize != 4 ||
 		col.GroupRank != 1 || col.Seq != 9 || col.Root != -1 || col.Peer != -1 {

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/trainscope/trainscope/internal/ncclplugin"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Exit statuses of a command that could not be run, as shells give them.
+const (
+	exitCannotExecute = 126
+	exitNotFound      = 127
+)
+
+const (
+	// envNCCLPlugin is where NCCL looks for a profiler plugin.
+	envNCCLPlugin = "NCCL_PROFILER_PLUGIN"
+	// locateTimeout bounds building the plugin on first use.
+	locateTimeout = 2 * time.Minute
+	// collectorCloseTimeout bounds the wait, once the command has ended,
+	// for plugin connections its leftover processes still hold.
+	collectorCloseTimeout = 10 * time.Second
+	// waitDelay bounds the wait for the command's output once it has
+	// exited, should a process it left behind hold the pipes.
+	waitDelay = 5 * time.Second
+)
+
+// leftoverGrace is how long processes the command left behind have
+// between SIGTERM and SIGKILL (a variable for tests).
+var leftoverGrace = 5 * time.Second
+
+// wrapper is one run of `profile-run [flags] -- CMD ARGS…`.
+type wrapper struct {
+	in             *interrupt
+	o              *options
+	log            *zap.Logger
+	stdout, stderr io.Writer
+
+	prof    *profiler.Profiler
+	out     *outputs
+	plugin  ncclplugin.Located
+	col     *ncclplugin.Collector
+	noNCCL  string // why no collective can be recorded, when none can
+	started time.Time
+}
+
+// runWrapped runs o.command under the profiler and returns the command's
+// exit status (128+N when signal N ended it); what happens to the
+// telemetry never changes it.
+func runWrapped(in *interrupt, o *options, log *zap.Logger, stdout, stderr io.Writer) int {
+	w := &wrapper{in: in, o: o, log: log, stdout: stdout, stderr: stderr}
+	prof, err := profiler.New(profiler.WithMaxRecords(0))
+	if err != nil {
+		log.Error(err.Error())
+		return exitFail
+	}
+	w.prof = prof
+	defer func() {
+		ctx, cancel := context.WithTimeout(in.abort, flushTimeout)
+		defer cancel()
+		_ = prof.Close(ctx)
+	}()
+	if w.out, err = openOutputs(in.abort, o, prof, log); err != nil {
+		// Nothing has run yet: an output that cannot be written is the
+		// user's to fix before the job starts, not hours into it.
+		var ue *usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
+			return exitUsage
+		}
+		log.Error(err.Error())
+		return exitFail
+	}
+	w.startCollector()
+	code, ran := w.runCommand()
+	in.trainingDone()
+	if !ran {
+		// The command never started: there is nothing to write.
+		if w.col != nil {
+			ctx, cancel := context.WithTimeout(in.abort, collectorCloseTimeout)
+			_ = w.col.Close(ctx)
+			cancel()
+		}
+		w.out.removeFiles()
+		return code
+	}
+	w.finish(code)
+	return code
+}
+
+// startCollector finds the plugin and listens for the command's
+// processes. Neither is allowed to stop the command from running: when
+// one fails, noNCCL says why, and the command runs unprofiled.
+func (w *wrapper) startCollector() {
+	ctx, cancel := context.WithTimeout(w.in.stop, locateTimeout)
+	defer cancel()
+	loc, err := ncclplugin.Locate(ctx, "")
+	if err != nil {
+		w.noNCCL = err.Error()
+		w.log.Warn("NCCL collectives will not be recorded; the command runs all the same", zap.Error(err))
+		return
+	}
+	w.plugin = loc
+	if loc.How == "built" {
+		w.log.Info("built the NCCL profiler plugin", zap.String("path", loc.Path))
+	}
+	col, err := ncclplugin.NewCollector(w.prof)
+	if err != nil {
+		w.noNCCL = err.Error()
+		w.log.Warn("NCCL collectives will not be recorded; the command runs all the same", zap.Error(err))
+		return
+	}
+	w.col = col
+}
+
+// environ is the command's environment: profile-run's, with the plugin
+// and the collector's socket when there is a collector.
+func (w *wrapper) environ() []string {
+	env := os.Environ()
+	if w.col == nil {
+		return env
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		switch name {
+		case envNCCLPlugin:
+			if value != w.plugin.Path {
+				w.log.Warn(fmt.Sprintf("%s was set to %q; the command gets trainscope's plugin in its place", envNCCLPlugin, value))
+			}
+			continue
+		case ncclplugin.EnvSocket:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, envNCCLPlugin+"="+w.plugin.Path, w.col.Env())
+}
+
+// runCommand starts the command in a process group of its own, forwards
+// signals to that group, reports progress, and waits for it. ran is
+// false when it could not be started.
+func (w *wrapper) runCommand() (code int, ran bool) {
+	cmd := exec.Command(w.o.command[0], w.o.command[1:]...)
+	cmd.Env = w.environ()
+	cmd.Stdout, cmd.Stderr = w.stdout, w.stderr
+	// A terminal stays profile-run's: the command's group is not in the
+	// foreground, and reading the terminal would stop it.
+	if !isTerminal(os.Stdin) {
+		cmd.Stdin = os.Stdin
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := becomeSubreaper(); err != nil {
+		w.log.Warn("processes the command orphans will not be ended with it", zap.Error(err))
+	}
+	cmd.WaitDelay = waitDelay
+	if err := cmd.Start(); err != nil {
+		code := exitCannotExecute
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		fmt.Fprintf(w.stderr, "profile-run: cannot run %s: %v\n", w.o.command[0], err)
+		return code, false
+	}
+	w.started = time.Now()
+	fields := []zap.Field{zap.Int("pid", cmd.Process.Pid)}
+	if w.col != nil {
+		fields = append(fields, zap.String("nccl_plugin", w.plugin.Path))
+	}
+	if w.out.runDir != "" {
+		fields = append(fields, zap.String("outputs", w.out.runDir))
+	}
+	w.log.Info("profiling "+commandLine(w.o.command), fields...)
+
+	exited := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); w.forwardSignals(cmd.Process.Pid, exited) }()
+	go func() { defer wg.Done(); w.progress(exited) }()
+	err := cmd.Wait()
+	close(exited)
+	wg.Wait()
+	w.endLeftovers(cmd.Process.Pid)
+	return exitStatus(cmd, err, w.stderr), true
+}
+
+// endLeftovers ends what the command left running once it has exited:
+// the rest of its process group, and the processes orphaned under
+// profile-run (a subreaper, see runCommand) — torchrun starts each worker
+// in a session of its own, and when torchrun is killed by SIGKILL they
+// would go on holding their GPUs with nobody to wait for them. They get
+// SIGTERM, then SIGKILL after leftoverGrace, and are reaped.
+func (w *wrapper) endLeftovers(pgid int) {
+	groupAlive := func() bool { return syscall.Kill(-pgid, 0) == nil }
+	orphans := children()
+	if !groupAlive() && len(orphans) == 0 {
+		return
+	}
+	w.log.Warn(fmt.Sprintf("the command exited and left processes behind (%d orphaned, its process group %d %s); sending them SIGTERM, and SIGKILL after %v",
+		len(orphans), pgid, map[bool]string{true: "still has members", false: "is empty"}[groupAlive()], leftoverGrace))
+	signalAll := func(sig syscall.Signal) {
+		_ = syscall.Kill(-pgid, sig)
+		for _, pid := range children() {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	signalAll(syscall.SIGTERM)
+	deadline := time.Now().Add(leftoverGrace)
+	killed := false
+	for {
+		left := children()
+		for _, pid := range left {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		if len(children()) == 0 && !groupAlive() {
+			return
+		}
+		if time.Now().After(deadline) {
+			if killed {
+				w.log.Warn("processes the command left behind did not end after SIGKILL", zap.Ints("pids", children()))
+				return
+			}
+			signalAll(syscall.SIGKILL)
+			killed, deadline = true, time.Now().Add(leftoverGrace)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// becomeSubreaper makes profile-run the parent of every process orphaned
+// below it, so that none of a wrapped job's processes escapes it.
+func becomeSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// children lists this process's children, zombies included.
+func children() []int {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 2 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == self {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// forwardSignals passes the first signal (or the end of the run's
+// context) to the command's process group, and kills the group on a
+// second one.
+func (w *wrapper) forwardSignals(pid int, exited <-chan struct{}) {
+	select {
+	case <-exited:
+		return
+	case <-w.in.stop.Done():
+	}
+	sig := syscall.SIGTERM
+	if s, ok := w.in.signal().(syscall.Signal); ok {
+		sig = s
+	}
+	w.log.Warn(fmt.Sprintf("passing %s on to the command (another signal kills it)", signalName(sig)))
+	_ = syscall.Kill(-pid, sig)
+	select {
+	case <-exited:
+		return
+	case <-w.in.abort.Done():
+	}
+	w.log.Warn("killing the command's process group")
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// progress writes a line now and then while the command runs: on a
+// terminal by default, always with -progress log or bar, never with off.
+func (w *wrapper) progress(exited <-chan struct{}) {
+	switch w.o.progress {
+	case "off":
+		return
+	case "auto":
+		if !isTerminal(w.stderr) {
+			return
+		}
+	}
+	t := time.NewTicker(w.o.progressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-exited:
+			return
+		case <-t.C:
+			fmt.Fprintln(w.stderr, w.progressLine())
+		}
+	}
+}
+
+func (w *wrapper) progressLine() string {
+	elapsed := time.Since(w.started).Truncate(time.Second)
+	if w.col == nil {
+		return fmt.Sprintf("profile-run: %v: not recording NCCL (%s)", elapsed, w.noNCCL)
+	}
+	st := w.col.Stats()
+	ps := w.prof.Stats()
+	return fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Processes, st.PluginDrops()+ps.Dropped)
+}
+
+// exitStatus is the command's status as a shell gives it.
+func exitStatus(cmd *exec.Cmd, err error, stderr io.Writer) int {
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if code := cmd.ProcessState.ExitCode(); code >= 0 {
+		if err != nil && errors.Is(err, exec.ErrWaitDelay) {
+			fmt.Fprintf(stderr, "profile-run: the command exited, but processes it left behind kept its output open; stopped waiting for them after %v\n", waitDelay)
+		}
+		return code
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "profile-run: waiting for the command: %v\n", err)
+	}
+	return exitFail
+}
+
+// finish collects what the command's processes left, flushes and writes
+// every output within bounded deadlines, and prints where they went.
+func (w *wrapper) finish(code int) {
+	if code != 0 {
+		w.out.partial = "the wrapped command " + describeExit(code)
+	}
+	if w.col != nil {
+		ctx, cancel := context.WithTimeout(w.in.abort, collectorCloseTimeout)
+		if err := w.col.Close(ctx); err != nil {
+			w.log.Warn("collecting the command's last records", zap.Error(err))
+		}
+		cancel()
+	}
+	w.out.summary = append(w.out.summary, w.ncclSummary())
+	fctx, cancel := context.WithTimeout(w.in.abort, flushTimeout)
+	if err := w.prof.Flush(fctx); err != nil {
+		w.log.Warn("flushing the profiler", zap.Error(err))
+	}
+	cancel()
+	if err := w.out.finish(w.stdout); err != nil {
+		// Telemetry's trouble is reported, never the command's status.
+		w.log.Warn("writing the outputs", zap.Error(err))
+	}
+}
+
+// ncclSummary says what the plugin delivered or, when nothing, why not.
+func (w *wrapper) ncclSummary() string {
+	if w.col == nil {
+		return "nccl: not recorded: " + w.noNCCL
+	}
+	st := w.col.Stats()
+	switch {
+	case st.Processes == 0:
+		return fmt.Sprintf("nccl: no collectives seen: no process loaded the plugin (%s). Either the command did not use NCCL (CPU only, gloo, or it failed first), "+
+			"its NCCL is older than 2.23 (the first with profiler interface v4), a launcher did not pass %s and %s on (mpirun needs -x for each), "+
+			"or its processes run on another host (the collector listens on a local socket)", w.plugin.Path, envNCCLPlugin, ncclplugin.EnvSocket)
+	case st.Records == 0:
+		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes)
+	}
+	line := fmt.Sprintf("nccl: %d collectives and p2p from %d process(es), %d timed on the device", st.Records, st.Processes, st.Records-st.HostOnly)
+	if d := st.PluginDrops(); d > 0 {
+		line += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent)
+	}
+	if st.DecodeErrors+st.IngestErrors > 0 {
+		line += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
+	}
+	return line
+}
+
+// describeExit puts a shell status into words.
+func describeExit(code int) string {
+	if code > 128 && code < 128+65 {
+		return "was killed by " + signalName(syscall.Signal(code-128)) + fmt.Sprintf(" (status %d)", code)
+	}
+	return fmt.Sprintf("exited with status %d", code)
+}
+
+// commandLine is the command as a shell would show it, for messages.
+func commandLine(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}

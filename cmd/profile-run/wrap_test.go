@@ -1,0 +1,397 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// noPlugin makes the wrapped runs of a test find no NCCL plugin, so that
+// they neither build one nor depend on a compiler.
+func noPlugin(t *testing.T) {
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", filepath.Join(t.TempDir(), "absent.so"))
+}
+
+// runWrap is runCmd with writers the command's output and profile-run's
+// logs can share: exec copies a command's output from goroutines of its
+// own when the writer is not a file, as it is in tests.
+func runWrap(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	out, errb := newWatchWriter(""), newWatchWriter("")
+	code = run(context.Background(), args, out, errb)
+	return code, out.String(), errb.String()
+}
+
+func TestWrapExitStatus(t *testing.T) {
+	noPlugin(t)
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		cmd      []string
+		want     int
+		killedBy string
+		ran      bool
+	}{
+		{"success", []string{"true"}, 0, "", true},
+		{"failure", []string{"sh", "-c", "exit 3"}, 3, "", true},
+		{"killed by SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, 128 + 15, "SIGTERM", true},
+		{"killed by SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, 128 + 9, "SIGKILL", true},
+		{"not found", []string{"trainscope-no-such-command"}, exitNotFound, "", false},
+		{"not executable", []string{notExec}, exitCannotExecute, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			code, stdout, stderr := runWrap(t, append([]string{"-out", out, "-metrics-addr", "off", "--"}, c.cmd...)...)
+			if code != c.want {
+				t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, c.want, stdout, stderr)
+			}
+			// Without the plugin the run says why nothing was recorded,
+			// and leaves no empty run directory behind.
+			if c.ran && !strings.Contains(stdout, "nccl: not recorded: ") {
+				t.Errorf("stdout does not say why nothing was recorded:\n%s", stdout)
+			}
+			if ents, _ := os.ReadDir(out); len(ents) != 0 {
+				t.Errorf("run directory left behind: %v", ents)
+			}
+			if !c.ran && !strings.Contains(stderr, "cannot run "+c.cmd[0]) {
+				t.Errorf("stderr does not name the command that could not run:\n%s", stderr)
+			}
+			if c.killedBy != "" && !strings.Contains(stdout, "the wrapped command was killed by "+c.killedBy) {
+				t.Errorf("stdout does not say the command was killed by %s:\n%s", c.killedBy, stdout)
+			}
+		})
+	}
+}
+
+func TestWrapUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--"}, []string{"nothing after --"}},
+		{[]string{"-pp", "4", "-steps", "3", "--", "true"}, []string{"-pp, -steps", "built-in trainer"}},
+		{[]string{"-profile", "off", "--", "true"}, []string{"-profile off", "without profile-run"}},
+		{[]string{"torchrun", "train.py"}, []string{"-- torchrun train.py"}},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCmd(t, append([]string{"-out", t.TempDir()}, c.args...)...)
+		if code != exitUsage || strings.Count(strings.TrimRight(stderr, "\n"), "\n") != 0 {
+			t.Errorf("%q: exit %d, stderr %q; want %d and one line", c.args, code, stderr, exitUsage)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%q: %q does not mention %q", c.args, stderr, w)
+			}
+		}
+	}
+}
+
+func TestWrapEnvironment(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libtrainscope-nccl.so")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("NCCL_PROFILER_PLUGIN", "/opt/other/libnccl-profiler.so")
+	t.Setenv("TRAINSCOPE_WRAP_TEST", "kept")
+	code, stdout, stderr := runWrap(t, "-out", t.TempDir(), "-metrics-addr", "off", "--",
+		"sh", "-c", `echo "plugin=$NCCL_PROFILER_PLUGIN"; echo "socket=$TRAINSCOPE_NCCL_SOCKET"; echo "other=$TRAINSCOPE_WRAP_TEST"; test -S "$TRAINSCOPE_NCCL_SOCKET"`)
+	if code != 0 {
+		t.Fatalf("exit %d (the socket should exist while the command runs)\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	for _, want := range []string{"plugin=" + lib + "\n", "other=kept\n", "socket=/"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the command's environment lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "/opt/other/libnccl-profiler.so") {
+		t.Errorf("replacing the user's NCCL_PROFILER_PLUGIN is not reported:\n%s", stderr)
+	}
+	if !strings.Contains(stdout, "no process loaded the plugin") {
+		t.Errorf("a command that never loaded the plugin is not explained:\n%s", stdout)
+	}
+}
+
+// watchWriter is a goroutine-safe writer that signals when a line
+// starting with prefix has been written.
+type watchWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	prefix string
+	seen   chan string // the rest of the first such line
+}
+
+func newWatchWriter(prefix string) *watchWriter {
+	return &watchWriter{prefix: prefix, seen: make(chan string, 1)}
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	s := w.buf.String()
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 && w.prefix != "" {
+		for _, line := range strings.Split(s[:i], "\n") {
+			if rest, ok := strings.CutPrefix(line, w.prefix); ok {
+				select {
+				case w.seen <- rest:
+				default:
+				}
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// wrapUntilReady runs script under profile-run until it prints
+// "ready <pid>", then returns that process group and the run's result.
+func wrapUntilReady(t *testing.T, in *interrupt, script string) (pgid int, result <-chan int, stdout, stderr *watchWriter) {
+	t.Helper()
+	stdout, stderr = newWatchWriter("ready "), newWatchWriter("")
+	res := make(chan int, 1)
+	go func() {
+		res <- runWith(in, []string{"-out", t.TempDir(), "-metrics-addr", "off", "--", "sh", "-c", script}, stdout, stderr)
+	}()
+	select {
+	case s := <-stdout.seen:
+		pid, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			t.Fatalf("ready line %q", s)
+		}
+		return pid, res, stdout, stderr
+	case code := <-res:
+		t.Fatalf("ended (%d) before it was ready\nstdout %s\nstderr %s", code, stdout, stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not ready after 30 s\nstdout %s\nstderr %s", stdout, stderr)
+	}
+	return 0, nil, nil, nil
+}
+
+func waitCode(t *testing.T, res <-chan int, stdout, stderr *watchWriter) int {
+	t.Helper()
+	select {
+	case code := <-res:
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatalf("profile-run did not end 30 s after the signal\nstdout %s\nstderr %s", stdout, stderr)
+	}
+	return 0
+}
+
+// groupGone reports whether no process of group pgid is left within 10 s
+// (a dead process lingers until its parent, or init, reaps it).
+func groupGone(pgid int) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func TestWrapForwardsSignalsToTheProcessGroup(t *testing.T) {
+	noPlugin(t)
+	// The shell starts a child of its own in the background (as torchrun
+	// starts workers); both are in the command's process group. The
+	// shell exits 7 on SIGTERM, as a trainer that saves a checkpoint
+	// might. The child says it is ready once it runs a fresh sh, whose
+	// SIGTERM is the default: until its exec it would hold the shell's
+	// trap, and a signal caught then is lost at the exec.
+	in := newInterrupt(context.Background())
+	pgid, res, stdout, stderr := wrapUntilReady(t, in,
+		`trap 'wait; exit 7' TERM; sh -c 'echo "ready $PPID"; exec sleep 300' & while :; do sleep 0.05; done`)
+	in.deliver(syscall.SIGTERM)
+	if code := waitCode(t, res, stdout, stderr); code != 7 {
+		t.Errorf("exit %d, want the command's own 7\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if !groupGone(pgid) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		t.Errorf("the background child did not get the signal: process group %d still has processes", pgid)
+	}
+	if !strings.Contains(stderr.String(), "passing SIGTERM on to the command") {
+		t.Errorf("stderr does not say the signal was passed on:\n%s", stderr)
+	}
+	if !strings.Contains(stdout.String(), "the wrapped command exited with status 7") {
+		t.Errorf("stdout does not give the command's status:\n%s", stdout)
+	}
+}
+
+func TestWrapSecondSignalKills(t *testing.T) {
+	noPlugin(t)
+	// A command that ignores SIGINT: the second one kills its group.
+	in := newInterrupt(context.Background())
+	pgid, res, stdout, stderr := wrapUntilReady(t, in,
+		`trap '' INT; echo "ready $$"; while :; do sleep 0.05; done`)
+	in.deliver(os.Interrupt)
+	// The first signal has been passed on when profile-run says so.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "passing SIGINT on") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case code := <-res:
+		t.Fatalf("ended with %d on the first SIGINT, which the command ignores\nstdout %s\nstderr %s", code, stdout, stderr)
+	case <-time.After(200 * time.Millisecond):
+	}
+	in.deliver(os.Interrupt)
+	if code := waitCode(t, res, stdout, stderr); code != 128+9 {
+		t.Errorf("exit %d, want %d (killed)\nstdout %s\nstderr %s", code, 128+9, stdout, stderr)
+	}
+	if !groupGone(pgid) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		t.Errorf("process group %d still has processes", pgid)
+	}
+}
+
+func TestWrapProgressLines(t *testing.T) {
+	noPlugin(t)
+	code, _, stderr := runWrap(t, "-out", t.TempDir(), "-metrics-addr", "off", "-progress", "log", "-progress-every", "20ms", "--", "sleep", "0.5")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if !regexp.MustCompile(`(?m)^profile-run: \d+s: not recording NCCL \(`).MatchString(stderr) {
+		t.Errorf("no progress line on stderr:\n%s", stderr)
+	}
+	// Not on a terminal, the default is quiet.
+	code, _, stderr = runWrap(t, "-out", t.TempDir(), "-metrics-addr", "off", "-progress-every", "20ms", "--", "sleep", "0.2")
+	if code != 0 || strings.Contains(stderr, "not recording NCCL (") {
+		t.Errorf("exit %d; progress lines off a terminal by default:\n%s", code, stderr)
+	}
+}
+
+// TestWrapRecordsThePluginsStream wraps the plugin's C test driver, which
+// makes the calls NCCL would (an AllReduce with two kernel channels, a
+// Broadcast, two Sends and a Recv on a communicator named
+// "pg-data-parallel" where it is rank 1 of 4), and checks what reaches
+// the outputs.
+func TestWrapRecordsThePluginsStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds C code")
+	}
+	for _, tool := range []string{"make", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on this machine (%v): the C plugin cannot be built here", tool, err)
+		}
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "plugins", "nccl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin").CombinedOutput(); err != nil {
+		t.Fatalf("make: %v\n%s", err, out)
+	}
+	lib := filepath.Join(dir, "libtrainscope-nccl.so")
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("RANK", "2") // as torchrun sets it
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", filepath.Join(dir, "test_plugin"), "--drive", lib)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "nccl: 5 collectives and p2p from 1 process(es), 1 timed on the device; 2 dropped in the plugin") {
+		t.Errorf("summary line missing or wrong:\n%s", stdout)
+	}
+	runs, err := filepath.Glob(filepath.Join(out, "*", "report.rank2"))
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("want one report.rank2 (the launcher's rank) in a run directory: %v %v\nstdout %s", runs, err, stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(runs[0]), "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := string(b)
+	for _, name := range []string{"AllReduce", "Broadcast", "Send", "Recv"} {
+		if !strings.Contains(report, name) {
+			t.Errorf("report lacks %s:\n%s", name, report)
+		}
+	}
+	for _, f := range []string{"profile.pb.gz", "trace.json"} {
+		if st, err := os.Stat(filepath.Join(filepath.Dir(runs[0]), f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestWrapEndsWhatTheCommandLeftBehind(t *testing.T) {
+	noPlugin(t)
+	// A launcher killed by SIGKILL leaves its workers running; so does
+	// this shell, which exits at once leaving a sleep behind.
+	in := newInterrupt(context.Background())
+	stdout, stderr := newWatchWriter("ready "), newWatchWriter("")
+	code := runWith(in, []string{"-out", t.TempDir(), "-metrics-addr", "off", "--", "sh", "-c", `sleep 300 >/dev/null 2>&1 & echo "ready $$"`}, stdout, stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	var pgid int
+	select {
+	case s := <-stdout.seen:
+		pgid, _ = strconv.Atoi(strings.TrimSpace(s))
+	default:
+		t.Fatalf("no ready line:\n%s", stdout)
+	}
+	if !groupGone(pgid) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		t.Errorf("the sleep left behind is still running in group %d", pgid)
+	}
+	if !strings.Contains(stderr.String(), "left processes behind") {
+		t.Errorf("stderr does not say processes were left behind:\n%s", stderr)
+	}
+}
+
+func TestWrapEndsOrphansInSessionsOfTheirOwn(t *testing.T) {
+	noPlugin(t)
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skipf("no setsid here (%v): cannot start a process in a session of its own", err)
+	}
+	grace := leftoverGrace
+	leftoverGrace = 200 * time.Millisecond
+	t.Cleanup(func() { leftoverGrace = grace })
+	// As torchrun's workers are: in a session of their own, left running
+	// when the launcher dies. This one ignores SIGTERM, and says its pid
+	// in a file (its output would hold the test's pipe).
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	code, stdout, stderr := runWrap(t, "-out", t.TempDir(), "-metrics-addr", "off", "--", "sh", "-c",
+		`setsid sh -c 'trap "" TERM; echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; exec sleep 300' "$0" >/dev/null 2>&1 </dev/null &
+		 while [ ! -s "$0" ]; do sleep 0.01; done`, pidFile)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It ignored SIGTERM, so SIGKILL ended it; and it was reaped.
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("process %d left behind in its own session: kill(0) = %v", pid, err)
+	}
+	if !strings.Contains(stderr, "1 orphaned") {
+		t.Errorf("stderr does not report the orphan:\n%s", stderr)
+	}
+}

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# GPU evidence for wrapped runs (docs/wrap.md): profile-run -- torchrun …
+# examples/torch/allreduce_pp.py, checked against the script's own timing.
+#
+#   scripts/gpu-wrap.sh build   # on a machine with Go and a C compiler:
+#                               # profile-run and libtrainscope-nccl.so into .bin/
+#   scripts/gpu-wrap.sh run     # on the GPU machine: results under $OUT
+#
+# run uses two GPUs when there are two or more (two-rank communicators, a
+# pp pair), else one (single-rank communicators). It writes under $OUT:
+#   env.log      GPUs, NCCL and PyTorch versions
+#   wrapped.log  one wrapped run with NCCL_DEBUG=INFO (what NCCL says about
+#                the plugin), its JSON lines and profile-run's summary
+#   check.txt    counts, sizes and per-call device times against the JSON
+#                lines (scripts/wrapcheck.py), PASS/FAIL per line
+#   overhead.txt wall time of the script's loops, wrapped and not, fresh
+#                processes interleaved, and the median ratio
+#   signals.txt  SIGTERM to profile-run, SIGKILL to the worker: exit
+#                statuses and the outputs left
+# Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/.bin
+
+build() {
+	set -e
+	mkdir -p "$bin"
+	make -C "$root/plugins/nccl" libtrainscope-nccl.so
+	cp "$root/plugins/nccl/libtrainscope-nccl.so" "$bin/"
+	(cd "$root" && CGO_ENABLED=0 go build -o "$bin/profile-run" ./cmd/profile-run)
+	ls -l "$bin/profile-run" "$bin/libtrainscope-nccl.so"
+}
+
+run() {
+	: "${OUT:?set OUT to the results directory}"
+	mkdir -p "$OUT"
+	export NCCL_NVLS_ENABLE=0
+	# Two ranks: on two GPUs when there are, else sharing the one
+	# (allreduce_pp.py --share-gpu: NCCL's network transport between
+	# them). Single-rank communicators show nothing: NCCL 2.28 runs their
+	# collectives as local copies without telling the plugin.
+	local ngpu np=2 share=()
+	ngpu=$(nvidia-smi -L | wc -l)
+	[ "$ngpu" -lt 2 ] && share=(--share-gpu)
+	local ex=$root/examples/torch/allreduce_pp.py
+	local pr=$bin/profile-run
+	local tr=(python3 -m torch.distributed.run --standalone --nproc_per_node "$np")
+	{
+		date -u
+		nvidia-smi -L
+		python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
+		echo "ranks: $np on $ngpu GPU(s) ${share[*]}"
+	} >"$OUT/env.log" 2>&1
+
+	# 1. One wrapped run, NCCL talking: counts, sizes and times.
+	echo "== wrapped run ($np ranks)"
+	NCCL_DEBUG=INFO timeout -k 10 300 "$pr" -out "$OUT/runs" -metrics-addr off -progress log -progress-every 5s -quiet -- \
+		"${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib 1,16 >"$OUT/wrapped.log" 2>&1
+	echo "exit $?" >>"$OUT/wrapped.log"
+	python3 "$root/scripts/wrapcheck.py" "$OUT/wrapped.log" "$OUT"/runs/*/trace.json >"$OUT/check.txt" 2>&1
+	tail -n 25 "$OUT/check.txt"
+	rm -f "$OUT"/runs/*/calls.rank*.gz
+
+	# 2. Overhead: the script's wall time, fresh processes interleaved.
+	echo "== overhead"
+	local pairs=${PAIRS:-6} args=("${share[@]}" --iters 50 --warmup 3 --sizes-mib 1,16)
+	: >"$OUT/overhead.txt"
+	for i in $(seq "$pairs"); do
+		timeout -k 10 120 "${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/off $i /" >>"$OUT/overhead.txt"
+		timeout -k 10 120 "$pr" -out "$OUT/overhead-runs" -metrics-addr off -quiet -report off -trace off -- \
+			"${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/on $i /" >>"$OUT/overhead.txt"
+	done
+	python3 - "$OUT/overhead.txt" <<'EOF' | tee -a "$OUT/overhead.txt"
+import json, statistics, sys
+walls = {"off": {}, "on": {}}
+for line in open(sys.argv[1]):
+    parts = line.split(" ", 2)
+    if len(parts) == 3 and parts[0] in walls:
+        walls[parts[0]][int(parts[1])] = json.loads(parts[2])["wall_s"]
+pairs = sorted(set(walls["off"]) & set(walls["on"]))
+ratios = [walls["on"][i] / walls["off"][i] for i in pairs]
+if ratios:
+    print("pairs %d; off median %.4f s, wrapped median %.4f s; ratio per pair %s; median ratio %.4f (target <= 1.02)"
+          % (len(pairs), statistics.median(walls["off"][i] for i in pairs), statistics.median(walls["on"][i] for i in pairs),
+             " ".join("%.4f" % r for r in ratios), statistics.median(ratios)))
+else:
+    print("no complete pairs")
+EOF
+
+	# 3. Signals. SIGTERM to profile-run is passed to the job's process
+	# group; a lone python worker dies of it (143). SIGKILL to torchrun
+	# (the command profile-run started) gives 137, and profile-run ends
+	# the workers it left. Both leave their outputs.
+	echo "== signals"
+	local long=("${share[@]}" --iters 1000000 --warmup 0 --sizes-mib 1)
+	: >"$OUT/signals.txt"
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=29561 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
+		"$pr" -out "$OUT/sig-term" -metrics-addr off -quiet -- python3 "$ex" "${long[@]}" >>"$OUT/signals.txt" 2>&1 &
+	local p=$!
+	sleep 20
+	kill -TERM "$p"
+	local t0=$SECONDS
+	wait "$p"
+	echo "SIGTERM to profile-run wrapping one python process: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	"$pr" -out "$OUT/sig-kill" -metrics-addr off -quiet -- "${tr[@]}" "$ex" "${long[@]}" >>"$OUT/signals.txt" 2>&1 &
+	p=$!
+	sleep 25
+	pkill -KILL -f '^python3 -m torch.distributed.run'
+	t0=$SECONDS
+	wait "$p"
+	echo "SIGKILL to torchrun: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	sleep 2
+	echo "processes of the job left: $(pgrep -fc allreduce_pp.py)" >>"$OUT/signals.txt"
+	pkill -KILL -f allreduce_pp.py
+	for d in "$OUT"/sig-term/* "$OUT"/sig-kill/*; do
+		echo "--- $d: $(ls "$d" | tr '\n' ' ')" >>"$OUT/signals.txt"
+		head -n 3 "$d/report.txt" >>"$OUT/signals.txt" 2>&1
+		grep -E "AllReduce|AllGather" "$d/report.txt" | head -n 4 >>"$OUT/signals.txt" 2>&1
+	done
+	rm -f "$OUT"/sig-*/*/calls.rank*.gz "$OUT"/sig-*/*/trace.json
+	grep -E 'exit|^---|left|nccl:|partial|wrapped command' "$OUT/signals.txt"
+}
+
+case "${1:-}" in
+build) build ;;
+run) run ;;
+*)
+	echo "usage: $0 build|run" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,108 @@
+"""Checks a wrapped run of examples/torch/allreduce_pp.py against itself.
+
+    python3 scripts/wrapcheck.py wrapped.log trace.json
+
+wrapped.log holds the script's JSON lines (one per rank); trace.json is
+the Perfetto trace profile-run wrote for the run. For every rank, operation
+and size the script reports, the trace must hold calls + warmup_calls
+operations of that size (Send and Recv each for a SendRecv pair), and the
+mean device time of the timed calls must match the script's own CUDA-event
+time per call within 5 % for messages of 16 MiB and more (smaller ones are
+printed: the script's loop time holds the gaps between calls) (busbw is bytes × factor over that time, so it
+matches when the time does; both are printed). One line per check, PASS or
+FAIL, then a summary; exit status 1 on any FAIL.
+"""
+
+import collections
+import json
+import re
+import statistics
+import sys
+
+
+def script_results(path):
+    out = []
+    for line in open(path, errors="replace"):
+        i = line.find('{"tool": "allreduce_pp"')
+        if i >= 0:
+            out.append(json.loads(line[i:]))
+    return out
+
+
+def trace_ops(path):
+    """(rank, op, bytes) -> list of (start_us, host_dur_us, device_dur_us or None)."""
+    t = json.load(open(path))
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    rank_of = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            m = re.match(r"rank (\d+)", e["args"]["name"])
+            if m:
+                rank_of[e["pid"]] = int(m.group(1))
+    host, dev = collections.defaultdict(list), collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("collective", "p2p"):
+            continue
+        a = e.get("args", {})
+        key = (rank_of.get(e["pid"], -1), a.get("op", e["name"]), int(a.get("bytes", 0)), int(a.get("seq", -1)), a.get("group", ""))
+        if "host_us" in a:
+            dev[key].append(float(e["dur"]))
+        else:
+            host[key].append((float(e["ts"]), float(e["dur"])))
+    ops = collections.defaultdict(list)
+    for key, hs in host.items():
+        d = dev.get(key, [])
+        for i, (ts, hd) in enumerate(sorted(hs)):
+            ops[key[:3]].append((ts, hd, d[i] if i < len(d) else None))
+    for v in ops.values():
+        v.sort()
+    return ops
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__)
+        return 2
+    results = script_results(argv[1])
+    ops = trace_ops(argv[2])
+    fails = 0
+    print("script: %d rank(s); trace: %d (rank, op, bytes) kinds, %d operations, %d with device time"
+          % (len(results), len(ops), sum(len(v) for v in ops.values()),
+             sum(1 for v in ops.values() for x in v if x[2] is not None)))
+    for key in sorted(ops):
+        v = ops[key]
+        print("  trace rank %d %-10s %10d B: %4d calls, %4d device-timed" % (key + (len(v), sum(1 for x in v if x[2] is not None))))
+    for r in results:
+        rank = r["rank"]
+        for res in r["results"]:
+            names = ["Send", "Recv"] if res["op"] == "SendRecv" else [res["op"]]
+            want = res["calls"] + res["warmup_calls"]
+            per_call_us = res["seconds"] / res["calls"] * 1e6
+            for name in names:
+                got = ops.get((rank, name, res["bytes"]), [])
+                ok = len(got) == want
+                fails += not ok
+                print("%s count rank %d %s %d B: %d in the trace, %d issued" % ("PASS" if ok else "FAIL", rank, name, res["bytes"], len(got), want))
+                timed = [x[2] for x in got[res["warmup_calls"]:] if x[2] is not None]
+                if len(timed) != res["calls"]:
+                    print("INFO time  rank %d %s %d B: %d of %d timed calls have device time; script %.2f us/call"
+                          % (rank, name, res["bytes"], len(timed), res["calls"], per_call_us))
+                    continue
+                mean = statistics.fmean(timed)
+                ratio = mean / per_call_us if per_call_us > 0 else float("inf")
+                if res["bytes"] < 16 << 20:
+                    # The script's loop time holds the gaps between calls,
+                    # which small messages do not hide.
+                    print("INFO time  rank %d %s %d B: trainscope %.2f us/call, script %.2f us/call (gaps included), ratio %.4f"
+                          % (rank, name, res["bytes"], mean, per_call_us, ratio))
+                    continue
+                ok = abs(ratio - 1) <= 0.05
+                fails += not ok
+                print("%s time  rank %d %s %d B: trainscope %.2f us/call (median %.2f), script %.2f us/call, ratio %.4f; script busbw %.2f GB/s"
+                      % ("PASS" if ok else "FAIL", rank, name, res["bytes"], mean, statistics.median(timed), per_call_us, ratio, res["busbw_GBps"]))
+    print("%s: %d failed" % ("FAIL" if fails or not results else "PASS", fails))
+    return 1 if fails or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
