@@ -5,6 +5,7 @@
 #   scripts/gpu-wrap.sh build   # on a machine with Go and a C compiler:
 #                               # profile-run and libtrainscope-nccl.so into .bin/
 #   scripts/gpu-wrap.sh run     # on the GPU machine: results under $OUT
+#   scripts/gpu-wrap.sh signals # only the signal checks (signals.txt)
 #
 # run uses two GPUs when there are two or more (two-rank communicators, a
 # pp pair), else one (single-rank communicators). It writes under $OUT:
@@ -52,6 +53,8 @@ run() {
 		echo "ranks: $np on $ngpu GPU(s) ${share[*]}"
 	} >"$OUT/env.log" 2>&1
 
+	[ "${1:-all}" = signals ] && { signals; return; }
+
 	# 1. One wrapped run, NCCL talking: counts, sizes and times.
 	echo "== wrapped run ($np ranks)"
 	NCCL_DEBUG=INFO timeout -k 10 300 "$pr" -out "$OUT/runs" -metrics-addr off -progress log -progress-every 5s -quiet -- \
@@ -87,6 +90,10 @@ else:
     print("no complete pairs")
 EOF
 
+	signals
+}
+
+signals() {
 	# 3. Signals. SIGTERM to profile-run is passed to the job's process
 	# group; a lone python worker dies of it (143). SIGKILL to torchrun
 	# (the command profile-run started) gives 137, and profile-run ends
@@ -117,13 +124,15 @@ EOF
 		head -n 3 "$d/report.txt" >>"$OUT/signals.txt" 2>&1
 		grep -E "AllReduce|AllGather" "$d/report.txt" | head -n 4 >>"$OUT/signals.txt" 2>&1
 	done
+	python3 "$root/scripts/wrapcheck.py" /dev/null "$OUT"/sig-kill/*/trace.json 2>&1 | grep -E '^  trace rank [0-9]+: ' >>"$OUT/signals.txt"
 	rm -f "$OUT"/sig-*/*/calls.rank*.gz "$OUT"/sig-*/*/trace.json
 	grep -E 'exit|^---|left|nccl:|partial|wrapped command' "$OUT/signals.txt"
 }
 
 case "${1:-}" in
 build) build ;;
-run) run ;;
+run) run all ;;
+signals) run signals ;;
 *)
 	echo "usage: $0 build|run" >&2
 	exit 2

@@ -40,10 +40,13 @@ def trace_ops(path):
             if m:
                 rank_of[e["pid"]] = int(m.group(1))
     host, dev = collections.defaultdict(list), collections.defaultdict(list)
+    groups = collections.Counter()
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in ("collective", "p2p"):
             continue
         a = e.get("args", {})
+        if "host_us" not in a:
+            groups[(rank_of.get(e["pid"], -1), a.get("group", ""), a.get("group_rank", -1), a.get("group_size", -1))] += 1
         key = (rank_of.get(e["pid"], -1), a.get("op", e["name"]), int(a.get("bytes", 0)), int(a.get("seq", -1)), a.get("group", ""))
         if "host_us" in a:
             dev[key].append(float(e["dur"]))
@@ -56,7 +59,7 @@ def trace_ops(path):
             ops[key[:3]].append((ts, hd, d[i] if i < len(d) else None))
     for v in ops.values():
         v.sort()
-    return ops
+    return ops, groups
 
 
 def main(argv):
@@ -64,7 +67,9 @@ def main(argv):
         print(__doc__)
         return 2
     results = script_results(argv[1])
-    ops = trace_ops(argv[2])
+    ops, groups = trace_ops(argv[2])
+    for (rank, group, grank, gsize), n in sorted(groups.items()):
+        print("  trace rank %d: %d operations on group %r as rank %s of %s" % (rank, n, group, grank, gsize))
     fails = 0
     print("script: %d rank(s); trace: %d (rank, op, bytes) kinds, %d operations, %d with device time"
           % (len(results), len(ops), sum(len(v) for v in ops.values()),

@@ -1,9 +1,14 @@
 // Command profile-run trains trainscope's built-in pipelined model on the
-// best available backend and reports where each step's time went.
+// best available backend and reports where each step's time went; wraps
+// any training command and reports its NCCL collectives and p2p through
+// trainscope's NCCL profiler plugin; and imports profiles written by
+// torch.profiler or the C++ framework profiler.
 //
 // Usage:
 //
-//	profile-run [flags]
+//	profile-run [flags]                 the built-in trainer
+//	profile-run [flags] -- CMD ARGS…    wrap a command (docs/wrap.md)
+//	profile-run import [flags] FILE…    import profiles (docs/import.md)
 //
 // Run `profile-run -h` for the flags.
 package main

@@ -113,7 +113,11 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		sinks = append(sinks, out.detail)
 	}
 	if out.report != nil || !o.quiet {
-		out.tables = profiler.NewSummary(profiler.WithSummaryTag("all steps"))
+		tag := "all steps"
+		if len(o.command) > 0 {
+			tag = "whole run" // a wrapped command's operations have no steps
+		}
+		out.tables = profiler.NewSummary(profiler.WithSummaryTag(tag))
 		out.steps = profiler.NewStepSummary()
 		sinks = append(sinks, out.tables, out.steps)
 	}
@@ -242,7 +246,12 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if out.report != nil {
 			detail = out.detail.Records()
 			st := out.detail.Stats()
-			rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
+			if len(out.o.command) > 0 {
+				// NCCL knows no steps: the window keeps the first operations.
+				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations, which carry no step: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
+			} else {
+				rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
+			}
 		}
 		paths, err := writeReports(screen, out.report, out.tables, out.steps, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
 		errs = append(errs, err)

@@ -389,7 +389,7 @@ func (w *wrapper) ncclSummary() string {
 	switch {
 	case st.Processes == 0:
 		return fmt.Sprintf("nccl: no collectives seen: no process loaded the plugin (%s). Either the command did not use NCCL (CPU only, gloo, or it failed first), "+
-			"its NCCL is older than 2.23 (the first with profiler interface v4), a launcher did not pass %s and %s on (mpirun needs -x for each), "+
+			"its NCCL is older than 2.25 (the plugin speaks profiler interfaces v4 and v5), a launcher did not pass %s and %s on (mpirun needs -x for each), "+
 			"or its processes run on another host (the collector listens on a local socket)", w.plugin.Path, envNCCLPlugin, ncclplugin.EnvSocket)
 	case st.Records == 0:
 		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes)

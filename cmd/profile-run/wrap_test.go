@@ -322,6 +322,9 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	report := string(b)
+	if !strings.Contains(report, "=== rank 2 · whole run ===") {
+		t.Errorf("report has no whole-run table for rank 2:\n%s", report)
+	}
 	for _, name := range []string{"AllReduce", "Broadcast", "Send", "Recv"} {
 		if !strings.Contains(report, name) {
 			t.Errorf("report lacks %s:\n%s", name, report)

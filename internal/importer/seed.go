@@ -278,7 +278,7 @@ func parseSeedLogRow(text string) (seedCall, error) {
 	}
 	c.hostUS, c.dUS, c.peakMB = vals[0], vals[1], vals[2]
 	if vals[2] > 1<<40 {
-		return c, fmt.Errorf("Peak Mem(MB) %d: too large", vals[2])
+		return c, fmt.Errorf("column Peak Mem(MB): %d is too large", vals[2])
 	}
 	return c, nil
 }

@@ -108,6 +108,11 @@ type process struct {
 	devices   map[uint64]int32 // CUDA device by communicator
 	drops     [3]uint64        // ring full, refused, unsent: the latest cumulative report
 	clock     offsetEstimate
+	// passed is, per communicator, the latest enqueue time (plugin
+	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
+	// reported their stop: the GPU has run every operation of that
+	// communicator enqueued before it.
+	passed map[uint64]uint64
 }
 
 type op struct {
@@ -296,7 +301,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32)}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64)}
 			c.procs[key] = pr
 		}
 		pr.open++
@@ -377,15 +382,33 @@ func (c *Collector) maybeDeliverLocked(pr *process, task uint64, o *op, out []pr
 		return out
 	}
 	delete(pr.ops, task)
+	if o.rec.HostStart > pr.passed[o.rec.Comm] {
+		pr.passed[o.rec.Comm] = o.rec.HostStart
+	}
 	return c.deliverLocked(pr, o, out)
 }
 
-// expireLocked delivers every operation of pr last heard of before
-// cutoff (all of them for a zero cutoff) with what it has.
+// expireLocked delivers, with what they have, the operations of pr that
+// will get no more kernel channels: all of them for a zero cutoff (the
+// process has gone, or the collector closes); else those last heard of
+// before cutoff that either had a channel report (the rest of a kernel's
+// channels run with it, so they are lost), or were enqueued before an
+// operation of the same communicator that the GPU has finished (it runs
+// a communicator's operations in order), or have waited maxChannelWait.
+// An operation with no channel yet may simply be queued behind seconds
+// of GPU work: the host enqueues far ahead of a busy GPU.
 func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.Record) []profiler.Record {
+	crowded := len(pr.ops) > maxPendingOps
 	for task, o := range pr.ops {
-		if !cutoff.IsZero() && o.last.After(cutoff) {
-			continue
+		if !cutoff.IsZero() {
+			if o.last.After(cutoff) {
+				continue
+			}
+			lost := !o.have || len(o.channels) > 0 || o.rec.HostStart <= pr.passed[o.rec.Comm] ||
+				o.last.Before(cutoff.Add(-maxChannelWait)) || crowded
+			if !lost {
+				continue
+			}
 		}
 		delete(pr.ops, task)
 		if !o.have {
@@ -396,6 +419,16 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 	}
 	return out
 }
+
+const (
+	// maxChannelWait bounds the wait for the first kernel channel of an
+	// operation: NCCL reports none for some (a p2p to itself, some NVLS
+	// paths), and those must not wait for the process's end.
+	maxChannelWait = time.Minute
+	// maxPendingOps bounds the operations a process may have waiting;
+	// beyond it, those past the linger are delivered with what they have.
+	maxPendingOps = 1 << 16
+)
 
 func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []profiler.Record {
 	r := o.rec

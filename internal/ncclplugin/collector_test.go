@@ -31,6 +31,12 @@ func (c *capture) Consume(b []profiler.Record) {
 	c.mu.Unlock()
 }
 
+func (c *capture) records() []profiler.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]profiler.Record(nil), c.recs...)
+}
+
 func (c *capture) wait(t *testing.T, n int) []profiler.Record {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -311,5 +317,45 @@ func TestCollectorRankFromLauncher(t *testing.T) {
 	want := map[string][]int{"pp rank 6": {1}, "dp rank 6": {0}, "pp rank 1": {1}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("group, rank → group ranks: %v, want %v", got, want)
+	}
+}
+
+// TestCollectorWaitsForAQueuedGPU checks that an operation with no kernel
+// channel yet waits past the linger while the GPU may still be behind,
+// and is delivered host-only once a later operation of its communicator
+// has finished on the GPU.
+func TestCollectorWaitsForAQueuedGPU(t *testing.T) {
+	c, sink, _ := newTestCollector(t, WithLinger(20*time.Millisecond))
+	coll := func(hash, task, t0 uint64) []byte {
+		return wireRec{kind: 2, hash: hash, task: task, seq: task, t0: t0, t1: t0 + 5, a0: 1, a1: 4, rank: 0, nranks: 2, peer: -1,
+			fn: 1, dtype: 7, nch: 1, name: "g"}.frame()
+	}
+	conn := send(t, c, stream(helloFrame(1, 7, "n"),
+		coll(1, 1, 100), // comm 1: queued; the GPU will pass it
+		coll(2, 2, 100), // comm 2: queued; nothing passes it
+	), true)
+	defer conn.Close()
+	// Many lingers pass with neither delivered: the GPU may be behind.
+	time.Sleep(200 * time.Millisecond)
+	if n := len(sink.records()); n != 0 {
+		t.Fatalf("%d operations delivered while the GPU could still run them", n)
+	}
+	// A later operation of comm 1 runs on the GPU: task 1 will never get
+	// its channels, and goes host-only after the linger.
+	if _, err := conn.Write(stream(coll(1, 3, 200),
+		wireRec{kind: 4, hash: 1, task: 3, parent: 2, channel: 0, t0: 1000, t1: 1010, a0: 300, a1: 310}.frame())); err != nil {
+		t.Fatal(err)
+	}
+	recs := sink.wait(t, 2)
+	got := map[uint64]bool{}
+	for _, r := range recs {
+		got[r.Collective.Seq] = r.HasDevice
+	}
+	if len(got) != 2 || got[1] || !got[3] {
+		t.Errorf("seq → has device %v, want 1 host-only and 3 timed (2 still waiting)", got)
+	}
+	conn.Close()
+	if recs := sink.wait(t, 3); recs[2].Collective.Seq != 2 || recs[2].HasDevice {
+		t.Errorf("at the process's end, %+v", recs[2])
 	}
 }
