@@ -94,39 +94,55 @@ EOF
 }
 
 signals() {
-	# 3. Signals. SIGTERM to profile-run is passed to the job's process
-	# group; a lone python worker dies of it (143). SIGKILL to torchrun
-	# (the command profile-run started) gives 137, and profile-run ends
-	# the workers it left. Both leave their outputs.
+	# 3. Signals, each mid-run with both ranks' collectives flowing:
+	#    a. SIGTERM to profile-run: passed to the job's process group (a
+	#       bash launcher and its two python workers); bash dies of it: 143.
+	#    b. SIGTERM to the launcher itself: 143; profile-run ends the
+	#       workers it orphans.
+	#    c. SIGKILL to torchrun: 137; its workers, in sessions of their
+	#       own, are ended by profile-run.
+	# Each leaves the operations seen up to then in its outputs.
 	echo "== signals"
 	local long=("${share[@]}" --iters 1000000 --warmup 0 --sizes-mib 1)
+	local launch="RANK=0 LOCAL_RANK=0 python3 $ex ${long[*]} & RANK=1 LOCAL_RANK=0 python3 $ex ${long[*]} & wait"
 	: >"$OUT/signals.txt"
-	MASTER_ADDR=127.0.0.1 MASTER_PORT=29561 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
-		"$pr" -out "$OUT/sig-term" -metrics-addr off -quiet -- python3 "$ex" "${long[@]}" >>"$OUT/signals.txt" 2>&1 &
+	export MASTER_ADDR=127.0.0.1 WORLD_SIZE=2
+	MASTER_PORT=29561 "$pr" -out "$OUT/sig-term" -metrics-addr off -quiet -- bash -c "$launch" >>"$OUT/signals.txt" 2>&1 &
 	local p=$!
 	sleep 20
 	kill -TERM "$p"
 	local t0=$SECONDS
 	wait "$p"
-	echo "SIGTERM to profile-run wrapping one python process: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	echo "a. SIGTERM to profile-run (bash launcher, two workers): exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	MASTER_PORT=29562 "$pr" -out "$OUT/sig-term-child" -metrics-addr off -quiet -- bash -c "$launch" >>"$OUT/signals.txt" 2>&1 &
+	p=$!
+	sleep 20
+	pkill -TERM -f '^bash -c RANK=0'
+	t0=$SECONDS
+	wait "$p"
+	echo "b. SIGTERM to the bash launcher: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	unset MASTER_ADDR WORLD_SIZE
 	"$pr" -out "$OUT/sig-kill" -metrics-addr off -quiet -- "${tr[@]}" "$ex" "${long[@]}" >>"$OUT/signals.txt" 2>&1 &
 	p=$!
 	sleep 25
 	pkill -KILL -f '^python3 -m torch.distributed.run'
 	t0=$SECONDS
 	wait "$p"
-	echo "SIGKILL to torchrun: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	echo "c. SIGKILL to torchrun: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
 	sleep 2
-	echo "processes of the job left: $(pgrep -fc allreduce_pp.py)" >>"$OUT/signals.txt"
+	echo "processes of the jobs left: $(pgrep -fc allreduce_pp.py)" >>"$OUT/signals.txt"
 	pkill -KILL -f allreduce_pp.py
-	for d in "$OUT"/sig-term/* "$OUT"/sig-kill/*; do
+	for d in "$OUT"/sig-*/*; do
 		echo "--- $d: $(ls "$d" | tr '\n' ' ')" >>"$OUT/signals.txt"
 		head -n 3 "$d/report.txt" >>"$OUT/signals.txt" 2>&1
 		grep -E "AllReduce|AllGather" "$d/report.txt" | head -n 4 >>"$OUT/signals.txt" 2>&1
 	done
-	python3 "$root/scripts/wrapcheck.py" /dev/null "$OUT"/sig-kill/*/trace.json 2>&1 | grep -E '^  trace rank [0-9]+: ' >>"$OUT/signals.txt"
+	for f in "$OUT"/sig-*/*/trace.json; do
+		echo "--- $f" >>"$OUT/signals.txt"
+		python3 "$root/scripts/wrapcheck.py" /dev/null "$f" 2>&1 | grep -E '^  trace rank [0-9]+: ' >>"$OUT/signals.txt"
+	done
 	rm -f "$OUT"/sig-*/*/calls.rank*.gz "$OUT"/sig-*/*/trace.json
-	grep -E 'exit|^---|left|nccl:|partial|wrapped command' "$OUT/signals.txt"
+	grep -E 'exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
 }
 
 case "${1:-}" in

@@ -369,7 +369,7 @@ func TestWrapEndsOrphansInSessionsOfTheirOwn(t *testing.T) {
 		t.Skipf("no setsid here (%v): cannot start a process in a session of its own", err)
 	}
 	grace := leftoverGrace
-	leftoverGrace = 200 * time.Millisecond
+	leftoverGrace = time.Second
 	t.Cleanup(func() { leftoverGrace = grace })
 	// As torchrun's workers are: in a session of their own, left running
 	// when the launcher dies. This one ignores SIGTERM, and says its pid
@@ -392,7 +392,7 @@ func TestWrapEndsOrphansInSessionsOfTheirOwn(t *testing.T) {
 	// It ignored SIGTERM, so SIGKILL ended it; and it was reaped.
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		t.Errorf("process %d left behind in its own session: kill(0) = %v", pid, err)
+		t.Errorf("process %d left behind in its own session: kill(0) = %v\nstderr %s", pid, err, stderr)
 	}
 	if !strings.Contains(stderr, "1 orphaned") {
 		t.Errorf("stderr does not report the orphan:\n%s", stderr)
