@@ -20,6 +20,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // closeTimeout bounds each exporter's shutdown at the end of a run.
@@ -45,6 +46,7 @@ type outputs struct {
 	// Whole-run summaries, kept as records arrive in bounded memory.
 	tables  *profiler.Summary     // the report's all-steps tables
 	steps   *profiler.StepSummary // the step breakdown and step-time distribution
+	pipe    *analysis.Sink        // bubbles, overlap, collectives, stragglers
 	profile *pprof.Aggregate      // the pprof profile
 	calls   *profiler.CallLog     // every call, per rank, as it finishes
 
@@ -115,7 +117,8 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	if out.report != nil || !o.quiet {
 		out.tables = profiler.NewSummary(profiler.WithSummaryTag("all steps"))
 		out.steps = profiler.NewStepSummary()
-		sinks = append(sinks, out.tables, out.steps)
+		out.pipe = analysis.NewSink()
+		sinks = append(sinks, out.tables, out.steps, out.pipe)
 	}
 	if out.pprofFile != nil {
 		out.profile = pprof.NewAggregate()
@@ -244,7 +247,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 			st := out.detail.Stats()
 			rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
 		}
-		paths, err := writeReports(screen, out.report, out.tables, out.steps, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
+		out.pipe.Flush() // the last steps wait for no later ones now
+		pipe := out.pipe.Summary()
+		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
 		errs = append(errs, err)
 		if out.report != nil {
 			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", collected, out.report.Name()))
