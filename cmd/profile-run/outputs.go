@@ -154,6 +154,18 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			out.discard()
 			return nil, err
 		}
+		// The pipeline analysis's totals, mapped at scrape time.
+		if out.pipe == nil {
+			out.pipe = analysis.NewSink()
+			if err := prof.AddSink(out.pipe); err != nil {
+				out.discard()
+				return nil, err
+			}
+		}
+		if err := out.metrics.Register(prom.NewAnalysisCollector(out.pipe)); err != nil {
+			out.discard()
+			return nil, err
+		}
 		if out.spans != nil {
 			spans := out.spans
 			err := out.metrics.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery {
