@@ -81,6 +81,18 @@ type Config struct {
 	// backend has. With fewer devices than ranks, ranks share them (see
 	// Placement).
 	Devices int
+
+	// ActionDelay, StragglerRank and StragglerDelay add known device time
+	// to a run, for tests of what the profiler's analysis measures: the
+	// rank's stream sleeps, inside the action's range, without using a
+	// core (CPU backend only). ActionDelay is added to every forward and
+	// backward action of every rank, so that chunks cost the same known
+	// time however the host's cores are shared; StragglerDelay is added
+	// once per microbatch on rank StragglerRank (to the forward of its
+	// first chunk), m·StragglerDelay per step.
+	ActionDelay    time.Duration
+	StragglerRank  int
+	StragglerDelay time.Duration
 }
 
 // DefaultConfig returns a run of 2 stages × 2 chunks, 8 microbatches of 16
@@ -226,6 +238,22 @@ func (c Config) validateModel() error {
 	}
 	if c.CommTimeout < 0 {
 		return invalid("%s: must not be negative", field("CommTimeout", c.CommTimeout))
+	}
+	if c.ActionDelay < 0 {
+		return invalid("%s: must not be negative", field("ActionDelay", c.ActionDelay))
+	}
+	if c.StragglerDelay < 0 {
+		return invalid("%s: must not be negative", field("StragglerDelay", c.StragglerDelay))
+	}
+	if ranks := c.Stages * c.Replicas; c.StragglerDelay > 0 && (c.StragglerRank < 0 || c.StragglerRank >= ranks) {
+		return invalid("%s: no such rank (ranks 0 to %d)", field("StragglerRank", c.StragglerRank), ranks-1)
+	}
+	if (c.ActionDelay > 0 || c.StragglerDelay > 0) && c.Backend != runtime.CPU {
+		name, v := "ActionDelay", c.ActionDelay
+		if v == 0 {
+			name, v = "StragglerDelay", c.StragglerDelay
+		}
+		return invalid("%s: only the %s backend can add delays to its streams, not %s", field(name, v), runtime.CPU, c.Backend)
 	}
 	if c.Precision < runtime.MathDefault || c.Precision > runtime.MathBF16 {
 		return invalid("%s: unknown precision (known: %s, %s, %s)", field("Precision", int(c.Precision)), runtime.MathDefault, runtime.MathTF32, runtime.MathBF16)

@@ -51,6 +51,11 @@ func TestValidate(t *testing.T) {
 		{"tf32 on cpu", func(c *Config) { c.Precision = runtime.MathTF32 }, nil, false},
 		{"unknown precision", func(c *Config) { c.Precision = 7 }, []string{"Precision=7: unknown precision", "float32", "tf32", "bf16"}, false},
 		{"negative precision", func(c *Config) { c.Precision = -1 }, []string{"Precision=-1"}, false},
+		{"delays", func(c *Config) { c.ActionDelay, c.StragglerRank, c.StragglerDelay = 1e6, 1, 2e6 }, nil, false},
+		{"negative action delay", func(c *Config) { c.ActionDelay = -1 }, []string{"ActionDelay=-1ns: must not be negative"}, false},
+		{"negative straggler delay", func(c *Config) { c.StragglerDelay = -1 }, []string{"StragglerDelay=-1ns: must not be negative"}, false},
+		{"straggler rank", func(c *Config) { c.StragglerRank, c.StragglerDelay = 2, 1 }, []string{"StragglerRank=2: no such rank (ranks 0 to 1)"}, false},
+		{"delay on cuda", func(c *Config) { c.Backend, c.ActionDelay = runtime.CUDA, 1 }, []string{"ActionDelay=1ns: only the cpu backend"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,10 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"time"
 
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cpu"
 )
 
 // commRange runs enqueue — a wait for, or a copy of, an action's input —
@@ -46,6 +48,9 @@ func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
 	}
 	rec.StartDevice("forward", s)
 	defer rec.End()
+	if err := r.delay(a); err != nil {
+		return err
+	}
 	for j := 1; j <= r.layers; j++ {
 		rec.StartDevice("linear", s)
 		err := linearForward(s, c.w[j-1], act[j-1], act[j], r.rows, r.cfg.Width, r.cfg.Precision)
@@ -116,6 +121,9 @@ func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
 	}
 	rec.StartDevice("backward", s)
 	defer rec.End()
+	if err := r.delay(a); err != nil {
+		return err
+	}
 	act := c.act[mb]
 	dy, dz := c.gradIn[mb], r.scratch[0]
 	for j := r.layers; j >= 1; j-- {
@@ -150,4 +158,18 @@ func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
 		return nil
 	}
 	return r.sendOp(ctx, "send_grad", c.gradOut[mb], batch)
+}
+
+// delay enqueues the action's extra device time (Config.ActionDelay, and
+// StragglerDelay on the straggler's first chunk's forwards): the stream
+// sleeps. Validate allows delays on the CPU backend only.
+func (r *rank) delay(a *slot) error {
+	d := r.cfg.ActionDelay
+	if r.id == r.cfg.StragglerRank && a.Kind == schedule.Forward && a.Chunk == 0 {
+		d += r.cfg.StragglerDelay
+	}
+	if d <= 0 {
+		return nil
+	}
+	return cpu.Enqueue(r.compute, func() { time.Sleep(d) })
 }

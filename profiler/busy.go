@@ -301,13 +301,22 @@ func (a *StepAccountant) retire(s *openStep) {
 // per stream, compute less transfers and waits; then the union across
 // streams, clipped to [lo, hi].
 func (a *StepAccountant) busy(work []streamInterval, lo, hi time.Duration) time.Duration {
+	out := busyParts(a.out[:0], work)
+	busy := unionLength(out, lo, hi)
+	a.out = out[:0]
+	return busy
+}
+
+// busyParts appends to out, per stream, the parts of its compute
+// intervals that no transfer or wait on the same stream covers: the
+// pieces whose union is busy time. It sorts work in place.
+func busyParts(out []interval, work []streamInterval) []interval {
 	slices.SortFunc(work, func(x, y streamInterval) int {
 		if c := cmp.Compare(x.stream, y.stream); c != 0 {
 			return c
 		}
 		return cmp.Compare(x.start, y.start)
 	})
-	out := a.out[:0]
 	for i := 0; i < len(work); {
 		j := i
 		for j < len(work) && work[j].stream == work[i].stream {
@@ -316,9 +325,60 @@ func (a *StepAccountant) busy(work []streamInterval, lo, hi time.Duration) time.
 		out = computeLessOther(out, work[i:j])
 		i = j
 	}
-	busy := unionLength(out, lo, hi)
-	a.out = out[:0]
-	return busy
+	return out
+}
+
+// Interval is a span of time [Start, End) on the profiler's clock.
+type Interval struct{ Start, End time.Duration }
+
+// Len is End − Start, or 0 for an empty or inverted interval.
+func (iv Interval) Len() time.Duration { return max(iv.End-iv.Start, 0) }
+
+// StreamWork is one record's device interval on its stream, classified
+// for busy time (Record.Activity): what BusyIntervals takes.
+type StreamWork struct {
+	Stream   uint64
+	Activity Activity
+	Interval
+}
+
+// Work returns r's device interval as busy time sees it, and false when
+// r does not count in busy time (ActivityNone).
+func (r *Record) Work() (StreamWork, bool) {
+	act := r.Activity()
+	if act == ActivityNone {
+		return StreamWork{}, false
+	}
+	return StreamWork{Stream: r.Stream, Activity: act, Interval: Interval{r.DeviceStart, r.DeviceEnd}}, true
+}
+
+// BusyIntervals appends to dst the busy intervals of work by the one
+// definition of busy time (see BusyDefinition): per stream, compute less
+// the transfers and waits on that stream, then the union across streams.
+// What it appends is sorted by start and disjoint, and its total length
+// clipped to a step's host interval is that step's StepTime.Busy; work
+// with ActivityNone entries is ignored. work is not modified.
+func BusyIntervals(dst []Interval, work []StreamWork) []Interval {
+	w := make([]streamInterval, 0, len(work))
+	for _, x := range work {
+		if x.Activity != ActivityNone {
+			w = append(w, streamInterval{stream: x.Stream, act: x.Activity, interval: interval{x.Start, x.End}})
+		}
+	}
+	parts := busyParts(nil, w)
+	slices.SortFunc(parts, func(a, b interval) int { return cmp.Compare(a.start, b.start) })
+	n0 := len(dst)
+	for _, x := range parts {
+		if x.end <= x.start {
+			continue
+		}
+		if n := len(dst); n > n0 && x.start <= dst[n-1].End {
+			dst[n-1].End = max(dst[n-1].End, x.end)
+			continue
+		}
+		dst = append(dst, Interval{x.start, x.end})
+	}
+	return dst
 }
 
 // computeLessOther appends to out the parts of one stream's compute

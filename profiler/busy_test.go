@@ -3,6 +3,7 @@ package profiler_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -269,5 +270,28 @@ func TestActivity(t *testing.T) {
 		if got := c.r.Activity(); got != c.want {
 			t.Errorf("%v %v (device %v): %v, want %v", c.r.Kind, c.r.Phase, c.r.HasDevice, got, c.want)
 		}
+	}
+}
+
+func TestBusyIntervals(t *testing.T) {
+	ms := func(a, b int) profiler.Interval {
+		return profiler.Interval{Start: time.Duration(a) * time.Millisecond, End: time.Duration(b) * time.Millisecond}
+	}
+	work := []profiler.StreamWork{
+		{Stream: 1, Activity: profiler.ActivityCompute, Interval: ms(0, 10)},
+		{Stream: 1, Activity: profiler.ActivityTransfer, Interval: ms(3, 5)}, // not computing meanwhile
+		{Stream: 1, Activity: profiler.ActivityWait, Interval: ms(9, 12)},
+		{Stream: 2, Activity: profiler.ActivityCompute, Interval: ms(8, 14)},
+		{Stream: 2, Activity: profiler.ActivityNone, Interval: ms(20, 30)},     // ignored
+		{Stream: 3, Activity: profiler.ActivityTransfer, Interval: ms(12, 20)}, // another stream: no effect
+	}
+	orig := append([]profiler.StreamWork(nil), work...)
+	got := profiler.BusyIntervals(nil, work)
+	want := []profiler.Interval{ms(0, 3), ms(5, 14)}
+	if !slices.Equal(got, want) {
+		t.Errorf("BusyIntervals = %v, want %v", got, want)
+	}
+	if !slices.Equal(work, orig) {
+		t.Errorf("BusyIntervals modified its input")
 	}
 }

@@ -78,6 +78,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	dtype := fs.String("dtype", "float32", "compute precision of the model's GEMMs: float32 (or fp32: full precision), tf32 or bf16 (tensor cores, accumulating in fp32; weights and activations stay float32); a backend without it runs in float32 and says so")
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", def.CommTimeout, "deadline for any one communication wait")
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
+	fs.DurationVar(&c.ActionDelay, "action-delay", 0, "add this much device time to every forward and backward action (cpu backend only; for checking the pipeline analysis)")
+	fs.IntVar(&c.StragglerRank, "straggler-rank", 0, "the rank -straggler-delay slows")
+	fs.DurationVar(&c.StragglerDelay, "straggler-delay", 0, "add this much device time per microbatch on -straggler-rank (cpu backend only; for checking the straggler analysis)")
 	fs.IntVar(&c.Devices, "devices", 0, "use at most this many devices (0: all); with fewer devices than ranks (pp·dp), ranks share them and communicate in process")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
@@ -245,6 +248,9 @@ var configFlags = map[string]string{
 	"Seed":           "-seed",
 	"CommTimeout":    "-comm-timeout",
 	"Precision":      "-dtype",
+	"ActionDelay":    "-action-delay",
+	"StragglerRank":  "-straggler-rank",
+	"StragglerDelay": "-straggler-delay",
 }
 
 // asFlag names a Config field as its flag, followed by the value where

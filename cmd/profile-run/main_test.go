@@ -459,7 +459,7 @@ func TestNoRunDirectoryLeftBehind(t *testing.T) {
 // -report off skips the report files, not the summary on stdout; -quiet
 // skips the summary on stdout, not the files.
 func TestReportOffAndQuiet(t *testing.T) {
-	const summary, breakdown = "=== rank 1 · all steps ===", "=== where the steps went"
+	const summary, breakdown, pipe = "=== rank 1 · all steps ===", "=== where the steps went", "=== pipeline analysis"
 	cases := []struct {
 		name        string
 		args        []string
@@ -479,7 +479,7 @@ func TestReportOffAndQuiet(t *testing.T) {
 			if code != exitOK {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			for _, w := range []string{summary, breakdown} {
+			for _, w := range []string{summary, breakdown, pipe, "1 of 1 steps complete"} {
 				if got := strings.Contains(stdout, w); got != c.printed {
 					t.Errorf("stdout has %q: %v, want %v\n%s", w, got, c.printed, stdout)
 				}

@@ -20,6 +20,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // closeTimeout bounds each exporter's shutdown at the end of a run.
@@ -45,6 +46,7 @@ type outputs struct {
 	// Whole-run summaries, kept as records arrive in bounded memory.
 	tables  *profiler.Summary     // the report's all-steps tables
 	steps   *profiler.StepSummary // the step breakdown and step-time distribution
+	pipe    *analysis.Sink        // bubbles, overlap, collectives, stragglers
 	profile *pprof.Aggregate      // the pprof profile
 	calls   *profiler.CallLog     // every call, per rank, as it finishes
 
@@ -119,7 +121,8 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		}
 		out.tables = profiler.NewSummary(profiler.WithSummaryTag(tag))
 		out.steps = profiler.NewStepSummary()
-		sinks = append(sinks, out.tables, out.steps)
+		out.pipe = analysis.NewSink()
+		sinks = append(sinks, out.tables, out.steps, out.pipe)
 	}
 	if out.pprofFile != nil {
 		out.profile = pprof.NewAggregate()
@@ -152,6 +155,18 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
 		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithLogger(log.Named("prom"))); err != nil {
+			out.discard()
+			return nil, err
+		}
+		// The pipeline analysis's totals, mapped at scrape time.
+		if out.pipe == nil {
+			out.pipe = analysis.NewSink()
+			if err := prof.AddSink(out.pipe); err != nil {
+				out.discard()
+				return nil, err
+			}
+		}
+		if err := out.metrics.Register(prom.NewAnalysisCollector(out.pipe)); err != nil {
 			out.discard()
 			return nil, err
 		}
@@ -253,7 +268,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 				rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
 			}
 		}
-		paths, err := writeReports(screen, out.report, out.tables, out.steps, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
+		out.pipe.Flush() // the last steps wait for no later ones now
+		pipe := out.pipe.Summary()
+		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
 		errs = append(errs, err)
 		if out.report != nil {
 			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", collected, out.report.Name()))

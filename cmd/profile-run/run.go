@@ -19,6 +19,7 @@ import (
 	_ "github.com/trainscope/trainscope/ccl/nccl"  // NCCL, loaded at run time where present
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 	"github.com/trainscope/trainscope/runtime"
 	_ "github.com/trainscope/trainscope/runtime/cpu"  // host device backend
 	_ "github.com/trainscope/trainscope/runtime/cuda" // CUDA, loaded at run time where present
@@ -277,7 +278,7 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, er
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
 // per-step tables and the per-call log of the detail records.
-func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string) ([]string, error) {
+func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string) ([]string, error) {
 	groups, peaks := tables.Groups(), tables.Peaks()
 	times := steps.Ranks()
 	breakdown := steps.Breakdown()
@@ -303,6 +304,12 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 			}
 			fmt.Fprintf(w, "\n=== step times, all steps (quantiles within %.0f%%) ===\n", 100*profiler.StepQuantileAccuracy)
 			if err := profiler.WriteStepTimes(w, times); err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+		}
+		if pipe != nil && pipe.Steps > 0 {
+			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")
+			if err := analysis.WriteReport(w, *pipe); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
 		}

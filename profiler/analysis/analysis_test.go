@@ -1,0 +1,342 @@
+package analysis
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+const ms_ = time.Millisecond
+
+// build makes records by hand: every interval in milliseconds.
+type build struct {
+	recs []profiler.Record
+	ids  map[int]uint64
+}
+
+func (b *build) add(r profiler.Record) *profiler.Record {
+	if b.ids == nil {
+		b.ids = map[int]uint64{}
+	}
+	b.ids[r.Rank]++
+	r.ID = b.ids[r.Rank]
+	r.Device = runtime.Device{Type: runtime.CPU, Index: r.Rank}
+	b.recs = append(b.recs, r)
+	return &b.recs[len(b.recs)-1]
+}
+
+func labels(step, stage, chunk, mb int, ph profiler.Phase) profiler.Labels {
+	return profiler.Labels{Step: int32(step), Stage: int16(stage), Chunk: int16(chunk), Microbatch: int32(mb), Phase: ph}
+}
+
+func (b *build) step(rank, step, stage int, from, to float64) {
+	l := labels(step, stage, profiler.None, profiler.None, profiler.PhaseNone)
+	b.add(profiler.Record{Name: profiler.StepName, Rank: rank, Labels: l, HostStart: d(from), HostEnd: d(to)})
+}
+
+// dev adds a device range of phase ph on stream.
+func (b *build) dev(rank, step, stage, chunk, mb int, ph profiler.Phase, stream uint64, from, to float64) {
+	b.add(profiler.Record{Name: ph.String(), Depth: 1, Kind: profiler.KindDevice, Rank: rank, Stream: stream,
+		Labels: labels(step, stage, chunk, mb, ph), HostStart: d(from), HostEnd: d(from),
+		HasDevice: true, DeviceStart: d(from), DeviceEnd: d(to)})
+}
+
+// coll adds a collective (or p2p, for Send and Recv) on stream.
+func (b *build) coll(rank, step, stage int, op, group string, size, grank, peer int, seq uint64, stream uint64, from, to float64) {
+	kind := profiler.KindCollective
+	if op == "Send" || op == "Recv" {
+		kind = profiler.KindP2P
+	}
+	b.add(profiler.Record{Name: op, Depth: 2, Kind: kind, Rank: rank, Stream: stream,
+		Labels: labels(step, stage, profiler.None, profiler.None, profiler.Comm), HostStart: d(from), HostEnd: d(from),
+		HasDevice: true, DeviceStart: d(from), DeviceEnd: d(to),
+		Collective: profiler.Collective{Op: op, Group: group, GroupSize: int32(size), GroupRank: int32(grank), Peer: int32(peer), Root: -1, Seq: seq}})
+}
+
+func d(msec float64) time.Duration { return time.Duration(msec * float64(time.Millisecond)) }
+
+// twoRanks is one step of two stages whose figures are worked out by
+// hand in TestConstructedStep.
+func twoRanks(step int, b *build) {
+	o := float64(step * 1000)
+	// Rank 0, stage 0: compute stream 1, communication stream 2.
+	b.step(0, step, 0, o+0, o+100)
+	b.dev(0, step, 0, 0, 0, profiler.Forward, 1, o+10, o+20)
+	b.dev(0, step, 0, 1, 0, profiler.Comm, 1, o+45, o+55) // a wait for the gradient
+	b.dev(0, step, 0, 1, 0, profiler.Backward, 1, o+50, o+70)
+	b.dev(0, step, 0, profiler.None, profiler.None, profiler.Optimizer, 1, o+85, o+95)
+	b.coll(0, step, 0, "AllReduce", "dp", 2, 0, -1, uint64(7+step), 2, o+80, o+90)
+	b.coll(0, step, 0, "Send", "pp", 2, 0, 1, uint64(2*step), 2, o+20, o+21)
+	// Rank 1, stage 1: compute stream 3, communication stream 4.
+	b.step(1, step, 1, o+0, o+100)
+	b.dev(1, step, 1, 0, 0, profiler.Forward, 3, o+25, o+35)
+	b.dev(1, step, 1, 1, 0, profiler.Backward, 3, o+35, o+50)
+	b.coll(1, step, 1, "AllReduce", "dp", 2, 1, -1, uint64(7+step), 4, o+85, o+90)
+	b.coll(1, step, 1, "Recv", "pp", 2, 1, 0, uint64(5*step), 4, o+15, o+21)
+}
+
+func TestConstructedStep(t *testing.T) {
+	var b build
+	twoRanks(0, &b)
+	steps := Analyze(b.recs)
+	if len(steps) != 1 {
+		t.Fatalf("%d steps, want 1", len(steps))
+	}
+	st := steps[0]
+	if !st.Complete() {
+		t.Fatalf("problems: %q", st.Problems)
+	}
+	if st.Span != (profiler.Interval{Start: d(10), End: d(70)}) {
+		t.Errorf("span %v, want [10ms, 70ms)", st.Span)
+	}
+	if p := st.Pipeline; p.Stages != 2 || p.Chunks != 2 || p.Microbatches != 1 || math.Abs(p.Ideal-1.0/3) > 1e-12 {
+		t.Errorf("pipeline %+v, want 2×2×1 with ideal 1/3", p)
+	}
+	r0, r1 := st.Ranks[0], st.Ranks[1]
+	// Rank 0 computes [10,20) and the backward [50,70) less the wait
+	// [45,55) on its stream, and the optimizer [85,95).
+	want := []struct {
+		name      string
+		got, want time.Duration
+	}{
+		{"rank 0 busy", r0.Busy, d(10 + 15 + 10)},
+		{"rank 0 comm", r0.Comm, d(10 + 1)},
+		{"rank 0 overlap", r0.Overlap, d(5)},
+		{"rank 0 bubble", r0.Bubble, d(60 - 25)},
+		{"rank 0 chunk 1 bubble", r0.Chunks[1], d(35)},
+		{"rank 0 chunk 0 bubble", r0.Chunks[0], 0},
+		{"rank 0 drain", r0.Drain, 0},
+		{"rank 0 waited", r0.Waited, d(5)},
+		{"rank 1 busy", r1.Busy, d(25)},
+		{"rank 1 bubble", r1.Bubble, d(35)},
+		{"rank 1 chunk 0 bubble", r1.Chunks[0], d(15)},
+		{"rank 1 drain", r1.Drain, d(20)},
+		{"rank 1 caused", r1.Caused, d(5)},
+		{"rank 1 held up", r1.HeldUp, d(5)},
+		{"stage 0 bubble", st.Stages[0].Bubble, d(35)},
+		{"stage 1 bubble", st.Stages[1].Bubble, d(35)},
+	}
+	for _, w := range want {
+		if w.got != w.want {
+			t.Errorf("%s = %v, want %v", w.name, w.got, w.want)
+		}
+	}
+	if len(r0.Streams) != 2 {
+		t.Fatalf("rank 0 streams %+v, want 2", r0.Streams)
+	}
+	if s := r0.Streams[0]; s.Stream != 1 || s.Compute != d(35) || s.Wait != d(10) || s.Transfer != 0 {
+		t.Errorf("rank 0 stream 1 %+v, want compute 35ms, wait 10ms", s)
+	}
+	if s := r0.Streams[1]; s.Stream != 2 || s.Compute != 0 || s.Transfer != d(11) {
+		t.Errorf("rank 0 stream 2 %+v, want transfer 11ms", s)
+	}
+	if len(st.Collectives) != 1 {
+		t.Fatalf("collectives %+v, want 1", st.Collectives)
+	}
+	c := st.Collectives[0]
+	if !c.Complete || c.Skew != d(5) || c.Last != 1 || c.Transfer != d(5) {
+		t.Errorf("collective %+v, want complete, skew 5ms, last rank 1, transfer 5ms", c)
+	}
+	if st.P2P != (P2P{Matched: 1}) {
+		t.Errorf("p2p %+v, want one matched pair", st.P2P)
+	}
+	if r1.Score != 1 || r0.Score != 0 || st.Straggler != 1 {
+		t.Errorf("scores %v %v, straggler %d; want 0, 1 and rank 1", r0.Score, r1.Score, st.Straggler)
+	}
+	// The busy time is the step breakdown's, by the one definition.
+	for _, rs := range profiler.StepBreakdown(b.recs) {
+		if got := st.Ranks[rs.Rank].Busy; got != rs.Busy {
+			t.Errorf("rank %d: busy %v, StepBreakdown %v", rs.Rank, got, rs.Busy)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	drop := func(recs []profiler.Record, bad func(*profiler.Record) bool) []profiler.Record {
+		var out []profiler.Record
+		for _, r := range recs {
+			if !bad(&r) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	var full build
+	twoRanks(0, &full)
+	twoRanks(1, &full)
+	cases := []struct {
+		name    string
+		recs    []profiler.Record
+		problem string // in step 1
+	}{
+		{"missing rank", drop(full.recs, func(r *profiler.Record) bool { return r.Step == 1 && r.Rank == 1 }), "no records of rank 1"},
+		{"unmatched collective", drop(full.recs, func(r *profiler.Record) bool {
+			return r.Step == 1 && r.Rank == 1 && r.Collective.Op == "AllReduce"
+		}), "1 of 2 ranks recorded it"},
+		{"step cut short", drop(full.recs, func(r *profiler.Record) bool {
+			return r.Step == 1 && r.Rank == 1 && r.Name == profiler.StepName
+		}), "rank 1: no step range"},
+		{"unmatched transfer", drop(full.recs, func(r *profiler.Record) bool {
+			return r.Step == 1 && r.Collective.Op == "Recv"
+		}), "1 point-to-point transfers without their other side"},
+		{"mismatched op", func() []profiler.Record {
+			recs := append([]profiler.Record(nil), full.recs...)
+			for i := range recs {
+				if recs[i].Step == 1 && recs[i].Rank == 1 && recs[i].Collective.Op == "AllReduce" {
+					recs[i].Collective.Op = "AllGather"
+				}
+			}
+			return recs
+		}(), "rank 1 called AllGather, others AllReduce"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			steps := Analyze(tc.recs)
+			if len(steps) != 2 {
+				t.Fatalf("%d steps, want 2", len(steps))
+			}
+			if !steps[0].Complete() {
+				t.Errorf("step 0 has problems %q", steps[0].Problems)
+			}
+			if steps[1].Complete() || !strings.Contains(strings.Join(steps[1].Problems, "\n"), tc.problem) {
+				t.Errorf("step 1 problems %q, want one saying %q", steps[1].Problems, tc.problem)
+			}
+			sum := Summarize(steps)
+			if sum.Complete != 1 || sum.ProblemSteps != 1 {
+				t.Errorf("summary: %d complete, %d with problems; want 1 and 1", sum.Complete, sum.ProblemSteps)
+			}
+			// The figures are step 0's alone.
+			for _, r := range sum.Ranks {
+				if r.Steps != 1 {
+					t.Errorf("rank %d counted in %d steps, want 1", r.Rank, r.Steps)
+				}
+			}
+			var buf bytes.Buffer
+			if err := WriteReport(&buf, sum); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(buf.String(), tc.problem) || !strings.Contains(buf.String(), "1 of 2 steps complete") {
+				t.Errorf("report does not say %q and that 1 of 2 steps is complete:\n%s", tc.problem, buf.String())
+			}
+		})
+	}
+}
+
+func TestEmpty(t *testing.T) {
+	if steps := Analyze(nil); len(steps) != 0 {
+		t.Errorf("Analyze(nil) = %d steps", len(steps))
+	}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, Summarize(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.String(); got != "0 of 0 steps complete\n" {
+		t.Errorf("report of nothing: %q", got)
+	}
+}
+
+// FuzzAnalyze feeds records made from arbitrary bytes: the analysis must
+// not panic, and what it calls complete must be self-consistent.
+func FuzzAnalyze(f *testing.F) {
+	var b build
+	twoRanks(0, &b)
+	f.Add(encodeRecords(b.recs))
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		recs := decodeRecords(data)
+		for _, st := range Analyze(recs) {
+			checkStep(t, &st)
+		}
+		for _, st := range Analyze(recs, WithClockAlignment()) {
+			checkStep(t, &st)
+		}
+		s := NewSink(WithMaxRecords(8), WithMaxOpenSteps(2), WithStepDelay(1))
+		s.Consume(recs)
+		s.Flush()
+		var buf bytes.Buffer
+		if err := WriteReport(&buf, s.Summary()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func checkStep(t *testing.T, st *Step) {
+	t.Helper()
+	var total float64
+	for _, r := range st.Ranks {
+		if r.Busy < 0 || r.Busy > r.Wall.Len() || r.Overlap > r.Comm || r.Overlap > r.Busy {
+			t.Fatalf("step %d rank %d: busy %v of wall %v, overlap %v of comm %v", st.Step, r.Rank, r.Busy, r.Wall.Len(), r.Overlap, r.Comm)
+		}
+		if r.Bubble < 0 || r.Bubble > st.Span.Len() {
+			t.Fatalf("step %d rank %d: bubble %v outside span %v", st.Step, r.Rank, r.Bubble, st.Span.Len())
+		}
+		var chunks time.Duration
+		for _, c := range r.Chunks {
+			chunks += c
+		}
+		if chunks+r.Drain != r.Bubble {
+			t.Fatalf("step %d rank %d: chunks %v + drain %v != bubble %v", st.Step, r.Rank, chunks, r.Drain, r.Bubble)
+		}
+		total += r.Score
+	}
+	if total > 1+1e-9 {
+		t.Fatalf("step %d: scores sum to %v", st.Step, total)
+	}
+}
+
+// encodeRecords and decodeRecords map records to bytes and back, 16 bytes
+// a record, for the fuzz corpus.
+func encodeRecords(recs []profiler.Record) []byte {
+	var out []byte
+	for _, r := range recs {
+		op := byte(0)
+		switch r.Collective.Op {
+		case "AllReduce":
+			op = 1
+		case "Send":
+			op = 2
+		case "Recv":
+			op = 3
+		}
+		top := byte(0)
+		if r.Name == profiler.StepName {
+			top = 1
+		}
+		out = append(out, byte(r.Rank), byte(r.Step), byte(r.Stage), byte(r.Chunk), byte(r.Microbatch), byte(r.Phase),
+			byte(r.Kind)|top<<4, byte(r.Stream), op, byte(r.Collective.Seq), byte(r.Collective.GroupSize), byte(r.Collective.Peer),
+			byte(r.HostStart/ms_), byte(r.HostEnd/ms_), byte(r.DeviceStart/ms_), byte(r.DeviceEnd/ms_))
+	}
+	return out
+}
+
+func decodeRecords(data []byte) []profiler.Record {
+	var out []profiler.Record
+	ids := map[int]uint64{}
+	for ; len(data) >= 16; data = data[16:] {
+		x := data[:16]
+		rank := int(x[0] % 5)
+		ids[rank]++
+		r := profiler.Record{ID: ids[rank], Rank: rank, Name: "r", Depth: 1,
+			Labels: profiler.Labels{Step: int32(x[1]%4) - 1, Stage: int16(x[2]%4) - 1, Chunk: int16(x[3]%4) - 1, Microbatch: int32(x[4]%5) - 1, Phase: profiler.Phase(x[5] % 6)},
+			Kind:   profiler.Kind(x[6] % 4), Stream: uint64(x[7] % 4),
+			HostStart: time.Duration(x[12]) * ms_, HostEnd: time.Duration(x[13]) * ms_}
+		if x[6]>>4&1 == 1 {
+			r.Name, r.Depth = profiler.StepName, 0
+		}
+		if r.Kind != profiler.KindHost {
+			r.HasDevice = x[14] <= x[15] || x[7]&8 != 0 // inverted intervals too
+			r.DeviceStart, r.DeviceEnd = time.Duration(x[14])*ms_, time.Duration(x[15])*ms_
+		}
+		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
+			r.Collective = profiler.Collective{Op: [...]string{"AllReduce", "AllReduce", "Send", "Recv"}[x[8]%4], Group: "g",
+				Seq: uint64(x[9] % 8), GroupSize: int32(x[10] % 4), GroupRank: int32(x[0] % 4), Peer: int32(x[11] % 4)}
+		}
+		out = append(out, r)
+	}
+	return out
+}

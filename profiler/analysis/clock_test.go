@@ -1,0 +1,131 @@
+package analysis
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/internal/trainrun"
+	"github.com/trainscope/trainscope/pipeline"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// shifted returns a copy of recs with every time of rank r moved by
+// off[r]: what a rank whose clock runs off[r] ahead would have recorded.
+func shifted(recs []profiler.Record, off map[int]time.Duration) []profiler.Record {
+	out := slices.Clone(recs)
+	for i := range out {
+		d := off[out[i].Rank]
+		out[i].HostStart += d
+		out[i].HostEnd += d
+		if out[i].HasDevice {
+			out[i].DeviceStart += d
+			out[i].DeviceEnd += d
+		}
+	}
+	return out
+}
+
+// TestClockOffsetsRecovered injects known offsets into the records of a
+// data-parallel trainer run (one clock, so the truth is known) and
+// recovers them within the collectives' own spread of departures.
+func TestClockOffsetsRecovered(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.Backend = runtime.CPU
+	cfg.Stages, cfg.Chunks, cfg.Replicas = 1, 2, 3
+	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 8
+	cfg.Steps = 6
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: "dp3", Config: cfg, DeviceDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := tape.Records()
+	// The jitter: the largest spread of one collective's departures.
+	var jitter time.Duration
+	n := 0
+	for _, st := range Analyze(recs) {
+		for _, c := range st.Collectives {
+			if !c.Complete {
+				t.Fatalf("step %d: collective %s #%d incomplete: %s", st.Step, c.Group, c.Seq, c.Problem)
+			}
+			lo, hi := c.Members[0].Leave, c.Members[0].Leave
+			for _, m := range c.Members {
+				lo, hi = min(lo, m.Leave), max(hi, m.Leave)
+			}
+			jitter = max(jitter, hi-lo)
+			n++
+		}
+	}
+	if n != cfg.Steps*cfg.Chunks {
+		t.Fatalf("%d complete collectives, want %d", n, cfg.Steps*cfg.Chunks)
+	}
+	inject := map[int]time.Duration{1: 7 * time.Millisecond, 2: -3*time.Millisecond - 123*time.Microsecond}
+	got := EstimateOffsets(shifted(recs, inject))
+	t.Logf("jitter %v; estimated %v, residual %v", jitter, got.Offset, got.Residual)
+	if got.Reference != 0 || len(got.Unaligned) != 0 {
+		t.Fatalf("reference %d, unaligned %v; want 0 and none", got.Reference, got.Unaligned)
+	}
+	for r := range 3 {
+		if e := (got.Offset[r] - inject[r]).Abs(); e > jitter {
+			t.Errorf("rank %d: offset %v, injected %v: off by %v, more than the jitter %v", r, got.Offset[r], inject[r], e, jitter)
+		}
+		if got.Residual[r] > jitter {
+			t.Errorf("rank %d: residual %v above the jitter %v", r, got.Residual[r], jitter)
+		}
+		if got.Samples[r] != n {
+			t.Errorf("rank %d: %d samples, want %d", r, got.Samples[r], n)
+		}
+	}
+	// Aligned analysis sees what the single clock saw, within the jitter.
+	plain := Summarize(Analyze(recs))
+	aligned := Summarize(Analyze(shifted(recs, inject), WithClockAlignment()))
+	if !aligned.Aligned || aligned.Complete != plain.Complete {
+		t.Fatalf("aligned: %d complete (aligned %v), plain %d", aligned.Complete, aligned.Aligned, plain.Complete)
+	}
+	if d := (aligned.Collectives.MaxSkew - plain.Collectives.MaxSkew).Abs(); d > 2*jitter {
+		t.Errorf("max skew aligned %v, on one clock %v", aligned.Collectives.MaxSkew, plain.Collectives.MaxSkew)
+	}
+}
+
+// TestClockChain aligns ranks that share collectives only through
+// others, and says which share none.
+func TestClockChain(t *testing.T) {
+	var b build
+	// Groups: a = {0, 1}, b = {1, 2}; rank 3 only computes.
+	for s := range 3 {
+		o := float64(100 * s)
+		for r := range 4 {
+			b.step(r, s, r, o, o+50)
+		}
+		b.coll(0, s, 0, "AllReduce", "a", 2, 0, -1, uint64(s), 1, o+1, o+10)
+		b.coll(1, s, 1, "AllReduce", "a", 2, 1, -1, uint64(s), 1, o+2, o+10)
+		b.coll(1, s, 1, "AllReduce", "b", 2, 0, -1, uint64(s), 1, o+11, o+20)
+		b.coll(2, s, 2, "AllReduce", "b", 2, 1, -1, uint64(s), 1, o+12, o+20)
+		b.dev(3, s, 3, 0, 0, profiler.Forward, 1, o+5, o+6)
+	}
+	inject := map[int]time.Duration{1: 2 * time.Millisecond, 2: 5 * time.Millisecond, 3: time.Second}
+	got := EstimateOffsets(shifted(b.recs, inject))
+	for r := range 3 {
+		if got.Offset[r] != inject[r] {
+			t.Errorf("rank %d: offset %v, want %v", r, got.Offset[r], inject[r])
+		}
+	}
+	if !slices.Equal(got.Unaligned, []int{3}) {
+		t.Errorf("unaligned %v, want [3]", got.Unaligned)
+	}
+	steps := Analyze(shifted(b.recs, inject), WithClockAlignment())
+	for _, st := range steps {
+		if st.Complete() {
+			t.Errorf("step %d: no problem said for rank 3's clock", st.Step)
+		}
+		for _, c := range st.Collectives {
+			if c.Skew != time.Millisecond {
+				t.Errorf("step %d: %s skew %v after alignment, want 1ms", st.Step, c.Group, c.Skew)
+			}
+		}
+	}
+}

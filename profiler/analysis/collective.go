@@ -1,0 +1,202 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Collective is one collective call matched across its ranks: the
+// records of one group with one sequence number (profiler.Collective's
+// Group and Seq, equal on every rank for one call).
+type Collective struct {
+	Group string
+	Seq   uint64
+	Op    string
+	Size  int // ranks in the group
+	// Members are the ranks that recorded it, in order of arrival.
+	Members []Member
+	// Complete reports that every rank of the group recorded it, each
+	// once, with the same operation; otherwise Problem says what is
+	// wrong and the figures below are zero.
+	Complete bool
+	Problem  string
+	// Skew is the last arrival less the first; Last is the rank that
+	// arrived last.
+	Skew time.Duration
+	Last int
+	// Transfer is the time from the last arrival to the first departure:
+	// the part of the call that moved data, once everyone was there.
+	Transfer time.Duration
+}
+
+// Member is one rank's part in a collective. Arrive and Leave are its
+// device interval (the host interval for a range timed on the host only);
+// Wait is the time from its arrival to the last rank's, Transfer the rest
+// of its time in the call (Leave − max(Arrive, last arrival)).
+type Member struct {
+	Rank           int
+	Arrive, Leave  time.Duration
+	Wait, Transfer time.Duration
+}
+
+type collKey struct {
+	group string
+	seq   uint64
+}
+
+type p2pKey struct {
+	group    string
+	from, to int32 // group ranks
+}
+
+// match groups the step's collectives by group and sequence number and
+// pairs its sends with their receives.
+func match(items []item) ([]Collective, P2P) {
+	byKey := map[collKey][]*item{}
+	sends, recvs := map[p2pKey][]*item{}, map[p2pKey][]*item{}
+	for i := range items {
+		it := &items[i]
+		if it.coll == nil {
+			continue
+		}
+		c := it.coll
+		switch {
+		case it.kind == profiler.KindCollective:
+			k := collKey{c.group, c.seq}
+			byKey[k] = append(byKey[k], it)
+		case c.op == "Send":
+			k := p2pKey{c.group, c.grank, c.peer}
+			sends[k] = append(sends[k], it)
+		case c.op == "Recv":
+			k := p2pKey{c.group, c.peer, c.grank}
+			recvs[k] = append(recvs[k], it)
+		}
+	}
+	keys := make([]collKey, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b collKey) int {
+		if c := cmp.Compare(a.group, b.group); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	out := make([]Collective, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, collective(k, byKey[k]))
+	}
+	var p P2P
+	for k, s := range sends {
+		n := min(len(s), len(recvs[k]))
+		p.Matched += n
+		p.Unmatched += len(s) - n
+	}
+	for k, r := range recvs {
+		p.Unmatched += len(r) - min(len(r), len(sends[k]))
+	}
+	return out, p
+}
+
+func collective(k collKey, its []*item) Collective {
+	c := Collective{Group: k.group, Seq: k.seq, Op: its[0].coll.op, Size: int(its[0].coll.size), Last: profiler.None}
+	seen := map[int]bool{}
+	for _, it := range its {
+		sp := it.span()
+		c.Members = append(c.Members, Member{Rank: it.rank, Arrive: sp.Start, Leave: sp.End})
+		switch {
+		case c.Problem != "":
+		case it.coll.op != c.Op:
+			c.Problem = fmt.Sprintf("rank %d called %s, others %s", it.rank, it.coll.op, c.Op)
+		case int(it.coll.size) != c.Size:
+			c.Problem = fmt.Sprintf("rank %d saw %d ranks in the group, others %d", it.rank, it.coll.size, c.Size)
+		case seen[it.rank]:
+			c.Problem = fmt.Sprintf("rank %d recorded it twice", it.rank)
+		}
+		seen[it.rank] = true
+	}
+	slices.SortStableFunc(c.Members, func(a, b Member) int { return cmp.Compare(a.Arrive, b.Arrive) })
+	if c.Problem == "" && len(c.Members) != c.Size {
+		var have []int
+		for _, m := range c.Members {
+			have = append(have, m.Rank)
+		}
+		slices.Sort(have)
+		c.Problem = fmt.Sprintf("%d of %d ranks recorded it (ranks %s); its skew and waits are unknown", len(c.Members), c.Size, intList(have))
+	}
+	if c.Problem != "" {
+		return c
+	}
+	c.Complete = true
+	first, last := c.Members[0], c.Members[len(c.Members)-1]
+	c.Skew, c.Last = last.Arrive-first.Arrive, last.Rank
+	leave := c.Members[0].Leave
+	for i := range c.Members {
+		m := &c.Members[i]
+		m.Wait = last.Arrive - m.Arrive
+		m.Transfer = max(m.Leave-max(m.Arrive, last.Arrive), 0)
+		leave = min(leave, m.Leave)
+	}
+	c.Transfer = max(leave-last.Arrive, 0)
+	return c
+}
+
+// blame fills the ranks' waiting figures and straggler scores from the
+// complete collectives and returns the rank that stands out, or
+// profiler.None. A rank stands out when it caused at least half of all
+// the waiting and at least twice as much as any other rank.
+func blame(ranks []Rank, colls []Collective) int {
+	idx := map[int]*Rank{}
+	for i := range ranks {
+		idx[ranks[i].Rank] = &ranks[i]
+	}
+	var total time.Duration
+	for _, c := range colls {
+		if !c.Complete || len(c.Members) < 2 {
+			continue
+		}
+		var caused time.Duration
+		for _, m := range c.Members {
+			if r := idx[m.Rank]; r != nil {
+				r.Waited += m.Wait
+			}
+			caused += m.Wait
+		}
+		n := len(c.Members)
+		if r := idx[c.Last]; r != nil {
+			r.Caused += caused
+			r.HeldUp += c.Members[n-1].Arrive - c.Members[n-2].Arrive
+		}
+		total += caused
+	}
+	if total <= 0 {
+		return profiler.None
+	}
+	for i := range ranks {
+		ranks[i].Score = float64(ranks[i].Caused) / float64(total)
+	}
+	return standsOut(len(ranks), func(i int) (int, float64) { return ranks[i].Rank, ranks[i].Score })
+}
+
+// standsOut names the rank whose score is at least 0.5 and at least twice
+// every other's, or profiler.None.
+func standsOut(n int, at func(int) (rank int, score float64)) int {
+	best, bestScore, second := profiler.None, 0.0, 0.0
+	for i := range n {
+		r, s := at(i)
+		switch {
+		case s > bestScore:
+			second, best, bestScore = bestScore, r, s
+		case s > second:
+			second = s
+		}
+	}
+	if bestScore >= 0.5 && bestScore >= 2*second {
+		return best
+	}
+	return profiler.None
+}

@@ -1,0 +1,65 @@
+package analysis
+
+import (
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// item is what the analysis keeps of one record: the labels, the host
+// interval, the device interval as busy time classifies it, and the
+// collective's identity. It holds no pointer into the record, so a sink
+// may keep it after the batch is reused.
+type item struct {
+	rank   int
+	step   int32
+	stage  int16
+	chunk  int16
+	mb     int32
+	phase  profiler.Phase
+	kind   profiler.Kind
+	isStep bool // the step range (top level, named profiler.StepName)
+	device bool // HasDevice
+	work   profiler.StreamWork
+	host   profiler.Interval
+	coll   *collInfo // collectives and point-to-point transfers
+}
+
+type collInfo struct {
+	op, group   string
+	seq         uint64
+	size, grank int32
+	peer        int32
+}
+
+// keep reports whether r matters to the analysis, and what of it.
+func keep(r *profiler.Record) (item, bool) {
+	it := item{
+		rank: r.Rank, step: r.Step, stage: r.Stage, chunk: r.Chunk, mb: r.Microbatch,
+		phase: r.Phase, kind: r.Kind, device: r.HasDevice,
+		host: profiler.Interval{Start: r.HostStart, End: r.HostEnd},
+	}
+	it.isStep = r.Depth == 0 && r.Name == profiler.StepName
+	w, busy := r.Work()
+	if busy {
+		it.work = w
+	}
+	if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
+		c := r.Collective
+		it.coll = &collInfo{op: c.Op, group: c.Group, seq: c.Seq, size: c.GroupSize, grank: c.GroupRank, peer: c.Peer}
+	}
+	return it, it.isStep || busy || it.coll != nil
+}
+
+// pipelineCompute reports whether it is forward or backward computation:
+// the work whose gaps are the pipeline bubble.
+func (it *item) pipelineCompute() bool {
+	return it.work.Activity == profiler.ActivityCompute && (it.phase == profiler.Forward || it.phase == profiler.Backward)
+}
+
+// span is the interval a collective occupies on its rank: the device
+// interval where there is one, else the host interval.
+func (it *item) span() profiler.Interval {
+	if it.device {
+		return it.work.Interval
+	}
+	return it.host
+}

@@ -1,0 +1,53 @@
+package analysis
+
+// Option configures Analyze and NewSink.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	align      bool
+	delay      int
+	maxRecords int
+	maxOpen    int
+	keep       int
+}
+
+func newConfig(opts []Option) config {
+	c := config{delay: 2, maxRecords: 1 << 20, maxOpen: 16, keep: 16}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// WithClockAlignment estimates the ranks' clock offsets from their
+// collectives (EstimateOffsets) and applies them before analysing: for
+// records from several processes or hosts. Analyze estimates once from
+// every record; a Sink estimates per step from that step's collectives.
+// Step.Clock holds what was applied.
+func WithClockAlignment() Option { return optionFunc(func(c *config) { c.align = true }) }
+
+// WithStepDelay makes a Sink analyse a step once every rank it has seen
+// has delivered the step range of a step n later (default 2), so that
+// device ranges resolved after their step range are in. Flush analyses
+// what is left.
+func WithStepDelay(n int) Option { return optionFunc(func(c *config) { c.delay = max(n, 0) }) }
+
+// WithMaxRecords caps the records a Sink holds for steps not yet
+// analysed (default 1<<20, about 120 bytes each); beyond it records are
+// dropped and counted, and their step says so.
+func WithMaxRecords(n int) Option { return optionFunc(func(c *config) { c.maxRecords = max(n, 1) }) }
+
+// WithMaxOpenSteps caps the steps a Sink holds (default 16); beyond it the
+// oldest is analysed with what it has, and says so.
+func WithMaxOpenSteps(n int) Option { return optionFunc(func(c *config) { c.maxOpen = max(n, 1) }) }
+
+// WithKeepSteps sets how many of the latest analysed steps a Sink keeps
+// whole for Steps (default 16); the run's totals (Summary) cover every
+// step whatever it is.
+func WithKeepSteps(n int) Option { return optionFunc(func(c *config) { c.keep = max(n, 0) }) }

@@ -1,0 +1,191 @@
+package analysis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Sink analyses steps as their records arrive: a profiler.Sink that keeps
+// only the records of steps not yet analysed (within WithMaxRecords), the
+// latest WithKeepSteps steps whole, and the run's totals. A step is
+// analysed once every rank seen so far has delivered the step range of a
+// step WithStepDelay later, or when too many steps are open, or at Flush
+// (and so at Profiler.Close, through Shutdown).
+//
+// Consume and the accessors may be called from different goroutines.
+type Sink struct {
+	mu       sync.Mutex
+	cfg      config
+	open     map[int32]*pending
+	latest   map[int]int32 // per rank, the highest step whose step range arrived
+	ranks    map[int]bool  // every rank seen
+	held     int
+	analysed bool
+	upTo     int32 // the highest step analysed, once analysed is set
+	recent   []Step
+	tot      *totals
+	stats    Stats
+}
+
+type pending struct {
+	items   []item
+	dropped int
+}
+
+// Stats counts what a Sink could not analyse.
+type Stats struct {
+	Steps int // steps analysed
+	// Dropped counts records not kept because WithMaxRecords were held;
+	// their steps say so.
+	Dropped uint64
+	// Late counts records of steps already analysed: they are in no
+	// figure.
+	Late uint64
+	// Unlabelled counts records without a step label, which belong to no
+	// step.
+	Unlabelled uint64
+	// Forced counts steps analysed before every rank's records arrived,
+	// because more than WithMaxOpenSteps were open.
+	Forced int
+}
+
+// NewSink returns an empty analysis sink.
+func NewSink(opts ...Option) *Sink {
+	return &Sink{cfg: newConfig(opts), open: map[int32]*pending{}, latest: map[int]int32{}, ranks: map[int]bool{}, tot: newTotals()}
+}
+
+// Consume adds a batch of records and analyses the steps it completes. It
+// implements profiler.Sink.
+func (s *Sink) Consume(batch []profiler.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range batch {
+		it, ok := keep(&batch[i])
+		if !ok {
+			continue
+		}
+		if it.step == profiler.None {
+			s.stats.Unlabelled++
+			continue
+		}
+		s.ranks[it.rank] = true
+		if s.analysed && it.step <= s.upTo {
+			s.stats.Late++
+			continue
+		}
+		if it.isStep {
+			if l, ok := s.latest[it.rank]; !ok || it.step > l {
+				s.latest[it.rank] = it.step
+			}
+		}
+		p := s.open[it.step]
+		if p == nil {
+			p = &pending{}
+			s.open[it.step] = p
+		}
+		if s.held >= s.cfg.maxRecords {
+			p.dropped++
+			s.stats.Dropped++
+			continue
+		}
+		p.items = append(p.items, it)
+		s.held++
+	}
+	s.advance(false)
+}
+
+// Flush analyses every step still open, with what it has.
+func (s *Sink) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(true)
+}
+
+// Shutdown flushes; Profiler.Close calls it after the last delivery.
+func (s *Sink) Shutdown(context.Context) error {
+	s.Flush()
+	return nil
+}
+
+// advance analyses the open steps that are ready, oldest first.
+func (s *Sink) advance(flush bool) {
+	for len(s.open) > 0 {
+		step := slices.Min(sortedKeys(s.open))
+		ready := flush
+		if !ready {
+			ready = true
+			for r := range s.ranks {
+				if l, ok := s.latest[r]; !ok || l < step+int32(s.cfg.delay) {
+					ready = false
+					break
+				}
+			}
+		}
+		forced := !ready && len(s.open) > s.cfg.maxOpen
+		if !ready && !forced {
+			return
+		}
+		p := s.open[step]
+		delete(s.open, step)
+		s.held -= len(p.items)
+		s.analyse(step, p, forced)
+	}
+}
+
+func (s *Sink) analyse(step int32, p *pending, forced bool) {
+	var off *Offsets
+	if s.cfg.align {
+		o := estimate(p.items)
+		off = &o
+		for i := range p.items {
+			off.shift(&p.items[i])
+		}
+	}
+	st := analyzeStep(int(step), p.items, sortedKeys(s.ranks))
+	if off != nil {
+		st.Clock = off
+		st.Problems = append(st.Problems, off.problems()...)
+	}
+	if p.dropped > 0 {
+		st.Problems = append(st.Problems, fmt.Sprintf("%d records dropped at the cap of %d held records", p.dropped, s.cfg.maxRecords))
+	}
+	if forced {
+		s.stats.Forced++
+		st.Problems = append(st.Problems, fmt.Sprintf("analysed before every rank's later steps arrived (more than %d steps open)", s.cfg.maxOpen))
+	}
+	s.analysed, s.upTo = true, max(s.upTo, step)
+	s.stats.Steps++
+	s.tot.add(&st)
+	if s.cfg.keep > 0 {
+		if len(s.recent) == s.cfg.keep {
+			s.recent = slices.Delete(s.recent, 0, 1)
+		}
+		s.recent = append(s.recent, st)
+	}
+}
+
+// Steps returns the latest analysed steps (WithKeepSteps of them), oldest
+// first.
+func (s *Sink) Steps() []Step {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.recent)
+}
+
+// Summary returns the run's totals over every step analysed so far.
+func (s *Sink) Summary() Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tot.summary()
+}
+
+// Stats returns the counts so far.
+func (s *Sink) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}

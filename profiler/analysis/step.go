@@ -1,0 +1,437 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/trainscope/trainscope/pipeline/schedule"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Step is one training step across its ranks.
+type Step struct {
+	Step  int
+	Ranks []Rank // in rank order
+	// Stages pools the ranks of each pipeline stage (data-parallel
+	// replicas of it), in stage order.
+	Stages []Stage
+	// Span runs from the step's first forward or backward computation to
+	// its last, over every rank: the interval whose idle part is the
+	// pipeline bubble.
+	Span     profiler.Interval
+	Pipeline Pipeline
+	// Collectives are the step's collectives matched across ranks by
+	// group and sequence number, in (group, sequence) order; those
+	// missing a participant are listed with Complete false.
+	Collectives []Collective
+	P2P         P2P
+	// Straggler is the rank named as holding the others back in this step
+	// (see Rank.Score), or profiler.None when none stands out.
+	Straggler int
+	// Clock holds the offsets applied to put the ranks on one clock, when
+	// the analysis aligned clocks; nil otherwise.
+	Clock *Offsets
+	// Problems says what is missing or inconsistent in the step's
+	// records. A step with problems is not counted in a Summary's figures.
+	Problems []string
+}
+
+// Complete reports that the step had no problems.
+func (s *Step) Complete() bool { return len(s.Problems) == 0 }
+
+// Pipeline is the step's pipeline shape as its labels show it, and the
+// ideal bubble fraction of that shape.
+type Pipeline struct {
+	Stages, Chunks, Microbatches int
+	// Ideal is (p−1)/(v·m+p−1) (schedule.IdealBubbleFraction): the share
+	// of the span each stage idles when communication is free and every
+	// chunk costs the same, under GPipe and interleaved 1F1B alike. NaN
+	// without pipeline labels.
+	Ideal float64
+}
+
+// Rank is one rank's step.
+type Rank struct {
+	Rank  int
+	Stage int // the step range's stage label; profiler.None without one
+	// Wall is the step range's host interval. Without a step range
+	// (Problems says so) it is zero, and so are Busy and Idle.
+	Wall profiler.Interval
+	// Busy is the profiler's busy time (profiler.BusyDefinition) within
+	// Wall: the same figure as the report's step breakdown.
+	Busy time.Duration
+	// Streams is each device stream's own account, in stream order.
+	Streams []Stream
+	// Comm is the union of the rank's transfer intervals (collectives and
+	// point-to-point) within Wall, Overlap the part of it during which
+	// the rank was busy.
+	Comm, Overlap time.Duration
+	// Compute is the interval from the rank's first forward or backward
+	// computation in the step to its last; zero without any.
+	Compute profiler.Interval
+	// Bubble is the time within the step's Span that the rank did no
+	// forward or backward computation. Chunks splits it by the VPP chunk
+	// of the action each idle gap ended at (a wait for that chunk's
+	// input), indexed by chunk; Drain is the gap after the rank's last
+	// computation, which no action ends.
+	Bubble time.Duration
+	Chunks []time.Duration
+	Drain  time.Duration
+	// Waited is the rank's waiting for the last rank in the step's
+	// complete collectives; Caused the others' waiting in those where this
+	// rank arrived last, and HeldUp how much later it arrived there than
+	// the next-latest rank (the time its lateness cost each collective).
+	Waited, Caused, HeldUp time.Duration
+	// Score is Caused over all ranks' waiting in the step: the share of
+	// the waiting this rank caused; 0 when nobody waited.
+	Score float64
+}
+
+// Idle is Wall − Busy.
+func (r *Rank) Idle() time.Duration { return r.Wall.Len() - r.Busy }
+
+// OverlapRatio is Overlap / Comm: the share of communication hidden
+// behind computation; ok is false without communication.
+func (r *Rank) OverlapRatio() (ratio float64, ok bool) {
+	if r.Comm <= 0 {
+		return 0, false
+	}
+	return float64(r.Overlap) / float64(r.Comm), true
+}
+
+// Stream is one device stream of a rank in a step: its compute by the
+// busy definition (compute less transfers and waits on this stream), its
+// transfers and its waits, each a union within the step's wall time.
+type Stream struct {
+	Stream                  uint64
+	Compute, Transfer, Wait time.Duration
+}
+
+// Idle is the part of wall during which the stream did nothing profiled.
+func (s Stream) Idle(wall time.Duration) time.Duration {
+	return max(wall-s.Compute-s.Transfer-s.Wait, 0)
+}
+
+// Stage pools the ranks of one pipeline stage in a step.
+type Stage struct {
+	Stage int
+	Ranks int
+	// Bubble, Chunks and Drain are the means of its ranks' (see Rank).
+	Bubble time.Duration
+	Chunks []time.Duration
+	Drain  time.Duration
+	// Fraction is Bubble over the step's Span.
+	Fraction float64
+}
+
+// P2P counts the step's point-to-point transfers: sends matched with
+// their receives (the k-th send from a to b in the step with the k-th
+// receive at b from a, as NCCL pairs them), and those left without their
+// other side. Their waits are the pipeline's own (a receive is posted
+// before its data exists), so they count in no straggler score.
+type P2P struct {
+	Matched, Unmatched int
+}
+
+// Analyze analyses every step of records, offline. Records without a step
+// label are ignored; steps come out in step order. With
+// WithClockAlignment, clock offsets are estimated from all the records'
+// collectives and applied to a copy first.
+func Analyze(records []profiler.Record, opts ...Option) []Step {
+	cfg := newConfig(opts)
+	var off *Offsets
+	if cfg.align {
+		o := EstimateOffsets(records)
+		off = &o
+	}
+	bySteps := map[int32][]item{}
+	ranks := map[int]bool{}
+	for i := range records {
+		it, ok := keep(&records[i])
+		if !ok || it.step == profiler.None {
+			continue
+		}
+		if off != nil {
+			off.shift(&it)
+		}
+		bySteps[it.step] = append(bySteps[it.step], it)
+		ranks[it.rank] = true
+	}
+	expected := sortedKeys(ranks)
+	steps := sortedKeys(bySteps)
+	out := make([]Step, 0, len(steps))
+	for _, s := range steps {
+		st := analyzeStep(int(s), bySteps[s], expected)
+		if off != nil {
+			st.Clock = off
+			st.Problems = append(st.Problems, off.problems()...)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// analyzeStep analyses one step's items; expected are the ranks the run
+// has (a rank among them without items is missing).
+func analyzeStep(step int, items []item, expected []int) Step {
+	st := Step{Step: step, Straggler: profiler.None}
+	byRank := map[int][]item{}
+	for _, it := range items {
+		byRank[it.rank] = append(byRank[it.rank], it)
+	}
+	var missing []int
+	for _, r := range expected {
+		if _, ok := byRank[r]; !ok {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		st.Problems = append(st.Problems, fmt.Sprintf("no records of rank %s in this step", intList(missing)))
+	}
+	ranks := sortedKeys(byRank)
+	st.Ranks = make([]Rank, len(ranks))
+	first := true
+	for i, r := range ranks {
+		rk := &st.Ranks[i]
+		st.Problems = rankAccount(rk, r, byRank[r], st.Problems)
+		if rk.Compute.Len() > 0 {
+			if first {
+				st.Span, first = rk.Compute, false
+			} else {
+				st.Span.Start = min(st.Span.Start, rk.Compute.Start)
+				st.Span.End = max(st.Span.End, rk.Compute.End)
+			}
+		}
+	}
+	st.Pipeline = pipelineShape(items)
+	if st.Span.Len() > 0 {
+		for i, r := range ranks {
+			bubble(&st.Ranks[i], byRank[r], st.Span)
+		}
+		st.Stages = stages(st.Ranks, st.Span)
+	}
+	st.Collectives, st.P2P = match(items)
+	for _, c := range st.Collectives {
+		if !c.Complete {
+			st.Problems = append(st.Problems, fmt.Sprintf("collective %s #%d (%s): %s", c.Group, c.Seq, c.Op, c.Problem))
+		}
+	}
+	if st.P2P.Unmatched > 0 {
+		st.Problems = append(st.Problems, fmt.Sprintf("%d point-to-point transfers without their other side", st.P2P.Unmatched))
+	}
+	st.Straggler = blame(st.Ranks, st.Collectives)
+	return st
+}
+
+// rankAccount fills the rank's busy, stream and communication figures
+// from its items and returns problems with any found.
+func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
+	rk.Rank, rk.Stage = rank, profiler.None
+	var work []profiler.StreamWork
+	haveStep := false
+	for i := range items {
+		it := &items[i]
+		if it.isStep {
+			if haveStep {
+				problems = append(problems, fmt.Sprintf("rank %d: more than one step range", rank))
+				continue
+			}
+			haveStep = true
+			rk.Wall, rk.Stage = it.host, int(it.stage)
+			continue
+		}
+		if it.work.Activity != profiler.ActivityNone {
+			work = append(work, it.work)
+		}
+	}
+	for i := range items {
+		if it := &items[i]; it.pipelineCompute() {
+			if rk.Compute.Len() == 0 {
+				rk.Compute = it.work.Interval
+			} else {
+				rk.Compute.Start = min(rk.Compute.Start, it.work.Start)
+				rk.Compute.End = max(rk.Compute.End, it.work.End)
+			}
+		}
+	}
+	if !haveStep {
+		// Without the step range there is no wall time to account busy
+		// time in: the step was cut short, or its end not delivered.
+		return append(problems, fmt.Sprintf("rank %d: no step range (the step was cut short or its end never arrived); its busy and idle time are left out", rank))
+	}
+	wall := rk.Wall
+	busy := profiler.BusyIntervals(nil, work)
+	rk.Busy = clippedLen(busy, wall)
+	var transfers []profiler.Interval
+	for _, w := range work {
+		if w.Activity == profiler.ActivityTransfer {
+			transfers = append(transfers, w.Interval)
+		}
+	}
+	comm := union(transfers)
+	rk.Comm = clippedLen(comm, wall)
+	rk.Overlap = clippedLen(intersect(busy, comm), wall)
+	// Per stream: the busy definition applied to that stream alone.
+	slices.SortStableFunc(work, func(a, b profiler.StreamWork) int { return cmp.Compare(a.Stream, b.Stream) })
+	for i := 0; i < len(work); {
+		j := i
+		for j < len(work) && work[j].Stream == work[i].Stream {
+			j++
+		}
+		s := Stream{Stream: work[i].Stream}
+		s.Compute = clippedLen(profiler.BusyIntervals(nil, work[i:j]), wall)
+		var tr, wt []profiler.Interval
+		for _, w := range work[i:j] {
+			switch w.Activity {
+			case profiler.ActivityTransfer:
+				tr = append(tr, w.Interval)
+			case profiler.ActivityWait:
+				wt = append(wt, w.Interval)
+			}
+		}
+		tu := union(tr)
+		s.Transfer = clippedLen(tu, wall)
+		s.Wait = clippedLen(subtract(union(wt), tu), wall)
+		rk.Streams = append(rk.Streams, s)
+		i = j
+	}
+	return problems
+}
+
+// bubble fills the rank's bubble within the step's span: the busy
+// definition applied to its forward and backward computation (less the
+// transfers and waits on the same streams), and the gaps between.
+func bubble(rk *Rank, items []item, span profiler.Interval) {
+	var work []profiler.StreamWork
+	var acts []item
+	maxChunk := -1
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.pipelineCompute():
+			work = append(work, it.work)
+			acts = append(acts, *it)
+			maxChunk = max(maxChunk, int(it.chunk))
+		case it.work.Activity == profiler.ActivityTransfer || it.work.Activity == profiler.ActivityWait:
+			work = append(work, it.work)
+		}
+	}
+	busy := profiler.BusyIntervals(nil, work)
+	rk.Bubble = span.Len() - clippedLen(busy, span)
+	rk.Chunks = make([]time.Duration, maxChunk+1)
+	at := span.Start
+	for _, b := range busy {
+		s, e := max(b.Start, span.Start), min(b.End, span.End)
+		if e <= s {
+			continue
+		}
+		if s > at {
+			if c := chunkAt(acts, s); c >= 0 && c < len(rk.Chunks) {
+				rk.Chunks[c] += s - at
+			} else {
+				rk.Drain += s - at // a gap no action ends: counted with the tail
+			}
+		}
+		at = e
+	}
+	if at < span.End {
+		rk.Drain += span.End - at
+	}
+}
+
+// chunkAt is the chunk of the action running at t, or −1.
+func chunkAt(acts []item, t time.Duration) int {
+	for i := range acts {
+		if w := acts[i].work; w.Start <= t && t < w.End {
+			return int(acts[i].chunk)
+		}
+	}
+	return -1
+}
+
+// stages pools the ranks by their stage label.
+func stages(ranks []Rank, span profiler.Interval) []Stage {
+	by := map[int]*Stage{}
+	for i := range ranks {
+		r := &ranks[i]
+		if r.Compute.Len() == 0 && r.Bubble == 0 {
+			continue
+		}
+		s, ok := by[r.Stage]
+		if !ok {
+			s = &Stage{Stage: r.Stage}
+			by[r.Stage] = s
+		}
+		s.Ranks++
+		s.Bubble += r.Bubble
+		s.Drain += r.Drain
+		for len(s.Chunks) < len(r.Chunks) {
+			s.Chunks = append(s.Chunks, 0)
+		}
+		for c, d := range r.Chunks {
+			s.Chunks[c] += d
+		}
+	}
+	out := make([]Stage, 0, len(by))
+	for _, k := range sortedKeys(by) {
+		s := by[k]
+		n := time.Duration(s.Ranks)
+		s.Bubble /= n
+		s.Drain /= n
+		for c := range s.Chunks {
+			s.Chunks[c] /= n
+		}
+		s.Fraction = float64(s.Bubble) / float64(span.Len())
+		out = append(out, *s)
+	}
+	return out
+}
+
+// pipelineShape counts the distinct stage, chunk and microbatch labels of
+// the step's forward and backward computation.
+func pipelineShape(items []item) Pipeline {
+	st, ch, mb := map[int16]bool{}, map[int16]bool{}, map[int32]bool{}
+	for i := range items {
+		it := &items[i]
+		if !it.pipelineCompute() {
+			continue
+		}
+		if it.stage != profiler.None {
+			st[it.stage] = true
+		}
+		if it.chunk != profiler.None {
+			ch[it.chunk] = true
+		}
+		if it.mb != profiler.None {
+			mb[it.mb] = true
+		}
+	}
+	p := Pipeline{Stages: len(st), Chunks: len(ch), Microbatches: len(mb), Ideal: math.NaN()}
+	if p.Stages > 0 && p.Chunks > 0 && p.Microbatches > 0 {
+		p.Ideal = schedule.IdealBubbleFraction(p.Stages, p.Chunks, p.Microbatches)
+	}
+	return p
+}
+
+func intList(v []int) string {
+	s := ""
+	for i, x := range v {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprint(x)
+	}
+	return s
+}

@@ -1,0 +1,341 @@
+package analysis
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Summary is a run's analysis over its steps. Its figures cover the
+// complete steps only (Step.Complete); the others are counted and their
+// problems listed.
+type Summary struct {
+	Steps    int // steps analysed
+	Complete int // steps without problems: the figures cover these
+	// Pipeline is the shape of the complete steps; its Ideal is NaN when
+	// they differ or carry no pipeline labels.
+	Pipeline    Pipeline
+	Ranks       []RankTotals  // in rank order
+	Stages      []StageTotals // in stage order
+	Collectives CollectiveTotals
+	// Straggler is the rank that caused at least half of all the waiting
+	// at collectives over the complete steps, and twice any other rank;
+	// profiler.None when none stands out.
+	Straggler int
+	// Problems are the distinct problems found (at most maxProblems, each
+	// with the first step it was found in); ProblemSteps counts the steps
+	// that had any.
+	Problems     []string
+	ProblemSteps int
+	// MaxClockResidual is the largest residual of the clock alignment
+	// (Offsets.Residual) over the steps, when clocks were aligned.
+	MaxClockResidual time.Duration
+	Aligned          bool
+}
+
+// RankTotals sums one rank's figures (see Rank) over the complete steps.
+type RankTotals struct {
+	Rank, Stage, Steps        int
+	Wall, Busy, Comm, Overlap time.Duration
+	Bubble, Span              time.Duration
+	Waited, Caused, HeldUp    time.Duration
+	Score                     float64 // Caused over every rank's waiting
+}
+
+// StageTotals sums one stage's ranks' bubbles over the complete steps.
+type StageTotals struct {
+	Stage     int
+	RankSteps int // ranks × steps summed
+	Bubble    time.Duration
+	Span      time.Duration // the steps' spans, once per rank-step
+	Drain     time.Duration
+	Chunks    []time.Duration
+}
+
+// Fraction is Bubble / Span.
+func (s StageTotals) Fraction() float64 {
+	if s.Span <= 0 {
+		return 0
+	}
+	return float64(s.Bubble) / float64(s.Span)
+}
+
+// CollectiveTotals sums the complete steps' complete collectives.
+type CollectiveTotals struct {
+	Matched                   int
+	Skew, Wait, Transfer      time.Duration // sums (Wait over members)
+	MaxSkew                   time.Duration
+	P50Skew, P90Skew, P99Skew time.Duration // within 1%
+}
+
+const maxProblems = 16
+
+// totals accumulates steps into a Summary in bounded memory.
+type totals struct {
+	s        Summary
+	ranks    map[int]*RankTotals
+	stages   map[int]*StageTotals
+	skew     *ddsketch.DDSketch
+	seen     map[string]bool
+	shape    Pipeline
+	shapeSet bool
+}
+
+func newTotals() *totals {
+	sk, err := ddsketch.LogCollapsingLowestDenseDDSketch(0.01, 2048)
+	if err != nil {
+		panic(err) // valid constants
+	}
+	return &totals{ranks: map[int]*RankTotals{}, stages: map[int]*StageTotals{}, skew: sk, seen: map[string]bool{},
+		s: Summary{Straggler: profiler.None}}
+}
+
+func (t *totals) add(st *Step) {
+	t.s.Steps++
+	if st.Clock != nil {
+		t.s.Aligned = true
+		t.s.MaxClockResidual = max(t.s.MaxClockResidual, st.Clock.MaxResidual())
+	}
+	if !st.Complete() {
+		t.s.ProblemSteps++
+		for _, p := range st.Problems {
+			if !t.seen[p] && len(t.seen) < maxProblems {
+				t.seen[p] = true
+				t.s.Problems = append(t.s.Problems, fmt.Sprintf("step %d: %s", st.Step, p))
+			}
+		}
+		return
+	}
+	t.s.Complete++
+	if !t.shapeSet {
+		t.shape, t.shapeSet = st.Pipeline, true
+	} else if t.shape.Stages != st.Pipeline.Stages || t.shape.Chunks != st.Pipeline.Chunks || t.shape.Microbatches != st.Pipeline.Microbatches {
+		t.shape.Ideal = math.NaN()
+	}
+	for i := range st.Ranks {
+		r := &st.Ranks[i]
+		rt, ok := t.ranks[r.Rank]
+		if !ok {
+			rt = &RankTotals{Rank: r.Rank, Stage: r.Stage}
+			t.ranks[r.Rank] = rt
+		}
+		if rt.Stage != r.Stage {
+			rt.Stage = profiler.None
+		}
+		rt.Steps++
+		rt.Wall += r.Wall.Len()
+		rt.Busy += r.Busy
+		rt.Comm += r.Comm
+		rt.Overlap += r.Overlap
+		rt.Waited += r.Waited
+		rt.Caused += r.Caused
+		rt.HeldUp += r.HeldUp
+		if st.Span.Len() > 0 {
+			rt.Bubble += r.Bubble
+			rt.Span += st.Span.Len()
+		}
+	}
+	for _, s := range st.Stages {
+		stt, ok := t.stages[s.Stage]
+		if !ok {
+			stt = &StageTotals{Stage: s.Stage}
+			t.stages[s.Stage] = stt
+		}
+		n := time.Duration(s.Ranks)
+		stt.RankSteps += s.Ranks
+		stt.Bubble += s.Bubble * n
+		stt.Drain += s.Drain * n
+		stt.Span += st.Span.Len() * n
+		for len(stt.Chunks) < len(s.Chunks) {
+			stt.Chunks = append(stt.Chunks, 0)
+		}
+		for c, d := range s.Chunks {
+			stt.Chunks[c] += d * n
+		}
+	}
+	for _, c := range st.Collectives {
+		if !c.Complete {
+			continue
+		}
+		ct := &t.s.Collectives
+		ct.Matched++
+		ct.Skew += c.Skew
+		ct.MaxSkew = max(ct.MaxSkew, c.Skew)
+		ct.Transfer += c.Transfer
+		for _, m := range c.Members {
+			ct.Wait += m.Wait
+		}
+		_ = t.skew.Add(float64(c.Skew))
+	}
+}
+
+// summary returns a copy of the totals as a Summary.
+func (t *totals) summary() Summary {
+	s := t.s
+	s.Problems = slices.Clone(s.Problems)
+	s.Pipeline = t.shape
+	if !t.shapeSet {
+		s.Pipeline.Ideal = math.NaN()
+	}
+	var total time.Duration
+	for _, k := range sortedKeys(t.ranks) {
+		total += t.ranks[k].Caused
+	}
+	for _, k := range sortedKeys(t.ranks) {
+		r := *t.ranks[k]
+		if total > 0 {
+			r.Score = float64(r.Caused) / float64(total)
+		}
+		s.Ranks = append(s.Ranks, r)
+	}
+	for _, k := range sortedKeys(t.stages) {
+		st := *t.stages[k]
+		st.Chunks = slices.Clone(st.Chunks)
+		s.Stages = append(s.Stages, st)
+	}
+	if total > 0 {
+		s.Straggler = standsOut(len(s.Ranks), func(i int) (int, float64) { return s.Ranks[i].Rank, s.Ranks[i].Score })
+	}
+	if s.Collectives.Matched > 0 {
+		q := func(p float64) time.Duration {
+			v, err := t.skew.GetValueAtQuantile(p)
+			if err != nil {
+				return 0
+			}
+			return min(time.Duration(math.Round(v)), s.Collectives.MaxSkew)
+		}
+		s.Collectives.P50Skew, s.Collectives.P90Skew, s.Collectives.P99Skew = q(0.5), q(0.9), q(0.99)
+	}
+	return s
+}
+
+// Summarize sums steps into a Summary.
+func Summarize(steps []Step) Summary {
+	t := newTotals()
+	for i := range steps {
+		t.add(&steps[i])
+	}
+	return t.summary()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func pct(num, den time.Duration) string {
+	if den <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", 100*float64(num)/float64(den))
+}
+
+// WriteReport writes the summary as the text report's pipeline section.
+// What the records could not tell — missing ranks, incomplete
+// collectives, steps cut short — is said after the figures, which leave
+// those steps out.
+func WriteReport(w io.Writer, s Summary) error {
+	fmt.Fprintf(w, "%d of %d steps complete", s.Complete, s.Steps)
+	if s.Complete < s.Steps {
+		fmt.Fprintf(w, "; the figures cover the complete ones")
+	}
+	fmt.Fprintln(w)
+	if s.Complete > 0 {
+		if err := writeFigures(w, s); err != nil {
+			return err
+		}
+	}
+	if s.Aligned {
+		fmt.Fprintf(w, "clocks aligned on collective departures; largest residual %.3f ms\n", ms(s.MaxClockResidual))
+	}
+	if s.ProblemSteps > 0 {
+		fmt.Fprintf(w, "problems in %d steps (left out of the figures):\n", s.ProblemSteps)
+		for _, p := range s.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+		if len(s.Problems) == maxProblems {
+			fmt.Fprintf(w, "  (only the first %d distinct problems are listed)\n", maxProblems)
+		}
+	}
+	return nil
+}
+
+func writeFigures(w io.Writer, s Summary) error {
+	p := s.Pipeline
+	if len(s.Stages) > 0 {
+		if !math.IsNaN(p.Ideal) {
+			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last forward/backward)\n",
+				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
+		} else {
+			fmt.Fprintln(w, "pipeline: shape unknown or not the same in every step; no ideal bubble to compare with")
+		}
+		chunks := 0
+		for _, st := range s.Stages {
+			chunks = max(chunks, len(st.Chunks))
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "Stage\tRanks×steps\tBubble/step(ms)\tBubble %\t")
+		for c := range chunks {
+			fmt.Fprintf(tw, "chunk %d(ms)\t", c)
+		}
+		fmt.Fprintln(tw, "drain(ms)\t")
+		for _, st := range s.Stages {
+			n := time.Duration(max(st.RankSteps, 1))
+			stage := "-"
+			if st.Stage != profiler.None {
+				stage = fmt.Sprint(st.Stage)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t", stage, st.RankSteps, ms(st.Bubble/n), pct(st.Bubble, st.Span))
+			for c := range chunks {
+				if c < len(st.Chunks) {
+					fmt.Fprintf(tw, "%.3f\t", ms(st.Chunks[c]/n))
+				} else {
+					fmt.Fprint(tw, "-\t")
+				}
+			}
+			fmt.Fprintf(tw, "%.3f\t\n", ms(st.Drain/n))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "Rank\tStage\tSteps\tBusy %\tComm/step(ms)\tOverlap %\tWaited/step(ms)\tCaused/step(ms)\tStraggler score\t")
+	for _, r := range s.Ranks {
+		n := time.Duration(max(r.Steps, 1))
+		stage := "-"
+		if r.Stage != profiler.None {
+			stage = fmt.Sprint(r.Stage)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.3f\t%s\t%.3f\t%.3f\t%.2f\t\n", r.Rank, stage, r.Steps, pct(r.Busy, r.Wall),
+			ms(r.Comm/n), pct(r.Overlap, r.Comm), ms(r.Waited/n), ms(r.Caused/n), r.Score)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	c := s.Collectives
+	if c.Matched == 0 {
+		fmt.Fprintln(w, "collectives: none matched across ranks")
+	} else {
+		n := time.Duration(c.Matched)
+		fmt.Fprintf(w, "collectives: %d matched across ranks; arrival skew p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; mean per call: waiting %.3f ms (all ranks), transfer %.3f ms\n",
+			c.Matched, ms(c.P50Skew), ms(c.P90Skew), ms(c.P99Skew), ms(c.MaxSkew), ms(c.Wait/n), ms(c.Transfer/n))
+	}
+	switch {
+	case s.Straggler != profiler.None:
+		for _, r := range s.Ranks {
+			if r.Rank == s.Straggler {
+				n := time.Duration(max(r.Steps, 1))
+				fmt.Fprintf(w, "straggler: rank %d caused %.0f%% of the waiting at collectives (%.3f ms per step; it arrived %.3f ms per step after the next-latest rank)\n",
+					r.Rank, 100*r.Score, ms(r.Caused/n), ms(r.HeldUp/n))
+			}
+		}
+	case c.Matched > 0:
+		fmt.Fprintln(w, "straggler: no rank stands out (none caused half the waiting at collectives and twice any other)")
+	}
+	return nil
+}

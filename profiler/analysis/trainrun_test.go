@@ -1,0 +1,79 @@
+package analysis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/internal/trainrun"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// TestTrainerRuns analyses the built-in trainer's records offline and as
+// a sink during the run: the sink's totals equal the offline ones, busy
+// time equals the step breakdown's, and every step is complete.
+func TestTrainerRuns(t *testing.T) {
+	for _, l := range trainrun.Layouts() {
+		t.Run(l.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sink := NewSink()
+			tape, _, err := trainrun.Run(ctx, l, sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := tape.Records()
+			steps := Analyze(recs)
+			if len(steps) != l.Config.Steps {
+				t.Fatalf("%d steps analysed, want %d", len(steps), l.Config.Steps)
+			}
+			for _, st := range steps {
+				if !st.Complete() {
+					t.Errorf("step %d: problems %q", st.Step, st.Problems)
+				}
+				p := st.Pipeline
+				if p.Stages != l.Config.Stages || p.Chunks != l.Config.Chunks || p.Microbatches != l.Config.Microbatches {
+					t.Errorf("step %d: pipeline %+v, want %d×%d×%d", st.Step, p, l.Config.Stages, l.Config.Chunks, l.Config.Microbatches)
+				}
+				if want := l.Config.Replicas - 1; l.Config.Replicas > 1 {
+					// One all-reduce per chunk per stage, each complete.
+					if got := len(st.Collectives); got != l.Config.Stages*l.Config.Chunks {
+						t.Errorf("step %d: %d collectives, want %d (dp=%d)", st.Step, got, l.Config.Stages*l.Config.Chunks, want+1)
+					}
+				}
+				if l.Config.Stages > 1 && st.P2P.Matched == 0 {
+					t.Errorf("step %d: no point-to-point transfer matched", st.Step)
+				}
+			}
+			off := Summarize(steps)
+			on := sink.Summary()
+			if on.Steps != off.Steps || on.Complete != off.Complete || len(on.Ranks) != len(off.Ranks) {
+				t.Fatalf("sink: %d steps (%d complete), %d ranks; offline %d (%d), %d", on.Steps, on.Complete, len(on.Ranks), off.Steps, off.Complete, len(off.Ranks))
+			}
+			for i := range on.Ranks {
+				a, b := on.Ranks[i], off.Ranks[i]
+				a.Score, b.Score = 0, 0
+				if a != b {
+					t.Errorf("rank %d: sink %+v, offline %+v", a.Rank, a, b)
+				}
+			}
+			if on.Collectives != off.Collectives {
+				t.Errorf("collectives: sink %+v, offline %+v", on.Collectives, off.Collectives)
+			}
+			if st := sink.Stats(); st.Dropped != 0 || st.Late != 0 || st.Forced != 0 {
+				t.Errorf("sink stats %+v, want nothing dropped, late or forced", st)
+			}
+			busy := map[int]time.Duration{}
+			for _, st := range steps {
+				for _, r := range st.Ranks {
+					busy[r.Rank] += r.Busy
+				}
+			}
+			for _, rs := range profiler.StepBreakdown(recs) {
+				if busy[rs.Rank] != rs.Busy {
+					t.Errorf("rank %d: busy %v, StepBreakdown %v", rs.Rank, busy[rs.Rank], rs.Busy)
+				}
+			}
+		})
+	}
+}
