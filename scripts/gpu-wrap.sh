@@ -6,6 +6,7 @@
 #                               # profile-run and libtrainscope-nccl.so into .bin/
 #   scripts/gpu-wrap.sh run     # on the GPU machine: results under $OUT
 #   scripts/gpu-wrap.sh signals # only the signal checks (signals.txt)
+#   scripts/gpu-wrap.sh check   # only the wrapped run and its check
 #
 # run uses two GPUs when there are two or more (two-rank communicators, a
 # pp pair), else one (single-rank communicators). It writes under $OUT:
@@ -63,6 +64,7 @@ run() {
 	python3 "$root/scripts/wrapcheck.py" "$OUT/wrapped.log" "$OUT"/runs/*/trace.json >"$OUT/check.txt" 2>&1
 	tail -n 25 "$OUT/check.txt"
 	rm -f "$OUT"/runs/*/calls.rank*.gz
+	[ "${1:-all}" = check ] && return
 
 	# 2. Overhead: the script's wall time, fresh processes interleaved.
 	echo "== overhead"
@@ -149,6 +151,7 @@ case "${1:-}" in
 build) build ;;
 run) run all ;;
 signals) run signals ;;
+check) run check ;;
 *)
 	echo "usage: $0 build|run" >&2
 	exit 2

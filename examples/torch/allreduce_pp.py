@@ -8,9 +8,10 @@ copies without telling a profiler plugin, and --nproc_per_node 2
     python3 -m torch.distributed.run --nproc_per_node 2 examples/torch/allreduce_pp.py
 
 Each rank issues, per message size, --iters all-reduces and all-gathers on
-a data-parallel group named "dp", and --iters send/recv pairs with its
-pipeline neighbour (rank r ↔ r xor 1) on a group named "pp" when there
-are at least two ranks. It times every loop with CUDA events around it and
+a data-parallel group named "dp", and, when there are at least two ranks,
+--iters send/recv pairs with its pipeline neighbour (rank r ↔ r xor 1) on
+a group named "pp" (batch_isend_irecv), then --iters one-way transfers
+(the even rank sends, the odd one receives). It times every loop with CUDA events around it and
 prints one JSON line per rank at the end: the counts it issued, the bytes
 of each call (nccl-tests' S: for all-gather the gathered size), the loop's
 device time and the bus bandwidth nccl-tests would report, and the whole
@@ -86,8 +87,8 @@ def main(argv=None):
         end.record()
         end.synchronize()
         secs = start.elapsed_time(end) / 1e3
-        n = dist.get_world_size(dp) if op != "SendRecv" else 2
-        factor = {"AllReduce": 2 * (n - 1) / n, "AllGather": (n - 1) / n, "SendRecv": 1.0}[op]
+        n = dist.get_world_size(dp) if op in ("AllReduce", "AllGather") else 2
+        factor = {"AllReduce": 2 * (n - 1) / n, "AllGather": (n - 1) / n, "SendRecv": 1.0, "Send": 1.0, "Recv": 1.0}[op]
         results.append({
             "op": op, "bytes": size, "calls": a.iters, "warmup_calls": a.warmup,
             "seconds": secs, "busbw_GBps": factor * size * a.iters / secs / 1e9 if secs > 0 else 0.0,
@@ -111,6 +112,12 @@ def main(argv=None):
                     w.wait()
 
             timed("SendRecv", size, pair)
+            # One way: the even rank of the pair sends, the odd one
+            # receives, each call on its own (no group).
+            if rank % 2 == 0:
+                timed("Send", size, lambda: dist.send(buf, peer, group=pp))
+            else:
+                timed("Recv", size, lambda: dist.recv(rbuf, peer, group=pp))
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     print(json.dumps({"tool": "allreduce_pp", "rank": rank, "world": world, "device": str(dev),
