@@ -31,6 +31,9 @@ type Step struct {
 	// Straggler is the rank named as holding the others back in this step
 	// (see Rank.Score), or profiler.None when none stands out.
 	Straggler int
+	// Critical is the chain of computations and transfers across ranks
+	// that set the step's time; nil without any activity.
+	Critical *CriticalPath
 	// Clock holds the offsets applied to put the ranks on one clock, when
 	// the analysis aligned clocks; nil otherwise.
 	Clock *Offsets
@@ -232,6 +235,7 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		st.Problems = append(st.Problems, fmt.Sprintf("%d point-to-point transfers without their other side", st.P2P.Unmatched))
 	}
 	st.Straggler = blame(st.Ranks, st.Collectives)
+	st.Critical = criticalPath(items)
 	return st
 }
 

@@ -38,7 +38,26 @@ type Summary struct {
 	// (Offsets.Residual) over the steps, when clocks were aligned.
 	MaxClockResidual time.Duration
 	Aligned          bool
+	// Critical sums the complete steps' critical paths.
+	Critical CriticalTotals
 }
+
+// CriticalTotals sums critical paths (see CriticalPath) over steps.
+type CriticalTotals struct {
+	Steps                  int
+	Compute, Transfer, Gap time.Duration
+	// ByRank is the path's time on each rank, in rank order.
+	ByRank []RankPath
+}
+
+// RankPath is one rank's share of critical paths.
+type RankPath struct {
+	Rank                   int
+	Compute, Transfer, Gap time.Duration
+}
+
+// Total is the paths' whole length.
+func (c CriticalTotals) Total() time.Duration { return c.Compute + c.Transfer + c.Gap }
 
 // RankTotals sums one rank's figures (see Rank) over the complete steps.
 type RankTotals struct {
@@ -80,6 +99,7 @@ const maxProblems = 16
 // totals accumulates steps into a Summary in bounded memory.
 type totals struct {
 	s        Summary
+	onPath   map[int]*RankPath
 	ranks    map[int]*RankTotals
 	stages   map[int]*StageTotals
 	skew     *ddsketch.DDSketch
@@ -93,7 +113,7 @@ func newTotals() *totals {
 	if err != nil {
 		panic(err) // valid constants
 	}
-	return &totals{ranks: map[int]*RankTotals{}, stages: map[int]*StageTotals{}, skew: sk, seen: map[string]bool{},
+	return &totals{onPath: map[int]*RankPath{}, ranks: map[int]*RankTotals{}, stages: map[int]*StageTotals{}, skew: sk, seen: map[string]bool{},
 		s: Summary{Straggler: profiler.None}}
 }
 
@@ -160,6 +180,27 @@ func (t *totals) add(st *Step) {
 			stt.Chunks[c] += d * n
 		}
 	}
+	if cp := st.Critical; cp != nil {
+		t.s.Critical.Steps++
+		t.s.Critical.Compute += cp.Compute
+		t.s.Critical.Transfer += cp.Transfer
+		t.s.Critical.Gap += cp.Gap
+		for _, seg := range cp.Segments {
+			rp, ok := t.onPath[seg.Rank]
+			if !ok {
+				rp = &RankPath{Rank: seg.Rank}
+				t.onPath[seg.Rank] = rp
+			}
+			switch seg.Kind {
+			case SegmentCompute:
+				rp.Compute += seg.Len()
+			case SegmentTransfer:
+				rp.Transfer += seg.Len()
+			default:
+				rp.Gap += seg.Len()
+			}
+		}
+	}
 	for _, c := range st.Collectives {
 		if !c.Complete {
 			continue
@@ -199,6 +240,10 @@ func (t *totals) summary() Summary {
 		st := *t.stages[k]
 		st.Chunks = slices.Clone(st.Chunks)
 		s.Stages = append(s.Stages, st)
+	}
+	s.Critical.ByRank = nil
+	for _, k := range sortedKeys(t.onPath) {
+		s.Critical.ByRank = append(s.Critical.ByRank, *t.onPath[k])
 	}
 	if total > 0 {
 		s.Straggler = standsOut(len(s.Ranks), func(i int) (int, float64) { return s.Ranks[i].Rank, s.Ranks[i].Score })
@@ -324,6 +369,15 @@ func writeFigures(w io.Writer, s Summary) error {
 		n := time.Duration(c.Matched)
 		fmt.Fprintf(w, "collectives: %d matched across ranks; arrival skew p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; mean per call: waiting %.3f ms (all ranks), transfer %.3f ms\n",
 			c.Matched, ms(c.P50Skew), ms(c.P90Skew), ms(c.P99Skew), ms(c.MaxSkew), ms(c.Wait/n), ms(c.Transfer/n))
+	}
+	if cp := s.Critical; cp.Steps > 0 && cp.Total() > 0 {
+		n := time.Duration(cp.Steps)
+		fmt.Fprintf(w, "critical path: %.3f ms per step (the chain of computations and transfers across ranks that set the step's time): compute %s%%, transfers %s%%, gaps %s%%; by rank:",
+			ms(cp.Total()/n), pct(cp.Compute, cp.Total()), pct(cp.Transfer, cp.Total()), pct(cp.Gap, cp.Total()))
+		for _, r := range cp.ByRank {
+			fmt.Fprintf(w, " %d %s%%", r.Rank, pct(r.Compute+r.Transfer+r.Gap, cp.Total()))
+		}
+		fmt.Fprintln(w)
 	}
 	switch {
 	case s.Straggler != profiler.None:

@@ -1,0 +1,101 @@
+package analysis
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// pathOf is a path's segments as (kind, rank, from, to) in milliseconds.
+func pathOf(cp *CriticalPath) [][4]float64 {
+	var out [][4]float64
+	for _, s := range cp.Segments {
+		out = append(out, [4]float64{float64(s.Kind), float64(s.Rank), float64(s.Start) / float64(ms_), float64(s.End) / float64(ms_)})
+	}
+	return out
+}
+
+func TestCriticalPathAcrossAPipeline(t *testing.T) {
+	// One microbatch through two stages and back. Rank 0 posts its
+	// receive of the gradient at 15 and waits until rank 1 sends it at 40;
+	// rank 1 stalls 3 ms between its forward and its backward. Worked out
+	// by hand: forward on 0, the activation's transfer to 1, forward and
+	// backward on 1 with the stall between, the gradient's transfer back,
+	// backward on 0.
+	var b build
+	b.step(0, 0, 0, 0, 60)
+	b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 10)
+	b.coll(0, 0, 0, "Send", "pp", 2, 0, 1, 0, 2, 10, 12)
+	b.coll(0, 0, 0, "Recv", "pp", 2, 0, 1, 1, 2, 15, 45)
+	b.dev(0, 0, 0, 0, 0, profiler.Backward, 1, 45, 55)
+	b.step(1, 0, 1, 0, 60)
+	b.coll(1, 0, 1, "Recv", "pp", 2, 1, 0, 0, 4, 5, 12)
+	b.dev(1, 0, 1, 0, 0, profiler.Forward, 3, 12, 22)
+	b.dev(1, 0, 1, 0, 0, profiler.Backward, 3, 25, 40)
+	b.coll(1, 0, 1, "Send", "pp", 2, 1, 0, 1, 4, 40, 44)
+	steps := Analyze(b.recs)
+	if len(steps) != 1 || steps[0].Critical == nil {
+		t.Fatalf("steps %+v", steps)
+	}
+	cp := steps[0].Critical
+	c, x, g := float64(SegmentCompute), float64(SegmentTransfer), float64(SegmentGap)
+	want := [][4]float64{{c, 0, 0, 10}, {x, 1, 10, 12}, {c, 1, 12, 22}, {g, 1, 22, 25}, {c, 1, 25, 40}, {x, 0, 40, 45}, {c, 0, 45, 55}}
+	got := pathOf(cp)
+	if len(got) != len(want) {
+		t.Fatalf("path %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("segment %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if cp.Compute != d(10+10+15+10) || cp.Transfer != d(2+5) || cp.Gap != d(3) || cp.Span.Len() != d(55) {
+		t.Errorf("compute %v transfer %v gap %v span %v; want 45ms 7ms 3ms over 55ms", cp.Compute, cp.Transfer, cp.Gap, cp.Span.Len())
+	}
+	if s := cp.Segments[2]; s.Phase != profiler.Forward || s.Stage != 1 || s.Chunk != 0 || s.Microbatch != 0 {
+		t.Errorf("segment 2 labels %+v", s)
+	}
+	if s := cp.Segments[1]; s.Op != "Recv" {
+		t.Errorf("segment 1 op %q, want the receive that waited", s.Op)
+	}
+}
+
+func TestCriticalPathThroughTheLastArrival(t *testing.T) {
+	// Data parallel: rank 1 computes 15 ms longer, so the all-reduce waits
+	// for it; the path is rank 1's computation, then the transfer.
+	var b build
+	for r, compute := range []float64{10, 25} {
+		b.step(r, 0, 0, 0, 40)
+		b.dev(r, 0, 0, 0, 0, profiler.Backward, uint64(2*r+1), 0, compute)
+		b.coll(r, 0, 0, "AllReduce", "dp", 2, r, -1, 3, uint64(2*r+2), compute, 30)
+	}
+	st := Analyze(b.recs)[0]
+	cp := st.Critical
+	c, x := float64(SegmentCompute), float64(SegmentTransfer)
+	got := pathOf(cp)
+	// The path ends in either rank's all-reduce (both leave at 30).
+	if len(got) != 2 || got[0] != [4]float64{c, 1, 0, 25} || got[1][0] != x || got[1][2] != 25 || got[1][3] != 30 {
+		t.Fatalf("path %v, want rank 1's compute [0,25) then the all-reduce [25,30)", got)
+	}
+	s := Summarize([]Step{st})
+	if s.Critical.Steps != 1 || s.Critical.Compute != d(25) || s.Critical.Transfer != d(5) || s.Critical.Gap != 0 {
+		t.Errorf("critical totals %+v", s.Critical)
+	}
+	var w bytes.Buffer
+	if err := WriteReport(&w, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(w.String(), "critical path: 30.000 ms per step") || !strings.Contains(w.String(), "compute 83.3%, transfers 16.7%, gaps 0.0%") {
+		t.Errorf("report lacks the critical path line:\n%s", w.String())
+	}
+}
+
+func TestCriticalPathOfNothing(t *testing.T) {
+	var b build
+	b.step(0, 0, 0, 0, 10)
+	if cp := Analyze(b.recs)[0].Critical; cp != nil {
+		t.Errorf("a step without activity has a critical path: %+v", cp)
+	}
+}
