@@ -68,12 +68,14 @@ type activity struct {
 func criticalPath(items []item) *CriticalPath {
 	byRank := map[int][]*activity{}
 	var last *activity
+	all := make([]activity, 0, len(items)) // one allocation; never grows
 	for i := range items {
 		it := &items[i]
 		if it.isStep || (it.work.Activity != profiler.ActivityCompute && it.coll == nil) {
 			continue
 		}
-		a := &activity{it: it, span: it.span()}
+		all = append(all, activity{it: it, span: it.span()})
+		a := &all[len(all)-1]
 		if it.coll == nil {
 			a.span = it.work.Interval
 		}

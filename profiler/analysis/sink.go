@@ -24,6 +24,7 @@ type Sink struct {
 	latest   map[int]int32 // per rank, the highest step whose step range arrived
 	ranks    map[int]bool  // every rank seen
 	held     int
+	stepSize int // items of the latest step analysed
 	analysed bool
 	upTo     int32 // the highest step analysed, once analysed is set
 	recent   []Step
@@ -84,7 +85,8 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		}
 		p := s.open[it.step]
 		if p == nil {
-			p = &pending{}
+			// Steps are alike: room for as many items as the last one.
+			p = &pending{items: make([]item, 0, s.stepSize)}
 			s.open[it.step] = p
 		}
 		if s.held >= s.cfg.maxRecords {
@@ -145,6 +147,7 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 			off.shift(&p.items[i])
 		}
 	}
+	s.stepSize = len(p.items)
 	st := analyzeStep(int(step), p.items, sortedKeys(s.ranks))
 	if off != nil {
 		st.Clock = off

@@ -190,9 +190,21 @@ func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 // has (a rank among them without items is missing).
 func analyzeStep(step int, items []item, expected []int) Step {
 	st := Step{Step: step, Straggler: profiler.None}
-	byRank := map[int][]item{}
-	for _, it := range items {
-		byRank[it.rank] = append(byRank[it.rank], it)
+	// Each rank's items, in their order of arrival, in one allocation.
+	count := map[int]int{}
+	for i := range items {
+		count[items[i].rank]++
+	}
+	backing := make([]item, 0, len(items))
+	byRank := make(map[int][]item, len(count))
+	for _, r := range sortedKeys(count) {
+		start := len(backing)
+		backing = backing[:start+count[r]]
+		byRank[r] = backing[start : start : start+count[r]]
+	}
+	for i := range items {
+		r := items[i].rank
+		byRank[r] = append(byRank[r], items[i])
 	}
 	var missing []int
 	for _, r := range expected {
@@ -319,14 +331,14 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 // transfers and waits on the same streams), and the gaps between.
 func bubble(rk *Rank, items []item, span profiler.Interval) {
 	var work []profiler.StreamWork
-	var acts []item
+	var acts []*item
 	maxChunk := -1
 	for i := range items {
 		it := &items[i]
 		switch {
 		case it.pipelineCompute():
 			work = append(work, it.work)
-			acts = append(acts, *it)
+			acts = append(acts, it)
 			maxChunk = max(maxChunk, int(it.chunk))
 		case it.work.Activity == profiler.ActivityTransfer || it.work.Activity == profiler.ActivityWait:
 			work = append(work, it.work)
@@ -356,7 +368,7 @@ func bubble(rk *Rank, items []item, span profiler.Interval) {
 }
 
 // chunkAt is the chunk of the action running at t, or −1.
-func chunkAt(acts []item, t time.Duration) int {
+func chunkAt(acts []*item, t time.Duration) int {
 	for i := range acts {
 		if w := acts[i].work; w.Start <= t && t < w.End {
 			return int(acts[i].chunk)
