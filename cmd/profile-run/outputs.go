@@ -121,12 +121,21 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		}
 		out.tables = profiler.NewSummary(profiler.WithSummaryTag(tag))
 		out.steps = profiler.NewStepSummary()
-		out.pipe = analysis.NewSink()
-		sinks = append(sinks, out.tables, out.steps, out.pipe)
+		sinks = append(sinks, out.tables, out.steps)
 	}
 	if out.pprofFile != nil {
 		out.profile = pprof.NewAggregate()
 		sinks = append(sinks, out.profile)
+	}
+	if out.tables != nil || out.profile != nil {
+		// The pipeline analysis: the report's section, and each step's
+		// wall-time split for the profile's step_time.
+		var opts []analysis.Option
+		if out.profile != nil {
+			opts = append(opts, analysis.WithStepFunc(out.profile.AddStep))
+		}
+		out.pipe = analysis.NewSink(opts...)
+		sinks = append(sinks, out.pipe)
 	}
 	if out.report != nil && o.callLogMiB > 0 {
 		out.calls = profiler.NewCallLog(filepath.Join(filepath.Dir(out.report.Name()), "calls"), int64(o.callLogMiB)<<20)
@@ -280,6 +289,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 	}
 	if out.pprofFile != nil {
+		out.pipe.Flush() // the last steps' step_time
 		opts := []pprof.Option{pprof.WithEpoch(out.prof.Epoch())}
 		if out.partial != "" {
 			opts = append(opts, pprof.WithComment(out.partial))

@@ -9,6 +9,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // Aggregate keeps the profile of a whole run as records arrive, in memory
@@ -121,6 +122,16 @@ func (a *Aggregate) Consume(batch []profiler.Record) {
 	for i := range batch {
 		a.st.add(&batch[i], a.cfg)
 	}
+}
+
+// AddStep adds an analysed step's wall-time split as step_time samples
+// (see StepTime): feed it every step, from analysis.WithStepFunc on the
+// analysis sink of the same run. Steps add to the samples without a step
+// label, as records do.
+func (a *Aggregate) AddStep(st *analysis.Step) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.addStep(st)
 }
 
 // Profile returns the profile of every record consumed so far. Records

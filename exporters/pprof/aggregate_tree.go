@@ -3,11 +3,13 @@ package pprof
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // The Aggregate's state: records placed into (stack, labels) samples as
@@ -36,6 +38,7 @@ type aggState struct {
 	start, end time.Duration
 	records    uint64
 	orphans    uint64
+	steps      uint64 // steps given to AddStep
 
 	jobs []placeJob // scratch for place
 }
@@ -48,6 +51,7 @@ type aggStack struct{ leaf, above int32 }
 type aggSample struct {
 	stack, label        int32
 	host, device, count int64
+	wall                int64 // step_time
 }
 
 // rankTree is one rank's records that are waiting for an ancestor or may
@@ -429,14 +433,81 @@ func (s *aggState) profile(cfg config) *profile.Profile {
 	for i, k := range s.labelKeys {
 		sets[i] = labels{k.strLabels(), k.numLabels(), k.numUnits()}
 	}
+	if s.steps > 0 {
+		p.SampleType = append(p.SampleType, &profile.ValueType{Type: StepTime, Unit: "nanoseconds"})
+		p.DefaultSampleType = StepTime
+		p.Comments = append(p.Comments,
+			"step_time (the default): each rank's step wall time split by what used it at each instant — computation (the busy definition) by phase and chunk, transfers by operation, and idle time as [idle: bubble] inside the step's span of forward and backward work (\"waiting for input\" beneath it where the rank recorded a wait) and [idle: other] outside it; a rank's frames add up to its step time",
+			"host_time, device_time and ranges: the range nesting, as above; at device depth 1 the kernels inside an action have host time only")
+	}
 	p.Sample = make([]*profile.Sample, len(s.samples))
 	for i, sm := range s.samples {
 		ls := &sets[sm.label]
+		v := []int64{sm.host, sm.device, sm.count}
+		if s.steps > 0 {
+			v = append(v, sm.wall)
+		}
 		p.Sample[i] = &profile.Sample{
 			Location: stackOf(sm.stack),
-			Value:    []int64{sm.host, sm.device, sm.count},
+			Value:    v,
 			Label:    ls.str, NumLabel: ls.num, NumUnit: ls.unit,
 		}
 	}
 	return p
+}
+
+// addStep adds a step's wall-time split (analysis.Rank.Time) as step_time
+// samples, rooted at the step range's name.
+func (s *aggState) addStep(st *analysis.Step) {
+	s.steps++
+	root := s.stack(s.name(profiler.StepName), -1)
+	for i := range st.Ranks {
+		r := &st.Ranks[i]
+		for _, sl := range r.Time {
+			stack := root
+			for _, frame := range stepFrames(sl) {
+				stack = s.stack(s.name(frame), stack)
+			}
+			stage := sl.Stage
+			if stage == profiler.None {
+				stage = r.Stage
+			}
+			k := labelKey{rank: r.Rank, step: profiler.None, stage: int16(stage), chunk: int16(sl.Chunk), phase: sl.Phase}
+			id, ok := s.labelIDs[k]
+			if !ok {
+				id = int32(len(s.labelKeys))
+				s.labelKeys = append(s.labelKeys, k)
+				s.labelIDs[k] = id
+			}
+			s.samples[s.sample(stack, id)].wall += int64(sl.Time)
+		}
+	}
+}
+
+// stepFrames names a slice's frames beneath the step, outermost first.
+func stepFrames(sl analysis.Slice) []string {
+	switch sl.Use {
+	case analysis.UseCompute:
+		phase := sl.Phase.String()
+		if phase == "" {
+			phase = "compute"
+		}
+		if sl.Chunk == profiler.None {
+			return []string{phase}
+		}
+		return []string{phase, "chunk " + strconv.Itoa(sl.Chunk)}
+	case analysis.UseTransfer:
+		if sl.Op == "" {
+			return []string{"transfer"}
+		}
+		return []string{"transfer", sl.Op}
+	}
+	frame := "[idle: other]"
+	if sl.Use == analysis.UseBubble {
+		frame = "[idle: bubble]"
+	}
+	if sl.Waiting {
+		return []string{frame, "waiting for input"}
+	}
+	return []string{frame}
 }

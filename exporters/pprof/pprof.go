@@ -19,6 +19,12 @@ const (
 	HostTime   = "host_time"   // nanoseconds of host wall time, self
 	DeviceTime = "device_time" // nanoseconds of device time, self
 	Ranges     = "ranges"      // count of ranges
+	// StepTime is each rank's step wall time split by what used it
+	// (analysis.Rank.Time): computation by phase and chunk, transfers by
+	// operation, and the idle time as "[idle: bubble]" and "[idle:
+	// other]" frames, under "step". Only an Aggregate given steps
+	// (AddStep) has it; it is then the default sample type.
+	StepTime = "step_time"
 )
 
 // Label keys set on samples where the record has a value.

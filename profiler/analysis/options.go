@@ -13,6 +13,7 @@ type config struct {
 	maxRecords int
 	maxOpen    int
 	keep       int
+	onStep     func(*Step)
 }
 
 func newConfig(opts []Option) config {
@@ -51,3 +52,10 @@ func WithMaxOpenSteps(n int) Option { return optionFunc(func(c *config) { c.maxO
 // whole for Steps (default 16); the run's totals (Summary) cover every
 // step whatever it is.
 func WithKeepSteps(n int) Option { return optionFunc(func(c *config) { c.keep = max(n, 0) }) }
+
+// WithStepFunc makes a Sink call f with every step it analyses, in step
+// order, from the goroutine that delivered the records (the profiler's
+// collector) with the sink's lock held: f must return quickly, must not
+// call back into the sink, and must copy what it keeps. An exporter that
+// builds per-step figures (the pprof profile's step time) takes steps so.
+func WithStepFunc(f func(*Step)) Option { return optionFunc(func(c *config) { c.onStep = f }) }

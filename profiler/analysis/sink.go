@@ -160,6 +160,9 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 		s.stats.Forced++
 		st.Problems = append(st.Problems, fmt.Sprintf("analysed before every rank's later steps arrived (more than %d steps open)", s.cfg.maxOpen))
 	}
+	if s.cfg.onStep != nil {
+		s.cfg.onStep(&st)
+	}
 	s.analysed, s.upTo = true, max(s.upTo, step)
 	s.stats.Steps++
 	s.tot.add(&st)

@@ -83,6 +83,9 @@ type Rank struct {
 	Bubble time.Duration
 	Chunks []time.Duration
 	Drain  time.Duration
+	// Time splits Wall by what used it, instant by instant (see Use):
+	// the slices add up to Wall's length exactly.
+	Time []Slice
 	// Waited is the rank's waiting for the last rank in the step's
 	// complete collectives; Caused the others' waiting in those where this
 	// rank arrived last, and HeldUp how much later it arrived there than
@@ -231,6 +234,9 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		}
 	}
 	st.Pipeline = pipelineShape(items)
+	for i, r := range ranks {
+		attribute(&st.Ranks[i], byRank[r], st.Span)
+	}
 	if st.Span.Len() > 0 {
 		for i, r := range ranks {
 			bubble(&st.Ranks[i], byRank[r], st.Span)

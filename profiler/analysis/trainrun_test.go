@@ -63,6 +63,7 @@ func TestTrainerRuns(t *testing.T) {
 			if st := sink.Stats(); st.Dropped != 0 || st.Late != 0 || st.Forced != 0 {
 				t.Errorf("sink stats %+v, want nothing dropped, late or forced", st)
 			}
+			checkAttribution(t, steps)
 			busy := map[int]time.Duration{}
 			for _, st := range steps {
 				for _, r := range st.Ranks {

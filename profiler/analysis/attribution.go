@@ -1,0 +1,212 @@
+package analysis
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Use is what occupied a rank at an instant of its step, for the
+// attribution of its wall time (Rank.Time).
+type Use uint8
+
+// Uses, in the order they take an instant: computing wins over moving
+// data, moving data over idling.
+const (
+	// UseCompute: busy by the profiler's definition; the slice names the
+	// computation's phase and chunk.
+	UseCompute Use = iota
+	// UseTransfer: a collective or point-to-point transfer ran and
+	// nothing computed.
+	UseTransfer
+	// UseBubble: nothing computed or moved data within the step's Span
+	// (its first to last forward or backward over every rank) — the
+	// pipeline bubble as the rank lived it.
+	UseBubble
+	// UseIdle: nothing computed or moved data outside the Span: loading
+	// data, the optimizer's host side, waiting for the step to end.
+	UseIdle
+)
+
+var useNames = [...]string{UseCompute: "compute", UseTransfer: "transfer", UseBubble: "idle: bubble", UseIdle: "idle: other"}
+
+func (u Use) String() string {
+	if int(u) < len(useNames) {
+		return useNames[u]
+	}
+	return "unknown"
+}
+
+// Slice is a part of a rank's step wall time: how long it was used for
+// one thing.
+type Slice struct {
+	Use Use
+	// Phase, Stage and Chunk label a computation (profiler.None where
+	// unset); Op names a transfer.
+	Phase        profiler.Phase
+	Stage, Chunk int
+	Op           string
+	// Waiting marks idle time during which the rank recorded a wait for
+	// its input (a communication-phase device range): idle because a peer
+	// had not sent yet.
+	Waiting bool
+	Time    time.Duration
+}
+
+type useEvent struct {
+	at    time.Duration
+	start bool
+	idx   int32 // into the rank's items
+}
+
+// attribute splits the rank's step wall time into slices that add up to
+// it exactly: at each instant the first of computing (the busy intervals,
+// named by a computation running then), a transfer, or idling (bubble
+// inside span, other outside it, marked waiting where a wait ran).
+func attribute(rk *Rank, items []item, span profiler.Interval) {
+	wall := rk.Wall
+	if wall.Len() <= 0 {
+		return
+	}
+	var work []profiler.StreamWork
+	var ev []useEvent
+	for i := range items {
+		it := &items[i]
+		if it.isStep || it.work.Activity == profiler.ActivityNone {
+			continue
+		}
+		work = append(work, it.work)
+		s, e := max(it.work.Start, wall.Start), min(it.work.End, wall.End)
+		if e <= s {
+			continue
+		}
+		ev = append(ev, useEvent{s, true, int32(i)}, useEvent{e, false, int32(i)})
+	}
+	busy := profiler.BusyIntervals(nil, work)
+	// Boundaries of busy time and of the span cut slices too.
+	cuts := []time.Duration{wall.Start, wall.End}
+	for _, b := range busy {
+		cuts = append(cuts, b.Start, b.End)
+	}
+	if span.Len() > 0 {
+		cuts = append(cuts, span.Start, span.End)
+	}
+	for _, c := range cuts {
+		if c >= wall.Start && c <= wall.End {
+			ev = append(ev, useEvent{c, false, -1})
+		}
+	}
+	slices.SortFunc(ev, func(a, b useEvent) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		// Ends before starts: an item ending where another starts does
+		// not hold the instant after.
+		if a.start != b.start {
+			if a.start {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.idx, b.idx)
+	})
+	active := map[int32]bool{}
+	slicesBy := map[Slice]time.Duration{}
+	bi := 0
+	inBusy := func(t time.Duration) bool {
+		for bi < len(busy) && busy[bi].End <= t {
+			bi++
+		}
+		return bi < len(busy) && busy[bi].Start <= t
+	}
+	prev := wall.Start
+	for k := 0; k <= len(ev); k++ {
+		at := wall.End
+		if k < len(ev) {
+			at = min(max(ev[k].at, wall.Start), wall.End)
+		}
+		if at > prev {
+			key := classify(items, active, inBusy(prev), span.Len() > 0 && prev >= span.Start && prev < span.End)
+			slicesBy[key] += at - prev
+			prev = at
+		}
+		if k == len(ev) {
+			break
+		}
+		if e := ev[k]; e.idx >= 0 {
+			if e.start {
+				active[e.idx] = true
+			} else {
+				delete(active, e.idx)
+			}
+		}
+	}
+	rk.Time = rk.Time[:0]
+	for key, d := range slicesBy {
+		key.Time = d
+		rk.Time = append(rk.Time, key)
+	}
+	slices.SortFunc(rk.Time, func(a, b Slice) int {
+		if c := cmp.Compare(a.Use, b.Use); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Phase, b.Phase); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Chunk, b.Chunk); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Op, b.Op); c != 0 {
+			return c
+		}
+		if a.Waiting != b.Waiting {
+			if a.Waiting {
+				return 1
+			}
+			return -1
+		}
+		return 0
+	})
+}
+
+// classify names what holds an instant, given the items active then.
+// Among several computations (or transfers) running at once, the one
+// recorded first names the instant: a stable choice.
+func classify(items []item, active map[int32]bool, busy, inSpan bool) Slice {
+	s := Slice{Stage: profiler.None, Chunk: profiler.None}
+	compute, transfer := int32(-1), int32(-1)
+	waiting := false
+	for idx := range active {
+		switch items[idx].work.Activity {
+		case profiler.ActivityCompute:
+			if compute < 0 || idx < compute {
+				compute = idx
+			}
+		case profiler.ActivityTransfer:
+			if transfer < 0 || idx < transfer {
+				transfer = idx
+			}
+		case profiler.ActivityWait:
+			waiting = true
+		}
+	}
+	switch {
+	case busy && compute >= 0:
+		it := &items[compute]
+		s.Use, s.Phase, s.Stage, s.Chunk = UseCompute, it.phase, int(it.stage), int(it.chunk)
+	case busy:
+		s.Use = UseCompute
+	case transfer >= 0:
+		s.Use = UseTransfer
+		if c := items[transfer].coll; c != nil {
+			s.Op = c.op
+		}
+	case inSpan:
+		s.Use, s.Waiting = UseBubble, waiting
+	default:
+		s.Use, s.Waiting = UseIdle, waiting
+	}
+	return s
+}
