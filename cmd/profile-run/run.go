@@ -45,6 +45,9 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "import" {
 		return runImport(in, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "report" {
+		return runReport(args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, errHelp) {
 		return exitOK

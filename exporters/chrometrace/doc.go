@@ -17,7 +17,10 @@
 // track would overlap without nesting (device work of two streams, or two
 // recorders of one rank), the later one goes to an extra lane of the
 // track, "host (2)", "cpu:0 compute (2)". Events carry the record's
-// labels, collective fields and bandwidths as args.
+// labels, collective fields and bandwidths as args, and device-timed
+// records their stream ("stream", runtime.Stream.ID) and the other
+// timeline's duration ("device_us" on the host event, "host_us" on the
+// device event), so a reader can put each record back together.
 //
 // Flow arrows join each Send to its matching Recv and the participants of
 // each collective, bound to their device events where they have device

@@ -161,6 +161,11 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 	} else if r.HasDevice {
 		b = appendMicros(sep(b, "device_us"), int64(r.DeviceEnd-r.DeviceStart))
 	}
+	if r.HasDevice {
+		// Tracks are per device and class, not per stream; the stream lets
+		// a reader apply the busy definition (per stream) to the trace.
+		b = strconv.AppendUint(sep(b, "stream"), r.Stream, 10)
+	}
 	if r.PeakMemory > 0 {
 		b = num(b, "peak_memory_bytes", r.PeakMemory)
 	}

@@ -51,7 +51,9 @@ func fixture() []profiler.Record {
 	}
 	dev := func(r profiler.Record, start, end time.Duration) profiler.Record {
 		r.HasDevice, r.DeviceStart, r.DeviceEnd = true, start, end
+		r.Stream = uint64(10*r.Rank + 1) // the rank's compute stream
 		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
+			r.Stream++ // its process group's
 			s := (end - start).Seconds()
 			r.AlgBandwidth = float64(r.Collective.Bytes) / s
 			r.BusBandwidth = r.AlgBandwidth * r.Collective.BusFactor

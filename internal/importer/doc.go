@@ -2,7 +2,7 @@
 // profiler.Records, so that they reach the same report, pprof profile,
 // Perfetto trace and metrics a trainscope run produces.
 //
-// Two formats are read, told apart by their content (Detect), gzipped or
+// Three formats are read, told apart by their content (Detect), gzipped or
 // not:
 //
 //   - the text output of the C++ training framework trainscope grows from:
@@ -11,7 +11,13 @@
 //     in one file or several;
 //   - Chrome trace JSON as torch.profiler's export_chrome_trace writes it
 //     (Kineto): CPU ops, runtime calls and GPU kernels, with the collective
-//     metadata PyTorch attaches to NCCL kernels.
+//     metadata PyTorch attaches to NCCL kernels;
+//   - trainscope's own trace.json (exporters/chrometrace), read back into
+//     the records it was written from (ParseTrainscope), so a run
+//     directory can be analysed again after the run.
+//
+// Both JSON formats go through one reader of the Chrome trace-event
+// format (chromeScanner), which locates malformed input the same way.
 //
 // A parser returns a Profile: records on the file's own clock, summary
 // tables where the file has them, and warnings about what it could not

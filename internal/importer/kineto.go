@@ -147,146 +147,80 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // export_chrome_trace (Kineto) writes it: an object with "traceEvents",
 // or a bare array of events. See docs/import.md for the mapping.
 func ParseKineto(path string, r io.Reader) (*Profile, error) {
-	cr := &countingReader{r: r}
-	dec := json.NewDecoder(cr)
-	dec.UseNumber()
+	sc := newChromeScanner(path, r)
+	dec := sc.dec
 	p := &Profile{Path: path, Format: FormatKineto}
-	fail := func(off int64, err error) error {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		// off is where the value being read starts (an event, a key).
-		// json.Decoder's SyntaxError.Offset does not count the tokens
-		// read before the value, so it is not used; UnmarshalTypeError's
-		// Offset is relative to the value.
-		switch {
-		case errors.As(err, &se):
-		case errors.As(err, &te):
-			off += te.Offset
-			err = fmt.Errorf("%s: want %s, found %s", strings.TrimPrefix(te.Field, "."), te.Type, te.Value)
-		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-			off = cr.n
-			err = errors.New("unexpected end of input (truncated?)")
-		}
-		return &ParseError{Path: path, Offset: off, Err: err}
-	}
 	var (
 		events   []kEvent
 		base     int64
 		haveBase bool
 		rank     flexInt
-		sawEvs   bool
 		skipped  = map[string]int{}
 	)
-	readEvents := func(opened bool) error {
-		if !opened {
-			if err := expectDelim(dec, '['); err != nil {
-				return fail(dec.InputOffset(), fmt.Errorf("traceEvents: %w", err))
+	event := func(off int64, n int) error {
+		var ev kinetoEvent
+		if err := dec.Decode(&ev); err != nil {
+			return sc.fail(off, fmt.Errorf("event %d: %w", n, err))
+		}
+		if ev.Ph != "X" {
+			return nil
+		}
+		class := classify(ev.Cat)
+		if class == classSkip {
+			skipped[ev.Cat]++
+			return nil
+		}
+		ts, err := microsToNanos(numberText(ev.Ts))
+		if err != nil {
+			return sc.fail(off, fmt.Errorf("event %q: ts: %w", ev.Name, err))
+		}
+		dur := int64(0)
+		if len(ev.Dur) > 0 && string(ev.Dur) != "null" {
+			if dur, err = microsToNanos(numberText(ev.Dur)); err != nil {
+				return sc.fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
 			}
 		}
-		for dec.More() {
-			off := dec.InputOffset()
-			var ev kinetoEvent
-			if err := dec.Decode(&ev); err != nil {
-				return fail(off, fmt.Errorf("event %d: %w", len(events), err))
-			}
-			if ev.Ph != "X" {
-				continue
-			}
-			class := classify(ev.Cat)
-			if class == classSkip {
-				skipped[ev.Cat]++
-				continue
-			}
-			ts, err := microsToNanos(numberText(ev.Ts))
-			if err != nil {
-				return fail(off, fmt.Errorf("event %q: ts: %w", ev.Name, err))
-			}
-			dur := int64(0)
-			if len(ev.Dur) > 0 && string(ev.Dur) != "null" {
-				if dur, err = microsToNanos(numberText(ev.Dur)); err != nil {
-					return fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
-				}
-			}
-			if dur < 0 || ts > math.MaxInt64/2 || dur > math.MaxInt64/4 || ts < -math.MaxInt64/4 {
-				return fail(off, fmt.Errorf("event %q: ts %s, dur %s out of range", ev.Name, ev.Ts, ev.Dur))
-			}
-			if ev.Name == "" {
-				ev.Name = "(unnamed " + ev.Cat + ")"
-			}
-			events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
-				start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None})
+		if dur < 0 || ts > math.MaxInt64/2 || dur > math.MaxInt64/4 || ts < -math.MaxInt64/4 {
+			return sc.fail(off, fmt.Errorf("event %q: ts %s, dur %s out of range", ev.Name, ev.Ts, ev.Dur))
 		}
-		if err := expectDelim(dec, ']'); err != nil {
-			return fail(dec.InputOffset(), err)
+		if ev.Name == "" {
+			ev.Name = "(unnamed " + ev.Cat + ")"
 		}
-		sawEvs = true
+		events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
+			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None})
 		return nil
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fail(0, err)
-	}
-	switch tok {
-	case json.Delim('['):
-		// A bare array of events (the JSON Array Format).
-		if err := readEvents(true); err != nil {
-			return nil, err
-		}
-	case json.Delim('{'):
-		for dec.More() {
-			off := dec.InputOffset()
-			kt, err := dec.Token()
-			if err != nil {
-				return nil, fail(off, err)
+	key := func(off int64, key string) error {
+		switch key {
+		case "baseTimeNanoseconds":
+			var n json.Number
+			if err := dec.Decode(&n); err != nil {
+				return sc.fail(off, fmt.Errorf("baseTimeNanoseconds: %w", err))
 			}
-			key, _ := kt.(string)
-			switch key {
-			case "traceEvents":
-				if err := readEvents(false); err != nil {
-					return nil, err
-				}
-			case "baseTimeNanoseconds":
-				var n json.Number
-				if err := dec.Decode(&n); err != nil {
-					return nil, fail(off, fmt.Errorf("baseTimeNanoseconds: %w", err))
-				}
-				if base, err = strconv.ParseInt(string(n), 10, 64); err != nil || base < 0 || base > math.MaxInt64/2 {
-					return nil, fail(off, fmt.Errorf("baseTimeNanoseconds %s: want nanoseconds", n))
-				}
-				haveBase = true
-			case "distributedInfo":
-				var di struct {
-					Rank flexInt `json:"rank"`
-				}
-				if err := dec.Decode(&di); err != nil {
-					return nil, fail(off, fmt.Errorf("distributedInfo: %w", err))
-				}
-				rank = di.Rank
-			default:
-				var skip json.RawMessage
-				if err := dec.Decode(&skip); err != nil {
-					return nil, fail(off, err)
-				}
+			var err error
+			if base, err = strconv.ParseInt(string(n), 10, 64); err != nil || base < 0 || base > math.MaxInt64/2 {
+				return sc.fail(off, fmt.Errorf("baseTimeNanoseconds %s: want nanoseconds", n))
 			}
+			haveBase = true
+		case "distributedInfo":
+			var di struct {
+				Rank flexInt `json:"rank"`
+			}
+			if err := dec.Decode(&di); err != nil {
+				return sc.fail(off, fmt.Errorf("distributedInfo: %w", err))
+			}
+			rank = di.Rank
+		default:
+			return sc.skip(off)
 		}
-		if _, err := dec.Token(); err != nil {
-			return nil, fail(dec.InputOffset(), err)
-		}
-	default:
-		return nil, fail(0, errors.New("want a JSON object with traceEvents, or an array of events"))
+		return nil
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			err = errors.New("data after the trace")
-		}
-		return nil, fail(dec.InputOffset(), err)
-	}
-	if !sawEvs {
-		return nil, fail(cr.n, errors.New("no traceEvents"))
+	if err := sc.scan(event, key); err != nil {
+		return nil, err
 	}
 	if rank.Set {
 		if rank.V < 0 || rank.V > 1<<30 {
-			return nil, fail(0, fmt.Errorf("distributedInfo.rank %d is not a rank", rank.V))
+			return nil, sc.fail(0, fmt.Errorf("distributedInfo.rank %d is not a rank", rank.V))
 		}
 		p.RankKnown = true
 	}

@@ -25,6 +25,9 @@ const (
 	FormatSeed
 	// FormatKineto is Chrome trace JSON as torch.profiler writes it.
 	FormatKineto
+	// FormatTrainscope is the trace.json trainscope itself writes
+	// (exporters/chrometrace), read back into records.
+	FormatTrainscope
 )
 
 func (f Format) String() string {
@@ -33,6 +36,8 @@ func (f Format) String() string {
 		return "framework profiler text"
 	case FormatKineto:
 		return "Chrome/Kineto trace"
+	case FormatTrainscope:
+		return "trainscope trace"
 	}
 	return "unknown format"
 }
@@ -50,6 +55,9 @@ type Profile struct {
 	// trace without distributedInfo does not (its records carry rank 0
 	// until AssignRanks gives them one).
 	RankKnown bool
+	// OtherData holds a trainscope trace's otherData strings (producer,
+	// epoch, the steps it covers, whether the run was partial).
+	OtherData map[string]string
 	Warnings  []string
 }
 
@@ -91,10 +99,14 @@ func (e *ParseError) Unwrap() error { return e.Err }
 var ErrUnknownFormat = errors.New("not a profile this command reads (want the framework profiler's report or call log, or a Chrome/Kineto trace JSON)")
 
 // Detect tells the format from the first bytes of a (decompressed) file.
+// A JSON object whose head names trainscope as its producer is
+// trainscope's own trace; any other JSON is read as Kineto's.
 func Detect(head []byte) Format {
 	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
 	head = bytes.TrimLeft(head, " \t\r\n")
 	switch {
+	case len(head) > 0 && head[0] == '{' && bytes.Contains(head, []byte(producerTrainscope)):
+		return FormatTrainscope
 	case len(head) > 0 && (head[0] == '{' || head[0] == '['):
 		return FormatKineto
 	case bytes.HasPrefix(head, []byte(seedReportPrefix)), bytes.HasPrefix(head, []byte(seedLogPrefix)):
@@ -124,6 +136,8 @@ func Load(path string, r io.Reader) (*Profile, error) {
 		return ParseSeed(path, br)
 	case FormatKineto:
 		return ParseKineto(path, br)
+	case FormatTrainscope:
+		return ParseTrainscope(path, br)
 	}
 	return nil, &ParseError{Path: path, Line: 1, Err: ErrUnknownFormat}
 }

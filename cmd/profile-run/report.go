@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/trainscope/trainscope/exporters/htmlreport"
+	"github.com/trainscope/trainscope/internal/importer"
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// reportOptions are profile-run report's command line.
+type reportOptions struct {
+	runDir string
+	html   bool
+	out    string // the page; default <run dir>/report.html
+}
+
+const reportUsage = `Usage: profile-run report [flags] RUN_DIR --html
+
+Reads the trace a run wrote (RUN_DIR/trace.json: the steps -trace-steps
+kept) back into records, analyses the pipeline again and writes one
+self-contained HTML page: a Gantt chart per step (forward and backward
+blocks per chunk coloured by microbatch, transfers, bubbles shaded), the
+bubble and straggler summary, and the top ranges. See docs/report-html.md.
+
+Flags:
+`
+
+func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
+	o := &reportOptions{}
+	fs := flag.NewFlagSet("profile-run report", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&o.html, "html", false, "write the HTML page (the one format so far)")
+	fs.StringVar(&o.out, "o", "", "the page's path (default <RUN_DIR>/report.html)")
+	fs.Usage = func() {}
+	// Flags may come before or after RUN_DIR (report RUN_DIR --html).
+	var dirs []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stderr, reportUsage)
+				fs.SetOutput(stderr)
+				fs.PrintDefaults()
+				return nil, errHelp
+			}
+			return nil, usagef("report: %v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		dirs = append(dirs, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	switch {
+	case len(dirs) == 0:
+		return nil, usagef("report: no run directory (profile-run report RUN_DIR --html)")
+	case len(dirs) > 1:
+		return nil, usagef("report: one run directory at a time, not %d (%s)", len(dirs), strings.Join(dirs, ", "))
+	case !o.html:
+		return nil, usagef("report: say which report: --html (the one format so far)")
+	}
+	o.runDir = dirs[0]
+	if o.out == "" {
+		o.out = filepath.Join(o.runDir, "report.html")
+	}
+	return o, nil
+}
+
+// runReport is `profile-run report`: exit 2 for a usage mistake, 1 for a
+// run directory or trace that cannot be read (named, with the byte where
+// it went wrong), 0 when the page is written.
+func runReport(args []string, stdout, stderr io.Writer) int {
+	o, err := parseReportFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return exitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "profile-run: %s (see profile-run report -h)\n", ue.msg)
+		return exitUsage
+	}
+	if err := writeHTMLReport(o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "profile-run: report: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
+	fi, err := os.Stat(o.runDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s: no such run directory", o.runDir)
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%s: not a run directory (profile-run writes one per run under -out)", o.runDir)
+	}
+	path := filepath.Join(o.runDir, "trace.json")
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: no such file: the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH?)", path)
+	}
+	if err != nil {
+		return err
+	}
+	p, err := importer.Load(path, f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if p.Format != importer.FormatTrainscope {
+		return fmt.Errorf("%s: a %s, not a trace trainscope wrote (profile-run import reads it into a run directory of its own)", path, p.Format)
+	}
+	in := htmlreport.Input{Title: filepath.Base(filepath.Clean(o.runDir)), Covers: p.OtherData["steps"], Records: p.Records}
+	if in.Covers == "" {
+		in.Covers = stepsText(p.Records)
+	}
+	if partial := p.OtherData["partial"]; partial != "" {
+		in.Notes = append(in.Notes, "the run did not finish: "+partial)
+	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(stderr, "profile-run: report: warning: %s\n", w)
+		in.Notes = append(in.Notes, w)
+	}
+	// Written beside its final name and renamed, so a failure leaves no
+	// half page.
+	tmp, err := os.CreateTemp(filepath.Dir(o.out), ".report-*.html")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	st, err := htmlreport.Write(tmp, in)
+	if err != nil {
+		tmp.Close()
+		if errors.Is(err, htmlreport.ErrNoSteps) {
+			return fmt.Errorf("%s: no records with a step label: nothing to draw", path)
+		}
+		return err
+	}
+	size, _ := tmp.Seek(0, io.SeekCurrent)
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), o.out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %d forward and %d backward blocks, %d transfers, %d KiB → %s\n",
+		path, st.Steps, in.Covers, st.Forward, st.Backward, st.Transfers, (size+1023)/1024, o.out)
+	return nil
+}
+
+// stepsText lists the step labels of records, for a trace that does not
+// say which steps it covers.
+func stepsText(recs []profiler.Record) string {
+	var steps []int
+	for i := range recs {
+		if s := int(recs[i].Step); s != profiler.None && !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	slices.Sort(steps)
+	parts := make([]string, len(steps))
+	for i, s := range steps {
+		parts[i] = fmt.Sprint(s)
+	}
+	return "steps " + strings.Join(parts, ", ")
+}

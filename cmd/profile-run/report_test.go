@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// reportRun trains the built-in model with a known pipeline shape into a
+// temporary directory and returns its run directory.
+func reportRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-quiet", "-progress", "off", "-no-step-lines"}, args...)...)
+	if code != exitOK {
+		t.Fatalf("training: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	return dirs[0]
+}
+
+// chromium finds the browser or skips the test, saying why.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("chromium is not installed (Debian: apt-get install chromium; .ci/run installs it): the page is not checked in a browser")
+	return ""
+}
+
+// browse runs headless Chromium on the page with args and returns its
+// stdout and the console messages the page produced.
+func browse(t *testing.T, browser, page string, args ...string) (stdout string, console []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A profile directory of its own, so runs do not share state.
+	args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+		"--user-data-dir=" + t.TempDir(), "--window-size=1300,1700"}, args...)
+	cmd := exec.CommandContext(ctx, browser, append(args, "file://"+page)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", browser, err, errb.String())
+	}
+	for _, line := range strings.Split(errb.String(), "\n") {
+		// Every console message, error or not, is logged as
+		// "…:CONSOLE:…] "text", source: …"; the page logs nothing.
+		if strings.Contains(line, ":CONSOLE") {
+			console = append(console, line)
+		}
+	}
+	return out.String(), console
+}
+
+// TestReportHTMLInChromium trains pp=2, vpp=2, 4 microbatches, keeps
+// steps 1–2 in the trace, writes the HTML report and opens it in headless
+// Chromium: the page lays out 2 ranks × 2 steps × 4 microbatches × 2
+// chunks = 32 forward and 32 backward blocks, logs nothing to the console
+// and fetches nothing; a screenshot is saved ($TRAINSCOPE_ARTIFACTS, else
+// the test's temporary directory).
+func TestReportHTMLInChromium(t *testing.T) {
+	const ranks, steps, microbatches, chunks = 2, 2, 4, 2
+	dir := reportRun(t, "-pp", "2", "-vpp", strconv.Itoa(chunks), "-layers", "8", "-width", "16", "-microbatch-size", "4",
+		"-microbatches", strconv.Itoa(microbatches), "-steps", "4", "-trace-steps", "1-2")
+	code, stdout, stderr := runCmd(t, "report", dir, "--html")
+	if code != exitOK {
+		t.Fatalf("report: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if stderr != "" {
+		t.Errorf("report wrote to stderr: %s", stderr)
+	}
+	want := ranks * steps * microbatches * chunks
+	if !strings.Contains(stdout, fmt.Sprintf("2 steps (steps 1–2), %d forward and %d backward blocks", want, want)) {
+		t.Errorf("report said %q, want %d forward and %d backward blocks of steps 1–2", stdout, want, want)
+	}
+	page := filepath.Join(dir, "report.html")
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Self-contained: nothing that makes a browser fetch.
+	if m := regexp.MustCompile(`(?i)(\ssrc=|<link|@import|url\((?:["']?)(?:https?:|//))`).Find(html); m != nil {
+		t.Errorf("the page refers to something outside it: %q", m)
+	}
+	if !bytes.Contains(html, []byte("steps 1–2")) {
+		t.Error("the page does not say which steps it covers")
+	}
+	if n := len(html); n > 1<<20 {
+		t.Errorf("the page is %d bytes for 2 steps of 2 ranks", n)
+	}
+
+	browser := chromium(t)
+	dom, console := browse(t, browser, page, "--dump-dom")
+	if len(console) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(console, "\n"))
+	}
+	// Counted by the browser: the blocks in the DOM, and those its layout
+	// gave a width (the page's script writes that count).
+	for _, phase := range []string{"fwd", "bwd"} {
+		if n := len(regexp.MustCompile(`<rect class="blk `+phase+` m\d+"`).FindAllString(dom, -1)); n != want {
+			t.Errorf("%d %s blocks in the DOM, want %d", n, phase, want)
+		}
+	}
+	m := regexp.MustCompile(`<output id="drawn" data-forward="(\d+)" data-backward="(\d+)"`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the page's script did not count the blocks drawn:\n%.2000s", dom)
+	}
+	if m[1] != strconv.Itoa(want) || m[2] != strconv.Itoa(want) {
+		t.Errorf("the browser drew %s forward and %s backward blocks, want %d each", m[1], m[2], want)
+	}
+	if n := strings.Count(dom, `<svg class="gantt"`); n != steps {
+		t.Errorf("%d charts, want one per step (%d)", n, steps)
+	}
+
+	shots := os.Getenv("TRAINSCOPE_ARTIFACTS")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(shots, "report-html.png")
+	if _, console := browse(t, browser, page, "--screenshot="+shot); len(console) > 0 {
+		t.Errorf("console messages while taking the screenshot:\n%s", strings.Join(console, "\n"))
+	}
+	png, err := os.ReadFile(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) || len(png) < 10<<10 {
+		t.Errorf("screenshot %s: %d bytes, not a PNG of a page", shot, len(png))
+	}
+	t.Logf("screenshot: %s", shot)
+}
+
+// The console check is not blind: a page with a script error is caught.
+func TestBrowserConsoleCheck(t *testing.T) {
+	browser := chromium(t)
+	page := filepath.Join(t.TempDir(), "bad.html")
+	if err := os.WriteFile(page, []byte(`<!DOCTYPE html><p>x</p><script>nosuchFunction();</script>`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, console := browse(t, browser, page, "--dump-dom")
+	if len(console) != 1 || !strings.Contains(console[0], "nosuchFunction") {
+		t.Errorf("console %q, want the one ReferenceError", console)
+	}
+}
+
+func TestReportErrors(t *testing.T) {
+	tmp := t.TempDir()
+	mkdir := func(name string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write := func(dir, text string) {
+		if err := os.WriteFile(filepath.Join(dir, "trace.json"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := mkdir("empty")
+	cut := mkdir("cut")
+	head := `{"displayTimeUnit":"ns","otherData":{"producer":"trainscope","steps":"steps 0–1"},` + "\n" + `"traceEvents":[` + "\n"
+	write(cut, head+`{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},`+"\n"+`{"ph":"X","name":"st`)
+	nosteps := mkdir("nosteps")
+	write(nosteps, head+`{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"host"}},
+{"ph":"X","name":"setup","cat":"host","ts":1.0005,"dur":2.0005,"pid":1,"tid":1,"args":{}}
+]}`)
+	kineto := mkdir("kineto")
+	k, err := os.ReadFile(kinetoDir + "rank0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(kineto, string(k))
+	file := filepath.Join(tmp, "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string // regexp on stderr
+	}{
+		{"no run directory", []string{"--html"}, exitUsage, `no run directory \(profile-run report RUN_DIR --html\) \(see profile-run report -h\)`},
+		{"no format", []string{empty}, exitUsage, `say which report: --html`},
+		{"two directories", []string{empty, cut, "--html"}, exitUsage, `one run directory at a time`},
+		{"unknown flag", []string{empty, "--pdf"}, exitUsage, `flag provided but not defined: -pdf`},
+		{"missing directory", []string{filepath.Join(tmp, "absent"), "--html"}, exitFail, `absent: no such run directory`},
+		{"not a directory", []string{file, "--html"}, exitFail, `afile: not a run directory`},
+		{"no trace", []string{empty, "--html"}, exitFail, `empty/trace\.json: no such file: .*-trace off`},
+		{"truncated trace", []string{cut, "--html"}, exitFail, `cut/trace\.json: byte \d+: unexpected end of input \(truncated\?\)`},
+		{"no steps", []string{nosteps, "--html"}, exitFail, `nosteps/trace\.json: no records with a step label`},
+		{"a Kineto trace", []string{kineto, "--html"}, exitFail, `kineto/trace\.json: a Chrome/Kineto trace, not a trace trainscope wrote`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, append([]string{"report"}, tc.args...)...)
+			if code != tc.code || !regexp.MustCompile(tc.want).MatchString(stderr) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("exit %d, stderr %q; want exit %d and one line matching %q", code, stderr, tc.code, tc.want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q", stdout)
+			}
+		})
+	}
+	for _, dir := range []string{empty, cut, nosteps, kineto} {
+		if left, _ := filepath.Glob(filepath.Join(dir, "*.html")); len(left) > 0 {
+			t.Errorf("a failed report left %v", left)
+		}
+	}
+}

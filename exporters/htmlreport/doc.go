@@ -1,0 +1,15 @@
+// Package htmlreport writes a run's records as one self-contained HTML
+// page: a pipeline Gantt chart per step (a row per rank, a lane per VPP
+// chunk with its forward and backward blocks coloured by microbatch,
+// collectives and point-to-point transfers below, the bubble shaded), the
+// pipeline analysis (profiler/analysis: bubbles per stage and chunk,
+// overlap, collectives, stragglers) and the top ranges. Everything the
+// page needs — CSS, a few lines of script, inline SVG — is in the file;
+// its Content-Security-Policy forbids fetching anything else.
+//
+// Each block is an SVG rect with the class "blk" and "fwd" or "bwd",
+// its hover title holding rank, step, chunk, microbatch and times. The
+// script counts the blocks the browser laid out with a non-zero width
+// into <output id="drawn">, so a headless browser can check the chart
+// rendered.
+package htmlreport

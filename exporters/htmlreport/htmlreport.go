@@ -1,0 +1,539 @@
+package htmlreport
+
+import (
+	"bytes"
+	"cmp"
+	_ "embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
+)
+
+var (
+	//go:embed page.html.tmpl
+	pageText string
+	//go:embed style.css
+	styleText string
+	//go:embed page.js
+	scriptText string
+
+	page = template.Must(template.New("page").Parse(pageText))
+)
+
+// Input is what a page shows.
+type Input struct {
+	// Title names the run: its directory, say.
+	Title string
+	// Covers says which steps the records are ("steps 1–5, 15–19"); the
+	// page repeats it, since a run keeps the records of some steps only.
+	Covers string
+	// Records are the records to draw and analyse; they must carry step
+	// labels to be drawn.
+	Records []profiler.Record
+	// Notes are shown under the title: what reading the records warned of.
+	Notes []string
+}
+
+// Stats says what a page holds.
+type Stats struct {
+	Steps             int // charts drawn, one per step
+	Forward, Backward int // blocks drawn
+	Transfers         int // collective and point-to-point blocks drawn
+	Bubbles           int // shaded gaps
+}
+
+// ErrNoSteps is returned when no record carries a step label: there is
+// no step to draw.
+var ErrNoSteps = errors.New("htmlreport: no records with a step label")
+
+// Layout, in pixels.
+const (
+	chartWidth = 1100 // the time axis
+	labelWidth = 70   // rank and lane labels
+	laneHeight = 16   // one chunk lane
+	xferHeight = 7    // one transfer lane
+	rankGap    = 10
+	axisHeight = 16
+	topTimes   = 15 // rows of the top ranges table
+)
+
+// Write writes the page of in to w.
+func Write(w io.Writer, in Input) (Stats, error) {
+	steps := analysis.Analyze(in.Records)
+	if len(steps) == 0 {
+		return Stats{}, ErrNoSteps
+	}
+	sum := analysis.Summarize(steps)
+	var st Stats
+	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText)}
+	byStep := map[int][]*profiler.Record{}
+	ranks := map[int]bool{}
+	maxMB := -1
+	for i := range in.Records {
+		r := &in.Records[i]
+		if r.Step == profiler.None {
+			continue
+		}
+		byStep[int(r.Step)] = append(byStep[int(r.Step)], r)
+		ranks[r.Rank] = true
+		if isBlock(r) {
+			maxMB = max(maxMB, int(r.Microbatch))
+		}
+	}
+	v.Ranks = len(ranks)
+	v.palette(maxMB + 1)
+	if p := sum.Pipeline; p.Stages > 0 && !math.IsNaN(p.Ideal) {
+		v.Shape = fmt.Sprintf("%d stages × %d chunks × %d microbatches, ideal bubble %.1f%%", p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
+	}
+	for i := range steps {
+		c, ok := chart(&steps[i], byStep[steps[i].Step], &st)
+		if ok {
+			v.Charts = append(v.Charts, c)
+		}
+	}
+	v.StepCount = len(v.Charts)
+	st.Steps = len(v.Charts)
+	var text bytes.Buffer
+	if err := analysis.WriteReport(&text, sum); err != nil {
+		return Stats{}, err
+	}
+	v.Analysis = text.String()
+	v.stepTable(steps)
+	v.Top = topRanges(in.Records)
+	if err := page.Execute(w, &v); err != nil {
+		return Stats{}, fmt.Errorf("htmlreport: %w", err)
+	}
+	return st, nil
+}
+
+// view is the template's data.
+type view struct {
+	Title, Covers, Shape string
+	Notes                []string
+	Ranks, StepCount     int
+	CSS                  template.CSS
+	Palette              template.CSS
+	JS                   template.JS
+	Legend               []swatch
+	Charts               []chartView
+	Analysis             string
+	StageHeads           []int
+	StepRows             []stepRow
+	Top                  []topRow
+}
+
+type swatch struct {
+	MB       int
+	Fwd, Bwd template.CSS
+}
+
+type chartView struct {
+	Step                 int
+	Wall, Problems       string
+	Width, Height, AxisY int
+	Ticks                []tick
+	Rows                 []rowView
+}
+
+type tick struct {
+	X, Y  string
+	Label string
+}
+
+type rowView struct {
+	Rank          int
+	LabelY, SubY  string
+	Sub           string
+	Wall          box
+	Lanes         []laneLabel
+	Bubbles       []box
+	Blocks        []block
+	laneY, xferY0 float64
+}
+
+type laneLabel struct {
+	X, Y, Label string
+}
+
+type box struct {
+	X, Y, W, H string
+	Title      string
+}
+
+type block struct {
+	box
+	Class  string
+	MB     string
+	Label  string
+	LX, LY string
+}
+
+type stepRow struct {
+	Step, Complete, Span, Ideal, Straggler, Problems string
+	Stages                                           []string
+}
+
+type topRow struct {
+	Name, Kind, Ranks, Count, Host, HostPct, Device, DevicePct, AvgHost, AvgDevice string
+}
+
+// hue of microbatch mb: the golden angle apart, so neighbours differ
+// however many there are.
+func hue(mb int) int { return mb * 137 % 360 }
+
+func (v *view) palette(n int) {
+	var css strings.Builder
+	for mb := range n {
+		h := hue(mb)
+		fwd := fmt.Sprintf("hsl(%d,70%%,72%%)", h)
+		bwd := fmt.Sprintf("hsl(%d,60%%,42%%)", h)
+		fmt.Fprintf(&css, ".m%d.fwd{fill:%s}.m%d.bwd{fill:%s}", mb, fwd, mb, bwd)
+		v.Legend = append(v.Legend, swatch{MB: mb, Fwd: template.CSS(fwd), Bwd: template.CSS(bwd)})
+	}
+	v.Palette = template.CSS(css.String())
+}
+
+// isBlock reports a pipeline action: device-timed forward or backward
+// work of a chunk and microbatch, not inside another device-timed range
+// (with every kernel device-timed, the kernels of an action are inside
+// it).
+func isBlock(r *profiler.Record) bool {
+	return r.HasDevice && r.Kind == profiler.KindDevice && !r.DeviceNested &&
+		(r.Phase == profiler.Forward || r.Phase == profiler.Backward) && r.Microbatch != profiler.None
+}
+
+func isOptimizer(r *profiler.Record) bool {
+	return r.HasDevice && r.Kind == profiler.KindDevice && !r.DeviceNested && r.Phase == profiler.Optimizer
+}
+
+func isTransfer(r *profiler.Record) bool {
+	return r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P
+}
+
+// interval of a record: its device times where it has them.
+func interval(r *profiler.Record) profiler.Interval {
+	if r.HasDevice {
+		return profiler.Interval{Start: r.DeviceStart, End: r.DeviceEnd}
+	}
+	return profiler.Interval{Start: r.HostStart, End: r.HostEnd}
+}
+
+func msText(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
+
+func px(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+
+// chart lays out one step.
+func chart(s *analysis.Step, recs []*profiler.Record, st *Stats) (chartView, bool) {
+	// The time range: every rank's step range and every block drawn.
+	var t0, t1 time.Duration
+	first := true
+	extend := func(iv profiler.Interval) {
+		if iv.End < iv.Start {
+			return
+		}
+		if first {
+			t0, t1, first = iv.Start, iv.End, false
+			return
+		}
+		t0, t1 = min(t0, iv.Start), max(t1, iv.End)
+	}
+	for _, rk := range s.Ranks {
+		if rk.Wall.Len() > 0 {
+			extend(rk.Wall)
+		}
+	}
+	chunks := 1
+	byRank := map[int][]*profiler.Record{}
+	for _, r := range recs {
+		if isBlock(r) || isOptimizer(r) || isTransfer(r) {
+			extend(interval(r))
+			byRank[r.Rank] = append(byRank[r.Rank], r)
+			if isBlock(r) && r.Chunk != profiler.None {
+				chunks = max(chunks, int(r.Chunk)+1)
+			}
+		}
+	}
+	if first || t1 <= t0 {
+		return chartView{}, false
+	}
+	scale := float64(chartWidth) / float64(t1-t0)
+	x := func(t time.Duration) float64 { return labelWidth + float64(t-t0)*scale }
+	c := chartView{Step: s.Step, Width: labelWidth + chartWidth + 10}
+	c.Wall = fmt.Sprintf("%s ms from the first rank's step start to the last one's end", msText(t1-t0))
+	if len(s.Problems) > 0 {
+		c.Problems = strings.Join(s.Problems, "; ")
+	}
+	y := float64(axisHeight)
+	for _, rk := range s.Ranks {
+		rv := rowView{Rank: rk.Rank, laneY: y}
+		recs := byRank[rk.Rank]
+		slices.SortFunc(recs, func(a, b *profiler.Record) int { return cmp.Compare(interval(a).Start, interval(b).Start) })
+		// Transfers go in lanes of their own, as many as overlap.
+		var laneEnds []time.Duration
+		xferLane := map[*profiler.Record]int{}
+		for _, r := range recs {
+			if !isTransfer(r) {
+				continue
+			}
+			iv := interval(r)
+			l := slices.IndexFunc(laneEnds, func(e time.Duration) bool { return e <= iv.Start })
+			if l < 0 {
+				l = len(laneEnds)
+				laneEnds = append(laneEnds, 0)
+			}
+			laneEnds[l] = iv.End
+			xferLane[r] = l
+		}
+		computeH := float64(chunks * laneHeight)
+		height := computeH + float64(len(laneEnds)*xferHeight)
+		rv.xferY0 = y + computeH
+		rv.LabelY = px(y + 12)
+		rv.SubY = px(y + 24)
+		if rk.Stage != profiler.None {
+			rv.Sub = fmt.Sprintf("stage %d", rk.Stage)
+		}
+		if rk.Wall.Len() > 0 {
+			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(float64(rk.Wall.Len()) * scale), H: px(height),
+				Title: fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s ms · bubble %s ms", rk.Rank, s.Step, msText(rk.Wall.Len()), msText(rk.Busy), msText(rk.Bubble))}
+		} else {
+			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d: no step range in step %d", rk.Rank, s.Step)}
+		}
+		for ch := range chunks {
+			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(y + float64(ch*laneHeight) + 11), Label: "c" + strconv.Itoa(ch)})
+		}
+		if len(laneEnds) > 0 {
+			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(rv.xferY0 + float64(len(laneEnds)*xferHeight) - 1), Label: "xfer"})
+		}
+		// Bubbles: the step's span less the rank's forward and backward work.
+		var work []profiler.Interval
+		for _, r := range recs {
+			if isBlock(r) {
+				work = append(work, interval(r))
+			}
+		}
+		for _, g := range gaps(s.Span, work) {
+			st.Bubbles++
+			rv.Bubbles = append(rv.Bubbles, box{X: px(x(g.Start)), Y: px(y), W: px(float64(g.Len()) * scale), H: px(computeH),
+				Title: fmt.Sprintf("bubble · rank %d · step %d · %s ms (%s–%s ms)", rk.Rank, s.Step, msText(g.Len()), msText(g.Start-t0), msText(g.End-t0))})
+		}
+		for _, r := range recs {
+			iv := interval(r)
+			b := block{box: box{X: px(x(iv.Start)), W: px(max(float64(iv.Len())*scale, 0.5))}}
+			when := fmt.Sprintf("%s–%s ms (%s ms)", msText(iv.Start-t0), msText(iv.End-t0), msText(iv.Len()))
+			switch {
+			case isBlock(r):
+				ch := max(int(r.Chunk), 0)
+				top := y + float64(ch*laneHeight) + 1
+				b.Y, b.H = px(top), px(laneHeight-2)
+				phase := "fwd"
+				if r.Phase == profiler.Backward {
+					phase = "bwd"
+					st.Backward++
+				} else {
+					st.Forward++
+				}
+				b.Class = fmt.Sprintf("blk %s m%d", phase, r.Microbatch)
+				b.MB = strconv.Itoa(int(r.Microbatch))
+				b.Title = fmt.Sprintf("%s · rank %d · step %d · chunk %d · microbatch %d · %s", r.Phase, r.Rank, s.Step, r.Chunk, r.Microbatch, when)
+				if float64(iv.Len())*scale >= 9 {
+					b.Label, b.LX, b.LY = b.MB, px(x(iv.Start)+float64(iv.Len())*scale/2), px(top+laneHeight/2+1)
+				}
+			case isOptimizer(r):
+				b.Y, b.H = px(y+1), px(computeH-2)
+				b.Class = "opt"
+				b.Title = fmt.Sprintf("%s · rank %d · step %d · %s", r.Name, r.Rank, s.Step, when)
+			case isTransfer(r):
+				st.Transfers++
+				b.Y, b.H = px(rv.xferY0+float64(xferLane[r]*xferHeight)+0.5), px(xferHeight-1)
+				cl := &r.Collective
+				if r.Kind == profiler.KindP2P {
+					b.Class = "xfer p2p"
+					dir := "to"
+					if cl.Op == "Recv" {
+						dir = "from"
+					}
+					b.Title = fmt.Sprintf("%s %s group rank %d · %d bytes · group %s #%d · rank %d · step %d · %s", cl.Op, dir, cl.Peer, cl.Bytes, cl.Group, cl.Seq, r.Rank, s.Step, when)
+				} else {
+					b.Class = "xfer coll"
+					b.Title = fmt.Sprintf("%s · %d bytes · group %s (%d ranks) #%d · rank %d · step %d · %s", cl.Op, cl.Bytes, cl.Group, cl.GroupSize, cl.Seq, r.Rank, s.Step, when)
+				}
+				if !r.HasDevice {
+					b.Title += " (host time: no device time)"
+				}
+			}
+			rv.Blocks = append(rv.Blocks, b)
+		}
+		c.Rows = append(c.Rows, rv)
+		y += height + rankGap
+	}
+	c.AxisY = int(math.Ceil(y))
+	c.Height = c.AxisY + axisHeight
+	for _, tk := range ticks(t1 - t0) {
+		c.Ticks = append(c.Ticks, tick{X: px(x(t0 + tk)), Y: px(float64(c.AxisY) + 12), Label: msText(tk) + " ms"})
+	}
+	return c, true
+}
+
+// gaps returns span less the union of work.
+func gaps(span profiler.Interval, work []profiler.Interval) []profiler.Interval {
+	if span.Len() <= 0 {
+		return nil
+	}
+	slices.SortFunc(work, func(a, b profiler.Interval) int { return cmp.Compare(a.Start, b.Start) })
+	var out []profiler.Interval
+	at := span.Start
+	for _, w := range work {
+		if w.End <= at {
+			continue
+		}
+		if w.Start > at {
+			out = append(out, profiler.Interval{Start: at, End: min(w.Start, span.End)})
+		}
+		at = max(at, w.End)
+		if at >= span.End {
+			break
+		}
+	}
+	if at < span.End {
+		out = append(out, profiler.Interval{Start: at, End: span.End})
+	}
+	return slices.DeleteFunc(out, func(iv profiler.Interval) bool { return iv.Len() <= 0 })
+}
+
+// ticks chooses about eight round tick positions over [0, d].
+func ticks(d time.Duration) []time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	raw := float64(d) / 8
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var out []time.Duration
+	for t := 0.0; t <= float64(d); t += step {
+		out = append(out, time.Duration(t))
+	}
+	return out
+}
+
+func (v *view) stepTable(steps []analysis.Step) {
+	stages := map[int]bool{}
+	for _, s := range steps {
+		for _, sg := range s.Stages {
+			stages[sg.Stage] = true
+		}
+	}
+	for sg := range stages {
+		v.StageHeads = append(v.StageHeads, sg)
+	}
+	slices.Sort(v.StageHeads)
+	for _, s := range steps {
+		row := stepRow{Step: strconv.Itoa(s.Step), Complete: "yes", Span: msText(s.Span.Len()), Ideal: "-", Straggler: "none stands out"}
+		if !s.Complete() {
+			row.Complete = "no"
+			row.Problems = strings.Join(s.Problems, "; ")
+		}
+		if !math.IsNaN(s.Pipeline.Ideal) {
+			row.Ideal = fmt.Sprintf("%.1f%%", 100*s.Pipeline.Ideal)
+		}
+		if s.Straggler != profiler.None {
+			row.Straggler = "rank " + strconv.Itoa(s.Straggler)
+		} else if len(s.Collectives) == 0 {
+			row.Straggler = "no collectives"
+		}
+		for _, head := range v.StageHeads {
+			cell := "-"
+			for _, sg := range s.Stages {
+				if sg.Stage == head {
+					cell = fmt.Sprintf("%.1f%% (%s ms)", 100*sg.Fraction, msText(sg.Bubble))
+				}
+			}
+			row.Stages = append(row.Stages, cell)
+		}
+		v.StepRows = append(v.StepRows, row)
+	}
+}
+
+// topRanges totals the records per name over every rank, with the
+// profiler's summary (one table per rank), and keeps the names with the
+// most host time.
+func topRanges(records []profiler.Record) []topRow {
+	s := profiler.NewSummary(profiler.WithSummaryTag("all"))
+	s.Consume(records)
+	type total struct {
+		name         string
+		ranks        map[int]bool
+		count, devN  int
+		host, device time.Duration
+	}
+	kinds := map[string]profiler.Kind{}
+	for i := range records {
+		if _, ok := kinds[records[i].Name]; !ok {
+			kinds[records[i].Name] = records[i].Kind
+		}
+	}
+	var hostAll, devAll time.Duration
+	byName := map[string]*total{}
+	for _, g := range s.Groups() {
+		hostAll += g.HostTotal
+		devAll += g.DeviceTotal
+		for _, n := range g.Names {
+			t := byName[n.Name]
+			if t == nil {
+				t = &total{name: n.Name, ranks: map[int]bool{}}
+				byName[n.Name] = t
+			}
+			t.ranks[g.Rank] = true
+			t.count += n.Count
+			t.devN += n.DeviceCount
+			t.host += n.HostTotal
+			t.device += n.DeviceTotal
+		}
+	}
+	list := make([]*total, 0, len(byName))
+	for _, t := range byName {
+		list = append(list, t)
+	}
+	slices.SortFunc(list, func(a, b *total) int {
+		if c := cmp.Compare(b.host, a.host); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	pct := func(d, all time.Duration) string {
+		if all <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", 100*float64(d)/float64(all))
+	}
+	us := func(d time.Duration, n int) string {
+		if n == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(float64(d)/float64(n)/1e3, 'f', 3, 64)
+	}
+	var out []topRow
+	for _, t := range list[:min(len(list), topTimes)] {
+		row := topRow{Name: t.name, Kind: kinds[t.name].String(), Ranks: strconv.Itoa(len(t.ranks)), Count: strconv.Itoa(t.count),
+			Host: msText(t.host), HostPct: pct(t.host, hostAll), Device: "-", DevicePct: "-", AvgHost: us(t.host, t.count), AvgDevice: us(t.device, t.devN)}
+		if t.devN > 0 {
+			row.Device, row.DevicePct = msText(t.device), pct(t.device, devAll)
+		}
+		out = append(out, row)
+	}
+	return out
+}

@@ -1,0 +1,103 @@
+package htmlreport_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/exporters/htmlreport"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// twoStages is one step of a two-stage pipeline, times in milliseconds:
+// rank 0 runs F0 F1 … B0 B1 at 0–20 and 40–60, rank 1 F0 F1 B0 B1 at
+// 10–50; so over the span 0–60 rank 0 idles 20–40 and rank 1 0–10 and
+// 50–60.
+func twoStages() []profiler.Record {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var recs []profiler.Record
+	id := map[int]uint64{}
+	add := func(r profiler.Record) {
+		id[r.Rank]++
+		r.ID = id[r.Rank]
+		r.Device = runtime.Device{Type: runtime.CPU, Index: r.Rank}
+		recs = append(recs, r)
+	}
+	for rank := range 2 {
+		add(profiler.Record{Name: profiler.StepName, Rank: rank, Labels: profiler.Labels{Step: 0, Stage: int16(rank), Chunk: -1, Microbatch: -1},
+			HostStart: 0, HostEnd: ms(70)})
+	}
+	action := func(rank int, ph profiler.Phase, mb int32, start float64) {
+		l := profiler.Labels{Step: 0, Stage: int16(rank), Chunk: 0, Microbatch: mb, Phase: ph}
+		name := "forward"
+		if ph == profiler.Backward {
+			name = "backward"
+		}
+		add(profiler.Record{Parent: 1, Depth: 1, Name: name, Kind: profiler.KindDevice, Rank: rank, Stream: 1, Labels: l,
+			HostStart: ms(start), HostEnd: ms(start + 1), HasDevice: true, DeviceStart: ms(start), DeviceEnd: ms(start + 10)})
+		// A kernel inside the action, device-timed too: not a block.
+		add(profiler.Record{Parent: id[rank], Depth: 2, Name: "<kernel>", Kind: profiler.KindDevice, Rank: rank, Stream: 1, Labels: l,
+			HostStart: ms(start), HostEnd: ms(start + 0.5), HasDevice: true, DeviceNested: true, DeviceStart: ms(start + 1), DeviceEnd: ms(start + 2)})
+	}
+	action(0, profiler.Forward, 0, 0)
+	action(0, profiler.Forward, 1, 10)
+	action(0, profiler.Backward, 0, 40)
+	action(0, profiler.Backward, 1, 50)
+	action(1, profiler.Forward, 0, 10)
+	action(1, profiler.Forward, 1, 20)
+	action(1, profiler.Backward, 0, 30)
+	action(1, profiler.Backward, 1, 40)
+	p2p := func(rank int, op string, peer int32) profiler.Collective {
+		return profiler.Collective{Op: op, Bytes: 256, Peer: peer, Root: -1, Group: "pp0", GroupSize: 2, GroupRank: int32(rank)}
+	}
+	l := profiler.Labels{Step: 0, Stage: 0, Chunk: 0, Microbatch: 0, Phase: profiler.Forward}
+	add(profiler.Record{Parent: 1, Depth: 1, Name: "Send", Kind: profiler.KindP2P, Rank: 0, Stream: 2, Labels: l, Collective: p2p(0, "Send", 1),
+		HostStart: ms(9), HostEnd: ms(9.5), HasDevice: true, DeviceStart: ms(10), DeviceEnd: ms(10.5)})
+	l.Stage = 1
+	add(profiler.Record{Parent: 1, Depth: 1, Name: "Recv", Kind: profiler.KindP2P, Rank: 1, Stream: 2, Labels: l, Collective: p2p(1, "Recv", 0),
+		HostStart: ms(1), HostEnd: ms(1.5), HasDevice: true, DeviceStart: ms(2), DeviceEnd: ms(10.5)})
+	return recs
+}
+
+func TestWrite(t *testing.T) {
+	var buf bytes.Buffer
+	st, err := htmlreport.Write(&buf, htmlreport.Input{Title: "run <1>", Covers: "steps 0", Records: twoStages()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	if st.Steps != 1 || st.Forward != 4 || st.Backward != 4 || st.Transfers != 2 || st.Bubbles != 3 {
+		t.Errorf("stats %+v, want 1 step, 4 forward, 4 backward, 2 transfers, 3 bubbles", st)
+	}
+	for class, want := range map[string]int{`class="blk fwd m`: 4, `class="blk bwd m`: 4, `class="xfer p2p"`: 2, `class="bubble"`: 3} {
+		if n := strings.Count(page, class); n != want {
+			t.Errorf("%d elements %s, want %d", n, class, want)
+		}
+	}
+	for _, want := range []string{
+		"bubble · rank 0 · step 0 · 20.000 ms (20.000–40.000 ms)",
+		"bubble · rank 1 · step 0 · 10.000 ms (0.000–10.000 ms)",
+		"backward · rank 1 · step 0 · chunk 0 · microbatch 1 · 40.000–50.000 ms (10.000 ms)",
+		"Recv from group rank 0 · 256 bytes",
+		"run &lt;1&gt;", "steps 0",
+		// The analysis's own figures: each stage idles 20 of the 60 ms span.
+		"33.3% (20.000 ms)",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<kernel>") || strings.Contains(page, "run <1>") {
+		t.Error("names are not escaped")
+	}
+}
+
+func TestWriteWithoutSteps(t *testing.T) {
+	recs := []profiler.Record{{ID: 1, Name: "setup", Labels: profiler.NoLabels, HostEnd: time.Millisecond}}
+	if _, err := htmlreport.Write(&bytes.Buffer{}, htmlreport.Input{Records: recs}); !errors.Is(err, htmlreport.ErrNoSteps) {
+		t.Errorf("error %v, want ErrNoSteps", err)
+	}
+}

@@ -1,0 +1,25 @@
+"use strict";
+(function () {
+  // Count the blocks the browser laid out, so a headless check sees the
+  // chart rendered, not just the markup.
+  var fwd = 0, bwd = 0;
+  document.querySelectorAll("svg rect.blk").forEach(function (r) {
+    if (r.getBBox().width > 0) {
+      if (r.classList.contains("fwd")) { fwd++; } else if (r.classList.contains("bwd")) { bwd++; }
+    }
+  });
+  var out = document.getElementById("drawn");
+  out.dataset.forward = String(fwd);
+  out.dataset.backward = String(bwd);
+  out.textContent = fwd + " forward and " + bwd + " backward blocks drawn";
+  // Hovering a block outlines its microbatch across the step.
+  document.querySelectorAll("svg.gantt").forEach(function (svg) {
+    svg.addEventListener("mouseover", function (e) {
+      var mb = e.target.dataset ? e.target.dataset.mb : undefined;
+      svg.querySelectorAll("rect.hl").forEach(function (r) { r.classList.remove("hl"); });
+      if (mb !== undefined) {
+        svg.querySelectorAll('rect.blk[data-mb="' + mb + '"]').forEach(function (r) { r.classList.add("hl"); });
+      }
+    });
+  });
+})();

@@ -1,0 +1,194 @@
+package importer
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/internal/trainrun"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
+)
+
+// roundTripKey is what identifies a record across the trip: IDs are
+// renumbered per rank (a rank's recorders each number from 1).
+type roundTripKey struct {
+	rank       int
+	name       string
+	start, end time.Duration
+}
+
+// TestTrainscopeRoundTrip writes the built-in trainer's records with
+// exporters/chrometrace and reads them back: every record returns with its
+// times, device interval, stream, labels, nesting and collective, and the
+// pipeline analysis of the records read back equals that of the
+// originals.
+func TestTrainscopeRoundTrip(t *testing.T) {
+	epoch := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, l := range trainrun.Layouts() {
+		if l.Name != "pp2-vpp2-dp2-1f1b-depth0" && l.Name != "pp2-vpp2-dp1-1f1b-depth1" {
+			continue
+		}
+		t.Run(l.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			tape, _, err := trainrun.Run(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orig := tape.Records()
+			var buf bytes.Buffer
+			if _, err := chrometrace.Write(&buf, orig, chrometrace.WithEpoch(epoch), chrometrace.WithOtherData("steps", "steps 0–3")); err != nil {
+				t.Fatal(err)
+			}
+			if f := Detect(buf.Bytes()[:4096]); f != FormatTrainscope {
+				t.Fatalf("detected as %v", f)
+			}
+			p, err := Load("trace.json", &buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Warnings) > 0 {
+				t.Errorf("warnings: %q", p.Warnings)
+			}
+			if p.OtherData["steps"] != "steps 0–3" {
+				t.Errorf("otherData %v", p.OtherData)
+			}
+			back := p.Records
+			if len(back) != len(orig) {
+				t.Fatalf("%d records read back, %d written", len(back), len(orig))
+			}
+			// On the epoch's wall clock.
+			shift := time.Duration(epoch.UnixNano())
+			for i := range back {
+				r := &back[i]
+				r.HostStart -= shift
+				r.HostEnd -= shift
+				if r.HasDevice {
+					r.DeviceStart -= shift
+					r.DeviceEnd -= shift
+				}
+			}
+			byKey := func(recs []profiler.Record) map[roundTripKey][]*profiler.Record {
+				m := map[roundTripKey][]*profiler.Record{}
+				for i := range recs {
+					r := &recs[i]
+					k := roundTripKey{r.Rank, r.Name, r.HostStart, r.HostEnd}
+					m[k] = append(m[k], r)
+				}
+				return m
+			}
+			want, got := byKey(orig), byKey(back)
+			ids := map[[2]uint64]uint64{} // (rank, original ID) → ID read back; one recorder per rank here
+			for k, ws := range want {
+				gs := got[k]
+				if len(gs) != len(ws) {
+					t.Errorf("%+v: %d records read back, %d written", k, len(gs), len(ws))
+					continue
+				}
+				for j := range ws {
+					w, g := *ws[j], *gs[j]
+					ids[[2]uint64{uint64(w.Rank), w.ID}] = g.ID
+					if g.Kind != w.Kind || g.Labels != w.Labels || g.Tag != w.Tag || g.Depth != w.Depth ||
+						g.HasDevice != w.HasDevice || g.DeviceStart != w.DeviceStart || g.DeviceEnd != w.DeviceEnd ||
+						g.Stream != w.Stream || g.DeviceNested != w.DeviceNested || g.PeakMemory != w.PeakMemory || g.Device != w.Device {
+						t.Errorf("%+v:\nread back %+v\nwritten   %+v", k, g, w)
+					}
+					if w.Kind == profiler.KindCollective || w.Kind == profiler.KindP2P {
+						if !reflect.DeepEqual(g.Collective, w.Collective) || g.AlgBandwidth != w.AlgBandwidth {
+							t.Errorf("%+v: collective %+v (algbw %g), written %+v (algbw %g)", k, g.Collective, g.AlgBandwidth, w.Collective, w.AlgBandwidth)
+						}
+					}
+				}
+			}
+			for k, ws := range want {
+				for j, w := range ws {
+					if gs := got[k]; j < len(gs) && w.Parent != 0 && gs[j].Parent != ids[[2]uint64{uint64(w.Rank), w.Parent}] {
+						t.Errorf("%+v: parent %d, want the record written as %d", k, gs[j].Parent, w.Parent)
+					}
+				}
+			}
+			// The analysis cannot tell them apart.
+			a, b := analysis.Summarize(analysis.Analyze(orig)), analysis.Summarize(analysis.Analyze(back))
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("analysis of the records read back:\n%+v\nof those written:\n%+v", b, a)
+			}
+			if a.Complete != l.Config.Steps {
+				t.Errorf("%d complete steps of %d", a.Complete, l.Config.Steps)
+			}
+		})
+	}
+}
+
+// A trace written before streams were recorded reads with one stream per
+// track class, and says so.
+func TestTrainscopeWithoutStreams(t *testing.T) {
+	const text = `{"displayTimeUnit":"ns","otherData":{"producer":"trainscope"},
+"traceEvents":[
+{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"host"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":2,"args":{"name":"cpu:0 compute"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":3,"args":{"name":"cpu:0 communication (2)"}},
+{"ph":"X","name":"step","cat":"host","ts":0.0005,"dur":100.0005,"pid":1,"tid":1,"args":{"step":3,"stage":0}},
+{"ph":"X","name":"forward","cat":"device","ts":10.0005,"dur":5.0005,"pid":1,"tid":1,"args":{"step":3,"stage":0,"chunk":1,"microbatch":2,"phase":"forward","device_us":20}},
+{"ph":"X","name":"Send","cat":"p2p","ts":16.0005,"dur":1.0005,"pid":1,"tid":1,"args":{"step":3,"stage":0,"chunk":1,"microbatch":2,"phase":"forward","device_us":7.5,"op":"Send","bytes":64,"count":16,"peer":1,"group":"pp0","group_size":2,"group_rank":0,"seq":4}},
+{"ph":"X","name":"forward","cat":"device","ts":12.0005,"dur":20.0005,"pid":1,"tid":2,"args":{"step":3,"stage":0,"chunk":1,"microbatch":2,"phase":"forward","host_us":5}},
+{"ph":"X","name":"Send","cat":"p2p","ts":40.0005,"dur":7.5005,"pid":1,"tid":3,"args":{"step":3,"stage":0,"chunk":1,"microbatch":2,"phase":"forward","host_us":1,"op":"Send","bytes":64,"count":16,"peer":1,"group":"pp0","group_size":2,"group_rank":0,"seq":4}}
+]}`
+	p, err := ParseTrainscope("old.json", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "2 device events carry no stream") {
+		t.Errorf("warnings %q", p.Warnings)
+	}
+	recs := slices.Clone(p.Records)
+	slices.SortFunc(recs, func(a, b profiler.Record) int { return cmp.Compare(a.HostStart, b.HostStart) })
+	us := time.Microsecond
+	fw, send := recs[1], recs[2]
+	if fw.Stream != 1 || !fw.HasDevice || fw.DeviceStart != 12*us || fw.DeviceEnd != 32*us || fw.Parent != recs[0].ID || fw.Depth != 1 {
+		t.Errorf("forward %+v", fw)
+	}
+	if send.Stream != 2 || send.DeviceEnd-send.DeviceStart != 7500*time.Nanosecond || send.Collective.Seq != 4 || send.Collective.Peer != 1 || send.Collective.Root != -1 {
+		t.Errorf("send %+v", send)
+	}
+	if alg := float64(64) / 7.5e-6; send.AlgBandwidth != alg {
+		t.Errorf("send algbw %g, want %g", send.AlgBandwidth, alg)
+	}
+}
+
+func TestTrainscopeErrors(t *testing.T) {
+	head := `{"displayTimeUnit":"ns","otherData":{"producer":"trainscope"},"traceEvents":[`
+	meta := `{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"host"}},`
+	for _, tc := range []struct {
+		name, text string
+		offset     int64 // of the event: the comma before it, as for Kineto traces
+		want       string
+	}{
+		{"truncated", head + meta + `{"ph":"X","na`, int64(len(head + meta + `{"ph":"X","na`)), "truncated"},
+		{"unnamed thread", head + `{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":9,"args":{}}]}`, int64(len(head)), "no thread_name"},
+		{"bad process", head + `{"ph":"M","name":"process_name","pid":1,"args":{"name":"worker"}}]}`, int64(len(head)), `"worker"`},
+		{"bad category", head + meta + `{"ph":"X","name":"a","cat":"gpu","ts":1,"dur":1,"pid":1,"tid":1,"args":{}}]}`, int64(len(head+meta)) - 1, "category"},
+		{"bad phase", head + meta + `{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":1,"args":{"phase":"sideways"}}]}`, int64(len(head+meta)) - 1, "sideways"},
+		{"wrong type", head + meta + `{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":1,"args":{"step":"three"}}]}`, int64(len(head+meta)) - 1 + int64(len(`,{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":1,"args":{"step":"three`)), "step"}, // within the value, as encoding/json counts
+		{"not ours", `{"otherData":{"producer":"someone"},"traceEvents":[]}`, 0, "not a trace trainscope wrote"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseTrainscope("t.json", strings.NewReader(tc.text))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v, want a *ParseError", err)
+			}
+			if pe.Offset != tc.offset || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "t.json: byte ") {
+				t.Errorf("error %q at byte %d, want byte %d mentioning %q", err, pe.Offset, tc.offset, tc.want)
+			}
+		})
+	}
+}
