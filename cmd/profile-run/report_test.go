@@ -46,12 +46,18 @@ func chromium(t *testing.T) string {
 // stdout and the console messages the page produced.
 func browse(t *testing.T, browser, page string, args ...string) (stdout string, console []string) {
 	t.Helper()
+	return browseURL(t, browser, "file://"+page, args...)
+}
+
+// browseURL is browse for any URL.
+func browseURL(t *testing.T, browser, url string, args ...string) (stdout string, console []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// A profile directory of its own, so runs do not share state.
 	args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
 		"--user-data-dir=" + t.TempDir(), "--window-size=1300,1700"}, args...)
-	cmd := exec.CommandContext(ctx, browser, append(args, "file://"+page)...)
+	cmd := exec.CommandContext(ctx, browser, append(args, url)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
