@@ -166,7 +166,7 @@ func (s *aggState) name(n string) int32 {
 
 func (s *aggState) label(r *profiler.Record) int32 {
 	// The step is left out: it would make the samples grow with the run.
-	k := labelKey{rank: r.Rank, step: profiler.None, stage: r.Stage, chunk: r.Chunk, phase: r.Phase, tag: r.Tag}
+	k := labelKey{rank: r.Rank, step: profiler.None, stage: r.Stage, chunk: r.Chunk, mb: r.Microbatch, phase: r.Phase, tag: r.Tag}
 	if s.lastLabel >= 0 && k == s.lastKey {
 		return s.lastLabel
 	}
@@ -472,7 +472,7 @@ func (s *aggState) addStep(st *analysis.Step) {
 			if stage == profiler.None {
 				stage = r.Stage
 			}
-			k := labelKey{rank: r.Rank, step: profiler.None, stage: int16(stage), chunk: int16(sl.Chunk), phase: sl.Phase}
+			k := labelKey{rank: r.Rank, step: profiler.None, stage: int16(stage), chunk: int16(sl.Chunk), mb: int32(sl.Microbatch), phase: sl.Phase}
 			id, ok := s.labelIDs[k]
 			if !ok {
 				id = int32(len(s.labelKeys))

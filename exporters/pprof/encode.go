@@ -181,6 +181,9 @@ func (e *encoder) labels(k labelKey) []byte {
 	if k.chunk >= 0 {
 		num(LabelChunk, int64(k.chunk))
 	}
+	if k.mb >= 0 {
+		num(LabelMicrobatch, int64(k.mb))
+	}
 	num(LabelRank, int64(k.rank))
 	if k.stage >= 0 {
 		num(LabelStage, int64(k.stage))

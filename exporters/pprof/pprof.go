@@ -32,9 +32,12 @@ const (
 	LabelRank  = "rank"  // numeric
 	LabelStage = "stage" // numeric
 	LabelChunk = "chunk" // numeric, the VPP chunk
-	LabelStep  = "step"  // numeric
-	LabelPhase = "phase" // string: forward, backward, optimizer, comm
-	LabelTag   = "tag"   // string: the profiler's tag, where one was set
+	// LabelMicrobatch is numeric: the microbatch of a forward or
+	// backward range and of what runs inside it.
+	LabelMicrobatch = "microbatch"
+	LabelStep       = "step"  // numeric
+	LabelPhase      = "phase" // string: forward, backward, optimizer, comm
+	LabelTag        = "tag"   // string: the profiler's tag, where one was set
 )
 
 // Option configures Build, Write and WriteFile.

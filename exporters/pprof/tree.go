@@ -45,6 +45,7 @@ type labelKey struct {
 	step  int32
 	stage int16
 	chunk int16
+	mb    int32
 	phase profiler.Phase
 	tag   string
 }
@@ -82,7 +83,7 @@ func newTree(records []profiler.Record) *tree {
 		// links of malformed input, so the ancestor walk below ends.
 		t.resolve(records, int32(i))
 		t.start, t.end = min(t.start, r.HostStart), max(t.end, r.HostEnd)
-		k := labelKey{rank: r.Rank, step: r.Step, stage: r.Stage, chunk: r.Chunk, phase: r.Phase, tag: r.Tag}
+		k := labelKey{rank: r.Rank, step: r.Step, stage: r.Stage, chunk: r.Chunk, mb: r.Microbatch, phase: r.Phase, tag: r.Tag}
 		if lastLabel < 0 || k != lastKey {
 			lastLabel, lastKey = t.label(k), k
 		}
@@ -280,7 +281,7 @@ func (k labelKey) strLabels() map[string][]string {
 
 // numUnit is the unit of every numeric label. pprof drops a numeric
 // label whose value is 0 unless it has a unit, and rank 0, stage 0, chunk
-// 0 and step 0 matter; an unknown unit leaves values unscaled and
+// 0, microbatch 0 and step 0 matter; an unknown unit leaves values unscaled and
 // -tagfocus=rank=1 still matches.
 const numUnit = "index"
 
@@ -299,6 +300,9 @@ func (k labelKey) numLabels() map[string][]int64 {
 	}
 	if k.chunk >= 0 {
 		m[LabelChunk] = []int64{int64(k.chunk)}
+	}
+	if k.mb >= 0 {
+		m[LabelMicrobatch] = []int64{int64(k.mb)}
 	}
 	if k.step >= 0 {
 		m[LabelStep] = []int64{int64(k.step)}

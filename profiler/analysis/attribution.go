@@ -43,11 +43,11 @@ func (u Use) String() string {
 // one thing.
 type Slice struct {
 	Use Use
-	// Phase, Stage and Chunk label a computation (profiler.None where
-	// unset); Op names a transfer.
-	Phase        profiler.Phase
-	Stage, Chunk int
-	Op           string
+	// Phase, Stage, Chunk and Microbatch label a computation
+	// (profiler.None where unset); Op names a transfer.
+	Phase                    profiler.Phase
+	Stage, Chunk, Microbatch int
+	Op                       string
 	// Waiting marks idle time during which the rank recorded a wait for
 	// its input (a communication-phase device range): idle because a peer
 	// had not sent yet.
@@ -158,6 +158,9 @@ func attribute(rk *Rank, items []item, span profiler.Interval) {
 		if c := cmp.Compare(a.Chunk, b.Chunk); c != 0 {
 			return c
 		}
+		if c := cmp.Compare(a.Microbatch, b.Microbatch); c != 0 {
+			return c
+		}
 		if c := cmp.Compare(a.Op, b.Op); c != 0 {
 			return c
 		}
@@ -175,7 +178,7 @@ func attribute(rk *Rank, items []item, span profiler.Interval) {
 // Among several computations (or transfers) running at once, the one
 // recorded first names the instant: a stable choice.
 func classify(items []item, active map[int32]bool, busy, inSpan bool) Slice {
-	s := Slice{Stage: profiler.None, Chunk: profiler.None}
+	s := Slice{Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None}
 	compute, transfer := int32(-1), int32(-1)
 	waiting := false
 	for idx := range active {
@@ -195,7 +198,7 @@ func classify(items []item, active map[int32]bool, busy, inSpan bool) Slice {
 	switch {
 	case busy && compute >= 0:
 		it := &items[compute]
-		s.Use, s.Phase, s.Stage, s.Chunk = UseCompute, it.phase, int(it.stage), int(it.chunk)
+		s.Use, s.Phase, s.Stage, s.Chunk, s.Microbatch = UseCompute, it.phase, int(it.stage), int(it.chunk), int(it.mb)
 	case busy:
 		s.Use = UseCompute
 	case transfer >= 0:
