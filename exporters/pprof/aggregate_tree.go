@@ -437,7 +437,7 @@ func (s *aggState) profile(cfg config) *profile.Profile {
 		p.SampleType = append(p.SampleType, &profile.ValueType{Type: StepTime, Unit: "nanoseconds"})
 		p.DefaultSampleType = StepTime
 		p.Comments = append(p.Comments,
-			"step_time (the default): each rank's step wall time split by what used it at each instant — computation (the busy definition) by phase and chunk, transfers by operation, and idle time as [idle: bubble] inside the step's span of forward and backward work (\"waiting for input\" beneath it where the rank recorded a wait) and [idle: other] outside it; a rank's frames add up to its step time",
+			"step_time (the default): each rank's step wall time split by what used it at each instant — computation (the busy definition) by phase and chunk, transfers by operation (a collective's wait for its last rank beneath it), and idle time as [idle: bubble] inside the step's span of forward and backward work (\"waiting for input\" beneath it where the rank recorded a wait) and [idle: other] outside it; a rank's frames add up to its step time",
 			"host_time, device_time and ranges: the range nesting, as above; at device depth 1 the kernels inside an action have host time only")
 	}
 	p.Sample = make([]*profile.Sample, len(s.samples))
@@ -497,10 +497,14 @@ func stepFrames(sl analysis.Slice) []string {
 		}
 		return []string{phase, "chunk " + strconv.Itoa(sl.Chunk)}
 	case analysis.UseTransfer:
-		if sl.Op == "" {
-			return []string{"transfer"}
+		f := []string{"transfer"}
+		if sl.Op != "" {
+			f = append(f, sl.Op)
 		}
-		return []string{"transfer", sl.Op}
+		if sl.Waiting {
+			f = append(f, "waiting for the last rank")
+		}
+		return f
 	}
 	frame := "[idle: other]"
 	if sl.Use == analysis.UseBubble {

@@ -50,7 +50,9 @@ type Slice struct {
 	Op                       string
 	// Waiting marks idle time during which the rank recorded a wait for
 	// its input (a communication-phase device range): idle because a peer
-	// had not sent yet.
+	// had not sent yet; and, for a transfer, the part of a collective
+	// before its last rank arrived: waiting for that rank, not moving
+	// data (Collective.Members' Wait and Transfer).
 	Waiting bool
 	Time    time.Duration
 }
@@ -65,13 +67,14 @@ type useEvent struct {
 // it exactly: at each instant the first of computing (the busy intervals,
 // named by a computation running then), a transfer, or idling (bubble
 // inside span, other outside it, marked waiting where a wait ran).
-func attribute(rk *Rank, items []item, span profiler.Interval) {
+func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[collKey]time.Duration) {
 	wall := rk.Wall
 	if wall.Len() <= 0 {
 		return
 	}
 	var work []profiler.StreamWork
 	var ev []useEvent
+	var cuts []time.Duration
 	for i := range items {
 		it := &items[i]
 		if it.isStep || it.work.Activity == profiler.ActivityNone {
@@ -83,10 +86,15 @@ func attribute(rk *Rank, items []item, span profiler.Interval) {
 			continue
 		}
 		ev = append(ev, useEvent{s, true, int32(i)}, useEvent{e, false, int32(i)})
+		if c := it.coll; c != nil && it.kind == profiler.KindCollective {
+			if la, ok := lastArrival[collKey{c.group, c.seq}]; ok && la > s && la < e {
+				cuts = append(cuts, la)
+			}
+		}
 	}
 	busy := profiler.BusyIntervals(nil, work)
 	// Boundaries of busy time and of the span cut slices too.
-	cuts := []time.Duration{wall.Start, wall.End}
+	cuts = append(cuts, wall.Start, wall.End)
 	for _, b := range busy {
 		cuts = append(cuts, b.Start, b.End)
 	}
@@ -128,7 +136,7 @@ func attribute(rk *Rank, items []item, span profiler.Interval) {
 			at = min(max(ev[k].at, wall.Start), wall.End)
 		}
 		if at > prev {
-			key := classify(items, active, inBusy(prev), span.Len() > 0 && prev >= span.Start && prev < span.End)
+			key := classify(items, active, prev, inBusy(prev), span.Len() > 0 && prev >= span.Start && prev < span.End, lastArrival)
 			slicesBy[key] += at - prev
 			prev = at
 		}
@@ -177,7 +185,7 @@ func attribute(rk *Rank, items []item, span profiler.Interval) {
 // classify names what holds an instant, given the items active then.
 // Among several computations (or transfers) running at once, the one
 // recorded first names the instant: a stable choice.
-func classify(items []item, active map[int32]bool, busy, inSpan bool) Slice {
+func classify(items []item, active map[int32]bool, at time.Duration, busy, inSpan bool, lastArrival map[collKey]time.Duration) Slice {
 	s := Slice{Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None}
 	compute, transfer := int32(-1), int32(-1)
 	waiting := false
@@ -205,6 +213,9 @@ func classify(items []item, active map[int32]bool, busy, inSpan bool) Slice {
 		s.Use = UseTransfer
 		if c := items[transfer].coll; c != nil {
 			s.Op = c.op
+			if la, ok := lastArrival[collKey{c.group, c.seq}]; ok && items[transfer].kind == profiler.KindCollective && at < la {
+				s.Waiting = true
+			}
 		}
 	case inSpan:
 		s.Use, s.Waiting = UseBubble, waiting

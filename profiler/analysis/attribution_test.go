@@ -16,8 +16,9 @@ func TestAttributionOfAConstructedStep(t *testing.T) {
 	// the span [10,70): idle [0,10); forward [10,20); the send [20,21);
 	// bubble [21,45); bubble while its wait for the gradient ran [45,55)
 	// (the backward's first 5 ms are that wait, on its stream, so not
-	// busy); backward [55,70); idle [70,80); the all-reduce [80,85); the
-	// optimizer [85,95) over the rest of the all-reduce; idle [95,100).
+	// busy); backward [55,70); idle [70,80); the all-reduce [80,85),
+	// waiting for rank 1, which arrives at 85; the optimizer [85,95) over
+	// the rest of the all-reduce; idle [95,100).
 	type key struct {
 		use     Use
 		phase   profiler.Phase
@@ -26,14 +27,14 @@ func TestAttributionOfAConstructedStep(t *testing.T) {
 		waiting bool
 	}
 	want := map[key]time.Duration{
-		{UseCompute, profiler.Forward, 0, "", false}:                         d(10),
-		{UseCompute, profiler.Backward, 1, "", false}:                        d(15),
-		{UseCompute, profiler.Optimizer, profiler.None, "", false}:           d(10),
-		{UseTransfer, profiler.PhaseNone, profiler.None, "Send", false}:      d(1),
-		{UseTransfer, profiler.PhaseNone, profiler.None, "AllReduce", false}: d(5),
-		{UseBubble, profiler.PhaseNone, profiler.None, "", false}:            d(24),
-		{UseBubble, profiler.PhaseNone, profiler.None, "", true}:             d(10),
-		{UseIdle, profiler.PhaseNone, profiler.None, "", false}:              d(25),
+		{UseCompute, profiler.Forward, 0, "", false}:                        d(10),
+		{UseCompute, profiler.Backward, 1, "", false}:                       d(15),
+		{UseCompute, profiler.Optimizer, profiler.None, "", false}:          d(10),
+		{UseTransfer, profiler.PhaseNone, profiler.None, "Send", false}:     d(1),
+		{UseTransfer, profiler.PhaseNone, profiler.None, "AllReduce", true}: d(5),
+		{UseBubble, profiler.PhaseNone, profiler.None, "", false}:           d(24),
+		{UseBubble, profiler.PhaseNone, profiler.None, "", true}:            d(10),
+		{UseIdle, profiler.PhaseNone, profiler.None, "", false}:             d(25),
 	}
 	got := map[key]time.Duration{}
 	var sum time.Duration

@@ -234,9 +234,6 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		}
 	}
 	st.Pipeline = pipelineShape(items)
-	for i, r := range ranks {
-		attribute(&st.Ranks[i], byRank[r], st.Span)
-	}
 	if st.Span.Len() > 0 {
 		for i, r := range ranks {
 			bubble(&st.Ranks[i], byRank[r], st.Span)
@@ -244,6 +241,16 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		st.Stages = stages(st.Ranks, st.Span)
 	}
 	st.Collectives, st.P2P = match(items)
+	// A complete collective's members wait for its last arrival.
+	lastArrival := map[collKey]time.Duration{}
+	for _, c := range st.Collectives {
+		if c.Complete && len(c.Members) > 0 {
+			lastArrival[collKey{c.Group, c.Seq}] = c.Members[len(c.Members)-1].Arrive
+		}
+	}
+	for i, r := range ranks {
+		attribute(&st.Ranks[i], byRank[r], st.Span, lastArrival)
+	}
 	for _, c := range st.Collectives {
 		if !c.Complete {
 			st.Problems = append(st.Problems, fmt.Sprintf("collective %s #%d (%s): %s", c.Group, c.Seq, c.Op, c.Problem))
