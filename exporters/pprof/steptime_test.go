@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/exporters/pprof"
+	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
 )
@@ -128,5 +129,82 @@ func TestStepTime(t *testing.T) {
 	}
 	if ranges != int64(len(recs)) {
 		t.Errorf("ranges %d, want one per record (%d)", ranges, len(recs))
+	}
+}
+
+// TestStepTimeOfASimulatedSchedule builds one step from the schedule
+// simulator's timeline of interleaved 1F1B (2 stages × 2 chunks × 4
+// microbatches, forward 1 ms, backward 2 ms, communication free): per
+// rank, step_time adds up to the makespan, its computation frames to the
+// stage's busy time and its bubble frame to the stage's idle time, as the
+// simulator computed them.
+func TestStepTimeOfASimulatedSchedule(t *testing.T) {
+	s, err := schedule.Interleaved1F1B(2, 2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := schedule.Simulate(s, schedule.UniformCost(1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var recs []profiler.Record
+	for stage, spans := range tl.Spans {
+		id := uint64(0)
+		next := func() uint64 { id++; return id }
+		recs = append(recs, profiler.Record{ID: next(), Name: profiler.StepName, Rank: stage, HostStart: 0, HostEnd: ms(tl.Makespan),
+			Labels: profiler.Labels{Step: 0, Stage: int16(stage), Chunk: profiler.None, Microbatch: profiler.None}})
+		for _, sp := range spans {
+			ph := profiler.Forward
+			if sp.Action.Kind == schedule.Backward {
+				ph = profiler.Backward
+			}
+			recs = append(recs, profiler.Record{ID: next(), Name: ph.String(), Depth: 1, Kind: profiler.KindDevice, Rank: stage, Stream: 1,
+				Labels:    profiler.Labels{Step: 0, Stage: int16(stage), Chunk: int16(sp.Action.Chunk), Microbatch: int32(sp.Action.Microbatch), Phase: ph},
+				HostStart: ms(sp.Start), HostEnd: ms(sp.Start), HasDevice: true, DeviceStart: ms(sp.Start), DeviceEnd: ms(sp.End)})
+		}
+	}
+	steps := analysis.Analyze(recs)
+	if len(steps) != 1 {
+		t.Fatalf("%d steps", len(steps))
+	}
+	agg := pprof.NewAggregate()
+	agg.Consume(recs)
+	agg.AddStep(&steps[0])
+	p, err := agg.Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vi := len(p.SampleType) - 1
+	if p.SampleType[vi].Type != pprof.StepTime {
+		t.Fatalf("sample types %v", p.SampleType)
+	}
+	total, compute, bubble, other := map[int64]time.Duration{}, map[int64]time.Duration{}, map[int64]time.Duration{}, map[int64]time.Duration{}
+	for _, smp := range p.Sample {
+		v := time.Duration(smp.Value[vi])
+		if v == 0 {
+			continue // a range's sample: no step_time
+		}
+		rank := smp.NumLabel[pprof.LabelRank][0]
+		total[rank] += v
+		if len(smp.Location) < 2 {
+			t.Fatalf("a step_time sample with no frame under step: %v", smp)
+		}
+		switch smp.Location[len(smp.Location)-2].Line[0].Function.Name { // the frame under step
+		case "forward", "backward":
+			compute[rank] += v
+		case "[idle: bubble]":
+			bubble[rank] += v
+		case "[idle: other]":
+			other[rank] += v
+		}
+	}
+	near := func(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }
+	for stage := range tl.Spans {
+		r := int64(stage)
+		if !near(total[r], ms(tl.Makespan)) || !near(compute[r], ms(tl.Busy[stage])) || !near(bubble[r], ms(tl.Idle[stage])) || other[r] != 0 {
+			t.Errorf("rank %d: step_time %v, computing %v, bubble %v, other %v; simulator: makespan %v, busy %v, idle %v",
+				r, total[r], compute[r], bubble[r], other[r], ms(tl.Makespan), ms(tl.Busy[stage]), ms(tl.Idle[stage]))
+		}
 	}
 }
