@@ -154,7 +154,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		log.Info("sending spans over OTLP", zap.String("protocol", out.spans.Protocol()), zap.String("endpoint", out.spans.Endpoint()))
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
-		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithLogger(log.Named("prom"))); err != nil {
+		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithDetail(o.metricsDetail), prom.WithLogger(log.Named("prom"))); err != nil {
 			out.discard()
 			return nil, err
 		}

@@ -129,7 +129,10 @@ func help(t *testing.T, reg prometheus.Gatherer, name string) string {
 // two collectives. Every exported value is computed here from the records.
 func TestConsumeHandBuiltStep(t *testing.T) {
 	buckets := []float64{0.001, 0.004, 0.016}
-	e, err := prom.New(nil, prom.WithHostname(host), prom.WithRangeBuckets(buckets), prom.WithDurationBuckets(buckets), prom.WithBandwidthBuckets([]float64{1e6, 1e9}))
+	// Per-rank detail, classic buckets only: the text format below cannot
+	// state native buckets.
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDetail(true), prom.WithNativeBucketFactor(1),
+		prom.WithRangeBuckets(buckets), prom.WithStepBuckets(buckets), prom.WithDurationBuckets(buckets), prom.WithBandwidthBuckets([]float64{1e6, 1e9}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +366,7 @@ func TestDeviceLabelsJoinDCGM(t *testing.T) {
 		}
 		return nil
 	}
-	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDescriber(describer))
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDescriber(describer), prom.WithDetail(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +439,7 @@ func TestNamesBeyondBoundCountAsOther(t *testing.T) {
 	if len(names) != 11 {
 		t.Errorf("%d records_total series, want 10 names + other: %v", len(names), names)
 	}
-	other := `trainscope_records_total{Hostname="node-7",UUID="",gpu="0",name="other",rank="0"}`
+	other := `trainscope_records_total{Hostname="node-7",name="other"}`
 	if got[other] != 990 {
 		t.Errorf("%s = %v, want 990", other, got[other])
 	}
