@@ -174,7 +174,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			spans := out.spans
 			err := out.metrics.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery {
 				s := spans.Stats()
-				return prom.Delivery{Delivered: s.Exported, Failed: s.Failed, Dropped: s.Dropped}
+				return prom.Delivery{Delivered: s.Exported, Failed: s.Failed, Dropped: s.Dropped, Unsampled: s.Unsampled}
 			}))
 			if err != nil {
 				out.discard()

@@ -414,9 +414,9 @@ func TestDeliveryCounters(t *testing.T) {
 	if err := e.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery { return d })); err == nil {
 		t.Error("second AddDelivery of one name: no error")
 	}
-	d = prom.Delivery{Delivered: 90, Failed: 7, Dropped: 3}
+	d = prom.Delivery{Delivered: 90, Failed: 7, Dropped: 3, Unsampled: 900}
 	got := gatherValues(t, e.Registry())
-	for outcome, v := range map[string]uint64{"delivered": d.Delivered, "failed": d.Failed, "dropped": d.Dropped} {
+	for outcome, v := range map[string]uint64{"delivered": 90, "failed": 7, "dropped": 3, "unsampled": 900} {
 		k := fmt.Sprintf(`trainscope_exporter_items_total{Hostname="node-7",exporter="otel",outcome=%q}`, outcome)
 		if got[k] != float64(v) {
 			t.Errorf("%s = %v, want %d", k, got[k], v)
