@@ -251,6 +251,24 @@ func TestEndToEndPrometheus(t *testing.T) {
 	}
 	t.Logf("Prometheus holds exactly the report's counts: %d records in %d name series, %d steps", len(recs), len(want), int(sumValues(steps)))
 
+	// The series Prometheus holds for the run are the series of a scrape
+	// of the exporter, counted as a server of its kind stores them.
+	format := classicScrape
+	if res, err := q.query(t.Context(), `count(histogram_count(trainscope_step_seconds`+ours+`))`); err == nil && len(res) == 1 && res[0].Value > 0 {
+		format = nativeScrape
+	}
+	url := "http://" + addr + "/metrics"
+	var series int
+	q.poll(t, deadline, `count({__name__=~"trainscope_.+"}`+ours+`)`, func(res []promSample) error {
+		c := countSeries(scrapeAs(t, url, format), format)
+		series = c.total
+		if len(res) != 1 || int(res[0].Value) != c.total {
+			return fmt.Errorf("Prometheus holds %v series, a %s scrape has %d", res, format.name, c.total)
+		}
+		return nil
+	})
+	t.Logf("Prometheus holds the %d series of a %s scrape", series, format.name)
+
 	// Linger until Prometheus has a few more scrapes of the final values,
 	// so rate() windows over the run's end hold data for the dashboards.
 	first := q.poll(t, deadline, `count_over_time(trainscope_run_info{run="`+runID+`"}[10m])`, func(res []promSample) error {
