@@ -339,7 +339,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	for _, mf := range mfs {
 		n := mf.GetName()
 		if mf.GetType() == dto.MetricType_HISTOGRAM {
-			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
+			names[n], names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true, true
 			continue
 		}
 		names[n] = true
@@ -436,7 +436,8 @@ func (p prometheus) get(ctx context.Context, path string, params url.Values, int
 func (p prometheus) rangeQuery(ctx context.Context, expr string, start, end time.Time) (series, finite int, err error) {
 	var data struct {
 		Result []struct {
-			Values [][2]any `json:"values"`
+			Values     [][2]any `json:"values"`
+			Histograms [][2]any `json:"histograms"` // native histogram samples
 		} `json:"result"`
 	}
 	err = p.get(ctx, "/api/v1/query_range", url.Values{
@@ -449,6 +450,11 @@ func (p prometheus) rangeQuery(ctx context.Context, expr string, start, end time
 		for _, v := range r.Values {
 			s, _ := v[1].(string)
 			if f, perr := strconv.ParseFloat(s, 64); perr == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+				finite++
+			}
+		}
+		for _, h := range r.Histograms {
+			if m, ok := h[1].(map[string]any); ok && m["count"] != nil {
 				finite++
 			}
 		}

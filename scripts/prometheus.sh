@@ -23,12 +23,17 @@
 #                                 (default ${TMPDIR:-/tmp}/trainscope-prometheus)
 #   TRAINSCOPE_PROMETHEUS_WAIT    seconds to wait for readiness (default 60)
 #   TRAINSCOPE_PROMETHEUS_KEEP=1  stop keeps the state directory (data and log)
+#   TRAINSCOPE_PROMETHEUS_FEATURES  comma-separated --enable-feature values
+#                                 (default native-histograms: scrape the protobuf
+#                                 format and store native histograms; empty for a
+#                                 server with classic histograms only)
 set -euo pipefail
 
 listen="${TRAINSCOPE_PROMETHEUS_LISTEN:-127.0.0.1:9090}"
 dir="${TRAINSCOPE_PROMETHEUS_DIR:-${TMPDIR:-/tmp}/trainscope-prometheus}"
 wait_s="${TRAINSCOPE_PROMETHEUS_WAIT:-60}"
 pidfile="$dir/prometheus.pid"
+features="${TRAINSCOPE_PROMETHEUS_FEATURES-native-histograms}"
 
 say() { echo "prometheus.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -120,8 +125,11 @@ start() {
 	rm -rf "$dir/data"
 	mkdir -p "$dir/data"
 	write_config "${targets[@]}"
-	say "starting prometheus on $listen, scraping ${targets[*]} every 1s ($dir)"
+	local feature_flags=()
+	[ -z "$features" ] || feature_flags=(--enable-feature="$features")
+	say "starting prometheus on $listen, scraping ${targets[*]} every 1s, features: ${features:-none} ($dir)"
 	nohup prometheus \
+		"${feature_flags[@]}" \
 		--config.file="$dir/prometheus.yml" \
 		--storage.tsdb.path="$dir/data" \
 		--web.listen-address="$listen" \

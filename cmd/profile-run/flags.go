@@ -31,6 +31,7 @@ type options struct {
 	report, pprofPath, tracePath string
 	metricsAddr                  string
 	metricsLinger                time.Duration
+	metricsDetail                bool
 	pushgateway                  string
 	otlpEndpoint, otlpProtocol   string
 	otlpInsecure                 bool
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)
 	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values")
+	fs.BoolVar(&o.metricsDetail, "metrics-detail", false, "export per-name range histograms and record counts per rank, stage, chunk and phase, and collectives by message size (series grow with ranks × names; docs/metrics.md)")
 	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL (for batch jobs)")
 	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this endpoint (host:port or URL); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on")
 	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")

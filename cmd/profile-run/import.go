@@ -38,6 +38,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "off", "serve Prometheus /metrics here while importing (with -metrics-linger, so a scraper sees them)")
 	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after the import")
+	fs.BoolVar(&o.metricsDetail, "metrics-detail", false, "export per-name detail per rank (docs/metrics.md)")
 	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL")
 	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this endpoint (host:port or URL); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on")
 	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")

@@ -163,7 +163,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		log.Info("sending spans over OTLP", zap.String("protocol", out.spans.Protocol()), zap.String("endpoint", out.spans.Endpoint()))
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
-		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithLogger(log.Named("prom"))); err != nil {
+		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithDetail(o.metricsDetail), prom.WithLogger(log.Named("prom"))); err != nil {
 			out.discard()
 			return nil, err
 		}
@@ -183,7 +183,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			spans := out.spans
 			err := out.metrics.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery {
 				s := spans.Stats()
-				return prom.Delivery{Delivered: s.Exported, Failed: s.Failed, Dropped: s.Dropped}
+				return prom.Delivery{Delivered: s.Exported, Failed: s.Failed, Dropped: s.Dropped, Unsampled: s.Unsampled}
 			}))
 			if err != nil {
 				out.discard()

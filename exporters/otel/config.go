@@ -73,6 +73,16 @@ type Config struct {
 	// OTEL_RESOURCE_ATTRIBUTES.
 	ResourceAttributes []attribute.KeyValue
 
+	// Sampler chooses the steps whose traces are exported: one of the
+	// Sampler* names (always_on, always_off, traceidratio and their
+	// parentbased_ forms). Empty means OTEL_TRACES_SAMPLER, then
+	// parentbased_always_on. The decision derives from the step's trace
+	// id, so every rank of a run takes the same one for the same step.
+	Sampler string
+	// SamplerArg is the traceidratio sampler's ratio, from 0 to 1. Empty
+	// means OTEL_TRACES_SAMPLER_ARG, then 1.
+	SamplerArg string
+
 	// QueueSize bounds the spans held between Consume and their export's
 	// outcome (default DefaultQueueSize). Consume drops and counts the
 	// records that do not fit; it never waits.

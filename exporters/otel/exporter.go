@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ type Exporter struct {
 	target   string // where requests go, for messages
 	spans    sdktrace.SpanExporter
 	build    *builder
+	sampler  stepSampler
 
 	mu       sync.Mutex
 	queue    []profiler.Record // records waiting for the export goroutine
@@ -84,6 +86,10 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 	if cfg.RunID == "" {
 		cfg.RunID = randomRunID()
 	}
+	sampler, err := newStepSampler(cfg.Sampler, cfg.SamplerArg)
+	if err != nil {
+		return nil, err
+	}
 	base, err := baseResource(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -96,6 +102,7 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 		cfg:     cfg,
 		spans:   o.spanExporter,
 		build:   newBuilder(cfg.RunID, cfg.Epoch, cfg.MaxLinks, base),
+		sampler: sampler,
 		wake:    make(chan struct{}, 1),
 		senders: make(chan struct{}, cfg.Concurrency),
 		flushes: make(chan chan struct{}),
@@ -218,13 +225,24 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 	if len(batch) == 0 {
 		return
 	}
+	all := len(batch)
+	unsampled := 0
+	if e.sampler.bound != 1<<63 {
+		batch, unsampled = e.sample(batch)
+	}
 	n := 0
 	for i := range batch {
 		n += spansOf(&batch[i])
 	}
 	e.mu.Lock()
-	e.stats.Records += uint64(len(batch))
-	e.stats.Spans += uint64(n)
+	e.stats.Records += uint64(all)
+	e.stats.Spans += uint64(n + unsampled)
+	e.stats.Sampled += uint64(n)
+	e.stats.Unsampled += uint64(unsampled)
+	if len(batch) == 0 {
+		e.mu.Unlock()
+		return
+	}
 	if e.finished {
 		e.stats.Dropped += uint64(n)
 		e.mu.Unlock()
@@ -259,6 +277,26 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 		default:
 		}
 	}
+}
+
+// sample returns a copy of the records of batch whose step the sampler
+// keeps, and the number of spans it leaves out.
+func (e *Exporter) sample(batch []profiler.Record) ([]profiler.Record, int) {
+	var kept []profiler.Record
+	unsampled := 0
+	last, lastKept := int32(0), false
+	for i := range batch {
+		r := &batch[i]
+		if i == 0 || r.Step != last {
+			last, lastKept = r.Step, e.sampler.sampled(e.build.ids.traceID(r.Step))
+		}
+		if !lastKept {
+			unsampled += spansOf(r)
+		} else if kept = append(kept, *r); cap(kept) == 1 {
+			kept = slices.Grow(kept, len(batch)-i-1)
+		}
+	}
+	return kept, unsampled
 }
 
 // run is the export goroutine: it builds spans and hands each request to
@@ -477,19 +515,23 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	return e.shutdownErr
 }
 
-// Stats counts spans by what became of them. At any time Spans = Queued +
-// Dropped and Queued = Exported + Failed + Pending, so once Pending is 0
+// Stats counts spans by what became of them. At any time Spans = Sampled +
+// Unsampled, Sampled = Queued + Dropped and Queued = Exported + Failed +
+// Pending, so once Pending is 0
 // (after Shutdown) Dropped + Failed is every span that did not reach the
 // endpoint. A request whose answer was lost counts as failed even if the
 // endpoint kept its spans: Exported is what the endpoint acknowledged.
 type Stats struct {
-	Records  uint64 // records consumed
-	Spans    uint64 // spans those records make: one each, two for a device-timed record
-	Queued   uint64 // spans accepted into the queue
-	Dropped  uint64 // spans refused: the queue was full, or the exporter had shut down
-	Exported uint64 // spans the endpoint acknowledged
-	Failed   uint64 // spans whose request failed after its retries, or still queued when Shutdown ran out of time
-	Pending  uint64 // spans queued or in flight now
+	Records uint64 // records consumed
+	Spans   uint64 // spans those records make: one each, two for a device-timed record
+	// Sampled are the spans of steps the sampler keeps (Config.Sampler);
+	// Unsampled those it leaves out, which are neither queued nor sent.
+	Sampled, Unsampled uint64
+	Queued             uint64 // spans accepted into the queue
+	Dropped            uint64 // spans refused: the queue was full, or the exporter had shut down
+	Exported           uint64 // spans the endpoint acknowledged
+	Failed             uint64 // spans whose request failed after its retries, or still queued when Shutdown ran out of time
+	Pending            uint64 // spans queued or in flight now
 
 	Requests      uint64 // export requests sent
 	RequestErrors uint64 // requests that failed, wholly or partly

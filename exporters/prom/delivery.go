@@ -15,6 +15,7 @@ type Delivery struct {
 	Delivered uint64 // accepted by the destination
 	Failed    uint64 // sent, or due to be sent, but lost to errors: rejected, timed out, endpoint down
 	Dropped   uint64 // never sent: a full queue, shutdown
+	Unsampled uint64 // left out by a sampler: never queued nor sent
 }
 
 // DeliveryCounter is implemented by exporters that count their deliveries.
@@ -31,7 +32,7 @@ type DeliveryFunc func() Delivery
 func (f DeliveryFunc) Delivery() Delivery { return f() }
 
 // AddDelivery publishes c's counts as
-// trainscope_exporter_items_total{exporter=name, outcome="delivered"|"failed"|"dropped"}.
+// trainscope_exporter_items_total{exporter=name, outcome="delivered"|"failed"|"dropped"|"unsampled"}.
 // A name can be added once.
 func (e *Exporter) AddDelivery(name string, c DeliveryCounter) error {
 	if name == "" || c == nil {
@@ -81,7 +82,7 @@ func (d *deliveryCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range []struct {
 			outcome string
 			v       uint64
-		}{{"delivered", v.Delivered}, {"failed", v.Failed}, {"dropped", v.Dropped}} {
+		}{{"delivered", v.Delivered}, {"failed", v.Failed}, {"dropped", v.Dropped}, {"unsampled", v.Unsampled}} {
 			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(o.v), n.name, o.outcome)
 		}
 	}

@@ -95,7 +95,8 @@ func (q promQuery) poll(t *testing.T, deadline time.Time, expr string, check fun
 // on TRAINSCOPE_METRICS_ADDR, which the real Prometheus at
 // TRAINSCOPE_PROMETHEUS_URL scrapes (scripts/prometheus.sh start ADDR), and
 // proves that what Prometheus stored equals the profiler's own counts:
-// records by rank and name against Summarize(Snapshot()), the profiler's
+// records by name (summed over ranks, as exported by default) against
+// Summarize(Snapshot()), the profiler's
 // Stats, step counts and collective bytes. It keeps serving until
 // Prometheus holds several scrapes of the final values, so the dashboard
 // test (dashboards/) finds the run's data afterwards.
@@ -184,11 +185,11 @@ func TestEndToEndPrometheus(t *testing.T) {
 	if st.Pending != 0 || st.Dropped != 0 || st.Overflow != 0 {
 		t.Fatalf("profiler stats %+v: the report would not hold every record", st)
 	}
-	want := map[string]float64{} // rank/name → count
+	want := map[string]float64{} // name → count over all ranks
 	total := 0
 	for _, g := range profiler.Summarize(recs) {
 		for _, n := range g.Names {
-			want[strconv.Itoa(g.Rank)+"/"+n.Name] += float64(n.Count)
+			want[n.Name] += float64(n.Count)
 			total += n.Count
 		}
 	}
@@ -229,9 +230,12 @@ func TestEndToEndPrometheus(t *testing.T) {
 			return nil
 		}
 	}
-	q.poll(t, deadline, `trainscope_records_total`+ours, equal(func(m map[string]string) string { return m["rank"] + "/" + m["name"] }, want))
+	q.poll(t, deadline, `trainscope_records_total`+ours, equal(func(m map[string]string) string { return m["name"] }, want))
 	q.poll(t, deadline, `sum(trainscope_records_total`+ours+`)`, equal(func(map[string]string) string { return "" }, map[string]float64{"": float64(len(recs))}))
-	q.poll(t, deadline, `sum by (rank) (trainscope_step_seconds_count`+ours+`)`, equal(func(m map[string]string) string { return m["rank"] }, steps))
+	// Step counts from the step time histogram: native where the server
+	// stores native histograms, else classic.
+	q.poll(t, deadline, `sum by (rank) (histogram_count(trainscope_step_seconds`+ours+`) or trainscope_step_seconds_count`+ours+`)`,
+		equal(func(m map[string]string) string { return m["rank"] }, steps))
 	q.poll(t, deadline, `sum by (rank, op, group) (trainscope_collective_bytes_total`+ours+`)`,
 		equal(func(m map[string]string) string { return m["rank"] + "/" + m["op"] + "/" + m["group"] }, bytes))
 	st = p.Stats()
@@ -245,7 +249,25 @@ func TestEndToEndPrometheus(t *testing.T) {
 	} {
 		q.poll(t, deadline, name+ours, equal(func(map[string]string) string { return "" }, map[string]float64{"": v}))
 	}
-	t.Logf("Prometheus holds exactly the report's counts: %d records in %d rank/name series, %d steps", len(recs), len(want), int(sumValues(steps)))
+	t.Logf("Prometheus holds exactly the report's counts: %d records in %d name series, %d steps", len(recs), len(want), int(sumValues(steps)))
+
+	// The series Prometheus holds for the run are the series of a scrape
+	// of the exporter, counted as a server of its kind stores them.
+	format := classicScrape
+	if res, err := q.query(t.Context(), `count(histogram_count(trainscope_step_seconds`+ours+`))`); err == nil && len(res) == 1 && res[0].Value > 0 {
+		format = nativeScrape
+	}
+	url := "http://" + addr + "/metrics"
+	var series int
+	q.poll(t, deadline, `count({__name__=~"trainscope_.+"}`+ours+`)`, func(res []promSample) error {
+		c := countSeries(scrapeAs(t, url, format), format)
+		series = c.total
+		if len(res) != 1 || int(res[0].Value) != c.total {
+			return fmt.Errorf("Prometheus holds %v series, a %s scrape has %d", res, format.name, c.total)
+		}
+		return nil
+	})
+	t.Logf("Prometheus holds the %d series of a %s scrape", series, format.name)
 
 	// Linger until Prometheus has a few more scrapes of the final values,
 	// so rate() windows over the run's end hold data for the dashboards.

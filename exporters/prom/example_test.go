@@ -60,7 +60,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// trainscope_records_total{Hostname="node-1",UUID="",gpu="0",name="forward",rank="0"} 3
-	// trainscope_records_total{Hostname="node-1",UUID="",gpu="0",name="step",rank="0"} 3
+	// trainscope_records_total{Hostname="node-1",name="forward"} 3
+	// trainscope_records_total{Hostname="node-1",name="step"} 3
 	// trainscope_step_seconds_count{Hostname="node-1",UUID="",gpu="0",rank="0",stage=""} 3
 }

@@ -51,9 +51,13 @@ type config struct {
 	hostname        string
 	runID           string
 	describer       func(runtime.DeviceType) runtime.DeviceDescriber
+	detail          bool
 	rangeBuckets    []float64
+	rangeBucketsSet bool
+	stepBuckets     []float64
 	durationBuckets []float64
 	bandwidthBucket []float64
+	nativeFactor    float64
 	maxNames        int
 	maxGroups       int
 	log             *zap.Logger
@@ -80,31 +84,62 @@ func WithDescriber(d func(runtime.DeviceType) runtime.DeviceDescriber) Option {
 	return optionFunc(func(c *config) { c.describer = d })
 }
 
-// WithRangeBuckets sets the upper bounds, in seconds, of the range host
-// and device duration histograms (default 1µs·4^k up to about 16.8s, 13
-// buckets: ranges are the most numerous series, so their buckets are
-// coarser).
+// WithDetail exports per-name detail per rank: range histograms and
+// record counts labelled with rank, gpu, UUID, kind, stage, chunk and
+// phase, collective series with the message size, and bandwidth
+// histograms per rank. Off by default, because their series grow with
+// ranks × range names × stages × chunks; without it, per-name series are
+// summed over the exporter's ranks and each rank has a bounded budget of
+// series (docs/metrics.md).
+func WithDetail(on bool) Option { return optionFunc(func(c *config) { c.detail = on }) }
+
+// WithRangeBuckets sets classic bucket upper bounds, in seconds, of the
+// range host and device duration histograms. By default they have native
+// buckets only (a server without native histograms sees their _sum and
+// _count), or with WithDetail 1µs·4^k up to about 16.8s (13 buckets). An
+// empty list means native buckets only.
 func WithRangeBuckets(b []float64) Option {
-	return optionFunc(func(c *config) { c.rangeBuckets = append([]float64(nil), b...) })
+	return optionFunc(func(c *config) { c.rangeBuckets, c.rangeBucketsSet = append([]float64(nil), b...), true })
 }
 
-// WithDurationBuckets sets the upper bounds, in seconds, of the step and
-// collective duration histograms (default 1µs·2^k up to about 16.8s, 25
-// buckets).
+// WithStepBuckets sets the classic bucket upper bounds, in seconds, of the
+// step time histogram (default 1ms·2^k up to about 131s, 18 buckets), for
+// servers without native histograms.
+func WithStepBuckets(b []float64) Option {
+	return optionFunc(func(c *config) { c.stepBuckets = append([]float64(nil), b...) })
+}
+
+// WithDurationBuckets sets the classic bucket upper bounds, in seconds, of
+// the collective duration histogram (default 1µs·4^k up to about 16.8s,
+// 13 buckets), for servers without native histograms.
 func WithDurationBuckets(b []float64) Option {
 	return optionFunc(func(c *config) { c.durationBuckets = append([]float64(nil), b...) })
 }
 
-// WithBandwidthBuckets sets the upper bounds, in bytes per second, of the
-// algorithm and bus bandwidth histograms (default 2^20·2^k up to 2^40:
-// 1 MiB/s to 1 TiB/s, 21 buckets).
+// WithBandwidthBuckets sets the classic bucket upper bounds, in bytes per
+// second, of the algorithm and bus bandwidth histograms (default
+// 2^20·4^k up to 2^40: 1 MiB/s to 1 TiB/s, 11 buckets).
 func WithBandwidthBuckets(b []float64) Option {
 	return optionFunc(func(c *config) { c.bandwidthBucket = append([]float64(nil), b...) })
 }
 
+// NativeBucketFactor is the default growth factor of native histogram
+// buckets: client_golang picks the schema whose factor is at most this,
+// 2^(1/8) ≈ 1.0905 (schema 3), so a quantile read from a native histogram
+// is within 9.05% (one bucket) of the true value.
+const NativeBucketFactor = 1.1
+
+// WithNativeBucketFactor sets the growth factor of native histogram
+// buckets (default NativeBucketFactor); 1 or less turns native buckets
+// off, leaving classic ones only.
+func WithNativeBucketFactor(f float64) Option {
+	return optionFunc(func(c *config) { c.nativeFactor = f })
+}
+
 // WithMaxNames bounds the distinct range names that get series of their
-// own (default 1024); records of further names are counted under the name
-// "other". It guards the series count against names built at run time.
+// own (default 64), over all the exporter's ranks, so per rank too;
+// records of further names are counted under the name "other". It guards
+// the series count against names built at run time.
 func WithMaxNames(n int) Option { return optionFunc(func(c *config) { c.maxNames = n }) }
 
 // WithMaxGroups bounds the distinct process group names that get series of
@@ -118,10 +153,11 @@ const OtherLabel = "other"
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		describer:       runtimeDescriber,
-		rangeBuckets:    prometheus.ExponentialBuckets(1e-6, 4, 13),
-		durationBuckets: prometheus.ExponentialBuckets(1e-6, 2, 25),
-		bandwidthBucket: prometheus.ExponentialBuckets(1<<20, 2, 21),
-		maxNames:        1024,
+		stepBuckets:     prometheus.ExponentialBuckets(1e-3, 2, 18),
+		durationBuckets: prometheus.ExponentialBuckets(1e-6, 4, 13),
+		bandwidthBucket: prometheus.ExponentialBuckets(1<<20, 4, 11),
+		nativeFactor:    NativeBucketFactor,
+		maxNames:        64,
 		maxGroups:       256,
 	}
 	for _, o := range opts {
@@ -139,8 +175,17 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("prom: WithMaxNames(%d): must be at least 1", c.maxNames)
 	case c.maxGroups < 1:
 		return c, fmt.Errorf("prom: WithMaxGroups(%d): must be at least 1", c.maxGroups)
-	case !increasing(c.rangeBuckets):
-		return c, fmt.Errorf("prom: range buckets %v: want at least one, strictly increasing", c.rangeBuckets)
+	case !c.rangeBucketsSet && c.detail:
+		c.rangeBuckets = prometheus.ExponentialBuckets(1e-6, 4, 13)
+	}
+	if c.nativeFactor <= 1 && len(c.rangeBuckets) == 0 {
+		c.rangeBuckets = prometheus.ExponentialBuckets(1e-6, 4, 13) // some buckets are needed
+	}
+	switch {
+	case len(c.rangeBuckets) > 0 && !increasing(c.rangeBuckets):
+		return c, fmt.Errorf("prom: range buckets %v: want strictly increasing", c.rangeBuckets)
+	case !increasing(c.stepBuckets):
+		return c, fmt.Errorf("prom: step buckets %v: want at least one, strictly increasing", c.stepBuckets)
 	case !increasing(c.durationBuckets):
 		return c, fmt.Errorf("prom: duration buckets %v: want at least one, strictly increasing", c.durationBuckets)
 	case !increasing(c.bandwidthBucket):

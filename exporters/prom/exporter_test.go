@@ -129,7 +129,10 @@ func help(t *testing.T, reg prometheus.Gatherer, name string) string {
 // two collectives. Every exported value is computed here from the records.
 func TestConsumeHandBuiltStep(t *testing.T) {
 	buckets := []float64{0.001, 0.004, 0.016}
-	e, err := prom.New(nil, prom.WithHostname(host), prom.WithRangeBuckets(buckets), prom.WithDurationBuckets(buckets), prom.WithBandwidthBuckets([]float64{1e6, 1e9}))
+	// Per-rank detail, classic buckets only: the text format below cannot
+	// state native buckets.
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDetail(true), prom.WithNativeBucketFactor(1),
+		prom.WithRangeBuckets(buckets), prom.WithStepBuckets(buckets), prom.WithDurationBuckets(buckets), prom.WithBandwidthBuckets([]float64{1e6, 1e9}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +366,7 @@ func TestDeviceLabelsJoinDCGM(t *testing.T) {
 		}
 		return nil
 	}
-	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDescriber(describer))
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithDescriber(describer), prom.WithDetail(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,9 +414,9 @@ func TestDeliveryCounters(t *testing.T) {
 	if err := e.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery { return d })); err == nil {
 		t.Error("second AddDelivery of one name: no error")
 	}
-	d = prom.Delivery{Delivered: 90, Failed: 7, Dropped: 3}
+	d = prom.Delivery{Delivered: 90, Failed: 7, Dropped: 3, Unsampled: 900}
 	got := gatherValues(t, e.Registry())
-	for outcome, v := range map[string]uint64{"delivered": d.Delivered, "failed": d.Failed, "dropped": d.Dropped} {
+	for outcome, v := range map[string]uint64{"delivered": 90, "failed": 7, "dropped": 3, "unsampled": 900} {
 		k := fmt.Sprintf(`trainscope_exporter_items_total{Hostname="node-7",exporter="otel",outcome=%q}`, outcome)
 		if got[k] != float64(v) {
 			t.Errorf("%s = %v, want %d", k, got[k], v)
@@ -436,7 +439,7 @@ func TestNamesBeyondBoundCountAsOther(t *testing.T) {
 	if len(names) != 11 {
 		t.Errorf("%d records_total series, want 10 names + other: %v", len(names), names)
 	}
-	other := `trainscope_records_total{Hostname="node-7",UUID="",gpu="0",name="other",rank="0"}`
+	other := `trainscope_records_total{Hostname="node-7",name="other"}`
 	if got[other] != 990 {
 		t.Errorf("%s = %v, want 990", other, got[other])
 	}

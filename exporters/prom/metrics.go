@@ -18,26 +18,49 @@ func withRank(labels ...string) []string {
 	return append(append([]string(nil), perRank...), labels...)
 }
 
-// metrics are the vectors the sink updates.
+// metrics are the vectors the sink updates. Their labels depend on
+// WithDetail; the comments give the default, then the detail labels.
 type metrics struct {
-	rangeHost, rangeDevice *prometheus.HistogramVec // name, kind, stage, chunk, phase
-	records                *prometheus.CounterVec   // name
+	rangeHost, rangeDevice *prometheus.HistogramVec // name; + rank, kind, stage, chunk, phase
+	records                *prometheus.CounterVec   // name; + rank
 
-	collBytes, collBusBytes *prometheus.CounterVec   // op, group, size
-	collSeconds             *prometheus.HistogramVec // op, group, size
-	collAlgBW, collBusBW    *prometheus.HistogramVec // op, group, size
+	collBytes, collBusBytes *prometheus.CounterVec   // rank, op, group; + size
+	collSeconds             *prometheus.HistogramVec // rank, op, group; + size
+	collAlgBW, collBusBW    *prometheus.HistogramVec // op; + rank, group, size
 
-	step                   *prometheus.HistogramVec // stage
-	stageBusy, stageIdle   *prometheus.CounterVec   // stage
-	stageLate              *prometheus.CounterVec   // stage
-	stepsWithoutAccounting *prometheus.CounterVec   // (per rank only)
+	step                   *prometheus.HistogramVec // rank, stage
+	stageBusy, stageIdle   *prometheus.CounterVec   // rank, stage
+	stageLate              *prometheus.CounterVec   // rank, stage
+	stepsWithoutAccounting *prometheus.CounterVec   // rank
+}
+
+// histogramOpts are the options of every histogram: native buckets at
+// the configured factor beside the classic ones, so a server with native
+// histograms stores one series per histogram and one without them still
+// reads the classic buckets.
+func histogramOpts(c config, name, help string, buckets []float64) prometheus.HistogramOpts {
+	o := prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}
+	if c.nativeFactor > 1 {
+		o.NativeHistogramBucketFactor = c.nativeFactor
+		// Bounded memory: past 160 buckets the resolution halves; the
+		// histogram is never reset to make room.
+		o.NativeHistogramMaxBucketNumber = 160
+		o.NativeHistogramMinResetDuration = 0
+	}
+	return o
 }
 
 func newMetrics(c config) metrics {
-	rangeLabels := withRank("name", "kind", "stage", "chunk", "phase")
-	collLabels := withRank("op", "group", "size")
+	rangeLabels, recordLabels := []string{"name"}, []string{"name"}
+	collLabels, bwLabels := withRank("op", "group"), []string{"op"}
+	if c.detail {
+		rangeLabels = withRank("name", "kind", "stage", "chunk", "phase")
+		recordLabels = withRank("name")
+		collLabels = withRank("op", "group", "size")
+		bwLabels = collLabels
+	}
 	hist := func(name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+		return prometheus.NewHistogramVec(histogramOpts(c, name, help, buckets), labels)
 	}
 	counter := func(name, help string, labels []string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -48,21 +71,21 @@ func newMetrics(c config) metrics {
 		rangeDevice: hist("trainscope_range_device_seconds",
 			"Device time of device-timed ranges, measured with stream events.", c.rangeBuckets, rangeLabels),
 		records: counter("trainscope_records_total",
-			"Profiler records exported, by range name; equals the report's counts plus the records beyond the profiler's record bound.", withRank("name")),
+			"Profiler records exported, by range name; equals the report's counts plus the records beyond the profiler's record bound.", recordLabels),
 
 		collBytes: counter("trainscope_collective_bytes_total",
 			"Message bytes of collective and point-to-point calls (S as nccl-tests defines it).", collLabels),
 		collBusBytes: counter("trainscope_collective_bus_bytes_total",
-			"Message bytes times the bus factor of each call; its rate over the rate of trainscope_collective_seconds_sum is the aggregate bus bandwidth.", collLabels),
+			"Message bytes times the bus factor of each call; its rate over the rate of the sum of trainscope_collective_seconds is the aggregate bus bandwidth.", collLabels),
 		collSeconds: hist("trainscope_collective_seconds",
 			"Duration of collective and point-to-point calls: device time, host time where none was measured.", c.durationBuckets, collLabels),
 		collAlgBW: hist("trainscope_collective_algbw_bytes_per_second",
-			"Algorithm bandwidth S/t of each collective or point-to-point call.", c.bandwidthBucket, collLabels),
+			"Algorithm bandwidth S/t of each collective or point-to-point call.", c.bandwidthBucket, bwLabels),
 		collBusBW: hist("trainscope_collective_busbw_bytes_per_second",
-			"Bus bandwidth of each call: algorithm bandwidth times the nccl-tests bus factor.", c.bandwidthBucket, collLabels),
+			"Bus bandwidth of each call: algorithm bandwidth times the nccl-tests bus factor.", c.bandwidthBucket, bwLabels),
 
 		step: hist("trainscope_step_seconds",
-			"Host wall time of top-level \"step\" ranges.", c.durationBuckets, withRank("stage")),
+			"Host wall time of top-level \"step\" ranges.", c.stepBuckets, withRank("stage")),
 		stageBusy: counter("trainscope_stage_busy_seconds_total",
 			"Per step, the time the rank computed: device time of its forward, backward and optimizer ranges, less transfers and input waits on the same stream, clipped to the step.", withRank("stage")),
 		stageIdle: counter("trainscope_stage_idle_seconds_total",

@@ -37,8 +37,11 @@ type collKey struct {
 	dev       runtime.Device
 	op, group string
 	rank      int32
-	size      int8 // log2 of the message size bucket; -1 for 0 bytes
+	size      int8 // log2 of the message size bucket; -1 for 0 bytes; noSize without WithDetail
 }
+
+// noSize is collKey.size where series carry no size label.
+const noSize = -2
 
 type collSeries struct {
 	bytes, busBytes     prometheus.Counter
@@ -91,7 +94,10 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 
 func (e *Exporter) collective(r *profiler.Record) {
 	c := &r.Collective
-	k := collKey{dev: r.Device, op: c.Op, group: c.Group, rank: int32(r.Rank), size: sizeBucket(c.Bytes)}
+	k := collKey{dev: r.Device, op: c.Op, group: c.Group, rank: int32(r.Rank), size: noSize}
+	if e.cfg.detail {
+		k.size = sizeBucket(c.Bytes)
+	}
 	s, ok := e.colls[k]
 	if !ok {
 		s = e.newCollSeries(k)
@@ -110,7 +116,10 @@ func (e *Exporter) collective(r *profiler.Record) {
 }
 
 func (e *Exporter) rangeSeries(r *profiler.Record) *rangeSeries {
-	k := rangeKey{dev: r.Device, name: r.Name, rank: int32(r.Rank), stage: r.Stage, chunk: r.Chunk, kind: r.Kind, phase: r.Phase}
+	k := rangeKey{name: r.Name}
+	if e.cfg.detail {
+		k = rangeKey{dev: r.Device, name: r.Name, rank: int32(r.Rank), stage: r.Stage, chunk: r.Chunk, kind: r.Kind, phase: r.Phase}
+	}
 	if s, ok := e.ranges[k]; ok {
 		return s
 	}
@@ -124,12 +133,18 @@ func (e *Exporter) rangeSeries(r *profiler.Record) *rangeSeries {
 			e.names[k.name] = struct{}{}
 		}
 	}
-	rl := e.rankLabels(k.dev, int(k.rank))
-	l := append(rl, k.name, k.kind.String(), optional(int(k.stage)), optional(int(k.chunk)), k.phase.String())
-	s := &rangeSeries{
-		host:    e.m.rangeHost.WithLabelValues(l...),
-		records: e.m.records.WithLabelValues(append(rl[:len(perRank):len(perRank)], k.name)...),
-		labels:  l,
+	var s *rangeSeries
+	if e.cfg.detail {
+		rl := e.rankLabels(k.dev, int(k.rank))
+		l := append(rl, k.name, k.kind.String(), optional(int(k.stage)), optional(int(k.chunk)), k.phase.String())
+		s = &rangeSeries{
+			host:    e.m.rangeHost.WithLabelValues(l...),
+			records: e.m.records.WithLabelValues(append(rl[:len(perRank):len(perRank)], k.name)...),
+			labels:  l,
+		}
+	} else {
+		l := []string{k.name}
+		s = &rangeSeries{host: e.m.rangeHost.WithLabelValues(l...), records: e.m.records.WithLabelValues(l...), labels: l}
 	}
 	e.ranges[k] = s
 	return s
@@ -148,17 +163,22 @@ func (e *Exporter) newCollSeries(k collKey) *collSeries {
 			e.groups[k.group] = struct{}{}
 		}
 	}
-	size := "0"
-	if k.size >= 0 {
-		size = strconv.FormatUint(1<<uint(k.size), 10)
+	l := append(e.rankLabels(k.dev, int(k.rank)), k.op, k.group)
+	bw := l[len(perRank) : len(perRank)+1] // by op only, summed over ranks and groups, by default
+	if e.cfg.detail {
+		size := "0"
+		if k.size >= 0 {
+			size = strconv.FormatUint(1<<uint(k.size), 10)
+		}
+		l = append(l, size)
+		bw = l
 	}
-	l := append(e.rankLabels(k.dev, int(k.rank)), k.op, k.group, size)
 	s := &collSeries{
 		bytes:    e.m.collBytes.WithLabelValues(l...),
 		busBytes: e.m.collBusBytes.WithLabelValues(l...),
 		seconds:  e.m.collSeconds.WithLabelValues(l...),
-		alg:      e.m.collAlgBW.WithLabelValues(l...),
-		busBW:    e.m.collBusBW.WithLabelValues(l...),
+		alg:      e.m.collAlgBW.WithLabelValues(bw...),
+		busBW:    e.m.collBusBW.WithLabelValues(bw...),
 	}
 	e.colls[k] = s
 	if orig != k {
