@@ -26,6 +26,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 	"github.com/trainscope/trainscope/runtime"
 	_ "github.com/trainscope/trainscope/runtime/cpu" // host backend
 )
@@ -320,6 +321,14 @@ func exportedNames(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pipeline analysis's metrics, as profile-run registers them.
+	pipe := analysis.NewSink()
+	if err := p.AddSink(pipe); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(prom.NewAnalysisCollector(pipe)); err != nil {
+		t.Fatal(err)
+	}
 	cfg := pipeline.DefaultConfig()
 	cfg.Backend = runtime.CPU
 	cfg.Stages, cfg.Chunks, cfg.Replicas = 2, 2, 2
@@ -331,6 +340,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	if err := p.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	pipe.Flush()
 	mfs, err := e.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

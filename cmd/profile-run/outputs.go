@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,11 +45,14 @@ type outputs struct {
 	detail                       *profiler.Window // the steps the trace and the per-call logs cover
 
 	// Whole-run summaries, kept as records arrive in bounded memory.
-	tables  *profiler.Summary     // the report's all-steps tables
-	steps   *profiler.StepSummary // the step breakdown and step-time distribution
-	pipe    *analysis.Sink        // bubbles, overlap, collectives, stragglers
-	profile *pprof.Aggregate      // the pprof profile
-	calls   *profiler.CallLog     // every call, per rank, as it finishes
+	tables *profiler.Summary     // the report's all-steps tables
+	steps  *profiler.StepSummary // the step breakdown and step-time distribution
+	pipe   *analysis.Sink        // bubbles, overlap, collectives, stragglers
+	// stepSpans is spans once it exists: the analysis sink, added before
+	// it, reads it from the profiler's collector.
+	stepSpans atomic.Pointer[otel.Exporter]
+	profile   *pprof.Aggregate  // the pprof profile
+	calls     *profiler.CallLog // every call, per rank, as it finishes
 
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
@@ -127,16 +131,10 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		out.profile = pprof.NewAggregate()
 		sinks = append(sinks, out.profile)
 	}
-	if out.tables != nil || out.profile != nil {
-		// The pipeline analysis: the report's section, and each step's
-		// wall-time split for the profile's step_time.
-		var opts []analysis.Option
-		if out.profile != nil {
-			opts = append(opts, analysis.WithStepFunc(out.profile.AddStep))
-		}
-		out.pipe = analysis.NewSink(opts...)
-		sinks = append(sinks, out.pipe)
-	}
+	// The pipeline analysis: the report's section, the metrics, and each
+	// step for the profile's step_time and the analysis spans.
+	out.pipe = analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed))
+	sinks = append(sinks, out.pipe)
 	if out.report != nil && o.callLogMiB > 0 {
 		out.calls = profiler.NewCallLog(filepath.Join(filepath.Dir(out.report.Name()), "calls"), int64(o.callLogMiB)<<20)
 		sinks = append(sinks, out.calls)
@@ -160,6 +158,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			out.discard()
 			return nil, &usageError{err.Error()}
 		}
+		out.stepSpans.Store(out.spans)
 		log.Info("sending spans over OTLP", zap.String("protocol", out.spans.Protocol()), zap.String("endpoint", out.spans.Endpoint()))
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
@@ -168,13 +167,6 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			return nil, err
 		}
 		// The pipeline analysis's totals, mapped at scrape time.
-		if out.pipe == nil {
-			out.pipe = analysis.NewSink()
-			if err := prof.AddSink(out.pipe); err != nil {
-				out.discard()
-				return nil, err
-			}
-		}
 		if err := out.metrics.Register(prom.NewAnalysisCollector(out.pipe)); err != nil {
 			out.discard()
 			return nil, err
@@ -420,6 +412,17 @@ func loopbackHostPort(endpoint string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// stepAnalysed takes each step the analysis sink has analysed: its
+// wall-time split into the profile, its figures onto spans.
+func (out *outputs) stepAnalysed(st *analysis.Step) {
+	if out.profile != nil {
+		out.profile.AddStep(st)
+	}
+	if sp := out.stepSpans.Load(); sp != nil {
+		sp.AddStep(st)
+	}
 }
 
 // liveCounts reads the running totals the progress line shows.

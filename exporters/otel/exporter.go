@@ -42,8 +42,9 @@ type Exporter struct {
 	mu       sync.Mutex
 	queue    []profiler.Record // records waiting for the export goroutine
 	spare    []profiler.Record
-	held     int  // spans queued or in flight: bounded by cfg.QueueSize
-	finished bool // the export goroutine has taken its last batch
+	steps    []analysisSpan // pipeline analysis spans waiting (AddStep)
+	held     int            // spans queued or in flight: bounded by cfg.QueueSize
+	finished bool           // the export goroutine has taken its last batch
 	stats    Stats
 
 	wake     chan struct{}
@@ -327,13 +328,26 @@ func (e *Exporter) run() {
 func (e *Exporter) drain(wait bool) {
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 {
+		if len(e.queue) == 0 && len(e.steps) == 0 {
 			e.mu.Unlock()
 			break
 		}
 		buf := e.queue
 		e.queue, e.spare = e.spare[:0], nil
+		steps := e.steps
+		e.steps = nil
 		e.mu.Unlock()
+
+		for len(steps) > 0 {
+			k := min(len(steps), e.cfg.BatchSize)
+			spans := e.build.analysisSpans(steps[:k], make([]sdktrace.ReadOnlySpan, 0, k))
+			e.senders <- struct{}{}
+			e.inflight.Go(func() {
+				defer func() { <-e.senders }()
+				e.export(spans)
+			})
+			steps = steps[k:]
+		}
 
 		for recs := buf; len(recs) > 0; {
 			// Split at record boundaries so a record's two spans travel

@@ -18,6 +18,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // promQuery is an instant query against a real Prometheus.
@@ -119,6 +120,15 @@ func TestEndToEndPrometheus(t *testing.T) {
 	defer p.Close(context.Background())
 	e, err := prom.New(p, prom.WithRunID(runID))
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The pipeline analysis's metrics, as profile-run registers them (the
+	// dashboards' test reads them from this run too).
+	pipe := analysis.NewSink()
+	if err := p.AddSink(pipe); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(prom.NewAnalysisCollector(pipe)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Serve(addr); err != nil {

@@ -9,6 +9,7 @@ import (
 // collective's identity. It holds no pointer into the record, so a sink
 // may keep it after the batch is reused.
 type item struct {
+	id     uint64 // the record's ID (the step range's, for Rank.StepRange)
 	rank   int
 	step   int32
 	stage  int16
@@ -33,7 +34,7 @@ type collInfo struct {
 // keep reports whether r matters to the analysis, and what of it.
 func keep(r *profiler.Record) (item, bool) {
 	it := item{
-		rank: r.Rank, step: r.Step, stage: r.Stage, chunk: r.Chunk, mb: r.Microbatch,
+		id: r.ID, rank: r.Rank, step: r.Step, stage: r.Stage, chunk: r.Chunk, mb: r.Microbatch,
 		phase: r.Phase, kind: r.Kind, device: r.HasDevice,
 		host: profiler.Interval{Start: r.HostStart, End: r.HostEnd},
 	}

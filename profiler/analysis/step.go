@@ -63,6 +63,9 @@ type Rank struct {
 	// Wall is the step range's host interval. Without a step range
 	// (Problems says so) it is zero, and so are Busy and Idle.
 	Wall profiler.Interval
+	// StepRange is the step range's record ID (0 without one): what a
+	// span exporter parents the rank's analysis on.
+	StepRange uint64
 	// Busy is the profiler's busy time (profiler.BusyDefinition) within
 	// Wall: the same figure as the report's step breakdown.
 	Busy time.Duration
@@ -278,7 +281,7 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 				continue
 			}
 			haveStep = true
-			rk.Wall, rk.Stage = it.host, int(it.stage)
+			rk.Wall, rk.Stage, rk.StepRange = it.host, int(it.stage), it.id
 			continue
 		}
 		if it.work.Activity != profiler.ActivityNone {

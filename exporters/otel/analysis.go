@@ -1,0 +1,150 @@
+package otel
+
+import (
+	"math"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
+)
+
+// Attributes of the pipeline analysis spans (AnalysisSpanName): one per
+// rank and step, a child of the rank's step span, spanning the step.
+// Durations are in seconds.
+const (
+	KeyPipelineComplete      = attribute.Key("training.pipeline.complete")
+	KeyPipelineBusy          = attribute.Key("training.pipeline.busy")
+	KeyPipelineIdle          = attribute.Key("training.pipeline.idle")
+	KeyPipelineBubble        = attribute.Key("training.pipeline.bubble")
+	KeyPipelineBubbleShare   = attribute.Key("training.pipeline.bubble_fraction")
+	KeyPipelineIdealBubble   = attribute.Key("training.pipeline.bubble_ideal_fraction")
+	KeyPipelineOverlap       = attribute.Key("training.pipeline.overlap_ratio")
+	KeyPipelineWaited        = attribute.Key("training.pipeline.collective_wait")
+	KeyPipelineCaused        = attribute.Key("training.pipeline.collective_wait_caused")
+	KeyPipelineScore         = attribute.Key("training.pipeline.straggler_score")
+	KeyPipelineStraggler     = attribute.Key("training.pipeline.straggler")
+	KeyPipelineCriticalShare = attribute.Key("training.pipeline.critical_path_share")
+)
+
+// AnalysisSpanName names the span that carries a rank's pipeline
+// analysis of a step.
+const AnalysisSpanName = "pipeline analysis"
+
+// analysisSpan is what AddStep queues for one rank: built into a span by
+// the export goroutine, which owns the builder.
+type analysisSpan struct {
+	rank       int
+	step       int32
+	stepRange  uint64
+	start, end time.Duration
+	attrs      []attribute.KeyValue
+}
+
+// AddStep queues a span per rank of an analysed step, carrying the
+// pipeline analysis's figures for that rank (the Key Pipeline*
+// attributes), as a child of the rank's step span in the step's trace:
+// spans already sent cannot take attributes, and the analysis of a step
+// needs every rank's records. Feed it from analysis.WithStepFunc. The
+// spans are sampled with their step, bounded by the queue and counted
+// like the others.
+func (e *Exporter) AddStep(st *analysis.Step) {
+	var crit map[int]time.Duration
+	var critTotal time.Duration
+	if cp := st.Critical; cp != nil {
+		crit = map[int]time.Duration{}
+		for _, s := range cp.Segments {
+			crit[s.Rank] += s.Len()
+			critTotal += s.Len()
+		}
+	}
+	var queued []analysisSpan
+	for i := range st.Ranks {
+		r := &st.Ranks[i]
+		if r.StepRange == 0 {
+			continue // no step range to hang it on
+		}
+		a := []attribute.KeyValue{
+			KeyRank.Int(r.Rank), KeyStep.Int64(int64(st.Step)),
+			KeyPipelineComplete.Bool(st.Complete()),
+			KeyPipelineBusy.Float64(r.Busy.Seconds()),
+			KeyPipelineIdle.Float64(r.Idle().Seconds()),
+		}
+		if r.Stage != profiler.None {
+			a = append(a, KeyStage.Int64(int64(r.Stage)))
+		}
+		if span := st.Span.Len(); span > 0 {
+			a = append(a, KeyPipelineBubble.Float64(r.Bubble.Seconds()), KeyPipelineBubbleShare.Float64(float64(r.Bubble)/float64(span)))
+		}
+		if ideal := st.Pipeline.Ideal; !math.IsNaN(ideal) {
+			a = append(a, KeyPipelineIdealBubble.Float64(ideal))
+		}
+		if ratio, ok := r.OverlapRatio(); ok {
+			a = append(a, KeyPipelineOverlap.Float64(ratio))
+		}
+		if len(st.Collectives) > 0 {
+			a = append(a, KeyPipelineWaited.Float64(r.Waited.Seconds()), KeyPipelineCaused.Float64(r.Caused.Seconds()),
+				KeyPipelineScore.Float64(r.Score), KeyPipelineStraggler.Bool(st.Straggler == r.Rank))
+		}
+		if critTotal > 0 {
+			a = append(a, KeyPipelineCriticalShare.Float64(float64(crit[r.Rank])/float64(critTotal)))
+		}
+		queued = append(queued, analysisSpan{rank: r.Rank, step: int32(st.Step), stepRange: r.StepRange, start: r.Wall.Start, end: r.Wall.End, attrs: a})
+	}
+	n := len(queued)
+	if n == 0 {
+		return
+	}
+	if e.sampler.bound != 1<<63 && !e.sampler.sampled(e.build.ids.traceID(int32(st.Step))) {
+		e.mu.Lock()
+		e.stats.Spans += uint64(n)
+		e.stats.Unsampled += uint64(n)
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Lock()
+	e.stats.Spans += uint64(n)
+	e.stats.Sampled += uint64(n)
+	took := n
+	if e.finished {
+		took = 0
+	} else if room := e.cfg.QueueSize - e.held; took > room {
+		took = max(room, 0)
+	}
+	e.steps = append(e.steps, queued[:took]...)
+	e.held += took
+	e.stats.Queued += uint64(took)
+	e.stats.Dropped += uint64(n - took)
+	e.mu.Unlock()
+	if took > 0 {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// analysisSpans builds queued analysis spans.
+func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	spans := make([]span, len(q))
+	for i, a := range q {
+		tid := b.ids.traceID(a.step)
+		s := &spans[i]
+		*s = span{
+			name: AnalysisSpanName,
+			// Record IDs count from 1 upwards; the top bit keeps these
+			// ids apart from every record's.
+			sc:     spanContext(tid, b.ids.spanID(a.rank, 1<<63|uint64(uint32(a.step)), false)),
+			parent: spanContext(tid, b.ids.spanID(a.rank, a.stepRange, false)),
+			start:  b.epoch.Add(a.start),
+			end:    b.epoch.Add(a.end),
+			attrs:  a.attrs,
+			res:    b.resource(a.rank),
+			scope:  &b.scope,
+		}
+		out = append(out, s)
+	}
+	return out
+}
