@@ -66,6 +66,7 @@ type target struct {
 	Expr       string      `json:"expr"`
 	Format     string      `json:"format"`
 	Datasource *datasource `json:"datasource"`
+	Exemplar   bool        `json:"exemplar"`
 }
 
 type panel struct {
@@ -377,6 +378,31 @@ func TestQueriesUseExportedMetrics(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The panels of step time and collective latency show exemplars, which
+// link an observation to its step's trace (prom.WithStepTraces); the
+// panels of other quantities do not, as their exemplars would be step
+// times drawn on another scale.
+func TestExemplarPanels(t *testing.T) {
+	want := map[string]bool{"Step time by rank": true, "Step time quantiles": true,
+		"Collective latency heatmap": true, "Latency quantiles by op": true, "Per-rank skew: mean call duration by rank and op": true}
+	seen := 0
+	for _, d := range load(t) {
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				if tg.Exemplar != want[p.Title] {
+					t.Errorf("%s: panel %q target %s: exemplar %v, want %v", d.file, p.Title, tg.RefID, tg.Exemplar, want[p.Title])
+				}
+			}
+			if want[p.Title] {
+				seen++
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of the %d exemplar panels found", seen, len(want))
 	}
 }
 

@@ -24,16 +24,17 @@
 #   TRAINSCOPE_PROMETHEUS_WAIT    seconds to wait for readiness (default 60)
 #   TRAINSCOPE_PROMETHEUS_KEEP=1  stop keeps the state directory (data and log)
 #   TRAINSCOPE_PROMETHEUS_FEATURES  comma-separated --enable-feature values
-#                                 (default native-histograms: scrape the protobuf
-#                                 format and store native histograms; empty for a
-#                                 server with classic histograms only)
+#                                 (default native-histograms,exemplar-storage:
+#                                 scrape the protobuf format, store native
+#                                 histograms and exemplars; empty for a server
+#                                 with classic histograms and no exemplars)
 set -euo pipefail
 
 listen="${TRAINSCOPE_PROMETHEUS_LISTEN:-127.0.0.1:9090}"
 dir="${TRAINSCOPE_PROMETHEUS_DIR:-${TMPDIR:-/tmp}/trainscope-prometheus}"
 wait_s="${TRAINSCOPE_PROMETHEUS_WAIT:-60}"
 pidfile="$dir/prometheus.pid"
-features="${TRAINSCOPE_PROMETHEUS_FEATURES-native-histograms}"
+features="${TRAINSCOPE_PROMETHEUS_FEATURES-native-histograms,exemplar-storage}"
 
 say() { echo "prometheus.sh: $*" >&2; }
 die() { say "$*"; exit 1; }

@@ -162,7 +162,12 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		log.Info("sending spans over OTLP", zap.String("protocol", out.spans.Protocol()), zap.String("endpoint", out.spans.Endpoint()))
 	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
-		if out.metrics, err = prom.New(prof, prom.WithRunID(out.runID), prom.WithDetail(o.metricsDetail), prom.WithLogger(log.Named("prom"))); err != nil {
+		popts := []prom.Option{prom.WithRunID(out.runID), prom.WithDetail(o.metricsDetail), prom.WithLogger(log.Named("prom"))}
+		if out.spans != nil {
+			// Step and collective times link to the sampled steps' traces.
+			popts = append(popts, prom.WithStepTraces(out.spans.StepTrace))
+		}
+		if out.metrics, err = prom.New(prof, popts...); err != nil {
 			out.discard()
 			return nil, err
 		}

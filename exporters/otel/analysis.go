@@ -148,3 +148,12 @@ func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) [
 	}
 	return out
 }
+
+// StepTrace is the trace id of a step's spans, in hex, and whether this
+// exporter samples that step: what a metrics exporter attaches as an
+// exemplar, so that a step-time panel links to the step's trace
+// (prom.WithStepTraces).
+func (e *Exporter) StepTrace(step int32) (traceID string, sampled bool) {
+	tid := e.build.ids.traceID(step)
+	return tid.String(), e.sampler.sampled(tid)
+}

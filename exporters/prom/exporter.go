@@ -61,6 +61,7 @@ type config struct {
 	maxNames        int
 	maxGroups       int
 	log             *zap.Logger
+	stepTrace       func(step int32) (traceID string, sampled bool)
 }
 
 // WithLogger logs what the exporter cannot deliver: scrapes that failed
@@ -141,6 +142,22 @@ func WithNativeBucketFactor(f float64) Option {
 // records of further names are counted under the name "other". It guards
 // the series count against names built at run time.
 func WithMaxNames(n int) Option { return optionFunc(func(c *config) { c.maxNames = n }) }
+
+// ExemplarTraceID is the label of the exemplars WithStepTraces attaches:
+// the trace id in hex, as Grafana's exemplar links to Jaeger and Tempo
+// expect it.
+const ExemplarTraceID = "trace_id"
+
+// WithStepTraces attaches an exemplar — the step's trace id
+// (ExemplarTraceID) — to each step-time and collective-time observation
+// of a step whose trace was sampled, so that a panel of step time links
+// to that step's trace. f gives a step's trace id and whether it was
+// sampled (otel.Exporter.StepTrace). Exemplars are exposed in the
+// OpenMetrics format; Prometheus keeps them with
+// --enable-feature=exemplar-storage.
+func WithStepTraces(f func(step int32) (traceID string, sampled bool)) Option {
+	return optionFunc(func(c *config) { c.stepTrace = f })
+}
 
 // WithMaxGroups bounds the distinct process group names that get series of
 // their own (default 256); further groups are counted as "other".

@@ -64,6 +64,9 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 		ErrorLog:            scrapeLog{e.cfg.log},
 		Timeout:             10 * time.Second,
 		MaxRequestsInFlight: 4,
+		// OpenMetrics when the scraper asks for it: the only text format
+		// that carries exemplars.
+		EnableOpenMetrics: true,
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {

@@ -83,13 +83,27 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 			e.collective(r)
 		}
 		if r.Depth == 0 && r.Name == StepRange {
-			e.stepSeries(r.Device, r.Rank, r.Stage).step.Observe(r.HostDuration().Seconds())
+			e.observe(e.stepSeries(r.Device, r.Rank, r.Stage).step, r.HostDuration().Seconds(), r.Step)
 		}
 		if e.acct.Add(r) {
 			e.stepSeries(r.Device, r.Rank, r.Stage).late.Inc()
 		}
 	}
 	e.acct.Finish(e.accountStep, e.unaccounted)
+}
+
+// observe records v, with the step's trace id as an exemplar when the
+// step's trace was sampled (WithStepTraces).
+func (e *Exporter) observe(o prometheus.Observer, v float64, step int32) {
+	if e.cfg.stepTrace != nil && step != profiler.None {
+		if id, ok := e.cfg.stepTrace(step); ok {
+			if eo, ok := o.(prometheus.ExemplarObserver); ok {
+				eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: id})
+				return
+			}
+		}
+	}
+	o.Observe(v)
 }
 
 func (e *Exporter) collective(r *profiler.Record) {
@@ -108,7 +122,7 @@ func (e *Exporter) collective(r *profiler.Record) {
 	}
 	s.bytes.Add(float64(c.Bytes))
 	s.busBytes.Add(float64(c.Bytes) * c.BusFactor)
-	s.seconds.Observe(d.Seconds())
+	e.observe(s.seconds, d.Seconds(), r.Step)
 	if d > 0 {
 		s.alg.Observe(r.AlgBandwidth)
 		s.busBW.Observe(r.BusBandwidth)
