@@ -31,36 +31,45 @@ type promSample struct {
 	Value  float64
 }
 
-func (q promQuery) query(ctx context.Context, expr string) ([]promSample, error) {
-	u := q.base + "/api/v1/query?" + url.Values{"query": {expr}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+// get calls a Prometheus HTTP API endpoint and decodes its data into
+// data; an error names the call and what went wrong.
+func (q promQuery) get(ctx context.Context, path string, params url.Values, data any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, q.base+path+"?"+params.Encode(), nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			ResultType string `json:"resultType"`
-			Result     []struct {
-				Metric map[string]string `json:"metric"`
-				Value  [2]any            `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("query %s: %d: %w", expr, resp.StatusCode, err)
+		return fmt.Errorf("%s %v: %d: %w", path, params, resp.StatusCode, err)
 	}
 	if body.Status != "success" {
-		return nil, fmt.Errorf("query %s: %s", expr, body.Error)
+		return fmt.Errorf("%s %v: %s", path, params, body.Error)
+	}
+	return json.Unmarshal(body.Data, data)
+}
+
+func (q promQuery) query(ctx context.Context, expr string) ([]promSample, error) {
+	var data struct {
+		ResultType string `json:"resultType"`
+		Result     []struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"`
+		} `json:"result"`
+	}
+	if err := q.get(ctx, "/api/v1/query", url.Values{"query": {expr}}, &data); err != nil {
+		return nil, err
 	}
 	var out []promSample
-	for _, r := range body.Data.Result {
+	for _, r := range data.Result {
 		s, _ := r.Value[1].(string)
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil {
@@ -69,6 +78,39 @@ func (q promQuery) query(ctx context.Context, expr string) ([]promSample, error)
 		out = append(out, promSample{r.Metric, v})
 	}
 	return out, nil
+}
+
+// scrapedRun is the set-up of a test against a real Prometheus that
+// scrapes TRAINSCOPE_METRICS_ADDR: it skips, saying why, when either
+// variable is unset, and returns the client, the address to serve on, a
+// fresh run id (prefix-…) and the PromQL suffix that selects that run's
+// series (same target as its run_info series).
+func scrapedRun(t *testing.T, prefix string) (q promQuery, addr, runID, ours string) {
+	t.Helper()
+	base, addr := os.Getenv("TRAINSCOPE_PROMETHEUS_URL"), os.Getenv("TRAINSCOPE_METRICS_ADDR")
+	if base == "" || addr == "" {
+		t.Skip("TRAINSCOPE_PROMETHEUS_URL and TRAINSCOPE_METRICS_ADDR are not both set (CI sets them: scripts/prometheus.sh start $TRAINSCOPE_METRICS_ADDR)")
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	runID = prefix + "-" + hex.EncodeToString(b[:])
+	return promQuery{strings.TrimSuffix(base, "/")}, addr, runID, fmt.Sprintf(` and on(job, instance) trainscope_run_info{run=%q}`, runID)
+}
+
+// serveScraped serves e on addr until the test ends, and waits until
+// Prometheus scrapes it.
+func (q promQuery) serveScraped(t *testing.T, e *prom.Exporter, addr, ours string) {
+	t.Helper()
+	if _, err := e.Serve(addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	q.poll(t, time.Now().Add(60*time.Second), `up`+ours, func(res []promSample) error {
+		if len(res) != 1 || res[0].Value != 1 {
+			return fmt.Errorf("up = %v, want one target up (is Prometheus scraping %s?)", res, addr)
+		}
+		return nil
+	})
 }
 
 // poll runs expr until check accepts its result or the deadline passes.
@@ -102,16 +144,7 @@ func (q promQuery) poll(t *testing.T, deadline time.Time, expr string, check fun
 // Prometheus holds several scrapes of the final values, so the dashboard
 // test (dashboards/) finds the run's data afterwards.
 func TestEndToEndPrometheus(t *testing.T) {
-	base, addr := os.Getenv("TRAINSCOPE_PROMETHEUS_URL"), os.Getenv("TRAINSCOPE_METRICS_ADDR")
-	if base == "" || addr == "" {
-		t.Skip("TRAINSCOPE_PROMETHEUS_URL and TRAINSCOPE_METRICS_ADDR are not both set (CI sets them: scripts/prometheus.sh start $TRAINSCOPE_METRICS_ADDR)")
-	}
-	q := promQuery{strings.TrimSuffix(base, "/")}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	runID := "e2e-" + hex.EncodeToString(b[:])
-	// Selects this run's series: same target as the run_info series.
-	ours := fmt.Sprintf(` and on(job, instance) trainscope_run_info{run=%q}`, runID)
+	q, addr, runID, ours := scrapedRun(t, "e2e")
 
 	p, err := profiler.New()
 	if err != nil {
@@ -131,18 +164,8 @@ func TestEndToEndPrometheus(t *testing.T) {
 	if err := e.Register(prom.NewAnalysisCollector(pipe)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Serve(addr); err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown(context.Background())
-
 	// Prometheus scrapes this exporter before training starts.
-	q.poll(t, time.Now().Add(60*time.Second), `up`+ours, func(res []promSample) error {
-		if len(res) != 1 || res[0].Value != 1 {
-			return fmt.Errorf("up = %v, want one target up (is Prometheus scraping %s?)", res, addr)
-		}
-		return nil
-	})
+	q.serveScraped(t, e, addr, ours)
 
 	// Train, watching Prometheus see records while training goes on;
 	// training runs again (on the same profiler) until it has, within a

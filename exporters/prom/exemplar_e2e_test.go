@@ -2,15 +2,9 @@ package prom_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,38 +19,22 @@ import (
 // exemplars asks a real Prometheus for the exemplars of expr in a range:
 // the trace ids they carry, by metric name.
 func (q promQuery) exemplars(ctx context.Context, expr string, start, end time.Time) (map[string][]string, error) {
-	u := q.base + "/api/v1/query_exemplars?" + url.Values{
+	var data []struct {
+		SeriesLabels map[string]string `json:"seriesLabels"`
+		Exemplars    []struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"exemplars"`
+	}
+	err := q.get(ctx, "/api/v1/query_exemplars", url.Values{
 		"query": {expr},
 		"start": {strconv.FormatFloat(float64(start.UnixNano())/1e9, 'f', 3, 64)},
 		"end":   {strconv.FormatFloat(float64(end.UnixNano())/1e9, 'f', 3, 64)},
-	}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	}, &data)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   []struct {
-			SeriesLabels map[string]string `json:"seriesLabels"`
-			Exemplars    []struct {
-				Labels map[string]string `json:"labels"`
-			} `json:"exemplars"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("exemplars %s: %d: %w", expr, resp.StatusCode, err)
-	}
-	if body.Status != "success" {
-		return nil, fmt.Errorf("exemplars %s: %s", expr, body.Error)
 	}
 	out := map[string][]string{}
-	for _, s := range body.Data {
+	for _, s := range data {
 		for _, e := range s.Exemplars {
 			out[s.SeriesLabels["__name__"]] = append(out[s.SeriesLabels["__name__"]], e.Labels[prom.ExemplarTraceID])
 		}
@@ -69,15 +47,7 @@ func (q promQuery) exemplars(ctx context.Context, expr string, start, end time.T
 // returns trace ids for step-time observations, each the trace of a step
 // the span exporter sent.
 func TestExemplarsInPrometheus(t *testing.T) {
-	base, addr := os.Getenv("TRAINSCOPE_PROMETHEUS_URL"), os.Getenv("TRAINSCOPE_METRICS_ADDR")
-	if base == "" || addr == "" {
-		t.Skip("TRAINSCOPE_PROMETHEUS_URL and TRAINSCOPE_METRICS_ADDR are not both set (CI sets them: scripts/prometheus.sh start $TRAINSCOPE_METRICS_ADDR)")
-	}
-	q := promQuery{strings.TrimSuffix(base, "/")}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	runID := "exemplars-" + hex.EncodeToString(b[:])
-	ours := fmt.Sprintf(` and on(job, instance) trainscope_run_info{run=%q}`, runID)
+	q, addr, runID, ours := scrapedRun(t, "exemplars")
 	ctx := t.Context()
 
 	p, err := profiler.New()
@@ -95,16 +65,7 @@ func TestExemplarsInPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Serve(addr); err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown(context.Background())
-	q.poll(t, time.Now().Add(60*time.Second), `up`+ours, func(res []promSample) error {
-		if len(res) != 1 || res[0].Value != 1 {
-			return fmt.Errorf("up = %v, want one target up (is Prometheus scraping %s?)", res, addr)
-		}
-		return nil
-	})
+	q.serveScraped(t, e, addr, ours)
 
 	start := time.Now()
 	const steps = 40
@@ -119,12 +80,7 @@ func TestExemplarsInPrometheus(t *testing.T) {
 	if err := spans.ForceFlush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sent := map[string]bool{}
-	for _, s := range mem.GetSpans() {
-		if s.Name == profiler.StepName {
-			sent[s.SpanContext.TraceID().String()] = true
-		}
-	}
+	sent := sentSteps(mem)
 	if len(sent) == 0 {
 		t.Fatal("no step's trace was sent")
 	}

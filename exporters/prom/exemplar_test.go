@@ -52,12 +52,7 @@ func TestExemplarsLinkSampledSteps(t *testing.T) {
 	if err := spans.ForceFlush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sent := map[string]bool{}
-	for _, s := range mem.GetSpans() {
-		if s.Name == profiler.StepName {
-			sent[s.SpanContext.TraceID().String()] = true
-		}
-	}
+	sent := sentSteps(mem)
 	if len(sent) == 0 || len(sent) == cfg.Steps {
 		t.Fatalf("%d of %d steps' traces sent: the test needs a ratio that keeps some and not all", len(sent), cfg.Steps)
 	}
@@ -91,4 +86,15 @@ func TestExemplarsLinkSampledSteps(t *testing.T) {
 			t.Errorf("no exemplars on %s", name)
 		}
 	}
+}
+
+// sentSteps is the trace ids, in hex, of the steps whose spans mem got.
+func sentSteps(mem *tracetest.InMemoryExporter) map[string]bool {
+	sent := map[string]bool{}
+	for _, s := range mem.GetSpans() {
+		if s.Name == profiler.StepName {
+			sent[s.SpanContext.TraceID().String()] = true
+		}
+	}
+	return sent
 }

@@ -2,14 +2,10 @@ package prom_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,15 +22,7 @@ import (
 // report does (profiler.StepSummary, within 1%), within the native
 // buckets' width: schema 3, a factor 2^(1/8) between bucket bounds.
 func TestNativeHistogramQuantilesInPrometheus(t *testing.T) {
-	base, addr := os.Getenv("TRAINSCOPE_PROMETHEUS_URL"), os.Getenv("TRAINSCOPE_METRICS_ADDR")
-	if base == "" || addr == "" {
-		t.Skip("TRAINSCOPE_PROMETHEUS_URL and TRAINSCOPE_METRICS_ADDR are not both set (CI sets them: scripts/prometheus.sh start $TRAINSCOPE_METRICS_ADDR)")
-	}
-	q := promQuery{strings.TrimSuffix(base, "/")}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	runID := "native-" + hex.EncodeToString(b[:])
-	ours := fmt.Sprintf(` and on(job, instance) trainscope_run_info{run=%q}`, runID)
+	q, addr, runID, ours := scrapedRun(t, "native")
 
 	p, err := profiler.New()
 	if err != nil {
@@ -49,16 +37,7 @@ func TestNativeHistogramQuantilesInPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Serve(addr); err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown(context.Background())
-	q.poll(t, time.Now().Add(60*time.Second), `up`+ours, func(res []promSample) error {
-		if len(res) != 1 || res[0].Value != 1 {
-			return fmt.Errorf("up = %v, want one target up (is Prometheus scraping %s?)", res, addr)
-		}
-		return nil
-	})
+	q.serveScraped(t, e, addr, ours)
 
 	// 100 steps per rank: the order statistic the report's quantile
 	// names, ⌊q·(n−1)⌋, is then the one histogram_quantile's rank q·n
