@@ -2,9 +2,13 @@ package prom_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +65,21 @@ func TestExemplarsInPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer spans.Shutdown(context.Background())
+	// With a real Jaeger at hand, the same spans (same run id, same
+	// sampler: the same trace ids) go there too, and every exemplar must
+	// open its step's whole trace in it.
+	jaegerQuery, otlp := os.Getenv("TRAINSCOPE_JAEGER_QUERY"), os.Getenv("TRAINSCOPE_OTLP_GRPC")
+	var toJaeger *otelexp.Exporter
+	if jaegerQuery != "" && otlp != "" {
+		toJaeger, err = otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: runID, Sampler: "traceidratio", SamplerArg: "0.5",
+			Endpoint: otlp, Protocol: otelexp.ProtocolGRPC, Insecure: true, ServiceName: runID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer toJaeger.Shutdown(context.Background())
+	} else {
+		t.Log("no Jaeger (TRAINSCOPE_JAEGER_QUERY, TRAINSCOPE_OTLP_GRPC): exemplars are checked against the spans sent, not opened in Jaeger")
+	}
 	e, err := prom.New(p, prom.WithRunID(runID), prom.WithStepTraces(spans.StepTrace))
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +102,11 @@ func TestExemplarsInPrometheus(t *testing.T) {
 	sent := sentSteps(mem)
 	if len(sent) == 0 {
 		t.Fatal("no step's trace was sent")
+	}
+	if toJaeger != nil {
+		if err := toJaeger.ForceFlush(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Prometheus has scraped the end of the run.
 	q.poll(t, time.Now().Add(60*time.Second), `sum(histogram_count(trainscope_step_seconds`+ours+`)) or sum(trainscope_step_seconds_count`+ours+`)`, func(res []promSample) error {
@@ -116,5 +140,69 @@ func TestExemplarsInPrometheus(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("Prometheus holds no step-time exemplars (is it started with --enable-feature=exemplar-storage?)")
 	}
+	if toJaeger != nil {
+		ranks := cfg.Stages * cfg.Replicas
+		for _, ids := range got {
+			for _, id := range ids {
+				if have := jaegerStepRanks(t, jaegerQuery, id, ranks); have != ranks {
+					t.Errorf("exemplar trace %s: Jaeger holds the step span of %d ranks, want %d", id, have, ranks)
+				}
+			}
+		}
+		t.Logf("every exemplar's trace opens in Jaeger with all %d ranks' step spans", ranks)
+	}
 	t.Logf("%d step-time exemplars over %d sampled steps' traces, all of them sent", n, len(sent))
+}
+
+// jaegerStepRanks opens a trace in a real Jaeger (its query API) and
+// counts the ranks whose step span it holds, waiting up to 30 s for want
+// of them (ingestion is asynchronous).
+func jaegerStepRanks(t *testing.T, query, traceID string, want int) int {
+	t.Helper()
+	var have int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		have = 0
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, strings.TrimRight(query, "/")+"/api/traces/"+traceID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var body struct {
+				Data []struct {
+					Spans []struct {
+						OperationName string `json:"operationName"`
+						ProcessID     string `json:"processID"`
+					} `json:"spans"`
+					Processes map[string]struct {
+						Tags []struct {
+							Key   string `json:"key"`
+							Value any    `json:"value"`
+						} `json:"tags"`
+					} `json:"processes"`
+				} `json:"data"`
+			}
+			if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&body) == nil && len(body.Data) == 1 {
+				ranks := map[string]bool{}
+				tr := body.Data[0]
+				for _, sp := range tr.Spans {
+					if sp.OperationName != profiler.StepName {
+						continue
+					}
+					for _, kv := range tr.Processes[sp.ProcessID].Tags {
+						if kv.Key == string(otelexp.KeyRank) {
+							ranks[fmt.Sprint(kv.Value)] = true
+						}
+					}
+				}
+				have = len(ranks)
+			}
+			resp.Body.Close()
+		}
+		if have >= want || time.Now().After(deadline) {
+			return have
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
