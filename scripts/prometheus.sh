@@ -22,6 +22,8 @@
 #   TRAINSCOPE_PROMETHEUS_DIR     state directory: config, data, log, pid
 #                                 (default ${TMPDIR:-/tmp}/trainscope-prometheus)
 #   TRAINSCOPE_PROMETHEUS_WAIT    seconds to wait for readiness (default 60)
+#   TRAINSCOPE_PROMETHEUS_INTERVAL  scrape interval and timeout (default 1s; a
+#                                 Prometheus duration such as 5s)
 #   TRAINSCOPE_PROMETHEUS_KEEP=1  stop keeps the state directory (data and log)
 #   TRAINSCOPE_PROMETHEUS_FEATURES  comma-separated --enable-feature values
 #                                 (default native-histograms,exemplar-storage:
@@ -33,6 +35,7 @@ set -euo pipefail
 listen="${TRAINSCOPE_PROMETHEUS_LISTEN:-127.0.0.1:9090}"
 dir="${TRAINSCOPE_PROMETHEUS_DIR:-${TMPDIR:-/tmp}/trainscope-prometheus}"
 wait_s="${TRAINSCOPE_PROMETHEUS_WAIT:-60}"
+interval="${TRAINSCOPE_PROMETHEUS_INTERVAL:-1s}"
 pidfile="$dir/prometheus.pid"
 features="${TRAINSCOPE_PROMETHEUS_FEATURES-native-histograms,exemplar-storage}"
 
@@ -98,8 +101,8 @@ write_config() {
 	{
 		echo "# written by scripts/prometheus.sh"
 		echo "global:"
-		echo "  scrape_interval: 1s"
-		echo "  scrape_timeout: 1s"
+		echo "  scrape_interval: $interval"
+		echo "  scrape_timeout: $interval"
 		echo "  evaluation_interval: 1s"
 		echo "scrape_configs:"
 		echo "  - job_name: trainscope"
@@ -119,6 +122,7 @@ start() {
 		[[ "$t" =~ ^[A-Za-z0-9._-]+:[0-9]+$ || "$t" =~ ^\[[0-9a-fA-F:]+\]:[0-9]+$ ]] || die "scrape target $t is not HOST:PORT"
 	done
 	is_loopback "$listen" || die "TRAINSCOPE_PROMETHEUS_LISTEN=$listen is not a loopback address"
+	[[ "$interval" =~ ^[0-9]+(ms|s|m)$ ]] || die "TRAINSCOPE_PROMETHEUS_INTERVAL=$interval is not a duration such as 1s"
 	if pid="$(running)"; then
 		die "already running (pid $pid, $dir); run: $0 stop"
 	fi
@@ -128,7 +132,7 @@ start() {
 	write_config "${targets[@]}"
 	local feature_flags=()
 	[ -z "$features" ] || feature_flags=(--enable-feature="$features")
-	say "starting prometheus on $listen, scraping ${targets[*]} every 1s, features: ${features:-none} ($dir)"
+	say "starting prometheus on $listen, scraping ${targets[*]} every $interval, features: ${features:-none} ($dir)"
 	nohup prometheus \
 		"${feature_flags[@]}" \
 		--config.file="$dir/prometheus.yml" \

@@ -97,32 +97,33 @@ func (e *Exporter) AddStep(st *analysis.Step) {
 	if n == 0 {
 		return
 	}
-	if e.sampler.bound != 1<<63 && !e.sampler.sampled(e.build.ids.traceID(int32(st.Step))) {
-		e.mu.Lock()
-		e.stats.Spans += uint64(n)
-		e.stats.Unsampled += uint64(n)
-		e.mu.Unlock()
-		return
-	}
+	step := int32(st.Step)
 	e.mu.Lock()
 	e.stats.Spans += uint64(n)
-	e.stats.Sampled += uint64(n)
-	took := n
-	if e.finished {
-		took = 0
-	} else if room := e.cfg.QueueSize - e.held; took > room {
-		took = max(room, 0)
-	}
-	e.steps = append(e.steps, queued[:took]...)
-	e.held += took
-	e.stats.Queued += uint64(took)
-	e.stats.Dropped += uint64(n - took)
-	e.mu.Unlock()
-	if took > 0 {
-		select {
-		case e.wake <- struct{}{}:
-		default:
+	keep := e.sampler.sampled(e.build.ids.traceID(step))
+	if t := e.tail; t != nil && !e.finished {
+		if k, ok := t.decided[step]; ok {
+			keep = k
+		} else if o := t.openFor(step, func() bool { return keep }); o != nil && !o.kept() {
+			// Held with the step's records until its decision.
+			o.analysis = append(o.analysis, queued...)
+			o.spans += n
+			t.held += n
+			e.mu.Unlock()
+			return
+		} else if o != nil {
+			keep = true
 		}
+	}
+	wake := false
+	if keep {
+		wake = e.enqueueStepsLocked(queued)
+	} else {
+		e.stats.Unsampled += uint64(n)
+	}
+	e.mu.Unlock()
+	if wake {
+		e.wakeUp()
 	}
 }
 
@@ -150,10 +151,19 @@ func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) [
 }
 
 // StepTrace is the trace id of a step's spans, in hex, and whether this
-// exporter samples that step: what a metrics exporter attaches as an
+// exporter exports that step: what a metrics exporter attaches as an
 // exemplar, so that a step-time panel links to the step's trace
-// (prom.WithStepTraces).
-func (e *Exporter) StepTrace(step int32) (traceID string, sampled bool) {
+// (prom.WithStepTraces). stepTime is a rank's duration of the step, or 0
+// when the caller has none (a collective's observation). Under the tail
+// policy a step whose decision waits counts as sampled when it is kept
+// whatever its duration, or when stepTime already places it among the
+// slowest steps, which then keeps it: an exemplar never names a trace
+// that is not exported.
+func (e *Exporter) StepTrace(step int32, stepTime time.Duration) (traceID string, sampled bool) {
 	tid := e.build.ids.traceID(step)
-	return tid.String(), e.sampler.sampled(tid)
+	sampled = e.sampler.sampled(tid)
+	if !sampled && e.tail != nil && step != profiler.None {
+		sampled = e.stepTraceTail(step, stepTime)
+	}
+	return tid.String(), sampled
 }

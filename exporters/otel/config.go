@@ -33,6 +33,10 @@ const (
 	DefaultExportTimeout = 10 * time.Second
 	DefaultRetryTime     = 5 * time.Second
 	DefaultMaxLinks      = 32
+
+	DefaultKeepFirst      = 5
+	DefaultKeepSlowest    = 0.01
+	DefaultKeepSlowestMin = 10
 )
 
 // ErrInvalidConfig is wrapped by every configuration error New returns.
@@ -82,6 +86,22 @@ type Config struct {
 	// SamplerArg is the traceidratio sampler's ratio, from 0 to 1. Empty
 	// means OTEL_TRACES_SAMPLER_ARG, then 1.
 	SamplerArg string
+
+	// KeepFirst, KeepSlowest and KeepSlowestMin are trainscope's tail
+	// policy, which applies when a traceidratio sampler leaves steps out:
+	// a step is also kept when it is among the first KeepFirst steps, or
+	// when its duration (first start to last end of its step ranges over
+	// the exporter's ranks) is among the slowest max(KeepSlowestMin,
+	// ⌈KeepSlowest·n⌉) of the n steps ended so far. The decision waits
+	// until the step has ended on every rank the exporter has seen, so all
+	// of them keep or leave out the step together (see docs/otel.md). Zero
+	// means TRAINSCOPE_TRACES_KEEP_FIRST, TRAINSCOPE_TRACES_KEEP_SLOWEST
+	// and TRAINSCOPE_TRACES_KEEP_SLOWEST_MIN, then DefaultKeepFirst,
+	// DefaultKeepSlowest and DefaultKeepSlowestMin; negative turns that
+	// part off.
+	KeepFirst      int
+	KeepSlowest    float64
+	KeepSlowestMin int
 
 	// QueueSize bounds the spans held between Consume and their export's
 	// outcome (default DefaultQueueSize). Consume drops and counts the

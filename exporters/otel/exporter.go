@@ -38,6 +38,7 @@ type Exporter struct {
 	spans    sdktrace.SpanExporter
 	build    *builder
 	sampler  stepSampler
+	tail     *tailPolicy // nil when every step's decision is the sampler's
 
 	mu       sync.Mutex
 	queue    []profiler.Record // records waiting for the export goroutine
@@ -91,6 +92,10 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
+	tail, err := newTailPolicy(cfg, sampler)
+	if err != nil {
+		return nil, err
+	}
 	base, err := baseResource(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -104,6 +109,7 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 		spans:   o.spanExporter,
 		build:   newBuilder(cfg.RunID, cfg.Epoch, cfg.MaxLinks, base),
 		sampler: sampler,
+		tail:    tail,
 		wake:    make(chan struct{}, 1),
 		senders: make(chan struct{}, cfg.Concurrency),
 		flushes: make(chan chan struct{}),
@@ -222,8 +228,15 @@ func (e *Exporter) Endpoint() string { return e.target }
 // Consume queues a batch of records (profiler.Sink). It copies them, never
 // blocks and never calls back into the profiler; records that do not fit
 // in the queue, or that arrive after Shutdown, are dropped and counted.
+// Under the tail policy (Config.KeepSlowest) the records of a step the
+// ratio sampler leaves out are held until the step has ended on every
+// rank, and then queued or left out with the whole step.
 func (e *Exporter) Consume(batch []profiler.Record) {
 	if len(batch) == 0 {
+		return
+	}
+	if e.tail != nil {
+		e.consumeTail(batch)
 		return
 	}
 	all := len(batch)
@@ -238,16 +251,29 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 	e.mu.Lock()
 	e.stats.Records += uint64(all)
 	e.stats.Spans += uint64(n + unsampled)
-	e.stats.Sampled += uint64(n)
 	e.stats.Unsampled += uint64(unsampled)
-	if len(batch) == 0 {
-		e.mu.Unlock()
-		return
+	wake := e.enqueueLocked(batch)
+	e.mu.Unlock()
+	if wake {
+		e.wakeUp()
 	}
+}
+
+// enqueueLocked queues the records of kept steps, as many as fit (the
+// oldest, in order), counting their spans as sampled and the rest as
+// dropped; under e.mu. It reports whether it queued any.
+func (e *Exporter) enqueueLocked(batch []profiler.Record) bool {
+	if len(batch) == 0 {
+		return false
+	}
+	n := 0
+	for i := range batch {
+		n += spansOf(&batch[i])
+	}
+	e.stats.Sampled += uint64(n)
 	if e.finished {
 		e.stats.Dropped += uint64(n)
-		e.mu.Unlock()
-		return
+		return false
 	}
 	took, spans := len(batch), n
 	if room := e.cfg.QueueSize - e.held; spans > room {
@@ -265,18 +291,41 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 	e.held += spans
 	e.stats.Queued += uint64(spans)
 	e.stats.Dropped += uint64(n - spans)
-	e.mu.Unlock()
 	if spans < n {
 		e.droppedOnce.Do(func() {
 			e.log.Warn("OTLP span queue full: dropping spans (counted; raise QueueSize or check the endpoint)",
 				zap.String("endpoint", e.target), zap.Int("queue_size", e.cfg.QueueSize))
 		})
 	}
-	if took > 0 {
-		select {
-		case e.wake <- struct{}{}:
-		default:
-		}
+	return took > 0
+}
+
+// enqueueStepsLocked queues the analysis spans of a kept step, as many as
+// fit; under e.mu. It reports whether it queued any.
+func (e *Exporter) enqueueStepsLocked(q []analysisSpan) bool {
+	n := len(q)
+	if n == 0 {
+		return false
+	}
+	e.stats.Sampled += uint64(n)
+	took := n
+	if e.finished {
+		took = 0
+	} else if room := e.cfg.QueueSize - e.held; took > room {
+		took = max(room, 0)
+	}
+	e.steps = append(e.steps, q[:took]...)
+	e.held += took
+	e.stats.Queued += uint64(took)
+	e.stats.Dropped += uint64(n - took)
+	return took > 0
+}
+
+// wakeUp tells the export goroutine there is work queued.
+func (e *Exporter) wakeUp() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -314,6 +363,9 @@ func (e *Exporter) run() {
 		case <-e.stop:
 			e.drain(false)
 			e.mu.Lock()
+			if e.tail != nil {
+				e.advanceTail(true) // decide every step still open
+			}
 			e.finished = true // from now on Consume drops
 			e.mu.Unlock()
 			e.drain(true)
@@ -530,7 +582,7 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 }
 
 // Stats counts spans by what became of them. At any time Spans = Sampled +
-// Unsampled, Sampled = Queued + Dropped and Queued = Exported + Failed +
+// Unsampled + Deciding, Sampled = Queued + Dropped and Queued = Exported + Failed +
 // Pending, so once Pending is 0
 // (after Shutdown) Dropped + Failed is every span that did not reach the
 // endpoint. A request whose answer was lost counts as failed even if the
@@ -541,11 +593,19 @@ type Stats struct {
 	// Sampled are the spans of steps the sampler keeps (Config.Sampler);
 	// Unsampled those it leaves out, which are neither queued nor sent.
 	Sampled, Unsampled uint64
-	Queued             uint64 // spans accepted into the queue
-	Dropped            uint64 // spans refused: the queue was full, or the exporter had shut down
-	Exported           uint64 // spans the endpoint acknowledged
-	Failed             uint64 // spans whose request failed after its retries, or still queued when Shutdown ran out of time
-	Pending            uint64 // spans queued or in flight now
+	// Deciding are the spans held until their step's decision under the
+	// tail policy: Spans = Sampled + Unsampled + Deciding.
+	Deciding uint64
+	// KeptFirst and KeptSlow count the steps the tail policy kept that the
+	// ratio sampler left out: among the first steps, or among the slowest.
+	// Forced counts steps decided before every rank had ended them: too
+	// much was held (Config.QueueSize spans, or 64 steps), or at Shutdown.
+	KeptFirst, KeptSlow, Forced uint64
+	Queued                      uint64 // spans accepted into the queue
+	Dropped                     uint64 // spans refused: the queue was full, or the exporter had shut down
+	Exported                    uint64 // spans the endpoint acknowledged
+	Failed                      uint64 // spans whose request failed after its retries, or still queued when Shutdown ran out of time
+	Pending                     uint64 // spans queued or in flight now
 
 	Requests      uint64 // export requests sent
 	RequestErrors uint64 // requests that failed, wholly or partly
@@ -563,5 +623,8 @@ func (e *Exporter) Stats() Stats {
 	defer e.mu.Unlock()
 	s := e.stats
 	s.Pending = uint64(e.held)
+	if e.tail != nil {
+		s.Deciding = uint64(e.tail.held)
+	}
 	return s
 }

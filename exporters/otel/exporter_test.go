@@ -23,6 +23,7 @@ func clearOTLPEnv(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
 		"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
 		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+		otelexp.EnvKeepFirst, otelexp.EnvKeepSlowest, otelexp.EnvKeepSlowestMin,
 	} {
 		t.Setenv(k, "")
 	}

@@ -37,11 +37,12 @@ func TestJaegerSamplingWholeSteps(t *testing.T) {
 		exp, err := otelexp.New(ctx, p, otelexp.Config{
 			Epoch: p.Epoch(), Endpoint: grpcEndpoint, Protocol: otelexp.ProtocolGRPC, Insecure: true,
 			ServiceName: service, RunID: service, Sampler: otelexp.SamplerTraceIDRatio, SamplerArg: fmt.Sprint(ratio),
+			KeepFirst: -1, KeepSlowest: -1, KeepSlowestMin: -1, // the ratio sampler alone
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		traceOf = exp.StepTrace
+		traceOf = func(step int32) (string, bool) { return exp.StepTrace(step, 0) }
 		var recs []profiler.Record
 		for s := range steps {
 			at := time.Duration(s) * time.Millisecond
@@ -98,4 +99,64 @@ func TestJaegerSamplingWholeSteps(t *testing.T) {
 		t.Errorf("Jaeger holds %d step traces, the SDK's sampler keeps %d", len(perTrace), len(want))
 	}
 	t.Logf("%d of %d steps sampled at %v (expected %v ± %.1f), each whole in Jaeger (%d spans)", len(want), steps, ratio, steps*ratio, 3*sigma, len(spans))
+}
+
+// TestJaegerTailKeepsSlowestSteps sends 1,000 steps of 4 ranks, ten of
+// them three to four times slower than the rest, through one exporter
+// with traceidratio 0.1 and the tail policy to a real Jaeger: it holds
+// every step the SDK's ratio sampler keeps, the first five, the slowest
+// so far — the run's slowest 1 % among them — each with every rank's
+// spans, and no other step.
+func TestJaegerTailKeepsSlowestSteps(t *testing.T) {
+	query, grpcEndpoint, _ := jaegerEnv(t)
+	const ranks, steps, ratio, first, share, atLeast = 4, 1000, 0.1, 5, 0.01, 10
+	// The run's 13 s of steps lie in the past, where the query API looks.
+	since := time.Now().Add(-30 * time.Second)
+	service := fmt.Sprintf("trainscope-tail-%d", since.UnixNano())
+	slow := []int{17, 140, 141, 388, 502, 650, 777, 901, 960, 999}
+	run := newTailRun(21, ranks, steps, slow)
+	ctx := context.Background()
+	exp, err := otelexp.New(ctx, nil, otelexp.Config{
+		Epoch: since.Add(time.Second), Endpoint: grpcEndpoint, Protocol: otelexp.ProtocolGRPC, Insecure: true,
+		ServiceName: service, RunID: service, Sampler: otelexp.SamplerTraceIDRatio, SamplerArg: fmt.Sprint(ratio),
+		KeepFirst: first, KeepSlowest: share, KeepSlowestMin: atLeast,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range run.batches() {
+		exp.Consume(b)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := exp.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	st := exp.Stats()
+	if st.Undelivered() != 0 || st.Deciding != 0 || st.Sampled+st.Unsampled != uint64(spansPerRankStep*ranks*steps) {
+		t.Fatalf("stats %+v", st)
+	}
+	traceOf := func(step int32) string { id, _ := exp.StepTrace(step, 0); return id }
+	stepOfTrace := map[string]int{}
+	for s := range steps {
+		stepOfTrace[strings.TrimLeft(traceOf(int32(s)), "0")] = s
+	}
+	spans := awaitSpans(t, query, service, since, int(st.Exported))
+	got := map[int]int{}
+	for _, s := range spans {
+		step, ok := stepOfTrace[strings.TrimLeft(s.TraceID, "0")]
+		if !ok {
+			t.Fatalf("Jaeger holds a span in trace %s, of no step", s.TraceID)
+		}
+		got[step]++
+	}
+	sdk := ratioKeeps(t, ratio, steps, traceOf)
+	kept, _ := checkTailKeeps(t, run, got, sdk, first, share, atLeast)
+	for _, s := range slow {
+		if got[s] == 0 {
+			t.Errorf("slowed step %d (%v) is not in Jaeger", s, run.duration(s))
+		}
+	}
+	t.Logf("Jaeger holds %d of %d steps, each whole (%d spans): %d by the ratio sampler, %d first, %d slowest so far",
+		kept, steps, len(spans), len(sdk), st.KeptFirst, st.KeptSlow)
 }

@@ -51,7 +51,8 @@ func stepOf(s sdktrace.ReadOnlySpan) (int64, bool) {
 // With OTEL_TRACES_SAMPLER=traceidratio and a ratio of 0.1 over 1,000
 // steps, ranks exporting on their own keep the same steps, whole; the
 // steps kept are those the OpenTelemetry SDK's TraceIDRatioBased sampler
-// keeps for the steps' trace ids, about a tenth of them; and Stats counts
+// keeps for the steps' trace ids, about a tenth of them (with the tail
+// policy off; TestTailPolicyKeepsSlowestAndFirstSteps has it on); and Stats counts
 // every span as sampled or not.
 func TestRatioSamplerKeepsTheSameWholeStepsOnEveryRank(t *testing.T) {
 	clearOTLPEnv(t)
@@ -70,7 +71,8 @@ func TestRatioSamplerKeepsTheSameWholeStepsOnEveryRank(t *testing.T) {
 		}
 		spansOf[[2]int64{int64(r.Rank), int64(r.Step)}] += n
 	}
-	cfg := otelexp.Config{RunID: "sampling-test-run"}
+	// The ratio sampler alone: each rank on its own, no tail policy.
+	cfg := otelexp.Config{RunID: "sampling-test-run", KeepFirst: -1, KeepSlowest: -1, KeepSlowestMin: -1}
 
 	// Each step's trace id, from an exporter that keeps everything.
 	traceOf := map[int64]trace.TraceID{}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	otelexp "github.com/trainscope/trainscope/exporters/otel"
@@ -47,7 +49,7 @@ func (q promQuery) exemplars(ctx context.Context, expr string, start, end time.T
 }
 
 // TestExemplarsInPrometheus trains with spans sampled at a ratio of 0.5
-// and a real Prometheus (exemplar storage on) scraping: its exemplar API
+// with the tail policy, and a real Prometheus (exemplar storage on) scraping: its exemplar API
 // returns trace ids for step-time observations, each the trace of a step
 // the span exporter sent.
 func TestExemplarsInPrometheus(t *testing.T) {
@@ -59,27 +61,28 @@ func TestExemplarsInPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
+	// With a real Jaeger at hand, the exporter's spans go there too, and
+	// every exemplar must open its step's whole trace in it.
 	mem := tracetest.NewInMemoryExporter()
-	spans, err := otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: runID, Sampler: "traceidratio", SamplerArg: "0.5"}, otelexp.WithSpanExporter(mem))
+	var to sdktrace.SpanExporter = mem
+	jaegerQuery, otlp := os.Getenv("TRAINSCOPE_JAEGER_QUERY"), os.Getenv("TRAINSCOPE_OTLP_GRPC")
+	if jaegerQuery != "" && otlp != "" {
+		j, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(otlp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		to = tee{mem, j}
+	} else {
+		t.Log("no Jaeger (TRAINSCOPE_JAEGER_QUERY, TRAINSCOPE_OTLP_GRPC): exemplars are checked against the spans sent, not opened in Jaeger")
+	}
+	// A ratio of 0.5 and the tail policy: steps kept by either carry
+	// exemplars.
+	spans, err := otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: runID, ServiceName: runID, Sampler: "traceidratio", SamplerArg: "0.5",
+		KeepFirst: 2, KeepSlowestMin: 3}, otelexp.WithSpanExporter(to))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer spans.Shutdown(context.Background())
-	// With a real Jaeger at hand, the same spans (same run id, same
-	// sampler: the same trace ids) go there too, and every exemplar must
-	// open its step's whole trace in it.
-	jaegerQuery, otlp := os.Getenv("TRAINSCOPE_JAEGER_QUERY"), os.Getenv("TRAINSCOPE_OTLP_GRPC")
-	var toJaeger *otelexp.Exporter
-	if jaegerQuery != "" && otlp != "" {
-		toJaeger, err = otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: runID, Sampler: "traceidratio", SamplerArg: "0.5",
-			Endpoint: otlp, Protocol: otelexp.ProtocolGRPC, Insecure: true, ServiceName: runID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer toJaeger.Shutdown(context.Background())
-	} else {
-		t.Log("no Jaeger (TRAINSCOPE_JAEGER_QUERY, TRAINSCOPE_OTLP_GRPC): exemplars are checked against the spans sent, not opened in Jaeger")
-	}
 	e, err := prom.New(p, prom.WithRunID(runID), prom.WithStepTraces(spans.StepTrace))
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +105,6 @@ func TestExemplarsInPrometheus(t *testing.T) {
 	sent := sentSteps(mem)
 	if len(sent) == 0 {
 		t.Fatal("no step's trace was sent")
-	}
-	if toJaeger != nil {
-		if err := toJaeger.ForceFlush(ctx); err != nil {
-			t.Fatal(err)
-		}
 	}
 	// Prometheus has scraped the end of the run.
 	q.poll(t, time.Now().Add(60*time.Second), `sum(histogram_count(trainscope_step_seconds`+ours+`)) or sum(trainscope_step_seconds_count`+ours+`)`, func(res []promSample) error {
@@ -140,7 +138,7 @@ func TestExemplarsInPrometheus(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("Prometheus holds no step-time exemplars (is it started with --enable-feature=exemplar-storage?)")
 	}
-	if toJaeger != nil {
+	if to != sdktrace.SpanExporter(mem) {
 		ranks := cfg.Stages * cfg.Replicas
 		for _, ids := range got {
 			for _, id := range ids {
@@ -151,7 +149,8 @@ func TestExemplarsInPrometheus(t *testing.T) {
 		}
 		t.Logf("every exemplar's trace opens in Jaeger with all %d ranks' step spans", ranks)
 	}
-	t.Logf("%d step-time exemplars over %d sampled steps' traces, all of them sent", n, len(sent))
+	st := spans.Stats()
+	t.Logf("%d step-time exemplars over %d sampled steps' traces (%d kept as first, %d as slowest so far), all of them sent", n, len(sent), st.KeptFirst, st.KeptSlow)
 }
 
 // jaegerStepRanks opens a trace in a real Jaeger (its query API) and
@@ -205,4 +204,23 @@ func jaegerStepRanks(t *testing.T, query, traceID string, want int) int {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// tee sends spans to two exporters: what the test inspects, and Jaeger.
+type tee [2]sdktrace.SpanExporter
+
+func (t tee) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := t[0].ExportSpans(ctx, spans)
+	if err2 := t[1].ExportSpans(ctx, spans); err == nil {
+		err = err2
+	}
+	return err
+}
+
+func (t tee) Shutdown(ctx context.Context) error {
+	err := t[0].Shutdown(ctx)
+	if err2 := t[1].Shutdown(ctx); err == nil {
+		err = err2
+	}
+	return err
 }

@@ -16,9 +16,10 @@ import (
 )
 
 // TestExemplarsLinkSampledSteps trains with spans sampled at a ratio of
-// 0.5 and step times exported with WithStepTraces: an OpenMetrics scrape
-// carries exemplars whose trace ids are those of step spans the span
-// exporter sent — and only those.
+// 0.25, the tail policy keeping the slowest step so far, and step
+// times exported with WithStepTraces: an OpenMetrics scrape carries
+// exemplars whose trace ids are those of step spans the span exporter
+// sent — and only those, whichever rule kept the step.
 func TestExemplarsLinkSampledSteps(t *testing.T) {
 	ctx := context.Background()
 	p, err := profiler.New()
@@ -27,7 +28,8 @@ func TestExemplarsLinkSampledSteps(t *testing.T) {
 	}
 	defer p.Close(ctx)
 	mem := tracetest.NewInMemoryExporter()
-	spans, err := otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: "exemplars", Sampler: "traceidratio", SamplerArg: "0.5"}, otelexp.WithSpanExporter(mem))
+	spans, err := otelexp.New(ctx, p, otelexp.Config{Epoch: p.Epoch(), RunID: "exemplars", Sampler: "traceidratio", SamplerArg: "0.25",
+		KeepFirst: -1, KeepSlowest: -1, KeepSlowestMin: 1}, otelexp.WithSpanExporter(mem))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +55,7 @@ func TestExemplarsLinkSampledSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := sentSteps(mem)
+	t.Logf("%d of %d steps sent (%d as slowest so far)", len(sent), cfg.Steps, spans.Stats().KeptSlow)
 	if len(sent) == 0 || len(sent) == cfg.Steps {
 		t.Fatalf("%d of %d steps' traces sent: the test needs a ratio that keeps some and not all", len(sent), cfg.Steps)
 	}

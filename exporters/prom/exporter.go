@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,7 +62,7 @@ type config struct {
 	maxNames        int
 	maxGroups       int
 	log             *zap.Logger
-	stepTrace       func(step int32) (traceID string, sampled bool)
+	stepTrace       func(step int32, stepTime time.Duration) (traceID string, sampled bool)
 }
 
 // WithLogger logs what the exporter cannot deliver: scrapes that failed
@@ -151,11 +152,12 @@ const ExemplarTraceID = "trace_id"
 // WithStepTraces attaches an exemplar — the step's trace id
 // (ExemplarTraceID) — to each step-time and collective-time observation
 // of a step whose trace was sampled, so that a panel of step time links
-// to that step's trace. f gives a step's trace id and whether it was
-// sampled (otel.Exporter.StepTrace). Exemplars are exposed in the
+// to that step's trace. f gives a step's trace id and whether it is
+// exported (otel.Exporter.StepTrace), from the step and, for a step-time
+// observation, the rank's step time (0 for a collective's). Exemplars are exposed in the
 // OpenMetrics format; Prometheus keeps them with
 // --enable-feature=exemplar-storage.
-func WithStepTraces(f func(step int32) (traceID string, sampled bool)) Option {
+func WithStepTraces(f func(step int32, stepTime time.Duration) (traceID string, sampled bool)) Option {
 	return optionFunc(func(c *config) { c.stepTrace = f })
 }
 

@@ -3,6 +3,7 @@ package prom
 import (
 	"math/bits"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -83,7 +84,7 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 			e.collective(r)
 		}
 		if r.Depth == 0 && r.Name == StepRange {
-			e.observe(e.stepSeries(r.Device, r.Rank, r.Stage).step, r.HostDuration().Seconds(), r.Step)
+			e.observe(e.stepSeries(r.Device, r.Rank, r.Stage).step, r.HostDuration(), r.Step, r.HostDuration())
 		}
 		if e.acct.Add(r) {
 			e.stepSeries(r.Device, r.Rank, r.Stage).late.Inc()
@@ -94,16 +95,16 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 
 // observe records v, with the step's trace id as an exemplar when the
 // step's trace was sampled (WithStepTraces).
-func (e *Exporter) observe(o prometheus.Observer, v float64, step int32) {
+func (e *Exporter) observe(o prometheus.Observer, v time.Duration, step int32, stepTime time.Duration) {
 	if e.cfg.stepTrace != nil && step != profiler.None {
-		if id, ok := e.cfg.stepTrace(step); ok {
+		if id, ok := e.cfg.stepTrace(step, stepTime); ok {
 			if eo, ok := o.(prometheus.ExemplarObserver); ok {
-				eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: id})
+				eo.ObserveWithExemplar(v.Seconds(), prometheus.Labels{ExemplarTraceID: id})
 				return
 			}
 		}
 	}
-	o.Observe(v)
+	o.Observe(v.Seconds())
 }
 
 func (e *Exporter) collective(r *profiler.Record) {
@@ -122,7 +123,7 @@ func (e *Exporter) collective(r *profiler.Record) {
 	}
 	s.bytes.Add(float64(c.Bytes))
 	s.busBytes.Add(float64(c.Bytes) * c.BusFactor)
-	e.observe(s.seconds, d.Seconds(), r.Step)
+	e.observe(s.seconds, d, r.Step, 0)
 	if d > 0 {
 		s.alg.Observe(r.AlgBandwidth)
 		s.busBW.Observe(r.BusBandwidth)
