@@ -159,6 +159,38 @@ func BenchmarkConsume(b *testing.B) {
 		b.ReportMetric(float64(st.Exported)/elapsed.Seconds(), "spans/s")
 		_ = exp.Shutdown(context.Background())
 	})
+	// A tenth of the steps sampled, with the ratio sampler alone and with
+	// the tail policy, which holds the other steps' records until each
+	// step has ended on every rank.
+	for _, c := range []struct {
+		name string
+		tail int // KeepFirst, KeepSlowest, KeepSlowestMin: -1 off, 0 defaults
+	}{{"exporter-ratio-0.1", -1}, {"exporter-ratio-0.1-tail", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			const queue = otelexp.DefaultQueueSize
+			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, RunID: "bench", QueueSize: queue,
+				Sampler: otelexp.SamplerTraceIDRatio, SamplerArg: "0.1", KeepFirst: c.tail, KeepSlowest: float64(c.tail), KeepSlowestMin: c.tail},
+				otelexp.WithSpanExporter(tracetest.NewNoopExporter()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			feed(exp, s, b.N, queue)
+			if err := exp.Shutdown(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			st := exp.Stats()
+			if st.Spans != st.Sampled+st.Unsampled || st.Exported != st.Sampled || st.Undelivered() != 0 {
+				b.Fatalf("stats %+v", st)
+			}
+			b.ReportMetric(float64(st.Spans)/elapsed.Seconds(), "spans/s")
+			b.ReportMetric(float64(st.Exported)/float64(st.Spans), "kept")
+		})
+	}
 	b.Run("sdk-tracer", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking(), sdktrace.WithMaxExportBatchSize(otelexp.DefaultBatchSize)))
 		tracer := tp.Tracer("bench")

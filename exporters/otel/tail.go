@@ -136,19 +136,25 @@ func newTailPolicy(cfg Config, s stepSampler) (*tailPolicy, error) {
 		return nil, nil
 	}
 	t.ranks, t.open, t.decided = map[int]int32{}, map[int32]*openStep{}, map[int32]bool{}
+	t.durs.keep = t.atLeast
 	return t, nil
 }
 
 // slow says whether a step of duration d, ending now, is among the
-// slowest max(atLeast, ⌈share·n⌉) of the n steps ended so far, itself
-// included. Steps within a bucket's width (about 1 %) of d count as no
-// slower, so the rule errs towards keeping.
+// slowest steps so far: fewer than atLeast of the steps ended before it
+// lasted as long or longer (exact), or fewer than ⌈share·(n+1)⌉ of the n
+// did, counting those within d's bucket (about 1.1 % wide) as long as d,
+// so the share errs towards leaving a step out. Steps of equal duration
+// rank in the order they ended: a run of identical steps keeps the
+// first atLeast and no more.
 func (t *tailPolicy) slow(d time.Duration) bool {
-	limit := t.atLeast
-	if t.share > 0 {
-		limit = max(limit, int(math.Ceil(t.share*float64(t.durs.n+1))))
+	if t.atLeast > 0 && t.durs.longestAtLeast(d) < t.atLeast {
+		return true
 	}
-	return limit > 0 && t.durs.above(d) < uint64(limit)
+	if t.share > 0 {
+		return t.durs.atOrAbove(d) < uint64(math.Ceil(t.share*float64(t.durs.n+1)))
+	}
+	return false
 }
 
 // openFor returns the open step, opening it if it is new; nil for a step
@@ -206,13 +212,18 @@ func (t *tailPolicy) oldest() int32 {
 	return step
 }
 
-// durations counts step durations in logarithmic buckets, 64 per
-// doubling (each about 1.1 % wide) from 1 ns to 2^48 ns (78 hours), in a
-// Fenwick tree: adding one and counting those in higher buckets take
-// O(log buckets), in 24 KiB whatever the run's length.
+// durations is the running distribution of step durations: counts in
+// logarithmic buckets, 64 per doubling (each about 1.1 % wide) from 1 ns
+// to 2^48 ns (78 hours), in a Fenwick tree, where adding one and counting
+// those at or above a bucket take O(log buckets), in 24 KiB whatever the
+// run's length; and the longest few exactly.
 type durations struct {
 	tree [durationBuckets + 1]uint64
 	n    uint64
+	// longest are the longest durations so far, longest first: as many
+	// as the policy's atLeast.
+	longest []time.Duration
+	keep    int
 }
 
 const durationBuckets = 64 * 48
@@ -233,15 +244,39 @@ func (c *durations) add(d time.Duration) {
 		c.tree[i]++
 	}
 	c.n++
+	if c.keep == 0 {
+		return
+	}
+	i := len(c.longest)
+	for i > 0 && c.longest[i-1] < d {
+		i--
+	}
+	if i == c.keep {
+		return
+	}
+	if len(c.longest) < c.keep {
+		c.longest = append(c.longest, 0)
+	}
+	copy(c.longest[i+1:], c.longest[i:])
+	c.longest[i] = d
 }
 
-// above counts the durations in buckets higher than d's.
-func (c *durations) above(d time.Duration) uint64 {
-	var atOrBelow uint64
-	for i := durationBucket(d) + 1; i > 0; i -= i & -i {
-		atOrBelow += c.tree[i]
+// atOrAbove counts the durations in d's bucket and higher ones.
+func (c *durations) atOrAbove(d time.Duration) uint64 {
+	var below uint64
+	for i := durationBucket(d); i > 0; i -= i & -i {
+		below += c.tree[i]
 	}
-	return c.n - atOrBelow
+	return c.n - below
+}
+
+// longestAtLeast counts the durations of at least d, up to c.keep.
+func (c *durations) longestAtLeast(d time.Duration) int {
+	n := 0
+	for n < len(c.longest) && c.longest[n] >= d {
+		n++
+	}
+	return n
 }
 
 // consumeTail is Consume under the tail policy: records of steps decided

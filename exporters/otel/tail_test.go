@@ -1,6 +1,7 @@
 package otel_test
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -95,28 +96,29 @@ func (r *tailRun) batches() [][]profiler.Record {
 }
 
 // tailOracle works out from the durations alone which steps the slowest
-// rule keeps when steps end in order: step i is among the slowest
-// max(atLeast, ⌈share·(i+1)⌉) of the first i+1 steps. It must be kept
-// when fewer than that many earlier steps were longer; it may be kept
-// when fewer than that many were longer by more than 2 % (the policy
-// counts durations within its bucket width, about 1.1 %, as no longer).
+// rule keeps when steps end in order. Step i must be kept when fewer than
+// atLeast earlier steps lasted as long or longer, or fewer than
+// ⌈share·(i+1)⌉ lasted at least 98 % as long (the share's count takes
+// durations within its bucket width, about 1.1 %, as equal); it may be
+// kept only when fewer than the larger of the two lasted as long or
+// longer.
 func tailOracle(durs []time.Duration, share float64, atLeast int) (must, may map[int]bool) {
 	must, may = map[int]bool{}, map[int]bool{}
 	for i, d := range durs {
-		limit := max(atLeast, int(math.Ceil(share*float64(i+1))))
-		longer, clearly := 0, 0
+		byShare := int(math.Ceil(share * float64(i+1)))
+		asLong, nearly := 0, 0
 		for _, e := range durs[:i] {
-			if e > d {
-				longer++
+			if e >= d {
+				asLong++
 			}
-			if float64(e) > 1.02*float64(d) {
-				clearly++
+			if float64(e) >= 0.98*float64(d) {
+				nearly++
 			}
 		}
-		if longer < limit {
+		if asLong < atLeast || nearly < byShare {
 			must[i] = true
 		}
-		if clearly < limit {
+		if asLong < max(atLeast, byShare) {
 			may[i] = true
 		}
 	}
@@ -182,7 +184,7 @@ func checkTailKeeps(t *testing.T, run *tailRun, got map[int]int, ratio map[int]b
 	for s := range bySlowness {
 		bySlowness[s] = s
 	}
-	slices.SortFunc(bySlowness, func(a, b int) int { return int(durs[b] - durs[a]) })
+	slices.SortStableFunc(bySlowness, func(a, b int) int { return cmp.Compare(durs[b], durs[a]) })
 	top := int(math.Ceil(share * float64(n)))
 	for _, s := range bySlowness[:top] {
 		if got[s] == 0 {
@@ -252,6 +254,46 @@ func TestTailPolicyKeepsSlowestAndFirstSteps(t *testing.T) {
 	}
 	t.Logf("%d of %d steps exported: %d by the ratio sampler, %d first, %d slowest so far (%d spans)",
 		kept, steps, len(sdk), st.KeptFirst, st.KeptSlow, len(spans))
+}
+
+// Steps of identical duration — a replayed or perfectly steady run —
+// rank in the order they ended: the first KeepSlowestMin are the slowest
+// so far, no later one is.
+func TestTailPolicyIdenticalSteps(t *testing.T) {
+	clearOTLPEnv(t)
+	const ranks, steps, atLeast = 2, 300, 10
+	run := &tailRun{ranks: ranks}
+	for s := range steps {
+		at := time.Duration(s) * 11 * time.Millisecond
+		run.start = append(run.start, []time.Duration{at, at})
+		run.end = append(run.end, []time.Duration{at + 10*time.Millisecond, at + 10*time.Millisecond})
+	}
+	st := &stub{}
+	e, err := otelexp.New(context.Background(), nil, otelexp.Config{
+		Epoch: epoch, RunID: "tail-identical-test", Sampler: otelexp.SamplerTraceIDRatio, SamplerArg: "0.1",
+		KeepFirst: -1, KeepSlowest: 0.01, KeepSlowestMin: atLeast,
+	}, otelexp.WithSpanExporter(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range run.batches() {
+		e.Consume(b)
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	traceOf := func(step int32) string { id, _ := e.StepTrace(step, 0); return id }
+	sdk := ratioKeeps(t, 0.1, steps, traceOf)
+	spans, _, _ := st.got()
+	got := map[string]bool{}
+	for _, sp := range spans {
+		got[sp.SpanContext().TraceID().String()] = true
+	}
+	for s := range steps {
+		if want := sdk[s] || s < atLeast; got[traceOf(int32(s))] != want {
+			t.Errorf("step %d: exported %v, want %v (ratio sampler %v)", s, got[traceOf(int32(s))], want, sdk[s])
+		}
+	}
 }
 
 // A step-time observation that already places a step among the slowest
