@@ -340,6 +340,12 @@ func (out *outputs) finish(stdout io.Writer) error {
 	if out.spans != nil {
 		st := out.spans.Stats()
 		line := fmt.Sprintf("otlp (%s → %s): %d spans delivered, %d dropped, %d failed", out.spans.Protocol(), out.spans.Endpoint(), st.Exported, st.Dropped, st.Failed)
+		if st.Unsampled > 0 {
+			line += fmt.Sprintf("; %d spans of unsampled steps left out", st.Unsampled)
+			if st.KeptFirst+st.KeptSlow > 0 {
+				line += fmt.Sprintf(" (%d steps kept beyond the ratio: %d first, %d slowest so far)", st.KeptFirst+st.KeptSlow, st.KeptFirst, st.KeptSlow)
+			}
+		}
 		if st.LastError != nil {
 			line += fmt.Sprintf("; last error: %v", st.LastError)
 		}
