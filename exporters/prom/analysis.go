@@ -33,7 +33,7 @@ func NewAnalysisCollector(s *analysis.Sink) *AnalysisCollector {
 		bubbleFrac: d("trainscope_pipeline_bubble_fraction", "The stage's bubble over the steps' spans.", "stage"),
 		ideal:      d("trainscope_pipeline_bubble_ideal_fraction", "The ideal bubble (p−1)/(v·m+p−1) of the pipeline shape the steps' labels show."),
 		overlap:    d("trainscope_pipeline_overlap_ratio", "Share of the rank's communication time during which it was busy computing.", labelRank),
-		score:      d("trainscope_pipeline_straggler_score", "Share of all ranks' waiting at collectives that the rank caused by arriving last.", labelRank),
+		score:      d("trainscope_pipeline_straggler_score", "Share of all ranks' waiting at collectives that the rank caused, by arriving last or by holding up the rank that did.", labelRank),
 		skew:       d("trainscope_collective_skew_seconds", "Arrival skew (last arrival less first) of collectives matched across ranks; quantiles within 1%."),
 	}
 }

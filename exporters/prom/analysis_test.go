@@ -54,7 +54,7 @@ trainscope_pipeline_overlap_ratio{rank="1"} 0
 # TYPE trainscope_pipeline_steps_total counter
 trainscope_pipeline_steps_total{complete="false"} 0
 trainscope_pipeline_steps_total{complete="true"} 1
-# HELP trainscope_pipeline_straggler_score Share of all ranks' waiting at collectives that the rank caused by arriving last.
+# HELP trainscope_pipeline_straggler_score Share of all ranks' waiting at collectives that the rank caused, by arriving last or by holding up the rank that did.
 # TYPE trainscope_pipeline_straggler_score gauge
 trainscope_pipeline_straggler_score{rank="0"} 0
 trainscope_pipeline_straggler_score{rank="1"} 1

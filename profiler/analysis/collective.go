@@ -25,7 +25,8 @@ type Collective struct {
 	Complete bool
 	Problem  string
 	// Skew is the last arrival less the first; Last is the rank that
-	// arrived last.
+	// arrived last (the waiting it caused passes on to the ranks it was
+	// itself waiting on, if any: see Rank.Caused).
 	Skew time.Duration
 	Last int
 	// Transfer is the time from the last arrival to the first departure:
@@ -143,60 +144,4 @@ func collective(k collKey, its []*item) Collective {
 	}
 	c.Transfer = max(leave-last.Arrive, 0)
 	return c
-}
-
-// blame fills the ranks' waiting figures and straggler scores from the
-// complete collectives and returns the rank that stands out, or
-// profiler.None. A rank stands out when it caused at least half of all
-// the waiting and at least twice as much as any other rank.
-func blame(ranks []Rank, colls []Collective) int {
-	idx := map[int]*Rank{}
-	for i := range ranks {
-		idx[ranks[i].Rank] = &ranks[i]
-	}
-	var total time.Duration
-	for _, c := range colls {
-		if !c.Complete || len(c.Members) < 2 {
-			continue
-		}
-		var caused time.Duration
-		for _, m := range c.Members {
-			if r := idx[m.Rank]; r != nil {
-				r.Waited += m.Wait
-			}
-			caused += m.Wait
-		}
-		n := len(c.Members)
-		if r := idx[c.Last]; r != nil {
-			r.Caused += caused
-			r.HeldUp += c.Members[n-1].Arrive - c.Members[n-2].Arrive
-		}
-		total += caused
-	}
-	if total <= 0 {
-		return profiler.None
-	}
-	for i := range ranks {
-		ranks[i].Score = float64(ranks[i].Caused) / float64(total)
-	}
-	return standsOut(len(ranks), func(i int) (int, float64) { return ranks[i].Rank, ranks[i].Score })
-}
-
-// standsOut names the rank whose score is at least 0.5 and at least twice
-// every other's, or profiler.None.
-func standsOut(n int, at func(int) (rank int, score float64)) int {
-	best, bestScore, second := profiler.None, 0.0, 0.0
-	for i := range n {
-		r, s := at(i)
-		switch {
-		case s > bestScore:
-			second, best, bestScore = bestScore, r, s
-		case s > second:
-			second = s
-		}
-	}
-	if bestScore >= 0.5 && bestScore >= 2*second {
-		return best
-	}
-	return profiler.None
 }

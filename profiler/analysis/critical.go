@@ -61,13 +61,35 @@ const criticalTolerance = time.Microsecond
 type activity struct {
 	it   *item
 	span profiler.Interval
+	// seen is the last walk that passed the activity (walks stop at an
+	// activity they passed before); mark and pos say where the last
+	// arrival's path of a blame comparison passed it (see blamer).
+	seen, mark uint32
+	pos        int32
 }
 
-// criticalPath walks the step's activities back from the last one. It
-// returns nil when the step has no activity.
-func criticalPath(items []item) *CriticalPath {
-	byRank := map[int][]*activity{}
-	var last *activity
+// graph is a step's activities — computations by the busy definition,
+// transfers and collectives — and the dependencies between them that the
+// critical path follows: the rank's previous activity, the send a
+// receive waited for, a collective's last arrival. The critical path
+// walks it back from the step's last activity; the straggler scores walk
+// it back from each collective's arrivals (blame).
+type graph struct {
+	byRank      map[int][]*activity // by end
+	recvs       map[*activity]*activity
+	lastArrival map[collKey]*activity
+	members     map[memberKey]*activity
+	last        *activity
+	walks       uint32
+}
+
+type memberKey struct {
+	collKey
+	rank int
+}
+
+func newGraph(items []item) *graph {
+	g := &graph{byRank: map[int][]*activity{}}
 	all := make([]activity, 0, len(items)) // one allocation; never grows
 	for i := range items {
 		it := &items[i]
@@ -82,71 +104,111 @@ func criticalPath(items []item) *CriticalPath {
 		if a.span.Len() < 0 {
 			continue
 		}
-		byRank[it.rank] = append(byRank[it.rank], a)
-		if last == nil || a.span.End > last.span.End {
-			last = a
+		g.byRank[it.rank] = append(g.byRank[it.rank], a)
+		if g.last == nil || a.span.End > g.last.span.End {
+			g.last = a
 		}
 	}
-	if last == nil {
-		return nil
-	}
-	for _, as := range byRank {
+	for _, as := range g.byRank {
 		slices.SortFunc(as, func(a, b *activity) int { return cmp.Compare(a.span.End, b.span.End) })
 	}
-	recvs := pairP2P(byRank)
-	lastArrival := map[collKey]*activity{}
-	for _, as := range byRank {
+	g.recvs = pairP2P(g.byRank)
+	g.lastArrival = map[collKey]*activity{}
+	g.members = map[memberKey]*activity{}
+	for r, as := range g.byRank {
 		for _, a := range as {
 			if c := a.it.coll; c != nil && a.it.kind == profiler.KindCollective {
 				k := collKey{c.group, c.seq}
-				if prev := lastArrival[k]; prev == nil || a.span.Start > prev.span.Start {
-					lastArrival[k] = a
+				if prev := g.lastArrival[k]; prev == nil || a.span.Start > prev.span.Start {
+					g.lastArrival[k] = a
 				}
+				g.members[memberKey{k, r}] = a
 			}
 		}
 	}
-	// before is the latest-ending activity of rank that ended by t, other
-	// than self.
-	before := func(rank int, t time.Duration, self *activity) *activity {
-		as := byRank[rank]
-		i, _ := slices.BinarySearchFunc(as, t+criticalTolerance+1, func(a *activity, t time.Duration) int { return cmp.Compare(a.span.End, t) })
-		for i--; i >= 0; i-- {
-			if as[i] != self {
-				return as[i]
-			}
+	return g
+}
+
+// before is the latest-ending activity of rank that ended by t, other
+// than self.
+func (g *graph) before(rank int, t time.Duration, self *activity) *activity {
+	as := g.byRank[rank]
+	i, _ := slices.BinarySearchFunc(as, t+criticalTolerance+1, func(a *activity, t time.Duration) int { return cmp.Compare(a.span.End, t) })
+	for i--; i >= 0; i-- {
+		if as[i] != self {
+			return as[i]
 		}
-		return nil
 	}
-	var rev []Segment
-	visited := map[*activity]bool{}
-	cur, end := last, last.span.End
-	for cur != nil && !visited[cur] {
-		visited[cur] = true
+	return nil
+}
+
+// walk follows the path back from cur, whose segment ends at end, and
+// calls visit with each segment in turn, latest first, and the activity
+// it belongs to (nil for a gap), until visit returns false or the path
+// has no earlier link.
+func (g *graph) walk(cur *activity, end time.Duration, visit func(Segment, *activity) bool) {
+	g.walks++
+	for cur != nil && cur.seen != g.walks {
+		cur.seen = g.walks
 		start := cur.span.Start
-		next := before(cur.it.rank, start, cur)
+		next := g.before(cur.it.rank, start, cur)
 		// A receive whose send started after the receiving rank was ready
 		// waited for the sender: the path goes on at the sender.
-		if s, ok := recvs[cur]; ok && s.span.Start > readyAt(next) {
+		if s, ok := g.recvs[cur]; ok && s.span.Start > readyAt(next) {
 			start, next = max(s.span.Start, cur.span.Start), s
 		}
 		// A collective waits for its last arrival.
 		if c := cur.it.coll; c != nil && cur.it.kind == profiler.KindCollective {
-			if la := lastArrival[collKey{c.group, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) {
+			if la := g.lastArrival[collKey{c.group, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) {
 				start, next = max(la.span.Start, cur.span.Start), la
 			}
 		}
 		start = min(start, end)
-		rev = append(rev, segmentOf(cur, profiler.Interval{Start: start, End: end}))
-		if next == nil {
-			break
+		if !visit(segmentOf(cur, profiler.Interval{Start: start, End: end}), cur) || next == nil {
+			return
 		}
 		nextEnd := min(next.span.End, start)
 		if next.it.rank == cur.it.rank && nextEnd < start {
-			rev = append(rev, Segment{Kind: SegmentGap, Rank: cur.it.rank, Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None,
-				Interval: profiler.Interval{Start: nextEnd, End: start}})
+			if !visit(gapSegment(cur.it.rank, nextEnd, start), nil) {
+				return
+			}
 		}
 		cur, end = next, nextEnd
 	}
+}
+
+// walkTo follows the path that brought a collective's member to it: back
+// from its arrival, from the activity before it on its rank (the member's
+// own wait for the collective's last arrival is not on that path).
+func (g *graph) walkTo(member *activity, visit func(Segment, *activity) bool) {
+	rank, t := member.it.rank, member.span.Start
+	prev := g.before(rank, t, member)
+	if prev == nil {
+		return
+	}
+	end := min(prev.span.End, t)
+	if end < t && !visit(gapSegment(rank, end, t), nil) {
+		return
+	}
+	g.walk(prev, end, visit)
+}
+
+func gapSegment(rank int, from, to time.Duration) Segment {
+	return Segment{Kind: SegmentGap, Rank: rank, Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None,
+		Interval: profiler.Interval{Start: from, End: to}}
+}
+
+// critical walks the step's activities back from the last one. It
+// returns nil when the step has no activity.
+func (g *graph) critical() *CriticalPath {
+	if g.last == nil {
+		return nil
+	}
+	var rev []Segment
+	g.walk(g.last, g.last.span.End, func(s Segment, _ *activity) bool {
+		rev = append(rev, s)
+		return true
+	})
 	cp := &CriticalPath{}
 	for i := len(rev) - 1; i >= 0; i-- {
 		s := rev[i]

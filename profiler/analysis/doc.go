@@ -6,7 +6,9 @@
 // computation with communication, every collective matched across its
 // ranks by group and sequence number (arrival skew, and its duration
 // split into waiting for the last rank and transfer), and a straggler
-// score per rank: the share of the others' waiting it caused.
+// score per rank: the share of the others' waiting it caused, by arriving
+// last or by holding up, through a receive or an earlier collective, the
+// rank that arrived last.
 //
 // It works offline over a list of records (Analyze) and online as a
 // profiler.Sink (NewSink) that keeps only the records of steps not yet

@@ -90,9 +90,14 @@ type Rank struct {
 	// the slices add up to Wall's length exactly.
 	Time []Slice
 	// Waited is the rank's waiting for the last rank in the step's
-	// complete collectives; Caused the others' waiting in those where this
-	// rank arrived last, and HeldUp how much later it arrived there than
-	// the next-latest rank (the time its lateness cost each collective).
+	// complete collectives. Caused is the others' waiting there that this
+	// rank caused: where it arrived last, or where the last arrival was
+	// late because it had been waiting on this rank (a receive from it, a
+	// collective it arrived last at), the wait passed back along the
+	// dependencies the critical path follows (see blame in blame.go and
+	// docs/analysis.md). HeldUp is, of each collective's last arrival less
+	// its next-latest one (the time the lateness cost the collective), the
+	// part this rank caused, by the same rule.
 	Waited, Caused, HeldUp time.Duration
 	// Score is Caused over all ranks' waiting in the step: the share of
 	// the waiting this rank caused; 0 when nobody waited.
@@ -140,7 +145,9 @@ type Stage struct {
 // their receives (the k-th send from a to b in the step with the k-th
 // receive at b from a, as NCCL pairs them), and those left without their
 // other side. Their waits are the pipeline's own (a receive is posted
-// before its data exists), so they count in no straggler score.
+// before its data exists), so they count in no straggler score
+// themselves; but a rank late at a collective because it waited for a
+// receive passes the blame for that lateness to the sender (Rank.Caused).
 type P2P struct {
 	Matched, Unmatched int
 }
@@ -262,8 +269,9 @@ func analyzeStep(step int, items []item, expected []int) Step {
 	if st.P2P.Unmatched > 0 {
 		st.Problems = append(st.Problems, fmt.Sprintf("%d point-to-point transfers without their other side", st.P2P.Unmatched))
 	}
-	st.Straggler = blame(st.Ranks, st.Collectives)
-	st.Critical = criticalPath(items)
+	g := newGraph(items)
+	st.Straggler = blame(st.Ranks, st.Collectives, g)
+	st.Critical = g.critical()
 	return st
 }
 

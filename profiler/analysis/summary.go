@@ -26,8 +26,8 @@ type Summary struct {
 	Stages      []StageTotals // in stage order
 	Collectives CollectiveTotals
 	// Straggler is the rank that caused at least half of all the waiting
-	// at collectives over the complete steps, and twice any other rank;
-	// profiler.None when none stands out.
+	// at collectives over the complete steps (Rank.Caused), and twice any
+	// other rank; profiler.None when none stands out.
 	Straggler int
 	// Problems are the distinct problems found (at most maxProblems, each
 	// with the first step it was found in); ProblemSteps counts the steps
@@ -384,7 +384,7 @@ func writeFigures(w io.Writer, s Summary) error {
 		for _, r := range s.Ranks {
 			if r.Rank == s.Straggler {
 				n := time.Duration(max(r.Steps, 1))
-				fmt.Fprintf(w, "straggler: rank %d caused %.0f%% of the waiting at collectives (%.3f ms per step; it arrived %.3f ms per step after the next-latest rank)\n",
+				fmt.Fprintf(w, "straggler: rank %d caused %.0f%% of the waiting at collectives (%.3f ms per step; it held the collectives up %.3f ms per step: their last arrival less the next-latest)\n",
 					r.Rank, 100*r.Score, ms(r.Caused/n), ms(r.HeldUp/n))
 			}
 		}
