@@ -169,3 +169,82 @@ func TestFloat32Compute(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEventRecordDriver: where the host time of an event record
+// goes. The runtime's cudaEventRecord beside the driver's cuEventRecord
+// on the same timing event and stream (the handles are the same objects),
+// and beside a Go → C call that does almost nothing (cudaGetLastError):
+// the purego call's own share. Run on a GPU machine with -test.bench
+// EventRecordDriver.
+func BenchmarkEventRecordDriver(b *testing.B) {
+	impl, err := runtime.Available(runtime.CUDA)
+	if err != nil {
+		b.Skipf("skipped: no CUDA GPU on this machine: %v", err)
+	}
+	m := impl.(*Impl)
+	drv, err := m.driverAPI("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cuEventRecord, err := drv.lib.Lookup("cuEventRecord")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The driver API needs the device's context current on the calling
+	// thread; the runtime makes it so at its first call there. Each
+	// sub-benchmark runs on a goroutine of its own, so each locks its
+	// thread.
+	onDevice := func(b *testing.B) {
+		if rc := int32(dl.Call(m.rt.setDevice, 0)); rc != 0 {
+			b.Fatal(m.cudaErr("bench", rc))
+		}
+	}
+	d := runtime.Device{Type: runtime.CUDA, Index: 0}
+	s, err := runtime.NewStream(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	e, err := runtime.NewEvent(d, runtime.EventDefault)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Destroy()
+	sh, eh := s.Handle().(*stream).h, e.Handle().(*event).h
+	if rc := int32(dl.Call(m.rt.eventRecord, eh, sh)); rc != 0 {
+		b.Fatal(m.cudaErr("bench", rc))
+	}
+	drain := func(b *testing.B, i int) {
+		if i%1024 == 1023 {
+			b.StopTimer()
+			dl.Call(m.rt.streamSynchronize, sh)
+			b.StartTimer()
+		}
+	}
+	b.Run("cudaEventRecord", func(b *testing.B) {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		onDevice(b)
+		for i := 0; b.Loop(); i++ {
+			dl.Call(m.rt.eventRecord, eh, sh)
+			drain(b, i)
+		}
+	})
+	b.Run("cuEventRecord", func(b *testing.B) {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		onDevice(b)
+		if rc := int32(dl.Call(cuEventRecord, eh, sh)); rc != 0 {
+			b.Fatalf("cuEventRecord: error %d", rc)
+		}
+		for i := 0; b.Loop(); i++ {
+			dl.Call(cuEventRecord, eh, sh)
+			drain(b, i)
+		}
+	})
+	b.Run("cudaGetLastError", func(b *testing.B) {
+		for b.Loop() {
+			dl.Call(m.rt.getLastError)
+		}
+	})
+}
