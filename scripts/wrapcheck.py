@@ -108,6 +108,16 @@ def main(argv):
                     continue
                 mean = statistics.fmean(timed)
                 ratio = mean / per_call_us if per_call_us > 0 else float("inf")
+                if "host_seconds" in res:
+                    # Where a loop's time went: the script's host time per
+                    # call (its calls returning) beside trainscope's host
+                    # span (NCCL's enqueue) and device time of each call.
+                    host_us = res["host_seconds"] / res["calls"] * 1e6
+                    spans = [x[1] for x in got[res["warmup_calls"]:]]
+                    print("INFO where rank %d %s %d B: script loop %.2f us/call, of which its calls took %.2f us on the host (%.0f %%); "
+                          "trainscope host span %.2f us, device %.2f us"
+                          % (rank, name, res["bytes"], per_call_us, host_us, 100 * host_us / per_call_us if per_call_us else 0,
+                             statistics.fmean(spans) if spans else 0, mean))
                 if res["bytes"] < 16 << 20:
                     # The script's loop time holds the gaps between calls,
                     # which small messages do not hide.

@@ -14,7 +14,9 @@ a group named "pp" (batch_isend_irecv), then --iters one-way transfers
 (the even rank sends, the odd one receives). It times every loop with CUDA events around it and
 prints one JSON line per rank at the end: the counts it issued, the bytes
 of each call (nccl-tests' S: for all-gather the gathered size), the loop's
-device time and the bus bandwidth nccl-tests would report, and the whole
+device time, the host time its calls took to return (host_seconds: when
+it is close to the loop's time, the loop waited on the host, not on the
+device), the bus bandwidth nccl-tests would report, and the whole
 run's wall time — so a profiler's counts and bandwidths can be checked
 against figures it did not compute.
 """
@@ -82,8 +84,11 @@ def main(argv=None):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
+        host = 0.0
         for _ in range(a.iters):
+            h = time.perf_counter()
             body()
+            host += time.perf_counter() - h
         end.record()
         end.synchronize()
         secs = start.elapsed_time(end) / 1e3
@@ -91,7 +96,7 @@ def main(argv=None):
         factor = {"AllReduce": 2 * (n - 1) / n, "AllGather": (n - 1) / n, "SendRecv": 1.0, "Send": 1.0, "Recv": 1.0}[op]
         results.append({
             "op": op, "bytes": size, "calls": a.iters, "warmup_calls": a.warmup,
-            "seconds": secs, "busbw_GBps": factor * size * a.iters / secs / 1e9 if secs > 0 else 0.0,
+            "seconds": secs, "host_seconds": host, "busbw_GBps": factor * size * a.iters / secs / 1e9 if secs > 0 else 0.0,
         })
 
     for size in a.sizes:
