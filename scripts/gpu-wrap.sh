@@ -20,6 +20,8 @@
 #   signals.txt  SIGTERM to profile-run, SIGKILL to the worker: exit
 #                statuses and the outputs left
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
+# With one GPU the two ranks share it, under MPS where the machine has it
+# (MPS=0 to run without), which the script starts and stops.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/.bin
@@ -44,6 +46,19 @@ run() {
 	local ngpu np=2 share=()
 	ngpu=$(nvidia-smi -L | wc -l)
 	[ "$ngpu" -lt 2 ] && share=(--share-gpu)
+	# Two processes on one GPU time-slice it unless MPS runs their
+	# kernels side by side; without it a rank's kernel waits while the
+	# other's runs, and no timing of a grouped send/recv pair can agree
+	# with the script's. MPS=0 turns it off.
+	local mps=""
+	if [ ${#share[@]} -gt 0 ] && [ "${MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+		export CUDA_MPS_PIPE_DIRECTORY="$OUT/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$OUT/mps/log"
+		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+		if nvidia-cuda-mps-control -d; then
+			mps=on
+			trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+		fi
+	fi
 	local ex=$root/examples/torch/allreduce_pp.py
 	local pr=$bin/profile-run
 	local tr=(python3 -m torch.distributed.run --standalone --nproc_per_node "$np")
@@ -51,7 +66,7 @@ run() {
 		date -u
 		nvidia-smi -L
 		python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
-		echo "ranks: $np on $ngpu GPU(s) ${share[*]}"
+		echo "ranks: $np on $ngpu GPU(s) ${share[*]}${mps:+ (MPS)}"
 	} >"$OUT/env.log" 2>&1
 
 	[ "${1:-all}" = signals ] && { signals; return; }

@@ -8,7 +8,9 @@ and size the script reports, the trace must hold calls + warmup_calls
 operations of that size (Send and Recv each for a SendRecv pair), and the
 mean device time of the timed calls must match the script's own CUDA-event
 time per call within 5 % for messages of 16 MiB and more (smaller ones are
-printed: the script's loop time holds the gaps between calls) (busbw is bytes × factor over that time, so it
+printed: the script's loop time holds the gaps between calls); for
+send/recv pairs grouped over a proxied transport, the time from the
+kernel's start to the network transfer's end instead (busbw is bytes × factor over that time, so it
 matches when the time does; both are printed). One line per check, PASS or
 FAIL, then a summary; exit status 1 on any FAIL.
 """
@@ -30,7 +32,10 @@ def script_results(path):
 
 
 def trace_ops(path):
-    """(rank, op, bytes) -> list of (start_us, host_dur_us, device_dur_us or None)."""
+    """(rank, op, bytes) -> list of (start_us, host_dur_us, device_dur_us or None,
+    transfer_us or None): transfer is from the kernel's start to the later
+    of its end and the network transfer's end (p2p over a proxied
+    transport), None where the trace has no transfer end."""
     t = json.load(open(path))
     events = t["traceEvents"] if isinstance(t, dict) else t
     rank_of = {}
@@ -49,14 +54,17 @@ def trace_ops(path):
             groups[(rank_of.get(e["pid"], -1), a.get("group", ""), a.get("group_rank", -1), a.get("group_size", -1))] += 1
         key = (rank_of.get(e["pid"], -1), a.get("op", e["name"]), int(a.get("bytes", 0)), int(a.get("seq", -1)), a.get("group", ""))
         if "host_us" in a:
-            dev[key].append(float(e["dur"]))
+            after = a.get("transfer_end_after_device_us")
+            xfer = float(e["dur"]) + max(0.0, float(after)) if after is not None else None
+            dev[key].append((float(e["dur"]), xfer))
         else:
             host[key].append((float(e["ts"]), float(e["dur"])))
     ops = collections.defaultdict(list)
     for key, hs in host.items():
         d = dev.get(key, [])
         for i, (ts, hd) in enumerate(sorted(hs)):
-            ops[key[:3]].append((ts, hd, d[i] if i < len(d) else None))
+            dd, xf = d[i] if i < len(d) else (None, None)
+            ops[key[:3]].append((ts, hd, dd, xf))
     for v in ops.values():
         v.sort()
     return ops, groups
@@ -77,6 +85,7 @@ def main(argv):
     for key in sorted(ops):
         v = ops[key]
         print("  trace rank %d %-10s %10d B: %4d calls, %4d device-timed" % (key + (len(v), sum(1 for x in v if x[2] is not None))))
+    pair_x = {}  # (rank, bytes) -> the Send's and the Recv's transfer times of a pair loop
     for r in results:
         rank = r["rank"]
         # The script issues its loops one after the other: each takes the
@@ -118,6 +127,29 @@ def main(argv):
                           "trainscope host span %.2f us, device %.2f us"
                           % (rank, name, res["bytes"], per_call_us, host_us, 100 * host_us / per_call_us if per_call_us else 0,
                              statistics.fmean(spans) if spans else 0, mean))
+                xfers = [x[3] for x in got[res["warmup_calls"]:] if x[3] is not None]
+                if res["op"] == "SendRecv" and len(xfers) == res["calls"]:
+                    # A grouped pair over a proxied transport is done when
+                    # the proxy has moved both its send's and its
+                    # receive's data, after the kernel: per pair, the later
+                    # of the two ends.
+                    xmean = statistics.fmean(xfers)
+                    print("INFO xfer  rank %d %s %d B: trainscope kernel start to transfer end %.2f us/call; kernel alone %.2f us/call"
+                          % (rank, name, res["bytes"], xmean, mean))
+                    pair_x.setdefault((rank, res["bytes"]), []).append(xfers)
+                    both = pair_x[(rank, res["bytes"])]
+                    if len(both) == 2:
+                        pmean = statistics.fmean(max(a, b) for a, b in zip(*both))
+                        pratio = pmean / per_call_us if per_call_us > 0 else float("inf")
+                        if res["bytes"] < 16 << 20:
+                            print("INFO pair  rank %d SendRecv %d B: trainscope %.2f us/pair (the later transfer end), script %.2f us/call (gaps included), ratio %.4f"
+                                  % (rank, res["bytes"], pmean, per_call_us, pratio))
+                        else:
+                            ok = abs(pratio - 1) <= 0.05
+                            fails += not ok
+                            print("%s pair  rank %d SendRecv %d B: trainscope %.2f us/pair (the later transfer end), script %.2f us/call, ratio %.4f"
+                                  % ("PASS" if ok else "FAIL", rank, res["bytes"], pmean, per_call_us, pratio))
+                    continue
                 if res["bytes"] < 16 << 20:
                     # The script's loop time holds the gaps between calls,
                     # which small messages do not hide.

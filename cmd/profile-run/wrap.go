@@ -395,6 +395,9 @@ func (w *wrapper) ncclSummary() string {
 		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes)
 	}
 	line := fmt.Sprintf("nccl: %d collectives and p2p from %d process(es), %d timed on the device", st.Records, st.Processes, st.Records-st.HostOnly)
+	if st.ProxyTimed > 0 {
+		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
+	}
 	if d := st.PluginDrops(); d > 0 {
 		line += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent)
 	}

@@ -310,7 +310,7 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "nccl: 5 collectives and p2p from 1 process(es), 1 timed on the device; 2 dropped in the plugin") {
+	if !strings.Contains(stdout, "nccl: 5 collectives and p2p from 1 process(es), 1 timed on the device, 1 p2p with their network transfer's end; 2 dropped in the plugin") {
 		t.Errorf("summary line missing or wrong:\n%s", stdout)
 	}
 	runs, err := filepath.Glob(filepath.Join(out, "*", "report.rank2"))

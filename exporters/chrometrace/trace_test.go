@@ -72,7 +72,7 @@ func fixture() []profiler.Record {
 		dev(profiler.Record{ID: 4, Parent: 2, Depth: 2, Name: "send", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: f0,
 			HostStart: 130 * us, HostEnd: 140 * us}, 330*us, 331*us),
 		dev(profiler.Record{ID: 5, Parent: 4, Depth: 3, Name: "Send", Kind: profiler.KindP2P, Rank: 0, Device: cpu0, Labels: f0,
-			HostStart: 131 * us, HostEnd: 139 * us, Collective: p2p("Send", 0, 1, 0)}, 335*us, 435*us),
+			HostStart: 131 * us, HostEnd: 139 * us, Collective: transferEnd(p2p("Send", 0, 1, 0), 500*us)}, 335*us, 435*us),
 		dev(profiler.Record{ID: 6, Parent: 1, Depth: 1, Name: "Recv", Kind: profiler.KindP2P, Rank: 0, Device: cpu0, Labels: b0,
 			HostStart: 650 * us, HostEnd: 660 * us, Collective: p2p("Recv", 0, 1, 1)}, 750*us, 790*us),
 		{ID: 7, Parent: 1, Depth: 1, Name: "optimizer", Rank: 0, Device: cpu0, Labels: o0, HostStart: 700 * us, HostEnd: 900 * us},
@@ -99,6 +99,12 @@ func fixture() []profiler.Record {
 }
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// transferEnd sets when a p2p's network transfer ended (NCCL's proxy).
+func transferEnd(c profiler.Collective, at time.Duration) profiler.Collective {
+	c.TransferEnd = at
+	return c
+}
 
 func TestGolden(t *testing.T) {
 	var buf bytes.Buffer
@@ -329,7 +335,7 @@ func TestStructure(t *testing.T) {
 		if e.Name == "Send" && e.Args["seq"] == json.Number("0") && p.thread[[2]int{*e.Pid, *e.Tid}] == "cpu:0 communication" {
 			wantArgs := map[string]string{"op": "Send", "bytes": "4096", "count": "1024", "dtype": "float32", "peer": "1",
 				"peer_rank": "1", "group": "pp0", "group_size": "2", "group_rank": "0", "algbw_GBps": "0.04096",
-				"busbw_GBps": "0.04096", "host_us": "8"}
+				"busbw_GBps": "0.04096", "host_us": "8", "transfer_end_after_device_us": "65"}
 			for k, v := range wantArgs {
 				if got := fmt.Sprint(e.Args[k]); got != v {
 					t.Errorf("Send arg %s = %s, want %s", k, got, v)

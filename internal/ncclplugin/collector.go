@@ -55,6 +55,9 @@ type Stats struct {
 	// KernelChannels matched to their operation; Orphans arrived for an
 	// operation never seen, or after it had been delivered.
 	KernelChannels, Orphans uint64
+	// ProxyTimed counts the p2p operations whose transfer end NCCL's
+	// proxy reported (network transports).
+	ProxyTimed uint64
 	// Losses the plugins reported (the latest cumulative counts of every
 	// process, summed): records lost to a full ring, events refused,
 	// records discarded while no collector was connected.
@@ -121,6 +124,10 @@ type op struct {
 	channels map[uint8]Record
 	stopped  int
 	last     time.Time
+	// A p2p's proxy operations started and not yet stopped, and the
+	// latest stop (CLOCK_MONOTONIC ns).
+	proxies   int
+	proxyStop uint64
 }
 
 // offsetEstimate is the GPU-globaltimer-to-CLOCK_MONOTONIC offset of one
@@ -362,6 +369,17 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		pr.clock.observe(r.SeenStart, r.GPUStart)
 		pr.clock.observe(r.SeenStop, r.GPUStop)
 		return c.maybeDeliverLocked(pr, r.Task, o, out)
+	case KindProxyOp:
+		o := pr.op(r.Task)
+		o.last = now
+		if r.ProxyStop == 0 {
+			o.proxies++
+			return out
+		}
+		// A stop whose start was lost (a full ring) still counts.
+		o.proxies = max(o.proxies-1, 0)
+		o.proxyStop = max(o.proxyStop, r.ProxyStop)
+		return c.maybeDeliverLocked(pr, r.Task, o, out)
 	}
 	return out
 }
@@ -376,9 +394,13 @@ func (pr *process) op(task uint64) *op {
 }
 
 // maybeDeliverLocked delivers o once every channel its record announced
-// has reported its stop.
+// has reported its stop, and every proxy operation that started has
+// stopped. A proxy operation starts (on the proxy thread, when the host
+// posts it) before the kernel's channels do, and the same thread reports
+// both, in order: a p2p whose channels have all stopped knows of its
+// proxy operations.
 func (c *Collector) maybeDeliverLocked(pr *process, task uint64, o *op, out []profiler.Record) []profiler.Record {
-	if !o.have || o.rec.NChannels == 0 || o.stopped < int(o.rec.NChannels) {
+	if !o.have || o.rec.NChannels == 0 || o.stopped < int(o.rec.NChannels) || o.proxies > 0 {
 		return out
 	}
 	delete(pr.ops, task)
@@ -504,6 +526,10 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		rec.DeviceEnd = c.clock.at(int64(gpuStop) + off)
 	} else {
 		c.stats.HostOnly++
+	}
+	if o.proxyStop != 0 && r.Kind == KindP2P {
+		rec.Collective.TransferEnd = c.clock.at(int64(o.proxyStop))
+		c.stats.ProxyTimed++
 	}
 	c.stats.Records++
 	return append(out, rec)

@@ -188,6 +188,70 @@ func TestCollectorMatchesKernelChannels(t *testing.T) {
 	}
 }
 
+// A grouped Send and Recv over a network transport: the kernel's channels
+// stop after 40 µs (they only handed the data over), the proxy finishes
+// the send 500 µs after the kernel started and the receive earlier. Each
+// p2p waits for its proxy operations before it is delivered, and carries
+// the latest proxy stop as its transfer end; the device interval stays
+// the channels'. A stop whose start was lost still counts.
+func TestCollectorProxyOperations(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	mono, err := monotonicNow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := uint64(mono)
+	const gpuAhead = 1_000_000
+	gpu := func(hostNs uint64) uint64 { return hostNs + gpuAhead }
+	const hash = 0x77
+	p2p := func(task uint64, fn uint8) []byte {
+		return wireRec{kind: 3, hash: hash, task: task, seq: 0, t0: host, t1: host + 2_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: 1,
+			fn: fn, dtype: 8, nch: 1, name: "pp"}.frame()
+	}
+	proxy := func(task uint64, fn uint8, start, stop uint64, isSend uint64) []byte {
+		return wireRec{kind: 7, hash: hash, task: task, seq: 0, rank: 0, nranks: 2, peer: 1, fn: fn, parent: 3, channel: 0,
+			t0: start, t1: stop, a0: isSend}.frame()
+	}
+	channel := func(task uint64, fn uint8) []byte {
+		return wireRec{kind: 4, hash: hash, task: task, seq: 0, rank: 0, nranks: 2, peer: 1, fn: fn, parent: 3, channel: 0,
+			t0: gpu(host + 10_000), t1: gpu(host + 50_000), a0: host + 11_000, a1: host + 51_000}.frame()
+	}
+	conn := send(t, c, stream(
+		helloFrame(1, 300, "n0"),
+		wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 2, peer: 0, name: "pp"}.frame(),
+		p2p(1, 6), p2p(2, 7),
+		// The proxy starts both when the host posts them, before the GPU
+		// runs the kernel.
+		proxy(1, 6, host+3_000, 0, 1), proxy(2, 7, host+3_000, 0, 0),
+		channel(1, 6), channel(2, 7),
+		proxy(2, 7, host+3_000, host+300_000, 0),
+	), true)
+	recv := sink.wait(t, 1)
+	if len(recv) != 1 || recv[0].Name != "Recv" {
+		t.Fatalf("delivered %d records (%v); want only the Recv while the Send's proxy operation runs", len(recv), recv)
+	}
+	if _, err := conn.Write(stream(proxy(1, 6, host+3_000, host+510_000, 1), proxy(3, 6, host+3_000, host+9_000, 1))); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	recs := byOp(sink.wait(t, 2))
+	// The kernel's start is placed on the host clock at its report (1 µs
+	// after it, the smallest delay seen): 11 µs after host.
+	for op, want := range map[string]time.Duration{"Send": (510 - 11) * time.Microsecond, "Recv": (300 - 11) * time.Microsecond} {
+		r := recs[op]
+		if !r.HasDevice || r.DeviceDuration() != 40*time.Microsecond {
+			t.Errorf("%s: device %v %v, want the channels' 40µs", op, r.HasDevice, r.DeviceDuration())
+			continue
+		}
+		if got := r.Collective.TransferEnd - r.DeviceStart; got != want {
+			t.Errorf("%s: transfer ends %v after the kernel started, want %v", op, got, want)
+		}
+	}
+	if st := c.Stats(); st.ProxyTimed != 2 || st.Records != 2 {
+		t.Errorf("stats %+v: want 2 records, both proxy-timed", st)
+	}
+}
+
 func TestCollectorManyProcesses(t *testing.T) {
 	c, sink, _ := newTestCollector(t)
 	var wg sync.WaitGroup

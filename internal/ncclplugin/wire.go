@@ -26,9 +26,10 @@ const (
 	KindKernelChannel Kind = 4
 	KindDrops         Kind = 5
 	KindCommFinalize  Kind = 6
+	KindProxyOp       Kind = 7
 )
 
-var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize"}
+var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize", "proxy-op"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -100,6 +101,12 @@ type Record struct {
 	Channel             uint8
 	GPUStart, GPUStop   uint64 // GPU %globaltimer ns; GPUStop 0 when not reported
 	SeenStart, SeenStop uint64 // CLOCK_MONOTONIC ns when the proxy thread reported them
+	// Proxy operation (a p2p's, over a network transport): CLOCK_MONOTONIC
+	// ns when the proxy thread started it (the host posted it) and when it
+	// finished moving the data; ProxyStop is 0 in the record sent at the
+	// start. ParentKind and Channel as for a kernel channel.
+	ProxyStart, ProxyStop uint64
+	IsSend                bool
 
 	// Comm-init, comm-finalize, drops: when (CLOCK_MONOTONIC ns).
 	At uint64
@@ -286,6 +293,19 @@ func decode(b []byte) (Record, error) {
 		}
 		if task == 0 {
 			return r, fmt.Errorf("kernel-channel record with task 0")
+		}
+	case KindProxyOp:
+		r.Task, r.Seq, r.ProxyStart, r.ProxyStop = task, seq, t0, t1
+		r.IsSend, r.Peer = a0 != 0, peer
+		r.Func, r.DType, r.Channel, r.ParentKind = b[80], b[81], b[85], Kind(b[86])
+		if r.ParentKind != KindP2P {
+			return r, fmt.Errorf("proxy-op record with parent kind %d", b[86])
+		}
+		if task == 0 {
+			return r, fmt.Errorf("proxy-op record with task 0")
+		}
+		if t1 != 0 && t1 < t0 {
+			return r, fmt.Errorf("proxy-op record stops (%d ns) before it starts (%d ns)", t1, t0)
 		}
 	case KindDrops:
 		r.At, r.RingFull, r.Refused, r.Unsent = t0, a0, a1, a2

@@ -82,6 +82,10 @@ typedef struct {
     struct {
       pid_t pid; /* process that issued the proxied operation (PXN: maybe another) */
       uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
     } proxyOp;
     struct {
       uint8_t channelId;
@@ -145,6 +149,14 @@ typedef struct {
       uint8_t nChannels;
     } p2p;
     struct {
+      pid_t pid;
+      uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
+    } proxyOp;
+    struct {
       uint8_t channelId;
       uint64_t pTimer;
     } kernelCh;
@@ -173,7 +185,10 @@ _Static_assert(offsetof(ncclProfilerEventDescr_v5_t, coll.nChannels) == 80, "v5 
 _Static_assert(offsetof(ncclProfilerEventDescr_v5_t, coll.algo) == 88, "v5 coll.algo");
 _Static_assert(offsetof(ncclProfilerEventDescr_v5_t, p2p.peer) == 56, "v5 p2p.peer");
 _Static_assert(offsetof(ncclProfilerEventDescr_v5_t, kernelCh.pTimer) == 32, "v5 kernelCh.pTimer");
+_Static_assert(offsetof(ncclProfilerEventDescr_v5_t, proxyOp.channelId) == 28, "v5 proxyOp.channelId");
+_Static_assert(offsetof(ncclProfilerEventDescr_v5_t, proxyOp.isSend) == 44, "v5 proxyOp.isSend");
 _Static_assert(offsetof(ncclProfilerEventDescr_v4_t, coll) == 24, "v4 union offset");
+_Static_assert(offsetof(ncclProfilerEventDescr_v4_t, proxyOp.isSend) == 44, "v4 proxyOp.isSend");
 _Static_assert(offsetof(ncclProfilerEventDescr_v4_t, kernelCh.pTimer) == 32, "v4 kernelCh.pTimer");
 
 #endif

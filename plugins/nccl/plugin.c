@@ -6,7 +6,8 @@
  * recorded and why it is built this way.
  *
  * Threads: NCCL calls init, startEvent, stopEvent and finalize on its
- * application threads and kernel-channel events on its proxy threads.
+ * application threads, and kernel-channel and proxy-operation events on
+ * its proxy threads.
  * Those calls only read the clock, copy fields and push a record onto the
  * calling thread's ring; they take no lock, allocate nothing and make no
  * system call once the thread's ring exists. One background thread of
@@ -36,7 +37,7 @@
 #define TS_EXPORT __attribute__((visibility("default")))
 
 enum {
-  TS_MASK = ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh,
+  TS_MASK = ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileProxyOp,
   TS_DEFAULT_RING = 16384, /* records per thread ring */
   TS_SLOTS = 32768,        /* live event slots per pool; a power of two */
   TS_BATCH = 512,          /* records per socket write */
@@ -74,7 +75,7 @@ struct ts_ring {
  * a sequence lock because a slot can be reused (after TS_SLOTS later
  * events) while another thread still reads it. */
 
-enum { TAG_COLL = 1, TAG_P2P = 2, TAG_KERNEL = 3 };
+enum { TAG_COLL = 1, TAG_P2P = 2, TAG_KERNEL = 3, TAG_PROXY = 4 };
 enum { SLOT_WORDS = TSNP_RECORD_SIZE / 8 };
 
 struct ts_slot {
@@ -88,7 +89,7 @@ struct ts_pool {
 };
 
 static struct ts_pool task_pool;   /* collectives and p2p operations */
-static struct ts_pool kernel_pool; /* kernel channels between their start and stop */
+static struct ts_pool kernel_pool; /* kernel channels and proxy operations between their start and stop */
 
 static void slot_write(struct ts_slot* s, uint64_t gen, const struct tsnp_record* r) {
   uint64_t w[SLOT_WORDS];
@@ -160,6 +161,8 @@ static struct {
   uint64_t interval_ns;
   _Atomic(struct ts_ring*) rings;
   _Atomic uint64_t refused; /* events refused: no slot, or a parent no longer known */
+  pid_t pid;                /* this process, for proxy operations (PXN runs other processes' too) */
+  int mask;                 /* the events asked of NCCL */
   /* The drainer's own. */
   int fd;
   uint64_t next_connect;
@@ -521,6 +524,7 @@ static void init_conds(void) {
 
 static void after_fork_child(void) {
   /* The drainer did not come along, and the communicators belong to the parent. */
+  g.pid = getpid();
   pthread_mutex_init(&g.mu, NULL);
   init_conds();
   g.running = 0;
@@ -552,6 +556,12 @@ static void set_up(void) {
   g.interval_ns = env_u64("TRAINSCOPE_NCCL_DRAIN_MS", 5) * 1000000u;
   const char* path = getenv("TRAINSCOPE_NCCL_SOCKET");
   if (path && strlen(path) < sizeof g.path) strcpy(g.path, path);
+  g.pid = getpid();
+  /* TRAINSCOPE_NCCL_PROXY=0: no proxy operations (a p2p then has no
+   * transfer end). */
+  const char* proxy = getenv("TRAINSCOPE_NCCL_PROXY");
+  g.mask = TS_MASK;
+  if (proxy && strcmp(proxy, "0") == 0) g.mask &= ~ncclProfileProxyOp;
   pthread_key_create(&g.key, ring_release);
   pthread_atfork(NULL, NULL, after_fork_child);
   /* Touch the slot pools now rather than on the event path. */
@@ -611,7 +621,7 @@ static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const c
   g.ncomms++;
   int connected_path = g.path[0] != 0;
   pthread_mutex_unlock(&g.mu);
-  *mask = TS_MASK;
+  *mask = g.mask;
   *context = c;
   struct tsnp_record r;
   comm_record(&r, c, TSNP_COMM_INIT);
@@ -707,6 +717,35 @@ static void start_kernel(void** handle, void* parent, uint8_t channel, uint64_t 
   *handle = pool_put(&kernel_pool, TAG_KERNEL, &r, 0);
 }
 
+/* A proxy operation moves a p2p's data over a network transport on a
+ * proxy thread: its stop is when that transfer is done, which for a send
+ * can be well after the kernel's channels stopped (they only handed the
+ * data over). It starts when the host posts it, long before the GPU runs
+ * the kernel, so its start times nothing; the start is still sent, so
+ * that the collector knows to wait for the stop. With PXN a proxy runs
+ * other processes' operations too, whose parent pointers mean nothing
+ * here: only this process's are taken. Collectives' proxy operations are
+ * not needed (their kernels wait for the data) and are left out. */
+static void start_proxy(void** handle, void* parent, pid_t pid, uint8_t channel, int is_send) {
+  struct tsnp_record r;
+  int tag;
+  if (pid != g.pid) return;
+  if (!pool_get(&task_pool, parent, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
+    atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
+    return;
+  }
+  if (tag != TAG_P2P) return;
+  r.kind = TSNP_PROXY_OP;
+  r.parent_kind = TSNP_P2P;
+  r.channel = channel;
+  r.t0 = mono_ns();
+  r.t1 = 0;
+  r.a0 = is_send != 0;
+  r.a1 = 0;
+  push(&r);
+  *handle = pool_put(&kernel_pool, TAG_PROXY, &r, 0);
+}
+
 static ncclResult_t ts_start_v5(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) {
   *handle = NULL;
   struct ts_comm* c = context;
@@ -722,6 +761,9 @@ static ncclResult_t ts_start_v5(void* context, void** handle, ncclProfilerEventD
     break;
   case ncclProfileKernelCh:
     start_kernel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    break;
+  case ncclProfileProxyOp:
+    start_proxy(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.channelId, d->proxyOp.isSend);
     break;
   }
   return ncclSuccess;
@@ -743,6 +785,9 @@ static ncclResult_t ts_start_v4(void* context, void** handle, ncclProfilerEventD
   case ncclProfileKernelCh:
     start_kernel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
     break;
+  case ncclProfileProxyOp:
+    start_proxy(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.channelId, d->proxyOp.isSend);
+    break;
   }
   return ncclSuccess;
 }
@@ -753,7 +798,8 @@ static ncclResult_t ts_stop(void* handle) {
   if (pool_get(&task_pool, handle, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
     r.t1 = mono_ns();
     push(&r);
-  } else if (pool_get(&kernel_pool, handle, 1u << TAG_KERNEL, &r, &tag)) {
+  } else if (pool_get(&kernel_pool, handle, 1u << TAG_KERNEL | 1u << TAG_PROXY, &r, &tag)) {
+    if (tag == TAG_PROXY) r.t1 = mono_ns();
     push(&r);
   }
   return ncclSuccess;

@@ -142,6 +142,7 @@ struct kernel_args {
   ncclProfiler_v5_t* p;
   void* ctx;
   void* parent;
+  void* send; /* the first Send's handle, for its proxy operations */
 };
 
 static void* kernel_thread(void* arg) {
@@ -159,6 +160,34 @@ static void* kernel_thread(void* arg) {
     a.kernelCh.pTimer = 1005000 + 1000 * (uint64_t)ch;
     k->p->recordEventState(h, ncclProfilerKernelChStop, &a);
     k->p->stopEvent(h);
+  }
+  /* Proxy operations: the Send's on two channels, sent at their start and
+   * at their stop; one of another process (PXN) and one of a collective,
+   * both left out without a handle. */
+  void* ph[2] = {NULL, NULL};
+  for (int ch = 0; ch < 2; ch++) {
+    ncclProfilerEventDescr_v5_t d = {0};
+    d.type = ncclProfileProxyOp;
+    d.parentObj = k->send;
+    d.proxyOp.pid = getpid();
+    d.proxyOp.channelId = (uint8_t)ch;
+    d.proxyOp.peer = 2;
+    d.proxyOp.isSend = 1;
+    k->p->startEvent(k->ctx, &ph[ch], &d);
+    if (!ph[ch]) _exit(12);
+  }
+  usleep(1000);
+  for (int ch = 0; ch < 2; ch++) k->p->stopEvent(ph[ch]);
+  void* others[] = {k->send, k->parent};
+  pid_t pids[] = {getpid() + 1, getpid()};
+  for (int i = 0; i < 2; i++) {
+    ncclProfilerEventDescr_v5_t d = {0};
+    d.type = ncclProfileProxyOp;
+    d.parentObj = others[i];
+    d.proxyOp.pid = pids[i];
+    void* h = (void*)1;
+    k->p->startEvent(k->ctx, &h, &d);
+    if (h) _exit(13);
   }
   /* A parent pointer that is not one of the plugin's handles, and one
    * that is a real pointer: both refused, neither dereferenced. */
@@ -180,7 +209,7 @@ static void main_child(void) {
   void* ctx = NULL;
   int mask = -1;
   if (p->init(&ctx, 0xabcdef0123456789ull, &mask, "pg-data-parallel", 1, 4, 1, NULL) != ncclSuccess || !ctx) _exit(3);
-  if (mask != (ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh)) _exit(4);
+  if (mask != (ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileProxyOp)) _exit(4);
 
   /* NCCL starts a group event too; the plugin does not want it. */
   ncclProfilerEventDescr_v5_t g = {.type = ncclProfileGroup};
@@ -220,6 +249,7 @@ static void main_child(void) {
 
   const char* funcs[] = {"Send", "Send", "Recv"};
   int peers[] = {2, 2, 3};
+  void* first_send = NULL;
   for (int i = 0; i < 3; i++) {
     ncclProfilerEventDescr_v5_t q = {0};
     q.type = ncclProfileP2p;
@@ -231,10 +261,11 @@ static void main_child(void) {
     void* qh = NULL;
     p->startEvent(ctx, &qh, &q);
     p->stopEvent(qh);
+    if (i == 0) first_send = qh;
   }
 
-  /* Kernel channels come later, on a proxy thread. */
-  struct kernel_args k = {p, ctx, ch};
+  /* Kernel channels and proxy operations come later, on a proxy thread. */
+  struct kernel_args k = {p, ctx, ch, first_send};
   pthread_t t;
   pthread_create(&t, NULL, kernel_thread, &k);
   pthread_join(t, NULL);
@@ -274,17 +305,19 @@ static void test_main(void) {
   CHECK(h.world_rank1 == 6, "hello launcher rank + 1 %d, want 6 (RANK=5)", h.world_rank1);
 
   size_t n = s.len / TSNP_RECORD_SIZE - 1;
-  int inits = 0, fins = 0, colls = 0, p2ps = 0, kernels = 0, drops = 0;
-  uint64_t ar_task = 0, ar_t1 = 0;
+  int inits = 0, fins = 0, colls = 0, p2ps = 0, kernels = 0, drops = 0, proxy_starts = 0, proxy_stops = 0;
+  uint64_t ar_task = 0, ar_t1 = 0, send_task = 0;
   uint32_t ar_tid = 0;
   const struct tsnp_record* last_drops = NULL;
   /* Records come ring by ring: a kernel channel may precede its parent. */
   for (size_t i = 0; i < n; i++)
     if (rec(&s, i)->kind == TSNP_COLLECTIVE && rec(&s, i)->func == TSNP_FUNC_ALLREDUCE)
       ar_task = rec(&s, i)->task, ar_t1 = rec(&s, i)->t1, ar_tid = rec(&s, i)->tid;
+  for (size_t i = 0; i < n && !send_task; i++)
+    if (rec(&s, i)->kind == TSNP_P2P && rec(&s, i)->func == TSNP_FUNC_SEND) send_task = rec(&s, i)->task;
   for (size_t i = 0; i < n; i++) {
     const struct tsnp_record* r = rec(&s, i);
-    CHECK(r->kind >= 1 && r->kind <= 6, "record %zu kind %u", i, r->kind);
+    CHECK(r->kind >= 1 && r->kind <= 7, "record %zu kind %u", i, r->kind);
     if (r->kind != TSNP_DROPS) {
       CHECK(r->comm_hash == 0xabcdef0123456789ull, "record %zu hash %llx", i, (unsigned long long)r->comm_hash);
       CHECK(strcmp(r->comm_name, "pg-data-parallel") == 0, "record %zu comm name %.32s", i, r->comm_name);
@@ -337,12 +370,27 @@ static void test_main(void) {
       CHECK(r->tid != ar_tid, "kernel channel on the caller's thread %u", r->tid);
       CHECK(r->a0 >= ar_t1, "kernel seen before its parent stopped");
       break;
+    case TSNP_PROXY_OP:
+      if (r->t1 == 0)
+        proxy_starts++;
+      else
+        proxy_stops++;
+      CHECK(r->parent_kind == TSNP_P2P && r->func == TSNP_FUNC_SEND && r->peer == 2 && r->seq == 0 &&
+                r->task == send_task && send_task != 0,
+            "proxy parent kind %u func %u peer %d seq %llu task %llu (send %llu)", r->parent_kind, r->func, r->peer,
+            (unsigned long long)r->seq, (unsigned long long)r->task, (unsigned long long)send_task);
+      CHECK(r->a0 == 1 && r->channel < 2 && r->t0 > 0, "proxy send %llu channel %u t0 %llu", (unsigned long long)r->a0,
+            r->channel, (unsigned long long)r->t0);
+      CHECK(r->t1 == 0 || r->t1 >= r->t0 + 900000, "proxy interval %llu..%llu (slept 1 ms)", (unsigned long long)r->t0,
+            (unsigned long long)r->t1);
+      break;
     case TSNP_DROPS:
       drops++;
       last_drops = r;
       break;
     }
   }
+  CHECK(proxy_starts == 2 && proxy_stops == 2, "proxy starts %d stops %d, want 2 and 2", proxy_starts, proxy_stops);
   CHECK(inits == 1 && fins == 1, "comm init %d finalize %d", inits, fins);
   CHECK(colls == 2 && p2ps == 3 && kernels == 2, "collectives %d p2p %d kernel channels %d", colls, p2ps, kernels);
   CHECK(last_drops != NULL, "no drops record");

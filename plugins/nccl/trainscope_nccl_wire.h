@@ -41,6 +41,7 @@ enum {
   TSNP_KERNEL_CHANNEL = 4, /* one channel of a collective's or p2p's kernel ran on the GPU */
   TSNP_DROPS = 5,          /* the process's loss counters, cumulative */
   TSNP_COMM_FINALIZE = 6,  /* a communicator was finalised */
+  TSNP_PROXY_OP = 7,       /* a proxy operation of a p2p (network transports): its start, then its stop */
 };
 
 /* Operation codes (NCCL's function names). */
@@ -107,6 +108,12 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  *   when the channel started and stopped (t1 = 0 if NCCL never reported
  *   the stop); a0/a1 = CLOCK_MONOTONIC ns when the proxy thread reported
  *   the start and the stop (a1 = 0 without a stop).
+ * PROXY_OP: the parent p2p's identity as for KERNEL_CHANNEL; channel;
+ *   t0 = CLOCK_MONOTONIC ns when the proxy thread started it (when the
+ *   host posted the operation, not when data moved); t1 = 0 in the record
+ *   sent at the start, and CLOCK_MONOTONIC ns when the proxy finished
+ *   moving the data in the record sent at the stop; a0 = 1 for a send, 0
+ *   for a receive.
  * COMM_INIT: t0 = CLOCK_MONOTONIC ns, rank, nranks, nnodes, comm name;
  *   peer = the CUDA device ordinal current on the initialising thread
  *   (-1 when it could not be read).
