@@ -44,6 +44,10 @@ const (
 	KeySeq       = attribute.Key("ccl.seq")
 	KeyAlgBW     = attribute.Key("ccl.algbw")
 	KeyBusBW     = attribute.Key("ccl.busbw")
+	// KeyTransferEnd is, for a p2p over a network transport, how long
+	// after its device span the transfer ended (NCCL's proxy), in
+	// seconds; negative when before.
+	KeyTransferEnd = attribute.Key("ccl.transfer_end_after_device")
 )
 
 // Values of training.clock: which clock a span's start and end come from.
@@ -249,6 +253,9 @@ func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attr
 		}
 		if c.Root >= 0 {
 			a = append(a, KeyRoot.Int64(int64(c.Root)))
+		}
+		if c.TransferEnd > 0 && r.HasDevice {
+			a = append(a, KeyTransferEnd.Float64((c.TransferEnd - r.DeviceEnd).Seconds()))
 		}
 	}
 	return append(a, KeyClock.String(ClockHost))

@@ -2,6 +2,7 @@ package otel
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -237,11 +238,15 @@ func TestBuildP2PAndRunLevel(t *testing.T) {
 	recs := []profiler.Record{
 		{ID: 1, Name: "setup", Rank: 0, Labels: profiler.NoLabels, HostStart: 1, HostEnd: 2},
 		{ID: 2, Name: "Send", Kind: profiler.KindP2P, Rank: 0, Labels: profiler.Labels{Step: 0, Microbatch: profiler.None, Stage: profiler.None, Chunk: profiler.None},
-			Collective: profiler.Collective{Op: "Send", Bytes: 8, Peer: 1, Root: -1, Group: "pp0", GroupSize: 2, Seq: 0}},
+			HostStart: 10 * time.Microsecond, HostEnd: 12 * time.Microsecond, HasDevice: true, DeviceStart: 20 * time.Microsecond, DeviceEnd: 70 * time.Microsecond,
+			Collective: profiler.Collective{Op: "Send", Bytes: 8, Peer: 1, Root: -1, Group: "pp0", GroupSize: 2, Seq: 0, TransferEnd: 570 * time.Microsecond}},
 		{ID: 3, Name: "setup", Rank: 1, Labels: profiler.NoLabels, HostStart: 1, HostEnd: 2},
 	}
-	spans := b.build(recs, nil)
-	if spans[0].SpanContext().TraceID() != spans[2].SpanContext().TraceID() {
+	spans := b.build(recs, nil) // setup, Send, Send [device], setup
+	if len(spans) != 4 || spans[2].Name() != "Send"+DeviceSuffix {
+		t.Fatalf("%d spans, the third %q", len(spans), spans[min(2, len(spans)-1)].Name())
+	}
+	if spans[0].SpanContext().TraceID() != spans[3].SpanContext().TraceID() {
 		t.Errorf("records without a step are not in one run-level trace")
 	}
 	if spans[0].SpanContext().TraceID() == spans[1].SpanContext().TraceID() {
@@ -253,6 +258,10 @@ func TestBuildP2PAndRunLevel(t *testing.T) {
 	}
 	if _, ok := send[KeyRoot]; ok {
 		t.Errorf("Send has ccl.root")
+	}
+	// The transfer ended 500 µs after the kernel's 70 µs end.
+	if got := send[KeyTransferEnd].AsFloat64(); math.Abs(got-500e-6) > 1e-12 {
+		t.Errorf("Send %s = %v, want 500e-6", KeyTransferEnd, got)
 	}
 	if len(spans[1].Links()) != 0 {
 		t.Errorf("Send has links: point-to-point calls are not matched by sequence number")
