@@ -59,6 +59,9 @@ type ownArgs struct {
 	GroupSize  int64        `json:"group_size"`
 	GroupRank  int64        `json:"group_rank"`
 	Seq        uint64       `json:"seq"`
+	// TransferAfterUS: a p2p's network transfer ended this long after its
+	// device interval (NCCL's proxy; profiler.Collective.TransferEnd).
+	TransferAfterUS *json.Number `json:"transfer_end_after_device_us"`
 }
 
 // ownProcess is a process of the trace: a rank and its device.
@@ -95,6 +98,9 @@ type pairKey struct {
 type hostEvent struct {
 	tid int64
 	rec profiler.Record
+	// transferAfter is the p2p's transfer end less its device end, in ns,
+	// when the trace gives one.
+	transferAfter *int64
 }
 
 // deviceEvent is a device-track event while the trace is read.
@@ -203,7 +209,15 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			key.hostNs = dur
 			rec.Stream = key.stream
 		}
-		hosts = append(hosts, hostEvent{tid: ev.Tid, rec: rec})
+		he := hostEvent{tid: ev.Tid, rec: rec}
+		if a := ev.Args.TransferAfterUS; a != nil && kind == profiler.KindP2P {
+			ns, err := microsToNanos(*a)
+			if err != nil {
+				return bad("transfer_end_after_device_us: %v", err)
+			}
+			he.transferAfter = &ns
+		}
+		hosts = append(hosts, he)
 		if ev.Args.DeviceUS != nil {
 			pending[len(hosts)-1] = key
 		}
@@ -240,6 +254,11 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		base = t.UnixNano()
 	}
 	unpairedHost, unpairedDev := pairDevice(hosts, pending, devs)
+	for i := range hosts {
+		if h := &hosts[i]; h.transferAfter != nil && h.rec.HasDevice {
+			h.rec.Collective.TransferEnd = h.rec.DeviceEnd + time.Duration(*h.transferAfter)
+		}
+	}
 	if noStream > 0 {
 		p.warnf("%s: %d device events carry no stream (a trace written before streams were recorded): each rank's compute and communication tracks are taken as one stream each", path, noStream)
 	}
@@ -257,6 +276,9 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		if r.HasDevice {
 			r.DeviceStart += time.Duration(base)
 			r.DeviceEnd += time.Duration(base)
+		}
+		if r.Collective.TransferEnd != 0 {
+			r.Collective.TransferEnd += time.Duration(base)
 		}
 		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 			d := r.HostDuration()
