@@ -26,6 +26,12 @@ type NameStats struct {
 	DeviceCount   int     // ranges with a measured device time
 	HostPercent   float64 // of the group's top-level host time
 	DevicePercent float64 // of the group's outermost device time
+	// TransferCount counts the device-timed p2p ranges with a transfer end
+	// (Collective.TransferEnd: a wrapped run's p2p over a network
+	// transport), and TransferTotal sums their time from the device start
+	// to the later of the device end and the transfer end.
+	TransferCount int
+	TransferTotal time.Duration
 }
 
 // AvgHost is the mean host time per range.
@@ -34,6 +40,14 @@ func (s NameStats) AvgHost() time.Duration {
 		return 0
 	}
 	return s.HostTotal / time.Duration(s.Count)
+}
+
+// AvgTransfer is the mean of TransferTotal per range counted in it.
+func (s NameStats) AvgTransfer() time.Duration {
+	if s.TransferCount == 0 {
+		return 0
+	}
+	return s.TransferTotal / time.Duration(s.TransferCount)
 }
 
 // AvgDevice is the mean device time per device-timed range.

@@ -92,7 +92,9 @@ const mib = 1 << 20
 
 // WriteReport writes the summary tables, one per rank and tag (a row per
 // range name: count, host and device totals and shares, averages), rows
-// ordered by `by`, each rank's section
+// ordered by `by`, then a line per name with transfer ends (p2p over a
+// network transport in a wrapped run: how long after their kernels
+// started they were done), each rank's section
 // ending with its peak device memory (peak maps rank to bytes; a missing
 // rank prints 0).
 func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) error {
@@ -110,6 +112,12 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) er
 		for _, n := range rows {
 			fmt.Fprintf(bw, "%-*s %7d %16.3f %8.2f %18.3f %9.2f %14.3f %16.3f\n", width, n.Name, n.Count,
 				us(n.HostTotal), n.HostPercent, us(n.DeviceTotal), n.DevicePercent, us(n.AvgHost()), us(n.AvgDevice()))
+		}
+		for _, n := range rows {
+			if n.TransferCount > 0 {
+				fmt.Fprintf(bw, "%s over a network transport: %d of %d calls done %.3f us after their kernel started on average, the kernel alone %.3f us (NCCL's proxy moved the data after it)\n",
+					n.Name, n.TransferCount, n.DeviceCount, us(n.AvgTransfer()), us(n.AvgDevice()))
+			}
 		}
 		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
 		if last {

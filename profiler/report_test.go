@@ -161,3 +161,35 @@ func TestWriteRankFiles(t *testing.T) {
 		t.Error("unwritable prefix accepted")
 	}
 }
+
+// Wrapped p2p over a network transport: two Sends whose transfers ended
+// 300 µs and 100 µs after their 50 µs kernels (done 350 and 150 µs after
+// the kernel started), and one whose transfer ended inside its kernel
+// (counted at its kernel's end, 50 µs): (350 + 150 + 50) / 3 = 183.333 µs
+// on average; a Recv with no transfer end. The report says so in a line
+// after the table.
+func TestReportTransferEnds(t *testing.T) {
+	cpu := runtime.Device{Type: runtime.CPU, Index: 0}
+	send := func(id uint64, start, transferAfter time.Duration) profiler.Record {
+		return profiler.Record{ID: id, Name: "Send", Kind: profiler.KindP2P, Rank: 0, Device: cpu, Labels: profiler.NoLabels,
+			HostStart: start, HostEnd: start + 2*us, HasDevice: true, DeviceStart: start + 10*us, DeviceEnd: start + 60*us,
+			Collective: profiler.Collective{Op: "Send", Peer: 1, Root: -1, TransferEnd: start + 60*us + transferAfter}}
+	}
+	recs := []profiler.Record{
+		send(1, 0, 300*us), send(2, 1000*us, 100*us), send(3, 2000*us, -20*us),
+		{ID: 4, Name: "Recv", Kind: profiler.KindP2P, Rank: 0, Device: cpu, Labels: profiler.NoLabels,
+			HostStart: 3000 * us, HostEnd: 3002 * us, HasDevice: true, DeviceStart: 3010 * us, DeviceEnd: 3060 * us,
+			Collective: profiler.Collective{Op: "Recv", Peer: 1, Root: -1}},
+	}
+	var buf bytes.Buffer
+	if err := profiler.WriteReport(&buf, profiler.Summarize(recs), nil, profiler.SortName); err != nil {
+		t.Fatal(err)
+	}
+	want := "Send over a network transport: 3 of 3 calls done 183.333 us after their kernel started on average, the kernel alone 50.000 us"
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, buf.String())
+	}
+	if strings.Contains(buf.String(), "Recv over a network transport") {
+		t.Errorf("a Recv without a transfer end has a transfer line:\n%s", buf.String())
+	}
+}

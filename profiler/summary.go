@@ -129,6 +129,10 @@ func (s *Summary) Consume(batch []Record) {
 			if !r.DeviceNested {
 				g.DeviceTotal += d
 			}
+			if te := r.Collective.TransferEnd; te != 0 {
+				ent.TransferCount++
+				ent.TransferTotal += max(r.DeviceEnd, te) - r.DeviceStart
+			}
 		}
 		if r.Depth == 0 {
 			g.HostTotal += r.HostDuration()
