@@ -340,3 +340,73 @@ func decodeRecords(data []byte) []profiler.Record {
 	}
 	return out
 }
+
+// TestTransferOutlastsKernel: a send over a network transport whose
+// kernel stops at 21 ms while NCCL's proxy moves its data until 30 ms.
+// Communication lasts to the transfer's end and overlaps the backward
+// computation that started at 25 ms; busy time keeps the kernel's
+// interval. Figures worked by hand.
+func TestTransferOutlastsKernel(t *testing.T) {
+	var b build
+	b.step(0, 0, 0, 0, 100)
+	b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 10, 20)
+	b.coll(0, 0, 0, "Send", "pp", 2, 0, 1, 0, 2, 20, 21)
+	b.recs[len(b.recs)-1].Collective.TransferEnd = d(30)
+	b.dev(0, 0, 0, 0, 0, profiler.Backward, 1, 25, 45)
+	b.step(1, 0, 1, 0, 100)
+	b.coll(1, 0, 1, "Recv", "pp", 2, 1, 0, 0, 4, 15, 30)
+	b.dev(1, 0, 1, 0, 0, profiler.Forward, 3, 30, 40)
+	b.dev(1, 0, 1, 0, 0, profiler.Backward, 3, 40, 50)
+
+	check := func(t *testing.T, recs []profiler.Record) {
+		t.Helper()
+		steps := Analyze(recs)
+		if len(steps) != 1 || len(steps[0].Ranks) != 2 {
+			t.Fatalf("steps %+v, want one of two ranks", steps)
+		}
+		r0 := steps[0].Ranks[0]
+		if r0.Busy != d(30) || r0.Comm != d(10) || r0.Overlap != d(5) {
+			t.Errorf("rank 0 busy %v comm %v overlap %v, want 30ms, 10ms (20 to 30), 5ms (25 to 30)", r0.Busy, r0.Comm, r0.Overlap)
+		}
+		if len(r0.Streams) != 2 || r0.Streams[1].Transfer != d(1) {
+			t.Errorf("rank 0 streams %+v, want the send's stream to hold 1ms of transfer", r0.Streams)
+		}
+		var transfer time.Duration
+		for _, s := range r0.Time {
+			if s.Use == UseTransfer {
+				transfer += s.Time
+			}
+		}
+		if transfer != d(5) {
+			t.Errorf("rank 0 time in transfer alone %v, want 5ms (20 to 25)", transfer)
+		}
+		for _, rs := range profiler.StepBreakdown(recs) {
+			if got := steps[0].Ranks[rs.Rank].Busy; got != rs.Busy {
+				t.Errorf("rank %d: busy %v, StepBreakdown %v", rs.Rank, got, rs.Busy)
+			}
+		}
+	}
+	t.Run("as recorded", func(t *testing.T) { check(t, b.recs) })
+	// Offsets.Apply moves the transfer's end with the rest of the record.
+	t.Run("shifted back", func(t *testing.T) {
+		recs := append([]profiler.Record(nil), b.recs...)
+		for i := range recs {
+			if recs[i].Rank != 0 {
+				continue
+			}
+			r := &recs[i]
+			r.HostStart += d(7)
+			r.HostEnd += d(7)
+			if r.HasDevice {
+				r.DeviceStart += d(7)
+				r.DeviceEnd += d(7)
+			}
+			if r.Collective.TransferEnd != 0 {
+				r.Collective.TransferEnd += d(7)
+			}
+		}
+		o := Offsets{Offset: map[int]time.Duration{0: d(7)}}
+		o.Apply(recs)
+		check(t, recs)
+	})
+}

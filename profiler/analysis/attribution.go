@@ -81,7 +81,8 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 			continue
 		}
 		work = append(work, it.work)
-		s, e := max(it.work.Start, wall.Start), min(it.work.End, wall.End)
+		occ := it.occupied()
+		s, e := max(occ.Start, wall.Start), min(occ.End, wall.End)
 		if e <= s {
 			continue
 		}

@@ -212,6 +212,9 @@ func (o *Offsets) Apply(records []profiler.Record) {
 			r.DeviceStart -= d
 			r.DeviceEnd -= d
 		}
+		if r.Collective.TransferEnd != 0 {
+			r.Collective.TransferEnd -= d
+		}
 	}
 }
 
@@ -225,6 +228,9 @@ func (o *Offsets) shift(it *item) {
 	if it.work.Activity != profiler.ActivityNone {
 		it.work.Start -= d
 		it.work.End -= d
+	}
+	if it.transferEnd != 0 {
+		it.transferEnd -= d
 	}
 }
 

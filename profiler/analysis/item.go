@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"time"
+
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -22,6 +24,10 @@ type item struct {
 	work   profiler.StreamWork
 	host   profiler.Interval
 	coll   *collInfo // collectives and point-to-point transfers
+	// transferEnd is, for a p2p over a network transport, when its
+	// transfer was done (Collective.TransferEnd) where that is after the
+	// device interval's end; 0 otherwise.
+	transferEnd time.Duration
 }
 
 type collInfo struct {
@@ -46,6 +52,9 @@ func keep(r *profiler.Record) (item, bool) {
 	if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 		c := r.Collective
 		it.coll = &collInfo{op: c.Op, group: c.Group, seq: c.Seq, size: c.GroupSize, grank: c.GroupRank, peer: c.Peer}
+		if busy && r.HasDevice && c.TransferEnd > r.DeviceEnd {
+			it.transferEnd = c.TransferEnd
+		}
 	}
 	return it, it.isStep || busy || it.coll != nil
 }
@@ -57,10 +66,24 @@ func (it *item) pipelineCompute() bool {
 }
 
 // span is the interval a collective occupies on its rank: the device
-// interval where there is one, else the host interval.
+// interval where there is one (to the transfer's end where the transfer
+// outlasted its kernel), else the host interval.
 func (it *item) span() profiler.Interval {
 	if it.device {
-		return it.work.Interval
+		return it.occupied()
 	}
 	return it.host
+}
+
+// occupied is the interval of the item's work: its device interval, to
+// the transfer's end for a p2p whose data was still moving after its
+// kernel stopped (NCCL's proxy sends it over a network transport). Busy
+// time still uses the device interval alone: the stream is free once the
+// kernel stops.
+func (it *item) occupied() profiler.Interval {
+	iv := it.work.Interval
+	if it.transferEnd > iv.End {
+		iv.End = it.transferEnd
+	}
+	return iv
 }

@@ -73,7 +73,10 @@ type Rank struct {
 	Streams []Stream
 	// Comm is the union of the rank's transfer intervals (collectives and
 	// point-to-point) within Wall, Overlap the part of it during which
-	// the rank was busy.
+	// the rank was busy. A p2p whose data NCCL's proxy was still moving
+	// after its kernel stopped (profiler.Collective.TransferEnd) counts
+	// to the transfer's end; busy time and Streams keep its kernel's
+	// interval, since the stream was free to compute.
 	Comm, Overlap time.Duration
 	// Compute is the interval from the rank's first forward or backward
 	// computation in the step to its last; zero without any.
@@ -315,9 +318,9 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 	busy := profiler.BusyIntervals(nil, work)
 	rk.Busy = clippedLen(busy, wall)
 	var transfers []profiler.Interval
-	for _, w := range work {
-		if w.Activity == profiler.ActivityTransfer {
-			transfers = append(transfers, w.Interval)
+	for i := range items {
+		if it := &items[i]; !it.isStep && it.work.Activity == profiler.ActivityTransfer {
+			transfers = append(transfers, it.occupied())
 		}
 	}
 	comm := union(transfers)
