@@ -84,8 +84,9 @@ type Config struct {
 
 	// ActionDelay, StragglerRank and StragglerDelay add known device time
 	// to a run, for tests of what the profiler's analysis measures: the
-	// rank's stream sleeps, inside the action's range, without using a
-	// core (CPU backend only). ActionDelay is added to every forward and
+	// rank's stream holds still, inside the action's range (runtime.Sleep:
+	// on the CPU backend without using a core, on CUDA a one-thread kernel
+	// that watches the GPU's timer). ActionDelay is added to every forward and
 	// backward action of every rank, so that chunks cost the same known
 	// time however the host's cores are shared; StragglerDelay is added
 	// once per microbatch on rank StragglerRank (to the forward of its
@@ -131,6 +132,13 @@ func (c Config) Validate() error {
 		e := invalid("backend %s: %v", c.Backend, err)
 		e.cause = err
 		return e
+	}
+	if _, ok := impl.(runtime.Sleeper); !ok && (c.ActionDelay > 0 || c.StragglerDelay > 0) {
+		name, v := "ActionDelay", c.ActionDelay
+		if v == 0 {
+			name, v = "StragglerDelay", c.StragglerDelay
+		}
+		return invalid("%s: the %s backend cannot hold its streams still (runtime.Sleeper), so it cannot add delays", field(name, v), c.Backend)
 	}
 	pl, err := c.placement(impl)
 	if err != nil {
@@ -247,13 +255,6 @@ func (c Config) validateModel() error {
 	}
 	if ranks := c.Stages * c.Replicas; c.StragglerDelay > 0 && (c.StragglerRank < 0 || c.StragglerRank >= ranks) {
 		return invalid("%s: no such rank (ranks 0 to %d)", field("StragglerRank", c.StragglerRank), ranks-1)
-	}
-	if (c.ActionDelay > 0 || c.StragglerDelay > 0) && c.Backend != runtime.CPU {
-		name, v := "ActionDelay", c.ActionDelay
-		if v == 0 {
-			name, v = "StragglerDelay", c.StragglerDelay
-		}
-		return invalid("%s: only the %s backend can add delays to its streams, not %s", field(name, v), runtime.CPU, c.Backend)
 	}
 	if c.Precision < runtime.MathDefault || c.Precision > runtime.MathBF16 {
 		return invalid("%s: unknown precision (known: %s, %s, %s)", field("Precision", int(c.Precision)), runtime.MathDefault, runtime.MathTF32, runtime.MathBF16)

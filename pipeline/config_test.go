@@ -55,7 +55,6 @@ func TestValidate(t *testing.T) {
 		{"negative action delay", func(c *Config) { c.ActionDelay = -1 }, []string{"ActionDelay=-1ns: must not be negative"}, false},
 		{"negative straggler delay", func(c *Config) { c.StragglerDelay = -1 }, []string{"StragglerDelay=-1ns: must not be negative"}, false},
 		{"straggler rank", func(c *Config) { c.StragglerRank, c.StragglerDelay = 2, 1 }, []string{"StragglerRank=2: no such rank (ranks 0 to 1)"}, false},
-		{"delay on cuda", func(c *Config) { c.Backend, c.ActionDelay = runtime.CUDA, 1 }, []string{"ActionDelay=1ns: only the cpu backend"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,12 +2,10 @@ package pipeline
 
 import (
 	"context"
-	"time"
 
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
-	"github.com/trainscope/trainscope/runtime/cpu"
 )
 
 // commRange runs enqueue — a wait for, or a copy of, an action's input —
@@ -162,7 +160,8 @@ func (r *rank) backward(ctx context.Context, a *slot, batch []p2pOp) error {
 
 // delay enqueues the action's extra device time (Config.ActionDelay, and
 // StragglerDelay on the straggler's first chunk's forwards): the stream
-// sleeps. Validate allows delays on the CPU backend only.
+// holds still (runtime.Sleep). Validate allows delays on backends with
+// the runtime.Sleeper capability only.
 func (r *rank) delay(a *slot) error {
 	d := r.cfg.ActionDelay
 	if r.id == r.cfg.StragglerRank && a.Kind == schedule.Forward && a.Chunk == 0 {
@@ -171,5 +170,5 @@ func (r *rank) delay(a *slot) error {
 	if d <= 0 {
 		return nil
 	}
-	return cpu.Enqueue(r.compute, func() { time.Sleep(d) })
+	return runtime.Sleep(r.compute, d)
 }

@@ -1,5 +1,7 @@
 package runtime
 
+import "time"
+
 // Gemm enqueues C = alpha·op(A)·op(B) + beta·C on s (see GemmArgs). The
 // shapes are checked against the buffers' sizes before the backend sees
 // them. A reduced precision (g.Math) goes to backends with the MathModes
@@ -125,4 +127,26 @@ func Scale(s *Stream, alpha float32, x Buffer, n int) error {
 		return err
 	}
 	return ew.Scale(s.h, alpha, x, n)
+}
+
+// Sleep enqueues a wait of d on s (see Sleeper): the stream holds still
+// for d without computing, and what is enqueued after it starts no sooner.
+// A d of 0 enqueues nothing; backends without the capability return
+// StatusNotSupported.
+func Sleep(s *Stream, d time.Duration) error {
+	if err := s.live("Sleep"); err != nil {
+		return err
+	}
+	if d < 0 {
+		return Errorf("Sleep", StatusInvalidArgument, "negative duration %v", d)
+	}
+	sl, ok := s.impl.(Sleeper)
+	if !ok {
+		return Errorf("Sleep", StatusNotSupported, "the %s backend cannot hold a stream still", s.impl.Type())
+	}
+	if d == 0 {
+		return nil
+	}
+	s.ops.Add(1)
+	return sl.Sleep(s.h, d)
 }

@@ -125,6 +125,17 @@ type Elementwise interface {
 	Scale(stream any, alpha float32, x Buffer, n int) error
 }
 
+// Sleeper is an optional backend capability: a stream that holds still
+// for a given time, in stream order, without computing — known device
+// time for tests and for checking what a profiler measures (the built-in
+// trainer's ActionDelay and StragglerDelay). Discover it with a type
+// assertion or through the package-level Sleep.
+type Sleeper interface {
+	// Sleep enqueues a wait of d on the stream: work enqueued after it
+	// starts no sooner than d after the sleep began on the device.
+	Sleep(stream any, d time.Duration) error
+}
+
 // MemoryDescriber is an optional backend capability: how much memory a
 // device can allocate from, so that a job too large for it can be refused
 // before it starts. Discover it with a type assertion.

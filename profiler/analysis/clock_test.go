@@ -9,7 +9,6 @@ import (
 	"github.com/trainscope/trainscope/internal/trainrun"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
-	"github.com/trainscope/trainscope/runtime"
 )
 
 // shifted returns a copy of recs with every time of rank r moved by
@@ -24,16 +23,20 @@ func shifted(recs []profiler.Record, off map[int]time.Duration) []profiler.Recor
 			out[i].DeviceStart += d
 			out[i].DeviceEnd += d
 		}
+		if out[i].Collective.TransferEnd != 0 {
+			out[i].Collective.TransferEnd += d
+		}
 	}
 	return out
 }
 
 // TestClockOffsetsRecovered injects known offsets into the records of a
 // data-parallel trainer run (one clock, so the truth is known) and
-// recovers them within the collectives' own spread of departures.
+// recovers them within the collectives' own spread of departures. It
+// trains on the backend the fidelity tests use (fidelityBackend).
 func TestClockOffsetsRecovered(t *testing.T) {
 	cfg := pipeline.DefaultConfig()
-	cfg.Backend = runtime.CPU
+	cfg.Backend = fidelityBackend(t)
 	cfg.Stages, cfg.Chunks, cfg.Replicas = 1, 2, 3
 	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 8
 	cfg.Steps = 6

@@ -2,17 +2,21 @@ package analysis
 
 import (
 	"context"
+	"errors"
 	"math"
+	"os"
 	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
 
+	_ "github.com/trainscope/trainscope/ccl/nccl" // one GPU per rank where there are enough
 	"github.com/trainscope/trainscope/internal/trainrun"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
+	_ "github.com/trainscope/trainscope/runtime/cuda" // TRAINSCOPE_FIDELITY_BACKEND=cuda
 )
 
 // The fidelity tests run the CPU trainer with streams that sleep a known
@@ -42,9 +46,34 @@ func skipUnderRace(t *testing.T) {
 	}
 }
 
-func fidelityConfig(p, v, m int, sched string) pipeline.Config {
+// fidelityBackend is the backend the fidelity tests train on: the CPU,
+// or the one TRAINSCOPE_FIDELITY_BACKEND names. With cuda
+// (scripts/gpu-analysis.sh) every action's sleep is a one-thread kernel
+// watching the GPU's timer, so stages sleep at once whether they have a
+// GPU each or share one; ranks sharing a GPU exchange data through the
+// in-process collectives, ranks with a GPU each through NCCL.
+func fidelityBackend(t *testing.T) runtime.DeviceType {
+	t.Helper()
+	name := os.Getenv("TRAINSCOPE_FIDELITY_BACKEND")
+	if name == "" {
+		return runtime.CPU
+	}
+	bt, err := runtime.ParseDeviceType(name)
+	if err != nil {
+		t.Fatalf("TRAINSCOPE_FIDELITY_BACKEND: %v", err)
+	}
+	if _, err := runtime.Available(bt); err != nil {
+		if errors.Is(err, runtime.StatusUnavailable) {
+			t.Skipf("skipped: TRAINSCOPE_FIDELITY_BACKEND=%s, which this machine lacks: %v", name, err)
+		}
+		t.Fatalf("TRAINSCOPE_FIDELITY_BACKEND=%s: %v", name, err)
+	}
+	return bt
+}
+
+func fidelityConfig(t *testing.T, p, v, m int, sched string) pipeline.Config {
 	c := pipeline.DefaultConfig()
-	c.Backend = runtime.CPU
+	c.Backend = fidelityBackend(t)
 	c.Stages, c.Chunks, c.Replicas = p, v, 1
 	c.Microbatches, c.MicrobatchSize = m, 4
 	c.Width, c.Layers = 16, p*v // one small layer per chunk: the sleep is the cost
@@ -114,7 +143,7 @@ func TestBubbleFidelity(t *testing.T) {
 		for _, p := range []int{2, 4} {
 			for _, v := range []int{1, 2} {
 				for _, m := range []int{4, 8} {
-					cfg := fidelityConfig(p, v, m, sched)
+					cfg := fidelityConfig(t, p, v, m, sched)
 					if sched == pipeline.Schedule1F1B {
 						cfg.Steps = 7 // the asserted medians: more steps
 					}
@@ -174,7 +203,7 @@ func TestStragglerFidelity(t *testing.T) {
 		delay     = 50 * time.Millisecond
 		m         = 4
 	)
-	cfg := fidelityConfig(1, 1, m, pipeline.Schedule1F1B)
+	cfg := fidelityConfig(t, 1, 1, m, pipeline.Schedule1F1B)
 	cfg.Replicas, cfg.Layers, cfg.Steps = 3, 2, 7
 	// No sleep on the other ranks: every sleep overshoots by up to a
 	// millisecond or so on loaded cores, and theirs would shorten the
@@ -280,7 +309,7 @@ func TestStragglerFidelityPipelined(t *testing.T) {
 		{name: "pp2-vpp2-dp2-busy", p: 2, v: 2, dp: 2, straggler: 2, busy: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := fidelityConfig(tc.p, tc.v, m, pipeline.Schedule1F1B)
+			cfg := fidelityConfig(t, tc.p, tc.v, m, pipeline.Schedule1F1B)
 			cfg.Replicas, cfg.Steps = tc.dp, steps
 			cfg.ActionDelay = 0 // as in TestStragglerFidelity
 			if tc.busy {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"time"
 
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -95,4 +96,17 @@ func scale(alpha float32, x []float32) {
 	for i := range x {
 		x[i] *= alpha
 	}
+}
+
+// Sleep enqueues a wait of d: the stream's worker sleeps without using a
+// core (runtime.Sleeper).
+func (m *Impl) Sleep(sh any, d time.Duration) error {
+	s, err := m.stream("Sleep", sh)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return runtime.Errorf("Sleep", runtime.StatusInvalidArgument, "negative duration %v", d)
+	}
+	return s.push("Sleep", &item{kind: opFunc, fn: func() { time.Sleep(d) }})
 }

@@ -806,3 +806,70 @@ func TestHostAlloc(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSleepOnDevice: runtime.Sleep holds its stream for the time asked,
+// as the stream's own events measure it, and leaves the rest of the
+// device free: work on another stream finishes while it sleeps.
+func TestSleepOnDevice(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	s, other := newStream(t, d), newStream(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, nap := range []time.Duration{100 * time.Microsecond, 2 * time.Millisecond, 20 * time.Millisecond} {
+		start, _ := runtime.NewEvent(d, runtime.EventDefault)
+		end, _ := runtime.NewEvent(d, runtime.EventDefault)
+		if err := start.Record(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := runtime.Sleep(s, nap); err != nil {
+			t.Fatal(err)
+		}
+		if err := end.Record(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := end.Synchronize(ctx); err != nil {
+			t.Fatal(err)
+		}
+		el, err := runtime.Elapsed(start, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Below: never shorter. Above: the timer's steps, the naps
+		// between its reads (1 µs) and the kernel's start, well under
+		// 50 µs on an idle device.
+		if el < nap || el > nap+50*time.Microsecond {
+			t.Errorf("a %v sleep measured %v by its stream's events", nap, el)
+		}
+		t.Logf("sleep %v: %v between its stream's events", nap, el)
+		start.Destroy()
+		end.Destroy()
+	}
+
+	const long = 500 * time.Millisecond
+	end, _ := runtime.NewEvent(d, runtime.EventDisableTiming)
+	defer end.Destroy()
+	if err := runtime.Sleep(s, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := end.Record(s); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1 << 20
+	x := upload(t, d, randomVec(rand.New(rand.NewPCG(1, 2)), n))
+	y := malloc(t, d, 4*n)
+	for range 10 {
+		if err := runtime.Tanh(other, x, y, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := end.Query(); !errors.Is(err, runtime.StatusNotReady) {
+		t.Errorf("the sleeping stream was done (%v) when another stream's kernels finished: the sleep held the device, or ended early", err)
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

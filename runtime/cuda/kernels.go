@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	goruntime "runtime"
 	"strings"
+	"time"
 
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cuda/dl"
@@ -31,6 +32,7 @@ const threadsPerBlock = 256
 type kernels struct {
 	ctx                uintptr // the device's primary context
 	tanh, tanhBackward uintptr // CUfunction
+	sleep              uintptr
 }
 
 // kernelsOn loads the module into device d's primary context once.
@@ -89,7 +91,7 @@ func (m *Impl) loadKernels(op string, index int) (*kernels, error) {
 	for _, fn := range []struct {
 		name string
 		dst  *uintptr
-	}{{"ts_tanh", &k.tanh}, {"ts_tanh_backward", &k.tanhBackward}} {
+	}{{"ts_tanh", &k.tanh}, {"ts_tanh_backward", &k.tanhBackward}, {"ts_sleep", &k.sleep}} {
 		name := dl.CString(fn.name)
 		rc := int32(f.Call(drv.moduleGetFunction, f.OutPtr(0), mod, hostPtr(name)))
 		goruntime.KeepAlive(name)
@@ -102,9 +104,16 @@ func (m *Impl) loadKernels(op string, index int) (*kernels, error) {
 }
 
 // launch runs a kernel with nparams 64-bit parameters over n elements on
-// stream s. The kernel's context is made current on a locked thread for
-// the launch and the previous one restored.
+// stream s, threadsPerBlock elements a block.
 func (m *Impl) launch(op string, s *stream, fn func(*kernels) uintptr, n int, params ...uintptr) error {
+	blocks := (n + threadsPerBlock - 1) / threadsPerBlock
+	return m.launchBlocks(op, s, fn, blocks, threadsPerBlock, params...)
+}
+
+// launchBlocks runs a kernel with nparams 64-bit parameters as blocks
+// blocks of threads threads on stream s. The kernel's context is made
+// current on a locked thread for the launch and the previous one restored.
+func (m *Impl) launchBlocks(op string, s *stream, fn func(*kernels) uintptr, blocks, threads int, params ...uintptr) error {
 	k, err := m.kernelsOn(op, &m.devices[s.dev])
 	if err != nil {
 		return err
@@ -131,8 +140,7 @@ func (m *Impl) launch(op string, s *stream, fn func(*kernels) uintptr, n int, pa
 		f.Out[i] = uint64(p)
 		f.Params[i] = f.OutPtr(i)
 	}
-	blocks := (uintptr(n) + threadsPerBlock - 1) / threadsPerBlock
-	if rc := int32(f.Call(drv.launchKernel, fn(k), blocks, 1, 1, threadsPerBlock, 1, 1, 0, s.h, f.ParamsPtr(), 0)); rc != 0 {
+	if rc := int32(f.Call(drv.launchKernel, fn(k), uintptr(blocks), 1, 1, uintptr(threads), 1, 1, 0, s.h, f.ParamsPtr(), 0)); rc != 0 {
 		return m.driverErr(op, rc)
 	}
 	return nil
@@ -183,4 +191,19 @@ func (m *Impl) vectors(op string, sh any, n int, bufs ...runtime.Buffer) (*strea
 		out[i] = p
 	}
 	return s, out, nil
+}
+
+// Sleep enqueues a kernel of one thread that spins on the GPU's global
+// timer, napping between reads, until d has passed
+// (runtime.Sleeper): known device time that uses no more than one SM.
+func (m *Impl) Sleep(sh any, d time.Duration) error {
+	const op = "Sleep"
+	s, err := m.stream(op, sh)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return runtime.Errorf(op, runtime.StatusInvalidArgument, "negative duration %v", d)
+	}
+	return m.launchBlocks(op, s, func(k *kernels) uintptr { return k.sleep }, 1, 1, uintptr(d))
 }
