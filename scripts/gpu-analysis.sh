@@ -49,7 +49,8 @@ run() {
 	timeout 120 ./cuda.test -test.run 'TestSleepOnDevice' -test.v 2>&1 | tee "$OUT/sleep.txt" | grep -E '^(---|ok|FAIL|PASS)|sleep'
 
 	# The fidelity tests, unchanged, on the GPU: every action holds its
-	# stream 15 ms (a one-thread kernel), so chunks cost the same.
+	# stream 15 ms (a one-thread kernel), so chunks cost the same. They set
+	# CUDA_DEVICE_MAX_CONNECTIONS=32 themselves (docs/gpu.md says why).
 	TRAINSCOPE_FIDELITY_BACKEND=cuda timeout 400 ./analysis.test \
 		-test.run 'TestBubbleFidelity|TestStragglerFidelity|TestClockOffsetsRecovered' -test.v 2>&1 |
 		tee "$OUT/fidelity.txt" | grep -E '^\s*(---|ok|FAIL|PASS)|bubble|injected|named|jitter|fidelity_test'

@@ -62,6 +62,14 @@ func fidelityBackend(t *testing.T) runtime.DeviceType {
 	if err != nil {
 		t.Fatalf("TRAINSCOPE_FIDELITY_BACKEND: %v", err)
 	}
+	// Ranks sharing a GPU have more streams than CUDA's default 8
+	// hardware queues, and a rank's long sleep would then hold up
+	// another's kernels queued behind it: the delays would not be the
+	// per-rank delays the tests inject (docs/gpu.md). CUDA reads the
+	// variable once, when it initialises, before any test trains.
+	if _, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS"); !set && bt == runtime.CUDA {
+		os.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+	}
 	if _, err := runtime.Available(bt); err != nil {
 		if errors.Is(err, runtime.StatusUnavailable) {
 			t.Skipf("skipped: TRAINSCOPE_FIDELITY_BACKEND=%s, which this machine lacks: %v", name, err)

@@ -816,6 +816,14 @@ func TestSleepOnDevice(t *testing.T) {
 	s, other := newStream(t, d), newStream(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The first kernel of a device loads the module (the PTX JIT, about
+	// 0.1 s), with the stream idle meanwhile: not the sleep's to measure.
+	if err := runtime.Sleep(s, time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, nap := range []time.Duration{100 * time.Microsecond, 2 * time.Millisecond, 20 * time.Millisecond} {
 		start, _ := runtime.NewEvent(d, runtime.EventDefault)
 		end, _ := runtime.NewEvent(d, runtime.EventDefault)

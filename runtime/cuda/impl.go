@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ type Impl struct {
 	rt             *cudart
 	runtimeVersion int    // e.g. 13000 for CUDA 13.0
 	moduleLoading  string // CUDA_MODULE_LOADING as CUDA reads it ("" for CUDA's default)
+	connections    string // CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it ("" for CUDA's default)
 	driverVersion  int
 	devices        []device
 
@@ -83,6 +85,7 @@ func (m *Impl) Init() error {
 func (m *Impl) load() error {
 	const op = "Init"
 	m.moduleLoading = moduleLoading(m.cfg.lazy)
+	m.connections = deviceConnections(m.cfg.connections)
 	lib, _, err := dl.Open(candidates(m.cfg.cudart, EnvCudartLib,
 		"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so*"))
 	if err != nil {
@@ -136,6 +139,23 @@ func moduleLoading(lazy bool) string {
 	}
 	return "EAGER"
 }
+
+// deviceConnections sets CUDA_DEVICE_MAX_CONNECTIONS to n unless n ≤ 0
+// or the variable is set already, and returns the value in effect.
+func deviceConnections(n int) string {
+	if v, set := os.LookupEnv(EnvDeviceMaxConnections); set || n <= 0 {
+		return v
+	}
+	v := strconv.Itoa(n)
+	if os.Setenv(EnvDeviceMaxConnections, v) != nil {
+		return ""
+	}
+	return v
+}
+
+// DeviceConnections returns CUDA_DEVICE_MAX_CONNECTIONS as it was when
+// Init ran ("" when unset: CUDA's default, 8). See WithDeviceConnections.
+func (m *Impl) DeviceConnections() string { return m.connections }
 
 // ModuleLoading returns CUDA_MODULE_LOADING as it was when Init ran
 // ("" when unset: CUDA's default, lazy loading). See WithLazyLoading.

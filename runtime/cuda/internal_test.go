@@ -130,6 +130,61 @@ func TestModuleLoadingReachesC(t *testing.T) {
 	}
 }
 
+// TestDeviceConnectionsReachC: WithDeviceConnections sets
+// CUDA_DEVICE_MAX_CONNECTIONS where the C environment (CUDA reads it with
+// getenv) has none, and keeps a value the user set; without it Init
+// leaves the variable alone.
+// It needs no GPU: the variable is set before libcudart is looked for.
+func TestDeviceConnectionsReachC(t *testing.T) {
+	libc, _, err := dl.Open([]string{"libc.so.6"})
+	if err != nil {
+		t.Skipf("skipped: no libc.so.6 to read the C environment with: %v", err)
+	}
+	getenv, err := libc.Lookup("getenv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgetenv := func(name string) string {
+		c := dl.CString(name)
+		v := dl.GoString(dl.Call(getenv, uintptr(unsafe.Pointer(&c[0]))))
+		goruntime.KeepAlive(c)
+		return v
+	}
+	nowhere := filepath.Join(t.TempDir(), "libcudart.so")
+	cases := []struct {
+		name   string
+		preset string // "" for unset
+		opts   []Option
+		want   string
+	}{
+		{name: "unset", want: ""},
+		{name: "user's value kept", preset: "4", want: "4"},
+		{name: "asked for", opts: []Option{WithDeviceConnections(32)}, want: "32"},
+		{name: "asked for, user's value kept", preset: "1", opts: []Option{WithDeviceConnections(32)}, want: "1"},
+		{name: "0 leaves it to CUDA", opts: []Option{WithDeviceConnections(0)}, want: ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(EnvDeviceMaxConnections, "x") // restored after the test
+			if c.preset == "" {
+				os.Unsetenv(EnvDeviceMaxConnections)
+			} else {
+				os.Setenv(EnvDeviceMaxConnections, c.preset)
+			}
+			m := New(append(c.opts, WithLibrary(nowhere))...)
+			if err := m.Init(); runtime.StatusOf(err) != runtime.StatusUnavailable {
+				t.Fatalf("Init with %s: %v, want Unavailable", nowhere, err)
+			}
+			if got := m.DeviceConnections(); got != c.want {
+				t.Errorf("DeviceConnections() = %q, want %q", got, c.want)
+			}
+			if got := cgetenv(EnvDeviceMaxConnections); got != c.want {
+				t.Errorf("C getenv(%s) = %q, want %q", EnvDeviceMaxConnections, got, c.want)
+			}
+		})
+	}
+}
+
 // The compute type each float32 GEMM gets, with and without WithTF32. The
 // numbers are cublasComputeType_t's in cublas_api.h: CUBLAS_COMPUTE_32F
 // 68, CUBLAS_COMPUTE_32F_FAST_16BF 75, CUBLAS_COMPUTE_32F_FAST_TF32 77.

@@ -12,6 +12,11 @@ const (
 	// loaded: EAGER (at initialisation) or LAZY (at first launch, CUDA's
 	// default since 12.2). See WithLazyLoading.
 	EnvModuleLoading = "CUDA_MODULE_LOADING"
+
+	// EnvDeviceMaxConnections is CUDA's own variable for how many
+	// hardware work queues a device's streams are spread over (CUDA's
+	// default 8, at most 32). See WithDeviceConnections.
+	EnvDeviceMaxConnections = "CUDA_DEVICE_MAX_CONNECTIONS"
 )
 
 // Minimum versions: CUDA 12.0 runtime (stream-ordered allocation, the
@@ -25,6 +30,7 @@ type config struct {
 	cudart, cublas, driver string // explicit library paths
 	tf32                   bool
 	lazy                   bool
+	connections            int // CUDA_DEVICE_MAX_CONNECTIONS to set; ≤ 0: leave it to CUDA
 	minVersion             int
 }
 
@@ -62,6 +68,20 @@ func WithTF32(on bool) Option { return optionFunc(func(c *config) { c.tf32 = on 
 // start-up time and device memory for every kernel of every library
 // loaded. A value set by the user is always kept.
 func WithLazyLoading(on bool) Option { return optionFunc(func(c *config) { c.lazy = on }) }
+
+// WithDeviceConnections(n) sets CUDA_DEVICE_MAX_CONNECTIONS=n at Init
+// when the variable is unset (n ≤ 0, the default: leave it to CUDA, which
+// uses 8). It is how many hardware work queues a device's streams are
+// spread over; streams beyond that many share a queue, and a kernel then
+// waits behind a long kernel of another stream it has no dependency on.
+// Ranks sharing one GPU (each a compute stream and a stream per process
+// group) pass 8 streams quickly. 32, the most, keeps them independent;
+// it also cost the launch-bound default trainer job about 10 % on an H200
+// (docs/gpu.md), so it is not the default. A value set by the user is
+// always kept.
+func WithDeviceConnections(n int) Option {
+	return optionFunc(func(c *config) { c.connections = n })
+}
 
 func newConfig(opts []Option) config {
 	c := config{minVersion: minRuntimeVersion}
