@@ -77,9 +77,10 @@ run() {
 		"${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib 1,16 >"$OUT/wrapped.log" 2>&1
 	echo "exit $?" >>"$OUT/wrapped.log"
 	python3 "$root/scripts/wrapcheck.py" "$OUT/wrapped.log" "$OUT"/runs/*/trace.json >"$OUT/check.txt" 2>&1
-	tail -n 25 "$OUT/check.txt"
+	sed -n '/=== collectives across ranks/,/^$/p' "$OUT"/runs/*/report.txt >>"$OUT/check.txt"
+	tail -n 35 "$OUT/check.txt"
 	rm -f "$OUT"/runs/*/calls.rank*.gz
-	[ "${1:-all}" = check ] && return
+	[ "${1:-all}" = check ] && { straggler; return; }
 
 	# 2. Overhead: the script's wall time, fresh processes interleaved.
 	echo "== overhead"
@@ -107,7 +108,20 @@ else:
     print("no complete pairs")
 EOF
 
+	straggler
 	signals
+}
+
+straggler() {
+	# 4. A straggler of known lateness: rank 1 sleeps 20 ms on its GPU
+	#    before each timed all-reduce; the report must name it, with the
+	#    hold-up the script measured.
+	echo "== straggler"
+	timeout -k 10 300 "$pr" -out "$OUT/straggler" -metrics-addr off -quiet -- \
+		"${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib 1 --slow-rank 1 --slow-ms 20 >"$OUT/straggler.log" 2>&1
+	echo "exit $?" >>"$OUT/straggler.log"
+	python3 "$root/scripts/wrapcheck.py" --straggler "$OUT/straggler.log" "$OUT"/straggler/*/report.txt | tee "$OUT/straggler.txt"
+	rm -f "$OUT"/straggler/*/calls.rank*.gz
 }
 
 signals() {

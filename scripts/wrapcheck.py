@@ -13,6 +13,13 @@ send/recv pairs grouped over a proxied transport, the time from the
 kernel's start to the network transfer's end instead (busbw is bytes × factor over that time, so it
 matches when the time does; both are printed). One line per check, PASS or
 FAIL, then a summary; exit status 1 on any FAIL.
+
+    python3 scripts/wrapcheck.py --straggler wrapped.log report.txt
+
+checks a run with --slow-rank R --slow-ms X: the report's collectives
+section must name rank R the straggler, and the time it held the
+collectives up (its arrival less the next-latest, summed) must be within
+10 % of the script's slow_calls × slow_ms_measured.
 """
 
 import collections
@@ -70,7 +77,34 @@ def trace_ops(path):
     return ops, groups
 
 
+def straggler(log, report):
+    slow = [r for r in script_results(log) if r.get("slow_calls")]
+    if len(slow) != 1:
+        print("FAIL straggler: %d ranks of %s report slow calls, want 1" % (len(slow), log))
+        return 1
+    r = slow[0]
+    want_ms = r["slow_calls"] * r["slow_ms_measured"]
+    text = open(report, errors="replace").read()
+    i = text.find("=== collectives across ranks")
+    if i < 0:
+        print("FAIL straggler: %s has no collectives section" % report)
+        return 1
+    section = text[i:text.find("\n\n", i) if text.find("\n\n", i) > 0 else len(text)]
+    print(section)
+    m = re.search(r"straggler: rank (\d+) caused (\d+)% of the waiting at collectives \(([0-9.]+) ms; it held them up ([0-9.]+) ms", section)
+    if not m:
+        print("FAIL straggler: no rank named; want rank %d" % r["rank"])
+        return 1
+    rank, held = int(m.group(1)), float(m.group(4))
+    ok = rank == r["rank"] and abs(held - want_ms) <= 0.1 * want_ms
+    print("%s straggler: report names rank %d (want %d), held up %.3f ms against the script's %d calls × %.3f ms = %.3f ms (%+.1f%%)"
+          % ("PASS" if ok else "FAIL", rank, r["rank"], held, r["slow_calls"], r["slow_ms_measured"], want_ms, 100 * (held / want_ms - 1)))
+    return 0 if ok else 1
+
+
 def main(argv):
+    if len(argv) == 4 and argv[1] == "--straggler":
+        return straggler(argv[2], argv[3])
     if len(argv) != 3:
         print(__doc__)
         return 2

@@ -30,6 +30,15 @@ const closeTimeout = 15 * time.Second
 // outputs are the destinations of one run's records: files opened at start
 // (so an unwritable path fails before training), the live /metrics
 // endpoint, and what is pushed at the end.
+// pipeAnalysis is the analysis a run's records feed: per step for the
+// built-in trainer (analysis.Sink), per collective for a wrapped command
+// (analysis.CallSink).
+type pipeAnalysis interface {
+	profiler.Sink
+	Flush()
+	Summary() analysis.Summary
+}
+
 type outputs struct {
 	o      *options
 	runID  string
@@ -47,7 +56,7 @@ type outputs struct {
 	// Whole-run summaries, kept as records arrive in bounded memory.
 	tables *profiler.Summary     // the report's all-steps tables
 	steps  *profiler.StepSummary // the step breakdown and step-time distribution
-	pipe   *analysis.Sink        // bubbles, overlap, collectives, stragglers
+	pipe   pipeAnalysis          // bubbles, overlap, collectives, stragglers
 	// stepSpans is spans once it exists: the analysis sink, added before
 	// it, reads it from the profiler's collector.
 	stepSpans atomic.Pointer[otel.Exporter]
@@ -132,8 +141,15 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		sinks = append(sinks, out.profile)
 	}
 	// The pipeline analysis: the report's section, the metrics, and each
-	// step for the profile's step_time and the analysis spans.
-	out.pipe = analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed))
+	// step for the profile's step_time and the analysis spans. A wrapped
+	// command's operations carry no steps: their collectives are matched
+	// across ranks as they come, on clocks aligned by their departures
+	// (each process turns its GPU's times into host times on its own).
+	if len(o.command) > 0 {
+		out.pipe = analysis.NewCallSink(analysis.WithClockAlignment())
+	} else {
+		out.pipe = analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed))
+	}
 	sinks = append(sinks, out.pipe)
 	if out.report != nil && o.callLogMiB > 0 {
 		out.calls = profiler.NewCallLog(filepath.Join(filepath.Dir(out.report.Name()), "calls"), int64(o.callLogMiB)<<20)

@@ -310,7 +310,13 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 				return nil, fmt.Errorf("report: %w", err)
 			}
 		}
-		if pipe != nil && pipe.Steps > 0 {
+		switch {
+		case pipe != nil && pipe.Stepless && pipe.Collectives.Matched+pipe.Collectives.Incomplete > 0:
+			fmt.Fprintln(w, "\n=== collectives across ranks: skew, waiting, stragglers, clocks (docs/analysis.md) ===")
+			if err := analysis.WriteReport(w, *pipe); err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+		case pipe != nil && pipe.Steps > 0:
 			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")
 			if err := analysis.WriteReport(w, *pipe); err != nil {
 				return nil, fmt.Errorf("report: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -330,10 +331,76 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 			t.Errorf("report lacks %s:\n%s", name, report)
 		}
 	}
+	// One process of a communicator of 4: its two collectives cannot be
+	// matched across ranks, and the collectives section says so.
+	for _, line := range []string{
+		"=== collectives across ranks: skew, waiting, stragglers, clocks (docs/analysis.md) ===",
+		"collectives: 0 matched across ranks, 2 not recorded by every rank of their group (left out of the figures)",
+		"1 of 4 ranks recorded it (ranks 2)",
+	} {
+		if !strings.Contains(report, line) {
+			t.Errorf("report lacks %q:\n%s", line, report)
+		}
+	}
 	for _, f := range []string{"profile.pb.gz", "trace.json"} {
 		if st, err := os.Stat(filepath.Join(filepath.Dir(runs[0]), f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestWrapMatchesCollectivesAcrossProcesses wraps four processes of the
+// plugin's test driver, ranks 0 to 3 of one communicator: each makes the
+// driver's AllReduce and Broadcast, so both are matched across the four
+// processes, and the report's collectives section covers every rank.
+func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds C code")
+	}
+	for _, tool := range []string{"make", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on this machine (%v): the C plugin cannot be built here", tool, err)
+		}
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "plugins", "nccl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin").CombinedOutput(); err != nil {
+		t.Fatalf("make: %v\n%s", err, out)
+	}
+	lib := filepath.Join(dir, "libtrainscope-nccl.so")
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	script := fmt.Sprintf(`for r in 0 1 2 3; do RANK=$r %q --drive %q $r 4 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", "bash", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	reports, err := filepath.Glob(filepath.Join(out, "*", "report.txt"))
+	if err != nil || len(reports) != 1 {
+		t.Fatalf("want one report.txt: %v %v", reports, err)
+	}
+	b, err := os.ReadFile(reports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := string(b)
+	i := strings.Index(report, "=== collectives across ranks")
+	if i < 0 {
+		t.Fatalf("no collectives section:\n%s", report)
+	}
+	section := report[i:]
+	if !strings.Contains(section, "collectives: 2 matched across ranks;") || strings.Contains(section, "not recorded by every rank") {
+		t.Errorf("want the AllReduce and the Broadcast matched, nothing incomplete:\n%s", section)
+	}
+	for r := range 4 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+2\s`, r)).MatchString(section) {
+			t.Errorf("rank %d's row does not show its 2 calls:\n%s", r, section)
+		}
+	}
+	if !strings.Contains(section, "clocks aligned on collective departures") && !strings.Contains(section, "clocks not aligned") {
+		t.Errorf("no clock line:\n%s", section)
 	}
 }
 

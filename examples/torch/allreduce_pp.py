@@ -19,6 +19,12 @@ it is close to the loop's time, the loop waited on the host, not on the
 device), the bus bandwidth nccl-tests would report, and the whole
 run's wall time — so a profiler's counts and bandwidths can be checked
 against figures it did not compute.
+
+With --slow-rank R --slow-ms X, rank R holds its stream X ms (a GPU sleep,
+torch.cuda._sleep, calibrated once against CUDA events) before each timed
+all-reduce, so it arrives X ms after the others at every one: a straggler
+of known lateness. Its JSON line then carries slow_calls and the
+calibrated slow_ms_measured.
 """
 
 import argparse
@@ -38,9 +44,13 @@ def parse(argv=None):
                    help="with fewer GPUs than ranks, let ranks share one: each gets an NCCL_HOSTID of its own, "
                         "so NCCL takes them for different hosts and connects them through its network transport "
                         "(a test set-up: slow, but every collective and p2p is a real NCCL operation)")
+    p.add_argument("--slow-rank", type=int, default=-1, help="the rank that arrives late at every timed all-reduce")
+    p.add_argument("--slow-ms", type=float, default=0.0, help="how late --slow-rank arrives, in ms of GPU sleep")
     a = p.parse_args(argv)
     if a.iters < 1 or a.warmup < 0:
         p.error("--iters must be at least 1 and --warmup not negative")
+    if a.slow_ms < 0:
+        p.error("--slow-ms must not be negative")
     a.sizes = [int(float(s) * (1 << 20)) for s in a.sizes_mib.split(",") if s]
     if not a.sizes or min(a.sizes) <= 0:
         p.error("--sizes-mib needs positive sizes")
@@ -77,8 +87,30 @@ def main(argv=None):
             pp = None
     t0 = time.perf_counter()
     results = []
+    slow = {}
+    late = None
+    if rank == a.slow_rank and a.slow_ms > 0:
+        # torch.cuda._sleep spins for a number of GPU cycles: find how many
+        # make a millisecond here, then how long the sleep really takes.
+        def sleep_ms(cycles, n=5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / n
 
-    def timed(op, size, body):
+        sleep_ms(1000)
+        probe = 10_000_000
+        cycles = max(int(probe * a.slow_ms / sleep_ms(probe)), 1)
+        slow = {"slow_ms": a.slow_ms, "slow_ms_measured": sleep_ms(cycles), "slow_calls": 0}
+
+        def late():
+            torch.cuda._sleep(cycles)
+            slow["slow_calls"] += 1
+
+    def timed(op, size, body, before=None):
         for _ in range(a.warmup):
             body()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -86,6 +118,8 @@ def main(argv=None):
         start.record()
         host = 0.0
         for _ in range(a.iters):
+            if before is not None:
+                before()
             h = time.perf_counter()
             body()
             host += time.perf_counter() - h
@@ -102,7 +136,7 @@ def main(argv=None):
     for size in a.sizes:
         n = size // esize
         x = torch.ones(n, dtype=dtype, device=dev)
-        timed("AllReduce", size, lambda: dist.all_reduce(x, group=dp))
+        timed("AllReduce", size, lambda: dist.all_reduce(x, group=dp), late)
         world_dp = dist.get_world_size(dp)
         part = torch.ones(n // world_dp, dtype=dtype, device=dev)
         out = torch.empty(part.numel() * world_dp, dtype=dtype, device=dev)
@@ -127,7 +161,7 @@ def main(argv=None):
     wall = time.perf_counter() - t0
     print(json.dumps({"tool": "allreduce_pp", "rank": rank, "world": world, "device": str(dev),
                       "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                      "wall_s": wall, "results": results}), flush=True)
+                      "wall_s": wall, "results": results, **slow}), flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -14,15 +14,22 @@ import (
 // the complete steps) to metrics when scraped, as client_golang's
 // database statistics collector maps sql.DBStats: a series per stage or
 // rank, none per step or collective. Register it with
-// Exporter.Register.
+// Exporter.Register. A wrapped run's analysis.CallSink, without steps,
+// gives the straggler scores and the collective skew only.
 type AnalysisCollector struct {
-	sink                             *analysis.Sink
+	sink                             Summarizer
 	steps, bubble, bubbleFrac, ideal *prometheus.Desc
 	overlap, score, skew             *prometheus.Desc
 }
 
+// Summarizer is what AnalysisCollector reads: analysis.Sink or
+// analysis.CallSink.
+type Summarizer interface {
+	Summary() analysis.Summary
+}
+
 // NewAnalysisCollector returns a collector of s's totals.
-func NewAnalysisCollector(s *analysis.Sink) *AnalysisCollector {
+func NewAnalysisCollector(s Summarizer) *AnalysisCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
@@ -48,8 +55,10 @@ func (c *AnalysisCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *AnalysisCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.sink.Summary()
-	ch <- prometheus.MustNewConstMetric(c.steps, prometheus.CounterValue, float64(s.Complete), "true")
-	ch <- prometheus.MustNewConstMetric(c.steps, prometheus.CounterValue, float64(s.Steps-s.Complete), "false")
+	if !s.Stepless {
+		ch <- prometheus.MustNewConstMetric(c.steps, prometheus.CounterValue, float64(s.Complete), "true")
+		ch <- prometheus.MustNewConstMetric(c.steps, prometheus.CounterValue, float64(s.Steps-s.Complete), "false")
+	}
 	for _, st := range s.Stages {
 		if st.RankSteps == 0 {
 			continue

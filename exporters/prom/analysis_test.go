@@ -89,3 +89,39 @@ trainscope_pipeline_straggler_score{rank="1"} 1
 	}
 	t.Error("no trainscope_collective_skew_seconds")
 }
+
+// A wrapped run's collectives, without steps: rank 2 arrives 4 ms after
+// the others at each of 3 all-reduces; no step metrics, the straggler
+// scores and the skew.
+func TestAnalysisCollectorWithoutSteps(t *testing.T) {
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	var recs []profiler.Record
+	for k := range 3 {
+		for rank := range 3 {
+			arrive := 0
+			if rank == 2 {
+				arrive = 4
+			}
+			recs = append(recs, profiler.Record{ID: uint64(k + 1), Name: "AllReduce", Kind: profiler.KindCollective, Rank: rank, Labels: profiler.NoLabels,
+				HasDevice: true, DeviceStart: ms(10*k + arrive), DeviceEnd: ms(10*k + 6),
+				Collective: profiler.Collective{Op: "AllReduce", Group: "dp", GroupSize: 3, GroupRank: int32(rank), Peer: -1, Root: -1, Seq: uint64(k)}})
+		}
+	}
+	s := analysis.NewCallSink()
+	s.Consume(recs)
+	c := prom.NewAnalysisCollector(s)
+	want := `
+# HELP trainscope_pipeline_straggler_score Share of all ranks' waiting at collectives that the rank caused, by arriving last or by holding up the rank that did.
+# TYPE trainscope_pipeline_straggler_score gauge
+trainscope_pipeline_straggler_score{rank="0"} 0
+trainscope_pipeline_straggler_score{rank="1"} 0
+trainscope_pipeline_straggler_score{rank="2"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"trainscope_pipeline_steps_total", "trainscope_pipeline_bubble_fraction", "trainscope_pipeline_straggler_score"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c, "trainscope_collective_skew_seconds"); n != 1 {
+		t.Errorf("%d skew series, want 1", n)
+	}
+}

@@ -8,9 +8,10 @@
  *   ./test_plugin ./libtrainscope-nccl.so
  *
  * With --drive, it only makes the main case's calls, against the
- * collector named by TRAINSCOPE_NCCL_SOCKET (the Go end-to-end test):
+ * collector named by TRAINSCOPE_NCCL_SOCKET (the Go end-to-end tests),
+ * as rank 1 of 4 or as the rank given:
  *
- *   ./test_plugin --drive ./libtrainscope-nccl.so
+ *   ./test_plugin --drive ./libtrainscope-nccl.so [RANK NRANKS]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -204,11 +205,12 @@ static void* kernel_thread(void* arg) {
   return NULL;
 }
 
-static void main_child(void) {
+/* drive makes the main case's calls as rank `rank` of `nranks`. */
+static void drive(int rank, int nranks) {
   ncclProfiler_v5_t* p = load();
   void* ctx = NULL;
   int mask = -1;
-  if (p->init(&ctx, 0xabcdef0123456789ull, &mask, "pg-data-parallel", 1, 4, 1, NULL) != ncclSuccess || !ctx) _exit(3);
+  if (p->init(&ctx, 0xabcdef0123456789ull, &mask, "pg-data-parallel", 1, nranks, rank, NULL) != ncclSuccess || !ctx) _exit(3);
   if (mask != (ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileProxyOp)) _exit(4);
 
   /* NCCL starts a group event too; the plugin does not want it. */
@@ -219,7 +221,7 @@ static void main_child(void) {
 
   ncclProfilerEventDescr_v5_t c = {0};
   c.type = ncclProfileColl;
-  c.rank = 1;
+  c.rank = rank;
   c.coll.seqNumber = 7;
   c.coll.func = "AllReduce";
   c.coll.count = 1000;
@@ -273,6 +275,8 @@ static void main_child(void) {
   p->stopEvent(NULL);
   p->finalize(ctx);
 }
+
+static void main_child(void) { drive(1, 4); }
 
 static const struct tsnp_record* rec(const struct stream* s, size_t i) {
   return (const struct tsnp_record*)(s->buf + TSNP_RECORD_SIZE * (i + 1));
@@ -502,13 +506,18 @@ static void test_stuck_collector(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 3 && strcmp(argv[1], "--drive") == 0) {
+  if ((argc == 3 || argc == 5) && strcmp(argv[1], "--drive") == 0) {
     lib_path = argv[2];
-    main_child();
+    int rank = argc == 5 ? atoi(argv[3]) : 1, nranks = argc == 5 ? atoi(argv[4]) : 4;
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+      fprintf(stderr, "--drive: rank %d of %d ranks\n", rank, nranks);
+      return 2;
+    }
+    drive(rank, nranks);
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s [--drive] path/to/libtrainscope-nccl.so\n", argv[0]);
+    fprintf(stderr, "usage: %s [--drive] path/to/libtrainscope-nccl.so [RANK NRANKS]\n", argv[0]);
     return 2;
   }
   lib_path = argv[1];

@@ -219,7 +219,8 @@ func TestStragglerFidelity(t *testing.T) {
 	cfg.ActionDelay = 0
 	cfg.StragglerRank, cfg.StragglerDelay = straggler, delay
 	injected := float64(m * delay) // per step
-	steps := Analyze(runRecords(t, cfg))
+	recs := runRecords(t, cfg)
+	steps := Analyze(recs)
 	var heldUp, waited []float64
 	for _, st := range steps {
 		if !st.Complete() {
@@ -244,6 +245,26 @@ func TestStragglerFidelity(t *testing.T) {
 	}
 	if math.Abs(w-injected) > 0.1*injected {
 		t.Errorf("median wait caused per other rank %v, more than 10%% from the injected %v", time.Duration(w), time.Duration(injected))
+	}
+
+	// Without their steps, as a wrapped run's collectives arrive, the
+	// same collectives name the same rank, and its hold-up per call (one
+	// gradient all-reduce a step here) is the delay injected per step.
+	calls := NewCallSink()
+	calls.Consume(recs)
+	calls.Flush()
+	cs := calls.Summary()
+	if cs.Collectives.Matched != sum.Collectives.Matched || cs.Collectives.Skew != sum.Collectives.Skew || cs.Collectives.Incomplete != 0 {
+		t.Errorf("without steps: collectives %+v; by step %+v", cs.Collectives, sum.Collectives)
+	}
+	if cs.Straggler != straggler {
+		t.Errorf("without steps: straggler %d, want rank %d", cs.Straggler, straggler)
+	}
+	r := cs.Ranks[straggler]
+	perCall := float64(r.HeldUp) / float64(max(r.Calls, 1))
+	t.Logf("without steps: %d calls, rank %d held each up %v on average (score %.2f)", r.Calls, straggler, time.Duration(perCall), r.Score)
+	if math.Abs(perCall-injected) > 0.1*injected {
+		t.Errorf("without steps: held up %v per call, more than 10%% from the injected %v", time.Duration(perCall), time.Duration(injected))
 	}
 }
 

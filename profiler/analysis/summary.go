@@ -40,6 +40,16 @@ type Summary struct {
 	Aligned          bool
 	// Critical sums the complete steps' critical paths.
 	Critical CriticalTotals
+	// Stepless marks a CallSink's summary: collectives matched without
+	// steps, so Ranks carry only Calls, Waited, Caused, HeldUp and Score,
+	// and the step, stage and critical-path figures are zero.
+	Stepless bool
+	// Offsets is a CallSink's latest clock estimate per rank: Offset is
+	// how far a rank's departures from collectives lie from each
+	// collective's median departure (the median over its latest 256), and
+	// Residual the spread about it. Aligned says whether the estimates
+	// were applied (WithClockAlignment). Nil for a step analysis.
+	Offsets *Offsets
 }
 
 // CriticalTotals sums critical paths (see CriticalPath) over steps.
@@ -62,6 +72,7 @@ func (c CriticalTotals) Total() time.Duration { return c.Compute + c.Transfer + 
 // RankTotals sums one rank's figures (see Rank) over the complete steps.
 type RankTotals struct {
 	Rank, Stage, Steps        int
+	Calls                     int // complete collectives the rank took part in
 	Wall, Busy, Comm, Overlap time.Duration
 	Bubble, Span              time.Duration
 	Waited, Caused, HeldUp    time.Duration
@@ -89,6 +100,7 @@ func (s StageTotals) Fraction() float64 {
 // CollectiveTotals sums the complete steps' complete collectives.
 type CollectiveTotals struct {
 	Matched                   int
+	Incomplete                int           // a CallSink's collectives decided without every rank (a step's make the step incomplete instead)
 	Skew, Wait, Transfer      time.Duration // sums (Wait over members)
 	MaxSkew                   time.Duration
 	P50Skew, P90Skew, P99Skew time.Duration // within 1%
@@ -126,10 +138,7 @@ func (t *totals) add(st *Step) {
 	if !st.Complete() {
 		t.s.ProblemSteps++
 		for _, p := range st.Problems {
-			if !t.seen[p] && len(t.seen) < maxProblems {
-				t.seen[p] = true
-				t.s.Problems = append(t.s.Problems, fmt.Sprintf("step %d: %s", st.Step, p))
-			}
+			t.problem(fmt.Sprintf("step %d: %s", st.Step, p))
 		}
 		return
 	}
@@ -201,20 +210,44 @@ func (t *totals) add(st *Step) {
 			}
 		}
 	}
-	for _, c := range st.Collectives {
-		if !c.Complete {
-			continue
+	for i := range st.Collectives {
+		if c := &st.Collectives[i]; c.Complete {
+			t.addCollective(c)
 		}
-		ct := &t.s.Collectives
-		ct.Matched++
-		ct.Skew += c.Skew
-		ct.MaxSkew = max(ct.MaxSkew, c.Skew)
-		ct.Transfer += c.Transfer
-		for _, m := range c.Members {
-			ct.Wait += m.Wait
-		}
-		_ = t.skew.Add(float64(c.Skew))
 	}
+}
+
+// problem lists p once, up to maxProblems distinct ones.
+func (t *totals) problem(p string) {
+	if !t.seen[p] && len(t.seen) < maxProblems {
+		t.seen[p] = true
+		t.s.Problems = append(t.s.Problems, p)
+	}
+}
+
+// rank returns the totals of rank r, added if new.
+func (t *totals) rank(r int) *RankTotals {
+	rt, ok := t.ranks[r]
+	if !ok {
+		rt = &RankTotals{Rank: r, Stage: profiler.None}
+		t.ranks[r] = rt
+	}
+	return rt
+}
+
+// addCollective adds a complete collective to the collective totals and
+// its members' call counts.
+func (t *totals) addCollective(c *Collective) {
+	ct := &t.s.Collectives
+	ct.Matched++
+	ct.Skew += c.Skew
+	ct.MaxSkew = max(ct.MaxSkew, c.Skew)
+	ct.Transfer += c.Transfer
+	for _, m := range c.Members {
+		ct.Wait += m.Wait
+		t.rank(m.Rank).Calls++
+	}
+	_ = t.skew.Add(float64(c.Skew))
 }
 
 // summary returns a copy of the totals as a Summary.
@@ -284,6 +317,9 @@ func pct(num, den time.Duration) string {
 // collectives, steps cut short — is said after the figures, which leave
 // those steps out.
 func WriteReport(w io.Writer, s Summary) error {
+	if s.Stepless {
+		return writeCalls(w, s)
+	}
 	fmt.Fprintf(w, "%d of %d steps complete", s.Complete, s.Steps)
 	if s.Complete < s.Steps {
 		fmt.Fprintf(w, "; the figures cover the complete ones")
@@ -390,6 +426,63 @@ func writeFigures(w io.Writer, s Summary) error {
 		}
 	case c.Matched > 0:
 		fmt.Fprintln(w, "straggler: no rank stands out (none caused half the waiting at collectives and twice any other)")
+	}
+	return nil
+}
+
+// writeCalls writes a CallSink's summary: the collectives matched across
+// ranks, each rank's waiting, the straggler, the clocks.
+func writeCalls(w io.Writer, s Summary) error {
+	c := s.Collectives
+	fmt.Fprintf(w, "collectives: %d matched across ranks", c.Matched)
+	if c.Incomplete > 0 {
+		fmt.Fprintf(w, ", %d not recorded by every rank of their group (left out of the figures)", c.Incomplete)
+	}
+	if c.Matched == 0 {
+		fmt.Fprintln(w)
+	} else {
+		n := time.Duration(c.Matched)
+		fmt.Fprintf(w, "; arrival skew p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; mean per call: waiting %.3f ms (all ranks), transfer %.3f ms\n",
+			ms(c.P50Skew), ms(c.P90Skew), ms(c.P99Skew), ms(c.MaxSkew), ms(c.Wait/n), ms(c.Transfer/n))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "Rank\tCalls\tWaited(ms)\tWaited/call(ms)\tCaused(ms)\tHeld up(ms)\tStraggler score\t")
+		for _, r := range s.Ranks {
+			fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t\n", r.Rank, r.Calls, ms(r.Waited), ms(r.Waited/time.Duration(max(r.Calls, 1))), ms(r.Caused), ms(r.HeldUp), r.Score)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		switch {
+		case s.Straggler != profiler.None:
+			for _, r := range s.Ranks {
+				if r.Rank == s.Straggler {
+					fmt.Fprintf(w, "straggler: rank %d caused %.0f%% of the waiting at collectives (%.3f ms; it held them up %.3f ms: their last arrival less the next-latest)\n",
+						r.Rank, 100*r.Score, ms(r.Caused), ms(r.HeldUp))
+				}
+			}
+		default:
+			fmt.Fprintln(w, "straggler: no rank stands out (none caused half the waiting at collectives and twice any other)")
+		}
+	}
+	if o := s.Offsets; o != nil && len(o.Residual) > 0 {
+		if s.Aligned {
+			fmt.Fprint(w, "clocks aligned on collective departures; offsets by rank:")
+		} else {
+			fmt.Fprint(w, "clocks not aligned; departures from collectives against their median, by rank:")
+		}
+		for _, r := range sortedKeys(o.Residual) {
+			fmt.Fprintf(w, " %d %+.3f ms", r, ms(o.Offset[r]))
+		}
+		fmt.Fprintf(w, "; largest residual %.3f ms\n", ms(o.MaxResidual()))
+	}
+	if len(s.Problems) > 0 {
+		fmt.Fprintln(w, "problems (left out of the figures):")
+		for _, p := range s.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+		if len(s.Problems) == maxProblems {
+			fmt.Fprintf(w, "  (only the first %d distinct problems are listed)\n", maxProblems)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,264 @@
+package analysis
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// CallSink analyses collectives matched across ranks as they arrive,
+// without steps: for records that carry none, such as a wrapped run's
+// NCCL operations (NCCL knows no training steps). A collective is decided
+// once every rank of its group has recorded it (matched by group and
+// sequence number, as in a step); its skew, each member's wait for the
+// last arrival and the transfer after it go into the run's totals, and the
+// rank that arrived last is charged the others' waiting (Rank.Caused,
+// without the step analysis's passing of blame along dependencies, which
+// needs the pipeline's labels). Point-to-point operations and ranges are
+// not matched: their waits are the pipeline's own.
+//
+// With WithClockAlignment, each rank's clock offset is estimated from the
+// collectives decided so far (the median of its departure less each
+// collective's median departure, over its latest 256) and applied to its
+// later collectives: for ranks in different processes.
+//
+// WithMaxRecords bounds the records held for collectives not yet decided;
+// beyond it the oldest is decided with the members it has, as an
+// incomplete collective. Flush decides the rest. Summary's figures are
+// the complete collectives'; the incomplete are counted and described in
+// Summary.Problems.
+//
+// Consume and the accessors may be called from different goroutines.
+type CallSink struct {
+	mu    sync.Mutex
+	cfg   config
+	open  map[collKey][]item
+	order []collKey // the open keys, oldest first (decided ones are skipped)
+	held  int
+	tot   *totals
+	clock map[int]*departureRing
+	off   Offsets               // what is applied (WithClockAlignment)
+	est   map[int]time.Duration // the latest estimates
+	stats CallStats
+}
+
+// CallStats counts what a CallSink decided.
+type CallStats struct {
+	Matched    int // collectives every rank of the group recorded once
+	Incomplete int // decided without every rank: at the cap, at Flush, or inconsistent
+}
+
+// departureRing keeps a rank's latest departures less each collective's
+// median departure, for its clock offset.
+type departureRing struct {
+	d    [256]time.Duration
+	n    int // samples ever added
+	next int
+}
+
+func (r *departureRing) add(d time.Duration) {
+	r.d[r.next] = d
+	r.next = (r.next + 1) % len(r.d)
+	r.n++
+}
+
+func (r *departureRing) samples() []time.Duration {
+	return slices.Clone(r.d[:min(r.n, len(r.d))])
+}
+
+// minClockSamples is how many collectives a rank's offset is estimated
+// from before it is applied.
+const minClockSamples = 8
+
+// NewCallSink returns an empty CallSink. It takes WithClockAlignment and
+// WithMaxRecords; the step options do not apply.
+func NewCallSink(opts ...Option) *CallSink {
+	s := &CallSink{cfg: newConfig(opts), open: map[collKey][]item{}, tot: newTotals(), clock: map[int]*departureRing{}, est: map[int]time.Duration{}}
+	s.tot.s.Stepless = true
+	s.off = Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
+	return s
+}
+
+// Consume adds a batch of records and decides the collectives it
+// completes. It implements profiler.Sink.
+func (s *CallSink) Consume(batch []profiler.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range batch {
+		if batch[i].Kind != profiler.KindCollective {
+			continue
+		}
+		it, ok := keep(&batch[i])
+		if !ok || it.coll == nil {
+			continue
+		}
+		s.tot.rank(it.rank)
+		k := collKey{it.coll.group, it.coll.seq}
+		its, open := s.open[k]
+		if !open {
+			s.order = append(s.order, k)
+		}
+		its = append(its, it)
+		s.held++
+		if len(its) >= max(int(it.coll.size), 1) {
+			delete(s.open, k)
+			s.held -= len(its)
+			s.decide(k, its)
+		} else {
+			s.open[k] = its
+		}
+		for s.held > s.cfg.maxRecords {
+			s.decideOldest()
+		}
+	}
+	s.compact()
+}
+
+// decideOldest decides the oldest open collective with what it has.
+func (s *CallSink) decideOldest() {
+	for len(s.order) > 0 {
+		k := s.order[0]
+		s.order = s.order[1:]
+		if its, ok := s.open[k]; ok {
+			delete(s.open, k)
+			s.held -= len(its)
+			s.decide(k, its)
+			return
+		}
+	}
+}
+
+// compact drops decided keys from the front of the order, and the whole
+// backing array once it is mostly stale.
+func (s *CallSink) compact() {
+	for len(s.order) > 0 {
+		if _, ok := s.open[s.order[0]]; ok {
+			break
+		}
+		s.order = s.order[1:]
+	}
+	if cap(s.order) > 1024 && len(s.order) < cap(s.order)/4 {
+		live := make([]collKey, 0, 2*len(s.open))
+		for _, k := range s.order {
+			if _, ok := s.open[k]; ok {
+				live = append(live, k)
+			}
+		}
+		s.order = live
+	}
+}
+
+// decide analyses one collective: its clock samples, then (shifted by the
+// offsets so far, with alignment) its waits into the totals.
+func (s *CallSink) decide(k collKey, its []item) {
+	ptrs := make([]*item, len(its))
+	for i := range its {
+		ptrs[i] = &its[i]
+	}
+	if raw := collective(k, ptrs); raw.Complete && len(raw.Members) > 1 {
+		s.sampleClock(raw.Members)
+	}
+	if s.cfg.align {
+		for i := range its {
+			s.off.shift(&its[i])
+		}
+	}
+	c := collective(k, ptrs)
+	if !c.Complete {
+		s.stats.Incomplete++
+		s.tot.s.Collectives.Incomplete++
+		s.tot.problem(fmt.Sprintf("collective %s #%d (%s): %s", c.Group, c.Seq, c.Op, c.Problem))
+		return
+	}
+	s.stats.Matched++
+	s.tot.addCollective(&c)
+	last := c.Members[len(c.Members)-1]
+	var waited time.Duration
+	for _, m := range c.Members {
+		s.tot.rank(m.Rank).Waited += m.Wait
+		waited += m.Wait
+	}
+	lr := s.tot.rank(last.Rank)
+	lr.Caused += waited
+	if len(c.Members) > 1 {
+		lr.HeldUp += last.Arrive - c.Members[len(c.Members)-2].Arrive
+	}
+}
+
+// sampleClock adds each member's departure less the collective's median
+// departure, and re-estimates the members' offsets.
+func (s *CallSink) sampleClock(members []Member) {
+	leave := make([]time.Duration, len(members))
+	for i, m := range members {
+		leave[i] = m.Leave
+	}
+	mid := medianOf(leave)
+	for _, m := range members {
+		r := s.clock[m.Rank]
+		if r == nil {
+			r = &departureRing{}
+			s.clock[m.Rank] = r
+		}
+		r.add(m.Leave - mid)
+		s.off.Samples[m.Rank] = r.n
+		// Re-estimated while there are few samples, then every 32nd:
+		// two sorts of 256 per member per collective would cost more
+		// than the rest of the analysis.
+		if r.n > 64 && r.n%32 != 0 {
+			continue
+		}
+		v := r.samples()
+		off := medianOf(v)
+		for i := range v {
+			v[i] = (v[i] - off).Abs()
+		}
+		s.off.Residual[m.Rank] = medianOf(v)
+		s.est[m.Rank] = off
+		if s.cfg.align && r.n >= minClockSamples {
+			s.off.Offset[m.Rank] = off
+		}
+	}
+}
+
+// Flush decides every collective still open, with the members it has.
+func (s *CallSink) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.open) > 0 {
+		s.decideOldest()
+	}
+	s.order = nil
+}
+
+// Shutdown flushes; Profiler.Close calls it after the last delivery.
+func (s *CallSink) Shutdown(context.Context) error {
+	s.Flush()
+	return nil
+}
+
+// Summary returns the run's totals over the collectives decided so far:
+// Summary.Stepless is set, and the step figures are zero.
+func (s *CallSink) Summary() Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := s.tot.summary()
+	if len(s.off.Residual) > 0 {
+		o := Offsets{Reference: profiler.None, Offset: maps.Clone(s.est), Residual: maps.Clone(s.off.Residual), Samples: maps.Clone(s.off.Samples)}
+		sum.Offsets = &o
+		sum.MaxClockResidual = o.MaxResidual()
+		sum.Aligned = s.cfg.align && len(s.off.Offset) > 0
+	}
+	return sum
+}
+
+// Stats returns the counts so far.
+func (s *CallSink) Stats() CallStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
