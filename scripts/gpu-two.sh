@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU evidence that needs one GPU per rank, in one call of about five
+# minutes, for a machine with two GPUs (it runs with one too, where every
+# part says that its ranks share the GPU):
+#
+#   1. profile-run with no flags: pp=2 × vpp=2 on two GPUs with NCCL;
+#   2. the trainer's losses sharing one GPU (in-process collectives)
+#      against the NCCL layout on two, and NCCL's own tests;
+#   3. the pipeline analysis (scripts/gpu-analysis.sh): the fidelity
+#      tests, and the bubbles of real GEMMs against the ideal;
+#   4. a wrapped PyTorch job, one GPU per rank over NVLink
+#      (scripts/gpu-wrap.sh check): counts, per-call times, the
+#      collectives section, a straggler of known lateness.
+#
+#   scripts/gpu-two.sh build          # here: every binary into .bin/
+#   OUT=... scripts/gpu-two.sh run    # there; results under $OUT
+#
+# carry: .bin/profile-run .bin/libtrainscope-nccl.so .bin/analysis.test
+#        .bin/cuda.test .bin/nccl.test
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/.bin
+
+build() {
+	set -e
+	bash "$root/scripts/gpu-wrap.sh" build
+	bash "$root/scripts/gpu-analysis.sh" build
+	(cd "$root" && CGO_ENABLED=0 go test -c -o "$bin/nccl.test" ./ccl/nccl)
+	du -ch "$bin"/{profile-run,libtrainscope-nccl.so,analysis.test,cuda.test,nccl.test} | tail -1
+}
+
+run() {
+	: "${OUT:?set OUT to the results directory}"
+	mkdir -p "$OUT"
+	export NCCL_NVLS_ENABLE=0
+	local ngpu
+	ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+	{
+		date -u
+		nvidia-smi -L
+		nvidia-smi topo -m
+	} >"$OUT/machine.txt" 2>&1
+	echo "GPUs: $ngpu" | tee -a "$OUT/machine.txt"
+
+	echo "== 1. profile-run with no flags"
+	(cd "$bin" && timeout -k 10 120 ./profile-run -metrics-addr off -out "$OUT/default" >"$OUT/default.log" 2>&1)
+	echo "exit $?" >>"$OUT/default.log"
+	grep -E '^profile-run: training|^step [0-9]+:|^exit' "$OUT/default.log" | sed -n '1,3p;$p'
+
+	echo "== 2. losses sharing a GPU against NCCL; NCCL tests"
+	(cd "$bin" && timeout -k 10 300 ./nccl.test -test.v -test.count=1 -test.timeout=290s \
+		-test.run 'TestSharedDeviceTrainer|TestTrainerMatchesCPU|TestCollectives|TestProcessGroupProfiled' >"$OUT/nccl.log" 2>&1)
+	echo "exit $?" >>"$OUT/nccl.log"
+	grep -E '^(--- |ok|FAIL|PASS|exit)|no NCCL layout|relative difference' "$OUT/nccl.log" | head -40
+
+	echo "== 3. pipeline analysis"
+	OUT=$OUT/analysis bash "$root/scripts/gpu-analysis.sh" run 2>&1 |
+		grep -E '^(---|ok|FAIL|PASS)|^ +--- |bubble [0-9]|named|injected|jitter|training on|Bubble %|^ +[0-9] +[0-9]+ |straggler:' | head -60
+
+	echo "== 4. wrapped PyTorch job"
+	OUT=$OUT/wrap bash "$root/scripts/gpu-wrap.sh" check 2>&1 | tail -40
+
+	# Only the logs come back: what comes back is limited in count, and
+	# the run directories (traces, profiles, MPS's pipes) would crowd them out.
+	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps"
+	find "$OUT" -type f | sort
+}
+
+case "${1:-run}" in
+build) build ;;
+run) run ;;
+*)
+	echo "usage: $0 build|run" >&2
+	exit 2
+	;;
+esac
