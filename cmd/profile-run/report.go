@@ -141,6 +141,9 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		tmp.Close()
 		if errors.Is(err, htmlreport.ErrNoSteps) {
+			if allUnlabelledOps(p.Records) {
+				return fmt.Errorf("%s: no records with a step label: nothing to draw (a wrapped command's NCCL operations carry no steps; its report.txt has the collectives matched across ranks)", path)
+			}
 			return fmt.Errorf("%s: no records with a step label: nothing to draw", path)
 		}
 		return err
@@ -175,4 +178,16 @@ func stepsText(recs []profiler.Record) string {
 		parts[i] = fmt.Sprint(s)
 	}
 	return "steps " + strings.Join(parts, ", ")
+}
+
+// allUnlabelledOps reports whether recs are collectives and p2p without
+// step labels only, as a wrapped command's are.
+func allUnlabelledOps(recs []profiler.Record) bool {
+	for i := range recs {
+		r := &recs[i]
+		if r.Step != profiler.None || (r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P) {
+			return false
+		}
+	}
+	return len(recs) > 0
 }

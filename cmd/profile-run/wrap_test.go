@@ -402,6 +402,12 @@ func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
 	if !strings.Contains(section, "clocks aligned on collective departures") && !strings.Contains(section, "clocks not aligned") {
 		t.Errorf("no clock line:\n%s", section)
 	}
+	// Its trace reads back (devices NCCL did not name included), and the
+	// HTML report, which draws steps, says why it has none to draw.
+	code, _, stderr = runCmd(t, "report", filepath.Dir(reports[0]), "--html")
+	if code != 1 || !strings.Contains(stderr, "a wrapped command's NCCL operations carry no steps") {
+		t.Errorf("report --html: exit %d, stderr %s", code, stderr)
+	}
 }
 
 func TestWrapEndsWhatTheCommandLeftBehind(t *testing.T) {

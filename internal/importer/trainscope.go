@@ -339,11 +339,13 @@ func ownMetadata(ev *ownEvent, tracks map[int64]*ownTrack, processes map[int64]o
 }
 
 // parseDevice reads runtime.Device.String's "cpu:0".
+// parseDevice reads "cuda:1"; index -1 is a device not known, as a
+// wrapped run's operations carry where NCCL did not say which GPU.
 func parseDevice(s string) (runtime.Device, error) {
 	typ, idx, ok := strings.Cut(s, ":")
 	t, err := runtime.ParseDeviceType(typ)
 	n, nerr := strconv.Atoi(idx)
-	if !ok || err != nil || nerr != nil || n < 0 {
+	if !ok || err != nil || nerr != nil || n < -1 {
 		return runtime.Device{}, fmt.Errorf("%q is not a device (type:index)", s)
 	}
 	return runtime.Device{Type: t, Index: n}, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/trainscope/trainscope/internal/trainrun"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // roundTripKey is what identifies a record across the trip: IDs are
@@ -206,5 +207,38 @@ func TestTrainscopeErrors(t *testing.T) {
 				t.Errorf("error %q at byte %d, want byte %d mentioning %q", err, pe.Offset, tc.offset, tc.want)
 			}
 		})
+	}
+}
+
+// A wrapped run's operations carry no labels, and a device of index -1
+// where NCCL did not say which GPU: its trace reads back (profile-run
+// report --html reads it so).
+func TestTrainscopeUnknownDevice(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CUDA, Index: -1}
+	var orig []profiler.Record
+	for rank := range 2 {
+		orig = append(orig, profiler.Record{ID: 1, Name: "AllReduce", Kind: profiler.KindCollective, Rank: rank, Labels: profiler.NoLabels, Device: dev,
+			HostStart: 10 * time.Microsecond, HostEnd: 30 * time.Microsecond,
+			Collective: profiler.Collective{Op: "AllReduce", Bytes: 4096, Count: 1024, DType: "float32", Group: "dp", GroupSize: 2, GroupRank: int32(rank), Peer: -1, Root: -1, Seq: 3, BusFactor: 1}})
+	}
+	var buf bytes.Buffer
+	if _, err := chrometrace.Write(&buf, orig); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load("trace.json", &buf)
+	if err != nil {
+		t.Fatalf("reading back a trace with device %s: %v", dev, err)
+	}
+	if len(p.Records) != 2 {
+		t.Fatalf("%d records read back, want 2", len(p.Records))
+	}
+	for _, r := range p.Records {
+		if r.Device != dev || r.Collective.Seq != 3 || r.Collective.Group != "dp" || r.Labels != profiler.NoLabels {
+			t.Errorf("read back %+v", r)
+		}
+	}
+	// Below -1 is not a device.
+	if _, err := parseDevice("cuda:-2"); err == nil {
+		t.Error("cuda:-2 read as a device")
 	}
 }
