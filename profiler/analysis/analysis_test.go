@@ -262,6 +262,26 @@ func FuzzAnalyze(f *testing.F) {
 		if err := WriteReport(&buf, s.Summary()); err != nil {
 			t.Fatal(err)
 		}
+		// Without steps, as a wrapped run's records: every collective is
+		// decided once, and nothing stays held.
+		colls := 0
+		for i := range recs {
+			if recs[i].Kind == profiler.KindCollective {
+				colls++
+			}
+		}
+		for _, cs := range []*CallSink{NewCallSink(WithClockAlignment()), NewCallSink(WithMaxRecords(3))} {
+			cs.Consume(recs[:len(recs)/2])
+			cs.Consume(recs[len(recs)/2:])
+			cs.Flush()
+			st, sum := cs.Stats(), cs.Summary()
+			if st.Matched+st.Incomplete > colls || st.Matched != sum.Collectives.Matched || cs.held != 0 || len(cs.open) != 0 {
+				t.Fatalf("%d collective records: %+v decided, summary %+v, %d held", colls, st, sum.Collectives, cs.held)
+			}
+			if err := WriteReport(&buf, sum); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 }
 
