@@ -66,7 +66,12 @@ TWIN_DEVICE=${TWIN_DEVICE:-cuda}
 LB_LIMIT=${LB_LIMIT:-60}
 CB_LIMIT=${CB_LIMIT:-120}
 
-VARIANTS=(trainscope-off trainscope-depth1 trainscope-depth0 trainscope-sync torch-off torch-profiler)
+# JOBS and VARIANTS (words) narrow the rounds, e.g. for more rounds of one
+# comparison: JOBS=compute-bound VARIANTS="trainscope-off trainscope-depth1
+# torch-off torch-profiler" ROUNDS=12 EXTRAS=0.
+JOBS=${JOBS:-launch-bound compute-bound}
+read -r -a VARIANTS <<<"${VARIANTS:-trainscope-off trainscope-depth1 trainscope-depth0 trainscope-sync torch-off torch-profiler}"
+EXTRAS=${EXTRAS:-1} # the compute-bound job once more per dtype, if time is left
 
 build() {
 	set -e
@@ -367,7 +372,7 @@ rounds() {
 			break
 		fi
 		s=$SECONDS
-		for job in launch-bound compute-bound; do
+		for job in $JOBS; do
 			# Rotating order: round r starts at variant r-1, so every
 			# variant takes every place once in len(VARIANTS) rounds.
 			for ((i = 0; i < n; i++)); do
@@ -409,7 +414,7 @@ run_all() {
 	default_run default-1gpu "$gpu1"
 	gemm
 	rounds
-	extras
+	[ "$EXTRAS" = 1 ] && extras
 	summarize
 	echo "done after $((SECONDS - t0))s: $OUT/bench.md, $OUT/bench.json" | tee -a "$OUT/bench.log"
 }
