@@ -141,10 +141,7 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		tmp.Close()
 		if errors.Is(err, htmlreport.ErrNoSteps) {
-			if allUnlabelledOps(p.Records) {
-				return fmt.Errorf("%s: no records with a step label: nothing to draw (a wrapped command's NCCL operations carry no steps; its report.txt has the collectives matched across ranks)", path)
-			}
-			return fmt.Errorf("%s: no records with a step label: nothing to draw", path)
+			return fmt.Errorf("%s: no records with a step label and no collective or point-to-point operation: nothing to draw", path)
 		}
 		return err
 	}
@@ -157,6 +154,11 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	}
 	if err := os.Rename(tmp.Name(), o.out); err != nil {
 		return err
+	}
+	if st.Steps == 0 {
+		fmt.Fprintf(stdout, "profile-run: report: %s, no steps (a wrapped command's operations), %d windows of operations drawn, %d transfers, %d KiB → %s\n",
+			path, st.Windows, st.Transfers, (size+1023)/1024, o.out)
+		return nil
 	}
 	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %d forward and %d backward blocks, %d transfers, %d KiB → %s\n",
 		path, st.Steps, in.Covers, st.Forward, st.Backward, st.Transfers, (size+1023)/1024, o.out)
@@ -172,22 +174,13 @@ func stepsText(recs []profiler.Record) string {
 			steps = append(steps, s)
 		}
 	}
+	if len(steps) == 0 {
+		return "" // the page says what the records are
+	}
 	slices.Sort(steps)
 	parts := make([]string, len(steps))
 	for i, s := range steps {
 		parts[i] = fmt.Sprint(s)
 	}
 	return "steps " + strings.Join(parts, ", ")
-}
-
-// allUnlabelledOps reports whether recs are collectives and p2p without
-// step labels only, as a wrapped command's are.
-func allUnlabelledOps(recs []profiler.Record) bool {
-	for i := range recs {
-		r := &recs[i]
-		if r.Step != profiler.None || (r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P) {
-			return false
-		}
-	}
-	return len(recs) > 0
 }

@@ -403,10 +403,30 @@ func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
 		t.Errorf("no clock line:\n%s", section)
 	}
 	// Its trace reads back (devices NCCL did not name included), and the
-	// HTML report, which draws steps, says why it has none to draw.
-	code, _, stderr = runCmd(t, "report", filepath.Dir(reports[0]), "--html")
-	if code != 1 || !strings.Contains(stderr, "a wrapped command's NCCL operations carry no steps") {
-		t.Errorf("report --html: exit %d, stderr %s", code, stderr)
+	// HTML report draws its operations without steps: the four processes'
+	// 5 operations each (an AllReduce and a Broadcast, two Sends and a
+	// Recv) fit in one window.
+	code, stdout, stderr = runCmd(t, "report", filepath.Dir(reports[0]), "--html")
+	if code != exitOK || !strings.Contains(stdout, "no steps (a wrapped command's operations), 1 windows of operations drawn, 20 transfers") {
+		t.Fatalf("report --html: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	page := filepath.Join(filepath.Dir(reports[0]), "report.html")
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"trainscope collectives report", "operations 1–20 of 20", "collectives: 2 matched across ranks;"} {
+		if !bytes.Contains(html, []byte(want)) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	browser := chromium(t)
+	dom, console := browse(t, browser, page, "--dump-dom")
+	if len(console) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(console, "\n"))
+	}
+	if coll, p2p := strings.Count(dom, `<rect class="xfer coll"`), strings.Count(dom, `<rect class="xfer p2p"`); coll != 8 || p2p != 12 {
+		t.Errorf("the browser's DOM holds %d collectives and %d p2p, want 4 × 2 and 4 × 3", coll, p2p)
 	}
 }
 

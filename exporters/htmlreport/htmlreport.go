@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -46,14 +47,23 @@ type Input struct {
 // Stats says what a page holds.
 type Stats struct {
 	Steps             int // charts drawn, one per step
+	Windows           int // charts drawn of operations without steps (a wrapped run's)
 	Forward, Backward int // blocks drawn
 	Transfers         int // collective and point-to-point blocks drawn
 	Bubbles           int // shaded gaps
 }
 
-// ErrNoSteps is returned when no record carries a step label: there is
-// no step to draw.
+// ErrNoSteps is returned when no record carries a step label and no
+// collective or point-to-point operation is there to draw instead.
 var ErrNoSteps = errors.New("htmlreport: no records with a step label")
+
+// windowOps is how many operations a chart of a run without steps
+// draws (as a wrapped run's NCCL operations are), and maxWindows how many
+// such charts: the run's first operations, its middle ones and its last.
+const (
+	windowOps  = 64
+	maxWindows = 3
+)
 
 // Layout, in pixels.
 const (
@@ -67,14 +77,18 @@ const (
 )
 
 // Write writes the page of in to w.
+//
+// Records without steps (a wrapped run's NCCL operations) make a page of
+// their own: charts of the run's first, middle and last operations, a row
+// per rank, and the collectives matched across ranks (analysis.CallSink).
 func Write(w io.Writer, in Input) (Stats, error) {
 	steps := analysis.Analyze(in.Records)
 	if len(steps) == 0 {
-		return Stats{}, ErrNoSteps
+		return writeOps(w, in)
 	}
 	sum := analysis.Summarize(steps)
 	var st Stats
-	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText)}
+	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
 	byStep := map[int][]*profiler.Record{}
 	ranks := map[int]bool{}
 	maxMB := -1
@@ -95,7 +109,7 @@ func Write(w io.Writer, in Input) (Stats, error) {
 		v.Shape = fmt.Sprintf("%d stages × %d chunks × %d microbatches, ideal bubble %.1f%%", p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
 	}
 	for i := range steps {
-		c, ok := chart(&steps[i], byStep[steps[i].Step], &st)
+		c, ok := chart(&steps[i], byStep[steps[i].Step], &st, false)
 		if ok {
 			v.Charts = append(v.Charts, c)
 		}
@@ -115,8 +129,84 @@ func Write(w io.Writer, in Input) (Stats, error) {
 	return st, nil
 }
 
+// writeOps writes the page of records without steps.
+func writeOps(w io.Writer, in Input) (Stats, error) {
+	var ops []*profiler.Record
+	ranks := map[int]bool{}
+	for i := range in.Records {
+		if r := &in.Records[i]; isTransfer(r) {
+			ops = append(ops, r)
+			ranks[r.Rank] = true
+		}
+	}
+	if len(ops) == 0 {
+		return Stats{}, ErrNoSteps
+	}
+	slices.SortStableFunc(ops, func(a, b *profiler.Record) int { return cmp.Compare(interval(a).Start, interval(b).Start) })
+	var st Stats
+	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText), Ranks: len(ranks)}
+	if v.Covers == "" {
+		v.Covers = fmt.Sprintf("%d operations without steps", len(ops))
+	}
+	v.palette(0)
+	// The windows: the first windowOps operations by start, the middle
+	// ones and the last, each drawn with every operation that starts
+	// within its time range.
+	starts := []int{0}
+	if n := len(ops); n > windowOps {
+		starts = append(starts, max(n/2-windowOps/2, windowOps), n-windowOps)
+	}
+	starts = slices.Compact(starts)
+	var rows []analysis.Rank
+	for _, r := range slices.Sorted(maps.Keys(ranks)) {
+		rows = append(rows, analysis.Rank{Rank: r, Stage: profiler.None})
+	}
+	drawnTo := -1
+	for wi, from := range starts[:min(len(starts), maxWindows)] {
+		from = max(from, drawnTo+1)
+		to := min(from+windowOps, len(ops)) - 1
+		if from > to {
+			continue
+		}
+		lo, hi := interval(ops[from]).Start, interval(ops[to]).Start
+		var recs []*profiler.Record
+		for _, r := range ops {
+			if iv := interval(r); iv.Start >= lo && iv.Start <= hi {
+				recs = append(recs, r)
+			}
+		}
+		s := analysis.Step{Step: wi, Ranks: rows, Straggler: profiler.None}
+		c, ok := chart(&s, recs, &st, true)
+		if !ok {
+			continue
+		}
+		c.Heading = fmt.Sprintf("operations %d–%d of %d", from+1, to+1, len(ops))
+		c.Wall = fmt.Sprintf("%s ms from the first one's start to the last one's end", msText(c.span))
+		v.Charts = append(v.Charts, c)
+		drawnTo = to
+	}
+	st.Windows = len(v.Charts)
+	v.StepCount = len(v.Charts)
+	calls := analysis.NewCallSink(analysis.WithClockAlignment())
+	calls.Consume(in.Records)
+	calls.Flush()
+	var text bytes.Buffer
+	if err := analysis.WriteReport(&text, calls.Summary()); err != nil {
+		return Stats{}, err
+	}
+	v.Analysis = text.String()
+	v.Top = topRanges(in.Records)
+	if err := page.Execute(w, &v); err != nil {
+		return Stats{}, fmt.Errorf("htmlreport: %w", err)
+	}
+	return st, nil
+}
+
 // view is the template's data.
 type view struct {
+	// Steps is set for a page of steps, unset for one of operations
+	// without steps (a wrapped run's).
+	Steps                bool
 	Title, Covers, Shape string
 	Notes                []string
 	Ranks, StepCount     int
@@ -138,7 +228,9 @@ type swatch struct {
 
 type chartView struct {
 	Step                 int
+	Heading              string // "step N", or the operations a window holds
 	Wall, Problems       string
+	span                 time.Duration
 	Width, Height, AxisY int
 	Ticks                []tick
 	Rows                 []rowView
@@ -232,7 +324,9 @@ func msText(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6,
 func px(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 
 // chart lays out one step.
-func chart(s *analysis.Step, recs []*profiler.Record, st *Stats) (chartView, bool) {
+// With window set, s is not a step but a window of operations without
+// steps: its ranks have no step range, and nothing is a bubble.
+func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (chartView, bool) {
 	// The time range: every rank's step range and every block drawn.
 	var t0, t1 time.Duration
 	first := true
@@ -265,9 +359,13 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats) (chartView, boo
 	if first || t1 <= t0 {
 		return chartView{}, false
 	}
+	stepText := " · step " + strconv.Itoa(s.Step)
+	if window {
+		stepText = ""
+	}
 	scale := float64(chartWidth) / float64(t1-t0)
 	x := func(t time.Duration) float64 { return labelWidth + float64(t-t0)*scale }
-	c := chartView{Step: s.Step, Width: labelWidth + chartWidth + 10}
+	c := chartView{Step: s.Step, Heading: "step " + strconv.Itoa(s.Step), Width: labelWidth + chartWidth + 10, span: t1 - t0}
 	c.Wall = fmt.Sprintf("%s ms from the first rank's step start to the last one's end", msText(t1-t0))
 	if len(s.Problems) > 0 {
 		c.Problems = strings.Join(s.Problems, "; ")
@@ -294,7 +392,13 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats) (chartView, boo
 			xferLane[r] = l
 		}
 		computeH := float64(chunks * laneHeight)
+		if window {
+			computeH = 6 // operations only: no chunk lanes, a margin above them
+		}
 		height := computeH + float64(len(laneEnds)*xferHeight)
+		if window {
+			height = max(height, 20) // room for the rank's label
+		}
 		rv.xferY0 = y + computeH
 		rv.LabelY = px(y + 12)
 		rv.SubY = px(y + 24)
@@ -304,10 +408,15 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats) (chartView, boo
 		if rk.Wall.Len() > 0 {
 			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(float64(rk.Wall.Len()) * scale), H: px(height),
 				Title: fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s ms · bubble %s ms", rk.Rank, s.Step, msText(rk.Wall.Len()), msText(rk.Busy), msText(rk.Bubble))}
+		} else if window {
+			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d", rk.Rank)}
 		} else {
 			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d: no step range in step %d", rk.Rank, s.Step)}
 		}
 		for ch := range chunks {
+			if window {
+				break
+			}
 			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(y + float64(ch*laneHeight) + 11), Label: "c" + strconv.Itoa(ch)})
 		}
 		if len(laneEnds) > 0 {
@@ -361,10 +470,10 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats) (chartView, boo
 					if cl.Op == "Recv" {
 						dir = "from"
 					}
-					b.Title = fmt.Sprintf("%s %s group rank %d · %d bytes · group %s #%d · rank %d · step %d · %s", cl.Op, dir, cl.Peer, cl.Bytes, cl.Group, cl.Seq, r.Rank, s.Step, when)
+					b.Title = fmt.Sprintf("%s %s group rank %d · %d bytes · group %s #%d · rank %d%s · %s", cl.Op, dir, cl.Peer, cl.Bytes, cl.Group, cl.Seq, r.Rank, stepText, when)
 				} else {
 					b.Class = "xfer coll"
-					b.Title = fmt.Sprintf("%s · %d bytes · group %s (%d ranks) #%d · rank %d · step %d · %s", cl.Op, cl.Bytes, cl.Group, cl.GroupSize, cl.Seq, r.Rank, s.Step, when)
+					b.Title = fmt.Sprintf("%s · %d bytes · group %s (%d ranks) #%d · rank %d%s · %s", cl.Op, cl.Bytes, cl.Group, cl.GroupSize, cl.Seq, r.Rank, stepText, when)
 				}
 				if !r.HasDevice {
 					b.Title += " (host time: no device time)"

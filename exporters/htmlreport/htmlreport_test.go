@@ -101,3 +101,47 @@ func TestWriteWithoutSteps(t *testing.T) {
 		t.Errorf("error %v, want ErrNoSteps", err)
 	}
 }
+
+// A wrapped run's operations, without steps: 3 ranks × 200 all-reduces
+// 1 ms apart, rank r arriving r·0.1 ms into each. 600 operations make
+// three windows of 64 (the first, middle and last by start), each drawn
+// with the operations of its time range; the analysis is the collectives
+// matched without steps.
+func TestWriteOperationsWithoutSteps(t *testing.T) {
+	var recs []profiler.Record
+	for k := range 200 {
+		for r := range 3 {
+			start := time.Duration(k)*time.Millisecond + time.Duration(r)*100*time.Microsecond
+			recs = append(recs, profiler.Record{ID: uint64(k + 1), Name: "AllReduce", Kind: profiler.KindCollective, Rank: r, Labels: profiler.NoLabels,
+				HostStart: start, HostEnd: start, HasDevice: true, DeviceStart: start, DeviceEnd: time.Duration(k)*time.Millisecond + 500*time.Microsecond,
+				Collective: profiler.Collective{Op: "AllReduce", Group: "dp", GroupSize: 3, GroupRank: int32(r), Peer: -1, Root: -1, Seq: uint64(k)}})
+		}
+	}
+	var buf bytes.Buffer
+	st, err := htmlreport.Write(&buf, htmlreport.Input{Title: "wrapped", Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// By start, operation i is call i/3 of rank i%3. The windows are
+	// operations 0–63 (calls 0–20 and call 21's rank 0: 0–21.0 ms),
+	// 268–331 (call 89's ranks 1–2 to call 110's ranks 0–1: 89.1–110.1
+	// ms) and 536–599 (call 178's rank 2 to call 199: 178.2–199.2 ms);
+	// no other operation starts within those ranges, so each draws 64.
+	if st.Steps != 0 || st.Windows != 3 || st.Forward+st.Backward != 0 || st.Transfers != 3*64 {
+		t.Fatalf("stats %+v, want 3 windows of 64 transfers, no steps or blocks", st)
+	}
+	page := buf.String()
+	for _, want := range []string{
+		"trainscope collectives report", "3 windows of operations drawn",
+		"operations 1–64 of 600", "operations 269–332 of 600", "operations 537–600 of 600",
+		"collectives: 200 matched across ranks; arrival skew p50 0.200 ms",
+		"straggler: rank 2 caused 100% of the waiting",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, `id="drawn"`) || strings.Contains(page, "stage ") {
+		t.Error("a page without steps has the step page's block count or stage table")
+	}
+}

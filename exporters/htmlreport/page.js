@@ -9,9 +9,11 @@
     }
   });
   var out = document.getElementById("drawn");
-  out.dataset.forward = String(fwd);
-  out.dataset.backward = String(bwd);
-  out.textContent = fwd + " forward and " + bwd + " backward blocks drawn";
+  if (out) { // a page of steps; one of operations without steps has no blocks
+    out.dataset.forward = String(fwd);
+    out.dataset.backward = String(bwd);
+    out.textContent = fwd + " forward and " + bwd + " backward blocks drawn";
+  }
   // Hovering a block outlines its microbatch across the step.
   document.querySelectorAll("svg.gantt").forEach(function (svg) {
     svg.addEventListener("mouseover", function (e) {
