@@ -168,6 +168,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 		defer cancel()
 		_ = prof.Close(ctx)
 	}()
+	o.importing = len(profiles)
 	out, err := openOutputs(in.abort, &o.options, prof, log)
 	if err != nil {
 		return err

@@ -78,6 +78,14 @@ func TestImportKinetoTraces(t *testing.T) {
 	if f := reportRow(t, string(report), "0", "ProfilerStep#3"); f[1] != "2000.000" || f[2] != "100.00" {
 		t.Errorf("step row %q", f)
 	}
+	// Each rank's all-reduce and all-gather on group "0" (without a
+	// "Seq": numbered in order) are matched across the two files; rank 1's
+	// trace starts 50 µs later, so it arrives last at both.
+	_, section, ok := strings.Cut(string(report), "=== collectives across ranks: skew, waiting, stragglers, clocks")
+	if !ok || !strings.Contains(section, "collectives: 2 matched across ranks; arrival skew p50 0.050 ms") ||
+		!strings.Contains(section, "straggler: rank 1 caused 100% of the waiting") {
+		t.Errorf("report's collectives section:\n%s", section)
+	}
 	raw, err := os.ReadFile(filepath.Join(dirs[0], "trace.json"))
 	if err != nil {
 		t.Fatal(err)

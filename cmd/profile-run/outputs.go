@@ -30,6 +30,50 @@ const closeTimeout = 15 * time.Second
 // outputs are the destinations of one run's records: files opened at start
 // (so an unwritable path fails before training), the live /metrics
 // endpoint, and what is pushed at the end.
+// stepsOrCalls feeds an imported profile's records to both analyses and
+// reports the steps' where any step is complete (the labels it needs are
+// there), else the collectives matched without steps.
+type stepsOrCalls struct {
+	steps *analysis.Sink
+	calls *analysis.CallSink
+}
+
+func (a *stepsOrCalls) Consume(batch []profiler.Record) {
+	a.steps.Consume(batch)
+	a.calls.Consume(batch)
+}
+
+func (a *stepsOrCalls) Flush() {
+	a.steps.Flush()
+	a.calls.Flush()
+}
+
+// Shutdown flushes both; Profiler.Close calls it after the last delivery.
+func (a *stepsOrCalls) Shutdown(ctx context.Context) error {
+	return errors.Join(a.steps.Shutdown(ctx), a.calls.Shutdown(ctx))
+}
+
+func (a *stepsOrCalls) Summary() analysis.Summary {
+	s := a.steps.Summary()
+	if s.Complete > 0 {
+		return s
+	}
+	if c := a.calls.Summary(); c.Collectives.Matched+c.Collectives.Incomplete > 0 {
+		if s.Steps > 0 {
+			c.Problems = append([]string{fmt.Sprintf("the step analysis found no complete step of %d (first problem: %s): the collectives are matched without steps", s.Steps, firstOr(s.Problems, "none"))}, c.Problems...)
+		}
+		return c
+	}
+	return s
+}
+
+func firstOr(list []string, or string) string {
+	if len(list) == 0 {
+		return or
+	}
+	return list[0]
+}
+
 // pipeAnalysis is the analysis a run's records feed: per step for the
 // built-in trainer (analysis.Sink), per collective for a wrapped command
 // (analysis.CallSink).
@@ -145,9 +189,22 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	// command's operations carry no steps: their collectives are matched
 	// across ranks as they come, on clocks aligned by their departures
 	// (each process turns its GPU's times into host times on its own).
-	if len(o.command) > 0 {
+	// Imported profiles get both: their steps, where they carry the labels
+	// the step analysis needs, and otherwise their collectives; from
+	// several files, each rank's clock is aligned on its collectives.
+	switch {
+	case len(o.command) > 0:
 		out.pipe = analysis.NewCallSink(analysis.WithClockAlignment())
-	} else {
+	case o.importing > 0:
+		var align analysis.Option
+		if o.importing > 1 {
+			align = analysis.WithClockAlignment()
+		}
+		out.pipe = &stepsOrCalls{
+			steps: analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed), align),
+			calls: analysis.NewCallSink(align),
+		}
+	default:
 		out.pipe = analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed))
 	}
 	sinks = append(sinks, out.pipe)

@@ -1,8 +1,11 @@
 package importer
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/profiler"
@@ -105,6 +108,8 @@ func collectiveOf(d *kEvent, rank int, unknownDType map[string]bool) (profiler.C
 	c.GroupRank = groupRank(string(a.GroupRanks), rank)
 	if a.Seq != nil && a.Seq.V >= 0 {
 		c.Seq = uint64(a.Seq.V)
+	} else {
+		c.Seq = noSeq // numbered by numberCollectives
 	}
 	switch {
 	case c.Op == ccl.OpSend && a.DstRank != nil:
@@ -165,4 +170,42 @@ func groupRank(list string, rank int) int32 {
 		}
 	}
 	return 0
+}
+
+// noSeq marks a collective whose trace gave no sequence number (PyTorch
+// adds "Seq" to its NCCL kernels' metadata only in some versions).
+const noSeq = ^uint64(0)
+
+// numberCollectives gives the collectives of one rank's records that came
+// without a sequence number one, so that the analysis can match them
+// across ranks: the k-th collective of group g in step s (by device
+// start) is (s+1)<<32 | k, as every rank's k-th collective of a group in a
+// step is the same call — NCCL runs a communicator's calls in order. It
+// returns how many it numbered.
+func numberCollectives(recs []profiler.Record) int {
+	var idx []int
+	for i := range recs {
+		if recs[i].Kind == profiler.KindCollective && recs[i].Collective.Seq == noSeq {
+			idx = append(idx, i)
+		}
+	}
+	start := func(r *profiler.Record) time.Duration {
+		if r.HasDevice {
+			return r.DeviceStart
+		}
+		return r.HostStart
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(start(&recs[a]), start(&recs[b])) })
+	type key struct {
+		group string
+		step  int32
+	}
+	next := map[key]uint64{}
+	for _, i := range idx {
+		r := &recs[i]
+		k := key{r.Collective.Group, r.Step}
+		r.Collective.Seq = uint64(uint32(r.Step+1))<<32 | next[k]
+		next[k]++
+	}
+	return len(idx)
 }

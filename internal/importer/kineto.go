@@ -397,6 +397,9 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 	for dt := range unknownDType {
 		p.warnf("%s: collectives of dtype %q: element size unknown, so their bytes and bandwidths are 0", p.Path, dt)
 	}
+	if n := numberCollectives(out); n > 0 {
+		p.warnf("%s: %d collectives carry no sequence number (\"Seq\"): numbered in their order per process group and step, to match them across ranks", p.Path, n)
+	}
 	return out
 }
 

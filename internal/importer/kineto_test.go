@@ -79,8 +79,14 @@ func TestKinetoTrace(t *testing.T) {
 	if ag == nil || ag.Collective.Op != "AllGather" || ag.Collective.Bytes != 1<<20 || ag.Collective.Count != 256<<10 || ag.Collective.DType != "bfloat16" || ag.Collective.BusFactor != 0.5 {
 		t.Errorf("all-gather: %+v", ag)
 	}
-	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], `"Trace"`) {
-		t.Errorf("warnings %q, want one about the skipped Trace span", p.Warnings)
+	if len(p.Warnings) != 2 || !strings.Contains(p.Warnings[0], `"Trace"`) || !strings.Contains(p.Warnings[1], "2 collectives carry no sequence number") {
+		t.Errorf("warnings %q, want one about the skipped Trace span and one about the 2 collectives without Seq", p.Warnings)
+	}
+	// Neither kernel says its "Seq": in step 3, group "0", the all-reduce
+	// (at 330 µs) is the first call and the all-gather (at 820 µs) the
+	// second, on every rank alike.
+	if ar.Collective.Seq != 4<<32 || ag.Collective.Seq != 4<<32|1 {
+		t.Errorf("sequence numbers %#x and %#x, want %#x and %#x", ar.Collective.Seq, ag.Collective.Seq, uint64(4<<32), uint64(4<<32|1))
 	}
 }
 
