@@ -282,12 +282,10 @@ func TestWrapProgressLines(t *testing.T) {
 	}
 }
 
-// TestWrapRecordsThePluginsStream wraps the plugin's C test driver, which
-// makes the calls NCCL would (an AllReduce with two kernel channels, a
-// Broadcast, two Sends and a Recv on a communicator named
-// "pg-data-parallel" where it is rank 1 of 4), and checks what reaches
-// the outputs.
-func TestWrapRecordsThePluginsStream(t *testing.T) {
+// buildPlugin builds the NCCL plugin and its C test driver, or skips the
+// test, and returns their directory and the plugin's path.
+func buildPlugin(t *testing.T) (dir, lib string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds C code")
 	}
@@ -303,7 +301,16 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	if out, err := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin").CombinedOutput(); err != nil {
 		t.Fatalf("make: %v\n%s", err, out)
 	}
-	lib := filepath.Join(dir, "libtrainscope-nccl.so")
+	return dir, filepath.Join(dir, "libtrainscope-nccl.so")
+}
+
+// TestWrapRecordsThePluginsStream wraps the plugin's C test driver, which
+// makes the calls NCCL would (an AllReduce with two kernel channels, a
+// Broadcast, two Sends and a Recv on a communicator named
+// "pg-data-parallel" where it is rank 1 of 4), and checks what reaches
+// the outputs.
+func TestWrapRecordsThePluginsStream(t *testing.T) {
+	dir, lib := buildPlugin(t)
 	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
 	t.Setenv("RANK", "2") // as torchrun sets it
 	out := t.TempDir()
@@ -354,22 +361,7 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 // driver's AllReduce and Broadcast, so both are matched across the four
 // processes, and the report's collectives section covers every rank.
 func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds C code")
-	}
-	for _, tool := range []string{"make", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s on this machine (%v): the C plugin cannot be built here", tool, err)
-		}
-	}
-	dir, err := filepath.Abs(filepath.Join("..", "..", "plugins", "nccl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin").CombinedOutput(); err != nil {
-		t.Fatalf("make: %v\n%s", err, out)
-	}
-	lib := filepath.Join(dir, "libtrainscope-nccl.so")
+	dir, lib := buildPlugin(t)
 	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
 	script := fmt.Sprintf(`for r in 0 1 2 3; do RANK=$r %q --drive %q $r 4 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
 	out := t.TempDir()

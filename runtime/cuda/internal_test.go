@@ -78,11 +78,10 @@ func TestCandidates(t *testing.T) {
 	}
 }
 
-// TestModuleLoadingReachesC checks that Init's CUDA_MODULE_LOADING=EAGER
-// is visible to C code (CUDA reads it with getenv), not only to Go, and
-// that a value the user set, or WithLazyLoading, is left alone. It needs
-// no GPU: the variable is set before libcudart is looked for.
-func TestModuleLoadingReachesC(t *testing.T) {
+// cGetenv returns C's getenv, through libc, or skips the test: what CUDA
+// reads its variables with.
+func cGetenv(t *testing.T) func(name string) string {
+	t.Helper()
 	libc, _, err := dl.Open([]string{"libc.so.6"})
 	if err != nil {
 		t.Skipf("skipped: no libc.so.6 to read the C environment with: %v", err)
@@ -91,12 +90,20 @@ func TestModuleLoadingReachesC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cgetenv := func(name string) string {
+	return func(name string) string {
 		c := dl.CString(name)
 		v := dl.GoString(dl.Call(getenv, uintptr(unsafe.Pointer(&c[0]))))
 		goruntime.KeepAlive(c)
 		return v
 	}
+}
+
+// TestModuleLoadingReachesC checks that Init's CUDA_MODULE_LOADING=EAGER
+// is visible to C code (CUDA reads it with getenv), not only to Go, and
+// that a value the user set, or WithLazyLoading, is left alone. It needs
+// no GPU: the variable is set before libcudart is looked for.
+func TestModuleLoadingReachesC(t *testing.T) {
+	cgetenv := cGetenv(t)
 	nowhere := filepath.Join(t.TempDir(), "libcudart.so")
 	cases := []struct {
 		name       string
@@ -136,20 +143,7 @@ func TestModuleLoadingReachesC(t *testing.T) {
 // leaves the variable alone.
 // It needs no GPU: the variable is set before libcudart is looked for.
 func TestDeviceConnectionsReachC(t *testing.T) {
-	libc, _, err := dl.Open([]string{"libc.so.6"})
-	if err != nil {
-		t.Skipf("skipped: no libc.so.6 to read the C environment with: %v", err)
-	}
-	getenv, err := libc.Lookup("getenv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cgetenv := func(name string) string {
-		c := dl.CString(name)
-		v := dl.GoString(dl.Call(getenv, uintptr(unsafe.Pointer(&c[0]))))
-		goruntime.KeepAlive(c)
-		return v
-	}
+	cgetenv := cGetenv(t)
 	nowhere := filepath.Join(t.TempDir(), "libcudart.so")
 	cases := []struct {
 		name   string
