@@ -70,6 +70,7 @@ run() {
 	} >"$OUT/env.log" 2>&1
 
 	[ "${1:-all}" = signals ] && { signals; return; }
+	[ "${1:-all}" = imported ] && { imported; return; }
 
 	# 1. One wrapped run, NCCL talking: counts, sizes and times.
 	echo "== wrapped run ($np ranks)"
@@ -80,7 +81,7 @@ run() {
 	sed -n '/=== collectives across ranks/,/^$/p' "$OUT"/runs/*/report.txt >>"$OUT/check.txt"
 	tail -n 35 "$OUT/check.txt"
 	rm -f "$OUT"/runs/*/calls.rank*.gz
-	[ "${1:-all}" = check ] && { straggler; return; }
+	[ "${1:-all}" = check ] && { straggler; imported; return; }
 
 	# 2. Overhead: the script's wall time, fresh processes interleaved.
 	echo "== overhead"
@@ -109,6 +110,7 @@ else:
 EOF
 
 	straggler
+	imported
 	signals
 }
 
@@ -122,6 +124,23 @@ straggler() {
 	echo "exit $?" >>"$OUT/straggler.log"
 	python3 "$root/scripts/wrapcheck.py" --straggler "$OUT/straggler.log" "$OUT"/straggler/*/report.txt | tee "$OUT/straggler.txt"
 	rm -f "$OUT"/straggler/*/calls.rank*.gz
+}
+
+imported() {
+	# 5. The same job unwrapped, recorded by torch.profiler in each rank's
+	#    process, then imported: the collectives matched across the two
+	#    traces (numbered where PyTorch gives no "Seq"), clocks aligned, and
+	#    the late rank named with the script's own lateness.
+	echo "== torch.profiler traces, imported"
+	rm -rf "$OUT/torch-traces"
+	timeout -k 10 300 "${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib 1 --slow-rank 1 --slow-ms 20 \
+		--torch-trace "$OUT/torch-traces" >"$OUT/imported.log" 2>&1
+	echo "exit $?" >>"$OUT/imported.log"
+	"$pr" import -out "$OUT/imported" -metrics-addr off -quiet "$OUT"/torch-traces/rank*.json >>"$OUT/imported.log" 2>&1
+	echo "import exit $?" >>"$OUT/imported.log"
+	grep -E 'Chrome/Kineto|warning|WARN|exit' "$OUT/imported.log" | head -12
+	python3 "$root/scripts/wrapcheck.py" --straggler "$OUT/imported.log" "$OUT"/imported/*/report.txt | tee "$OUT/imported.txt"
+	rm -rf "$OUT/torch-traces" "$OUT"/imported/*/calls.rank*.gz "$OUT"/imported/*/trace.json
 }
 
 signals() {
@@ -181,8 +200,9 @@ build) build ;;
 run) run all ;;
 signals) run signals ;;
 check) run check ;;
+imported) run imported ;;
 *)
-	echo "usage: $0 build|run" >&2
+	echo "usage: $0 build|run|check|signals|imported" >&2
 	exit 2
 	;;
 esac

@@ -25,6 +25,10 @@ torch.cuda._sleep, calibrated once against CUDA events) before each timed
 all-reduce, so it arrives X ms after the others at every one: a straggler
 of known lateness. Its JSON line then carries slow_calls and the
 calibrated slow_ms_measured.
+
+With --torch-trace DIR, torch.profiler (CPU and CUDA activities) records
+the whole loop and each rank writes DIR/rank<R>.json (export_chrome_trace):
+traces for `profile-run import` to read back.
 """
 
 import argparse
@@ -46,6 +50,7 @@ def parse(argv=None):
                         "(a test set-up: slow, but every collective and p2p is a real NCCL operation)")
     p.add_argument("--slow-rank", type=int, default=-1, help="the rank that arrives late at every timed all-reduce")
     p.add_argument("--slow-ms", type=float, default=0.0, help="how late --slow-rank arrives, in ms of GPU sleep")
+    p.add_argument("--torch-trace", default="", metavar="DIR", help="record the loop with torch.profiler and write DIR/rank<R>.json")
     a = p.parse_args(argv)
     if a.iters < 1 or a.warmup < 0:
         p.error("--iters must be at least 1 and --warmup not negative")
@@ -133,6 +138,11 @@ def main(argv=None):
             "seconds": secs, "host_seconds": host, "busbw_GBps": factor * size * a.iters / secs / 1e9 if secs > 0 else 0.0,
         })
 
+    prof = None
+    if a.torch_trace:
+        from torch.profiler import ProfilerActivity, profile
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof.__enter__()
     for size in a.sizes:
         n = size // esize
         x = torch.ones(n, dtype=dtype, device=dev)
@@ -159,6 +169,10 @@ def main(argv=None):
                 timed("Recv", size, lambda: dist.recv(rbuf, peer, group=pp))
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        os.makedirs(a.torch_trace, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(a.torch_trace, "rank%d.json" % rank))
     print(json.dumps({"tool": "allreduce_pp", "rank": rank, "world": world, "device": str(dev),
                       "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                       "wall_s": wall, "results": results, **slow}), flush=True)
