@@ -19,6 +19,7 @@ import (
 
 	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // Exit statuses of a command that could not be run, as shells give them.
@@ -335,7 +336,26 @@ func (w *wrapper) progressLine() string {
 	}
 	st := w.col.Stats()
 	ps := w.prof.Stats()
-	return fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Processes, st.PluginDrops()+ps.Dropped)
+	line := fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Processes, st.PluginDrops()+ps.Dropped)
+	if w.out != nil && w.out.pipe != nil {
+		line += stragglerText(w.out.pipe.Summary())
+	}
+	return line
+}
+
+// stragglerText is what the progress line says of the collectives matched
+// so far: the straggler where one stands out.
+func stragglerText(s analysis.Summary) string {
+	if s.Collectives.Matched == 0 {
+		return ""
+	}
+	text := fmt.Sprintf(", %d matched across ranks", s.Collectives.Matched)
+	for _, r := range s.Ranks {
+		if r.Rank == s.Straggler {
+			text += fmt.Sprintf(", straggler rank %d (caused %.0f%% of the waiting)", r.Rank, 100*r.Score)
+		}
+	}
+	return text
 }
 
 // exitStatus is the command's status as a shell gives it.

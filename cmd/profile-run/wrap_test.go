@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // noPlugin makes the wrapped runs of a test find no NCCL plugin, so that
@@ -481,5 +484,23 @@ func TestWrapEndsOrphansInSessionsOfTheirOwn(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "1 orphaned") {
 		t.Errorf("stderr does not report the orphan:\n%s", stderr)
+	}
+}
+
+// The progress line of a wrapped run names the straggler once one stands
+// out among the collectives matched so far, and says nothing of them
+// before any is matched.
+func TestWrapProgressStraggler(t *testing.T) {
+	if got := stragglerText(analysis.Summary{Straggler: profiler.None}); got != "" {
+		t.Errorf("nothing matched: %q, want nothing", got)
+	}
+	s := analysis.Summary{Straggler: profiler.None, Collectives: analysis.CollectiveTotals{Matched: 12},
+		Ranks: []analysis.RankTotals{{Rank: 0, Score: 0.4}, {Rank: 1, Score: 0.6}}}
+	if got, want := stragglerText(s), ", 12 matched across ranks"; got != want {
+		t.Errorf("no straggler: %q, want %q", got, want)
+	}
+	s.Straggler, s.Ranks[1].Score, s.Ranks[0].Score = 1, 0.9, 0.1
+	if got, want := stragglerText(s), ", 12 matched across ranks, straggler rank 1 (caused 90% of the waiting)"; got != want {
+		t.Errorf("rank 1 stands out: %q, want %q", got, want)
 	}
 }
