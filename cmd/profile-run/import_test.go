@@ -86,6 +86,12 @@ func TestImportKinetoTraces(t *testing.T) {
 		!strings.Contains(section, "straggler: rank 1 caused 100% of the waiting") {
 		t.Errorf("report's collectives section:\n%s", section)
 	}
+	// Its HTML page draws the operations, the steps having no pipeline
+	// to draw: each rank's all-reduce and all-gather, in one window.
+	code, stdout, stderr = runCmd(t, "report", dirs[0], "--html")
+	if code != exitOK || !strings.Contains(stdout, "operations without steps to account, 1 windows of operations drawn, 4 transfers") {
+		t.Errorf("report --html: exit %d\n%s\n%s", code, stdout, stderr)
+	}
 	raw, err := os.ReadFile(filepath.Join(dirs[0], "trace.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,7 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	if st.Steps == 0 {
-		fmt.Fprintf(stdout, "profile-run: report: %s, no steps (a wrapped command's operations), %d windows of operations drawn, %d transfers, %d KiB → %s\n",
+		fmt.Fprintf(stdout, "profile-run: report: %s, operations without steps to account, %d windows of operations drawn, %d transfers, %d KiB → %s\n",
 			path, st.Windows, st.Transfers, (size+1023)/1024, o.out)
 		return nil
 	}

@@ -402,7 +402,7 @@ func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
 	// 5 operations each (an AllReduce and a Broadcast, two Sends and a
 	// Recv) fit in one window.
 	code, stdout, stderr = runCmd(t, "report", filepath.Dir(reports[0]), "--html")
-	if code != exitOK || !strings.Contains(stdout, "no steps (a wrapped command's operations), 1 windows of operations drawn, 20 transfers") {
+	if code != exitOK || !strings.Contains(stdout, "operations without steps to account, 1 windows of operations drawn, 20 transfers") {
 		t.Fatalf("report --html: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 	page := filepath.Join(filepath.Dir(reports[0]), "report.html")

@@ -78,15 +78,21 @@ const (
 
 // Write writes the page of in to w.
 //
-// Records without steps (a wrapped run's NCCL operations) make a page of
-// their own: charts of the run's first, middle and last operations, a row
-// per rank, and the collectives matched across ranks (analysis.CallSink).
+// Records without steps the analysis can account (a wrapped run's NCCL
+// operations, an imported Kineto trace's) make a page of their own: charts
+// of the run's first, middle and last operations, a row per rank, and the
+// collectives matched across ranks (analysis.CallSink).
 func Write(w io.Writer, in Input) (Stats, error) {
 	steps := analysis.Analyze(in.Records)
-	if len(steps) == 0 {
-		return writeOps(w, in)
-	}
 	sum := analysis.Summarize(steps)
+	if sum.Complete == 0 {
+		// No step the analysis could account (none labelled, or none with
+		// its step ranges, as an imported Kineto trace's): the operations.
+		st, err := writeOps(w, in)
+		if !errors.Is(err, ErrNoSteps) || len(steps) == 0 {
+			return st, err
+		}
+	}
 	var st Stats
 	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
 	byStep := map[int][]*profiler.Record{}
