@@ -144,4 +144,19 @@ func TestWriteOperationsWithoutSteps(t *testing.T) {
 	if strings.Contains(page, `id="drawn"`) || strings.Contains(page, "stage ") {
 		t.Error("a page without steps has the step page's block count or stage table")
 	}
+
+	// Labelled with a step but without its step ranges (an imported
+	// Kineto trace's kernels): no step can be accounted, and the page is
+	// the same.
+	for i := range recs {
+		recs[i].Step = 7
+	}
+	buf.Reset()
+	st2, err := htmlreport.Write(&buf, htmlreport.Input{Title: "imported", Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2 != st || !strings.Contains(buf.String(), "trainscope collectives report") {
+		t.Errorf("steps labelled, none accountable: stats %+v (without labels %+v)", st2, st)
+	}
 }
