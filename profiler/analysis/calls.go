@@ -45,6 +45,17 @@ type CallSink struct {
 	off   Offsets               // what is applied (WithClockAlignment)
 	est   map[int]time.Duration // the latest estimates
 	stats CallStats
+	// groups counts, per group, the collectives decided incomplete and the
+	// ranks seen in them: one problem line per group, not per call.
+	groups map[string]*groupCalls
+}
+
+// groupCalls is what a CallSink says of a group's incomplete collectives.
+type groupCalls struct {
+	incomplete int
+	size       int
+	ranks      map[int]bool // ranks that recorded any of the group's collectives (at most size)
+	first      string       // the first incomplete one's problem
 }
 
 // CallStats counts what a CallSink decided.
@@ -78,7 +89,16 @@ const minClockSamples = 8
 // NewCallSink returns an empty CallSink. It takes WithClockAlignment and
 // WithMaxRecords; the step options do not apply.
 func NewCallSink(opts ...Option) *CallSink {
-	s := &CallSink{cfg: newConfig(opts), open: map[collKey][]item{}, tot: newTotals(), clock: map[int]*departureRing{}, est: map[int]time.Duration{}}
+	cfg := newConfig(opts)
+	if !cfg.maxSet {
+		// Collectives are decided as soon as their last rank's record
+		// arrives; those held are the ones in flight, and those some rank
+		// will never record (a communicator reaching beyond the wrapped
+		// job): the cap bounds the latter to a few MiB.
+		cfg.maxRecords = 1 << 16
+	}
+	s := &CallSink{cfg: cfg, open: map[collKey][]item{}, tot: newTotals(), clock: map[int]*departureRing{}, est: map[int]time.Duration{},
+		groups: map[string]*groupCalls{}}
 	s.tot.s.Stepless = true
 	s.off = Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
 	return s
@@ -98,6 +118,7 @@ func (s *CallSink) Consume(batch []profiler.Record) {
 			continue
 		}
 		s.tot.rank(it.rank)
+		s.sawRank(it.coll.group, int(it.coll.size), it.rank)
 		k := collKey{it.coll.group, it.coll.seq}
 		its, open := s.open[k]
 		if !open {
@@ -117,6 +138,25 @@ func (s *CallSink) Consume(batch []profiler.Record) {
 		}
 	}
 	s.compact()
+}
+
+// maxGroups bounds the groups a CallSink keeps apart for its problem
+// lines; the incomplete collectives of others are counted all the same.
+const maxGroups = 256
+
+// sawRank notes that rank recorded a collective of group, of size ranks.
+func (s *CallSink) sawRank(group string, size, rank int) {
+	g := s.groups[group]
+	if g == nil {
+		if len(s.groups) >= maxGroups {
+			return
+		}
+		g = &groupCalls{size: size, ranks: map[int]bool{}}
+		s.groups[group] = g
+	}
+	if len(g.ranks) < max(g.size, 1) {
+		g.ranks[rank] = true
+	}
 }
 
 // decideOldest decides the oldest open collective with what it has.
@@ -172,7 +212,12 @@ func (s *CallSink) decide(k collKey, its []item) {
 	if !c.Complete {
 		s.stats.Incomplete++
 		s.tot.s.Collectives.Incomplete++
-		s.tot.problem(fmt.Sprintf("collective %s #%d (%s): %s", c.Group, c.Seq, c.Op, c.Problem))
+		if g := s.groups[c.Group]; g != nil {
+			if g.incomplete == 0 {
+				g.first = fmt.Sprintf("#%d (%s): %s", c.Seq, c.Op, c.Problem)
+			}
+			g.incomplete++
+		}
 		return
 	}
 	s.stats.Matched++
@@ -247,6 +292,17 @@ func (s *CallSink) Summary() Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := s.tot.summary()
+	for _, name := range slices.Sorted(maps.Keys(s.groups)) {
+		g := s.groups[name]
+		if g.incomplete == 0 || len(sum.Problems) >= maxProblems {
+			continue
+		}
+		line := fmt.Sprintf("group %s: %d collectives not recorded by every rank (first: %s)", name, g.incomplete, g.first)
+		if len(g.ranks) < g.size {
+			line += fmt.Sprintf("; only ranks %s of its %d recorded any of its collectives: are the others outside the wrapped job (another host)?", intList(slices.Sorted(maps.Keys(g.ranks))), g.size)
+		}
+		sum.Problems = append(sum.Problems, line)
+	}
 	if len(s.off.Residual) > 0 {
 		o := Offsets{Reference: profiler.None, Offset: maps.Clone(s.est), Residual: maps.Clone(s.off.Residual), Samples: maps.Clone(s.off.Samples)}
 		sum.Offsets = &o

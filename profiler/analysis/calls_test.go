@@ -155,7 +155,10 @@ func TestCallSinkIncomplete(t *testing.T) {
 	if sum.Collectives.Matched != 9 || sum.Collectives.Incomplete != 1 {
 		t.Errorf("collectives %+v, want 9 matched and 1 incomplete", sum.Collectives)
 	}
-	if len(sum.Problems) != 1 || !strings.Contains(sum.Problems[0], "dp #5") || !strings.Contains(sum.Problems[0], "2 of 3 ranks recorded it (ranks 0, 1)") {
+	// One line for the group: rank 2 recorded its other calls, so no
+	// rank of it is outside the job.
+	if len(sum.Problems) != 1 || !strings.HasPrefix(sum.Problems[0], "group dp: 1 collectives not recorded by every rank (first: #5 (AllReduce): 2 of 3 ranks recorded it (ranks 0, 1)") ||
+		strings.Contains(sum.Problems[0], "outside the wrapped job") {
 		t.Errorf("problems %q", sum.Problems)
 	}
 	var out bytes.Buffer
@@ -164,6 +167,25 @@ func TestCallSinkIncomplete(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "9 matched across ranks, 1 not recorded by every rank of their group") {
 		t.Errorf("report:\n%s", out.String())
+	}
+
+	// Rank 2 never records anything (a process outside the job): every
+	// call is incomplete, and the line for the group says which ranks it
+	// heard from.
+	var two []profiler.Record
+	for _, r := range recs {
+		if r.Rank != 2 {
+			two = append(two, r)
+		}
+	}
+	missing := NewCallSink()
+	missing.Consume(two)
+	missing.Flush()
+	ms := missing.Summary()
+	if ms.Collectives.Matched != 0 || ms.Collectives.Incomplete != 10 || len(ms.Problems) != 1 ||
+		!strings.Contains(ms.Problems[0], "group dp: 10 collectives not recorded by every rank") ||
+		!strings.Contains(ms.Problems[0], "only ranks 0, 1 of its 3 recorded any of its collectives") {
+		t.Errorf("rank 2 missing: %+v, problems %q", ms.Collectives, ms.Problems)
 	}
 
 	// Rank 2's records come after everyone else's.

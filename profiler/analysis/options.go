@@ -11,6 +11,7 @@ type config struct {
 	align      bool
 	delay      int
 	maxRecords int
+	maxSet     bool // WithMaxRecords was given
 	maxOpen    int
 	keep       int
 	onStep     func(*Step)
@@ -42,7 +43,12 @@ func WithStepDelay(n int) Option { return optionFunc(func(c *config) { c.delay =
 // WithMaxRecords caps the records a Sink holds for steps not yet
 // analysed (default 1<<20, about 120 bytes each); beyond it records are
 // dropped and counted, and their step says so.
-func WithMaxRecords(n int) Option { return optionFunc(func(c *config) { c.maxRecords = max(n, 1) }) }
+//
+// A CallSink holds far fewer (default 1<<16): only the collectives some
+// rank has not recorded yet.
+func WithMaxRecords(n int) Option {
+	return optionFunc(func(c *config) { c.maxRecords, c.maxSet = max(n, 1), true })
+}
 
 // WithMaxOpenSteps caps the steps a Sink holds (default 16); beyond it the
 // oldest is analysed with what it has, and says so.
