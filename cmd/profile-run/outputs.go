@@ -27,9 +27,6 @@ import (
 // closeTimeout bounds each exporter's shutdown at the end of a run.
 const closeTimeout = 15 * time.Second
 
-// outputs are the destinations of one run's records: files opened at start
-// (so an unwritable path fails before training), the live /metrics
-// endpoint, and what is pushed at the end.
 // stepsOrCalls feeds an imported profile's records to both analyses and
 // reports the steps' where any step is complete (the labels it needs are
 // there), else the collectives matched without steps.
@@ -83,6 +80,9 @@ type pipeAnalysis interface {
 	Summary() analysis.Summary
 }
 
+// outputs are the destinations of one run's records: files opened at start
+// (so an unwritable path fails before training), the live /metrics
+// endpoint, and what is pushed at the end.
 type outputs struct {
 	o      *options
 	runID  string
