@@ -175,6 +175,13 @@ setup_run() {
 	printf 'job\tdtype\tvariant\tround\ttool\trc\tstart\tend\tskip\twidth\tlayers\tmicrobatches\tmicrobatch_size\tout\terr\tcmd\n' >"$raw/runs.tsv"
 	echo "GPUs: $ngpu (one-GPU jobs on CUDA_VISIBLE_DEVICES=$gpu1); PyTorch: ${torch_version:-not importable by $PYTHON}; profile-run -dtype: $has_dtype" | tee -a "$OUT/bench.log"
 	[ -n "$torch_version" ] || note "PyTorch is not importable by $PYTHON (set PYTHON): the twin's variants fail"
+	# The twin's own tests, its training ones included where PyTorch is
+	# importable (on the CPU, small: seconds).
+	if timeout 120 "$PYTHON" -m unittest discover -v -s benchmarks/torch -p 'test_twin.py' >"$raw/twin-tests.log" 2>&1; then
+		echo "twin.py tests: $(tail -n 1 "$raw/twin-tests.log")" | tee -a "$OUT/bench.log"
+	else
+		note "twin.py's tests failed (raw/twin-tests.log): $(tail -n 1 "$raw/twin-tests.log")"
+	fi
 }
 
 write_settings() {

@@ -16,22 +16,28 @@ optimizer.go, rank.go):
   z = x.W; the target projection P uniform in +-1.5*sqrt(3/width); inputs
   uniform in +-1 (drawn with torch's generator, not the trainer's: the
   values differ, the distributions do not);
-- per step, M microbatches of R rows: each microbatch's inputs and targets
-  are copied host to device at the start of the step (pinned host memory on
-  CUDA), then every microbatch runs forward, loss gradient and backward;
+- per step, M microbatches of R rows: the step's inputs are copied host to
+  device in one copy at the start of the step (pinned host memory on CUDA),
+  their targets computed there, tanh(x.P) with one float32 GEMM and a tanh
+  (pipeline/dataset.go loadBatch), and each microbatch's input copied on
+  the device into the first layer's activation buffer; then every
+  microbatch runs forward, loss gradient and backward;
 - the loss gradient of a microbatch is (output - target) scaled by
   2 / (M * R * width), so the weight gradients accumulated over the
   microbatches are those of the step's mean squared error (lossScale in
-  pipeline/rank.go); output - target is copied to the host per microbatch
-  and the loss summed there after the step, as the trainer does;
+  pipeline/rank.go); the microbatch's sum of squared errors is computed on
+  the device (a dot product of output - target with itself) and the M sums
+  copied to the host in one copy after the step, as the trainer does
+  (pipeline/passes.go lossGrad, step.go finish);
 - the weight gradient accumulates into its buffer with the GEMM itself
   (beta = 1), the first layer's input gradient is not computed, and the
   update is plain SGD on all weights at once followed by zeroing the
   gradients: with --grad explicit (the default) the kernels of a step are
   the trainer's one for one on one rank (pp 1, vpp 1): per microbatch and
   layer a GEMM and a tanh forward, a tanh backward and two GEMMs backward
-  (one for the first layer), four for the loss; per step 2M copies to the
-  device, one SGD update and one memset;
+  (one for the first layer), four for the loss; per step one copy to the
+  device, a GEMM and a tanh for the targets, M copies on the device, one
+  copy to the host, one SGD update and one memset;
 - each step ends with the device synchronised and the loss on the host;
   its time is that interval (time.perf_counter around the step, after
   torch.cuda.synchronize()).
@@ -190,22 +196,20 @@ class Twin:
         # Weights (and, below, gradients): one buffer each, a view per
         # layer, as a trainer chunk holds them.
         self.weights = uniform((n, w, w), math.sqrt(3.0 / w))
-        # The data set, drawn once on the device (targets in float64, as
-        # the trainer computes them), kept on the host and copied to the
-        # device per step.
-        proj = uniform((w, w), 1.5 * math.sqrt(3.0 / w), torch.float64)
+        # The target projection P, on the device; the data set's inputs,
+        # drawn once, kept on the host and copied to the device per step.
+        self.proj = uniform((w, w), 1.5 * math.sqrt(3.0 / w))
         d = self.rows * args.dataset_steps
-        x = uniform((d, w), 1.0)
-        tgt = torch.tanh(x.double() @ proj).float()
-        self.data_x, self.data_t = x.cpu(), tgt.cpu()
+        self.data_x = uniform((d, w), 1.0).cpu()
         if self.cuda:
-            self.data_x, self.data_t = self.data_x.pin_memory(), self.data_t.pin_memory()
-        del proj, x, tgt
+            self.data_x = self.data_x.pin_memory()
         # Device buffers for the step's inputs and targets, per microbatch.
         self.x = torch.empty((m, r, w), device=self.dev, dtype=f32)
         self.tg = torch.empty((m, r, w), device=self.dev, dtype=f32)
-        # output - target of each microbatch, read on the host after the step.
-        self.diff_host = torch.empty((m, r, w), dtype=f32, pin_memory=self.cuda)
+        # Each microbatch's sum of squared errors, on the device, and where
+        # the host reads them after the step.
+        self.sse = torch.empty((m,), device=self.dev, dtype=f32)
+        self.sse_host = torch.empty((m,), dtype=f32, pin_memory=self.cuda)
         if args.grad == "explicit":
             self.grads = torch.zeros((n, w, w), device=self.dev, dtype=f32)
             self.acts = torch.empty((n + 1, r, w), device=self.dev, dtype=self.cdt)
@@ -233,14 +237,20 @@ class Twin:
             return lambda dy, y, out: out.copy_(aten.tanh_backward(dy, y))
 
     def load_batch(self, step):
-        """Copy the step's inputs and targets to the device, per microbatch."""
-        a = self.args
+        """Copy the step's inputs to the device in one copy and compute their
+        targets there, tanh(x.P), in float32 whatever --dtype says (the
+        trainer's computeTargets)."""
+        t, w = self.t, self.args.width
         first = (step * self.rows) % self.data_x.shape[0]
-        r = a.microbatch_size
-        for mb in range(a.microbatches):
-            lo = first + mb * r
-            self.x[mb].copy_(self.data_x[lo:lo + r], non_blocking=True)
-            self.tg[mb].copy_(self.data_t[lo:lo + r], non_blocking=True)
+        x, tg = self.x.view(self.rows, w), self.tg.view(self.rows, w)
+        x.copy_(self.data_x[first:first + self.rows], non_blocking=True)
+        tf32 = self.args.dtype == "tf32"
+        if tf32:
+            set_matmul_precision(t, False)
+        t.mm(x, self.proj, out=tg)
+        if tf32:
+            set_matmul_precision(t, True)
+        tg.tanh_()
 
     def synchronize(self):
         if self.cuda:
@@ -253,9 +263,9 @@ class Twin:
             self._explicit()
         else:
             self._autograd()
+        self.sse_host.copy_(self.sse, non_blocking=True)
         self.synchronize()
-        d = self.diff_host.double()
-        return float((d * d).sum()) / (self.rows * self.args.width)
+        return float(self.sse_host.double().sum()) / (self.rows * self.args.width)
 
     def _explicit(self):
         t, a = self.t, self.args
@@ -266,20 +276,20 @@ class Twin:
             w.copy_(self.weights)
         acts, g, s0, s1 = self.acts, self.g, self.scratch[0], self.scratch[1]
         for mb in range(a.microbatches):
-            # forward: z = x.W, then tanh in place (pipeline/passes.go forward)
-            if self.bf16:
-                acts[0].copy_(self.x[mb])
-                x0 = acts[0]
-            else:
-                x0 = self.x[mb]
+            # the microbatch's input into the first activation buffer
+            # (copyBatch), then forward: z = x.W and tanh in place
+            # (pipeline/passes.go forward)
+            acts[0].copy_(self.x[mb])
+            x0 = acts[0]
             for j in range(n):
                 inp = x0 if j == 0 else acts[j]
                 t.mm(inp, w[j], out=acts[j + 1])
                 acts[j + 1].tanh_()
-            # loss gradient: copy, subtract, to the host, scale (lossGrad)
+            # loss gradient: copy, subtract, sum of squares, scale (lossGrad)
             g.copy_(acts[n])
             g.sub_(self.tg[mb])
-            self.diff_host[mb].copy_(g, non_blocking=True)
+            flat = g.view(-1)
+            t.dot(flat, flat, out=self.sse[mb])
             g.mul_(self.scale)
             dy = g
             if self.bf16:
@@ -313,7 +323,8 @@ class Twin:
                 for p in self.params:
                     h = t.tanh(h @ p)
             d = h.float() - self.tg[mb]
-            self.diff_host[mb].copy_(d.detach(), non_blocking=True)
+            flat = d.detach().view(-1)
+            t.dot(flat, flat, out=self.sse[mb])
             loss = (d * d).sum() * inv
             loss.backward()
         self.opt.step()
