@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trainscope/trainscope/profiler"
 )
 
 // waitGoroutines waits for the goroutine count to fall back to at most n.
@@ -125,5 +127,52 @@ func TestTrainerLifecycle(t *testing.T) {
 	}
 	if _, err := tr.Step(context.Background()); err == nil {
 		t.Error("Step after Close succeeded")
+	}
+}
+
+// The step a failure cuts short is recorded, marked Record.CutShort on
+// every rank that had begun it, and the steps before it are not.
+func TestFailedStepIsCutShort(t *testing.T) {
+	p, err := profiler.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	boom := errors.New("injected failure")
+	cfg := smallConfig(2, 2, 2, Schedule1F1B)
+	cfg.Steps = 3
+	cfg.Profiler = p
+	fault := func(_ context.Context, rank, step, round int) error {
+		if rank == 3 && step == 1 && round == 5 {
+			return boom
+		}
+		return nil
+	}
+	if _, err := train(context.Background(), cfg, fault); !errors.Is(err, boom) {
+		t.Fatalf("Train: %v; want the injected failure", err)
+	}
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ranks := cfg.Stages * cfg.Replicas
+	cut, whole := map[int]int{}, map[int]int{}
+	for _, r := range p.Snapshot() {
+		if r.Depth != 0 || r.Name != profiler.StepName {
+			continue
+		}
+		if r.CutShort {
+			cut[int(r.Step)]++
+		} else {
+			whole[int(r.Step)]++
+		}
+	}
+	if whole[0] != ranks || cut[0] != 0 {
+		t.Errorf("step 0: %d whole step ranges, %d cut short; want %d and 0", whole[0], cut[0], ranks)
+	}
+	if cut[1] != ranks || whole[1] != 0 {
+		t.Errorf("step 1: %d cut short, %d whole; want %d and 0", cut[1], whole[1], ranks)
+	}
+	if cut[2]+whole[2] != 0 {
+		t.Errorf("step 2 has step ranges: it never began")
 	}
 }

@@ -28,7 +28,14 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 	rec.SetLabels(profiler.NoLabels)
 	rec.SetStage(r.stage)
 	rec.Start("step")
-	defer rec.End()
+	defer func() {
+		if err != nil {
+			// A failed or interrupted step is not a step's time.
+			rec.EndCutShort()
+			return
+		}
+		rec.End()
+	}()
 	cctx := ctx
 	if rec != nil {
 		cctx = profiler.NewContext(ctx, rec)

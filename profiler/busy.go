@@ -84,6 +84,9 @@ type StepTime struct {
 	Step       int // the step label, None without one
 	Start, End time.Duration
 	Busy       time.Duration
+	// CutShort: the step range was cut short (Record.CutShort), so the
+	// step's figures are not a step's; statistics leave it out.
+	CutShort bool
 }
 
 // Wall is the step's host wall time.
@@ -151,6 +154,7 @@ type openStep struct {
 	seq      uint64
 	arrived  uint64 // stepRanges of its rank when its step range arrived
 	haveStep bool
+	cutShort bool
 	stage    int16
 	start    time.Duration
 	end      time.Duration
@@ -210,6 +214,7 @@ func (a *StepAccountant) Add(r *Record) (late bool) {
 		if !s.haveStep {
 			ra.stepRanges++
 			s.haveStep, s.stage, s.start, s.end = true, r.Stage, r.HostStart, r.HostEnd
+			s.cutShort = r.CutShort
 			s.arrived = ra.stepRanges
 			a.ready = append(a.ready, s)
 		}
@@ -286,6 +291,7 @@ func (a *StepAccountant) stepTime(s *openStep) StepTime {
 	return StepTime{
 		Rank: int(s.key.rank), Device: s.key.dev, Stage: int(s.stage), Step: int(s.key.step),
 		Start: s.start, End: s.end, Busy: a.busy(s.work, s.start, s.end),
+		CutShort: s.cutShort,
 	}
 }
 

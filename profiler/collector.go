@@ -61,7 +61,7 @@ func (p *Profiler) collectLocked() {
 		for i := h; i < t; i++ {
 			pd := q.at(i)
 			var x *extra
-			if pd.hasExtra {
+			if pd.hasExtra() {
 				x = xq.at(xh)
 				xh++
 			}

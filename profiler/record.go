@@ -27,6 +27,11 @@ type Record struct {
 	Labels
 
 	HostStart, HostEnd time.Duration
+	// CutShort reports that the range was ended by Recorder.EndCutShort:
+	// its work failed or was interrupted before it finished. A cut-short
+	// step range stays in traces, spans and profiles but not in step
+	// statistics, busy time or the pipeline analysis, which count it.
+	CutShort bool
 
 	// HasDevice reports whether DeviceStart and DeviceEnd hold a measured
 	// device interval. A device range whose events could not be resolved

@@ -69,13 +69,22 @@ type pending struct {
 	depth              uint8
 	kind               Kind
 	phase              Phase
-	hasExtra           bool // device details follow in the extras queue
+	flags              uint8 // flagExtra, flagCutShort
 	name               string
 	step, microbatch   int32
 	stage, chunk       int16
 	tag                uint32 // index into the profiler's tag table
 	hostStart, hostEnd time.Duration
 }
+
+// pending.flags.
+const (
+	flagExtra    uint8 = 1 << iota // device details follow in the extras queue
+	flagCutShort                   // ended by EndCutShort
+)
+
+// hasExtra reports whether device details follow in the extras queue.
+func (pd *pending) hasExtra() bool { return pd.flags&flagExtra != 0 }
 
 // The queue's slots are one cache line each, so a range costs the
 // collector one line transfer between cores.
@@ -210,7 +219,7 @@ func (r *Recorder) initFrame(f *frame, name string, kind Kind) {
 	f.stage = r.labels.Stage
 	f.chunk = r.labels.Chunk
 	f.tag = r.p.tagIndex.Load()
-	f.hasExtra = false
+	f.flags = 0
 }
 
 // Start opens a host-timed range. Ranges nest: End closes the innermost.
@@ -242,7 +251,7 @@ func (r *Recorder) Start(name string) {
 	f.stage = r.labels.Stage
 	f.chunk = r.labels.Chunk
 	f.tag = r.p.tagIndex.Load()
-	f.hasExtra = false
+	f.flags = 0
 	r.depth++
 	f.hostStart = r.p.now()
 }
@@ -282,7 +291,7 @@ func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective)
 }
 
 func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
-	f.hasExtra = true
+	f.flags = flagExtra
 	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
@@ -336,6 +345,21 @@ func (r *Recorder) End() {
 	if r == nil {
 		return
 	}
+	r.end(0)
+}
+
+// EndCutShort closes the innermost open range as End does and marks it
+// Record.CutShort: its work failed or was interrupted before it finished.
+// A step range ended this way is kept in traces and spans but left out of
+// step statistics, busy time and the pipeline analysis, which count it.
+func (r *Recorder) EndCutShort() {
+	if r == nil {
+		return
+	}
+	r.end(flagCutShort)
+}
+
+func (r *Recorder) end(flags uint8) {
 	now := r.p.now()
 	if r.over > 0 {
 		r.over--
@@ -348,7 +372,8 @@ func (r *Recorder) End() {
 	r.depth--
 	f := &r.stack[r.depth]
 	f.hostEnd = now
-	if f.hasExtra {
+	f.flags |= flags
+	if f.hasExtra() {
 		r.devOpen--
 		if f.extra.start != nil {
 			r.devTimed--
@@ -370,7 +395,7 @@ func (r *Recorder) publish(f *frame) bool {
 		r.p.wake()
 		return false
 	}
-	if f.hasExtra {
+	if f.hasExtra() {
 		x, xseq := r.extras.reserve()
 		if x == nil {
 			r.p.wake()
@@ -447,6 +472,7 @@ func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
 	rec.Labels = Labels{Step: pd.step, Microbatch: pd.microbatch, Stage: pd.stage, Chunk: pd.chunk, Phase: pd.phase}
 	rec.HostStart = pd.hostStart
 	rec.HostEnd = pd.hostEnd
+	rec.CutShort = pd.flags&flagCutShort != 0
 	if x != nil {
 		if x.stream != nil {
 			rec.Device = x.stream.Device()

@@ -24,6 +24,9 @@ type RankSteps struct {
 	Steps int
 	Wall  time.Duration // sum of the steps' host wall time
 	Busy  time.Duration // sum of the steps' busy time
+	// CutShort counts the steps whose step range was cut short
+	// (Record.CutShort): they are not in Steps, Wall or Busy.
+	CutShort int
 }
 
 // Idle is Wall − Busy.
@@ -68,6 +71,10 @@ func StepBreakdown(records []Record) []RankSteps {
 		if !ok {
 			rs = &RankSteps{Rank: st.Rank, Stage: st.Stage}
 			byRank[st.Rank] = rs
+		}
+		if st.CutShort {
+			rs.CutShort++
+			return
 		}
 		if rs.Stage != st.Stage {
 			rs.Stage = None

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 func TestStepBreakdown(t *testing.T) {
@@ -102,5 +103,73 @@ func TestStepBreakdownMedian(t *testing.T) {
 		if !strings.Contains(out, c.want) {
 			t.Errorf("%v: want %q in\n%s", c.means, c.want, out)
 		}
+	}
+}
+
+// A step range ended by EndCutShort is delivered, marked, and left out of
+// the step statistics, which count it per rank; the steps before it count
+// as usual.
+func TestCutShortStep(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	r, err := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := profiler.NewStepSummary(profiler.WithStepDelay(0))
+	if err := p.AddSink(s); err != nil {
+		t.Fatal(err)
+	}
+	for step := range 3 {
+		r.SetStep(step)
+		r.Start(profiler.StepName)
+		r.Start("forward")
+		time.Sleep(time.Millisecond)
+		r.End()
+		if step == 2 {
+			r.EndCutShort()
+		} else {
+			r.End()
+		}
+	}
+	r.EndCutShort() // no open range: counted as an unbalanced end, like End
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Unbalanced != 1 {
+		t.Errorf("%d unbalanced ends, want 1", st.Unbalanced)
+	}
+	var cut, whole, inner int
+	var recs []profiler.Record
+	for _, rec := range p.Snapshot() {
+		recs = append(recs, rec)
+		switch {
+		case rec.Name == profiler.StepName && rec.CutShort:
+			cut++
+			if rec.Step != 2 {
+				t.Errorf("step %d cut short, want step 2", rec.Step)
+			}
+		case rec.Name == profiler.StepName:
+			whole++
+		case rec.CutShort:
+			inner++
+		}
+	}
+	if cut != 1 || whole != 2 || inner != 0 {
+		t.Errorf("%d step ranges cut short, %d whole, %d inner ranges cut short; want 1, 2, 0", cut, whole, inner)
+	}
+	bd := profiler.StepBreakdown(recs)
+	if len(bd) != 1 || bd[0].Steps != 2 || bd[0].CutShort != 1 {
+		t.Fatalf("breakdown %+v, want rank 0 with 2 steps and 1 cut short", bd)
+	}
+	ranks := s.Ranks()
+	if len(ranks) != 1 || ranks[0].Steps != 2 || ranks[0].CutShort != 1 || ranks[0].RankSteps != bd[0] {
+		t.Fatalf("summary %+v, want the breakdown %+v", ranks, bd[0])
+	}
+	var buf bytes.Buffer
+	if err := profiler.WriteStepTimes(&buf, ranks); err != nil {
+		t.Fatal(err)
+	}
+	if want := "steps cut short (failed or interrupted), left out of the figures above: rank 0: 1\n"; !strings.HasSuffix(buf.String(), want) {
+		t.Errorf("step times end\n%s\nwant %q", buf.String(), want)
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 
+	"github.com/trainscope/trainscope/internal/quantile"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -30,9 +32,10 @@ const stepSketchBins = 2048
 type StepStats struct {
 	RankSteps
 	Min, Max time.Duration // exact
-	// Quantiles of the step's host wall time: the value of rank
-	// ⌊q·(n−1)⌋ among the n step times in ascending order, within
-	// StepQuantileAccuracy of it.
+	// Quantiles of the step's host wall time, by nearest rank: the
+	// ⌈q·n⌉-th of the n step times in ascending order (at least a share
+	// q of the steps took at most that long; the p99 of fewer than 100
+	// steps is the longest), within StepQuantileAccuracy of it.
 	P50, P90, P99 time.Duration
 }
 
@@ -127,6 +130,10 @@ func (s *StepSummary) add(st StepTime) {
 }
 
 func (rs *rankStepStats) addStep(st StepTime) {
+	if st.CutShort {
+		rs.CutShort++
+		return
+	}
 	if rs.Stage != st.Stage {
 		rs.Stage = None
 	}
@@ -185,7 +192,7 @@ func (rs *rankStepStats) stats() StepStats {
 		return st
 	}
 	q := func(p float64) time.Duration {
-		v, err := rs.sketch.GetValueAtQuantile(p)
+		v, err := quantile.NearestRank(rs.sketch, p)
 		if err != nil {
 			return 0
 		}
@@ -238,5 +245,24 @@ func WriteStepTimes(w io.Writer, ranks []StepStats) error {
 		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", r.Rank, r.Steps,
 			ms(r.MeanStep()), ms(r.Min), ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeCutShort(w, ranks)
+}
+
+// writeCutShort says which ranks had steps cut short, which the tables
+// leave out; nothing when none had.
+func writeCutShort(w io.Writer, ranks []StepStats) error {
+	var parts []string
+	for _, r := range ranks {
+		if r.CutShort > 0 {
+			parts = append(parts, fmt.Sprintf("rank %d: %d", r.Rank, r.CutShort))
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "steps cut short (failed or interrupted), left out of the figures above: %s\n", strings.Join(parts, ", "))
+	return err
 }

@@ -31,7 +31,8 @@ func exactStepTimes(recs []profiler.Record) map[int][]time.Duration {
 
 // checkStepTimes compares a summary's distribution with the exact one:
 // count, minimum, maximum and mean exactly, each quantile within the
-// stated relative accuracy of the value of rank ⌊q·(n−1)⌋.
+// stated relative accuracy of the nearest-rank quantile, the ⌈q·n⌉-th
+// smallest.
 func checkStepTimes(t *testing.T, got []profiler.StepStats, exact map[int][]time.Duration) {
 	t.Helper()
 	if len(got) != len(exact) {
@@ -52,7 +53,7 @@ func checkStepTimes(t *testing.T, got []profiler.StepStats, exact map[int][]time
 			p   float64
 			got time.Duration
 		}{{0.5, st.P50}, {0.9, st.P90}, {0.99, st.P99}} {
-			want := ts[int(math.Floor(q.p*float64(n-1)))]
+			want := ts[max(int(math.Ceil(q.p*float64(n)))-1, 0)]
 			if tol := profiler.StepQuantileAccuracy*float64(want) + 1; math.Abs(float64(q.got-want)) > tol {
 				t.Errorf("rank %d: p%v %v, exact %v: off by more than %.0f ns", st.Rank, 100*q.p, q.got, want, tol)
 			}

@@ -305,7 +305,7 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 			if err := profiler.WriteStepBreakdown(w, breakdown, ideal); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}
-			fmt.Fprintf(w, "\n=== step times, all steps (quantiles within %.0f%%) ===\n", 100*profiler.StepQuantileAccuracy)
+			fmt.Fprintf(w, "\n=== step times, all steps (nearest-rank quantiles within %.0f%%) ===\n", 100*profiler.StepQuantileAccuracy)
 			if err := profiler.WriteStepTimes(w, times); err != nil {
 				return nil, fmt.Errorf("report: %w", err)
 			}

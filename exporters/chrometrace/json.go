@@ -169,6 +169,9 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 	if r.PeakMemory > 0 {
 		b = num(b, "peak_memory_bytes", r.PeakMemory)
 	}
+	if r.CutShort {
+		b = append(sep(b, "cut_short"), "true"...)
+	}
 	if r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P {
 		return b
 	}

@@ -4,11 +4,16 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
+
+// CutShortDescription is the status description of a span whose range
+// was cut short (profiler.Record.CutShort); its status code is Error.
+const CutShortDescription = "cut short: the range's work failed or was interrupted"
 
 // span is a finished span built from a record, handed to the SDK's span
 // exporters as a ReadOnlySpan. The SDK seals ReadOnlySpan with an
@@ -24,6 +29,7 @@ type span struct {
 	attrs        []attribute.KeyValue
 	links        []sdktrace.Link
 	droppedLinks int
+	cutShort     bool // Record.CutShort: status Error
 	res          *resource.Resource
 	scope        *instrumentation.Scope
 }
@@ -37,12 +43,17 @@ func (s *span) EndTime() time.Time               { return s.end }
 func (s *span) Attributes() []attribute.KeyValue { return s.attrs }
 func (s *span) Links() []sdktrace.Link           { return s.links }
 func (s *span) Events() []sdktrace.Event         { return nil }
-func (s *span) Status() sdktrace.Status          { return sdktrace.Status{} }
-func (s *span) DroppedAttributes() int           { return 0 }
-func (s *span) DroppedLinks() int                { return s.droppedLinks }
-func (s *span) DroppedEvents() int               { return 0 }
-func (s *span) ChildSpanCount() int              { return 0 }
-func (s *span) Resource() *resource.Resource     { return s.res }
+func (s *span) Status() sdktrace.Status {
+	if s.cutShort {
+		return sdktrace.Status{Code: codes.Error, Description: CutShortDescription}
+	}
+	return sdktrace.Status{}
+}
+func (s *span) DroppedAttributes() int       { return 0 }
+func (s *span) DroppedLinks() int            { return s.droppedLinks }
+func (s *span) DroppedEvents() int           { return 0 }
+func (s *span) ChildSpanCount() int          { return 0 }
+func (s *span) Resource() *resource.Resource { return s.res }
 func (s *span) InstrumentationScope() instrumentation.Scope {
 	return *s.scope
 }

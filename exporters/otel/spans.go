@@ -129,13 +129,14 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 		host := &spans[0]
 		spans = spans[1:]
 		*host = span{
-			name:  r.Name,
-			sc:    spanContext(tid, b.spanID(r)),
-			start: b.epoch.Add(r.HostStart),
-			end:   b.epoch.Add(r.HostEnd),
-			attrs: attrs,
-			res:   b.resource(r.Rank),
-			scope: &b.scope,
+			name:     r.Name,
+			sc:       spanContext(tid, b.spanID(r)),
+			start:    b.epoch.Add(r.HostStart),
+			end:      b.epoch.Add(r.HostEnd),
+			attrs:    attrs,
+			cutShort: r.CutShort,
+			res:      b.resource(r.Rank),
+			scope:    &b.scope,
 		}
 		if r.Parent != 0 {
 			host.parent = spanContext(tid, b.ids.spanID(r.Rank, r.Parent, false))

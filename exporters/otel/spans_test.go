@@ -3,10 +3,12 @@ package otel
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -371,4 +373,31 @@ func TestResource(t *testing.T) {
 			t.Errorf("New accepted OTEL_RESOURCE_ATTRIBUTES=no-equals-sign")
 		}
 	})
+}
+
+// A cut-short range's span has status Error saying so; the others keep an
+// unset status.
+func TestBuildCutShortStatus(t *testing.T) {
+	b := testBuilder(t, "run-a")
+	recs := stepTree(1)
+	cut := 0
+	for i := range recs {
+		if recs[i].Name == profiler.StepName {
+			recs[i].CutShort = true
+			cut++
+		}
+	}
+	if cut != 1 {
+		t.Fatalf("%d step ranges in the tree", cut)
+	}
+	for _, s := range b.build(recs, nil) {
+		st := s.Status()
+		if s.Name() == profiler.StepName {
+			if st.Code != codes.Error || !strings.Contains(st.Description, "cut short") {
+				t.Errorf("step span status %+v, want Error saying it was cut short", st)
+			}
+		} else if st.Code != codes.Unset {
+			t.Errorf("%s: status %+v, want unset", s.Name(), st)
+		}
+	}
 }

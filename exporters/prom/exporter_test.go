@@ -461,3 +461,32 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Errorf("second Register: %v, want AlreadyRegisteredError", err)
 	}
 }
+
+// A step cut short (its work failed or was interrupted) is no step time:
+// the step histogram and busy/idle leave it out; its records still count.
+func TestCutShortStepNotObserved(t *testing.T) {
+	buckets := []float64{0.001, 0.004, 0.016}
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithNativeBucketFactor(1), prom.WithStepBuckets(buckets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := rec(1, 0, 0, "step", profiler.KindHost, 0, 10, 0, 0)
+	cut := rec(3, 0, 0, "step", profiler.KindHost, 11, 12, 0, 0)
+	cut.Step, cut.CutShort = 1, true
+	fwd := action(4, 3, "forward", profiler.Forward, 0, 0, 11, 11.5)
+	fwd.Step = 1
+	e.Consume([]profiler.Record{action(2, 1, "forward", profiler.Forward, 0, 0, 2, 5), whole, fwd, cut})
+	stage := []string{"Hostname", host, "rank", "0", "gpu", "0", "UUID", "", "stage", "0"}
+	want := family("trainscope_step_seconds", "histogram", help(t, e.Registry(), "trainscope_step_seconds"),
+		histogram("trainscope_step_seconds", buckets, []float64{ms(10).Seconds()}, stage...)) +
+		family("trainscope_stage_busy_seconds_total", "counter", help(t, e.Registry(), "trainscope_stage_busy_seconds_total"),
+			series("trainscope_stage_busy_seconds_total", ms(3).Seconds(), stage...))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_step_seconds", "trainscope_stage_busy_seconds_total"); err != nil {
+		t.Error(err)
+	}
+	want = family("trainscope_records_total", "counter", help(t, e.Registry(), "trainscope_records_total"),
+		series("trainscope_records_total", 2, "Hostname", host, "name", "forward"), series("trainscope_records_total", 2, "Hostname", host, "name", "step"))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_records_total"); err != nil {
+		t.Error(err)
+	}
+}

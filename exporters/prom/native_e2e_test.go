@@ -40,7 +40,7 @@ func TestNativeHistogramQuantilesInPrometheus(t *testing.T) {
 	q.serveScraped(t, e, addr, ours)
 
 	// 100 steps per rank: the order statistic the report's quantile
-	// names, ⌊q·(n−1)⌋, is then the one histogram_quantile's rank q·n
+	// names, the ⌈q·n⌉-th, is then the one histogram_quantile's rank q·n
 	// falls on, for q = 0.5 and 0.99.
 	const steps = 100
 	cfg := trainConfig(steps, 2)

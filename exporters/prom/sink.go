@@ -83,7 +83,7 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 			e.collective(r)
 		}
-		if r.Depth == 0 && r.Name == StepRange {
+		if r.Depth == 0 && r.Name == StepRange && !r.CutShort {
 			e.observe(e.stepSeries(r.Device, r.Rank, r.Stage).step, r.HostDuration(), r.Step, r.HostDuration())
 		}
 		if e.acct.Add(r) {
@@ -229,6 +229,10 @@ func (e *Exporter) stepSeries(dev runtime.Device, rank int, stage int16) *stepSe
 // accountStep adds one step's busy and idle time (profiler.StepAccountant
 // defines them, for the text report too).
 func (e *Exporter) accountStep(st profiler.StepTime) {
+	if st.CutShort {
+		// Not a step's time: its work failed or was interrupted.
+		return
+	}
 	s := e.stepSeries(st.Device, st.Rank, int16(st.Stage))
 	s.busy.Add(st.Busy.Seconds())
 	s.idle.Add(st.Idle().Seconds())

@@ -49,6 +49,7 @@ type ownArgs struct {
 	DeviceUS   *json.Number `json:"device_us"`
 	Stream     *uint64      `json:"stream"`
 	PeakMemory int64        `json:"peak_memory_bytes"`
+	CutShort   bool         `json:"cut_short"`
 	Op         string       `json:"op"`
 	Bytes      int64        `json:"bytes"`
 	Count      int64        `json:"count"`
@@ -196,7 +197,8 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			return nil
 		}
 		rec := profiler.Record{Name: ev.Name, Kind: kind, Rank: t.rank, Device: t.device, Tag: ev.Args.Tag, Labels: labels,
-			HostStart: time.Duration(ts), HostEnd: time.Duration(ts + dur), PeakMemory: max(ev.Args.PeakMemory, 0)}
+			HostStart: time.Duration(ts), HostEnd: time.Duration(ts + dur), PeakMemory: max(ev.Args.PeakMemory, 0),
+			CutShort: ev.Args.CutShort}
 		if kind == profiler.KindCollective || kind == profiler.KindP2P {
 			rec.Collective = ownCollective(&ev.Args)
 		}

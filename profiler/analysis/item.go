@@ -20,10 +20,12 @@ type item struct {
 	phase  profiler.Phase
 	kind   profiler.Kind
 	isStep bool // the step range (top level, named profiler.StepName)
-	device bool // HasDevice
-	work   profiler.StreamWork
-	host   profiler.Interval
-	coll   *collInfo // collectives and point-to-point transfers
+	// cutShort: the step range was cut short (Record.CutShort).
+	cutShort bool
+	device   bool // HasDevice
+	work     profiler.StreamWork
+	host     profiler.Interval
+	coll     *collInfo // collectives and point-to-point transfers
 	// transferEnd is, for a p2p over a network transport, when its
 	// transfer was done (Collective.TransferEnd) where that is after the
 	// device interval's end; 0 otherwise.
@@ -45,6 +47,7 @@ func keep(r *profiler.Record) (item, bool) {
 		host: profiler.Interval{Start: r.HostStart, End: r.HostEnd},
 	}
 	it.isStep = r.Depth == 0 && r.Name == profiler.StepName
+	it.cutShort = it.isStep && r.CutShort
 	w, busy := r.Work()
 	if busy {
 		it.work = w

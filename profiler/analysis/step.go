@@ -283,9 +283,13 @@ func analyzeStep(step int, items []item, expected []int) Step {
 func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 	rk.Rank, rk.Stage = rank, profiler.None
 	var work []profiler.StreamWork
-	haveStep := false
+	haveStep, cutShort := false, false
 	for i := range items {
 		it := &items[i]
+		if it.isStep && it.cutShort {
+			cutShort = true
+			continue
+		}
 		if it.isStep {
 			if haveStep {
 				problems = append(problems, fmt.Sprintf("rank %d: more than one step range", rank))
@@ -308,6 +312,11 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 				rk.Compute.End = max(rk.Compute.End, it.work.End)
 			}
 		}
+	}
+	if !haveStep && cutShort {
+		// The step's work failed or was interrupted: its wall time is
+		// not a step's, and the work it did not do is not idle time.
+		return append(problems, fmt.Sprintf("rank %d: the step was cut short (its work failed or was interrupted); its busy and idle time are left out", rank))
 	}
 	if !haveStep {
 		// Without the step range there is no wall time to account busy

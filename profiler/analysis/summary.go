@@ -10,6 +10,7 @@ import (
 
 	"github.com/DataDog/sketches-go/ddsketch"
 
+	"github.com/trainscope/trainscope/internal/quantile"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -283,7 +284,7 @@ func (t *totals) summary() Summary {
 	}
 	if s.Collectives.Matched > 0 {
 		q := func(p float64) time.Duration {
-			v, err := t.skew.GetValueAtQuantile(p)
+			v, err := quantile.NearestRank(t.skew, p)
 			if err != nil {
 				return 0
 			}

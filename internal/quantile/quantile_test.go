@@ -1,0 +1,75 @@
+package quantile_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+
+	"github.com/trainscope/trainscope/internal/quantile"
+)
+
+// Ten values 1…10: by nearest rank the p50 is the 5th, the p90 the 9th and
+// the p99 the 10th, the largest.
+func TestNearestRankSmall(t *testing.T) {
+	s, err := ddsketch.NewDefaultDDSketch(0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := 1; v <= 10; v++ {
+		if err := s.Add(float64(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ q, want float64 }{{0, 1}, {0.1, 1}, {0.11, 2}, {0.5, 5}, {0.9, 9}, {0.91, 10}, {0.99, 10}, {1, 10}} {
+		got, err := quantile.NearestRank(s, c.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got-c.want) > 0.01*c.want {
+			t.Errorf("q %v: %v, want %v within 1%%", c.q, got, c.want)
+		}
+	}
+}
+
+// Against the exact nearest-rank quantile of random values, for counts
+// where rounding of q·n matters.
+func TestNearestRankRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 2, 3, 7, 99, 100, 101, 1000} {
+		s, err := ddsketch.NewDefaultDDSketch(0.01)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := make([]float64, n)
+		for i := range vals {
+			vals[i] = 1 + rng.ExpFloat64()*100
+			if err := s.Add(vals[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slices.Sort(vals)
+		for _, q := range []float64{0.5, 0.9, 0.99} {
+			want := vals[max(int(math.Ceil(q*float64(n)))-1, 0)]
+			got, err := quantile.NearestRank(s, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got-want) > 0.01*want {
+				t.Errorf("n %d q %v: %v, want %v within 1%%", n, q, got, want)
+			}
+		}
+	}
+}
+
+func TestNearestRankEmpty(t *testing.T) {
+	s, err := ddsketch.NewDefaultDDSketch(0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := quantile.NearestRank(s, 0.5); err == nil {
+		t.Error("an empty sketch gave a quantile")
+	}
+}
