@@ -106,7 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's complete call log (calls.rank<N>.gz in the run directory, written as ranges finish); 0 writes none")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console (human-readable) or json (for log collectors)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar, log or off")
+	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar (the status line; off a terminal as auto), log or off")
 	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
 	printUsage := func() {

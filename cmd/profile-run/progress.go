@@ -53,13 +53,20 @@ type progress struct {
 }
 
 // newProgress starts reporting. mode "auto" becomes "bar" when out is a
-// terminal and "log" otherwise. live may be nil (profiling off).
+// terminal and "log" otherwise; so does "bar", saying so, since a status
+// line drawn in place needs a terminal (off one it draws nothing, and the
+// step lines held for drawing above it would be lost). live may be nil
+// (profiling off).
 func newProgress(mode string, out io.Writer, log *zap.Logger, cfg pipeline.Config, every time.Duration, stepLines bool, live func() liveCounts) *progress {
-	if mode == "auto" {
+	switch {
+	case mode == "auto":
 		mode = "log"
 		if isTerminal(out) {
 			mode = "bar"
 		}
+	case mode == "bar" && !isTerminal(out):
+		mode = "log"
+		log.Info(fmt.Sprintf("-progress bar: stdout is not a terminal, so no status line; a log line every %v instead (-progress-every), as -progress auto does here", every))
 	}
 	if live == nil {
 		live = func() liveCounts { return liveCounts{} }

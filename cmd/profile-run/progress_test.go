@@ -94,3 +94,25 @@ func TestProgressLineOnATerminal(t *testing.T) {
 		t.Errorf("the status line never reached step 40/40")
 	}
 }
+
+// -progress bar off a terminal cannot draw its status line; it falls back
+// to what auto does there, says so once, and every step's loss line still
+// prints on stdout.
+func TestProgressBarOffATerminal(t *testing.T) {
+	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-progress", "bar"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, w := range []string{"step 0: loss ", "step 1: loss "} {
+		if n := strings.Count(stdout, w); n != 1 {
+			t.Errorf("%q printed %d times on stdout, want once:\n%s", w, n, stdout)
+		}
+	}
+	if n := strings.Count(stderr, "-progress bar: stdout is not a terminal"); n != 1 {
+		t.Errorf("the fallback is said %d times on stderr, want once:\n%s", n, stderr)
+	}
+	// The log line of -progress log comes instead, at least for the last step.
+	if !strings.Contains(stderr, "training") || !strings.Contains(stderr, `"step": 2`) {
+		t.Errorf("no progress log line on stderr:\n%s", stderr)
+	}
+}
