@@ -10,24 +10,31 @@ import (
 
 // StepWindow chooses the steps whose records are kept in detail (for a
 // timeline or a per-call log) when a run is too long to keep them all:
-// fixed ranges of steps, and the most recent steps.
+// fixed ranges of steps, and the last steps of the run. The window is
+// the union of the two: the last steps are counted among all the run's
+// steps, those in Ranges included, so on a run of at most Last steps
+// every step is kept, and on a longer one none before its last Last
+// outside Ranges.
 type StepWindow struct {
 	// Ranges are inclusive [from, to] step ranges kept whenever they
 	// come.
 	Ranges [][2]int
-	// Last keeps the records of the Last highest steps seen so far.
+	// Last keeps the records of the run's Last highest steps: while the
+	// run goes, the Last highest seen so far.
 	Last int
 	// All keeps every step (bounded only by MaxRecords).
 	All bool
 }
 
 // DefaultStepWindow keeps steps 1–5 (the first after a warm-up step) and
-// the last 5.
+// the last 5. The warm-up step 0 is kept only on a run of at most 5
+// steps, where it is one of the last 5 (on a 1-step run, the only one).
 var DefaultStepWindow = StepWindow{Ranges: [][2]int{{1, 5}}, Last: 5}
 
 // ParseStepWindow reads a window: comma-separated parts, each "A-B"
-// (steps A to B), "A" (one step), "last:N" (the N most recent steps) or
-// "all"; "" is DefaultStepWindow.
+// (steps A to B), "A" (one step), "last:N" (the run's last N steps,
+// whether or not a range names them too) or "all"; "" is
+// DefaultStepWindow.
 func ParseStepWindow(s string) (StepWindow, error) {
 	if strings.TrimSpace(s) == "" {
 		return DefaultStepWindow, nil
@@ -133,19 +140,23 @@ func (win *Window) Consume(batch []Record) {
 }
 
 // wants reports whether records of step are kept, making room among the
-// most recent steps when step is a new one.
+// most recent steps when step is a new one. Steps of the fixed ranges
+// count among the most recent too: last:N is the run's last N steps, not
+// the last N outside the ranges (which on a short run would reach back
+// to the warm-up step before 1-5).
 func (win *Window) wants(step int) bool {
-	if step == None || win.w.All || win.w.fixed(step) {
+	if step == None || win.w.All {
 		return true
 	}
+	fixed := win.w.fixed(step)
 	if win.w.Last == 0 {
-		return false
+		return fixed
 	}
 	if _, ok := slices.BinarySearch(win.recent, step); ok {
 		return true
 	}
 	if len(win.recent) >= win.w.Last && step < win.recent[0] {
-		return false // older than every recent step kept
+		return fixed // older than every recent step kept
 	}
 	win.recent = append(win.recent, step)
 	slices.Sort(win.recent)

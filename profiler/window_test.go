@@ -113,3 +113,69 @@ func TestWindowBounds(t *testing.T) {
 		t.Errorf("covers %q", got)
 	}
 }
+
+// The default window on runs of every length: steps 1–5 and the run's
+// last 5, whose union reaches back to the warm-up step 0 only when the run
+// is so short that step 0 is one of its last 5.
+func TestDefaultWindowOnShortRuns(t *testing.T) {
+	for _, c := range []struct {
+		steps int
+		want  string
+	}{
+		{1, "step 0"}, // the only step: the trace still has one
+		{2, "steps 0–1"},
+		{5, "steps 0–4"},
+		{6, "steps 1–5"},
+		{7, "steps 1–6"},
+		{10, "steps 1–9"},
+		{11, "steps 1–10"},
+		{12, "steps 1–5, 7–11"},
+		{100, "steps 1–5, 95–99"},
+	} {
+		recs := stepRecords(c.steps, 2, 3)
+		win := profiler.NewWindow(profiler.DefaultStepWindow, 0)
+		for i := 0; i < len(recs); i += 5 {
+			win.Consume(recs[i:min(i+5, len(recs))])
+		}
+		st := win.Stats()
+		if got := st.Covers(); got != c.want {
+			t.Errorf("-steps %d: covers %q, want %q", c.steps, got, c.want)
+		}
+		if st.Records+int(st.Outside) != len(recs) || st.Full != 0 {
+			t.Errorf("-steps %d: %d kept + %d outside ≠ %d records (full %d)", c.steps, st.Records, st.Outside, len(recs), st.Full)
+		}
+	}
+}
+
+// Ranks a step apart, as the stages of a pipeline finish: the window keeps
+// the same steps, and a fixed range is kept even when its records come
+// after later steps have filled the recent ones.
+func TestWindowWithLaggingRanks(t *testing.T) {
+	const steps = 10
+	var recs []profiler.Record
+	add := func(rank, step int) {
+		l := profiler.NoLabels
+		l.Step = int32(step)
+		recs = append(recs, profiler.Record{Name: "op", Rank: rank, Labels: l})
+	}
+	for s := range steps + 1 {
+		if s < steps {
+			add(0, s)
+		}
+		if s > 0 {
+			add(1, s-1)
+		}
+	}
+	win := profiler.NewWindow(profiler.StepWindow{Ranges: [][2]int{{1, 5}}, Last: 2}, 0)
+	win.Consume(recs)
+	// Records of step 3 long after the recent steps moved on.
+	add(1, 3)
+	win.Consume(recs[len(recs)-1:])
+	st := win.Stats()
+	if got := st.Covers(); got != "steps 1–5, 8–9" {
+		t.Errorf("covers %q, want steps 1–5, 8–9", got)
+	}
+	if want := 2*7 + 1; st.Records != want {
+		t.Errorf("kept %d records, want %d", st.Records, want)
+	}
+}

@@ -576,6 +576,40 @@ func TestTraceSteps(t *testing.T) {
 	}
 }
 
+// The default -trace-steps leaves out the warm-up step 0 unless the run is
+// so short that step 0 is one of its last 5; a 1-step run's trace still
+// holds its one step.
+func TestDefaultTraceStepsLeaveOutWarmUp(t *testing.T) {
+	for _, c := range []struct {
+		steps string
+		want  string
+	}{
+		{"1", "step 0"},
+		{"7", "steps 1–6"},
+	} {
+		dir := t.TempDir()
+		args := []string{"-out", dir, "-metrics-addr", "off", "-quiet", "-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4", "-steps", c.steps}
+		code, stdout, stderr := runCmd(t, args...)
+		if code != exitOK {
+			t.Fatalf("-steps %s: exit %d: %s", c.steps, code, stderr)
+		}
+		if !strings.Contains(stdout, ", "+c.want+" →") {
+			t.Errorf("-steps %s: the trace does not cover %s:\n%s", c.steps, c.want, stdout)
+		}
+		runs, _ := filepath.Glob(filepath.Join(dir, "*", "report.rank0"))
+		if len(runs) != 1 {
+			t.Fatalf("-steps %s: %d report.rank0 files", c.steps, len(runs))
+		}
+		rank0, err := os.ReadFile(runs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warm := bytes.Contains(rank0, []byte("· step 0 ===")); warm != (c.steps == "1") {
+			t.Errorf("-steps %s: report.rank0 has a step 0 table: %v", c.steps, warm)
+		}
+	}
+}
+
 // Every call is in the per-rank call logs, written as the run goes and
 // capped by -call-log-size: their lines add up to the records collected.
 func TestCallLogs(t *testing.T) {
