@@ -230,11 +230,12 @@ Flags:
 }
 
 // trainerFlags set up the built-in trainer; a wrapped command has no use
-// for them.
+// for them. Every flag of configFlags is one (a test checks).
 var trainerFlags = map[string]bool{
 	"pp": true, "vpp": true, "dp": true, "microbatches": true, "microbatch-size": true, "steps": true,
 	"width": true, "layers": true, "schedule": true, "seed": true, "lr": true, "dtype": true,
 	"comm-timeout": true, "backend": true, "devices": true, "device-depth": true, "no-step-lines": true,
+	"action-delay": true, "straggler-rank": true, "straggler-delay": true,
 }
 
 // configFlags names the flag that sets each pipeline.Config field, so that

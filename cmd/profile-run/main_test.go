@@ -376,6 +376,12 @@ func TestConfigFlagsCoverConfig(t *testing.T) {
 			t.Errorf("configFlags[%q] = %q, which -h does not list", field, name)
 		}
 	}
+	// Each sets up the built-in trainer, so wrapping a command refuses it.
+	for _, name := range configFlags {
+		if !trainerFlags[strings.TrimPrefix(name, "-")] {
+			t.Errorf("%s sets a pipeline.Config field but is not in trainerFlags: a wrapped command would ignore it silently", name)
+		}
+	}
 	typ := reflect.TypeFor[pipeline.Config]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)

@@ -88,6 +88,9 @@ func TestWrapUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--"}, []string{"nothing after --"}},
 		{[]string{"-pp", "4", "-steps", "3", "--", "true"}, []string{"-pp, -steps", "built-in trainer"}},
+		{[]string{"-straggler-delay", "5ms", "--", "true"}, []string{"-straggler-delay sets up the built-in trainer"}},
+		{[]string{"-straggler-rank", "1", "--", "true"}, []string{"-straggler-rank sets up the built-in trainer"}},
+		{[]string{"-action-delay", "1ms", "--", "true"}, []string{"-action-delay sets up the built-in trainer"}},
 		{[]string{"-profile", "off", "--", "true"}, []string{"-profile off", "without profile-run"}},
 		{[]string{"torchrun", "train.py"}, []string{"-- torchrun train.py"}},
 	}
