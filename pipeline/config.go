@@ -75,7 +75,8 @@ type Config struct {
 	// off.
 	Profiler *profiler.Profiler
 	// CommTimeout bounds every wait for communication or device work in a
-	// step; 0 means DefaultCommTimeout.
+	// step; 0 means DefaultCommTimeout. A wait it cuts short fails with a
+	// *CommTimeoutError (errors.Is ErrCommTimeout).
 	CommTimeout time.Duration
 	// Devices is the most devices the run uses; 0 means every device the
 	// backend has. With fewer devices than ranks, ranks share them (see

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -75,6 +76,14 @@ func TestTrainCommTimeout(t *testing.T) {
 	}
 	if errors.Is(err, context.Canceled) {
 		t.Errorf("error %q is the stalled rank's cancellation, not the timeout", err)
+	}
+	// The error says which deadline expired, for a caller to name it.
+	var te *CommTimeoutError
+	if !errors.Is(err, ErrCommTimeout) || !errors.As(err, &te) || te.Timeout != 300*time.Millisecond {
+		t.Errorf("error %q is not a CommTimeoutError of 300ms (%+v)", err, te)
+	}
+	if !strings.Contains(err.Error(), "after the communication timeout (300ms)") {
+		t.Errorf("error %q does not say the communication timeout expired", err)
 	}
 	if took < cfg.CommTimeout || took > cfg.CommTimeout+10*time.Second {
 		t.Errorf("Train failed after %v with CommTimeout %v", took, cfg.CommTimeout)
@@ -174,5 +183,52 @@ func TestFailedStepIsCutShort(t *testing.T) {
 	}
 	if cut[2]+whole[2] != 0 {
 		t.Errorf("step 2 has step ranges: it never began")
+	}
+}
+
+// Only a wait that the communication timeout ended is called one: not one
+// that the caller's context ended, not a failure, and a collective's
+// timeout only where the collectives are the shared backend's, whose
+// timeout is CommTimeout.
+func TestCommTimeoutWrapping(t *testing.T) {
+	failed := errors.New("device lost")
+	parent := context.Background()
+	expired, cancel := context.WithTimeout(parent, time.Nanosecond)
+	defer cancel()
+	<-expired.Done()
+	if err := timedOut(failed, parent, expired, time.Second); !errors.Is(err, ErrCommTimeout) || !errors.Is(err, failed) {
+		t.Errorf("a wait cut short by its deadline: %v", err)
+	}
+	live, cancelLive := context.WithTimeout(parent, time.Hour)
+	defer cancelLive()
+	if err := timedOut(failed, parent, live, time.Hour); err != failed {
+		t.Errorf("a failure before the deadline: %v, want it unchanged", err)
+	}
+	stopped, stop := context.WithCancel(parent)
+	stop()
+	under, cancelUnder := context.WithTimeout(stopped, time.Hour)
+	defer cancelUnder()
+	if err := timedOut(failed, stopped, under, time.Hour); err != failed {
+		t.Errorf("a wait the caller stopped: %v, want it unchanged", err)
+	}
+	if err := timedOut(nil, parent, expired, time.Second); err != nil {
+		t.Errorf("no error: %v", err)
+	}
+
+	cfg := Config{CommTimeout: 7 * time.Millisecond}
+	collective := ccl.Errorf(ccl.OpRecv, ccl.StatusTimeout, "nothing within 7ms")
+	err := sharedTimeout(true, cfg, collective)
+	var te *CommTimeoutError
+	if !errors.As(err, &te) || te.Timeout != 7*time.Millisecond || !errors.Is(err, ccl.StatusTimeout) {
+		t.Errorf("a shared collective's timeout: %v", err)
+	}
+	if again := sharedTimeout(true, cfg, err); again != err {
+		t.Errorf("wrapped twice: %v", again)
+	}
+	if err := sharedTimeout(false, cfg, collective); errors.Is(err, ErrCommTimeout) {
+		t.Errorf("another backend's timeout taken for CommTimeout: %v", err)
+	}
+	if err := sharedTimeout(true, cfg, failed); errors.Is(err, ErrCommTimeout) {
+		t.Errorf("a failure taken for a timeout: %v", err)
 	}
 }

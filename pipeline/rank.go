@@ -175,7 +175,7 @@ func (r *rank) setup() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.commTimeout())
 	defer cancel()
-	return r.compute.Synchronize(ctx)
+	return timedOut(r.compute.Synchronize(ctx), context.Background(), ctx, cfg.commTimeout())
 }
 
 // teardown waits (bounded) for the rank's device work, then destroys its
@@ -187,7 +187,7 @@ func (r *rank) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.commTimeout())
 	defer cancel()
 	var errs []error
-	if err := r.compute.Synchronize(ctx); err != nil {
+	if err := timedOut(r.compute.Synchronize(ctx), context.Background(), ctx, r.cfg.commTimeout()); err != nil {
 		// Freeing memory the device may still use is not safe on every
 		// backend: keep it and say so.
 		return fmt.Errorf("pipeline: rank %d: teardown: device work did not finish, %d buffers not freed: %w", r.id, len(r.allocs), err)

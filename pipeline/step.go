@@ -112,11 +112,11 @@ func (r *rank) finish(ctx context.Context) (float64, error) {
 		}
 	}
 	if err := r.compute.Synchronize(wctx); err != nil {
-		return 0, fmt.Errorf("waiting for the step's device work: %w", err)
+		return 0, fmt.Errorf("waiting for the step's device work: %w", timedOut(err, ctx, wctx, timeout))
 	}
 	deadline := time.Now().Add(timeout)
 	for _, w := range r.works {
-		if err := waitWork(ctx, w, deadline); err != nil {
+		if err := waitWork(ctx, w, deadline, timeout); err != nil {
 			return 0, err
 		}
 	}
@@ -129,9 +129,10 @@ func (r *rank) finish(ctx context.Context) (float64, error) {
 	return sse, nil
 }
 
-// waitWork waits for w until it completes, ctx ends or deadline passes.
+// waitWork waits for w until it completes, ctx ends or deadline (timeout
+// after the step's first wait began) passes, which is a *CommTimeoutError.
 // Work.Wait cannot see ctx, so this polls, backing off to a millisecond.
-func waitWork(ctx context.Context, w *ccl.Work, deadline time.Time) error {
+func waitWork(ctx context.Context, w *ccl.Work, deadline time.Time, timeout time.Duration) error {
 	pause := 5 * time.Microsecond
 	var t *time.Timer
 	for {
@@ -143,7 +144,10 @@ func waitWork(ctx context.Context, w *ccl.Work, deadline time.Time) error {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return w.Wait(0)
+			if err := w.Wait(0); err != nil {
+				return &CommTimeoutError{Timeout: timeout, Err: err}
+			}
+			return nil
 		}
 		d := min(pause, left)
 		if t == nil {

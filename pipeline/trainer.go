@@ -49,9 +49,10 @@ type StepResult struct {
 
 // rankWorker is the coordinator's handle on a rank goroutine.
 type rankWorker struct {
-	r    *rank
-	cmds chan stepCmd
-	done chan error // the teardown's result, when the goroutine ends
+	r      *rank
+	shared bool // the ranks share devices: their collectives time out after CommTimeout
+	cmds   chan stepCmd
+	done   chan error // the teardown's result, when the goroutine ends
 }
 
 type stepCmd struct {
@@ -113,9 +114,10 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	setup := make(chan error, cfg.Stages*cfg.Replicas)
 	for id := range cfg.Stages * cfg.Replicas {
 		w := &rankWorker{
-			r:    newRank(cfg, id, t.device(id), rounds, pp[id], dp[id]),
-			cmds: make(chan stepCmd),
-			done: make(chan error, 1),
+			r:      newRank(cfg, id, t.device(id), rounds, pp[id], dp[id]),
+			shared: pl.Shared,
+			cmds:   make(chan stepCmd),
+			done:   make(chan error, 1),
 		}
 		w.r.fault = fault
 		t.ranks = append(t.ranks, w)
@@ -201,7 +203,7 @@ func (t *Trainer) createGroups(ctx context.Context) (pp, dp []*ccl.ProcessGroup,
 		wg.Go(func() {
 			pg, err := f.GetOrCreateRank(ctx, m.name, m.size, m.rank, dev, dir)
 			if err != nil {
-				errs[i] = fmt.Errorf("pipeline: process group %s, rank %d on %s: %w", m.name, m.rank, dev, err)
+				errs[i] = fmt.Errorf("pipeline: process group %s, rank %d on %s: %w", m.name, m.rank, dev, sharedTimeout(t.placement.Shared, t.cfg, err))
 				cancel()
 				return
 			}
@@ -242,7 +244,7 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 		for cmd := range w.cmds {
 			sse, err := r.step(cmd.ctx, cmd.step)
 			if err != nil {
-				err = fmt.Errorf("pipeline: rank %d (replica %d, stage %d) on %s: step %d: %w", r.id, r.replica, r.stage, r.dev, cmd.step, err)
+				err = fmt.Errorf("pipeline: rank %d (replica %d, stage %d) on %s: step %d: %w", r.id, r.replica, r.stage, r.dev, cmd.step, sharedTimeout(w.shared, r.cfg, err))
 			}
 			results <- rankResult{rank: r.id, sse: sse, err: err}
 		}

@@ -582,6 +582,21 @@ func TestTraceSteps(t *testing.T) {
 	}
 }
 
+// A wait cut short by -comm-timeout fails the run with an error that names
+// the flag and its value, not only the wait that gave up.
+func TestCommTimeoutNamesTheFlag(t *testing.T) {
+	// Every action holds the device 50 ms, so the step's wait for its
+	// device work outlasts a 10 ms timeout whatever the machine.
+	args := append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-quiet", "-action-delay", "50ms", "-comm-timeout", "10ms"}, small...)
+	code, _, stderr := runCmd(t, args...)
+	if code != exitFail {
+		t.Fatalf("exit %d, want %d: %s", code, exitFail, stderr)
+	}
+	if !strings.Contains(stderr, "-comm-timeout 10ms expired") || !strings.Contains(stderr, "after the communication timeout (10ms)") {
+		t.Errorf("the error does not name -comm-timeout 10ms:\n%s", stderr)
+	}
+}
+
 // The default -trace-steps leaves out the warm-up step 0 unless the run is
 // so short that step 0 is one of its last 5; a 1-step run's trace still
 // holds its one step.

@@ -106,10 +106,21 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage
 		}
-		log.Error(err.Error())
+		log.Error(trainError(err))
 		return exitFail
 	}
 	return exitOK
+}
+
+// trainError is the text of a failed run's error, led by the flag whose
+// deadline expired where a wait was cut short by -comm-timeout (the
+// pipeline's text names the timeout by value only).
+func trainError(err error) string {
+	var te *pipeline.CommTimeoutError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("-comm-timeout %v expired (raise it if waits this long are expected): %v", te.Timeout, err)
+	}
+	return err.Error()
 }
 
 // chooseBackend resolves -backend: auto picks the first device type, in
@@ -227,7 +238,7 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	if trainErr != nil && out != nil {
 		// The error goes to stderr in full; the outputs say that the run
 		// stopped and where, so that nobody takes them for a whole run.
-		msg, _, _ := strings.Cut(trainErr.Error(), "\n")
+		msg, _, _ := strings.Cut(trainError(trainErr), "\n")
 		out.partial = fmt.Sprintf("partial run: training failed at step %d (%d of %d steps complete): %s", done, done, cfg.Steps, msg)
 	}
 	if prof == nil {
