@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -317,12 +318,21 @@ func (out *outputs) finish(stdout io.Writer) error {
 	collected := out.prof.Stats().Collected
 	var errs []error
 	if collected == 0 {
-		// The run failed before recording anything: empty files and an
-		// empty run directory would only look like a result.
-		if out.report != nil || out.pprofFile != nil || out.traceFile != nil {
-			out.summary = append(out.summary, "files: nothing was recorded, so none were written")
-		}
+		// The run failed before recording anything, or a wrapped command
+		// used no NCCL: empty files and an empty run directory would only
+		// look like a result. The run directory was announced at the
+		// start (where a wrapped command's outputs go): say it is gone.
+		files := out.report != nil || out.pprofFile != nil || out.traceFile != nil
 		out.removeFiles()
+		if files {
+			line := "files: nothing was recorded, so none were written"
+			if out.runDir != "" {
+				if _, err := os.Stat(out.runDir); errors.Is(err, fs.ErrNotExist) {
+					line += ", and the run directory " + out.runDir + " was removed"
+				}
+			}
+			out.summary = append(out.summary, line)
+		}
 	}
 	// -report off skips the files, -quiet the summary on stdout.
 	var screen io.Writer

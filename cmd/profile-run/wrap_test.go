@@ -71,6 +71,17 @@ func TestWrapExitStatus(t *testing.T) {
 			if ents, _ := os.ReadDir(out); len(ents) != 0 {
 				t.Errorf("run directory left behind: %v", ents)
 			}
+			// The directory announced at the start is said to be gone at
+			// the end.
+			if c.ran {
+				m := regexp.MustCompile(`"outputs": "([^"]+)"`).FindStringSubmatch(stderr)
+				if m == nil {
+					t.Fatalf("the start does not announce where the outputs go:\n%s", stderr)
+				}
+				if want := "files: nothing was recorded, so none were written, and the run directory " + m[1] + " was removed"; !strings.Contains(stdout, want) {
+					t.Errorf("stdout does not say %q:\n%s", want, stdout)
+				}
+			}
 			if !c.ran && !strings.Contains(stderr, "cannot run "+c.cmd[0]) {
 				t.Errorf("stderr does not name the command that could not run:\n%s", stderr)
 			}
