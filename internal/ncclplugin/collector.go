@@ -550,7 +550,8 @@ func (c *Collector) ingest(recs []profiler.Record) {
 // Close stops accepting connections, waits (until ctx is done) for the
 // open ones to end, closes what is still open, delivers every operation
 // still waiting for kernel channels host-only, and removes the socket
-// directory. Later calls return the first call's result.
+// directory. Connections it had to close are an error; a ctx already done
+// with none open is not. Later calls return the first call's result.
 func (c *Collector) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })
 	return c.closeErr
@@ -573,7 +574,12 @@ func (c *Collector) close(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 		<-done
-		err = fmt.Errorf("ncclplugin: Close: %d plugin connection(s) still open: %w", n, ctx.Err())
+		// ctx may have ended before Close was called, with no connection
+		// ever open, or as the last reader was on its way out: nothing was
+		// cut short then.
+		if n > 0 {
+			err = fmt.Errorf("ncclplugin: Close: %d plugin connection(s) still open: %w", n, ctx.Err())
+		}
 	}
 	c.bg.Wait()
 	c.mu.Lock()
