@@ -239,5 +239,22 @@ func (o *Offsets) problems() []string {
 	if len(o.Unaligned) == 0 {
 		return nil
 	}
-	return []string{fmt.Sprintf("clock alignment: rank %s share no complete collective with rank %d's ranks; their clocks are left as recorded", intList(o.Unaligned), o.Reference)}
+	if o.Reference == profiler.None {
+		// No complete collective at all: there is no clock to put the
+		// others on.
+		return []string{fmt.Sprintf("clock alignment: no collective was recorded by every rank of its group, so %s cannot be put on one clock; their clocks are left as recorded", ranksList(o.Unaligned))}
+	}
+	verb, their := "share", "their clocks are"
+	if len(o.Unaligned) == 1 {
+		verb, their = "shares", "its clock is"
+	}
+	return []string{fmt.Sprintf("clock alignment: %s %s no complete collective with rank %d, directly or through other ranks; %s left as recorded", ranksList(o.Unaligned), verb, o.Reference, their)}
+}
+
+// ranksList is "rank 3" or "ranks 0, 1".
+func ranksList(v []int) string {
+	if len(v) == 1 {
+		return fmt.Sprintf("rank %d", v[0])
+	}
+	return "ranks " + intList(v)
 }

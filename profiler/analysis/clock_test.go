@@ -122,13 +122,42 @@ func TestClockChain(t *testing.T) {
 	}
 	steps := Analyze(shifted(b.recs, inject), WithClockAlignment())
 	for _, st := range steps {
-		if st.Complete() {
-			t.Errorf("step %d: no problem said for rank 3's clock", st.Step)
+		want := "clock alignment: rank 3 shares no complete collective with rank 0, directly or through other ranks; its clock is left as recorded"
+		if st.Complete() || !slices.Contains(st.Problems, want) {
+			t.Errorf("step %d: problems %q, want %q", st.Step, st.Problems, want)
 		}
 		for _, c := range st.Collectives {
 			if c.Skew != time.Millisecond {
 				t.Errorf("step %d: %s skew %v after alignment, want 1ms", st.Step, c.Group, c.Skew)
 			}
 		}
+	}
+}
+
+// TestClockAlignmentWithoutCollectives: two ranks that only compute and
+// pass activations have no collective to align on; each step says so,
+// naming the ranks (and no reference rank, there being none), and the
+// summary does not claim the clocks were aligned.
+func TestClockAlignmentWithoutCollectives(t *testing.T) {
+	var b build
+	for s := range 2 {
+		o := float64(100 * s)
+		for r := range 2 {
+			b.step(r, s, r, o, o+50)
+			b.dev(r, s, r, 0, 0, profiler.Forward, 1, o+10*float64(r), o+10*float64(r)+5)
+		}
+	}
+	steps := Analyze(b.recs, WithClockAlignment())
+	want := "clock alignment: no collective was recorded by every rank of its group, so ranks 0, 1 cannot be put on one clock; their clocks are left as recorded"
+	if len(steps) != 2 {
+		t.Fatalf("%d steps, want 2", len(steps))
+	}
+	for _, st := range steps {
+		if !slices.Contains(st.Problems, want) {
+			t.Errorf("step %d: problems %q, want %q", st.Step, st.Problems, want)
+		}
+	}
+	if sum := Summarize(steps); sum.Aligned || sum.MaxClockResidual != 0 {
+		t.Errorf("summary aligned %v (residual %v); want not aligned: no rank was put on another's clock", sum.Aligned, sum.MaxClockResidual)
 	}
 }

@@ -132,7 +132,8 @@ func newTotals() *totals {
 
 func (t *totals) add(st *Step) {
 	t.s.Steps++
-	if st.Clock != nil {
+	if st.Clock != nil && len(st.Clock.Offset) > 1 {
+		// Aligned only where two ranks or more were put on one clock.
 		t.s.Aligned = true
 		t.s.MaxClockResidual = max(t.s.MaxClockResidual, st.Clock.MaxResidual())
 	}
