@@ -24,8 +24,8 @@ type options struct {
 	depth   int    // profiler.WithDeviceDepth
 	quiet   bool   // no summary tables on stdout
 	command []string
-	// importing is the number of files profile-run import reads (0 for a
-	// run): their ranks' clocks may differ.
+	// importing is the number of files profile-run import takes records
+	// from (0 for a run): their ranks' clocks may differ.
 	importing int
 
 	// Destinations. File outputs default to the run directory ("" there

@@ -120,7 +120,32 @@ func loadProfile(path string) (*importer.Profile, error) {
 	return importer.Load(path, f)
 }
 
+// sameFileTwice finds a file named twice among files (by any path: a
+// link, ./a and a): importing it twice would count it twice.
+func sameFileTwice(files []string) error {
+	seen := make([]os.FileInfo, len(files))
+	for i, path := range files {
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue // loading it says what is wrong
+		}
+		for j := range i {
+			if seen[j] != nil && os.SameFile(seen[j], fi) {
+				if files[j] == path {
+					return usagef("import: %s is given twice: give each file once", path)
+				}
+				return usagef("import: %s and %s are the same file: give each file once", files[j], path)
+			}
+		}
+		seen[i] = fi
+	}
+	return nil
+}
+
 func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Writer) error {
+	if err := sameFileTwice(o.files); err != nil {
+		return err
+	}
 	var profiles []*importer.Profile
 	for _, path := range o.files {
 		p, err := loadProfile(path)
@@ -168,16 +193,30 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 		defer cancel()
 		_ = prof.Close(ctx)
 	}()
-	o.importing = len(profiles)
+	// Ranks' clocks are aligned when their records come from several
+	// files: a report file, or one whose ranks were all left out, brings
+	// no clock of its own.
+	for _, p := range profiles {
+		if len(p.Records) > 0 {
+			o.importing++
+		}
+	}
 	out, err := openOutputs(in.abort, &o.options, prof, log)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "profile-run: importing %d file(s), %d ranges:\n", len(profiles), len(recs))
 	for _, p := range profiles {
-		line := fmt.Sprintf("  %s: %s, %s, %d ranges", p.Path, p.Format, ranksText(p.Ranks()), len(p.Records))
+		line := fmt.Sprintf("  %s: %s", p.Path, p.Format)
+		if ranks := p.Ranks(); len(ranks) > 0 || len(p.LeftOut) == 0 {
+			line += ", " + ranksText(ranks)
+		}
+		line += fmt.Sprintf(", %d ranges", len(p.Records))
 		if len(p.Tables) > 0 {
 			line += fmt.Sprintf(", %d report tables", len(p.Tables))
+		}
+		if len(p.LeftOut) > 0 {
+			line += fmt.Sprintf(" (%s left out: an earlier file holds them; see the warnings)", ranksText(p.LeftOut))
 		}
 		fmt.Fprintln(stdout, line)
 	}

@@ -159,6 +159,74 @@ func TestImportSeedLogWithReport(t *testing.T) {
 	}
 }
 
+// TestImportRepeatedRank: a file named twice is a usage mistake, and a
+// copy of a rank's file adds nothing: its records are left out with a
+// warning naming both files, so the step and its ranges count once.
+func TestImportRepeatedRank(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := os.ReadFile(kinetoDir + "rank0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := filepath.Join(dir, "copy.json")
+	if err := os.WriteFile(dup, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(dup, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // regexp on stderr
+	}{
+		{"one path twice", []string{kinetoDir + "rank0.json", kinetoDir + "rank0.json"}, `kineto/rank0\.json is given twice: give each file once`},
+		{"two paths to one file", []string{dup, kinetoDir + "rank1.json", link}, `copy\.json and .*link\.json are the same file`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, "out-"+strings.ReplaceAll(tc.name, " ", "-"))
+			code, _, stderr := runCmd(t, append([]string{"import", "-out", out}, tc.args...)...)
+			if code != exitUsage || !regexp.MustCompile(tc.want).MatchString(stderr) {
+				t.Errorf("exit %d, stderr %q; want exit %d matching %q", code, stderr, exitUsage, tc.want)
+			}
+			if dirs := runDirs(t, out); len(dirs) != 0 {
+				t.Errorf("a refused import left %v", dirs)
+			}
+		})
+	}
+	out := filepath.Join(dir, "out")
+	code, stdout, stderr := runCmd(t, "import", "-out", out, kinetoDir+"rank0.json", kinetoDir+"rank1.json", dup)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	warn := "rank 0 is in both " + kinetoDir + "rank0.json and " + dup + ", over the same time or steps: " + dup + "'s 10 ranges of rank 0 are left out"
+	if !strings.Contains(stderr, warn) {
+		t.Errorf("stderr lacks %q:\n%s", warn, stderr)
+	}
+	for _, want := range []string{
+		"importing 3 file(s), 20 ranges",
+		dup + ": Chrome/Kineto trace, 0 ranges (rank 0 left out: an earlier file holds them",
+		"records: 20 collected",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	// The step counts once: one ProfilerStep#3 of 2000 µs on rank 0.
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := reportRow(t, string(report), "0", "ProfilerStep#3"); f[0] != "1" || f[1] != "2000.000" {
+		t.Errorf("rank 0's step row %q, want count 1, 2000 µs", f)
+	}
+}
+
 func TestImportErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {

@@ -3,6 +3,7 @@ package importer
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,73 @@ func TestKinetoRanksAndCombine(t *testing.T) {
 	}
 	if s0 == nil || s1 == nil || s0.HostStart != 0 || s1.HostStart != 50*time.Microsecond {
 		t.Errorf("steps start at %v and %v", s0.HostStart, s1.HostStart)
+	}
+}
+
+// TestRepeatedRank: a rank two files hold is combined only when the
+// files lie apart in time and steps (one run's profiling windows);
+// otherwise the later file's records of it are left out, and a warning
+// names both files.
+func TestRepeatedRank(t *testing.T) {
+	// later moves a profile's records d later and n steps on.
+	later := func(p *Profile, d time.Duration, n int32) *Profile {
+		for i := range p.Records {
+			r := &p.Records[i]
+			r.HostStart += d
+			r.HostEnd += d
+			if r.HasDevice {
+				r.DeviceStart += d
+				r.DeviceEnd += d
+			}
+			if r.Step != profiler.None {
+				r.Step += n
+			}
+		}
+		return p
+	}
+	seed := loadFile(t, "testdata/seed/calls.rank0")
+	for _, tc := range []struct {
+		name     string
+		second   *Profile
+		combined bool
+		warning  string
+	}{
+		{"a copy", loadFile(t, "testdata/kineto/rank0.json"), false,
+			"rank 0 is in both testdata/kineto/rank0.json and testdata/kineto/rank0.json, over the same time or steps: testdata/kineto/rank0.json's 10 ranges of rank 0 are left out"},
+		{"the next window", later(loadFile(t, "testdata/kineto/rank0.json"), time.Second, 1), true,
+			"rank 0 is in testdata/kineto/rank0.json and testdata/kineto/rank0.json, at different times and steps: combined"},
+		{"later, same step", later(loadFile(t, "testdata/kineto/rank0.json"), time.Second, 0), false, "left out"},
+		{"same time, next step", later(loadFile(t, "testdata/kineto/rank0.json"), 0, 1), false, "left out"},
+		{"another format", seed, false, "testdata/seed/calls.rank0's 8 ranges of rank 0 are left out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := loadFile(t, "testdata/kineto/rank0.json")
+			one := loadFile(t, "testdata/kineto/rank1.json")
+			n := len(tc.second.Records)
+			ws := AssignRanks([]*Profile{first, one, tc.second})
+			if len(ws) != 1 || !strings.Contains(ws[0], tc.warning) {
+				t.Fatalf("warnings %q, want one saying %q", ws, tc.warning)
+			}
+			if len(first.Records) != 10 || len(one.Records) != 10 || len(first.LeftOut)+len(one.LeftOut) != 0 {
+				t.Errorf("the first files: %d and %d records, left out %v %v; want 10 each, none left out", len(first.Records), len(one.Records), first.LeftOut, one.LeftOut)
+			}
+			want, wantOut := 0, []int{0}
+			if tc.combined {
+				want, wantOut = n, nil
+			}
+			if len(tc.second.Records) != want || !slices.Equal(tc.second.LeftOut, wantOut) {
+				t.Errorf("the second file of rank 0 kept %d of %d records, left out ranks %v; want %d, %v", len(tc.second.Records), n, tc.second.LeftOut, want, wantOut)
+			}
+			steps := 0
+			for _, r := range Combine([]*Profile{first, one, tc.second}) {
+				if r.Rank == 0 && strings.HasPrefix(r.Name, "ProfilerStep#") {
+					steps++
+				}
+			}
+			if wantSteps := map[bool]int{false: 1, true: 2}[tc.combined]; steps != wantSteps {
+				t.Errorf("rank 0 has %d step ranges after Combine, want %d", steps, wantSteps)
+			}
+		})
 	}
 }
 

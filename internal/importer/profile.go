@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/trainscope/trainscope/profiler"
@@ -55,6 +56,9 @@ type Profile struct {
 	// trace without distributedInfo does not (its records carry rank 0
 	// until AssignRanks gives them one).
 	RankKnown bool
+	// LeftOut are the ranks whose records AssignRanks left out of this
+	// file: an earlier file holds the same rank over the same time.
+	LeftOut []int
 	// OtherData holds a trainscope trace's otherData strings (producer,
 	// epoch, the steps it covers, whether the run was partial).
 	OtherData map[string]string
@@ -143,20 +147,48 @@ func Load(path string, r io.Reader) (*Profile, error) {
 }
 
 // AssignRanks gives the profiles that do not say their rank the lowest
-// ranks no other profile holds, in the order given, and says so in
-// warnings. Several files of one rank stay that rank (and are warned of).
+// ranks no other profile holds, in the order given, and settles a rank
+// that several files hold; what it did is said in warnings.
+//
+// Two files of one rank are combined only when they are of one format
+// (one clock) and lie apart, in time and in step labels: windows of one
+// run profiled one after another, as torch.profiler's repeating schedule
+// writes them. Otherwise they describe the same time twice (the same
+// profile copied, or two runs), and combining them would count every
+// range and step twice: the later file's records of that rank are left
+// out (Profile.LeftOut) and the first file's kept.
 func AssignRanks(profiles []*Profile) []string {
 	var warnings []string
-	taken := map[int]string{}
+	holders := map[int][]*Profile{}
 	for _, p := range profiles {
 		if !p.RankKnown {
 			continue
 		}
+		var drop []int
 		for _, r := range p.Ranks() {
-			if other, ok := taken[r]; ok && other != p.Path {
-				warnings = append(warnings, fmt.Sprintf("rank %d appears in %s and %s: their records are combined as one rank's", r, other, p.Path))
+			earlier := holders[r]
+			if len(earlier) == 0 {
+				holders[r] = []*Profile{p}
+				continue
 			}
-			taken[r] = p.Path
+			names := make([]string, len(earlier))
+			apart := true
+			for i, q := range earlier {
+				names[i] = q.Path
+				apart = apart && separate(q, p, r)
+			}
+			if apart {
+				holders[r] = append(earlier, p)
+				warnings = append(warnings, fmt.Sprintf("rank %d is in %s and %s, at different times and steps: combined as one rank's records", r, strings.Join(names, ", "), p.Path))
+				continue
+			}
+			drop = append(drop, r)
+			warnings = append(warnings, fmt.Sprintf("rank %d is in both %s and %s, over the same time or steps: %s's %d ranges of rank %d are left out (give one file per rank)",
+				r, strings.Join(names, ", "), p.Path, p.Path, rankRecords(p, r), r))
+		}
+		if len(drop) > 0 {
+			p.Records = slices.DeleteFunc(p.Records, func(rec profiler.Record) bool { return slices.Contains(drop, rec.Rank) })
+			p.LeftOut = append(p.LeftOut, drop...)
 		}
 	}
 	next := 0
@@ -165,7 +197,7 @@ func AssignRanks(profiles []*Profile) []string {
 			continue
 		}
 		for {
-			if _, ok := taken[next]; !ok {
+			if _, ok := holders[next]; !ok {
 				break
 			}
 			next++
@@ -173,10 +205,67 @@ func AssignRanks(profiles []*Profile) []string {
 		for i := range p.Records {
 			p.Records[i].Rank = next
 		}
-		taken[next] = p.Path
+		holders[next] = []*Profile{p}
 		warnings = append(warnings, fmt.Sprintf("%s does not say its rank (no distributedInfo): imported as rank %d", p.Path, next))
 	}
 	return warnings
+}
+
+// separate reports whether the records of rank r in p and q can be
+// combined: one format, so one clock, and no time or step label shared.
+func separate(p, q *Profile, r int) bool {
+	if p.Format != q.Format {
+		return false // each format is moved to start at 0: they overlap
+	}
+	ps, pe, psteps := rankSpan(p, r)
+	qs, qe, qsteps := rankSpan(q, r)
+	if ps < qe && qs < pe {
+		return false
+	}
+	for s := range psteps {
+		if qsteps[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// rankSpan is the time rank r's records in p cover, host or device, and
+// the step labels they carry.
+func rankSpan(p *Profile, r int) (start, end time.Duration, steps map[int32]bool) {
+	steps = map[int32]bool{}
+	first := true
+	for i := range p.Records {
+		rec := &p.Records[i]
+		if rec.Rank != r {
+			continue
+		}
+		s, e := rec.HostStart, rec.HostEnd
+		if rec.HasDevice {
+			s, e = min(s, rec.DeviceStart), max(e, rec.DeviceEnd)
+		}
+		if first || s < start {
+			start = s
+		}
+		if first || e > end {
+			end = e
+		}
+		first = false
+		if rec.Step != profiler.None {
+			steps[rec.Step] = true
+		}
+	}
+	return start, end, steps
+}
+
+func rankRecords(p *Profile, r int) int {
+	n := 0
+	for i := range p.Records {
+		if p.Records[i].Rank == r {
+			n++
+		}
+	}
+	return n
 }
 
 // Combine puts the records of profiles on one timeline, starting at 0,
