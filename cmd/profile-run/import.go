@@ -208,7 +208,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	fmt.Fprintf(stdout, "profile-run: importing %d file(s), %d ranges:\n", len(profiles), len(recs))
 	for _, p := range profiles {
 		line := fmt.Sprintf("  %s: %s", p.Path, p.Format)
-		if ranks := p.Ranks(); len(ranks) > 0 || len(p.LeftOut) == 0 {
+		if ranks := fileRanks(p); len(ranks) > 0 || len(p.LeftOut) == 0 {
 			line += ", " + ranksText(ranks)
 		}
 		line += fmt.Sprintf(", %d ranges", len(p.Records))
@@ -237,12 +237,28 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	return errors.Join(flushErr, out.finish(stdout))
 }
 
+// fileRanks are the ranks a file holds: those of its records and of its
+// report tables (a seed report holds no records).
+func fileRanks(p *importer.Profile) []int {
+	ranks := p.Ranks()
+	for _, t := range p.Tables {
+		if !slices.Contains(ranks, t.Rank) {
+			ranks = append(ranks, t.Rank)
+		}
+	}
+	slices.Sort(ranks)
+	return ranks
+}
+
 func ranksText(ranks []int) string {
-	if len(ranks) == 1 {
+	switch len(ranks) {
+	case 0:
+		return "rank unknown"
+	case 1:
 		return fmt.Sprintf("rank %d", ranks[0])
 	}
 	s := make([]string, len(ranks))
-	for i, r := range slices.Clone(ranks) {
+	for i, r := range ranks {
 		s[i] = fmt.Sprint(r)
 	}
 	return "ranks " + strings.Join(s, ", ")

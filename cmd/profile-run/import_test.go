@@ -138,6 +138,16 @@ func TestImportSeedLogWithReport(t *testing.T) {
 	if !strings.Contains(stdout, "the 3 report tables agree with the call log") || strings.Contains(stderr, "disagree") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
+	// A report holds no ranges; its summary line names the rank of its
+	// tables ("=== Profiler Report for Rank N ===").
+	for _, want := range []string{
+		"report.rank0: framework profiler text, rank 0, 0 ranges, 2 report tables",
+		"report.rank1: framework profiler text, rank 1, 0 ranges, 1 report tables",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
 	dirs := runDirs(t, out)
 	if len(dirs) != 1 {
 		t.Fatalf("run directories %v", dirs)
