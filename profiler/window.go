@@ -86,6 +86,24 @@ func (w StepWindow) String() string {
 	return strings.Join(parts, ",")
 }
 
+// KeepsAny reports whether the window keeps any of the steps first to
+// last (inclusive): a run of known length whose window keeps none of its
+// steps would leave its timeline and per-step tables empty.
+func (w StepWindow) KeepsAny(first, last int) bool {
+	if first > last {
+		return false
+	}
+	if w.All || w.Last > 0 {
+		return true
+	}
+	for _, r := range w.Ranges {
+		if r[0] <= last && first <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
 func (w StepWindow) fixed(step int) bool {
 	for _, r := range w.Ranges {
 		if step >= r[0] && step <= r[1] {

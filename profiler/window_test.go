@@ -36,6 +36,44 @@ func TestParseStepWindow(t *testing.T) {
 	}
 }
 
+// TestStepWindowKeepsAny: whether a window keeps any step of a run of
+// steps 0 to n-1, checked against a Window fed one record per step.
+func TestStepWindowKeepsAny(t *testing.T) {
+	for _, c := range []struct {
+		window string
+		steps  int
+		want   bool
+	}{
+		{"99", 3, false},
+		{"3", 3, false}, // steps 0, 1, 2
+		{"2", 3, true},
+		{"2-99", 3, true},
+		{"5-9,20", 5, false},
+		{"5-9,4", 5, true},
+		{"last:2", 1, true},
+		{"all", 1, true},
+		{"", 1, true}, // 1-5,last:5 keeps step 0 through last:5
+	} {
+		w, err := profiler.ParseStepWindow(c.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		win := profiler.NewWindow(w, 0)
+		for s := range c.steps {
+			l := profiler.NoLabels
+			l.Step = int32(s)
+			win.Consume([]profiler.Record{{ID: uint64(s + 1), Name: "op", Labels: l}})
+		}
+		kept := win.Stats().Records > 0
+		if got := w.KeepsAny(0, c.steps-1); got != c.want || got != kept {
+			t.Errorf("-trace-steps %q over %d steps: KeepsAny %v, want %v; a Window keeps %d records", c.window, c.steps, got, c.want, win.Stats().Records)
+		}
+	}
+	if (profiler.StepWindow{All: true}).KeepsAny(3, 2) {
+		t.Error("an empty range of steps has a step kept")
+	}
+}
+
 // stepRecords makes per rank and step n records, plus one without a step.
 func stepRecords(steps, ranks, n int) []profiler.Record {
 	var out []profiler.Record

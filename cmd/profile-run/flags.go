@@ -190,6 +190,15 @@ Flags:
 	if o.detail, err = profiler.ParseStepWindow(*detail); err != nil {
 		return nil, usagef("-trace-steps: %v", err)
 	}
+	// The built-in trainer's steps are known now: a window that keeps none
+	// of them would leave the trace and the per-step tables empty.
+	if len(o.command) == 0 && c.Steps > 0 && !o.detail.KeepsAny(0, c.Steps-1) {
+		runs := fmt.Sprintf("steps 0–%d", c.Steps-1)
+		if c.Steps == 1 {
+			runs = "step 0"
+		}
+		return nil, usagef("-trace-steps %s keeps none of the steps -steps %d runs (%s)", o.detail, c.Steps, runs)
+	}
 	if o.callLogMiB < 0 {
 		return nil, usagef("-call-log-size %d: must not be negative", o.callLogMiB)
 	}

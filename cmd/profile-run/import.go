@@ -184,6 +184,9 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	if len(recs) == 0 {
 		return fmt.Errorf("no ranges in %s", strings.Join(o.files, ", "))
 	}
+	if err := windowKeepsAny(o.detail, recs); err != nil {
+		return err
+	}
 	prof, err := profiler.New(profiler.WithMaxRecords(0))
 	if err != nil {
 		return err
@@ -235,6 +238,27 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	flushErr := prof.Flush(fctx)
 	cancel()
 	return errors.Join(flushErr, out.finish(stdout))
+}
+
+// windowKeepsAny checks -trace-steps against the steps the imported
+// records carry, before any output is made: a window that keeps none of
+// them would leave the trace and the per-step tables empty. Records
+// without a step are always kept.
+func windowKeepsAny(w profiler.StepWindow, recs []profiler.Record) error {
+	seen := map[int]bool{}
+	var steps []int
+	for i := range recs {
+		s := int(recs[i].Step)
+		if s == profiler.None || w.KeepsAny(s, s) {
+			return nil
+		}
+		if !seen[s] {
+			seen[s] = true
+			steps = append(steps, s)
+		}
+	}
+	slices.Sort(steps)
+	return fmt.Errorf("-trace-steps %s keeps none of the steps the files hold (%s): there would be nothing in the trace or the per-step tables", w, profiler.WindowStats{Steps: steps}.Covers())
 }
 
 // fileRanks are the ranks a file holds: those of its records and of its

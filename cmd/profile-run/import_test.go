@@ -267,6 +267,8 @@ func TestImportErrors(t *testing.T) {
 		{"report alone", []string{seedDir + "report.rank1"}, exitFail, `report\.rank1:4: rank 1's summary report holds totals.*Kernel Call Log for Rank 1`},
 		{"unknown format", []string{unknown}, exitFail, `notes\.txt:1: not a profile`},
 		{"missing file", []string{filepath.Join(dir, "absent.json")}, exitFail, `absent\.json: no such file`},
+		{"trace steps match none", []string{"-trace-steps", "99", kinetoDir + "rank0.json"}, exitFail, `-trace-steps 99 keeps none of the steps the files hold \(step 3\)`},
+		{"trace steps match none, trace off", []string{"-trace", "off", "-trace-steps", "0-2,4", kinetoDir + "rank0.json"}, exitFail, `-trace-steps 0-2,4 keeps none of the steps the files hold \(step 3\)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(dir, "out-"+strings.ReplaceAll(tc.name, " ", "-"))

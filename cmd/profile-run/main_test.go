@@ -53,6 +53,8 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"negative linger", []string{"-metrics-linger", "-1s"}, []string{"-1s"}},
 		{"bad otlp protocol", []string{"-otlp-endpoint", "127.0.0.1:4317", "-otlp-protocol", "carrier-pigeon"}, []string{"carrier-pigeon"}},
 		{"bad trace steps", []string{"-trace-steps", "9-3"}, []string{"-trace-steps", "9-3"}},
+		{"trace steps past the run", []string{"-steps", "3", "-trace-steps", "99"}, []string{"-trace-steps 99", "-steps 3", "steps 0–2"}},
+		{"trace steps past one step", []string{"-steps", "1", "-trace-steps", "1-4"}, []string{"-trace-steps 1-4", "-steps 1", "(step 0)"}},
 		{"unknown log format", []string{"-log-format", "xml"}, []string{"-log-format", "xml"}},
 		{"unknown log level", []string{"-log-level", "loud"}, []string{"-log-level", "loud"}},
 		{"unknown progress", []string{"-progress", "spinner"}, []string{"-progress", "spinner"}},
@@ -154,6 +156,42 @@ func TestFailedRunWritesMarkedOutputs(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "step 0: loss") || strings.Contains(stdout, "step 1: loss") {
 		t.Errorf("stdout should show step 0 only:\n%s", stdout)
+	}
+}
+
+// A run that fails before the steps -trace-steps keeps has no trace to
+// write: it leaves no trace.json (an empty one would only look like a
+// trace), its summary says why, and profile-run report says the trace is
+// missing.
+func TestTraceWindowNeverReached(t *testing.T) {
+	stepFault = func(step int) error {
+		if step == 1 {
+			return errors.New("cuda:0: device lost (injected)")
+		}
+		return nil
+	}
+	t.Cleanup(func() { stepFault = nil })
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append(append([]string{"-out", out, "-metrics-addr", "off"}, small...), "-steps", "3", "-trace-steps", "2")...)
+	if code != exitFail {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitFail, stderr)
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[0], "trace.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("trace.json left behind (%v)", err)
+	}
+	if !regexp.MustCompile(`trace: not written: no records in the steps -trace-steps 2 covers \(\d+ records of other steps left out\)`).MatchString(stdout) || strings.Contains(stdout, "trace.json") {
+		t.Errorf("stdout does not say why there is no trace:\n%s", stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[0], "report.txt")); err != nil {
+		t.Errorf("the report is still written: %v", err)
+	}
+	code, _, stderr = runCmd(t, "report", dirs[0], "--html")
+	if code != exitFail || !strings.Contains(stderr, "trace.json: no such file") {
+		t.Errorf("report: exit %d, stderr %q; want exit %d, the trace missing", code, stderr, exitFail)
 	}
 }
 

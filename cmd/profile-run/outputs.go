@@ -300,6 +300,14 @@ func (out *outputs) removeFiles() {
 	}
 }
 
+// dropTrace closes and removes a trace file that could not be written
+// whole: half a trace, or an empty one, is no trace.
+func (out *outputs) dropTrace() {
+	_ = out.traceFile.Close()
+	_ = os.Remove(out.traceFile.Name())
+	out.traceFile = nil
+}
+
 // discard undoes openOutputs when a destination cannot be prepared.
 func (out *outputs) discard() {
 	out.removeFiles()
@@ -386,11 +394,21 @@ func (out *outputs) finish(stdout io.Writer) error {
 		covers := out.detail.Stats().Covers()
 		opts = append(opts, chrometrace.WithOtherData("steps", covers))
 		st, err := chrometrace.Write(out.traceFile, out.detail.Records(), opts...)
-		if errors.Is(err, chrometrace.ErrNoRecords) {
-			err = fmt.Errorf("-trace: no records in the steps it covers (-trace-steps %s): %w", out.o.detail, err)
+		switch {
+		case errors.Is(err, chrometrace.ErrNoRecords):
+			// A run cut short before the window's steps: an empty file
+			// would only look like a trace (and profile-run report could
+			// not read it).
+			ws := out.detail.Stats()
+			out.summary = append(out.summary, fmt.Sprintf("trace: not written: no records in the steps -trace-steps %s covers (%d records of other steps left out)", out.o.detail, ws.Outside+ws.Full))
+			out.dropTrace()
+		case err != nil:
+			out.summary = append(out.summary, fmt.Sprintf("trace: not written: %v", err))
+			out.dropTrace()
+			errs = append(errs, fmt.Errorf("-trace: %w", err))
+		default:
+			out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, covers, out.traceFile.Name()))
 		}
-		errs = append(errs, err)
-		out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, covers, out.traceFile.Name()))
 	}
 	if out.metrics != nil {
 		out.pushAndLinger()

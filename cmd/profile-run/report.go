@@ -106,10 +106,14 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	path := filepath.Join(o.runDir, "trace.json")
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s: no such file: the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH?)", path)
+		return fmt.Errorf("%s: no such file: the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH, or did it stop before its -trace-steps? its report.txt says)", path)
 	}
 	if err != nil {
 		return err
+	}
+	if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
+		f.Close()
+		return fmt.Errorf("%s: empty file: the run wrote no trace (its -trace-steps kept no step it recorded, or it stopped before writing one): there is nothing to draw", path)
 	}
 	p, err := importer.Load(path, f)
 	f.Close()

@@ -184,6 +184,8 @@ func TestReportErrors(t *testing.T) {
 	cut := mkdir("cut")
 	head := `{"displayTimeUnit":"ns","otherData":{"producer":"trainscope","steps":"steps 0–1"},` + "\n" + `"traceEvents":[` + "\n"
 	write(cut, head+`{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},`+"\n"+`{"ph":"X","name":"st`)
+	blank := mkdir("blank")
+	write(blank, "")
 	nosteps := mkdir("nosteps")
 	write(nosteps, head+`{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},
 {"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"host"}},
@@ -212,6 +214,7 @@ func TestReportErrors(t *testing.T) {
 		{"missing directory", []string{filepath.Join(tmp, "absent"), "--html"}, exitFail, `absent: no such run directory`},
 		{"not a directory", []string{file, "--html"}, exitFail, `afile: not a run directory`},
 		{"no trace", []string{empty, "--html"}, exitFail, `empty/trace\.json: no such file: .*-trace off`},
+		{"empty trace", []string{blank, "--html"}, exitFail, `blank/trace\.json: empty file: the run wrote no trace .*-trace-steps`},
 		{"truncated trace", []string{cut, "--html"}, exitFail, `cut/trace\.json: byte \d+: unexpected end of input \(truncated\?\)`},
 		{"no steps", []string{nosteps, "--html"}, exitFail, `nosteps/trace\.json: no records with a step label`},
 		{"a Kineto trace", []string{kineto, "--html"}, exitFail, `kineto/trace\.json: a Chrome/Kineto trace, not a trace trainscope wrote`},
@@ -226,7 +229,7 @@ func TestReportErrors(t *testing.T) {
 			}
 		})
 	}
-	for _, dir := range []string{empty, cut, nosteps, kineto} {
+	for _, dir := range []string{empty, blank, cut, nosteps, kineto} {
 		if left, _ := filepath.Glob(filepath.Join(dir, "*.html")); len(left) > 0 {
 			t.Errorf("a failed report left %v", left)
 		}
