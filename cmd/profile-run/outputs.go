@@ -34,11 +34,43 @@ const closeTimeout = 15 * time.Second
 type stepsOrCalls struct {
 	steps *analysis.Sink
 	calls *analysis.CallSink
+	// What the step analysis needs, seen in any record: a step range
+	// (profiler.StepName) to measure a step by, and device work labelled
+	// with a pipeline phase to account its busy time. A Kineto trace has
+	// neither: ProfilerStep#N only labels its steps.
+	stepRange, phases atomic.Bool
 }
 
 func (a *stepsOrCalls) Consume(batch []profiler.Record) {
+	if !a.stepRange.Load() || !a.phases.Load() {
+		for i := range batch {
+			r := &batch[i]
+			if r.Depth == 0 && r.Name == profiler.StepName {
+				a.stepRange.Store(true)
+			}
+			if r.HasDevice && (r.Phase == profiler.Forward || r.Phase == profiler.Backward || r.Phase == profiler.Optimizer) {
+				a.phases.Store(true)
+			}
+		}
+	}
 	a.steps.Consume(batch)
 	a.calls.Consume(batch)
+}
+
+// unaccountable says why no labelled step can be accounted when the
+// records carry step labels and nothing else the step analysis needs —
+// no step range and no pipeline phase, as a Kineto trace's — so that one
+// line says so, not a "no step range" per step and rank. "" otherwise:
+// the step analysis's own problems then say what went wrong.
+func (a *stepsOrCalls) unaccountable(steps int) string {
+	if a.phases.Load() || a.stepRange.Load() {
+		return ""
+	}
+	labelled := "1 step"
+	if steps != 1 {
+		labelled = fmt.Sprintf("%d steps", steps)
+	}
+	return fmt.Sprintf("the steps cannot be accounted: the records label %s but carry no pipeline phase (forward, backward or optimizer) on their device work and no %q range to measure a step by, as in a Kineto trace (its ProfilerStep#N only labels the step)", labelled, profiler.StepName)
 }
 
 func (a *stepsOrCalls) Flush() {
@@ -58,7 +90,11 @@ func (a *stepsOrCalls) Summary() analysis.Summary {
 	}
 	if c := a.calls.Summary(); c.Collectives.Matched+c.Collectives.Incomplete > 0 {
 		if s.Steps > 0 {
-			c.Problems = append([]string{fmt.Sprintf("the step analysis found no complete step of %d (first problem: %s): the collectives are matched without steps", s.Steps, firstOr(s.Problems, "none"))}, c.Problems...)
+			line := fmt.Sprintf("the step analysis found no complete step of %d (first problem: %s): the collectives are matched without steps", s.Steps, firstOr(s.Problems, "none"))
+			if why := a.unaccountable(s.Steps); why != "" {
+				line = why + "; the collectives are matched without steps"
+			}
+			c.Problems = append([]string{line}, c.Problems...)
 		}
 		return c
 	}

@@ -309,6 +309,9 @@ func (s *CallSink) Summary() Summary {
 		sum.MaxClockResidual = o.MaxResidual()
 		sum.Aligned = s.cfg.align && len(s.off.Offset) > 0
 	}
+	if s.cfg.align {
+		sum.AlignAfter = minClockSamples
+	}
 	return sum
 }
 

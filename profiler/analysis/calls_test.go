@@ -132,6 +132,26 @@ func TestCallSinkAlignsClocks(t *testing.T) {
 	}
 }
 
+// TestCallSinkTooFewToAlign: asked to align clocks, a sink that matched
+// only 3 collectives applies no offset (docs/analysis.md: 8 are needed),
+// and its report says so instead of a bare "not aligned".
+func TestCallSinkTooFewToAlign(t *testing.T) {
+	s := NewCallSink(WithClockAlignment())
+	s.Consume(stepless(3, map[int]float64{1: 5}))
+	sum := s.Summary()
+	if sum.Aligned || sum.Collectives.Matched != 3 {
+		t.Fatalf("aligned %v, %d matched; want not aligned, 3 matched", sum.Aligned, sum.Collectives.Matched)
+	}
+	var out bytes.Buffer
+	if err := WriteReport(&out, sum); err != nil {
+		t.Fatal(err)
+	}
+	want := "clocks not aligned: only 3 collectives matched across ranks, and alignment needs a rank in at least 8; departures from collectives against their median, by rank: 0 +0.000 ms 1 +5.000 ms 2 +0.000 ms"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, out.String())
+	}
+}
+
 // TestCallSinkIncomplete: a call rank 2 never made is decided at Flush
 // and said to be incomplete; with a cap of 4 held records, calls whose
 // last rank lags are decided early with what they have, and the sink

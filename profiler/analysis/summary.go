@@ -45,6 +45,11 @@ type Summary struct {
 	// steps, so Ranks carry only Calls, Waited, Caused, HeldUp and Score,
 	// and the step, stage and critical-path figures are zero.
 	Stepless bool
+	// AlignAfter is, for a CallSink made WithClockAlignment, how many
+	// collectives matched across ranks a rank must be in before its clock
+	// offset is applied (0 otherwise): with fewer, the report says why the
+	// clocks were not aligned.
+	AlignAfter int
 	// Offsets is a CallSink's latest clock estimate per rank: Offset is
 	// how far a rank's departures from collectives lie from each
 	// collective's median departure (the median over its latest 256), and
@@ -467,9 +472,16 @@ func writeCalls(w io.Writer, s Summary) error {
 		}
 	}
 	if o := s.Offsets; o != nil && len(o.Residual) > 0 {
-		if s.Aligned {
+		most := 0
+		for _, n := range o.Samples {
+			most = max(most, n)
+		}
+		switch {
+		case s.Aligned:
 			fmt.Fprint(w, "clocks aligned on collective departures; offsets by rank:")
-		} else {
+		case s.AlignAfter > 0 && most < s.AlignAfter:
+			fmt.Fprintf(w, "clocks not aligned: only %d collectives matched across ranks, and alignment needs a rank in at least %d; departures from collectives against their median, by rank:", most, s.AlignAfter)
+		default:
 			fmt.Fprint(w, "clocks not aligned; departures from collectives against their median, by rank:")
 		}
 		for _, r := range sortedKeys(o.Residual) {
