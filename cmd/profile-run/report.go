@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/trainscope/trainscope/exporters/htmlreport"
 	"github.com/trainscope/trainscope/internal/importer"
@@ -106,6 +107,9 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	path := filepath.Join(o.runDir, "trace.json")
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
+		if runs := runsUnder(o.runDir); len(runs) > 0 {
+			return outDirError(o.runDir, runs)
+		}
 		return fmt.Errorf("%s: no such file: the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH, or did it stop before its -trace-steps? its report.txt says)", path)
 	}
 	if err != nil {
@@ -167,6 +171,59 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %d forward and %d backward blocks, %d transfers, %d KiB → %s\n",
 		path, st.Steps, in.Covers, st.Forward, st.Backward, st.Transfers, (size+1023)/1024, o.out)
 	return nil
+}
+
+// runsUnder lists the subdirectories of dir that hold a trace.json,
+// oldest first (by when the trace was written, then by name: run IDs
+// begin with the second the run began). dir is then an -out directory,
+// not a run directory.
+func runsUnder(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type run struct {
+		name    string
+		written time.Time
+	}
+	var runs []run
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, e.Name(), "trace.json")); err == nil && fi.Mode().IsRegular() {
+			runs = append(runs, run{e.Name(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(runs, func(a, b run) int {
+		if c := a.written.Compare(b.written); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	names := make([]string, len(runs))
+	for i, r := range runs {
+		names[i] = r.name
+	}
+	return names
+}
+
+// outDirError says that dir holds runs, and which, so the user picks one.
+func outDirError(dir string, runs []string) error {
+	latest := filepath.Join(dir, runs[len(runs)-1])
+	if len(runs) == 1 {
+		return fmt.Errorf("%s is an output directory holding one run directory, not a run directory: profile-run report %s --html", dir, latest)
+	}
+	const listed = 5
+	names := slices.Clone(runs)
+	slices.Reverse(names)
+	more := ""
+	if len(names) > listed {
+		more = fmt.Sprintf(", and %d older", len(names)-listed)
+		names = names[:listed]
+	}
+	return fmt.Errorf("%s is an output directory holding %d run directories (latest first: %s%s), not a run directory: name one, e.g. the latest: profile-run report %s --html",
+		dir, len(runs), strings.Join(names, ", "), more, latest)
 }
 
 // stepsText lists the step labels of records, for a trace that does not

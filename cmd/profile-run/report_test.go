@@ -197,6 +197,20 @@ func TestReportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(kineto, string(k))
+	// An -out directory: two runs begun in the same second, the one named
+	// ...-ffffff written first; a directory without a trace is no run.
+	outdir := mkdir("outdir")
+	for i, name := range []string{"20260101-000000-ffffff", "20260101-000000-aaaaaa"} {
+		run := mkdir(filepath.Join("outdir", name))
+		write(run, head+"]}")
+		at := time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)
+		if err := os.Chtimes(filepath.Join(run, "trace.json"), at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir(filepath.Join("outdir", "notes"))
+	oneRun := mkdir("onerun")
+	write(mkdir(filepath.Join("onerun", "20260101-000000-cccccc")), head+"]}")
 	file := filepath.Join(tmp, "afile")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -214,6 +228,10 @@ func TestReportErrors(t *testing.T) {
 		{"missing directory", []string{filepath.Join(tmp, "absent"), "--html"}, exitFail, `absent: no such run directory`},
 		{"not a directory", []string{file, "--html"}, exitFail, `afile: not a run directory`},
 		{"no trace", []string{empty, "--html"}, exitFail, `empty/trace\.json: no such file: .*-trace off`},
+		{"an -out directory", []string{outdir, "--html"}, exitFail,
+			`outdir is an output directory holding 2 run directories \(latest first: 20260101-000000-aaaaaa, 20260101-000000-ffffff\), not a run directory: name one, e\.g\. the latest: profile-run report \S+/outdir/20260101-000000-aaaaaa --html`},
+		{"an -out directory of one run", []string{oneRun, "--html"}, exitFail,
+			`onerun is an output directory holding one run directory, not a run directory: profile-run report \S+/onerun/20260101-000000-cccccc --html`},
 		{"empty trace", []string{blank, "--html"}, exitFail, `blank/trace\.json: empty file: the run wrote no trace .*-trace-steps`},
 		{"truncated trace", []string{cut, "--html"}, exitFail, `cut/trace\.json: byte \d+: unexpected end of input \(truncated\?\)`},
 		{"no steps", []string{nosteps, "--html"}, exitFail, `nosteps/trace\.json: no records with a step label`},
