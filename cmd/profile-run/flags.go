@@ -102,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
-	detail := fs.String("trace-steps", "", "steps the trace and the per-rank call logs cover, comma-separated: A-B, A, last:N (the run's last N steps) or all (default 1-5,last:5: the first steps after the warm-up step 0 and the run's last 5; step 0 only on a run of at most 5 steps)")
+	detail := fs.String("trace-steps", "", "steps the trace and the per-call logs in report.rank<N> cover (calls.rank<N>.gz has every step), comma-separated: A-B, A, last:N (the run's last N steps) or all (default 1-5,last:5: the first steps after the warm-up step 0 and the run's last 5; step 0 only on a run of at most 5 steps)")
 	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's complete call log (calls.rank<N>.gz in the run directory, written as ranges finish); 0 writes none")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console (human-readable) or json (for log collectors)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -44,7 +44,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	fs.StringVar(&o.otlpProtocol, "otlp-protocol", "", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
-	detail := fs.String("trace-steps", "all", "steps the trace and the per-rank call logs cover (A-B, A, last:N or all); records outside ProfilerStep ranges are always kept")
+	detail := fs.String("trace-steps", "all", "steps the trace and the per-call logs in report.rank<N> cover (A-B, A, last:N or all); records outside ProfilerStep ranges are always kept")
 	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's call log (calls.rank<N>.gz); 0 writes none")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
