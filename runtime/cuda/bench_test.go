@@ -341,3 +341,90 @@ func benchGemmRate(b *testing.B, g runtime.GemmArgs) {
 	flop := 2 * float64(g.M) * float64(g.N) * float64(g.K)
 	b.ReportMetric(flop*float64(n)/elapsed.Seconds(), "FLOP/s")
 }
+
+// BenchmarkEventDeviceCost: what a timing event costs the device, not the
+// host. Each iteration enqueues one kernel on a stream the device is kept
+// busy with (the host runs ahead), alone ("plain") or followed by the
+// record of one timing event ("timing-event", what a profiled range adds
+// where adjacent ranges share their boundary event); events around the
+// whole loop give the device time per iteration. The kernels: a one-thread
+// sleep of 20 µs (nothing but the gap between kernels can differ) and the
+// built-in trainer's forward GEMM at width 4096, 256 rows. Run with a fixed
+// count, e.g. -test.benchtime=2000x; the difference between the variants
+// is an event's device cost.
+func BenchmarkEventDeviceCost(b *testing.B) {
+	gpu(b)
+	d := dev(0)
+	const width, rows = 4096, 256
+	r := rand.New(rand.NewPCG(11, 12))
+	a, bb, c := upload(b, d, randomVec(r, width*width)), upload(b, d, randomVec(r, width*rows)), upload(b, d, randomVec(r, width*rows))
+	gemm := runtime.GemmArgs{M: width, N: rows, K: width, Alpha: 1, A: a, LDA: width, B: bb, LDB: width, C: c, LDC: width, Type: runtime.Float32}
+	kernels := []struct {
+		name   string
+		launch func(*runtime.Stream) error
+	}{
+		{"sleep-20us", func(s *runtime.Stream) error { return runtime.Sleep(s, 20*time.Microsecond) }},
+		{"gemm-4096x256x4096", func(s *runtime.Stream) error { return runtime.Gemm(s, gemm) }},
+	}
+	for _, k := range kernels {
+		for _, events := range []bool{false, true} {
+			name := k.name + "/plain"
+			if events {
+				name = k.name + "/timing-event"
+			}
+			b.Run(name, func(b *testing.B) { benchDeviceGap(b, k.launch, events) })
+		}
+	}
+}
+
+func benchDeviceGap(b *testing.B, launch func(*runtime.Stream) error, events bool) {
+	d := dev(0)
+	s := newStream(b, d)
+	newEvent := func() *runtime.Event {
+		e, err := runtime.NewEvent(d, runtime.EventDefault)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = e.Destroy() })
+		return e
+	}
+	start, end, between := newEvent(), newEvent(), newEvent()
+	ctx := context.Background()
+	for range 3 { // warm up: cuBLAS creates its handle, the module loads
+		if err := launch(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := start.Record(s); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for b.Loop() {
+		if err := launch(s); err != nil {
+			b.Fatal(err)
+		}
+		if events {
+			if err := between.Record(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		n++
+	}
+	if err := end.Record(s); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		b.Fatal(err)
+	}
+	elapsed, err := runtime.Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n == 0 || elapsed <= 0 {
+		b.Fatalf("%d kernels in %v of device time", n, elapsed)
+	}
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "device-ns/kernel")
+}
