@@ -100,7 +100,14 @@ func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer func() { _ = log.Sync() }()
+	// Nothing here is worth finishing after a signal: the files are still
+	// there to import again. The first signal ends every wait.
+	in.nothingToStop()
 	if err := importFiles(in, o, log, stdout); err != nil {
+		if in.signal() != nil {
+			fmt.Fprintf(stderr, "profile-run: import: %v: nothing written\n", context.Cause(in.abort))
+			return in.exitCode()
+		}
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
 			return exitUsage
@@ -111,13 +118,28 @@ func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func loadProfile(path string) (*importer.Profile, error) {
+// loadProfile reads one file; its reading stops when ctx ends.
+func loadProfile(ctx context.Context, path string) (*importer.Profile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return importer.Load(path, f)
+	return importer.Load(path, ctxReader{ctx, f})
+}
+
+// ctxReader reads from r until ctx ends, then fails with its cause: a
+// parser of a large file stops at its next read.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if c.ctx.Err() != nil {
+		return 0, context.Cause(c.ctx)
+	}
+	return c.r.Read(p)
 }
 
 // sameFileTwice finds a file named twice among files (by any path: a
@@ -148,7 +170,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	}
 	var profiles []*importer.Profile
 	for _, path := range o.files {
-		p, err := loadProfile(path)
+		p, err := loadProfile(in.abort, path)
 		if err != nil {
 			return err
 		}
@@ -204,6 +226,9 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 			o.importing++
 		}
 	}
+	if in.abort.Err() != nil {
+		return context.Cause(in.abort)
+	}
 	out, err := openOutputs(in.abort, &o.options, prof, log)
 	if err != nil {
 		return err
@@ -237,6 +262,14 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	fctx, cancel := context.WithTimeout(in.abort, flushTimeout)
 	flushErr := prof.Flush(fctx)
 	cancel()
+	if in.abort.Err() != nil {
+		// Half an import's outputs would pass for a whole one.
+		if out.calls != nil {
+			out.calls.Remove()
+		}
+		out.removeFiles()
+		return context.Cause(in.abort)
+	}
 	return errors.Join(flushErr, out.finish(stdout))
 }
 

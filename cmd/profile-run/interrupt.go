@@ -91,6 +91,18 @@ func (in *interrupt) trainingDone() {
 	in.mu.Unlock()
 }
 
+// nothingToStop says there is no training to stop gracefully (import,
+// report): the first signal, even one already received, cuts every wait
+// short.
+func (in *interrupt) nothingToStop() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.training = false
+	if in.first != nil {
+		in.cancelAbort(&errInterrupted{in.first})
+	}
+}
+
 // signal is the first signal received, or nil.
 func (in *interrupt) signal() os.Signal {
 	in.mu.Lock()

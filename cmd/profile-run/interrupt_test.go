@@ -116,6 +116,10 @@ func TestInterruptMidRunWritesPartialOutputs(t *testing.T) {
 	if !strings.Contains(stderr.String(), "interrupted by SIGINT") {
 		t.Errorf("stderr does not say interrupted:\n%s", stderr.String())
 	}
+	// Said at the signal, before the ranks' queued device work is done.
+	if i, j := strings.Index(stderr.String(), "SIGINT: stopping training at the next pipeline action"), strings.Index(stderr.String(), "interrupted by SIGINT at step"); i < 0 || j < i {
+		t.Errorf("stderr does not say at the signal that training stops:\n%s", stderr.String())
+	}
 	runs, _ := filepath.Glob(filepath.Join(dir, "*"))
 	if len(runs) != 1 {
 		t.Fatalf("%d run directories", len(runs))
@@ -348,5 +352,44 @@ func TestExitAfterAbort(t *testing.T) {
 	case code := <-exited:
 		t.Errorf("exited (%d) when no signal came", code)
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// import and report have nothing to stop gracefully: a signal, even one
+// that came before they began, ends them with its status, and they leave
+// nothing behind.
+func TestImportAndReportInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	in := newInterrupt(context.Background())
+	in.deliver(os.Interrupt)
+	var stdout, stderr bytes.Buffer
+	code := runWith(in, []string{"import", "-out", dir, "../../internal/importer/testdata/kineto/rank0.json"}, &stdout, &stderr)
+	if code != 130 {
+		t.Fatalf("import: exit %d, want 130; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted by SIGINT: nothing written") {
+		t.Errorf("import's stderr does not say it was interrupted and wrote nothing:\n%s", stderr.String())
+	}
+	if runs, _ := filepath.Glob(filepath.Join(dir, "*")); len(runs) != 0 {
+		t.Errorf("import left %v", runs)
+	}
+
+	run := reportRun(t, "-layers", "4", "-width", "16", "-microbatch-size", "4", "-steps", "2")
+	in = newInterrupt(context.Background())
+	in.deliver(syscall.SIGTERM)
+	stdout.Reset()
+	stderr.Reset()
+	code = runWith(in, []string{"report", run, "--html"}, &stdout, &stderr)
+	if code != 143 {
+		t.Fatalf("report: exit %d, want 143; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted by SIGTERM: nothing written") {
+		t.Errorf("report's stderr does not say it was interrupted and wrote nothing:\n%s", stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(run, "report.html")); !os.IsNotExist(err) {
+		t.Errorf("report.html after an interrupted report: %v", err)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(run, ".report-*")); len(tmps) != 0 {
+		t.Errorf("report left %v", tmps)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,7 +78,9 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 // runReport is `profile-run report`: exit 2 for a usage mistake, 1 for a
 // run directory or trace that cannot be read (named, with the byte where
 // it went wrong), 0 when the page is written.
-func runReport(args []string, stdout, stderr io.Writer) int {
+func runReport(in *interrupt, args []string, stdout, stderr io.Writer) int {
+	// A page half made is worth nothing: the first signal ends it.
+	in.nothingToStop()
 	o, err := parseReportFlags(args, stderr)
 	if errors.Is(err, errHelp) {
 		return exitOK
@@ -87,14 +90,20 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profile-run: %s (see profile-run report -h)\n", ue.msg)
 		return exitUsage
 	}
-	if err := writeHTMLReport(o, stdout, stderr); err != nil {
+	if err := writeHTMLReport(in.abort, o, stdout, stderr); err != nil {
+		if in.signal() != nil {
+			fmt.Fprintf(stderr, "profile-run: report: %v: nothing written\n", context.Cause(in.abort))
+			return in.exitCode()
+		}
 		fmt.Fprintf(stderr, "profile-run: report: %v\n", err)
 		return exitFail
 	}
 	return exitOK
 }
 
-func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
+// writeHTMLReport writes the page; it stops, writing nothing, when ctx
+// ends.
+func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Writer) error {
 	fi, err := os.Stat(o.runDir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -119,7 +128,7 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 		f.Close()
 		return fmt.Errorf("%s: empty file: the run wrote no trace (its -trace-steps kept no step it recorded, or it stopped before writing one): there is nothing to draw", path)
 	}
-	p, err := importer.Load(path, f)
+	p, err := importer.Load(path, ctxReader{ctx, f})
 	f.Close()
 	if err != nil {
 		return err
@@ -159,6 +168,9 @@ func writeHTMLReport(o *reportOptions, stdout, stderr io.Writer) error {
 	}
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	if err := os.Rename(tmp.Name(), o.out); err != nil {
 		return err

@@ -46,7 +46,7 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		return runImport(in, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "report" {
-		return runReport(args[1:], stdout, stderr)
+		return runReport(in, args[1:], stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, errHelp) {
@@ -220,7 +220,10 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		live = out.liveCounts
 	}
 	pr := newProgress(o.progress, stdout, log, cfg, o.progressEvery, !o.quietSteps, live)
+	trained := make(chan struct{})
+	go sayStopping(in, cfg, log, trained)
 	done, trainErr := trainSteps(in.stop, cfg, pr)
+	close(trained)
 	pr.stop()
 	in.trainingDone()
 	var interrupted error
@@ -263,6 +266,28 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 // stepFault, set by tests only, fails the run before a step: a device lost
 // mid-run, which no real device does on demand.
 var stepFault func(step int) error
+
+// sayStopping says, as soon as a signal stops training, what happens
+// next: the ranks stop at their next pipeline action, but device work
+// they already queued must finish before its buffers are freed and its
+// times read, which can take long (a step's worth of queued kernels, or
+// -action-delay). Without it the terminal stays silent meanwhile.
+func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-chan struct{}) {
+	select {
+	case <-in.stop.Done():
+	case <-trained:
+		return
+	}
+	if !in.stopped() {
+		return
+	}
+	timeout := cfg.CommTimeout
+	if timeout <= 0 {
+		timeout = pipeline.DefaultCommTimeout
+	}
+	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued finishes first (each wait at most -comm-timeout %v), then what was recorded is written; another signal stops at once",
+		signalName(in.signal()), timeout))
+}
 
 // trainSteps runs cfg's steps, reporting each to pr as it finishes, until
 // they are done, one fails, or ctx ends. It returns the number of steps
