@@ -127,23 +127,32 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 		if r.Stage != None {
 			stage = fmt.Sprint(r.Stage)
 		}
+		if r.Steps == 0 {
+			// Every step of the rank was cut short: no figure to give.
+			fmt.Fprintf(tw, "%d\t%s\t0\t-\t-\t-\t\n", r.Rank, stage)
+			continue
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t%.1f\t%.1f\t\n", r.Rank, stage, r.Steps,
 			float64(r.MeanStep())/float64(time.Millisecond), 100*r.BusyFraction(), 100*r.IdleFraction())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	means := make([]time.Duration, len(ranks))
-	longest := ranks[0]
-	for i, r := range ranks {
-		means[i] = r.MeanStep()
-		if r.MeanStep() > longest.MeanStep() {
+	var means []time.Duration
+	var longest RankSteps
+	for _, r := range ranks {
+		if r.Steps == 0 {
+			continue
+		}
+		means = append(means, r.MeanStep())
+		if len(means) == 1 || r.MeanStep() > longest.MeanStep() {
 			longest = r
 		}
 	}
 	slices.Sort(means)
 	// One rank has nothing to stand out against.
-	if med := median(means); len(ranks) > 1 && med > 0 {
+	if len(means) > 1 && median(means) > 0 {
+		med := median(means)
 		ms := float64(med) / float64(time.Millisecond)
 		above := float64(longest.MeanStep())/float64(med) - 1
 		if above > StandOut {

@@ -191,3 +191,32 @@ func TestCutShortStep(t *testing.T) {
 		t.Errorf("step times end\n%s\nwant %q", buf.String(), want)
 	}
 }
+
+// A rank whose every step was cut short has no figures: dashes, not
+// zeros, and it does not count among the ranks' mean steps.
+func TestRankWithOnlyCutShortSteps(t *testing.T) {
+	var buf bytes.Buffer
+	ranks := []profiler.RankSteps{
+		{Rank: 0, Stage: 0, CutShort: 1},
+		{Rank: 1, Stage: 1, Steps: 2, Wall: 20 * time.Millisecond, Busy: 5 * time.Millisecond},
+		{Rank: 2, Stage: 2, Steps: 2, Wall: 20 * time.Millisecond, Busy: 5 * time.Millisecond},
+	}
+	if err := profiler.WriteStepBreakdown(&buf, ranks, 0); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "0 0 0 - - -" {
+		t.Errorf("rank 0's line %q, want dashes", lines[1])
+	}
+	if !strings.Contains(buf.String(), "every rank within 0.0% of the median (10.000 ms)") {
+		t.Errorf("the rank without steps counted among the means:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := profiler.WriteStepTimes(&buf, []profiler.StepStats{{RankSteps: ranks[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(buf.String(), "\n")
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "0 0 - - - - - -" {
+		t.Errorf("rank 0's step times %q, want dashes", lines[1])
+	}
+}

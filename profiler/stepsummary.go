@@ -242,6 +242,10 @@ func WriteStepTimes(w io.Writer, ranks []StepStats) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "Rank\tSteps\tMean(ms)\tMin(ms)\tp50(ms)\tp90(ms)\tp99(ms)\tMax(ms)\t")
 	for _, r := range ranks {
+		if r.Steps == 0 {
+			fmt.Fprintf(tw, "%d\t0\t-\t-\t-\t-\t-\t-\t\n", r.Rank)
+			continue
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", r.Rank, r.Steps,
 			ms(r.MeanStep()), ms(r.Min), ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max))
 	}
