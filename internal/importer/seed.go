@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -49,6 +50,15 @@ var (
 // seedTimeLayout is GetCurrentTimestamp's strftime "%Y-%m-%d %H:%M:%S":
 // local wall time, to the second, when the range ended.
 const seedTimeLayout = "2006-01-02 15:04:05"
+
+// The timestamps a call log can hold: the framework reads the system
+// clock, which starts in 1970, and a record's times are nanoseconds since
+// then in an int64, which end in April 2262. Outside them a range has no
+// place on the timeline (time.UnixNano's result would be undefined).
+var (
+	seedEarliest = time.Unix(0, 0).UTC()
+	seedLatest   = time.Unix(0, math.MaxInt64).UTC().Truncate(time.Second)
+)
 
 // Table is one summary table of a seed report: one rank's ranges of one
 // tag, a row per name.
@@ -250,6 +260,10 @@ func parseSeedLogRow(text string) (seedCall, error) {
 	if err != nil {
 		return c, fmt.Errorf("timestamp %q: %v", m[2], err)
 	}
+	if at.Before(seedEarliest) || at.After(seedLatest) {
+		return c, fmt.Errorf("timestamp %q: out of range: a call log's clock runs from %s to %s (nanoseconds since 1970 in 64 bits)",
+			m[2], seedEarliest.Format(seedTimeLayout), seedLatest.Format(seedTimeLayout))
+	}
 	c.at, c.name = at, m[3]
 	if c.name == "" {
 		return c, errors.New("a row without a name")
@@ -398,7 +412,7 @@ func placeSeedCalls(p *Profile, calls []seedCall) []profiler.Record {
 			host := time.Duration(c.hostUS) * time.Microsecond
 			at := time.Duration(c.at.UnixNano())
 			end := max(at, prevEnd+host)
-			if i > 0 && end >= at+time.Second {
+			if i > 0 && end-at >= time.Second { // at+time.Second may not fit
 				late++
 			}
 			rec := profiler.Record{

@@ -145,6 +145,11 @@ func TestSeedErrors(t *testing.T) {
 	}{
 		{"garbage row", strings.Join(append(lines[:7:7], "7       2026-02-25 13:05:09     matmul"), "\n"), 8, "not a call log row"},
 		{"bad date", strings.Replace(string(good), "2026-02-25 13:05:07", "2026-02-30 13:05:07", 1), 14, "timestamp"},
+		// Nanoseconds since 1970 in an int64 run from 1970 to 2262-04-11 23:47:16.
+		{"year 1", strings.Replace(string(good), "2026-02-25 13:05:07", "0001-01-01 00:00:00", 1), 14, `timestamp "0001-01-01 00:00:00": out of range`},
+		{"before 1970", strings.Replace(string(good), "2026-02-25 13:05:07", "1969-12-31 23:59:59", 1), 14, "out of range"},
+		{"year 9999", strings.Replace(string(good), "2026-02-25 13:05:08", "9999-12-31 23:59:59", 1), 6, `timestamp "9999-12-31 23:59:59": out of range`},
+		{"after 2262-04-11 23:47:16", strings.Replace(string(good), "2026-02-25 13:05:07", "2262-04-11 23:47:17", 1), 14, "out of range"},
 		{"no tag", "=== Kernel Call Log for Rank 0 ===\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\n", 2, "Tag:"},
 		{"no header", "=== Profiler Report for Rank 2 ===\nTag: x\nPeak Device Memory Usage: 0 MB\nmatmul 1 2 3.00 4 5.00 2 4\n", 4, "column header"},
 		{"bad rank", "=== Kernel Call Log for Rank -1 ===\n", 1, "rank"},
@@ -162,6 +167,36 @@ func TestSeedErrors(t *testing.T) {
 				t.Errorf("error %q at line %d, want line %d mentioning %q", err, pe.Line, tc.line, tc.want)
 			}
 		})
+	}
+}
+
+// The first and last seconds a call log's clock can hold are placed where
+// they say.
+func TestSeedTimestampRange(t *testing.T) {
+	good, err := os.ReadFile("testdata/seed/calls.rank0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []string{"1970-01-01 00:00:00", "2262-04-11 23:47:16"} {
+		text := strings.Replace(string(good), "2026-02-25 13:05:07", at, 1) // line 14: matmul
+		p, err := ParseSeed("f.txt", strings.NewReader(text))
+		if err != nil {
+			t.Fatalf("%s: %v", at, err)
+		}
+		// A range ends within its timestamp's second.
+		want := wall(at)
+		found := false
+		for _, r := range p.Records {
+			if r.Name == "matmul" && r.HostEnd >= want && r.HostEnd-want < time.Second {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no matmul range ending in the second from %d ns", at, int64(want))
+		}
+		if len(p.Warnings) > 0 {
+			t.Errorf("%s: warnings %q", at, p.Warnings)
+		}
 	}
 }
 
