@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -83,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", def.CommTimeout, "deadline for any one communication wait")
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
 	fs.DurationVar(&c.ActionDelay, "action-delay", 0, "add this much device time to every forward and backward action (backends that can hold a stream still: cpu, cuda; for checking the pipeline analysis)")
-	fs.IntVar(&c.StragglerRank, "straggler-rank", 0, "the rank -straggler-delay slows")
+	fs.IntVar(&c.StragglerRank, "straggler-rank", 0, "the rank -straggler-delay slows (only with -straggler-delay)")
 	fs.DurationVar(&c.StragglerDelay, "straggler-delay", 0, "add this much device time per microbatch on -straggler-rank (cpu and cuda backends; for checking the straggler analysis)")
 	fs.IntVar(&c.Devices, "devices", 0, "use at most this many devices (0: all); with fewer devices than ranks (pp·dp), ranks share them and communicate in process")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
@@ -95,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)
-	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values")
+	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values (not with -metrics-addr off)")
 	fs.BoolVar(&o.metricsDetail, "metrics-detail", false, "export per-name range histograms and record counts per rank, stage, chunk and phase, and collectives by message size (series grow with ranks × names; docs/metrics.md)")
 	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL (for batch jobs)")
 	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this endpoint (host:port or URL); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on")
@@ -166,6 +167,13 @@ Flags:
 			return nil, usagef("-profile %s: a wrapped command is profiled through its NCCL calls; to run it unprofiled, run it without profile-run", o.profile)
 		}
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["straggler-rank"] && c.StragglerDelay == 0 {
+		// The rank alone slows nothing; with the delay, the configuration
+		// check refuses a rank beyond the job.
+		return nil, usagef("-straggler-rank %d needs -straggler-delay: the rank alone slows nothing", c.StragglerRank)
+	}
 	c.LearningRate = *lr
 	var err error
 	if c.Precision, err = runtime.ParseMathMode(*dtype); err != nil {
@@ -219,8 +227,8 @@ Flags:
 	if strings.TrimSpace(o.outDir) == "" {
 		return nil, usagef("-out: empty directory name")
 	}
-	if o.metricsLinger < 0 {
-		return nil, usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
+	if err := checkOutputFlags(o); err != nil {
+		return nil, err
 	}
 	if o.pushgateway != "" {
 		u, err := url.Parse(o.pushgateway)
@@ -236,6 +244,24 @@ Flags:
 		}
 	}
 	return o, nil
+}
+
+// checkOutputFlags checks the output flags a run and an import share: a
+// value no destination accepts, or one that cannot take effect with the
+// others, is a usage error before anything starts.
+func checkOutputFlags(o *options) error {
+	switch o.otlpProtocol {
+	case "", otel.ProtocolGRPC, otel.ProtocolHTTP:
+	default:
+		return usagef("-otlp-protocol: unknown protocol %q (one of: %s, %s)", o.otlpProtocol, otel.ProtocolGRPC, otel.ProtocolHTTP)
+	}
+	if o.metricsLinger < 0 {
+		return usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
+	}
+	if o.metricsLinger > 0 && o.metricsAddr == "off" {
+		return usagef("-metrics-linger %v keeps /metrics up, but -metrics-addr is off", o.metricsLinger)
+	}
+	return nil
 }
 
 // trainerFlags set up the built-in trainer; a wrapped command has no use

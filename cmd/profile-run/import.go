@@ -75,8 +75,8 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	if strings.TrimSpace(o.outDir) == "" {
 		return nil, usagef("-out: empty directory name")
 	}
-	if o.metricsLinger < 0 {
-		return nil, usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
+	if err := checkOutputFlags(&o.options); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

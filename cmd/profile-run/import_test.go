@@ -277,6 +277,8 @@ func TestImportErrors(t *testing.T) {
 		{"no files", nil, exitUsage, `no files to import \(see profile-run import -h\)`},
 		{"unknown flag", []string{"-bogus", truncated}, exitUsage, `flag provided but not defined`},
 		{"bad sort", []string{"-sort", "nope", truncated}, exitUsage, `-sort`},
+		{"linger without metrics", []string{"-metrics-linger", "5s", truncated}, exitUsage, `-metrics-linger 5s keeps /metrics up, but -metrics-addr is off \(see profile-run import -h\)`},
+		{"bad otlp protocol", []string{"-otlp-protocol", "bogus", truncated}, exitUsage, `-otlp-protocol: unknown protocol "bogus"`},
 		{"truncated JSON", []string{kinetoDir + "rank1.json", truncated}, exitFail, `cut\.json: byte 2000: unexpected end of input`},
 		{"bad call log row", []string{badLog}, exitFail, `calls\.txt:5: not a call log row`},
 		{"report alone", []string{seedDir + "report.rank1"}, exitFail, `report\.rank1:4: rank 1's summary report holds totals.*Kernel Call Log for Rank 1`},

@@ -52,6 +52,10 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"bad pushgateway", []string{"-pushgateway", "localhost:9091"}, []string{"localhost:9091"}},
 		{"negative linger", []string{"-metrics-linger", "-1s"}, []string{"-1s"}},
 		{"bad otlp protocol", []string{"-otlp-endpoint", "127.0.0.1:4317", "-otlp-protocol", "carrier-pigeon"}, []string{"carrier-pigeon"}},
+		{"bad otlp protocol, no endpoint", []string{"-otlp-protocol", "bogus"}, []string{"-otlp-protocol", `"bogus"`, "grpc", "http/protobuf"}},
+		{"straggler rank without delay", []string{"-straggler-rank", "99"}, []string{"-straggler-rank 99 needs -straggler-delay"}},
+		{"straggler rank beyond the job", []string{"-straggler-rank", "2", "-straggler-delay", "1ms"}, []string{"-straggler-rank 2", "no such rank"}},
+		{"linger without metrics", []string{"-metrics-linger", "5s", "-metrics-addr", "off"}, []string{"-metrics-linger 5s", "-metrics-addr is off"}},
 		{"bad trace steps", []string{"-trace-steps", "9-3"}, []string{"-trace-steps", "9-3"}},
 		{"trace steps past the run", []string{"-steps", "3", "-trace-steps", "99"}, []string{"-trace-steps 99", "-steps 3", "steps 0–2"}},
 		{"trace steps past one step", []string{"-steps", "1", "-trace-steps", "1-4"}, []string{"-trace-steps 1-4", "-steps 1", "(step 0)"}},
@@ -69,12 +73,29 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 			if n := strings.Count(strings.TrimRight(stderr, "\n"), "\n"); n != 0 {
 				t.Errorf("error is %d lines, want one: %q", n+1, stderr)
 			}
+			if !strings.HasSuffix(stderr, " (see profile-run -h)\n") {
+				t.Errorf("error %q does not end with the hint (see profile-run -h)", stderr)
+			}
 			for _, w := range c.want {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("error %q does not mention %q", stderr, w)
 				}
 			}
 		})
+	}
+}
+
+// A valid -otlp-protocol without an endpoint sends nothing: the run goes
+// on, and a warning says so.
+func TestOTLPProtocolWithoutEndpointWarns(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	code, _, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-otlp-protocol", "grpc"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "-otlp-protocol grpc has no effect") || !strings.Contains(stderr, "-otlp-endpoint") {
+		t.Errorf("no warning that -otlp-protocol has no effect:\n%s", stderr)
 	}
 }
 

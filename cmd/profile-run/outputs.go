@@ -271,6 +271,9 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		out.stepSpans.Store(out.spans)
 		log.Info("sending spans over OTLP", zap.String("protocol", out.spans.Protocol()), zap.String("endpoint", out.spans.Endpoint()))
 	}
+	if o.otlpProtocol != "" && out.spans == nil {
+		log.Warn("-otlp-protocol " + o.otlpProtocol + " has no effect: spans are sent only with -otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
 	if o.metricsAddr != "off" || o.pushgateway != "" {
 		popts := []prom.Option{prom.WithRunID(out.runID), prom.WithDetail(o.metricsDetail), prom.WithLogger(log.Named("prom"))}
 		if out.spans != nil {

@@ -74,11 +74,12 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		return runWrapped(in, o, log, stdout, stderr)
 	}
 	backend, err := chooseBackend(o.backend)
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "profile-run: %v\n", err)
-		if errors.As(err, &ue) {
-			return exitUsage
-		}
 		return exitFail
 	}
 	o.train.Backend = backend
