@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -95,6 +96,10 @@ func runReport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: report: %v: nothing written\n", context.Cause(in.abort))
 			return in.exitCode()
 		}
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "profile-run: %s (see profile-run report -h)\n", ue.msg)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "profile-run: report: %v\n", err)
 		return exitFail
 	}
@@ -112,6 +117,9 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 		return err
 	case !fi.IsDir():
 		return fmt.Errorf("%s: not a run directory (profile-run writes one per run under -out)", o.runDir)
+	}
+	if err := checkReportTarget(o.out); err != nil {
+		return err
 	}
 	path := filepath.Join(o.runDir, "trace.json")
 	f, err := os.Open(path)
@@ -147,8 +155,8 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "profile-run: report: warning: %s\n", w)
 		in.Notes = append(in.Notes, w)
 	}
-	// Written beside its final name and renamed, so a failure leaves no
-	// half page.
+	// Written beside its final name and moved there (placeReport), so a
+	// failure leaves no half page.
 	tmp, err := os.CreateTemp(filepath.Dir(o.out), ".report-*.html")
 	if err != nil {
 		return err
@@ -172,7 +180,7 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	if err := os.Rename(tmp.Name(), o.out); err != nil {
+	if err := placeReport(tmp.Name(), o.out); err != nil {
 		return err
 	}
 	if st.Steps == 0 {
@@ -183,6 +191,57 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %d forward and %d backward blocks, %d transfers, %d KiB → %s\n",
 		path, st.Steps, in.Covers, st.Forward, st.Backward, st.Transfers, (size+1023)/1024, o.out)
 	return nil
+}
+
+// A page profile-run report wrote begins with this, and names trainscope in
+// its title before its first kilobyte ends.
+const (
+	htmlReportStart = "<!DOCTYPE html>\n<html"
+	htmlReportTitle = "<title>trainscope · "
+)
+
+// checkReportTarget refuses a page path that holds anything but a page
+// this command wrote (the run's trace, its report.txt, the user's file):
+// refreshing RUN_DIR/report.html replaces it; nothing else is replaced.
+func checkReportTarget(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil // none there, or writing the page says what is wrong
+	case !fi.Mode().IsRegular():
+		return usagef("-o %s: exists and is not a file", path)
+	case !isHTMLReport(path):
+		return usagef("-o %s: exists and is not an HTML report profile-run report wrote: not replaced (name another path, or remove it)", path)
+	}
+	return nil
+}
+
+// isHTMLReport reports whether path holds a page profile-run report wrote.
+func isHTMLReport(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 1024)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	return bytes.HasPrefix(head, []byte(htmlReportStart)) && bytes.Contains(head, []byte(htmlReportTitle))
+}
+
+// placeReport moves the finished page at tmp to path: by a link where
+// path does not exist, so that a file made there meanwhile is not
+// replaced; by a rename over a page this command wrote.
+func placeReport(tmp, path string) error {
+	if err := os.Link(tmp, path); err == nil {
+		return nil
+	}
+	// path exists (checked again: it may have appeared meanwhile), or
+	// the file system has no hard links.
+	if err := checkReportTarget(path); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // runsUnder lists the subdirectories of dir that hold a trace.json,

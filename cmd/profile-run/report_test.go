@@ -253,3 +253,46 @@ func TestReportErrors(t *testing.T) {
 		}
 	}
 }
+
+// -o replaces only a page this command wrote: refreshing report.html
+// works, and the run's trace, its text report or any other file is left
+// as it was, with an error naming it.
+func TestReportNeverReplacesOtherFiles(t *testing.T) {
+	dir := reportRun(t, append([]string{"-pp", "2", "-steps", "2"}, "-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4")...)
+	page := filepath.Join(dir, "report.html")
+	for i := range 2 { // the second run refreshes the first's page
+		code, _, stderr := runCmd(t, "report", dir, "--html")
+		if code != exitOK {
+			t.Fatalf("run %d: exit %d: %s", i+1, code, stderr)
+		}
+		if b, err := os.ReadFile(page); err != nil || !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) {
+			t.Fatalf("run %d: %s: %v %.40q", i+1, page, err, b)
+		}
+	}
+	notes := filepath.Join(dir, "notes.html")
+	if err := os.WriteFile(notes, []byte("<!DOCTYPE html>\n<html><title>my notes</title>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"trace.json", "report.txt", "notes.html"} {
+		path := filepath.Join(dir, name)
+		before, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runCmd(t, "report", dir, "--html", "-o", path)
+		want := "-o " + path + ": exists and is not an HTML report profile-run report wrote: not replaced"
+		if code != exitUsage || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("-o %s: exit %d, stdout %q, stderr %q; want exit %d and %q", name, code, stdout, stderr, exitUsage, want)
+		}
+		if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+			t.Errorf("%s was changed (%v)", name, err)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "page.html")
+	if code, _, stderr := runCmd(t, "report", dir, "--html", "-o", other); code != exitOK {
+		t.Fatalf("-o a new path: exit %d: %s", code, stderr)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".report-*")); len(left) > 0 {
+		t.Errorf("temporary pages left: %v", left)
+	}
+}
