@@ -19,20 +19,28 @@ import (
 // at a number of uncompressed bytes; lines beyond it are counted, not
 // written, so a run of any length leaves files of bounded size. The first
 // write error stops the log (counted like the cap) and is returned by
-// Close; training is never slowed by waiting on it beyond the write itself.
+// Close, and each rank's file says in Files whether an error cut it short.
+// A file is created only where none exists: an existing one is never
+// replaced (the rank's log is then not written, and Files says why).
+// Training is never slowed by waiting on it beyond the write itself.
 type CallLog struct {
 	prefix string
 	limit  int64
 
-	mu     sync.Mutex
-	ranks  map[int]*rankLog
-	err    error
-	closed bool
-	line   []byte
+	mu    sync.Mutex
+	ranks map[int]*rankLog
+	err   error // the first error, returned by Close
+	// stopped is the first write error: it stops every rank's log (the
+	// disk is full, say).
+	stopped error
+	closed  bool
+	line    []byte
 }
 
 type rankLog struct {
-	f        *os.File
+	path     string
+	err      error    // the first error that cut this file short
+	f        *os.File // nil when it could not be created
 	zw       *gzip.Writer
 	bw       *bufio.Writer
 	written  int64 // uncompressed bytes
@@ -62,16 +70,25 @@ func (c *CallLog) Consume(batch []Record) {
 	for i := range batch {
 		r := &batch[i]
 		rl := c.rank(r.Rank)
-		if rl == nil {
+		if rl.f == nil || c.stopped != nil {
+			// Not created, or the log stopped at a write error.
+			if rl.err == nil {
+				rl.err = c.stopped
+			}
+			rl.skipped++
 			continue
 		}
 		c.line = appendCall(c.line[:0], r)
-		if c.err != nil || c.limit > 0 && rl.written+int64(len(c.line)) > c.limit {
+		if c.limit > 0 && rl.written+int64(len(c.line)) > c.limit {
 			rl.skipped++
 			continue
 		}
 		if _, err := rl.bw.Write(c.line); err != nil {
-			c.err = fmt.Errorf("profiler: call log of rank %d: %w", r.Rank, err)
+			c.stopped = fmt.Errorf("profiler: call log of rank %d: %w", r.Rank, err)
+			rl.err = c.stopped
+			if c.err == nil {
+				c.err = c.stopped
+			}
 			rl.skipped++
 			continue
 		}
@@ -87,22 +104,24 @@ func (c *CallLog) Consume(batch []Record) {
 	}
 }
 
-// rank opens rank's file on first use; nil once opening failed.
+// rank opens rank's file on first use; its f is nil once creating it
+// failed.
 func (c *CallLog) rank(rank int) *rankLog {
 	if rl, ok := c.ranks[rank]; ok {
 		return rl
 	}
 	path := c.Path(rank)
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
+		rl := &rankLog{path: path, err: fmt.Errorf("profiler: call log of rank %d: %w", rank, err)}
 		if c.err == nil {
-			c.err = fmt.Errorf("profiler: call log: %w", err)
+			c.err = rl.err
 		}
-		c.ranks[rank] = nil
-		return nil
+		c.ranks[rank] = rl
+		return rl
 	}
 	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	rl := &rankLog{f: f, zw: zw, bw: bufio.NewWriterSize(zw, 64<<10)}
+	rl := &rankLog{path: path, f: f, zw: zw, bw: bufio.NewWriterSize(zw, 64<<10)}
 	n, _ := io.WriteString(rl.bw, CallLogHeader)
 	rl.written = int64(n)
 	c.ranks[rank] = rl
@@ -148,7 +167,11 @@ type CallLogFile struct {
 	Path    string
 	Lines   uint64 // calls written
 	Skipped uint64 // calls beyond the size cap (or after a write error)
-	Bytes   int64  // uncompressed bytes written
+	Bytes   int64  // uncompressed bytes written (0: the file was not created)
+	// Err, when set, is the error that cut the file short (or kept it
+	// from being created): Lines and Bytes then count what was handed to
+	// it, not what it holds.
+	Err error
 	// FirstStep and LastStep bound the step labels of the calls written;
 	// HasSteps is false when none carried one.
 	FirstStep, LastStep int
@@ -161,11 +184,8 @@ func (c *CallLog) Files() []CallLogFile {
 	defer c.mu.Unlock()
 	var out []CallLogFile
 	for rank, rl := range c.ranks {
-		if rl == nil {
-			continue
-		}
-		out = append(out, CallLogFile{Rank: rank, Path: rl.f.Name(), Lines: rl.lines, Skipped: rl.skipped, Bytes: rl.written,
-			FirstStep: rl.minStep, LastStep: rl.maxStep, HasSteps: rl.anySteps})
+		out = append(out, CallLogFile{Rank: rank, Path: rl.path, Lines: rl.lines, Skipped: rl.skipped, Bytes: rl.written,
+			FirstStep: rl.minStep, LastStep: rl.maxStep, HasSteps: rl.anySteps, Err: rl.err})
 	}
 	slices.SortFunc(out, func(a, b CallLogFile) int { return a.Rank - b.Rank })
 	return out
@@ -182,11 +202,15 @@ func (c *CallLog) Close() error {
 	}
 	c.closed = true
 	errs := []error{c.err}
-	for _, rl := range c.ranks {
-		if rl == nil {
+	for rank, rl := range c.ranks {
+		if rl.f == nil {
 			continue
 		}
-		errs = append(errs, rl.bw.Flush(), rl.zw.Close(), rl.f.Close())
+		err := errors.Join(rl.bw.Flush(), rl.zw.Close(), rl.f.Close())
+		if err != nil && rl.err == nil {
+			rl.err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -202,8 +226,8 @@ func (c *CallLog) Remove() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rl := range c.ranks {
-		if rl != nil {
-			_ = os.Remove(rl.f.Name())
+		if rl.f != nil { // never a file it did not create
+			_ = os.Remove(rl.path)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package profiler_test
 import (
 	"bufio"
 	"compress/gzip"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,5 +96,41 @@ func TestCallLogUnwritable(t *testing.T) {
 	cl.Consume(stepRecords(2, 1, 1))
 	if err := cl.Close(); err == nil {
 		t.Error("no error for a directory that does not exist")
+	}
+}
+
+// A call log that exists is never replaced: that rank's log is not
+// written, Files says why, Remove leaves it, and the other ranks' logs are
+// written whole.
+func TestCallLogNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "calls")
+	mine := prefix + ".rank1.gz"
+	if err := os.WriteFile(mine, []byte("the user's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := profiler.NewCallLog(prefix, 0)
+	recs := stepRecords(3, 2, 1) // 3 steps of 2 ranks, one range each, and one more of rank 0
+	cl.Consume(recs)
+	if err := cl.Close(); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("Close: %v, want an error wrapping fs.ErrExist", err)
+	}
+	files := cl.Files()
+	if len(files) != 2 {
+		t.Fatalf("files %+v, want ranks 0 and 1", files)
+	}
+	r0, r1 := files[0], files[1]
+	if r0.Err != nil || r0.Lines != 4 || len(readCallLog(t, r0.Path)) != 5 {
+		t.Errorf("rank 0: %+v, want its 4 calls written and no error", r0)
+	}
+	if r1.Path != mine || !errors.Is(r1.Err, fs.ErrExist) || !strings.Contains(r1.Err.Error(), mine) || r1.Lines != 0 || r1.Bytes != 0 || r1.Skipped != 3 {
+		t.Errorf("rank 1: %+v, want not created (fs.ErrExist naming %s), its 3 calls skipped", r1, mine)
+	}
+	cl.Remove()
+	if b, _ := os.ReadFile(mine); string(b) != "the user's" {
+		t.Errorf("rank 1's file was replaced or removed: %q", b)
+	}
+	if _, err := os.Stat(r0.Path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Remove left rank 0's log: %v", err)
 	}
 }

@@ -166,7 +166,8 @@ func (p *Profiler) peaks(recs []Record) map[int]int64 {
 
 // WriteRankFiles writes one file per rank, <prefix>.rank<N>, holding the
 // header lines, that rank's summary tables and its per-call log, and
-// returns the paths.
+// returns the paths. A file that exists already is an error (wrapping
+// fs.ErrExist), never replaced.
 func WriteRankFiles(prefix string, records []Record, by SortKey, header ...string) ([]string, error) {
 	byRank := map[int][]Record{}
 	var ranks []int
@@ -181,7 +182,7 @@ func WriteRankFiles(prefix string, records []Record, by SortKey, header ...strin
 	for _, rank := range ranks {
 		recs := byRank[rank]
 		path := fmt.Sprintf("%s.rank%d", prefix, rank)
-		f, err := os.Create(path)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) // never over an existing file
 		if err != nil {
 			return paths, fmt.Errorf("profiler: report for rank %d: %w", rank, err)
 		}

@@ -2,7 +2,9 @@ package profiler_test
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,6 +161,24 @@ func TestWriteRankFiles(t *testing.T) {
 	}
 	if _, err := profiler.WriteRankFiles(filepath.Join(t.TempDir(), "missing", "dir", "r"), fixture(), profiler.SortName); err == nil {
 		t.Error("unwritable prefix accepted")
+	}
+}
+
+// A rank file that exists is an error, and is left as it was.
+func TestWriteRankFilesNeverReplaces(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "report")
+	if err := os.WriteFile(prefix+".rank1", []byte("the user's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal)
+	if !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), prefix+".rank1") {
+		t.Errorf("error %v, want one naming %s.rank1 that wraps fs.ErrExist", err, prefix)
+	}
+	if len(paths) != 1 || paths[0] != prefix+".rank0" {
+		t.Errorf("paths %v, want rank 0's only", paths)
+	}
+	if b, _ := os.ReadFile(prefix + ".rank1"); string(b) != "the user's\n" {
+		t.Errorf("rank 1's file was replaced: %q", b)
 	}
 }
 
