@@ -28,6 +28,10 @@ type options struct {
 	// importing is the number of files profile-run import takes records
 	// from (0 for a run): their ranks' clocks may differ.
 	importing int
+	// ranks are the ranks whose files (report.rank<N>, calls.rank<N>.gz)
+	// the outputs will hold, where known before they start: none for a
+	// wrapped command.
+	ranks []int
 
 	// Destinations. File outputs default to the run directory ("" there
 	// means the default name; "off" turns one off); network ones are off

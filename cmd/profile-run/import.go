@@ -229,6 +229,15 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	if in.abort.Err() != nil {
 		return context.Cause(in.abort)
 	}
+	// The ranks, and so the names of their files, are known now.
+	seen := map[int]bool{}
+	for i := range recs {
+		if r := recs[i].Rank; !seen[r] {
+			seen[r] = true
+			o.ranks = append(o.ranks, r)
+		}
+	}
+	slices.Sort(o.ranks)
 	out, err := openOutputs(in.abort, &o.options, prof, log)
 	if err != nil {
 		return err

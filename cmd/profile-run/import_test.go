@@ -299,3 +299,47 @@ func TestImportErrors(t *testing.T) {
 		})
 	}
 }
+
+// The files beside -report are never written over, the files being
+// imported least of all: -report report.txt beside report.rank0 fails
+// before anything is written, naming it.
+func TestImportNeverReplacesInputs(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"calls.rank0", "calls.rank1", "report.rank0", "report.rank1"}
+	before := map[string][]byte{}
+	for _, n := range names {
+		b, err := os.ReadFile(seedDir + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before[n] = b
+	}
+	report := filepath.Join(dir, "report.txt")
+	args := []string{"import", "-out", filepath.Join(dir, "out"), "-report", report}
+	for _, n := range names {
+		args = append(args, filepath.Join(dir, n))
+	}
+	for i := range 2 { // the first attempt changes nothing the second sees
+		code, stdout, stderr := runCmd(t, args...)
+		want := "-report " + report + ": " + filepath.Join(dir, "report.rank0") + " exists"
+		if code != exitUsage || !strings.Contains(stderr, want) || !strings.Contains(stderr, "(see profile-run import -h)") {
+			t.Fatalf("attempt %d: exit %d, stderr %q; want exit %d and %q", i+1, code, stderr, exitUsage, want)
+		}
+		if strings.Contains(stdout, "records:") {
+			t.Errorf("attempt %d: the import ran:\n%s", i+1, stdout)
+		}
+	}
+	for _, n := range names {
+		if b, err := os.ReadFile(filepath.Join(dir, n)); err != nil || string(b) != string(before[n]) {
+			t.Errorf("%s was changed (%v)", n, err)
+		}
+	}
+	for _, n := range []string{"report.txt", "calls.rank0.gz"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("%s left behind", n)
+		}
+	}
+}

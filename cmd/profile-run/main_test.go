@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -15,10 +17,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/trainscope/trainscope/pipeline"
+	"github.com/trainscope/trainscope/profiler"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -470,7 +474,7 @@ func TestNoRunDirectoryLeftBehind(t *testing.T) {
 		written []string // files that must exist afterwards, outside -out
 		absent  []string // files that must not
 	}{
-		{"report exists", context.Background(), []string{"-report", existing}, exitFail, "-report", nil, nil},
+		{"report exists", context.Background(), []string{"-report", existing}, exitUsage, "-report " + existing + ": the file exists", nil, nil},
 		{"pprof unwritable", context.Background(), []string{"-pprof", filepath.Join(elsewhere, "missing", "p.pb.gz")}, exitFail, "-pprof", nil, nil},
 		{"trace unwritable after report and pprof", context.Background(), []string{"-trace", filepath.Join(elsewhere, "missing", "t.json")}, exitFail, "-trace", nil, nil},
 		{"report elsewhere, pprof unwritable", context.Background(), []string{
@@ -728,5 +732,59 @@ func TestCallLogs(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "calls: ") || !strings.Contains(stdout, "(steps 0–1)") {
 		t.Errorf("the summary does not list the call logs:\n%s", stdout)
+	}
+}
+
+// The files beside -report (report.rank<N>, calls.rank<N>.gz) are never
+// written over: one there already fails the run before training, naming
+// it, and is left as it was.
+func TestRankFilesNeverReplaced(t *testing.T) {
+	for _, name := range []string{"a.rank1", "calls.rank0.gz"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			theirs := filepath.Join(dir, name)
+			if err := os.WriteFile(theirs, []byte("keep me\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			report := filepath.Join(dir, "a.txt")
+			code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-report", report}, small...)...)
+			want := "-report " + report + ": " + theirs + " exists"
+			if code != exitUsage || !strings.Contains(stderr, want) || !strings.HasSuffix(stderr, "(see profile-run -h)\n") {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, exitUsage, want)
+			}
+			if strings.Contains(stdout, "training on") {
+				t.Errorf("training started:\n%s", stdout)
+			}
+			if b, err := os.ReadFile(theirs); err != nil || string(b) != "keep me\n" {
+				t.Errorf("%s was changed: %q, %v", name, b, err)
+			}
+			if left, _ := os.ReadDir(dir); len(left) != 1 {
+				t.Errorf("left in the report's directory: %v", left)
+			}
+		})
+	}
+}
+
+// A call log cut short (a full disk) or never written (a file there) is
+// said to be, with the error, not listed as if whole.
+func TestCallLogLine(t *testing.T) {
+	full := fmt.Errorf("profiler: call log of rank 1: write /x/calls.rank1.gz: %w", syscall.ENOSPC)
+	for _, tc := range []struct {
+		name string
+		f    profiler.CallLogFile
+		want string
+	}{
+		{"whole", profiler.CallLogFile{Rank: 1, Path: "/x/calls.rank1.gz", Lines: 1383, Bytes: 90000, FirstStep: 0, LastStep: 4, HasSteps: true},
+			"calls: 1383 → /x/calls.rank1.gz (steps 0–4)"},
+		{"capped", profiler.CallLogFile{Rank: 1, Path: "/x/calls.rank1.gz", Lines: 10, Skipped: 5, Bytes: 1 << 20},
+			"calls: 10 → /x/calls.rank1.gz; 5 more beyond -call-log-size 1 MiB not written"},
+		{"disk full", profiler.CallLogFile{Rank: 1, Path: "/x/calls.rank1.gz", Lines: 1383, Skipped: 17, Bytes: 90000, HasSteps: true, LastStep: 4, Err: full},
+			"calls: /x/calls.rank1.gz is INCOMPLETE: profiler: call log of rank 1: write /x/calls.rank1.gz: no space left on device (1383 calls given to it before the error, 17 more not written)"},
+		{"not created", profiler.CallLogFile{Rank: 0, Path: "/x/calls.rank0.gz", Skipped: 40, Err: fmt.Errorf("profiler: call log of rank 0: open /x/calls.rank0.gz: %w", fs.ErrExist)},
+			"calls: rank 0's log not written (40 calls left out): profiler: call log of rank 0: open /x/calls.rank0.gz: file already exists"},
+	} {
+		if got := callLogLine(tc.f, 1); got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
+		}
 	}
 }

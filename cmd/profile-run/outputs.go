@@ -163,15 +163,59 @@ func resolvePath(flagValue, runDir, defaultName string) string {
 	return flagValue
 }
 
+// createFile creates path for flag what, never over an existing file: one
+// there is a usage error naming it.
 func createFile(what, path string) (*os.File, error) {
 	if path == "" {
 		return nil, nil
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, usagef("%s %s: the file exists: profile-run never replaces a file; name another path", what, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return f, nil
+}
+
+// rankReportPrefix is where the per-rank reports go beside the report
+// file: <prefix>.rank<N> (report.txt: report.rank0, …).
+func rankReportPrefix(report string) string {
+	return strings.TrimSuffix(report, filepath.Ext(report))
+}
+
+// callLogPrefix is where the per-rank call logs go beside the report
+// file: <dir>/calls.rank<N>.gz.
+func callLogPrefix(report string) string {
+	return filepath.Join(filepath.Dir(report), "calls")
+}
+
+// checkRankFiles refuses, before anything runs, a report path whose
+// per-rank files would land on existing ones (the files being imported,
+// an earlier run's): the ranks are known now, the names too. Ranks known
+// only later (a wrapped command's) are still never written over: each
+// file is created exclusively when it is written.
+func checkRankFiles(o *options, report string) error {
+	calls := profiler.NewCallLog(callLogPrefix(report), 0) // for its names; opens nothing
+	for _, rank := range o.ranks {
+		path := fmt.Sprintf("%s.rank%d", rankReportPrefix(report), rank)
+		if fileExists(path) {
+			return usagef("-report %s: %s exists, where rank %d's report goes (<report without extension>.rank<N>): profile-run never replaces a file; name another -report path", report, path, rank)
+		}
+		if o.callLogMiB == 0 {
+			continue
+		}
+		if path := calls.Path(rank); fileExists(path) {
+			return usagef("-report %s: %s exists, where rank %d's call log goes (calls.rank<N>.gz beside the report): profile-run never replaces a file; name a -report path in another directory, or -call-log-size 0", report, path, rank)
+		}
+	}
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // openOutputs prepares every destination. File problems are errors, and
@@ -199,6 +243,12 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	}
 	for _, f := range files {
 		if *f.dst, err = createFile(f.what, f.path); err != nil {
+			out.discard()
+			return nil, err
+		}
+	}
+	if out.report != nil {
+		if err := checkRankFiles(o, out.report.Name()); err != nil {
 			out.discard()
 			return nil, err
 		}
@@ -246,7 +296,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	}
 	sinks = append(sinks, out.pipe)
 	if out.report != nil && o.callLogMiB > 0 {
-		out.calls = profiler.NewCallLog(filepath.Join(filepath.Dir(out.report.Name()), "calls"), int64(o.callLogMiB)<<20)
+		out.calls = profiler.NewCallLog(callLogPrefix(out.report.Name()), int64(o.callLogMiB)<<20)
 		sinks = append(sinks, out.calls)
 	}
 	for _, sk := range sinks {
@@ -409,7 +459,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
 		errs = append(errs, err)
 		if out.report != nil {
-			out.summary = append(out.summary, fmt.Sprintf("report: %d records → %s", collected, out.report.Name()))
+			line := fmt.Sprintf("report: %d records → %s", collected, out.report.Name())
+			if err != nil {
+				line += fmt.Sprintf(": INCOMPLETE: %v", err) // the report, or a rank's file (those listed are whole)
+			}
+			out.summary = append(out.summary, line)
 			for _, p := range paths {
 				out.summary = append(out.summary, "        "+p)
 			}
@@ -467,14 +521,10 @@ func (out *outputs) finish(stdout io.Writer) error {
 	cancel()
 	if out.calls != nil {
 		for _, f := range out.calls.Files() {
-			line := fmt.Sprintf("calls: %d → %s", f.Lines, f.Path)
-			if f.HasSteps {
-				line += fmt.Sprintf(" (steps %d–%d)", f.FirstStep, f.LastStep)
+			out.summary = append(out.summary, callLogLine(f, out.o.callLogMiB))
+			if f.Err != nil {
+				errs = append(errs, fmt.Errorf("call log %s: %w", f.Path, f.Err))
 			}
-			if f.Skipped > 0 {
-				line += fmt.Sprintf("; %d more beyond -call-log-size %d MiB not written", f.Skipped, out.o.callLogMiB)
-			}
-			out.summary = append(out.summary, line)
 		}
 	}
 	if out.spans != nil {
@@ -515,6 +565,26 @@ func (out *outputs) finish(stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  %s\n", line)
 	}
 	return errors.Join(errs...)
+}
+
+// callLogLine is the summary's line for one rank's call log: what it
+// holds, or that an error cut it short (a full disk) or kept it from being
+// written (a file there already).
+func callLogLine(f profiler.CallLogFile, capMiB int) string {
+	switch {
+	case f.Err != nil && f.Bytes == 0:
+		return fmt.Sprintf("calls: rank %d's log not written (%d calls left out): %v", f.Rank, f.Skipped, f.Err)
+	case f.Err != nil:
+		return fmt.Sprintf("calls: %s is INCOMPLETE: %v (%d calls given to it before the error, %d more not written)", f.Path, f.Err, f.Lines, f.Skipped)
+	}
+	line := fmt.Sprintf("calls: %d → %s", f.Lines, f.Path)
+	if f.HasSteps {
+		line += fmt.Sprintf(" (steps %d–%d)", f.FirstStep, f.LastStep)
+	}
+	if f.Skipped > 0 {
+		line += fmt.Sprintf("; %d more beyond -call-log-size %d MiB not written", f.Skipped, capMiB)
+	}
+	return line
 }
 
 // pushAndLinger pushes the final metrics to a Pushgateway and keeps

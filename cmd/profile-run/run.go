@@ -203,6 +203,10 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	}
 	var out *outputs
 	if prof != nil {
+		// The ranks, and so the names of their files, are known now.
+		for rank := range o.train.Stages * o.train.Replicas {
+			o.ranks = append(o.ranks, rank)
+		}
 		var err error
 		if out, err = openOutputs(in.abort, o, prof, log); err != nil {
 			return err
@@ -363,6 +367,5 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	if f == nil {
 		return nil, nil
 	}
-	prefix := strings.TrimSuffix(f.Name(), filepath.Ext(f.Name()))
-	return profiler.WriteRankFiles(prefix, detail, by, rankHeader...)
+	return profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader...)
 }
