@@ -293,22 +293,28 @@ func BenchmarkGemmTrainerShapes(b *testing.B) {
 // benchGemmRate runs g b.N times on a stream of its own and reports the
 // rate the device sustained, in FLOP/s.
 func benchGemmRate(b *testing.B, g runtime.GemmArgs) {
-	d := dev(0)
-	s := newStream(b, d)
-	start, err := runtime.NewEvent(d, runtime.EventDefault)
-	if err != nil {
-		b.Fatal(err)
+	s := newStream(b, dev(0))
+	per := devicePerIteration(b, s, func() error { return runtime.Gemm(s, g) })
+	flop := 2 * float64(g.M) * float64(g.N) * float64(g.K)
+	b.ReportMetric(flop/per.Seconds(), "FLOP/s")
+}
+
+// devicePerIteration runs launch b.N times on s, after 3 untimed calls
+// (cuBLAS creates its handle and picks its kernel, a module loads), and
+// returns the device time per call, from events around the loop.
+func devicePerIteration(b *testing.B, s *runtime.Stream, launch func() error) time.Duration {
+	newEvent := func() *runtime.Event {
+		e, err := runtime.NewEvent(s.Device(), runtime.EventDefault)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = e.Destroy() })
+		return e
 	}
-	defer start.Destroy()
-	end, err := runtime.NewEvent(d, runtime.EventDefault)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer end.Destroy()
+	start, end := newEvent(), newEvent()
 	ctx := context.Background()
-	// Warm up: cuBLAS creates the handle and picks its kernel.
 	for range 3 {
-		if err := runtime.Gemm(s, g); err != nil {
+		if err := launch(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -320,7 +326,7 @@ func benchGemmRate(b *testing.B, g runtime.GemmArgs) {
 	}
 	n := 0
 	for b.Loop() {
-		if err := runtime.Gemm(s, g); err != nil {
+		if err := launch(); err != nil {
 			b.Fatal(err)
 		}
 		n++
@@ -336,10 +342,9 @@ func benchGemmRate(b *testing.B, g runtime.GemmArgs) {
 		b.Fatal(err)
 	}
 	if n == 0 || elapsed <= 0 {
-		b.Fatalf("%d GEMMs in %v of device time", n, elapsed)
+		b.Fatalf("%d calls in %v of device time", n, elapsed)
 	}
-	flop := 2 * float64(g.M) * float64(g.N) * float64(g.K)
-	b.ReportMetric(flop*float64(n)/elapsed.Seconds(), "FLOP/s")
+	return elapsed / time.Duration(n)
 }
 
 // BenchmarkEventDeviceCost: what a timing event costs the device, not the
@@ -378,53 +383,17 @@ func BenchmarkEventDeviceCost(b *testing.B) {
 }
 
 func benchDeviceGap(b *testing.B, launch func(*runtime.Stream) error, events bool) {
-	d := dev(0)
-	s := newStream(b, d)
-	newEvent := func() *runtime.Event {
-		e, err := runtime.NewEvent(d, runtime.EventDefault)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = e.Destroy() })
-		return e
-	}
-	start, end, between := newEvent(), newEvent(), newEvent()
-	ctx := context.Background()
-	for range 3 { // warm up: cuBLAS creates its handle, the module loads
-		if err := launch(s); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := s.Synchronize(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if err := start.Record(s); err != nil {
-		b.Fatal(err)
-	}
-	n := 0
-	for b.Loop() {
-		if err := launch(s); err != nil {
-			b.Fatal(err)
-		}
-		if events {
-			if err := between.Record(s); err != nil {
-				b.Fatal(err)
-			}
-		}
-		n++
-	}
-	if err := end.Record(s); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Synchronize(ctx); err != nil {
-		b.Fatal(err)
-	}
-	elapsed, err := runtime.Elapsed(start, end)
+	s := newStream(b, dev(0))
+	between, err := runtime.NewEvent(s.Device(), runtime.EventDefault)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if n == 0 || elapsed <= 0 {
-		b.Fatalf("%d kernels in %v of device time", n, elapsed)
-	}
-	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "device-ns/kernel")
+	b.Cleanup(func() { _ = between.Destroy() })
+	per := devicePerIteration(b, s, func() error {
+		if err := launch(s); err != nil || !events {
+			return err
+		}
+		return between.Record(s)
+	})
+	b.ReportMetric(float64(per.Nanoseconds()), "device-ns/kernel")
 }
