@@ -28,6 +28,20 @@ func runDirs(t *testing.T, out string) []string {
 	return dirs
 }
 
+// onlyRunReport returns the report.txt of the one run directory under out.
+func onlyRunReport(t *testing.T, out string) string {
+	t.Helper()
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(report)
+}
+
 // reportRow finds name's row in the report's table of rank and returns
 // its fields after the name.
 func reportRow(t *testing.T, report, rank, name string) []string {
@@ -57,31 +71,25 @@ func TestImportKinetoTraces(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
+	report := onlyRunReport(t, out)
 	dirs := runDirs(t, out)
-	if len(dirs) != 1 {
-		t.Fatalf("run directories %v", dirs)
-	}
-	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The all-reduce kernels ran 400 µs on rank 0 and 410 µs on rank 1;
 	// their launches took 8 µs of host time.
 	ar := "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 	for rank, dev := range map[string]string{"0": "400.000", "1": "410.000"} {
-		f := reportRow(t, string(report), rank, ar)
+		f := reportRow(t, report, rank, ar)
 		if f[0] != "1" || f[1] != "8.000" || f[3] != dev {
 			t.Errorf("rank %s all-reduce row %q, want count 1, host 8.000, device %s", rank, f, dev)
 		}
 	}
 	// The step encloses everything on the host: 2000 µs, 100%.
-	if f := reportRow(t, string(report), "0", "ProfilerStep#3"); f[1] != "2000.000" || f[2] != "100.00" {
+	if f := reportRow(t, report, "0", "ProfilerStep#3"); f[1] != "2000.000" || f[2] != "100.00" {
 		t.Errorf("step row %q", f)
 	}
 	// Each rank's all-reduce and all-gather on group "0" (without a
 	// "Seq": numbered in order) are matched across the two files; rank 1's
 	// trace starts 50 µs later, so it arrives last at both.
-	_, section, ok := strings.Cut(string(report), "=== collectives across ranks: skew, waiting, stragglers, clocks")
+	_, section, ok := strings.Cut(report, "=== collectives across ranks: skew, waiting, stragglers, clocks")
 	if !ok || !strings.Contains(section, "collectives: 2 matched across ranks; arrival skew p50 0.050 ms") ||
 		!strings.Contains(section, "straggler: rank 1 caused 100% of the waiting") {
 		t.Errorf("report's collectives section:\n%s", section)
@@ -163,23 +171,16 @@ func TestImportSeedLogWithReport(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	dirs := runDirs(t, out)
-	if len(dirs) != 1 {
-		t.Fatalf("run directories %v", dirs)
-	}
-	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	report := onlyRunReport(t, out)
 	// matmul_backward: 3000 + 2000 µs host, 2950 + 1990 µs device.
-	if f := reportRow(t, string(report), "0", "matmul_backward"); f[0] != "2" || f[1] != "5000.000" || f[3] != "4940.000" {
+	if f := reportRow(t, report, "0", "matmul_backward"); f[0] != "2" || f[1] != "5000.000" || f[3] != "4940.000" {
 		t.Errorf("matmul_backward row %q", f)
 	}
 	// Rank 1: two matmuls on cuda:1, 1900 + 1700 µs.
-	if f := reportRow(t, string(report), "1", "matmul"); f[0] != "2" || f[1] != "3600.000" || f[3] != "3500.000" {
+	if f := reportRow(t, report, "1", "matmul"); f[0] != "2" || f[1] != "3600.000" || f[3] != "3500.000" {
 		t.Errorf("rank 1 matmul row %q", f)
 	}
-	if !strings.Contains(string(report), "Peak device memory (rank 0): 640.00 MB") {
+	if !strings.Contains(report, "Peak device memory (rank 0): 640.00 MB") {
 		t.Errorf("report lacks rank 0's peak of 640 MB:\n%s", report)
 	}
 }
@@ -239,15 +240,8 @@ func TestImportRepeatedRank(t *testing.T) {
 		}
 	}
 	// The step counts once: one ProfilerStep#3 of 2000 µs on rank 0.
-	dirs := runDirs(t, out)
-	if len(dirs) != 1 {
-		t.Fatalf("run directories %v", dirs)
-	}
-	report, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := reportRow(t, string(report), "0", "ProfilerStep#3"); f[0] != "1" || f[1] != "2000.000" {
+	report := onlyRunReport(t, out)
+	if f := reportRow(t, report, "0", "ProfilerStep#3"); f[0] != "1" || f[1] != "2000.000" {
 		t.Errorf("rank 0's step row %q, want count 1, 2000 µs", f)
 	}
 }

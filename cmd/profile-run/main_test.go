@@ -142,17 +142,22 @@ func TestRanksShareADevice(t *testing.T) {
 	}
 }
 
-// A run whose device fails mid-run (a fault injected before step 1, as a
-// lost GPU would fail it) ends with the error, and every output is still
-// written from what was recorded, marked as a partial run.
-func TestFailedRunWritesMarkedOutputs(t *testing.T) {
+// loseDeviceAtStep makes the run fail before step, as a lost GPU would.
+func loseDeviceAtStep(t *testing.T, at int) {
 	stepFault = func(step int) error {
-		if step == 1 {
+		if step == at {
 			return errors.New("cuda:0: device lost (injected)")
 		}
 		return nil
 	}
 	t.Cleanup(func() { stepFault = nil })
+}
+
+// A run whose device fails mid-run (a fault injected before step 1, as a
+// lost GPU would fail it) ends with the error, and every output is still
+// written from what was recorded, marked as a partial run.
+func TestFailedRunWritesMarkedOutputs(t *testing.T) {
+	loseDeviceAtStep(t, 1)
 	out := t.TempDir()
 	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off"}, small...)...)
 	if code != exitFail {
@@ -189,13 +194,7 @@ func TestFailedRunWritesMarkedOutputs(t *testing.T) {
 // trace), its summary says why, and profile-run report says the trace is
 // missing.
 func TestTraceWindowNeverReached(t *testing.T) {
-	stepFault = func(step int) error {
-		if step == 1 {
-			return errors.New("cuda:0: device lost (injected)")
-		}
-		return nil
-	}
-	t.Cleanup(func() { stepFault = nil })
+	loseDeviceAtStep(t, 1)
 	out := t.TempDir()
 	code, stdout, stderr := runCmd(t, append(append([]string{"-out", out, "-metrics-addr", "off"}, small...), "-steps", "3", "-trace-steps", "2")...)
 	if code != exitFail {
