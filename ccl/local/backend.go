@@ -14,6 +14,22 @@ var _ ccl.Impl = (*Backend)(nil)
 // DefaultTimeout bounds every wait of a Backend made without WithTimeout.
 const DefaultTimeout = 60 * time.Second
 
+// MaxRanks is the most ranks a communicator of the backend may have. Its
+// ranks are goroutines of one process, each with its own stream and
+// buffers, and a collective gathers every rank's part; far beyond a few
+// thousand ranks a process runs out of memory or time before a step ends.
+// CommInitAll and CommInitRank refuse a larger size with an error wrapping
+// StatusInvalidArgument, before allocating anything for it.
+const MaxRanks = 4096
+
+// checkRanks refuses a communicator size above MaxRanks.
+func checkRanks(op string, n int) error {
+	if n > MaxRanks {
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "communicator of %d ranks: the in-process backend allows at most %d (local.MaxRanks)", n, MaxRanks)
+	}
+	return nil
+}
+
 // Backend is the in-process ccl backend. Make one with New; the package
 // registers one for runtime.CPU from init.
 type Backend struct {

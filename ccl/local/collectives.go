@@ -35,8 +35,8 @@ type round struct {
 type issuer struct {
 	mu          sync.Mutex
 	collectives uint64
-	sent        []uint64 // by peer
-	received    []uint64 // by peer
+	sent        map[int]uint64 // by peer; a peer absent has 0
+	received    map[int]uint64 // by peer
 }
 
 // AllReduce reduces count elements of every rank's send with op into every

@@ -20,9 +20,11 @@ type world struct {
 
 	mu     sync.Mutex
 	rounds map[uint64]*round // collectives some rank has reached, by number
-	boxes  []mailbox         // src*n + dst
-	err    error             // the first failure; broken is closed when set
-	broken chan struct{}
+
+	boxesMu sync.Mutex
+	boxes   map[[2]int]*mailbox // by (src, dst), made at first use
+	err     error               // the first failure; broken is closed when set
+	broken  chan struct{}
 
 	// A shared backend's collectives and messages being posted.
 	shared map[uint64]*sharedRound
@@ -34,7 +36,7 @@ func newWorld(id []byte, n int) *world {
 		name:   "comm " + hex.EncodeToString(id[:4]),
 		n:      n,
 		rounds: make(map[uint64]*round),
-		boxes:  newMailboxes(n),
+		boxes:  make(map[[2]int]*mailbox),
 		broken: make(chan struct{}),
 		shared: make(map[uint64]*sharedRound),
 		msgs:   make(map[p2pKey]*sharedMsg),
@@ -79,10 +81,10 @@ type comm struct {
 	scratchStream *runtime.Stream
 }
 
-func newComm(w *world, n, rank int, dev runtime.Device, timeout time.Duration) *comm {
+func newComm(w *world, rank int, dev runtime.Device, timeout time.Duration) *comm {
 	c := &comm{w: w, rank: rank, dev: dev, timeout: timeout}
-	c.issue.sent = make([]uint64, n)
-	c.issue.received = make([]uint64, n)
+	c.issue.sent = make(map[int]uint64)
+	c.issue.received = make(map[int]uint64)
 	return c
 }
 

@@ -20,6 +20,10 @@
 // pending operations fail at once and the streams move on; later calls on
 // the communicator return the error. CommAbort fails it the same way.
 //
+// A communicator has at most MaxRanks ranks; CommInitAll and CommInitRank
+// refuse more with an error naming the size and the bound. What one holds
+// grows with the pairs of ranks that exchange messages, not with ranks².
+//
 // Operations are matched by number, not by when the streams reach them:
 // a communicator's collectives in the order each rank issued them, and the
 // k-th Send from one rank to another with the other's k-th Recv from it.

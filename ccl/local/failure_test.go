@@ -131,6 +131,10 @@ func TestCommInitRankMismatch(t *testing.T) {
 		{2, 0, nil, runtime.Device{Type: runtime.CPU}, "unique id"},
 		{2, 0, id, runtime.Device{Type: runtime.CUDA}, "cpu devices"},
 		{2, 0, id, runtime.Device{Type: runtime.CPU, Index: 1000}, "invalid device"},
+		// Refused before anything of its size is allocated (a Go fatal
+		// out-of-memory error otherwise).
+		{1 << 40, 0, id, runtime.Device{Type: runtime.CPU}, "communicator of 1099511627776 ranks: the in-process backend allows at most 4096"},
+		{4097, 0, id, runtime.Device{Type: runtime.CPU}, "allows at most 4096"},
 	} {
 		if _, err := b.CommInitRank(tc.nranks, tc.id, tc.rank, tc.dev); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("CommInitRank(%d, %v, %d, %v) = %v, want %q", tc.nranks, tc.id, tc.rank, tc.dev, err, tc.msg)
@@ -261,6 +265,14 @@ func TestCommAbort(t *testing.T) {
 	}
 	if err := b.Send(buf, 4, runtime.Float32, 0, g.comms[1], g.streams[1]); err == nil || !strings.Contains(err.Error(), "after CommDestroy or CommAbort") {
 		t.Fatalf("a call on the aborted comm: %v", err)
+	}
+}
+
+func TestCommInitAllTooManyRanks(t *testing.T) {
+	b := local.New(local.WithTimeout(time.Second))
+	_, err := b.CommInitAll(devices(0, 4097))
+	if !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "communicator of 4097 ranks") || !strings.Contains(err.Error(), "at most 4096") {
+		t.Errorf("CommInitAll of 4097 devices: %v, want an error naming the size and the bound", err)
 	}
 }
 

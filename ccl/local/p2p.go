@@ -15,16 +15,20 @@ type mailbox struct {
 	notify chan struct{} // closed and replaced on every delivery
 }
 
-func newMailboxes(n int) []mailbox {
-	boxes := make([]mailbox, n*n)
-	for i := range boxes {
-		boxes[i].msgs = make(map[uint64][]byte)
-		boxes[i].notify = make(chan struct{})
+// box returns the mailbox from src to dst, made at its first use: a
+// communicator holds only the mailboxes of the pairs that talk (a pipeline
+// uses O(ranks) of the ranks² pairs).
+func (w *world) box(src, dst int) *mailbox {
+	k := [2]int{src, dst}
+	w.boxesMu.Lock()
+	defer w.boxesMu.Unlock()
+	m := w.boxes[k]
+	if m == nil {
+		m = &mailbox{msgs: make(map[uint64][]byte), notify: make(chan struct{})}
+		w.boxes[k] = m
 	}
-	return boxes
+	return m
 }
-
-func (w *world) box(src, dst int) *mailbox { return &w.boxes[src*w.n+dst] }
 
 func (m *mailbox) put(k uint64, msg []byte) {
 	m.mu.Lock()

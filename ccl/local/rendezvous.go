@@ -36,6 +36,9 @@ func (b *Backend) CommInitAll(devices []runtime.Device) ([]ccl.Comm, error) {
 	if len(devices) == 0 {
 		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "no devices")
 	}
+	if err := checkRanks(op, len(devices)); err != nil {
+		return nil, err
+	}
 	seen := make(map[runtime.Device]bool, len(devices))
 	for _, d := range devices {
 		if err := b.checkDevice(op, d); err != nil {
@@ -51,7 +54,7 @@ func (b *Backend) CommInitAll(devices []runtime.Device) ([]ccl.Comm, error) {
 	w := newWorld(id[:], len(devices))
 	out := make([]ccl.Comm, len(devices))
 	for i, d := range devices {
-		out[i] = newComm(w, len(devices), i, d, b.cfg.timeout)
+		out[i] = newComm(w, i, d, b.cfg.timeout)
 	}
 	return out, nil
 }
@@ -84,11 +87,14 @@ func (b *Backend) CommInitRank(nranks int, id ccl.UniqueID, rank int, dev runtim
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "rank %d of %d", rank, nranks)
 	}
+	if err := checkRanks(op, nranks); err != nil {
+		return nil, err
+	}
 	if err := b.checkDevice(op, dev); err != nil {
 		return nil, err
 	}
 	key := string(id.Data())
-	c := newComm(nil, nranks, rank, dev, b.cfg.timeout)
+	c := newComm(nil, rank, dev, b.cfg.timeout)
 
 	rendezvous.mu.Lock()
 	j := rendezvous.m[key]
