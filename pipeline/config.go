@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -120,7 +121,8 @@ func DefaultConfig() Config {
 
 // Validate reports the first problem of the configuration, in one line
 // naming the fields and their values: a *ConfigError, which wraps
-// ErrInvalidConfig. Besides the sizes it checks that the backend is
+// ErrInvalidConfig. Besides the sizes — Stages × Replicas at most
+// MaxRanks, checked first — it checks that the backend is
 // available and, where the backend describes its devices' memory
 // (runtime.MemoryDescriber), that what the ranks allocate (see Memory)
 // fits in it, adding up the ranks that share a device (see Placement).
@@ -150,6 +152,12 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// MaxRanks is the most ranks (Stages × Replicas) a run may have: every
+// rank is a goroutine of this process, and the in-process communicators
+// hold at most ccl/local.MaxRanks ranks. Validate refuses more at once,
+// before counting anything per rank.
+const MaxRanks = local.MaxRanks
 
 // Placement says where a run's ranks go: rank r (replica r / Stages,
 // stage r mod Stages) on device r mod Devices.
@@ -227,6 +235,13 @@ func (c Config) validateModel() error {
 		if s.v < 1 {
 			return invalid("%s: must be at least 1", field(s.name, s.v))
 		}
+	}
+	// The ranks are goroutines of this process: refuse a count the
+	// in-process communication could not hold before anything counts
+	// over the ranks (in float64: Stages × Replicas may overflow int).
+	if ranks := float64(c.Stages) * float64(c.Replicas); ranks > MaxRanks {
+		return invalid("%s × %s = %.0f ranks: the trainer runs every rank in this process, and its in-process communication allows at most %d ranks (ccl/local.MaxRanks); lower %s or %s",
+			field("Stages", c.Stages), field("Replicas", c.Replicas), ranks, MaxRanks, fieldName("Stages"), fieldName("Replicas"))
 	}
 	// Whether the buffers fit is Validate's question, for the backend's
 	// devices; here only that their sizes can be counted.

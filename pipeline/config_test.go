@@ -38,7 +38,16 @@ func TestValidate(t *testing.T) {
 		{"layers zero", func(c *Config) { c.Layers = 0 }, []string{"Layers=0"}, false},
 		{"steps", func(c *Config) { c.Steps = 0 }, []string{"Steps=0"}, false},
 		{"too large to count", func(c *Config) { c.Width = 1 << 31 }, []string{"Width=2147483648", "too large"}, false},
-		{"global batch too large to count", func(c *Config) { c.Replicas = 1 << 53 }, []string{"Replicas=9007199254740992", "global batch too large"}, false},
+		{"global batch too large to count", func(c *Config) {
+			c.Stages, c.Chunks, c.Layers, c.Replicas, c.Width, c.MicrobatchSize = 1, 1, 1, 4096, 1, 1<<50
+		}, []string{"Replicas=4096", "global batch too large"}, false},
+		// Every rank is a goroutine of this process: a rank count beyond
+		// the in-process communicators' bound is refused at once, before
+		// anything is counted per rank (-dp 10000000 took minutes).
+		{"most ranks", func(c *Config) { c.Replicas = 2048 }, nil, false},
+		{"too many ranks", func(c *Config) { c.Replicas = 2049 }, []string{"Stages=2 × Replicas=2049 = 4098 ranks", "at most 4096 ranks"}, false},
+		{"ten million replicas", func(c *Config) { c.Replicas = 10_000_000 }, []string{"Replicas=10000000 = 20000000 ranks", "at most 4096 ranks"}, false},
+		{"ranks overflowing int", func(c *Config) { c.Stages, c.Chunks, c.Layers, c.Replicas = 1<<40, 1, 1<<40, 1<<40 }, []string{"Stages=1099511627776 × Replicas=1099511627776", "at most 4096 ranks"}, false},
 		{"schedule", func(c *Config) { c.Schedule = "zero-bubble" }, []string{`Schedule="zero-bubble": unknown`, "1f1b", "gpipe"}, false},
 		{"empty schedule", func(c *Config) { c.Schedule = "" }, []string{`Schedule="": unknown`}, false},
 		{"learning rate", func(c *Config) { c.LearningRate = 0 }, []string{"LearningRate=0"}, false},

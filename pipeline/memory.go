@@ -115,7 +115,8 @@ func (c Config) checkSizesRepresentable() error {
 }
 
 // checkMemory compares what the ranks allocate with what their devices
-// have, as d reports it; a device whose memory d cannot tell is not
+// have, as d reports it once per device; c's rank count must be at most
+// MaxRanks (validateModel checks it). A device whose memory d cannot tell is not
 // checked. Ranks on devices that share the host's memory are counted
 // together, with the host memory each keeps and the garbage collector's
 // headroom (that memory is Go's heap).
@@ -130,9 +131,21 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 		ranks []int
 	}
 	perDevice := make(map[int]*onDevice)
+	// Each device is asked once: a backend may read the host's memory
+	// afresh at every call (cpu reads /proc/meminfo).
+	type described struct {
+		mem runtime.DeviceMemory
+		err error
+	}
+	memOf := make(map[int]described, min(ranks, devices))
 	for id := range ranks {
 		idx := id % devices
-		mem, err := d.DeviceMemory(idx)
+		dm, ok := memOf[idx]
+		if !ok {
+			dm.mem, dm.err = d.DeviceMemory(idx)
+			memOf[idx] = dm
+		}
+		mem, err := dm.mem, dm.err
 		if err != nil {
 			continue // unknown: nothing to compare with
 		}

@@ -208,6 +208,38 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	}
 }
 
+// countedMemory describes every device as the host's memory and counts
+// the calls by device.
+type countedMemory struct {
+	mem   runtime.DeviceMemory
+	calls map[int]int
+}
+
+func (f *countedMemory) DeviceMemory(i int) (runtime.DeviceMemory, error) {
+	f.calls[i]++
+	return f.mem, nil
+}
+
+// The check asks each device once, however many ranks share it: the cpu
+// backend reads /proc/meminfo at every call.
+func TestMemoryCheckAsksEachDeviceOnce(t *testing.T) {
+	gcDefaults(t)
+	c := smallConfig(2, 1, 1, Schedule1F1B)
+	c.Replicas = 2048 // 4096 ranks on 64 devices
+	f := &countedMemory{mem: runtime.DeviceMemory{Total: 1 << 50, Available: 1 << 50, Host: true}, calls: make(map[int]int)}
+	if err := c.checkMemory(f, 64); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.calls) != 64 {
+		t.Errorf("asked %d devices, want 64", len(f.calls))
+	}
+	for i, n := range f.calls {
+		if n != 1 {
+			t.Errorf("device %d asked %d times, want once", i, n)
+		}
+	}
+}
+
 // A device whose memory cannot be told is not checked.
 func TestMemoryCheckUnknown(t *testing.T) {
 	c := DefaultConfig()
