@@ -1,6 +1,10 @@
 package runtime
 
-import "time"
+import (
+	"math"
+	"math/bits"
+	"time"
+)
 
 // Gemm enqueues C = alpha·op(A)·op(B) + beta·C on s (see GemmArgs). The
 // shapes are checked against the buffers' sizes before the backend sees
@@ -48,10 +52,16 @@ func checkGemm(g GemmArgs) error {
 		if ld < max(1, rows) {
 			return Errorf("Gemm", StatusInvalidArgument, "ld%s=%d smaller than %d rows", name, ld, rows)
 		}
-		if n := (int64(ld)*int64(cols-1) + int64(rows)) * es; n > b.size {
+		// Compared in elements, so that no product can overflow: a
+		// shape of 2^40 on each side passed and reached the backend.
+		holds := b.size / es
+		if int64(rows) <= holds && (cols == 1 || int64(ld) <= (holds-int64(rows))/int64(cols-1)) {
+			return nil
+		}
+		if n, ok := matrixBytes(ld, rows, cols, es); ok {
 			return Errorf("Gemm", StatusInvalidArgument, "matrix %s needs %d bytes, buffer has %d", name, n, b.size)
 		}
-		return nil
+		return Errorf("Gemm", StatusInvalidArgument, "matrix %s (%d×%d, ld%s=%d) needs more than 2^63 bytes, buffer has %d", name, rows, cols, name, ld, b.size)
 	}
 	ar, ac := g.M, g.K
 	if g.TransA {
@@ -70,6 +80,17 @@ func checkGemm(g GemmArgs) error {
 	return need("C", g.C, g.M, g.N, g.LDC)
 }
 
+// matrixBytes is (ld·(cols−1)+rows)·es for non-negative sizes, and
+// whether it fits in an int64.
+func matrixBytes(ld, rows, cols int, es int64) (int64, bool) {
+	hi, lo := bits.Mul64(uint64(ld), uint64(cols-1))
+	elems, carry := bits.Add64(lo, uint64(rows), 0)
+	if hi != 0 || carry != 0 || elems > math.MaxInt64/uint64(es) {
+		return 0, false
+	}
+	return int64(elems) * es, true
+}
+
 func elementwise(s *Stream, op string, n int, bufs ...Buffer) (Elementwise, error) {
 	if err := s.live(op); err != nil {
 		return nil, err
@@ -85,7 +106,7 @@ func elementwise(s *Stream, op string, n int, bufs ...Buffer) (Elementwise, erro
 		if err := b.check(op); err != nil {
 			return nil, err
 		}
-		if int64(n)*4 > b.size {
+		if int64(n) > b.size/4 { // not n·4, which may overflow
 			return nil, Errorf(op, StatusInvalidArgument, "%d float32 elements in a %d-byte buffer", n, b.size)
 		}
 	}

@@ -62,7 +62,7 @@ func (m *Impl) vectors(op string, sh any, n int, bufs ...runtime.Buffer) ([3][]b
 		if b.Offset()%4 != 0 {
 			return out, nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "buffer offset %d is not float32-aligned", b.Offset())
 		}
-		if int64(n)*4 > int64(len(v)) {
+		if int64(n) > int64(len(v))/4 { // not n·4, which may overflow
 			return out, nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "%d float32s in a %d-byte buffer", n, len(v))
 		}
 		out[i] = v[:4*n]

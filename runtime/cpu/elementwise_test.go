@@ -76,6 +76,7 @@ func TestElementwiseErrors(t *testing.T) {
 		call func() error
 	}{
 		{"too long", func() error { return impl.Tanh(s.Handle(), buf, buf, 5) }},
+		{"n·4 overflows", func() error { return impl.Axpy(s.Handle(), 1, buf, buf, 1<<62) }},
 		{"negative n", func() error { return impl.Scale(s.Handle(), 1, buf, -1) }},
 		{"unaligned", func() error { return impl.Axpy(s.Handle(), 1, odd, buf, 1) }},
 		{"zero buffer", func() error { return impl.TanhBackward(s.Handle(), buf, runtime.Buffer{}, buf, 1) }},

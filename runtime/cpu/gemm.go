@@ -83,8 +83,11 @@ func (m *Impl) matrix(name string, b runtime.Buffer, rows, cols, ld int) ([]floa
 	if err != nil {
 		return nil, err
 	}
-	if need := int64(ld)*int64(cols-1) + int64(rows); need > int64(len(v)) {
-		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "matrix %s needs %d float32s, buffer has %d", name, need, len(v))
+	// ld·(cols−1)+rows elements, compared without a product that could
+	// overflow.
+	holds := int64(len(v))
+	if int64(rows) > holds || (cols > 1 && int64(ld) > (holds-int64(rows))/int64(cols-1)) {
+		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "matrix %s (%d×%d, ld%s=%d) does not fit a buffer of %d float32s", name, rows, cols, name, ld, len(v))
 	}
 	return v, nil
 }

@@ -225,6 +225,10 @@ func TestGemmErrors(t *testing.T) {
 		{"negative", s.Handle(), with(func(g *runtime.GemmArgs) { g.K = -1 }), runtime.StatusInvalidArgument},
 		{"small lda", s.Handle(), with(func(g *runtime.GemmArgs) { g.LDA = 1 }), runtime.StatusInvalidArgument},
 		{"too big", s.Handle(), with(func(g *runtime.GemmArgs) { g.M, g.LDA, g.LDC = 9, 9, 9 }), runtime.StatusInvalidArgument},
+		// Sizes whose element count overflows int64 (1<<40 squared).
+		{"huge", s.Handle(), with(func(g *runtime.GemmArgs) {
+			g.M, g.N, g.K, g.LDA, g.LDB, g.LDC = 1<<40, 1<<40, 1<<40, 1<<40, 1<<40, 1<<40
+		}), runtime.StatusInvalidArgument},
 		{"unaligned view", s.Handle(), with(func(g *runtime.GemmArgs) { g.A = odd }), runtime.StatusInvalidArgument},
 		{"zero buffer", s.Handle(), with(func(g *runtime.GemmArgs) { g.B = runtime.Buffer{} }), runtime.StatusInvalidArgument},
 		{"foreign stream", "stream", ok, runtime.StatusInvalidArgument},
