@@ -226,10 +226,30 @@ type PinnedHostMemory interface {
 	HostFree(b []byte) error
 }
 
+// maxHostAlloc bounds one allocation from Go's heap (64 TiB), so that an
+// absurd size is an error rather than a panic in make.
+const maxHostAlloc = 1 << 46
+
+// checkHostAlloc refuses a Go-heap allocation above maxHostAlloc or, where
+// the backend's devices allocate from the host's memory and say how much
+// is available (MemoryDescriber), above that.
+func checkHostAlloc(impl Impl, size int64) error {
+	if size > maxHostAlloc {
+		return Errorf("HostAlloc", StatusOutOfMemory, "%d bytes is more than one host allocation may hold (%d)", size, int64(maxHostAlloc))
+	}
+	if d, ok := impl.(MemoryDescriber); ok && size > 0 {
+		if m, err := d.DeviceMemory(0); err == nil && m.Host && m.Available > 0 && size > m.Available {
+			return Errorf("HostAlloc", StatusOutOfMemory, "%d bytes requested, but the host has %d bytes available", size, m.Available)
+		}
+	}
+	return nil
+}
+
 // HostAlloc returns size bytes of host memory to copy to and from devices
 // of type t: page-locked where the backend offers it (PinnedHostMemory),
 // else from Go's heap. free releases it; the memory must not be used
-// afterwards, nor while a copy from or to it may still run.
+// afterwards, nor while a copy from or to it may still run. A size larger
+// than the host can give is an error wrapping StatusOutOfMemory.
 func HostAlloc(t DeviceType, size int64) (b []byte, free func() error, err error) {
 	if size < 0 {
 		return nil, nil, Errorf("HostAlloc", StatusInvalidArgument, "size %d", size)
@@ -240,6 +260,9 @@ func HostAlloc(t DeviceType, size int64) (b []byte, free func() error, err error
 	}
 	p, ok := impl.(PinnedHostMemory)
 	if !ok || size == 0 {
+		if err := checkHostAlloc(impl, size); err != nil {
+			return nil, nil, err
+		}
 		return make([]byte, size), func() error { return nil }, nil
 	}
 	if b, err = p.HostAlloc(size); err != nil {

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -160,6 +161,56 @@ func TestGemmShapeChecks(t *testing.T) {
 			t.Errorf("case %d: %v", i, err)
 		}
 	}
+	// Shapes whose sizes overflow int64 are refused here, not passed on
+	// (the cpu kernel panicked on its stream's goroutine).
+	for _, tc := range []struct {
+		name string
+		mut  func(g *runtime.GemmArgs)
+		msg  string
+	}{
+		{"all 2^40", func(g *runtime.GemmArgs) {
+			g.M, g.N, g.K, g.LDA, g.LDB, g.LDC = 1<<40, 1<<40, 1<<40, 1<<40, 1<<40, 1<<40
+		}, "matrix A (1099511627776×1099511627776, ldA=1099511627776) needs more than 2^63 bytes, buffer has 24"},
+		// 2^61 elements fit in int64, their 2^63 bytes do not.
+		{"bytes overflow", func(g *runtime.GemmArgs) { g.M, g.N, g.K, g.LDC = 1<<30, 1<<31, 0, 1<<30 }, "matrix C (1073741824×2147483648, ldC=1073741824) needs more than 2^63 bytes"},
+		{"large but countable", func(g *runtime.GemmArgs) { g.M, g.LDA, g.LDC = 1<<20, 1<<20, 1<<20 }, "matrix A needs 4194304 bytes, buffer has 24"},
+	} {
+		g := ok
+		tc.mut(&g)
+		if err := runtime.Gemm(s, g); !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: %v, want InvalidArgument saying %q", tc.name, err, tc.msg)
+		}
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatalf("the stream after the refused calls: %v", err)
+	}
+}
+
+// Element counts whose byte size overflows are refused, not wrapped
+// round to a small size.
+func TestElementwiseCountOverflow(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CPU}
+	s, err := runtime.NewStream(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	x, _ := runtime.Malloc(dev, 16)
+	defer runtime.Free(x)
+	const n = 1<<62 + 1 // n·4 overflows to 4
+	for name, err := range map[string]error{
+		"Axpy":         runtime.Axpy(s, 1, x, x, n),
+		"Scale":        runtime.Scale(s, 2, x, n),
+		"Tanh":         runtime.Tanh(s, x, x, n),
+		"TanhBackward": runtime.TanhBackward(s, x, x, x, n),
+	} {
+		if !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "4611686018427387905 float32 elements in a 16-byte buffer") {
+			t.Errorf("%s: %v, want InvalidArgument naming the count and the buffer", name, err)
+		}
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatalf("the stream after the refused calls: %v", err)
+	}
 }
 
 func TestGuardRestoresDevice(t *testing.T) {
@@ -243,5 +294,18 @@ func TestHostAllocFallsBackToGoMemory(t *testing.T) {
 	}
 	if _, _, err := runtime.HostAlloc(runtime.CPU, -1); !errors.Is(err, runtime.StatusInvalidArgument) {
 		t.Fatalf("size -1: %v", err)
+	}
+	// An absurd size is an error, not a panic in make.
+	if _, _, err := runtime.HostAlloc(runtime.CPU, 1<<62); !errors.Is(err, runtime.StatusOutOfMemory) || !strings.Contains(err.Error(), "4611686018427387904 bytes is more than one host allocation may hold (70368744177664)") {
+		t.Errorf("size 2^62: %v, want StatusOutOfMemory naming the size and the bound", err)
+	}
+	// More than the host has available, where the backend can tell.
+	mem, err := cpu.New().DeviceMemory(0)
+	if err != nil || mem.Available == 0 {
+		t.Skipf("the host's available memory is unknown here (%+v, %v)", mem, err)
+	}
+	size := 4 * mem.Available
+	if _, _, err := runtime.HostAlloc(runtime.CPU, size); !errors.Is(err, runtime.StatusOutOfMemory) || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes requested, but the host has", size)) {
+		t.Errorf("size %d: %v, want StatusOutOfMemory naming the size and what is available", size, err)
 	}
 }

@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -28,5 +30,36 @@ func TestDeviceMemoryIsTheHosts(t *testing.T) {
 	}
 	if _, err := m.DeviceMemory(3); !errors.Is(err, runtime.StatusInvalidArgument) {
 		t.Errorf("DeviceMemory(3) of 3 devices: %v", err)
+	}
+}
+
+// Without a memory limit, an allocation larger than the host's available
+// memory is refused with StatusOutOfMemory naming both, instead of a Go
+// fatal out-of-memory error (1 TiB used to crash the process).
+func TestMallocBeyondHostMemory(t *testing.T) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		t.Skipf("sysinfo: %v", err)
+	}
+	size := 2 * int64(si.Totalram) * int64(si.Unit) // more than the host has, below the 64 TiB bound
+	m := New(WithDevices(1))
+	for _, op := range []string{"Malloc", "MallocAsync"} {
+		var err error
+		if op == "Malloc" {
+			_, err = m.Malloc(0, size)
+		} else {
+			s, serr := m.StreamCreate(0, 0)
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			_, err = m.MallocAsync(size, s)
+			_ = m.StreamDestroy(s)
+		}
+		if !errors.Is(err, runtime.StatusOutOfMemory) || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes requested on cpu:0, but the host has", size)) {
+			t.Errorf("%s(%d): %v, want StatusOutOfMemory naming the size and what the host has", op, size, err)
+		}
+	}
+	if st, _ := m.MemoryStats(0); st.InUse != 0 {
+		t.Errorf("%d bytes in use after refused allocations", st.InUse)
 	}
 }

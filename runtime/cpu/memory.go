@@ -11,6 +11,25 @@ import (
 // out of memory instead of crashing the process.
 const maxAlloc = 1 << 46
 
+// hostCheckMin is the smallest allocation compared with the host's
+// available memory: reading it costs a read of /proc/meminfo, and only a
+// large allocation can be refused by it.
+const hostCheckMin = 16 << 20
+
+// checkHostMemory refuses, without a memory limit (WithMemoryLimit), an
+// allocation larger than the memory the host has available: Go would
+// otherwise end the process with a fatal out-of-memory error.
+func checkHostMemory(op string, device int, size, limit int64) error {
+	if limit > 0 || size < hostCheckMin {
+		return nil
+	}
+	total, avail := hostMemory()
+	if avail > 0 && size > avail {
+		return runtime.Errorf(op, runtime.StatusOutOfMemory, "%d bytes requested on cpu:%d, but the host has %d bytes available (of %d)", size, device, avail, total)
+	}
+	return nil
+}
+
 // allocation is the handle of cpu memory: bytes viewing a []uint64, so
 // that they can be read as float32 or float64 at any 8-byte offset.
 type allocation struct {
@@ -35,6 +54,9 @@ func (m *Impl) malloc(op string, device int, size int64) (*allocation, error) {
 	}
 	if size > maxAlloc {
 		return nil, runtime.Errorf(op, runtime.StatusOutOfMemory, "%d bytes is more than one allocation may hold (%d)", size, int64(maxAlloc))
+	}
+	if err := checkHostMemory(op, device, size, m.cfg.memLimit); err != nil {
+		return nil, err
 	}
 	inUse := d.inUse.Add(size)
 	if lim := m.cfg.memLimit; lim > 0 && inUse > lim {
