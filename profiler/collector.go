@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/trainscope/trainscope/runtime"
@@ -94,6 +95,9 @@ func (p *Profiler) collectLocked() {
 	}
 	p.resolveLocked(false)
 	p.deliverLocked()
+	if p.done {
+		return // the calibrations are released
+	}
 	for _, cs := range p.calib {
 		if err := cs.maybeRecalibrate(p.cfg.recalibrate, p.now); err != nil {
 			p.resolveErrs.Add(1)
@@ -132,7 +136,7 @@ func (p *Profiler) resolveLocked(wait bool) {
 			kept = append(kept, u)
 			continue
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrClosed) {
 			p.resolveErrs.Add(1)
 		}
 		finishBandwidth(&rec)
@@ -159,6 +163,11 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 	dur, err := runtime.Elapsed(u.start.Event, u.end.Event)
 	if err != nil {
 		return err
+	}
+	if p.done {
+		// Close released the calibrations: the range keeps its host
+		// times only.
+		return ErrClosed
 	}
 	cs, ok := p.calib[rec.Device]
 	if !ok {

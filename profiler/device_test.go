@@ -2,6 +2,7 @@ package profiler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -197,5 +198,72 @@ func TestEventPoolBound(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// After Close, the audit's sequence — a device range on a recorder made
+// before Close, then Flush, Snapshot and Reset — panicked (index out of
+// range in the closed clock calibration). Now NewRecorder and Flush say
+// the profiler is closed, Snapshot gathers the device range without a
+// device time, and ranges cost no allocation and are dropped and counted
+// once the buffer is full.
+func TestUseAfterClose(t *testing.T) {
+	ctx := context.Background()
+	p, err := profiler.New(profiler.WithBufferSize(4), profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu0 := runtime.Device{Type: runtime.CPU, Index: 0}
+	s := cpuStream(t, 0)
+	r, err := p.NewRecorder(0, cpu0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Start("before")
+	r.End()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r2, err := p.NewRecorder(1, cpu0); !errors.Is(err, profiler.ErrClosed) || r2 != nil {
+		t.Errorf("NewRecorder after Close = %v, %v; want nil and ErrClosed", r2, err)
+	}
+	if err := p.Calibrate(ctx, s.Impl(), runtime.Device{Type: runtime.CPU, Index: 1}); !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("Calibrate after Close = %v, want ErrClosed", err)
+	}
+	r.StartDevice("x", s)
+	r.End()
+	if err := p.Flush(ctx); !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("Flush after Close = %v, want ErrClosed", err)
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 2 || recs[0].Name != "before" || recs[1].Name != "x" || recs[1].HasDevice {
+		t.Fatalf("Snapshot after Close = %+v, want before and x, x without a device time", recs)
+	}
+	if st := p.Stats(); st.Errors != 0 || st.Pending != 0 {
+		t.Errorf("after Close: %d errors, %d pending; want none", st.Errors, st.Pending)
+	}
+	// The buffer holds 4 ranges; nothing drains it any more, so the
+	// rest are dropped and counted, without allocating.
+	allocs := testing.AllocsPerRun(100, func() {
+		r.StartDevice("y", s)
+		r.End()
+		r.Start("z")
+		r.End()
+	})
+	if allocs != 0 {
+		t.Errorf("Start/End after Close allocate %v times, want 0", allocs)
+	}
+	if st := p.Stats(); st.Dropped < 2*100-4 {
+		t.Errorf("Dropped = %d after 202 ranges into a buffer of 4, want at least 198", st.Dropped)
+	}
+	p.Reset()
+	if recs := p.Snapshot(); len(recs) != 0 {
+		t.Errorf("Snapshot after Reset = %d records, want 0", len(recs))
+	}
+	if err := p.Close(ctx); !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("second Close = %v, want ErrClosed", err)
 	}
 }

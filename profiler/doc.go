@@ -17,6 +17,13 @@
 // range that does not fit is counted in Stats. Snapshot, Reset, Report and
 // SetTag are safe while ranks record.
 //
+// A nil *Recorder and a nil *Profiler are profiling switched off: their
+// methods do nothing (NewRecorder returns a nil *Recorder). After Close,
+// NewRecorder, Calibrate and Flush return ErrClosed; recorders still
+// accept ranges, which only Snapshot and Reset gather now (device ranges
+// without device times; once a recorder's buffer is full the rest count
+// as dropped).
+//
 // The package reaches devices only through runtime.Impl: it has no
 // knowledge of device types. Collective and point-to-point calls made
 // through a ccl.ProcessGroup arrive as ranges with a Collective attached;

@@ -13,6 +13,11 @@ import (
 
 // Profiler owns the recorders of a run, resolves their device times off
 // the hot path and keeps the completed records, up to a bound.
+//
+// A nil *Profiler is profiling switched off, like a nil *Recorder:
+// NewRecorder returns a nil *Recorder and no error, Flush, Close and
+// Reset do nothing and return nil, Snapshot returns nil and Stats zero
+// counts.
 type Profiler struct {
 	cfg   config
 	clock monoClock
@@ -29,6 +34,7 @@ type Profiler struct {
 	calib       map[runtime.Device]*clockSync
 	sinks       []Sink
 	sinksClosed bool                         // Close has shut the sinks down
+	done        bool                         // Close has made its last pass: nothing is collected or resolved any more
 	batch       []Record                     // records finished in this pass, for the sinks
 	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
 	kick        chan struct{}                // a recorder running short asks for a collection
@@ -124,7 +130,9 @@ func WithDeviceDepth(n int) Option { return optionFunc(func(c *config) { c.devic
 func newConfig(opts []Option) (config, error) {
 	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond, recalibrate: 10 * time.Second}
 	for _, o := range opts {
-		o.apply(&c)
+		if o != nil { // a nil Option changes nothing
+			o.apply(&c)
+		}
 	}
 	switch {
 	case c.buffer < 1:
@@ -144,7 +152,7 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // New returns a profiler and starts its background collector (stop it
-// with Close).
+// with Close). Nil options are ignored.
 func New(opts ...Option) (*Profiler, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -207,10 +215,18 @@ func (p *Profiler) Tag() string {
 // NewRecorder makes the recorder for one rank on dev. For a device with
 // a registered backend it calibrates the device clock against the host
 // clock first (once per device), which synchronises a private stream:
-// call it at setup, not in the training loop.
+// call it at setup, not in the training loop. After Close it returns an
+// error wrapping ErrClosed; on a nil *Profiler, a nil *Recorder (profiling
+// off) and no error.
 func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) {
+	if p == nil {
+		return nil, nil
+	}
 	if rank < 0 {
 		return nil, fmt.Errorf("profiler: rank %d is negative", rank)
+	}
+	if p.isDone() {
+		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, ErrClosed)
 	}
 	r := &Recorder{
 		p:       p,
@@ -230,19 +246,34 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 		}
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, ErrClosed)
+	}
 	p.recorders = append(p.recorders, r)
-	p.mu.Unlock()
 	return r, nil
+}
+
+// isDone reports whether Close has made its last pass.
+func (p *Profiler) isDone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
 }
 
 // Calibrate places dev's clock on the host clock using impl; NewRecorder
 // does not do it on its own because host-only recorders need none. It is
-// idempotent per device and safe from any goroutine.
+// idempotent per device and safe from any goroutine. After Close it
+// returns an error wrapping ErrClosed.
 func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime.Device) error {
 	p.mu.Lock()
-	_, done := p.calib[dev]
+	_, have := p.calib[dev]
+	closed := p.done
 	p.mu.Unlock()
-	if done {
+	if closed {
+		return fmt.Errorf("profiler: calibrate %s: %w", dev, ErrClosed)
+	}
+	if have {
 		return nil
 	}
 	c, err := newClockSync(ctx, impl, dev, p.now)
@@ -251,6 +282,11 @@ func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime
 	}
 	c.next = p.now() + p.cfg.recalibrate
 	p.mu.Lock()
+	if p.done {
+		p.mu.Unlock()
+		c.close()
+		return fmt.Errorf("profiler: calibrate %s: %w", dev, ErrClosed)
+	}
 	if _, dup := p.calib[dev]; dup {
 		p.mu.Unlock()
 		c.close()
@@ -264,8 +300,13 @@ func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime
 // Snapshot gathers what the recorders have completed, resolves the device
 // times that are ready, and returns a copy of every record kept so far,
 // ordered by rank, then start time. Ranges still open, and device ranges
-// whose events have not completed, are not included yet.
+// whose events have not completed, are not included yet. After Close it
+// still gathers what the recorders completed, device ranges without
+// device times (the calibration is released).
 func (p *Profiler) Snapshot() []Record {
+	if p == nil {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.collectLocked()
@@ -277,10 +318,17 @@ func (p *Profiler) Snapshot() []Record {
 // Flush gathers everything completed and waits (until ctx ends) for the
 // device work of every outstanding device range, so a following Snapshot
 // holds all of it. An error means ctx ended first; the ranges still
-// outstanding stay pending and nothing is lost.
+// outstanding stay pending and nothing is lost. After Close it returns an
+// error wrapping ErrClosed and changes nothing.
 func (p *Profiler) Flush(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.done {
+		return fmt.Errorf("profiler: flush: %w", ErrClosed)
+	}
 	p.collectLocked()
 	for i := range p.unresolved {
 		if err := p.unresolved[i].end.Synchronize(ctx); err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
@@ -298,6 +346,9 @@ func (p *Profiler) Flush(ctx context.Context) error {
 // collected; ranges open now are kept and recorded when they end. Drop
 // counters are not reset.
 func (p *Profiler) Reset() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.collectLocked()
@@ -329,6 +380,9 @@ type Stats struct {
 
 // Stats returns current counts.
 func (p *Profiler) Stats() Stats {
+	if p == nil {
+		return Stats{}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Stats{
@@ -363,8 +417,8 @@ func (p *Profiler) PeakMemory(rank int) int64 {
 	return peak
 }
 
-// ErrClosed is returned by Close when called again, and by AddSink after
-// Close.
+// ErrClosed (errors.Is) is what Close returns when called again, and what
+// NewRecorder, Calibrate, Flush, AddSink and Ingest return after Close.
 var ErrClosed = errors.New("profiler: already closed")
 
 // Close stops the background collector, delivers what the recorders have
@@ -373,7 +427,16 @@ var ErrClosed = errors.New("profiler: already closed")
 // through Snapshot. Everything waits at most until ctx ends: the
 // collector's last pass, and each sink's Shutdown. Call Flush first to
 // include device ranges whose events are still outstanding.
+//
+// After Close, recorders still accept Start and End, which cost what they
+// did and allocate nothing; nothing collects their ranges in the
+// background any more, so once a recorder's buffer is full they are
+// counted in Stats.Dropped. Snapshot and Reset still gather them, device
+// ranges without device times.
 func (p *Profiler) Close(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
 	err := ErrClosed
 	p.closeOnce.Do(func() {
 		err = nil
@@ -397,6 +460,9 @@ func (p *Profiler) Close(ctx context.Context) error {
 	for _, c := range p.calib {
 		c.close()
 	}
+	// The calibrations are gone: device ranges collected from now on
+	// are kept without device times (deviceTimesLocked).
+	p.done = true
 	p.mu.Unlock()
 	errs = append(errs, p.shutdownSinks(ctx))
 	return errors.Join(errs...)

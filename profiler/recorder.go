@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -509,8 +510,12 @@ type GroupedCollective struct {
 // the current range. Each is timed on its own stream from just before
 // launch to just after it, so the calls of one group share the group's
 // device interval: that is what a fused launch makes measurable. It returns
-// launch's error; with a nil recorder it only calls launch.
+// launch's error; with a nil recorder it only calls launch. A nil launch
+// is an error, and nothing is recorded.
 func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error {
+	if launch == nil {
+		return errors.New("profiler: Grouped: nil launch function")
+	}
 	if r == nil || len(calls) == 0 {
 		return launch()
 	}

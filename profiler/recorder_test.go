@@ -2,6 +2,7 @@ package profiler_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -264,5 +265,55 @@ func TestSinksSeeEveryRecordOnce(t *testing.T) {
 	}
 	if st := p.Stats(); st.Records != 3 || st.Overflow != 3 {
 		t.Errorf("store %+v: the bound applies to the store, not to sinks", st)
+	}
+}
+
+// Nil arguments and a nil *Profiler are errors or no-ops, never panics.
+func TestNilArgumentsDoNotPanic(t *testing.T) {
+	p, err := profiler.New(nil, profiler.WithCollectInterval(0), nil)
+	if err != nil {
+		t.Fatalf("New with nil options: %v", err)
+	}
+	defer p.Close(context.Background())
+	r, _ := p.NewRecorder(0, hostDevice)
+	calls := []profiler.GroupedCollective{{Name: "send"}}
+	for _, tc := range []struct {
+		name string
+		r    *profiler.Recorder
+		c    []profiler.GroupedCollective
+	}{{"nil recorder, no calls", nil, nil}, {"recorder, calls", r, calls}, {"recorder, no calls", r, nil}} {
+		if err := tc.r.Grouped(tc.c, nil); err == nil || !strings.Contains(err.Error(), "nil launch") {
+			t.Errorf("%s: Grouped(…, nil) = %v, want an error naming the nil launch", tc.name, err)
+		}
+	}
+	if n := len(p.Snapshot()); n != 0 {
+		t.Errorf("Grouped with a nil launch recorded %d ranges", n)
+	}
+	if err := p.Report(nil, profiler.SortHostTotal); err == nil || !strings.Contains(err.Error(), "nil writer") {
+		t.Errorf("Report(nil) = %v, want an error naming the nil writer", err)
+	}
+	if err := profiler.WriteRecords(nil, nil); err == nil {
+		t.Error("WriteRecords(nil) succeeded")
+	}
+
+	var np *profiler.Profiler
+	nr, err := np.NewRecorder(0, hostDevice)
+	if nr != nil || err != nil {
+		t.Errorf("nil Profiler: NewRecorder = %v, %v; want a nil recorder (profiling off), no error", nr, err)
+	}
+	nr.Start("x")
+	nr.End()
+	if err := np.Flush(context.Background()); err != nil {
+		t.Errorf("nil Profiler: Flush = %v", err)
+	}
+	if recs := np.Snapshot(); recs != nil {
+		t.Errorf("nil Profiler: Snapshot = %v", recs)
+	}
+	if st := np.Stats(); st != (profiler.Stats{}) {
+		t.Errorf("nil Profiler: Stats = %+v", st)
+	}
+	np.Reset()
+	if err := np.Close(context.Background()); err != nil {
+		t.Errorf("nil Profiler: Close = %v", err)
 	}
 }

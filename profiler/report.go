@@ -3,6 +3,7 @@ package profiler
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,6 +99,9 @@ const mib = 1 << 20
 // ending with its peak device memory (peak maps rank to bytes; a missing
 // rank prints 0).
 func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) error {
+	if err := checkWriter("WriteReport", w); err != nil {
+		return err
+	}
 	bw := bufio.NewWriter(w)
 	for i, g := range groups {
 		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, g.Tag)
@@ -131,6 +135,9 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) er
 // WriteRecords writes the per-call log: one line per range in the order
 // given, with its start time since the profiler's epoch.
 func WriteRecords(w io.Writer, records []Record) error {
+	if err := checkWriter("WriteRecords", w); err != nil {
+		return err
+	}
 	bw := bufio.NewWriter(w)
 	width := len("Name")
 	for i := range records {
@@ -152,6 +159,9 @@ func WriteRecords(w io.Writer, records []Record) error {
 
 // Report writes the summary tables of everything recorded so far.
 func (p *Profiler) Report(w io.Writer, by SortKey) error {
+	if err := checkWriter("Report", w); err != nil {
+		return err
+	}
 	recs := p.Snapshot()
 	return WriteReport(w, Summarize(recs), p.peaks(recs), by)
 }
@@ -206,4 +216,12 @@ func WriteRankFiles(prefix string, records []Record, by SortKey, header ...strin
 		paths = append(paths, path)
 	}
 	return paths, nil
+}
+
+// checkWriter refuses a nil writer, which would panic at the first write.
+func checkWriter(fn string, w io.Writer) error {
+	if w == nil {
+		return errors.New("profiler: " + fn + ": nil writer")
+	}
+	return nil
 }

@@ -117,6 +117,9 @@ const StandOut = 0.10
 // all are; and, when ideal is positive, the schedule's ideal bubble
 // fraction to compare the idle shares with.
 func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
+	if err := checkWriter("WriteStepBreakdown", w); err != nil {
+		return err
+	}
 	if len(ranks) == 0 {
 		return nil
 	}

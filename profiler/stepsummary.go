@@ -235,6 +235,9 @@ func (s *StepSummary) Stats() StepSummaryStats {
 // WriteStepTimes writes one line per rank: steps, mean, minimum, the
 // quantiles and the maximum of its step times in milliseconds.
 func WriteStepTimes(w io.Writer, ranks []StepStats) error {
+	if err := checkWriter("WriteStepTimes", w); err != nil {
+		return err
+	}
 	if len(ranks) == 0 {
 		return nil
 	}
