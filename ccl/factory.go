@@ -53,13 +53,33 @@ func (s groupSpec) equal(o groupSpec) bool {
 
 // NewProcessGroupFactory returns a factory that creates groups with the
 // given backends, bypassing the registries. Both must serve one device
-// type; the groups' creation checks it.
+// type; the groups' creation checks it. With either nil, every call of
+// the factory returns an error saying so.
 func NewProcessGroupFactory(c Impl, rt runtime.Impl) *ProcessGroupFactory {
 	return &ProcessGroupFactory{impl: c, rt: rt, groups: make(map[string]*groupEntry)}
 }
 
-// Backend returns the device type the factory's groups use.
-func (f *ProcessGroupFactory) Backend() runtime.DeviceType { return f.impl.Type() }
+// Backend returns the device type the factory's groups use (the zero
+// DeviceType for a factory without a ccl backend).
+func (f *ProcessGroupFactory) Backend() runtime.DeviceType {
+	if f == nil || f.impl == nil {
+		return 0
+	}
+	return f.impl.Type()
+}
+
+// usable refuses a nil factory, or one made without both backends.
+func (f *ProcessGroupFactory) usable(op string) error {
+	switch {
+	case f == nil:
+		return Errorf(op, StatusInvalidArgument, "nil *ProcessGroupFactory")
+	case f.impl == nil:
+		return Errorf(op, StatusInvalidArgument, "process group factory has no ccl backend (NewProcessGroupFactory with a nil Impl)")
+	case f.rt == nil:
+		return Errorf(op, StatusInvalidArgument, "process group factory for %s has no runtime backend (NewProcessGroupFactory with a nil runtime.Impl)", f.impl.Type())
+	}
+	return nil
+}
 
 // GetOrCreate returns the group called name, creating it over devices
 // with CommInitAll if it does not exist; ranks are the devices' positions.
@@ -67,6 +87,9 @@ func (f *ProcessGroupFactory) Backend() runtime.DeviceType { return f.impl.Type(
 // name with other devices is an error.
 func (f *ProcessGroupFactory) GetOrCreate(name string, devices []runtime.Device) (*ProcessGroup, error) {
 	const op = "GetOrCreate"
+	if err := f.usable(op); err != nil {
+		return nil, err
+	}
 	if len(devices) == 0 {
 		return nil, Errorf(op, StatusInvalidArgument, "group %q: no devices", name)
 	}
@@ -104,11 +127,15 @@ func (f *ProcessGroupFactory) GetOrCreate(name string, devices []runtime.Device)
 // GetOrCreateRank returns the group called name, creating this process's
 // rank of an nranks group on dev if it does not exist. Rank 0 gets a new
 // unique id and writes it to idDir (WriteUniqueID); the other ranks wait
-// for it there (ReadUniqueID, bounded by ctx) before CommInitRank. The
+// for it there (ReadUniqueID, bounded by ctx) before CommInitRank, which
+// ctx bounds too where the backend is a ContextCommIniter. The
 // file, "ccl-<escaped name>.id", is removed by rank 0 once every rank has
 // joined.
 func (f *ProcessGroupFactory) GetOrCreateRank(ctx context.Context, name string, nranks, rank int, dev runtime.Device, idDir string) (*ProcessGroup, error) {
 	const op = "GetOrCreateRank"
+	if err := f.usable(op); err != nil {
+		return nil, err
+	}
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, Errorf(op, StatusInvalidArgument, "group %q: rank %d of %d", name, rank, nranks)
 	}
@@ -142,7 +169,13 @@ func (f *ProcessGroupFactory) GetOrCreateRank(ctx context.Context, name string, 
 				return nil, err
 			}
 		}
-		comm, err := f.impl.CommInitRank(nranks, id, rank, dev)
+		var comm Comm
+		var err error
+		if ci, ok := f.impl.(ContextCommIniter); ok {
+			comm, err = ci.CommInitRankContext(ctx, nranks, id, rank, dev)
+		} else {
+			comm, err = f.impl.CommInitRank(nranks, id, rank, dev)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -234,6 +267,9 @@ func (f *ProcessGroupFactory) forget(name string, e *groupEntry) {
 // Get returns the group called name; the error for an unknown name lists
 // the groups that exist.
 func (f *ProcessGroupFactory) Get(name string) (*ProcessGroup, error) {
+	if err := f.usable("Get"); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	e, ok := f.groups[name]
 	f.mu.Unlock()
@@ -250,6 +286,9 @@ func (f *ProcessGroupFactory) Get(name string) (*ProcessGroup, error) {
 
 // Names returns the names of the groups created or being created, sorted.
 func (f *ProcessGroupFactory) Names() []string {
+	if f == nil {
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]string, 0, len(f.groups))
@@ -263,6 +302,9 @@ func (f *ProcessGroupFactory) Names() []string {
 // Destroy destroys every group of the factory (waiting for those being
 // created) and forgets them; the factory stays usable.
 func (f *ProcessGroupFactory) Destroy() error {
+	if f == nil {
+		return nil
+	}
 	f.mu.Lock()
 	entries := make([]*groupEntry, 0, len(f.groups))
 	for _, e := range f.groups {

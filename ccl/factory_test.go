@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -218,5 +219,65 @@ func TestGetOrCreateRankNoRankZero(t *testing.T) {
 	}
 	if _, err := f.GetOrCreateRank(ctx, "x", 2, 2, runtime.Device{Type: runtime.CPU}, dir); !errors.Is(err, ccl.StatusInvalidArgument) {
 		t.Errorf("rank 2 of 2: %v", err)
+	}
+}
+
+// A peer that never arrives: rank 0's creation returns when its context
+// ends, well before the backend's own timeout (a minute here), with an
+// error naming the rank missing.
+func TestGetOrCreateRankHonoursContext(t *testing.T) {
+	noLeaks(t)
+	f := ccl.NewProcessGroupFactory(local.New(local.WithTimeout(time.Minute)), cpuRuntime(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	pg, err := f.GetOrCreateRank(ctx, "lonely", 2, 0, runtime.Device{Type: runtime.CPU, Index: 30}, t.TempDir())
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("GetOrCreateRank returned after %v, not when its context ended", d)
+	}
+	if pg != nil || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ccl.StatusTimeout) {
+		t.Fatalf("GetOrCreateRank = %v, %v; want a timeout wrapping the context's deadline", pg, err)
+	}
+	if !strings.Contains(err.Error(), "ranks [1] had not joined") {
+		t.Errorf("error %q does not name the missing rank", err)
+	}
+	// The failed creation is forgotten: a later call may try again.
+	if names := f.Names(); len(names) != 0 {
+		t.Errorf("groups after a failed creation: %v", names)
+	}
+}
+
+// A nil factory, a factory without backends and a nil Work answer with
+// errors instead of panicking.
+func TestNilFactoryAndWork(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CPU}
+	for name, f := range map[string]*ccl.ProcessGroupFactory{
+		"nil factory":  nil,
+		"nil backends": ccl.NewProcessGroupFactory(nil, nil),
+		"nil runtime":  ccl.NewProcessGroupFactory(local.New(), nil),
+	} {
+		if _, err := f.GetOrCreate("g", []runtime.Device{dev}); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "nil") {
+			t.Errorf("%s: GetOrCreate: %v, want InvalidArgument naming what is nil", name, err)
+		}
+		if _, err := f.GetOrCreateRank(context.Background(), "g", 2, 0, dev, t.TempDir()); !errors.Is(err, ccl.StatusInvalidArgument) {
+			t.Errorf("%s: GetOrCreateRank: %v, want InvalidArgument", name, err)
+		}
+		if _, err := f.Get("g"); !errors.Is(err, ccl.StatusInvalidArgument) {
+			t.Errorf("%s: Get: %v, want InvalidArgument", name, err)
+		}
+		_ = f.Backend()
+		_ = f.Names()
+		if err := f.Destroy(); err != nil {
+			t.Errorf("%s: Destroy: %v", name, err)
+		}
+	}
+	var w *ccl.Work
+	for name, err := range map[string]error{"Wait": w.Wait(time.Second), "Err": w.Err(), "StreamWait": w.StreamWait(nil)} {
+		if !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "nil *Work") {
+			t.Errorf("nil Work: %s: %v, want InvalidArgument naming the nil Work", name, err)
+		}
+	}
+	if w.Done() || w.Event() != nil {
+		t.Error("nil Work: Done or Event reports something")
 	}
 }

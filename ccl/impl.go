@@ -1,6 +1,7 @@
 package ccl
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/trainscope/trainscope/runtime"
@@ -98,4 +99,12 @@ type Impl interface {
 	ReduceScatter(send, recv runtime.Buffer, recvCount int, dtype runtime.DataType, op ReduceOp, c Comm, s *runtime.Stream) error
 	Send(buf runtime.Buffer, count int, dtype runtime.DataType, peer int, c Comm, s *runtime.Stream) error
 	Recv(buf runtime.Buffer, count int, dtype runtime.DataType, peer int, c Comm, s *runtime.Stream) error
+}
+
+// ContextCommIniter is an optional capability of an Impl: CommInitRank
+// bounded by ctx as well as by the backend's own timeout, so that a rank
+// whose peers never arrive returns when its caller gives up.
+// ProcessGroupFactory.GetOrCreateRank uses it where the backend has it.
+type ContextCommIniter interface {
+	CommInitRankContext(ctx context.Context, nranks int, id UniqueID, rank int, dev runtime.Device) (Comm, error)
 }

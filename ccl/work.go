@@ -13,6 +13,10 @@ import (
 // point is an event recorded on the communication stream after the
 // operation.
 //
+// The methods of a nil *Work return an error wrapping
+// StatusInvalidArgument (Done reports false, Event nil): a call that
+// failed returns no Work.
+//
 // A communicator's asynchronous error (GetAsyncError) is not tied to one
 // operation, so once it is set every Work of that rank not yet seen to
 // complete reports it, as NCCL's process groups do.
@@ -85,6 +89,9 @@ func (w *Work) finish(err error) (bool, error) {
 // StatusTimeout that names the operation, group and rank. A timeout of 0
 // or less looks once.
 func (w *Work) Wait(timeout time.Duration) error {
+	if w == nil {
+		return errNilWork("Wait")
+	}
 	deadline := time.Now().Add(timeout)
 	pause := 5 * time.Microsecond
 	for {
@@ -113,6 +120,9 @@ func (w *Work) timeoutError(timeout time.Duration) error {
 // Done reports, without waiting, whether the operation has completed or
 // failed.
 func (w *Work) Done() bool {
+	if w == nil {
+		return false
+	}
 	finished, _ := w.poll()
 	return finished
 }
@@ -120,6 +130,9 @@ func (w *Work) Done() bool {
 // Err returns, without waiting, the operation's failure: nil while it is
 // pending and after it succeeded.
 func (w *Work) Err() error {
+	if w == nil {
+		return errNilWork("Err")
+	}
 	_, err := w.poll()
 	return err
 }
@@ -127,6 +140,9 @@ func (w *Work) Err() error {
 // StreamWait makes work enqueued on s from now on wait for the operation;
 // the host does not wait.
 func (w *Work) StreamWait(s *runtime.Stream) error {
+	if w == nil {
+		return errNilWork("StreamWait")
+	}
 	select {
 	case <-w.recorded:
 	default:
@@ -142,4 +158,15 @@ func (w *Work) StreamWait(s *runtime.Stream) error {
 // recorded only after the outermost GroupEnd when the operation was issued
 // inside a group. It stays valid while the Work or the event is
 // referenced; do not Destroy it.
-func (w *Work) Event() *runtime.Event { return w.done }
+func (w *Work) Event() *runtime.Event {
+	if w == nil {
+		return nil
+	}
+	return w.done
+}
+
+// errNilWork is what a nil *Work's methods return: the Work of a call
+// that failed (its error was not checked) has nothing to wait for.
+func errNilWork(op string) error {
+	return Errorf(op, StatusInvalidArgument, "nil *Work (was the error of the call that returned it checked?)")
+}

@@ -12,7 +12,9 @@
 // for the (sender, receiver) pair and the send completes. Recv blocks the
 // receiver's stream until a message from that peer is there.
 //
-// Every wait has a deadline (WithTimeout, default 60 s). A rank that never
+// Every wait has a deadline (WithTimeout, default 60 s); CommInitRankContext
+// (which ProcessGroupFactory.GetOrCreateRank uses) also gives up when its
+// context ends, naming the ranks that had not joined. A rank that never
 // arrives, ranks that disagree on a collective's count, type, reduction or
 // root, or a Send and Recv of different sizes fail the whole communicator:
 // the error, which names the operation, the communicator and the ranks

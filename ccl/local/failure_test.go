@@ -1,6 +1,7 @@
 package local_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -315,5 +316,59 @@ func TestInvalidArguments(t *testing.T) {
 	}
 	if err := b.CommDestroy(c); err == nil {
 		t.Error("second CommDestroy succeeded")
+	}
+}
+
+// CommInitRankContext returns when ctx ends, before the backend's
+// timeout, naming the ranks that had not joined; a deadline is a timeout,
+// a cancellation an error, and both wrap ctx's error.
+func TestCommInitRankContext(t *testing.T) {
+	noLeaks(t)
+	b := local.New(local.WithTimeout(time.Minute))
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		st   ccl.Status
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 200*time.Millisecond)
+		}, ccl.StatusTimeout, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return ctx, cancel
+		}, ccl.StatusError, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, _ := b.GetUniqueID()
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			c, err := b.CommInitRankContext(ctx, 3, id, 1, runtime.Device{Type: runtime.CPU, Index: 1})
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("returned after %v", d)
+			}
+			if c != nil || !errors.Is(err, tc.st) || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), "ranks [0 2] had not joined when rank 1's context ended (ranks [1] had)") {
+				t.Fatalf("CommInitRankContext = %v, %v; want %s wrapping %v, naming ranks 0 and 2", c, err, tc.st, tc.want)
+			}
+			// The id is free again: the ranks can form the communicator
+			// anew.
+			comms := make([]ccl.Comm, 2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Go(func() {
+					comms[r], errs[r] = b.CommInitRankContext(context.Background(), 2, id, r, runtime.Device{Type: runtime.CPU, Index: r})
+				})
+			}
+			wg.Wait()
+			for r := range 2 {
+				if errs[r] != nil {
+					t.Fatalf("rank %d joining afresh: %v", r, errs[r])
+				}
+				_ = b.CommDestroy(comms[r])
+			}
+		})
 	}
 }

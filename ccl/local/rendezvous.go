@@ -1,7 +1,9 @@
 package local
 
 import (
+	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -80,7 +82,19 @@ var rendezvous = struct {
 // with an error wrapping StatusTimeout naming the ranks that did not join
 // within the backend's timeout.
 func (b *Backend) CommInitRank(nranks int, id ccl.UniqueID, rank int, dev runtime.Device) (ccl.Comm, error) {
+	return b.CommInitRankContext(context.Background(), nranks, id, rank, dev)
+}
+
+// CommInitRankContext is CommInitRank bounded by ctx as well as by the
+// backend's timeout, whichever ends first (ccl.ContextCommIniter). When
+// ctx ends first the communicator fails for every rank waiting, with an
+// error naming the ranks that did not join and wrapping ctx.Err():
+// StatusTimeout for a deadline, StatusError for a cancellation.
+func (b *Backend) CommInitRankContext(ctx context.Context, nranks int, id ccl.UniqueID, rank int, dev runtime.Device) (ccl.Comm, error) {
 	const op = "CommInitRank"
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if id == nil || id.Size() != idSize || len(id.Data()) != idSize {
 		return nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "unique id must be %d bytes (from GetUniqueID)", idSize)
 	}
@@ -124,32 +138,46 @@ func (b *Backend) CommInitRank(nranks int, id ccl.UniqueID, rank int, dev runtim
 	}
 	rendezvous.mu.Unlock()
 
+	// The first rank to give up fails the communicator for all the ranks
+	// waiting, with one message; a latecomer starts anew.
+	giveUp := func(fail func(missing, present []int) error) {
+		rendezvous.mu.Lock()
+		defer rendezvous.mu.Unlock()
+		select {
+		case <-j.done: // completed, or failed, meanwhile
+			return
+		default:
+		}
+		var missing, present []int
+		for r, rc := range j.ranks {
+			if rc == nil {
+				missing = append(missing, r)
+			} else {
+				present = append(present, r)
+			}
+		}
+		j.err = fail(missing, present)
+		if rendezvous.m[key] == j {
+			delete(rendezvous.m, key)
+		}
+		close(j.done)
+	}
 	t := time.NewTimer(b.cfg.timeout)
 	defer t.Stop()
 	select {
 	case <-j.done:
 	case <-t.C:
-		// The first rank to give up fails the communicator for all the
-		// ranks waiting, with one message; a latecomer starts anew.
-		rendezvous.mu.Lock()
-		select {
-		case <-j.done: // completed, or failed, as the timer fired
-		default:
-			var missing, present []int
-			for r, rc := range j.ranks {
-				if rc == nil {
-					missing = append(missing, r)
-				} else {
-					present = append(present, r)
-				}
+		giveUp(func(missing, present []int) error {
+			return ccl.Errorf(op, ccl.StatusTimeout, "communicator of %d ranks (id %x): ranks %v did not join within %v (ranks %v did)", nranks, key[:4], missing, b.cfg.timeout, present)
+		})
+	case <-ctx.Done():
+		giveUp(func(missing, present []int) error {
+			st := ccl.StatusError
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				st = ccl.StatusTimeout
 			}
-			j.err = ccl.Errorf(op, ccl.StatusTimeout, "communicator of %d ranks (id %x): ranks %v did not join within %v (ranks %v did)", nranks, key[:4], missing, b.cfg.timeout, present)
-			if rendezvous.m[key] == j {
-				delete(rendezvous.m, key)
-			}
-			close(j.done)
-		}
-		rendezvous.mu.Unlock()
+			return &ccl.Error{Op: op, Status: st, Detail: fmt.Sprintf("communicator of %d ranks (id %x): ranks %v had not joined when rank %d's context ended (ranks %v had)", nranks, key[:4], missing, rank, present), Err: ctx.Err()}
+		})
 	}
 	if j.err != nil {
 		return nil, j.err
