@@ -12,8 +12,8 @@ import (
 
 // A recorder running short wakes the collector: with a timer that never
 // fires in the test's lifetime and room for 8 ranges, the recorder asks
-// for a collection each time its ring reaches a multiple of half (ranges
-// 1, 5, 9, …), and only the background collector, so woken, can gather
+// for a collection each time another half of its ring has filled (ranges
+// 4, 8, 12, …), and only the background collector, so woken, can gather
 // them (Stats does not collect). After each such range the test waits for
 // the collector to have gathered it: 100 ranges go through an 8-range ring
 // with none lost. Were the wake ignored, nothing would be gathered.
@@ -27,7 +27,7 @@ func TestCollectorWakesWhenARecorderRunsShort(t *testing.T) {
 	for i := range n {
 		r.Start("a")
 		r.End()
-		if i%4 != 0 {
+		if i%4 != 3 {
 			continue
 		}
 		deadline := time.Now().Add(10 * time.Second)

@@ -407,9 +407,10 @@ func (r *Recorder) publish(f *frame) bool {
 	}
 	*slot = f.pending
 	r.pending.publish(seq)
-	if seq&r.pending.halfMask == 0 {
-		// Every half queue, ask for a collection rather than wait for the
-		// collector's timer.
+	if (seq+1)&r.pending.halfMask == 0 {
+		// Each time another half queue has filled, ask for a collection
+		// rather than wait for the collector's timer (not at the first
+		// range: a few ranges wait for the timer, or Flush, or Close).
 		r.p.wake()
 	}
 	return true

@@ -9,7 +9,7 @@ import "sync/atomic"
 type ring[T any] struct {
 	slots    []T
 	mask     uint64
-	halfMask uint64 // seq&halfMask == 0 once every half ring
+	halfMask uint64 // (seq+1)&halfMask == 0 once every half ring
 	_        [56]byte
 	tail     atomic.Uint64 // next slot to fill; written by the producer
 	_        [56]byte
