@@ -16,6 +16,9 @@ import "fmt"
 // recs is ingested. After Close, Ingest returns ErrClosed. It does not
 // block on sinks beyond their Consume.
 func (p *Profiler) Ingest(recs []Record) error {
+	if p == nil {
+		return nil
+	}
 	for i := range recs {
 		r := &recs[i]
 		switch {

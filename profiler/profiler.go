@@ -15,9 +15,9 @@ import (
 // the hot path and keeps the completed records, up to a bound.
 //
 // A nil *Profiler is profiling switched off, like a nil *Recorder:
-// NewRecorder returns a nil *Recorder and no error, Flush, Close and
-// Reset do nothing and return nil, Snapshot returns nil and Stats zero
-// counts.
+// NewRecorder returns a nil *Recorder and no error; every other method
+// does nothing and returns nil or zero values (Report writes nothing,
+// AddSink and Ingest take nothing in).
 type Profiler struct {
 	cfg   config
 	clock monoClock
@@ -188,12 +188,20 @@ func (p *Profiler) wake() {
 }
 
 // Epoch is the host time that record times count from.
-func (p *Profiler) Epoch() time.Time { return p.clock.epoch }
+func (p *Profiler) Epoch() time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return p.clock.epoch
+}
 
 // SetTag sets the tag that ranges started from now on carry (a label such
 // as a step name, that the report groups ranges by); safe from any
 // goroutine.
 func (p *Profiler) SetTag(tag string) {
+	if p == nil {
+		return
+	}
 	p.tagMu.Lock()
 	defer p.tagMu.Unlock()
 	id, ok := p.tagIDs[tag]
@@ -209,6 +217,9 @@ func (p *Profiler) SetTag(tag string) {
 
 // Tag returns the current tag.
 func (p *Profiler) Tag() string {
+	if p == nil {
+		return ""
+	}
 	return (*p.tags.Load())[p.tagIndex.Load()]
 }
 
@@ -266,6 +277,9 @@ func (p *Profiler) isDone() bool {
 // idempotent per device and safe from any goroutine. After Close it
 // returns an error wrapping ErrClosed.
 func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime.Device) error {
+	if p == nil {
+		return nil
+	}
 	p.mu.Lock()
 	_, have := p.calib[dev]
 	closed := p.done
@@ -406,6 +420,9 @@ func (p *Profiler) Stats() Stats {
 // PeakMemory returns the highest device memory mark seen by rank's
 // device ranges since the last Reset (bytes), or 0.
 func (p *Profiler) PeakMemory(rank int) int64 {
+	if p == nil {
+		return 0
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var peak int64

@@ -313,6 +313,26 @@ func TestNilArgumentsDoNotPanic(t *testing.T) {
 		t.Errorf("nil Profiler: Stats = %+v", st)
 	}
 	np.Reset()
+	np.SetTag("warmup")
+	if tag := np.Tag(); tag != "" {
+		t.Errorf("nil Profiler: Tag = %q", tag)
+	}
+	if !np.Epoch().IsZero() || np.PeakMemory(0) != 0 {
+		t.Errorf("nil Profiler: Epoch %v, PeakMemory %d; want zero", np.Epoch(), np.PeakMemory(0))
+	}
+	if err := np.Calibrate(context.Background(), nil, hostDevice); err != nil {
+		t.Errorf("nil Profiler: Calibrate = %v", err)
+	}
+	if err := np.AddSink(&countingSink{names: map[string]int{}}); err != nil {
+		t.Errorf("nil Profiler: AddSink = %v", err)
+	}
+	if err := np.Ingest([]profiler.Record{{Name: "x"}}); err != nil {
+		t.Errorf("nil Profiler: Ingest = %v", err)
+	}
+	var buf strings.Builder
+	if err := np.Report(&buf, profiler.SortHostTotal); err != nil || buf.Len() != 0 {
+		t.Errorf("nil Profiler: Report = %v, wrote %q", err, buf.String())
+	}
 	if err := np.Close(context.Background()); err != nil {
 		t.Errorf("nil Profiler: Close = %v", err)
 	}

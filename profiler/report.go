@@ -162,6 +162,9 @@ func (p *Profiler) Report(w io.Writer, by SortKey) error {
 	if err := checkWriter("Report", w); err != nil {
 		return err
 	}
+	if p == nil {
+		return nil
+	}
 	recs := p.Snapshot()
 	return WriteReport(w, Summarize(recs), p.peaks(recs), by)
 }

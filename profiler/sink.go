@@ -37,6 +37,9 @@ func (p *Profiler) AddSink(s Sink) error {
 	if s == nil {
 		return errors.New("profiler: AddSink: nil sink")
 	}
+	if p == nil {
+		return nil // profiling off: nothing will come
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.sinksClosed {
