@@ -84,6 +84,11 @@ type StepTime struct {
 	Step       int // the step label, None without one
 	Start, End time.Duration
 	Busy       time.Duration
+	// Computed reports that the step had a device-timed compute range
+	// (ActivityCompute), so Busy was measured; without one (a wrapped
+	// command, whose kernels are not timed, only its NCCL operations)
+	// Busy is 0 for want of a measure, not a measured 0.
+	Computed bool
 	// CutShort: the step range was cut short (Record.CutShort), so the
 	// step's figures are not a step's; statistics leave it out.
 	CutShort bool
@@ -291,7 +296,7 @@ func (a *StepAccountant) stepTime(s *openStep) StepTime {
 	return StepTime{
 		Rank: int(s.key.rank), Device: s.key.dev, Stage: int(s.stage), Step: int(s.key.step),
 		Start: s.start, End: s.end, Busy: a.busy(s.work, s.start, s.end),
-		CutShort: s.cutShort,
+		Computed: computed(s.work), CutShort: s.cutShort,
 	}
 }
 
@@ -306,6 +311,16 @@ func (a *StepAccountant) retire(s *openStep) {
 // busy computes a step's busy time from its intervals (sorted in place):
 // per stream, compute less transfers and waits; then the union across
 // streams, clipped to [lo, hi].
+// computed reports whether work holds a compute interval.
+func computed(work []streamInterval) bool {
+	for _, w := range work {
+		if w.act == ActivityCompute {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *StepAccountant) busy(work []streamInterval, lo, hi time.Duration) time.Duration {
 	out := busyParts(a.out[:0], work)
 	busy := unionLength(out, lo, hi)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -24,6 +25,9 @@ type RankSteps struct {
 	Steps int
 	Wall  time.Duration // sum of the steps' host wall time
 	Busy  time.Duration // sum of the steps' busy time
+	// Computed reports that some step had a device-timed compute range
+	// (StepTime.Computed): without one, Busy is not measured.
+	Computed bool
 	// CutShort counts the steps whose step range was cut short
 	// (Record.CutShort): they are not in Steps, Wall or Busy.
 	CutShort int
@@ -82,6 +86,7 @@ func StepBreakdown(records []Record) []RankSteps {
 		rs.Steps++
 		rs.Wall += st.Wall()
 		rs.Busy += st.Busy
+		rs.Computed = rs.Computed || st.Computed
 	}, nil)
 	out := make([]RankSteps, 0, len(byRank))
 	for _, rs := range byRank {
@@ -125,6 +130,7 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "Rank\tStage\tSteps\tMean step(ms)\tBusy %\tIdle %\t")
+	var uncomputed []int
 	for _, r := range ranks {
 		stage := "-"
 		if r.Stage != None {
@@ -135,11 +141,24 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 			fmt.Fprintf(tw, "%d\t%s\t0\t-\t-\t-\t\n", r.Rank, stage)
 			continue
 		}
+		if !r.Computed {
+			// No compute was timed: busy and idle are unknown, not 0 and 100.
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t-\t-\t\n", r.Rank, stage, r.Steps, float64(r.MeanStep())/float64(time.Millisecond))
+			uncomputed = append(uncomputed, r.Rank)
+			continue
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t%.1f\t%.1f\t\n", r.Rank, stage, r.Steps,
 			float64(r.MeanStep())/float64(time.Millisecond), 100*r.BusyFraction(), 100*r.IdleFraction())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(uncomputed) > 0 {
+		who := "ranks " + intsText(uncomputed)
+		if len(uncomputed) == 1 {
+			who = fmt.Sprintf("rank %d", uncomputed[0])
+		}
+		fmt.Fprintf(w, "busy: not measured on %s: no compute range was timed on the device in their steps (a wrapped command's kernels are not timed, only its NCCL operations)\n", who)
 	}
 	var means []time.Duration
 	var longest RankSteps
@@ -171,4 +190,13 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 		fmt.Fprintf(w, "ideal pipeline bubble for this schedule: %.1f%% of a step (idle above it is communication, optimizer and imbalance)\n", 100*ideal)
 	}
 	return nil
+}
+
+// intsText is "0, 1, 2".
+func intsText(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
 }

@@ -220,3 +220,47 @@ func TestRankWithOnlyCutShortSteps(t *testing.T) {
 		t.Errorf("rank 0's step times %q, want dashes", lines[1])
 	}
 }
+
+// TestStepBreakdownWithoutCompute: a rank whose steps hold only a
+// collective timed on the device (a wrapped job: NCCL's kernels are
+// timed, its compute is not) has no measure of busy time; its line says
+// "-" for busy and idle, not 0 % and 100 %, and a note names it. A rank
+// with a device-timed forward keeps its figures.
+func TestStepBreakdownWithoutCompute(t *testing.T) {
+	step := func(rank int, s, e time.Duration) profiler.Record {
+		l := profiler.NoLabels
+		l.Step = 0
+		return profiler.Record{ID: 1, Name: "step", Rank: rank, Labels: l, HostStart: s, HostEnd: e}
+	}
+	l := profiler.NoLabels
+	l.Step = 0
+	fwd := l
+	fwd.Phase = profiler.Forward
+	recs := []profiler.Record{
+		step(0, 0, 1000*us),
+		{ID: 2, Depth: 1, Parent: 1, Name: "AllReduce", Kind: profiler.KindCollective, Rank: 0, Labels: l, Stream: 1,
+			HostStart: 100 * us, HostEnd: 110 * us, HasDevice: true, DeviceStart: 200 * us, DeviceEnd: 500 * us,
+			Collective: profiler.Collective{Op: "AllReduce", Bytes: 1 << 20, Peer: -1, Root: -1, Group: "dp", GroupSize: 2}},
+		step(1, 0, 1000*us),
+		{ID: 2, Depth: 1, Parent: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 1, Labels: fwd, Stream: 2,
+			HostStart: 0, HostEnd: 400 * us, HasDevice: true, DeviceStart: 0, DeviceEnd: 400 * us},
+	}
+	got := profiler.StepBreakdown(recs)
+	if len(got) != 2 || got[0].Computed || !got[1].Computed || got[1].Busy != 400*us {
+		t.Fatalf("breakdown %+v; want rank 0 not computed, rank 1 computed with 400us busy", got)
+	}
+	var buf bytes.Buffer
+	if err := profiler.WriteStepBreakdown(&buf, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	if f := strings.Join(strings.Fields(lines[1]), " "); f != "0 - 1 1.000 - -" {
+		t.Errorf("rank 0's line %q, want busy and idle unknown", f)
+	}
+	if f := strings.Join(strings.Fields(lines[2]), " "); f != "1 - 1 1.000 40.0 60.0" {
+		t.Errorf("rank 1's line %q, want 40%% busy", f)
+	}
+	if !strings.Contains(buf.String(), "busy: not measured on rank 0:") {
+		t.Errorf("no note on rank 0's busy time:\n%s", buf.String())
+	}
+}

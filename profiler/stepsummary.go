@@ -147,6 +147,7 @@ func (rs *rankStepStats) addStep(st StepTime) {
 	rs.Steps++
 	rs.Wall += w
 	rs.Busy += st.Busy
+	rs.Computed = rs.Computed || st.Computed
 	// Add fails only for values the mapping cannot index: a negative
 	// wall time, which a step range never has; 0 goes to its own bin.
 	_ = rs.sketch.Add(float64(max(w, 0)))

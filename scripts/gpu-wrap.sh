@@ -19,6 +19,9 @@
 #                processes interleaved, and the median ratio
 #   signals.txt  SIGTERM to profile-run, SIGKILL to the worker: exit
 #                statuses and the outputs left
+#   steps.txt    a wrapped run whose every call is an NVTX "step N" range
+#                (--nvtx-steps): its report's steps per rank against the
+#                script's count
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
 # With one GPU the two ranks share it, under MPS where the machine has it
 # (MPS=0 to run without), which the script starts and stops.
@@ -70,6 +73,7 @@ run() {
 	} >"$OUT/env.log" 2>&1
 
 	[ "${1:-all}" = signals ] && { signals; return; }
+	[ "${1:-all}" = steps ] && { steps; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
 
 	# 1. One wrapped run, NCCL talking: counts, sizes and times.
@@ -195,14 +199,25 @@ signals() {
 	grep -E 'exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
 }
 
+# A wrapped run whose calls are NVTX step ranges: the report must account
+# as many steps per rank as the script marked, each with its NCCL call.
+steps() {
+	echo "== NVTX steps"
+	timeout -k 10 300 "$pr" -out "$OUT/steps" -metrics-addr off -progress off -- \
+		"${tr[@]}" "$ex" "${share[@]}" --nvtx-steps --iters 5 --warmup 1 --sizes-mib 1 >"$OUT/steps.log" 2>&1
+	echo "exit $?" >>"$OUT/steps.log"
+	python3 "$root/scripts/wrapcheck.py" --steps "$OUT/steps.log" "$OUT"/steps/*/report.txt | tee "$OUT/steps.txt"
+}
+
 case "${1:-}" in
 build) build ;;
 run) run all ;;
 signals) run signals ;;
+steps) run steps ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps" >&2
 	exit 2
 	;;
 esac

@@ -20,6 +20,13 @@ checks a run with --slow-rank R --slow-ms X: the report's collectives
 section must name rank R the straggler, and the time it held the
 collectives up (its arrival less the next-latest, summed) must be within
 10 % of the script's slow_calls × slow_ms_measured.
+
+    python3 scripts/wrapcheck.py --steps wrapped.log report.txt
+
+checks a run with --nvtx-steps: the report's step breakdown must account,
+for every rank, as many steps as the script marked (nvtx_steps), and say
+that busy time was not measured (no compute is timed in a wrapped job);
+profile-run's summary in wrapped.log must count the steps.
 """
 
 import collections
@@ -102,9 +109,44 @@ def straggler(log, report):
     return 0 if ok else 1
 
 
+def steps(log, report):
+    want = {r["rank"]: r.get("nvtx_steps", 0) for r in script_results(log)}
+    if not want or not all(want.values()):
+        print("FAIL steps: the script's lines in %s mark no NVTX steps: %s" % (log, want))
+        return 1
+    text = open(report, errors="replace").read()
+    got = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)\s+Busy %\s+Idle %", line):
+            for row in lines[i + 1:]:
+                f = row.split()
+                if len(f) < 6 or not f[0].isdigit():
+                    break
+                got[int(f[0])] = (int(f[2]), float(f[3]), f[4], f[5])
+            break
+    bad = 0
+    for rank in sorted(want):
+        g = got.get(rank)
+        ok = g is not None and g[0] == want[rank] and g[1] > 0 and g[2] == "-" and g[3] == "-"
+        bad += not ok
+        print("%s steps rank %d: report %s, script marked %d (busy and idle must read -)" % ("PASS" if ok else "FAIL", rank, g, want[rank]))
+    note = re.search(r"busy: not measured on ranks? [0-9, ]+", text)
+    print("%s report says busy was not measured: %s" % ("PASS" if note else "FAIL", note.group(0) if note else "no such line"))
+    bad += not note
+    total = sum(want.values())
+    summ = re.search(r"nvtx: (\d+) ranges[^,]*, (\d+) of them steps", open(log, errors="replace").read())
+    ok = summ is not None and int(summ.group(2)) == total
+    print("%s summary counts %s steps, the script marked %d" % ("PASS" if ok else "FAIL", summ.group(2) if summ else "no", total))
+    bad += not ok
+    return 1 if bad else 0
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "--straggler":
         return straggler(argv[2], argv[3])
+    if len(argv) == 4 and argv[1] == "--steps":
+        return steps(argv[2], argv[3])
     if len(argv) != 3:
         print(__doc__)
         return 2

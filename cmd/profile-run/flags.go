@@ -25,6 +25,8 @@ type options struct {
 	depth   int    // profiler.WithDeviceDepth
 	quiet   bool   // no summary tables on stdout
 	command []string
+	// stepRange names a wrapped command's NVTX step range.
+	stepRange string
 	// importing is the number of files profile-run import takes records
 	// from (0 for a run): their ranks' clocks may differ.
 	importing int
@@ -113,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar (the status line; off a terminal as auto), log or off")
 	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
+	fs.StringVar(&o.stepRange, "step-range", profiler.StepName, `a wrapped command's NVTX range that brackets one training step ("step 12", "step_12" count too; "" for none): its ranges and NCCL operations are then accounted per step (docs/wrap.md)`)
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
 	printUsage := func() {
 		fmt.Fprint(stderr, `Usage:
@@ -173,6 +176,9 @@ Flags:
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["step-range"] && !wrapping {
+		return nil, usagef("-step-range %q names a wrapped command's NVTX step range: it means nothing to the built-in trainer (profile-run [flags] -- CMD ARGS…)", o.stepRange)
+	}
 	if set["straggler-rank"] && c.StragglerDelay == 0 {
 		// The rank alone slows nothing; with the delay, the configuration
 		// check refuses a rank beyond the job.

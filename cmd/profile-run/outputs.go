@@ -28,9 +28,10 @@ import (
 // closeTimeout bounds each exporter's shutdown at the end of a run.
 const closeTimeout = 15 * time.Second
 
-// stepsOrCalls feeds an imported profile's records to both analyses and
-// reports the steps' where any step is complete (the labels it needs are
-// there), else the collectives matched without steps.
+// stepsOrCalls feeds an imported profile's or a wrapped command's records
+// to both analyses and reports the steps' where any step is complete (the
+// labels it needs are there: a wrapped command's NVTX step ranges), else
+// the collectives matched without steps.
 type stepsOrCalls struct {
 	steps *analysis.Sink
 	calls *analysis.CallSink
@@ -273,18 +274,17 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	}
 	// The pipeline analysis: the report's section, the metrics, and each
 	// step for the profile's step_time and the analysis spans. A wrapped
-	// command's operations carry no steps: their collectives are matched
-	// across ranks as they come, on clocks aligned by their departures
-	// (each process turns its GPU's times into host times on its own).
-	// Imported profiles get both: their steps, where they carry the labels
-	// the step analysis needs, and otherwise their collectives; from
-	// several files, each rank's clock is aligned on its collectives.
+	// command's operations carry steps only where the job marks them with
+	// NVTX; imported profiles, where they carry the labels the step
+	// analysis needs. Both get both analyses: the steps where any is
+	// complete, else the collectives matched across ranks as they come.
+	// Clocks are aligned by collective departures for a wrapped command
+	// (each process turns its GPU's times into host times on its own) and
+	// for several imported files.
 	switch {
-	case len(o.command) > 0:
-		out.pipe = analysis.NewCallSink(analysis.WithClockAlignment())
-	case o.importing > 0:
+	case len(o.command) > 0 || o.importing > 0:
 		var align analysis.Option
-		if o.importing > 1 {
+		if o.importing > 1 || len(o.command) > 0 {
 			align = analysis.WithClockAlignment()
 		}
 		out.pipe = &stepsOrCalls{
@@ -448,15 +448,20 @@ func (out *outputs) finish(stdout io.Writer) error {
 			detail = out.detail.Records()
 			st := out.detail.Stats()
 			if len(out.o.command) > 0 {
-				// NCCL knows no steps: the window keeps the first operations.
-				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations, which carry no step: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
+				// The job's steps are not known ahead: the window keeps the
+				// first records.
+				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations and NVTX ranges: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
 			} else {
 				rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
 			}
 		}
 		out.pipe.Flush() // the last steps wait for no later ones now
 		pipe := out.pipe.Summary()
-		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches), header, rankHeader)
+		ideal := schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches)
+		if len(out.o.command) > 0 || out.o.importing > 0 {
+			ideal = 0 // the schedule is not the built-in trainer's, nor known
+		}
+		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader)
 		errs = append(errs, err)
 		if out.report != nil {
 			line := fmt.Sprintf("report: %d records → %s", collected, out.report.Name())

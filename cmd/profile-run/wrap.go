@@ -31,6 +31,9 @@ const (
 const (
 	// envNCCLPlugin is where NCCL looks for a profiler plugin.
 	envNCCLPlugin = "NCCL_PROFILER_PLUGIN"
+	// envNVTXInjection is where NVTX looks for a tool to hand the
+	// application's ranges to; the plugin is one.
+	envNVTXInjection = "NVTX_INJECTION64_PATH"
 	// locateTimeout bounds building the plugin on first use.
 	locateTimeout = 2 * time.Minute
 	// collectorCloseTimeout bounds the wait, once the command has ended,
@@ -52,12 +55,15 @@ type wrapper struct {
 	log            *zap.Logger
 	stdout, stderr io.Writer
 
-	prof    *profiler.Profiler
-	out     *outputs
-	plugin  ncclplugin.Located
-	col     *ncclplugin.Collector
-	noNCCL  string // why no collective can be recorded, when none can
-	started time.Time
+	prof   *profiler.Profiler
+	out    *outputs
+	plugin ncclplugin.Located
+	col    *ncclplugin.Collector
+	noNCCL string // why no collective can be recorded, when none can
+	// nvtxElsewhere is the NVTX tool the command's environment already
+	// named, which keeps its ranges.
+	nvtxElsewhere string
+	started       time.Time
 }
 
 // runWrapped runs o.command under the profiler and returns the command's
@@ -120,7 +126,7 @@ func (w *wrapper) startCollector() {
 	if loc.How == "built" {
 		w.log.Info("built the NCCL profiler plugin", zap.String("path", loc.Path))
 	}
-	col, err := ncclplugin.NewCollector(w.prof)
+	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange))
 	if err != nil {
 		w.noNCCL = err.Error()
 		w.log.Warn("NCCL collectives will not be recorded; the command runs all the same", zap.Error(err))
@@ -147,10 +153,23 @@ func (w *wrapper) environ() []string {
 			continue
 		case ncclplugin.EnvSocket:
 			continue
+		case envNVTXInjection:
+			if value != w.plugin.Path && value != "" {
+				// Another tool (Nsight Systems) takes the ranges: it is the
+				// user's, and there is only one.
+				w.nvtxElsewhere = value
+				w.log.Warn(fmt.Sprintf("%s is set to %q, so NVTX ranges go to that tool, not to trainscope: no steps will be accounted", envNVTXInjection, value))
+				out = append(out, kv)
+			}
+			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out, envNCCLPlugin+"="+w.plugin.Path, w.col.Env())
+	out = append(out, envNCCLPlugin+"="+w.plugin.Path, w.col.Env())
+	if w.nvtxElsewhere == "" {
+		out = append(out, envNVTXInjection+"="+w.plugin.Path)
+	}
+	return out
 }
 
 // runCommand starts the command in a process group of its own, forwards
@@ -389,6 +408,9 @@ func (w *wrapper) finish(code int) {
 		cancel()
 	}
 	w.out.summary = append(w.out.summary, w.ncclSummary())
+	if line := w.nvtxSummary(); line != "" {
+		w.out.summary = append(w.out.summary, line)
+	}
 	fctx, cancel := context.WithTimeout(w.in.abort, flushTimeout)
 	if err := w.prof.Flush(fctx); err != nil {
 		w.log.Warn("flushing the profiler", zap.Error(err))
@@ -425,6 +447,34 @@ func (w *wrapper) ncclSummary() string {
 		line += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
 	}
 	return line
+}
+
+// nvtxSummary says which of the command's NVTX ranges arrived and how
+// many were steps, or how to have steps; "" when nothing was recorded.
+func (w *wrapper) nvtxSummary() string {
+	if w.col == nil {
+		return ""
+	}
+	st := w.col.Stats()
+	if st.Processes == 0 {
+		return ""
+	}
+	lost := ""
+	if st.RangesLost > 0 {
+		lost = fmt.Sprintf(" (%d more, nested too deeply, not recorded)", st.RangesLost)
+	}
+	switch {
+	case w.nvtxElsewhere != "":
+		return fmt.Sprintf("nvtx: ranges went to %s (%s was set), so no steps were accounted", w.nvtxElsewhere, envNVTXInjection)
+	case st.Ranges == 0:
+		return "nvtx: no ranges seen, so no steps: to have the report account each training step, " +
+			`mark it as an NVTX range named "step" (torch.cuda.nvtx.range_push("step") … range_pop(), or -step-range NAME for the name the job uses; docs/wrap.md)`
+	case w.o.stepRange == "":
+		return fmt.Sprintf("nvtx: %d ranges%s (steps not accounted: -step-range is empty)", st.Ranges, lost)
+	case st.Steps == 0:
+		return fmt.Sprintf("nvtx: %d ranges%s, none of them a step: no top-level range was named %q (-step-range NAME names the job's)", st.Ranges, lost, w.o.stepRange)
+	}
+	return fmt.Sprintf("nvtx: %d ranges%s, %d of them steps (%q)", st.Ranges, lost, st.Steps, w.o.stepRange)
 }
 
 // describeExit puts a shell status into words.

@@ -103,6 +103,7 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"-straggler-rank", "1", "--", "true"}, []string{"-straggler-rank sets up the built-in trainer"}},
 		{[]string{"-action-delay", "1ms", "--", "true"}, []string{"-action-delay sets up the built-in trainer"}},
 		{[]string{"-profile", "off", "--", "true"}, []string{"-profile off", "without profile-run"}},
+		{[]string{"-step-range", "iter"}, []string{`-step-range "iter"`, "wrapped command", "-- CMD"}},
 		{[]string{"torchrun", "train.py"}, []string{"-- torchrun train.py"}},
 	}
 	for _, c := range cases {
@@ -141,6 +142,31 @@ func TestWrapEnvironment(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "no process loaded the plugin") {
 		t.Errorf("a command that never loaded the plugin is not explained:\n%s", stdout)
+	}
+}
+
+// TestWrapEnvironmentNVTX: the command's NVTX ranges go to the plugin,
+// unless the user already gave them to another tool (Nsight Systems),
+// which keeps them, and the summary says no steps were accounted.
+func TestWrapEnvironmentNVTX(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libtrainscope-nccl.so")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	show := []string{"sh", "-c", `echo "nvtx=$NVTX_INJECTION64_PATH"`}
+	t.Setenv("NVTX_INJECTION64_PATH", "")
+	code, stdout, stderr := runWrap(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "--"}, show...)...)
+	if code != 0 || !strings.Contains(stdout, "nvtx="+lib+"\n") {
+		t.Errorf("exit %d; the command's NVTX_INJECTION64_PATH is not the plugin %s:\n%s\n%s", code, lib, stdout, stderr)
+	}
+	t.Setenv("NVTX_INJECTION64_PATH", "/opt/nsight/libToolsInjection64.so")
+	code, stdout, stderr = runWrap(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "--"}, show...)...)
+	if code != 0 || !strings.Contains(stdout, "nvtx=/opt/nsight/libToolsInjection64.so\n") {
+		t.Errorf("exit %d; the user's NVTX tool was replaced:\n%s", code, stdout)
+	}
+	if !strings.Contains(stderr, "/opt/nsight/libToolsInjection64.so") || !strings.Contains(stderr, "no steps") {
+		t.Errorf("keeping the user's NVTX tool is not reported:\n%s", stderr)
 	}
 }
 
@@ -386,15 +412,7 @@ func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
-	reports, err := filepath.Glob(filepath.Join(out, "*", "report.txt"))
-	if err != nil || len(reports) != 1 {
-		t.Fatalf("want one report.txt: %v %v", reports, err)
-	}
-	b, err := os.ReadFile(reports[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	report := string(b)
+	reportPath, report := oneReport(t, out)
 	i := strings.Index(report, "=== collectives across ranks")
 	if i < 0 {
 		t.Fatalf("no collectives section:\n%s", report)
@@ -415,11 +433,11 @@ func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
 	// HTML report draws its operations without steps: the four processes'
 	// 5 operations each (an AllReduce and a Broadcast, two Sends and a
 	// Recv) fit in one window.
-	code, stdout, stderr = runCmd(t, "report", filepath.Dir(reports[0]), "--html")
+	code, stdout, stderr = runCmd(t, "report", filepath.Dir(reportPath), "--html")
 	if code != exitOK || !strings.Contains(stdout, "operations without steps to account, 1 windows of operations drawn, 20 transfers") {
 		t.Fatalf("report --html: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
-	page := filepath.Join(filepath.Dir(reports[0]), "report.html")
+	page := filepath.Join(filepath.Dir(reportPath), "report.html")
 	html, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
@@ -517,4 +535,62 @@ func TestWrapProgressStraggler(t *testing.T) {
 	if got, want := stragglerText(s), ", 12 matched across ranks, straggler rank 1 (caused 90% of the waiting)"; got != want {
 		t.Errorf("rank 1 stands out: %q, want %q", got, want)
 	}
+}
+
+// TestWrapAccountsNVTXSteps wraps two processes of the plugin's driver in
+// its NVTX mode: each pushes "step" (with a nested "forward" of about
+// 1 ms and the driver's NCCL calls inside), then a second "step" of about
+// 2 ms. The report accounts two steps per rank, says busy time was not
+// measured (nothing computed is timed in a wrapped job) rather than 0 %,
+// gives no ideal bubble (the job's schedule is not known), and the
+// summary counts the ranges.
+func TestWrapAccountsNVTXSteps(t *testing.T) {
+	dir, lib := buildPlugin(t)
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	script := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-nvtx %q $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", "bash", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, `nvtx: 6 ranges, 4 of them steps ("step")`) {
+		t.Errorf("summary lacks the NVTX line (2 processes × 2 steps and a forward):\n%s", stdout)
+	}
+	_, report := oneReport(t, out)
+	i := strings.Index(report, "=== where the steps went")
+	if i < 0 {
+		t.Fatalf("no step breakdown:\n%s", report)
+	}
+	section := report[i:]
+	for r := range 2 {
+		// Rank, stage, 2 steps, a mean of at least 1 ms, busy and idle "-".
+		m := regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+-\s+2\s+([0-9.]+)\s+-\s+-\s*$`, r)).FindStringSubmatch(section)
+		if m == nil {
+			t.Errorf("rank %d's step row is not 2 steps with busy and idle unknown:\n%s", r, section)
+			continue
+		}
+		if ms, _ := strconv.ParseFloat(m[1], 64); ms < 1 {
+			t.Errorf("rank %d: mean step %s ms; its steps hold sleeps of 1 and 2 ms", r, m[1])
+		}
+	}
+	if !strings.Contains(section, "busy: not measured on ranks 0, 1") {
+		t.Errorf("the breakdown does not say busy time was not measured:\n%s", section)
+	}
+	if strings.Contains(report, "ideal pipeline bubble") {
+		t.Errorf("an ideal bubble for a wrapped job, whose schedule is not known:\n%s", report)
+	}
+}
+
+// oneReport is the path and text of the one report.txt under out.
+func oneReport(t *testing.T, out string) (string, string) {
+	t.Helper()
+	reports, err := filepath.Glob(filepath.Join(out, "*", "report.txt"))
+	if err != nil || len(reports) != 1 {
+		t.Fatalf("want one report.txt: %v %v", reports, err)
+	}
+	b, err := os.ReadFile(reports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reports[0], string(b)
 }

@@ -50,6 +50,9 @@ def parse(argv=None):
                         "(a test set-up: slow, but every collective and p2p is a real NCCL operation)")
     p.add_argument("--slow-rank", type=int, default=-1, help="the rank that arrives late at every timed all-reduce")
     p.add_argument("--slow-ms", type=float, default=0.0, help="how late --slow-rank arrives, in ms of GPU sleep")
+    p.add_argument("--nvtx-steps", action="store_true",
+                   help="mark every call (warm-up and timed) as an NVTX range \"step N\" (N counting from 0), "
+                        "as a training loop marks its steps for profile-run")
     p.add_argument("--torch-trace", default="", metavar="DIR", help="record the loop with torch.profiler and write DIR/rank<R>.json")
     a = p.parse_args(argv)
     if a.iters < 1 or a.warmup < 0:
@@ -115,7 +118,21 @@ def main(argv=None):
             torch.cuda._sleep(cycles)
             slow["slow_calls"] += 1
 
+    steps = {"n": 0}
+
+    def step(body):
+        # One NVTX range per call: what a training loop does once per step.
+        if not a.nvtx_steps:
+            return body
+        def marked():
+            torch.cuda.nvtx.range_push("step %d" % steps["n"])
+            body()
+            torch.cuda.nvtx.range_pop()
+            steps["n"] += 1
+        return marked
+
     def timed(op, size, body, before=None):
+        body = step(body)
         for _ in range(a.warmup):
             body()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -175,7 +192,7 @@ def main(argv=None):
         prof.export_chrome_trace(os.path.join(a.torch_trace, "rank%d.json" % rank))
     print(json.dumps({"tool": "allreduce_pp", "rank": rank, "world": world, "device": str(dev),
                       "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                      "wall_s": wall, "results": results, **slow}), flush=True)
+                      "wall_s": wall, "results": results, "nvtx_steps": steps["n"], **slow}), flush=True)
     dist.destroy_process_group()
     return 0
 

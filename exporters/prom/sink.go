@@ -229,8 +229,10 @@ func (e *Exporter) stepSeries(dev runtime.Device, rank int, stage int16) *stepSe
 // accountStep adds one step's busy and idle time (profiler.StepAccountant
 // defines them, for the text report too).
 func (e *Exporter) accountStep(st profiler.StepTime) {
-	if st.CutShort {
-		// Not a step's time: its work failed or was interrupted.
+	if st.CutShort || !st.Computed {
+		// Not a step's time (its work failed or was interrupted), or no
+		// compute was timed in it (a wrapped command's step): busy is not
+		// known, and idle would claim the whole step.
 		return
 	}
 	s := e.stepSeries(st.Device, st.Rank, int16(st.Stage))

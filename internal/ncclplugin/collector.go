@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,8 +32,9 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	dir    string
-	linger time.Duration
+	dir      string
+	linger   time.Duration
+	stepName string
 }
 
 // WithDir sets the directory in which the collector makes its own
@@ -44,6 +47,17 @@ func WithDir(dir string) Option { return optionFunc(func(c *config) { c.dir = di
 // with what it has (default 2 s). Kernel channels arrive when the GPU has
 // run them; a busy GPU can be seconds behind the host.
 func WithLinger(d time.Duration) Option { return optionFunc(func(c *config) { c.linger = d }) }
+
+// WithStepRange names the application's NVTX range that brackets one
+// training step (default "step"; "" for none). A top-level range whose
+// name is this, alone or followed by a separator and more ("step 12",
+// "step_12", "step: warmup"), becomes a profiler step range: its
+// process's step number is the integer after the separator where there
+// is one, else its count of such ranges from 0; the process's NCCL
+// operations and other ranges that start inside it carry that step.
+func WithStepRange(name string) Option {
+	return optionFunc(func(c *config) { c.stepName = name })
+}
 
 // Stats counts what the collector has seen.
 type Stats struct {
@@ -58,6 +72,10 @@ type Stats struct {
 	// ProxyTimed counts the p2p operations whose transfer end NCCL's
 	// proxy reported (network transports).
 	ProxyTimed uint64
+	// Ranges counts the application's NVTX ranges ingested, Steps those
+	// of them that were step ranges (WithStepRange); RangesLost the
+	// ranges the plugins did not send for being nested too deeply.
+	Ranges, Steps, RangesLost uint64
 	// Losses the plugins reported (the latest cumulative counts of every
 	// process, summed): records lost to a full ring, events refused,
 	// records discarded while no collector was connected.
@@ -105,18 +123,45 @@ type procKey struct {
 
 // process is what the collector knows about one wrapped process.
 type process struct {
-	worldRank int32            // the launcher's rank, -1 unknown
-	open      int              // connections open
-	ops       map[uint64]*op   // by task
-	devices   map[uint64]int32 // CUDA device by communicator
-	drops     [3]uint64        // ring full, refused, unsent: the latest cumulative report
-	clock     offsetEstimate
+	worldRank int32 // the launcher's rank, -1 unknown
+	// rank is the process's rank in the report: worldRank, else its rank
+	// in the first communicator it made; -1 until known. early holds its
+	// ranges until then.
+	rank    int
+	early   []profiler.Record
+	open    int              // connections open
+	ops     map[uint64]*op   // by task
+	devices map[uint64]int32 // CUDA device by communicator
+	drops   [3]uint64        // ring full, refused, unsent: the latest cumulative report
+	clock   offsetEstimate
 	// passed is, per communicator, the latest enqueue time (plugin
 	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
 	// reported their stop: the GPU has run every operation of that
 	// communicator enqueued before it.
 	passed map[uint64]uint64
+	// steps are the process's latest step ranges (NVTX), oldest first.
+	steps    []stepSpan
+	nextStep int32
+	// lost is, per thread, the latest count of its ranges not sent.
+	lost map[uint32]uint64
+	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
+	// reported: where a step it left open is cut short.
+	latest uint64
 }
+
+// stepSpan is one step range of a process, in plugin CLOCK_MONOTONIC ns;
+// end is 0 while it is open.
+type stepSpan struct {
+	tid        uint32
+	ordinal    uint64
+	start, end uint64
+	n          int32
+}
+
+// maxSteps bounds the step ranges a process keeps for labelling its
+// operations: an operation is delivered within seconds of its enqueue,
+// far fewer steps than this later.
+const maxSteps = 64
 
 type op struct {
 	rec      Record
@@ -179,7 +224,7 @@ func NewCollector(p *profiler.Profiler, opts ...Option) (*Collector, error) {
 	if p == nil {
 		return nil, errors.New("ncclplugin: NewCollector: nil profiler")
 	}
-	cfg := config{dir: os.TempDir(), linger: 2 * time.Second}
+	cfg := config{dir: os.TempDir(), linger: 2 * time.Second, stepName: profiler.StepName}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
@@ -308,7 +353,10 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64)}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1}
+			if h.WorldRank >= 0 {
+				pr.rank = int(h.WorldRank)
+			}
 			c.procs[key] = pr
 		}
 		pr.open++
@@ -351,8 +399,14 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	switch r.Kind {
 	case KindCommInit:
 		pr.devices[r.Comm] = r.Device
+		if pr.rank < 0 && r.Rank >= 0 {
+			pr.rank = int(r.Rank)
+			out = pr.releaseEarly(out)
+		}
 	case KindDrops:
 		pr.drops = [3]uint64{r.RingFull, r.Refused, r.Unsent}
+	case KindRange:
+		return c.rangeLocked(pr, r, out)
 	case KindCollective, KindP2P:
 		o := pr.op(r.Task)
 		o.rec, o.have, o.last = r, true, now
@@ -439,6 +493,43 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 		}
 		out = c.deliverLocked(pr, o, out)
 	}
+	if cutoff.IsZero() {
+		out = c.cutStepsLocked(pr, out)
+		if pr.rank < 0 && len(pr.early) > 0 {
+			// Neither a launcher's rank nor a communicator: a process on
+			// its own, rank 0.
+			pr.rank = 0
+			out = pr.releaseEarly(out)
+		}
+	}
+	return out
+}
+
+// cutStepsLocked ends the steps pr left open — its process ended, or
+// profile-run stopped listening, inside them — as cut short at the
+// latest time it reported.
+func (c *Collector) cutStepsLocked(pr *process, out []profiler.Record) []profiler.Record {
+	for i := range pr.steps {
+		s := &pr.steps[i]
+		if s.end != 0 {
+			continue
+		}
+		s.end = max(pr.latest, s.start)
+		c.nextID++
+		rec := profiler.Record{
+			ID: c.nextID, Name: profiler.StepName, Kind: profiler.KindHost, Labels: profiler.NoLabels,
+			HostStart: c.clock.at(int64(s.start)), HostEnd: c.clock.at(int64(s.end)), CutShort: true,
+		}
+		rec.Step = s.n
+		c.stats.Ranges++
+		c.stats.Steps++
+		if pr.rank < 0 {
+			pr.early = append(pr.early, rec)
+			continue
+		}
+		rec.Rank = pr.rank
+		out = append(out, rec)
+	}
 	return out
 }
 
@@ -482,6 +573,10 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	if pr.worldRank >= 0 {
 		rank = int(pr.worldRank)
 	}
+	if pr.rank < 0 {
+		pr.rank = rank
+		out = pr.releaseEarly(out)
+	}
 	dev := int32(-1)
 	if d, ok := pr.devices[r.Comm]; ok {
 		dev = d
@@ -491,7 +586,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		Name:      opName,
 		Kind:      kind,
 		Rank:      rank,
-		Labels:    profiler.NoLabels, // NCCL knows no steps, stages or microbatches
+		Labels:    pr.labelsAt(r.HostStart), // NCCL knows no steps, stages or microbatches: the application's step ranges do
 		Device:    runtime.Device{Type: runtime.CUDA, Index: int(dev)},
 		HostStart: c.clock.at(int64(r.HostStart)),
 		HostEnd:   c.clock.at(int64(r.HostEnd)),
@@ -524,15 +619,150 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		rec.HasDevice = true
 		rec.DeviceStart = c.clock.at(int64(gpuStart) + off)
 		rec.DeviceEnd = c.clock.at(int64(gpuStop) + off)
+		pr.latest = max(pr.latest, uint64(int64(gpuStop)+off))
 	} else {
 		c.stats.HostOnly++
 	}
+	pr.latest = max(pr.latest, r.HostEnd, o.proxyStop)
 	if o.proxyStop != 0 && r.Kind == KindP2P {
 		rec.Collective.TransferEnd = c.clock.at(int64(o.proxyStop))
 		c.stats.ProxyTimed++
 	}
 	c.stats.Records++
 	return append(out, rec)
+}
+
+// maxEarly bounds the ranges a process of unknown rank keeps.
+const maxEarly = 1 << 12
+
+// rangeLocked turns an NVTX range record into a profiler host range: a
+// step range (WithStepRange) opens a step at its push and becomes the
+// step's range at its pop; any other range carries the step it started
+// in.
+func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []profiler.Record {
+	pr.latest = max(pr.latest, r.RangeBegin, r.RangeEnd)
+	if r.LostRanges > pr.lost[r.TID] {
+		c.stats.RangesLost += r.LostRanges - pr.lost[r.TID]
+		pr.lost[r.TID] = r.LostRanges
+	}
+	isStep := r.Depth == 0 && c.cfg.stepName != ""
+	n := int32(profiler.None)
+	if isStep {
+		var ok bool
+		if n, ok = stepNumber(r.Name, c.cfg.stepName, pr.nextStep); !ok {
+			isStep = false
+		}
+	}
+	if r.RangeStart {
+		if isStep {
+			pr.beginStep(r.TID, r.Ordinal, r.RangeBegin, n)
+		}
+		return out
+	}
+	c.nextID++
+	rec := profiler.Record{
+		ID:        c.nextID,
+		Name:      r.Name,
+		Kind:      profiler.KindHost,
+		Depth:     int(r.Depth),
+		Labels:    pr.labelsAt(r.RangeBegin),
+		HostStart: c.clock.at(int64(r.RangeBegin)),
+		HostEnd:   c.clock.at(int64(r.RangeEnd)),
+	}
+	if isStep {
+		s := pr.beginStep(r.TID, r.Ordinal, r.RangeBegin, n)
+		s.end = r.RangeEnd
+		rec.Name = profiler.StepName
+		rec.Labels = profiler.NoLabels
+		rec.Step = s.n
+		c.stats.Steps++
+	}
+	c.stats.Ranges++
+	if pr.rank < 0 {
+		if len(pr.early) < maxEarly {
+			pr.early = append(pr.early, rec)
+		}
+		return out
+	}
+	rec.Rank = pr.rank
+	return append(out, rec)
+}
+
+// releaseEarly delivers the ranges kept until the process's rank was
+// known.
+func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
+	for _, rec := range pr.early {
+		rec.Rank = pr.rank
+		out = append(out, rec)
+	}
+	pr.early = nil
+	return out
+}
+
+// beginStep returns the process's step opened by the push (tid,
+// ordinal), opening it as step n when it is not known yet (its start
+// record was lost, or this is the start record).
+func (pr *process) beginStep(tid uint32, ordinal, start uint64, n int32) *stepSpan {
+	for i := len(pr.steps) - 1; i >= 0; i-- {
+		if s := &pr.steps[i]; s.tid == tid && s.ordinal == ordinal {
+			return s
+		}
+	}
+	if len(pr.steps) == maxSteps {
+		pr.steps = append(pr.steps[:0], pr.steps[1:]...)
+	}
+	pr.steps = append(pr.steps, stepSpan{tid: tid, ordinal: ordinal, start: start, n: n})
+	pr.nextStep = max(pr.nextStep, n+1)
+	return &pr.steps[len(pr.steps)-1]
+}
+
+// labelsAt is the labels of an operation or range of the process that
+// started at t (plugin CLOCK_MONOTONIC ns): the step whose range holds t.
+func (pr *process) labelsAt(t uint64) profiler.Labels {
+	l := profiler.NoLabels
+	for i := len(pr.steps) - 1; i >= 0; i-- {
+		s := &pr.steps[i]
+		if s.start <= t {
+			if s.end == 0 || t <= s.end {
+				l.Step = s.n
+			}
+			break
+		}
+	}
+	return l
+}
+
+// stepNumber reports whether name names a step range ("step", "step 12",
+// "step_12", "step: warmup" for step "step") and its number: the
+// integer after the separator, else next.
+func stepNumber(name, step string, next int32) (int32, bool) {
+	rest, ok := strings.CutPrefix(name, step)
+	if !ok {
+		return 0, false
+	}
+	if rest == "" {
+		return next, true
+	}
+	if c := rest[0]; c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' && !isDigits(rest) {
+		return 0, false // "stepper", or "step2x"
+	}
+	digits := strings.TrimLeft(rest, " _:#=-.\t")
+	if i := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		digits = digits[:i]
+	}
+	if v, err := strconv.ParseInt(digits, 10, 32); err == nil && digits != "" {
+		return int32(v), true
+	}
+	return next, true
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func (c *Collector) ingest(recs []profiler.Record) {

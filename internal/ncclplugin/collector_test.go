@@ -1,12 +1,14 @@
 package ncclplugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -113,7 +115,7 @@ func TestCollectorMatchesKernelChannels(t *testing.T) {
 	gpu := func(hostNs uint64) uint64 { return hostNs + gpuAhead }
 	const hash = 0x1234
 	data := stream(
-		helloFrame(1, 100, "n0"),
+		helloFrame(wireVersion, 100, "n0"),
 		wireRec{kind: 1, hash: hash, rank: 1, nranks: 4, nnodes: 1, peer: 3, name: "dp"}.frame(),
 		// The second channel's report arrives before its collective's record.
 		wireRec{kind: 4, hash: hash, task: 1, seq: 9, rank: 1, nranks: 4, fn: 1, parent: 2, channel: 1,
@@ -217,7 +219,7 @@ func TestCollectorProxyOperations(t *testing.T) {
 			t0: gpu(host + 10_000), t1: gpu(host + 50_000), a0: host + 11_000, a1: host + 51_000}.frame()
 	}
 	conn := send(t, c, stream(
-		helloFrame(1, 300, "n0"),
+		helloFrame(wireVersion, 300, "n0"),
 		wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 2, peer: 0, name: "pp"}.frame(),
 		p2p(1, 6), p2p(2, 7),
 		// The proxy starts both when the host posts them, before the GPU
@@ -260,7 +262,7 @@ func TestCollectorManyProcesses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			parts := [][]byte{helloFrame(1, uint32(1000+i), "n")}
+			parts := [][]byte{helloFrame(wireVersion, uint32(1000+i), "n")}
 			for k := range ops {
 				task := uint64(k + 1)
 				parts = append(parts,
@@ -292,7 +294,7 @@ func TestCollectorLingerAndClose(t *testing.T) {
 	c, sink, _ := newTestCollector(t, WithLinger(100*time.Millisecond))
 	// One operation waits for a second channel that never comes; the
 	// connection stays open, so only the linger delivers it.
-	conn := send(t, c, stream(helloFrame(1, 5, "n"),
+	conn := send(t, c, stream(helloFrame(wireVersion, 5, "n"),
 		wireRec{kind: 2, task: 1, t0: 10, t1: 20, rank: 0, nranks: 2, peer: 0, fn: 2, nch: 2, name: "g"}.frame(),
 		wireRec{kind: 4, task: 1, parent: 2, channel: 0, t0: 100, t1: 130, a0: 30, a1: 40}.frame(),
 		wireRec{kind: 4, task: 99, parent: 2, channel: 0, t0: 100, t1: 130, a0: 30, a1: 40}.frame(),
@@ -352,7 +354,7 @@ func TestCollectorCloseWithNothingOpen(t *testing.T) {
 
 func TestCollectorCountsDecodeErrors(t *testing.T) {
 	c, sink, _ := newTestCollector(t)
-	send(t, c, stream(helloFrame(1, 1, "n"),
+	send(t, c, stream(helloFrame(wireVersion, 1, "n"),
 		wireRec{kind: 2, task: 1, t0: 1, t1: 2, nranks: 1, peer: -1, fn: 1, nch: 1}.frame(),
 		[]byte("garbage")), false)
 	send(t, c, helloFrame(3, 2, "n"), false)
@@ -381,14 +383,14 @@ func TestCollectorRankFromLauncher(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := uint64(mono)
-	withRank := helloFrame(1, 200, "n1")
+	withRank := helloFrame(wireVersion, 200, "n1")
 	binary.LittleEndian.PutUint32(withRank[96:], 6+1) // RANK=6
 	coll := func(hash uint64, task uint64, rank int32, name string) []byte {
 		return wireRec{kind: 2, hash: hash, task: task, seq: task, t0: host, t1: host + 1000, a0: 4, a1: 16, rank: rank, nranks: 2, peer: -1,
 			fn: 1, dtype: 7, nch: 1, name: name}.frame()
 	}
 	send(t, c, stream(withRank, coll(1, 1, 1, "pp"), coll(2, 2, 0, "dp")), false)
-	send(t, c, stream(helloFrame(1, 201, "n1"), coll(1, 1, 1, "pp")), false)
+	send(t, c, stream(helloFrame(wireVersion, 201, "n1"), coll(1, 1, 1, "pp")), false)
 	got := map[string][]int{}
 	for _, r := range sink.wait(t, 3) {
 		key := fmt.Sprintf("%s rank %d", r.Collective.Group, r.Rank)
@@ -410,7 +412,7 @@ func TestCollectorWaitsForAQueuedGPU(t *testing.T) {
 		return wireRec{kind: 2, hash: hash, task: task, seq: task, t0: t0, t1: t0 + 5, a0: 1, a1: 4, rank: 0, nranks: 2, peer: -1,
 			fn: 1, dtype: 7, nch: 1, name: "g"}.frame()
 	}
-	conn := send(t, c, stream(helloFrame(1, 7, "n"),
+	conn := send(t, c, stream(helloFrame(wireVersion, 7, "n"),
 		coll(1, 1, 100), // comm 1: queued; the GPU will pass it
 		coll(2, 2, 100), // comm 2: queued; nothing passes it
 	), true)
@@ -437,5 +439,110 @@ func TestCollectorWaitsForAQueuedGPU(t *testing.T) {
 	conn.Close()
 	if recs := sink.wait(t, 3); recs[2].Collective.Seq != 2 || recs[2].HasDevice {
 		t.Errorf("at the process's end, %+v", recs[2])
+	}
+}
+
+// TestCollectorStepsFromRanges: the application's NVTX ranges become host
+// ranges of its rank, its "step" ranges become steps, and its NCCL
+// operations carry the step they were enqueued in. The process names no
+// launcher rank, so its rank is its rank in its first communicator, which
+// it makes after its first ranges (those wait for it). Its last step is
+// still open when it ends: cut short at the latest time it reported.
+func TestCollectorStepsFromRanges(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 1_000_000_000
+	const hash = 0x99
+	us := func(n uint64) uint64 { return host + n*1000 }
+	coll := func(task uint64, at uint64) []byte {
+		return wireRec{kind: 2, hash: hash, task: task, seq: task, t0: at, t1: at + 1000, a0: 8, a1: 32, rank: 1, nranks: 2, peer: -1,
+			fn: 1, dtype: 8, nch: 1, name: "dp"}.frame()
+	}
+	channel := func(task uint64, at uint64) []byte {
+		return wireRec{kind: 4, hash: hash, task: task, seq: task, rank: 1, nranks: 2, fn: 1, parent: 2, channel: 0,
+			t0: at + 5000, t1: at + 9000, a0: at + 5500, a1: at + 9500}.frame()
+	}
+	send(t, c, stream(helloFrame(wireVersion, 400, "n"),
+		rangeFrame(10, 1, 1, 0, us(0), 0, 0, "step"),
+		rangeFrame(10, 0, 2, 0, us(10), us(20), 1, "forward"),
+		wireRec{kind: 1, hash: hash, rank: 1, nranks: 2, nnodes: 1, peer: 0, name: "dp"}.frame(),
+		coll(1, us(30)), channel(1, us(30)),
+		rangeFrame(10, 0, 1, 0, us(0), us(100), 0, "step"),
+		coll(2, us(150)), channel(2, us(150)),
+		rangeFrame(10, 1, 3, 0, us(200), 0, 0, "step 7"),
+		rangeFrame(10, 0, 3, 2, us(200), us(300), 0, "step 7"),
+		rangeFrame(10, 0, 4, 2, us(320), us(330), 0, "stepper"),
+		rangeFrame(10, 1, 5, 2, us(400), 0, 0, "step"),
+		rangeFrame(10, 0, 6, 2, us(410), us(450), 1, "optimizer"),
+	), false)
+	recs := sink.wait(t, 8)
+	type got struct {
+		name       string
+		step       int32
+		depth      int
+		start, dur time.Duration
+		cut        bool
+	}
+	var steps, others []got
+	var base time.Duration
+	for _, r := range recs {
+		if r.Name == profiler.StepName && r.Step == 0 {
+			base = r.HostStart
+		}
+	}
+	for _, r := range recs {
+		if r.Rank != 1 {
+			t.Errorf("%s: rank %d, want 1 (its rank in communicator dp)", r.Name, r.Rank)
+		}
+		g := got{r.Name, r.Step, r.Depth, r.HostStart - base, r.HostDuration(), r.CutShort}
+		if r.Name == profiler.StepName {
+			steps = append(steps, g)
+		} else {
+			others = append(others, g)
+		}
+	}
+	sortGot := func(v []got) {
+		slices.SortFunc(v, func(a, b got) int { return cmp.Compare(a.start, b.start) })
+	}
+	sortGot(steps)
+	sortGot(others)
+	us2 := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	wantSteps := []got{
+		{"step", 0, 0, 0, us2(100), false},
+		{"step", 7, 0, us2(200), us2(100), false},
+		// Numbered after the last: 8. Cut short at the optimizer's end.
+		{"step", 8, 0, us2(400), us2(50), true},
+	}
+	if !slices.Equal(steps, wantSteps) {
+		t.Errorf("steps\n got %+v\nwant %+v", steps, wantSteps)
+	}
+	wantOthers := []got{
+		{"forward", 0, 1, us2(10), us2(10), false},
+		{"AllReduce", 0, 0, us2(30), us2(1), false},
+		{"AllReduce", -1, 0, us2(150), us2(1), false}, // between steps
+		{"stepper", -1, 0, us2(320), us2(10), false},  // not a step range, and outside one
+		{"optimizer", 8, 1, us2(410), us2(40), false},
+	}
+	if !slices.Equal(others, wantOthers) {
+		t.Errorf("other ranges\n got %+v\nwant %+v", others, wantOthers)
+	}
+	if st := c.Stats(); st.Ranges != 6 || st.Steps != 3 || st.RangesLost != 2 || st.Records != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestStepNumber(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int32
+		ok   bool
+	}{
+		{"step", 5, true}, {"step 12", 12, true}, {"step_3", 3, true}, {"step12", 12, true}, {"step: warmup", 5, true},
+		{"step#4 (bwd)", 4, true}, {"stepper", 0, false}, {"step2x", 0, false}, {"train_step", 0, false}, {"Step", 0, false},
+		{"step 99999999999", 5, true},
+	} {
+		n, ok := stepNumber(tc.name, "step", 5)
+		if n != tc.n || ok != tc.ok {
+			t.Errorf("stepNumber(%q) = %d, %v; want %d, %v", tc.name, n, ok, tc.n, tc.ok)
+		}
 	}
 }

@@ -6,6 +6,9 @@ import "encoding/binary"
 // plugins/nccl/trainscope_nccl_wire.h (offsets in its comments), not from
 // the decoder.
 
+// wireVersion is TSNP_VERSION.
+const wireVersion = 2
+
 func helloFrame(version uint16, pid uint32, host string) []byte {
 	b := make([]byte, 128)
 	copy(b, "TSNP")
@@ -60,4 +63,22 @@ func stream(parts ...[]byte) []byte {
 		out = append(out, p...)
 	}
 	return out
+}
+
+// rangeFrame is a RANGE record (struct tsnp_range): flags 1 = START,
+// 2 = TRUNCATED.
+func rangeFrame(tid uint32, flags uint16, ordinal, lost, t0, t1 uint64, depth int32, name string) []byte {
+	b := make([]byte, 128)
+	le := binary.LittleEndian
+	le.PutUint16(b[0:], 8)
+	le.PutUint16(b[2:], flags)
+	le.PutUint32(b[4:], tid)
+	le.PutUint64(b[16:], ordinal)
+	le.PutUint64(b[24:], lost)
+	le.PutUint64(b[32:], t0)
+	le.PutUint64(b[40:], t1)
+	le.PutUint32(b[48:], uint32(depth))
+	le.PutUint32(b[52:], uint32(len(name)))
+	copy(b[56:128], name)
+	return b
 }

@@ -1,10 +1,12 @@
 package ncclplugin
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,32 +18,7 @@ import (
 // kernel channels reported from another thread, a Broadcast, two Sends
 // and a Recv), and checks what this collector makes of the stream.
 func TestPluginEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds C code")
-	}
-	for _, tool := range []string{"make", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s on this machine (%v): the C plugin cannot be built here", tool, err)
-		}
-	}
-	dir := filepath.Join("..", "..", "plugins", "nccl")
-	build := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("make: %v\n%s", err, out)
-	}
-	c, sink, _ := newTestCollector(t)
-	drive := exec.Command(filepath.Join(dir, "test_plugin"), "--drive", filepath.Join(dir, "libtrainscope-nccl.so"))
-	// The launcher's rank (torchrun's RANK) names the process; its rank in
-	// the communicator stays the group rank.
-	drive.Env = append(os.Environ(), c.Env(), "RANK=3", "OMPI_COMM_WORLD_RANK=", "SLURM_PROCID=", "PMI_RANK=")
-	if out, err := drive.CombinedOutput(); err != nil {
-		t.Fatalf("driver: %v\n%s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, sink := drive(t, "--drive")
 	recs := sink.wait(t, 5)
 	n := map[string]int{}
 	for _, r := range recs {
@@ -76,4 +53,77 @@ func TestPluginEndToEnd(t *testing.T) {
 		st.PluginRingFull != 0 || st.DecodeErrors != 0 {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// TestPluginEndToEndNVTX: the driver acts as NVTX's loader and the
+// application: it pushes "step", a nested "forward" of about 1 ms, makes
+// the main case's NCCL calls, pops; then a second "step" of about 2 ms.
+// The collector makes two steps of rank 3 (the launcher's), the forward
+// and every NCCL operation inside step 0.
+func TestPluginEndToEndNVTX(t *testing.T) {
+	c, sink := drive(t, "--drive-nvtx")
+	recs := sink.wait(t, 8)
+	var steps []profiler.Record
+	ops := 0
+	for _, r := range recs {
+		if r.Rank != 3 {
+			t.Errorf("%s: rank %d, want 3", r.Name, r.Rank)
+		}
+		switch {
+		case r.Name == profiler.StepName:
+			steps = append(steps, r)
+		case r.Name == "forward":
+			if r.Step != 0 || r.Depth != 1 || r.Kind != profiler.KindHost || r.HostDuration() < time.Millisecond {
+				t.Errorf("forward: step %d depth %d kind %v host %v; want step 0, depth 1, host, ≥ 1 ms", r.Step, r.Depth, r.Kind, r.HostDuration())
+			}
+		case r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P:
+			ops++
+			if r.Step != 0 {
+				t.Errorf("%s: step %d, want 0 (enqueued inside the first step range)", r.Name, r.Step)
+			}
+		default:
+			t.Errorf("unexpected record %s (%v)", r.Name, r.Kind)
+		}
+	}
+	slices.SortFunc(steps, func(a, b profiler.Record) int { return cmp.Compare(a.Step, b.Step) })
+	if len(steps) != 2 || steps[0].Step != 0 || steps[1].Step != 1 || steps[1].HostDuration() < 2*time.Millisecond ||
+		steps[0].HostEnd > steps[1].HostStart || steps[0].CutShort || steps[1].CutShort {
+		t.Errorf("steps %+v; want steps 0 and 1 in order, the second ≥ 2 ms", steps)
+	}
+	if st := c.Stats(); st.Ranges != 3 || st.Steps != 2 || st.Records != 5 || ops != 5 {
+		t.Errorf("stats %+v, %d operations; want 3 ranges, 2 steps, 5 operations", st, ops)
+	}
+}
+
+// drive builds the C plugin and its test driver with make, runs the
+// driver in mode against a new collector as rank 3 of its launcher (the
+// process's rank in the communicator stays the group rank), and closes
+// the collector once the driver has exited.
+func drive(t *testing.T, mode string) (*Collector, *capture) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds C code")
+	}
+	for _, tool := range []string{"make", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on this machine (%v): the C plugin cannot be built here", tool, err)
+		}
+	}
+	dir := filepath.Join("..", "..", "plugins", "nccl")
+	build := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("make: %v\n%s", err, out)
+	}
+	c, sink, _ := newTestCollector(t)
+	cmd := exec.Command(filepath.Join(dir, "test_plugin"), mode, filepath.Join(dir, "libtrainscope-nccl.so"))
+	cmd.Env = append(os.Environ(), c.Env(), "RANK=3", "OMPI_COMM_WORLD_RANK=", "SLURM_PROCID=", "PMI_RANK=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("driver %s: %v\n%s", mode, err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, sink
 }

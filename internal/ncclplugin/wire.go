@@ -11,7 +11,7 @@ import (
 // Wire constants (trainscope_nccl_wire.h).
 const (
 	Magic      = "TSNP"
-	Version    = 1
+	Version    = 2
 	RecordSize = 128
 )
 
@@ -27,9 +27,16 @@ const (
 	KindDrops         Kind = 5
 	KindCommFinalize  Kind = 6
 	KindProxyOp       Kind = 7
+	KindRange         Kind = 8 // an NVTX range of the application's
 )
 
-var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize", "proxy-op"}
+var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize", "proxy-op", "range"}
+
+// Range record flags.
+const (
+	rangeStart     = 1 // sent at the push of a top-level range
+	rangeTruncated = 2 // the name did not fit
+)
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -107,6 +114,20 @@ type Record struct {
 	// start. ParentKind and Channel as for a kernel channel.
 	ProxyStart, ProxyStop uint64
 	IsSend                bool
+
+	// Range (NVTX): CLOCK_MONOTONIC ns at the push and the pop (RangeEnd
+	// 0 in the record sent at a top-level push, RangeStart true); its
+	// nesting depth on its thread (0 top level); the thread's push
+	// number, the same in both records of a range; the name (Truncated:
+	// cut to the record's 72 bytes); LostRanges, the thread's ranges so
+	// far not sent for being nested too deeply.
+	RangeBegin, RangeEnd uint64
+	RangeStart           bool
+	Depth                int32
+	Ordinal              uint64
+	Name                 string
+	Truncated            bool
+	LostRanges           uint64
 
 	// Comm-init, comm-finalize, drops: when (CLOCK_MONOTONIC ns).
 	At uint64
@@ -255,6 +276,9 @@ func cstring(b []byte) string {
 func decode(b []byte) (Record, error) {
 	le := binary.LittleEndian
 	k := Kind(le.Uint16(b[0:]))
+	if k == KindRange {
+		return decodeRange(b)
+	}
 	r := Record{
 		Kind:     k,
 		TID:      le.Uint32(b[4:]),
@@ -311,6 +335,36 @@ func decode(b []byte) (Record, error) {
 		r.At, r.RingFull, r.Refused, r.Unsent = t0, a0, a1, a2
 	default:
 		return r, fmt.Errorf("unknown record kind %d", uint16(k))
+	}
+	return r, nil
+}
+
+// decodeRange reads a RANGE record (struct tsnp_range).
+func decodeRange(b []byte) (Record, error) {
+	le := binary.LittleEndian
+	flags := le.Uint16(b[2:])
+	r := Record{
+		Kind:       KindRange,
+		TID:        le.Uint32(b[4:]),
+		Ordinal:    le.Uint64(b[16:]),
+		LostRanges: le.Uint64(b[24:]),
+		RangeBegin: le.Uint64(b[32:]),
+		RangeEnd:   le.Uint64(b[40:]),
+		Depth:      int32(le.Uint32(b[48:])),
+		Name:       cstring(b[56:128]),
+		RangeStart: flags&rangeStart != 0,
+		Truncated:  flags&rangeTruncated != 0,
+		Peer:       -1,
+	}
+	switch {
+	case r.Ordinal == 0:
+		return r, errors.New("range record with ordinal 0")
+	case r.Depth < 0:
+		return r, fmt.Errorf("range record with depth %d", r.Depth)
+	case r.RangeStart && r.RangeEnd != 0:
+		return r, fmt.Errorf("range start record with an end (%d ns)", r.RangeEnd)
+	case !r.RangeStart && r.RangeEnd < r.RangeBegin:
+		return r, fmt.Errorf("range record ends (%d ns) before it starts (%d ns)", r.RangeEnd, r.RangeBegin)
 	}
 	return r, nil
 }

@@ -3,6 +3,7 @@ package ncclplugin
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 
 func TestReaderDecodesEveryKind(t *testing.T) {
 	in := stream(
-		helloFrame(1, 4242, "node7"),
+		helloFrame(wireVersion, 4242, "node7"),
 		wireRec{kind: 1, tid: 9, hash: 0xfeed, t0: 100, rank: 2, nranks: 8, nnodes: 2, peer: 3, name: "pg0"}.frame(),
 		wireRec{kind: 2, tid: 9, hash: 0xfeed, task: 11, seq: 4, t0: 200, t1: 250, a0: 1024, a1: 2048, rank: 2, nranks: 8, peer: -1,
 			fn: 1, dtype: 10, algo: 2, proto: 3, nch: 4, nwarps: 16, name: "pg0"}.frame(),
@@ -29,7 +30,7 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.PID != 4242 || h.Hostname != "node7" || h.Version != 1 || h.UID != 1000 {
+	if h.PID != 4242 || h.Hostname != "node7" || h.Version != wireVersion || h.UID != 1000 {
 		t.Fatalf("hello %+v", h)
 	}
 	var got []Record
@@ -74,15 +75,19 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 	}
 }
 
+// TestReaderRejectsOtherVersions: a plugin older (version 1, before
+// RANGE records) or newer than this decoder is named, with the fix.
 func TestReaderRejectsOtherVersions(t *testing.T) {
-	d := NewReader(bytes.NewReader(helloFrame(2, 1, "h")))
-	_, err := d.Next()
-	if !errors.Is(err, ErrVersion) {
-		t.Fatalf("error %v, want ErrVersion", err)
-	}
-	for _, want := range []string{"version 2", "reads version 1", "make -C plugins/nccl"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%q lacks %q", err, want)
+	for _, v := range []uint16{1, 3} {
+		d := NewReader(bytes.NewReader(helloFrame(v, 1, "h")))
+		_, err := d.Next()
+		if !errors.Is(err, ErrVersion) {
+			t.Fatalf("version %d: error %v, want ErrVersion", v, err)
+		}
+		for _, want := range []string{fmt.Sprintf("version %d,", v), "reads version 2", "make -C plugins/nccl"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q lacks %q", err, want)
+			}
 		}
 	}
 }
@@ -95,13 +100,13 @@ func TestReaderErrorsNameTheOffset(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "byte 0: empty stream"},
-		{"short hello", helloFrame(1, 1, "h")[:60], "byte 60: stream ends inside the hello"},
+		{"short hello", helloFrame(wireVersion, 1, "h")[:60], "byte 60: stream ends inside the hello"},
 		{"bad magic", append([]byte("HTTP"), make([]byte, 124)...), "byte 0: not a trainscope"},
-		{"truncated record", stream(helloFrame(1, 1, "h"), good, good[:40]), "byte 256: stream ends inside a record (40 of 128"},
-		{"unknown kind", stream(helloFrame(1, 1, "h"), wireRec{kind: 99}.frame()), "byte 128: unknown record kind 99"},
-		{"task 0", stream(helloFrame(1, 1, "h"), good, wireRec{kind: 3, t0: 1, t1: 1}.frame()), "byte 256: p2p record with task 0"},
-		{"ends before it starts", stream(helloFrame(1, 1, "h"), wireRec{kind: 2, task: 1, t0: 5, t1: 4}.frame()), "byte 128: collective record ends"},
-		{"kernel parent", stream(helloFrame(1, 1, "h"), wireRec{kind: 4, task: 1, parent: 9}.frame()), "byte 128: kernel-channel record with parent kind 9"},
+		{"truncated record", stream(helloFrame(wireVersion, 1, "h"), good, good[:40]), "byte 256: stream ends inside a record (40 of 128"},
+		{"unknown kind", stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 99}.frame()), "byte 128: unknown record kind 99"},
+		{"task 0", stream(helloFrame(wireVersion, 1, "h"), good, wireRec{kind: 3, t0: 1, t1: 1}.frame()), "byte 256: p2p record with task 0"},
+		{"ends before it starts", stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 2, task: 1, t0: 5, t1: 4}.frame()), "byte 128: collective record ends"},
+		{"kernel parent", stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 4, task: 1, parent: 9}.frame()), "byte 128: kernel-channel record with parent kind 9"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +146,7 @@ func TestWireHeaderAgrees(t *testing.T) {
 		"TSNP_VERSION": Version, "TSNP_RECORD_SIZE": RecordSize,
 		"TSNP_COMM_INIT": int(KindCommInit), "TSNP_COLLECTIVE": int(KindCollective), "TSNP_P2P": int(KindP2P),
 		"TSNP_KERNEL_CHANNEL": int(KindKernelChannel), "TSNP_DROPS": int(KindDrops), "TSNP_COMM_FINALIZE": int(KindCommFinalize),
+		"TSNP_PROXY_OP": int(KindProxyOp), "TSNP_RANGE": int(KindRange), "TSNP_RANGE_START": rangeStart, "TSNP_RANGE_TRUNCATED": rangeTruncated,
 	}
 	for name, want := range checks {
 		if got := def(name); got != want {
@@ -165,10 +171,12 @@ func TestWireHeaderAgrees(t *testing.T) {
 }
 
 func FuzzReader(f *testing.F) {
-	f.Add(stream(helloFrame(1, 1, "h"), wireRec{kind: 2, task: 1, t0: 1, t1: 2, nch: 1}.frame(),
+	f.Add(stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 2, task: 1, t0: 1, t1: 2, nch: 1}.frame(),
 		wireRec{kind: 4, task: 1, parent: 2, t0: 5, t1: 6}.frame()))
-	f.Add(helloFrame(2, 1, "h"))
-	f.Add(stream(helloFrame(1, 1, "h"), wireRec{kind: 5}.frame()[:77]))
+	f.Add(helloFrame(3, 1, "h"))
+	f.Add(stream(helloFrame(wireVersion, 1, "h"), rangeFrame(7, 1, 1, 0, 10, 0, 0, "step"), rangeFrame(7, 2, 1, 3, 10, 20, 0, "step 1")))
+	f.Add(helloFrame(1, 1, "h"))
+	f.Add(stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 5}.frame()[:77]))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d := NewReader(bytes.NewReader(in))
 		n := 0
@@ -192,4 +200,37 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeRange: range records read back field by field, and the
+// impossible ones are errors naming their offset.
+func TestDecodeRange(t *testing.T) {
+	long := strings.Repeat("x", 72)
+	d := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"),
+		rangeFrame(7, 1, 3, 0, 100, 0, 0, "step"),
+		rangeFrame(7, 2, 4, 5, 110, 190, 1, long),
+	)))
+	a, err := d.Next()
+	if err != nil || a.Kind != KindRange || !a.RangeStart || a.TID != 7 || a.Ordinal != 3 || a.RangeBegin != 100 || a.RangeEnd != 0 ||
+		a.Depth != 0 || a.Name != "step" || a.Truncated {
+		t.Errorf("start record %+v, %v", a, err)
+	}
+	b, err := d.Next()
+	if err != nil || b.RangeStart || !b.Truncated || b.Name != long || b.LostRanges != 5 || b.Depth != 1 || b.RangeEnd != 190 {
+		t.Errorf("end record %+v, %v", b, err)
+	}
+	for _, tc := range []struct {
+		frame []byte
+		want  string
+	}{
+		{rangeFrame(7, 0, 0, 0, 1, 2, 0, "a"), "byte 128: range record with ordinal 0"},
+		{rangeFrame(7, 0, 1, 0, 1, 2, -1, "a"), "byte 128: range record with depth -1"},
+		{rangeFrame(7, 1, 1, 0, 1, 2, 0, "a"), "byte 128: range start record with an end"},
+		{rangeFrame(7, 0, 1, 0, 5, 2, 0, "a"), "byte 128: range record ends (2 ns) before it starts (5 ns)"},
+	} {
+		_, err := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"), tc.frame))).Next()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
 }

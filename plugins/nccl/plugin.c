@@ -13,6 +13,11 @@
  * system call once the thread's ring exists. One background thread of
  * ours drains the rings and writes to the socket, never waiting on the
  * collector for long, and discards (counting) when there is none.
+ *
+ * The same library is an NVTX injection library (NVTX_INJECTION64_PATH):
+ * InitializeInjectionNvtx2 hooks the application's thread ranges of the
+ * default domain, which go out as RANGE records through the same rings;
+ * see "The NVTX interface" below.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,6 +37,7 @@
 #include <unistd.h>
 
 #include "nccl_profiler_abi.h"
+#include "nvtx_injection_abi.h"
 #include "trainscope_nccl_wire.h"
 
 #define TS_EXPORT __attribute__((visibility("default")))
@@ -43,6 +49,7 @@ enum {
   TS_BATCH = 512,          /* records per socket write */
   TS_FLUSH_MS = 200,       /* how long finalize and exit wait for the last records to go */
   TS_SEND_WAIT_MS = 50,    /* how long one drain cycle waits on a full socket */
+  TS_NVTX_LEVELS = 16,     /* NVTX nesting levels tracked per thread; deeper ranges are counted, not sent */
 };
 
 static uint64_t now_ns(clockid_t id) {
@@ -56,6 +63,14 @@ static uint64_t mono_ns(void) { return now_ns(CLOCK_MONOTONIC); }
 
 enum { RING_OWNED = 1, RING_FREE = 2 };
 
+/* An open NVTX range of the thread's. */
+struct ts_frame {
+  uint64_t t0;
+  uint64_t ordinal;
+  uint32_t name_len; /* the full length */
+  char name[sizeof(((struct tsnp_range*)0)->name)];
+};
+
 struct ts_ring {
   _Atomic uint64_t head; /* written by the producer */
   char pad0[56];
@@ -65,6 +80,13 @@ struct ts_ring {
   _Atomic int state;
   uint32_t tid;
   struct ts_ring* next; /* immutable once published */
+  /* The owner's NVTX range stack: only the owning thread touches it (the
+   * drainer never does), so it needs no atomics. A ring adopted from an
+   * exited thread starts with an empty stack. */
+  int32_t nvtx_depth;   /* open ranges, tracked or not */
+  uint64_t nvtx_pushes; /* pushes so far: the last range's ordinal */
+  uint64_t nvtx_lost;   /* ranges not sent, nested deeper than TS_NVTX_LEVELS */
+  struct ts_frame nvtx[TS_NVTX_LEVELS];
   struct tsnp_record recs[];
 };
 
@@ -163,6 +185,7 @@ static struct {
   _Atomic uint64_t refused; /* events refused: no slot, or a parent no longer known */
   pid_t pid;                /* this process, for proxy operations (PXN runs other processes' too) */
   int mask;                 /* the events asked of NCCL */
+  int nvtx;                 /* InitializeInjectionNvtx2 succeeded: the drainer outlives the communicators */
   /* The drainer's own. */
   int fd;
   uint64_t next_connect;
@@ -206,6 +229,8 @@ static struct ts_ring* ring_get(void) {
     do r->next = head;
     while (!atomic_compare_exchange_weak(&g.rings, &head, r));
   }
+  r->nvtx_depth = 0;
+  r->nvtx_pushes = r->nvtx_lost = 0;
   r->tid = gettid_u32();
   tls_ring = r;
   pthread_setspecific(g.key, r);
@@ -535,6 +560,12 @@ static void after_fork_child(void) {
   g.out_len = g.out_off = 0;
   for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next)
     atomic_store(&r->tail, atomic_load(&r->head)); /* the parent sends its own records */
+  /* The forking thread goes on in the child, under another thread id,
+   * keeping its ring and its open NVTX ranges (the child pops them). The
+   * NVTX hooks stay installed (g.nvtx stays set), but the child has no
+   * drainer until it initialises a communicator: until then its records
+   * wait in its rings, and what does not fit is counted as dropped. */
+  if (tls_ring) tls_ring->tid = gettid_u32();
 }
 
 static uint64_t env_u64(const char* name, uint64_t def) {
@@ -648,7 +679,9 @@ static ncclResult_t ts_finalize(void* context) {
   r.t0 = mono_ns();
   push(&r);
   pthread_mutex_lock(&g.mu);
-  if (--g.ncomms == 0) flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, 1);
+  /* The last communicator: send what is left, and stop the drainer unless
+   * NVTX ranges may still come (then the exit hook stops it). */
+  if (--g.ncomms == 0) flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, !g.nvtx);
   pthread_mutex_unlock(&g.mu);
   free(c);
   return ncclSuccess;
@@ -834,3 +867,197 @@ TS_EXPORT ncclProfiler_v4_t ncclProfiler_v4 = {
     .recordEventState = ts_record_state,
     .finalize = ts_finalize,
 };
+
+/* ---- The NVTX interface. ----
+ *
+ * NVTX calls these on the application's threads, in place of its own
+ * no-op functions. A thread's ranges nest: each thread keeps a stack of
+ * its open ranges in its ring (struct ts_ring), tracking TS_NVTX_LEVELS
+ * levels. A push at depth 0 sends a START record; every pop of a tracked
+ * range sends the whole range; ranges deeper than that are counted
+ * (nvtx_lost) and their pops only unwind the depth. Like the NCCL events,
+ * a push or a pop reads the clock, copies the name and pushes onto the
+ * ring: no lock, no allocation and no system call once the thread has a
+ * ring (a thread's first push allocates it, as a first NCCL event does).
+ *
+ * Which calls are taken (the default domain only, one stack per thread,
+ * shared by all of them as NVTX nests them):
+ *   nvtxRangePushA, nvtxRangePushW, nvtxRangePushEx, nvtxRangePop, and
+ *   nvtxDomainRangePushEx / nvtxDomainRangePop with the NULL (default)
+ *   domain. A range's name is its ASCII message; a range named any other
+ *   way (nvtxRangePushW, a UNICODE or REGISTERED message, none at all) is
+ *   sent as "(unnamed)".
+ * Ranges of other domains (NCCL's own "NCCL" domain, nvtx3::scoped_range_in
+ *   of a named domain, ...) are ignored: not pushed on the stack, their
+ *   pops not taken, both returning NVTX_NO_PUSH_POP_TRACKING as without a
+ *   tool. For that nvtxDomainCreateA and nvtxDomainCreateW are hooked too,
+ *   returning one non-NULL handle for every named domain: a slot the tool
+ *   leaves alone makes the creator return NULL, which is the default
+ *   domain, and named domains' ranges would be taken for the default's.
+ * Everything else (marks, start/end ranges, naming, registered strings,
+ * domain destruction) is left to NVTX, which makes it a no-op.
+ *
+ * Return values follow NVTX: a push returns the zero-based level of the
+ * new range, a pop the level of the range it ended, and a pop with no
+ * range open on the thread -1 (nothing is sent).
+ */
+
+struct ts_nvtx_domain {
+  char unused;
+};
+static struct ts_nvtx_domain named_domain; /* the handle of every domain but the default */
+
+static _Atomic int nvtx_ready; /* set up done: the hooks may use g */
+
+static const char unnamed[] = "(unnamed)";
+
+static void range_send(struct ts_ring* r, const struct ts_frame* f, int32_t depth, uint64_t t1, uint16_t flags) {
+  union {
+    struct tsnp_record rec;
+    struct tsnp_range range;
+  } u;
+  memset(&u, 0, sizeof u);
+  u.range.kind = TSNP_RANGE;
+  u.range.flags = flags | (f->name_len > sizeof f->name ? TSNP_RANGE_TRUNCATED : 0);
+  u.range.domain = 0;
+  u.range.ordinal = f->ordinal;
+  u.range.lost = r->nvtx_lost;
+  u.range.t0 = f->t0;
+  u.range.t1 = t1;
+  u.range.depth = depth;
+  u.range.name_len = f->name_len;
+  memcpy(u.range.name, f->name, sizeof u.range.name);
+  push(&u.rec);
+}
+
+static int range_push(const char* name) {
+  if (!atomic_load_explicit(&nvtx_ready, memory_order_acquire)) return NVTX_NO_PUSH_POP_TRACKING;
+  struct ts_ring* r = ring_get();
+  if (!r) return NVTX_NO_PUSH_POP_TRACKING;
+  int32_t depth = r->nvtx_depth;
+  if (depth == INT32_MAX) return -1;
+  r->nvtx_depth = depth + 1;
+  uint64_t ordinal = ++r->nvtx_pushes;
+  if (depth >= TS_NVTX_LEVELS) {
+    r->nvtx_lost++;
+    return depth;
+  }
+  struct ts_frame* f = &r->nvtx[depth];
+  size_t n = strlen(name);
+  f->ordinal = ordinal;
+  f->name_len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+  if (n >= sizeof f->name) {
+    memcpy(f->name, name, sizeof f->name);
+  } else {
+    memcpy(f->name, name, n);
+    memset(f->name + n, 0, sizeof f->name - n);
+  }
+  f->t0 = mono_ns();
+  if (depth == 0) range_send(r, f, 0, 0, TSNP_RANGE_START);
+  return depth;
+}
+
+static int range_pop(void) {
+  if (!atomic_load_explicit(&nvtx_ready, memory_order_acquire)) return NVTX_NO_PUSH_POP_TRACKING;
+  struct ts_ring* r = tls_ring; /* a thread with no ring has pushed nothing */
+  if (!r) return tls_ring_failed ? NVTX_NO_PUSH_POP_TRACKING : -1;
+  if (r->nvtx_depth <= 0) return -1;
+  int32_t depth = --r->nvtx_depth;
+  if (depth < TS_NVTX_LEVELS) range_send(r, &r->nvtx[depth], depth, mono_ns(), 0);
+  return depth;
+}
+
+/* The name of a range pushed with attributes: its ASCII message. */
+static const char* attr_name(const nvtxEventAttributes_t* a) {
+  if (!a || (a->size != 0 && a->size < offsetof(nvtxEventAttributes_t, message) + sizeof a->message)) return unnamed;
+  if (a->messageType != NVTX_MESSAGE_TYPE_ASCII || !a->message.ascii) return unnamed;
+  return a->message.ascii;
+}
+
+static int nvtx_push_a(const char* message) { return range_push(message ? message : unnamed); }
+
+static int nvtx_push_w(const wchar_t* message) {
+  (void)message;
+  return range_push(unnamed);
+}
+
+static int nvtx_push_ex(const nvtxEventAttributes_t* a) { return range_push(attr_name(a)); }
+
+static int nvtx_pop(void) { return range_pop(); }
+
+static int nvtx_domain_push_ex(nvtxDomainHandle_t domain, const nvtxEventAttributes_t* a) {
+  return domain ? NVTX_NO_PUSH_POP_TRACKING : range_push(attr_name(a));
+}
+
+static int nvtx_domain_pop(nvtxDomainHandle_t domain) { return domain ? NVTX_NO_PUSH_POP_TRACKING : range_pop(); }
+
+static nvtxDomainHandle_t nvtx_domain_create_a(const char* name) {
+  (void)name;
+  return &named_domain;
+}
+
+static nvtxDomainHandle_t nvtx_domain_create_w(const wchar_t* name) {
+  (void)name;
+  return &named_domain;
+}
+
+struct ts_hook {
+  unsigned id;
+  NvtxFunctionPointer fn;
+};
+
+/* Whether every slot of hooks is in the table. */
+static int hooks_fit(NvtxFunctionTable table, unsigned size, const struct ts_hook* hooks, size_t n) {
+  if (!table) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (hooks[i].id >= size || !table[hooks[i].id]) return 0;
+  return 1;
+}
+
+static void hooks_install(NvtxFunctionTable table, const struct ts_hook* hooks, size_t n) {
+  for (size_t i = 0; i < n; i++) *table[hooks[i].id] = hooks[i].fn;
+}
+
+/* NVTX's entry point, called once per NVTX instance in the process (each
+ * library built with the NVTX v3 headers has its own), on whichever
+ * thread made that instance's first call, possibly while another instance
+ * or NCCL is initialising the plugin on another thread. The CORE hooks
+ * are all or nothing: without them it returns 0, which turns that NVTX
+ * instance off. The CORE2 hooks (domain ranges and domain creation) are
+ * installed together when all of their slots exist. */
+TS_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
+  static const struct ts_hook core[] = {
+      {NVTX_CBID_CORE_RangePushA, (NvtxFunctionPointer)nvtx_push_a},
+      {NVTX_CBID_CORE_RangePushW, (NvtxFunctionPointer)nvtx_push_w},
+      {NVTX_CBID_CORE_RangePushEx, (NvtxFunctionPointer)nvtx_push_ex},
+      {NVTX_CBID_CORE_RangePop, (NvtxFunctionPointer)nvtx_pop},
+  };
+  static const struct ts_hook core2[] = {
+      {NVTX_CBID_CORE2_DomainRangePushEx, (NvtxFunctionPointer)nvtx_domain_push_ex},
+      {NVTX_CBID_CORE2_DomainRangePop, (NvtxFunctionPointer)nvtx_domain_pop},
+      {NVTX_CBID_CORE2_DomainCreateA, (NvtxFunctionPointer)nvtx_domain_create_a},
+      {NVTX_CBID_CORE2_DomainCreateW, (NvtxFunctionPointer)nvtx_domain_create_w},
+  };
+  if (!get_export_table) return 0;
+  const NvtxExportTableCallbacks* cb = get_export_table(NVTX_ETID_CALLBACKS);
+  if (!cb || cb->struct_size < sizeof *cb || !cb->GetModuleFunctionTable) return 0;
+  NvtxFunctionTable t1 = NULL, t2 = NULL;
+  unsigned n1 = 0, n2 = 0;
+  if (!cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t1, &n1) || !hooks_fit(t1, n1, core, sizeof core / sizeof core[0]))
+    return 0;
+  int with_core2 = cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t2, &n2) &&
+                   hooks_fit(t2, n2, core2, sizeof core2 / sizeof core2[0]);
+
+  /* Set up before any hook can run: once a slot is written, the
+   * instance's other threads may call it. */
+  pthread_mutex_lock(&g.mu);
+  set_up();
+  drainer_start();
+  g.nvtx = 1;
+  pthread_mutex_unlock(&g.mu);
+  atomic_store_explicit(&nvtx_ready, 1, memory_order_release);
+
+  hooks_install(t1, core, sizeof core / sizeof core[0]);
+  if (with_core2) hooks_install(t2, core2, sizeof core2 / sizeof core2[0]);
+  return 1;
+}

@@ -1,9 +1,12 @@
 /*
- * Tests libtrainscope-nccl.so without NCCL: each case forks a child that
- * dlopens the plugin and calls it the way NCCL 2.28 does (init, task
- * events on the calling thread, kernel-channel events from another
- * thread, finalize), while this process listens on the Unix socket as
- * the collector would and checks the bytes that arrive.
+ * Tests libtrainscope-nccl.so without NCCL or NVTX: each case forks a
+ * child that dlopens the plugin and calls it the way NCCL 2.28 does (init,
+ * task events on the calling thread, kernel-channel events from another
+ * thread, finalize), or the way an NVTX v3 instance does (dlopen,
+ * InitializeInjectionNvtx2 with a fake export table, calls through the
+ * function-pointer slots the plugin filled), while this process listens
+ * on the Unix socket as the collector would and checks the bytes that
+ * arrive.
  *
  *   ./test_plugin ./libtrainscope-nccl.so
  *
@@ -12,6 +15,18 @@
  * as rank 1 of 4 or as the rank given:
  *
  *   ./test_plugin --drive ./libtrainscope-nccl.so [RANK NRANKS]
+ *
+ * With --drive-nvtx, the same against that collector, wrapped in NVTX
+ * ranges made through the injection as NVTX makes them (one thread):
+ * push "step" (depth 0); push "forward" (with nvtxRangePushEx), sleep
+ * 1 ms, pop; the main case's NCCL calls up to, not including, the
+ * finalize (comm init, AllReduce, Broadcast, two Sends and a Recv, the
+ * kernel channels and proxy operations from another thread); pop "step";
+ * push "step" again, sleep 2 ms, pop; then finalize. It sends RANGE
+ * records: START "step" (ordinal 1), "forward" (ordinal 2, depth 1),
+ * "step" (ordinal 1), START "step" (ordinal 3), "step" (ordinal 3).
+ *
+ *   ./test_plugin --drive-nvtx ./libtrainscope-nccl.so [RANK NRANKS]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -29,6 +44,7 @@
 #include <unistd.h>
 
 #include "nccl_profiler_abi.h"
+#include "nvtx_injection_abi.h"
 #include "trainscope_nccl_wire.h"
 
 static const char* lib_path;
@@ -205,14 +221,19 @@ static void* kernel_thread(void* arg) {
   return NULL;
 }
 
-/* drive makes the main case's calls as rank `rank` of `nranks`. */
-static void drive(int rank, int nranks) {
-  ncclProfiler_v5_t* p = load();
+/* The main case's calls as rank `rank` of `nranks`, in three parts:
+ * drive_init initialises the communicator, drive_ops makes the
+ * collectives, p2p operations and (on another thread) their kernel
+ * channels and proxy operations, drive_finish finalises. */
+static void* drive_init(ncclProfiler_v5_t* p, int rank, int nranks) {
   void* ctx = NULL;
   int mask = -1;
   if (p->init(&ctx, 0xabcdef0123456789ull, &mask, "pg-data-parallel", 1, nranks, rank, NULL) != ncclSuccess || !ctx) _exit(3);
   if (mask != (ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileProxyOp)) _exit(4);
+  return ctx;
+}
 
+static void drive_ops(ncclProfiler_v5_t* p, void* ctx, int rank) {
   /* NCCL starts a group event too; the plugin does not want it. */
   ncclProfilerEventDescr_v5_t g = {.type = ncclProfileGroup};
   void* gh = (void*)1;
@@ -271,9 +292,18 @@ static void drive(int rank, int nranks) {
   pthread_t t;
   pthread_create(&t, NULL, kernel_thread, &k);
   pthread_join(t, NULL);
+}
 
+static void drive_finish(ncclProfiler_v5_t* p, void* ctx) {
   p->stopEvent(NULL);
   p->finalize(ctx);
+}
+
+static void drive(int rank, int nranks) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = drive_init(p, rank, nranks);
+  drive_ops(p, ctx, rank);
+  drive_finish(p, ctx);
 }
 
 static void main_child(void) { drive(1, 4); }
@@ -282,46 +312,60 @@ static const struct tsnp_record* rec(const struct stream* s, size_t i) {
   return (const struct tsnp_record*)(s->buf + TSNP_RECORD_SIZE * (i + 1));
 }
 
-static void test_main(void) {
+/* Runs body in a child as the main case's process (launcher RANK=5)
+ * against a collector here, and returns what it sent. */
+static pid_t run_main_like(void (*body)(void), const char* what, struct stream* s) {
   int lfd = listen_unix();
   setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("SLURM_PROCID");
   unsetenv("PMI_RANK");
   setenv("RANK", "5", 1);
-  pid_t pid = spawn(main_child);
+  pid_t pid = spawn(body);
   unsetenv("RANK");
-  struct stream s;
   int status = 0;
-  collect(lfd, pid, &s, 10000, 0, &status);
+  collect(lfd, pid, s, 10000, 0, &status);
   close(lfd);
-  child_ok(status, "main");
-  CHECK(s.connections == 1, "connections %d, want 1", s.connections);
-  CHECK(s.len >= TSNP_RECORD_SIZE && s.len % TSNP_RECORD_SIZE == 0, "stream of %zu bytes", s.len);
-  if (s.len < TSNP_RECORD_SIZE) return;
+  child_ok(status, what);
+  return pid;
+}
 
+static void check_hello(const struct stream* s, pid_t pid) {
+  CHECK(s->connections == 1, "connections %d, want 1", s->connections);
+  CHECK(s->len >= TSNP_RECORD_SIZE && s->len % TSNP_RECORD_SIZE == 0, "stream of %zu bytes", s->len);
+  if (s->len < TSNP_RECORD_SIZE) return;
   struct tsnp_hello h;
-  memcpy(&h, s.buf, sizeof h);
+  memcpy(&h, s->buf, sizeof h);
   CHECK(memcmp(h.magic, "TSNP", 4) == 0, "magic");
-  CHECK(h.version == 1 && h.record_size == 128, "version %u size %u", h.version, h.record_size);
+  CHECK(h.version == TSNP_VERSION && h.record_size == 128, "version %u size %u", h.version, h.record_size);
   CHECK(h.pid == (uint32_t)pid, "hello pid %u, child %d", h.pid, (int)pid);
   CHECK(h.mono_ns > 0 && h.realtime_ns > h.mono_ns, "hello clocks");
+}
+
+/* Checks the NCCL records of the main case's calls; with ranges, RANGE
+ * records may come too (checked by the caller). */
+static void check_main_records(const struct stream* s, pid_t pid, int ranges) {
+  check_hello(s, pid);
+  if (s->len < TSNP_RECORD_SIZE) return;
+  struct tsnp_hello h;
+  memcpy(&h, s->buf, sizeof h);
   CHECK(h.world_rank1 == 6, "hello launcher rank + 1 %d, want 6 (RANK=5)", h.world_rank1);
 
-  size_t n = s.len / TSNP_RECORD_SIZE - 1;
+  size_t n = s->len / TSNP_RECORD_SIZE - 1;
   int inits = 0, fins = 0, colls = 0, p2ps = 0, kernels = 0, drops = 0, proxy_starts = 0, proxy_stops = 0;
   uint64_t ar_task = 0, ar_t1 = 0, send_task = 0;
   uint32_t ar_tid = 0;
   const struct tsnp_record* last_drops = NULL;
   /* Records come ring by ring: a kernel channel may precede its parent. */
   for (size_t i = 0; i < n; i++)
-    if (rec(&s, i)->kind == TSNP_COLLECTIVE && rec(&s, i)->func == TSNP_FUNC_ALLREDUCE)
-      ar_task = rec(&s, i)->task, ar_t1 = rec(&s, i)->t1, ar_tid = rec(&s, i)->tid;
+    if (rec(s, i)->kind == TSNP_COLLECTIVE && rec(s, i)->func == TSNP_FUNC_ALLREDUCE)
+      ar_task = rec(s, i)->task, ar_t1 = rec(s, i)->t1, ar_tid = rec(s, i)->tid;
   for (size_t i = 0; i < n && !send_task; i++)
-    if (rec(&s, i)->kind == TSNP_P2P && rec(&s, i)->func == TSNP_FUNC_SEND) send_task = rec(&s, i)->task;
+    if (rec(s, i)->kind == TSNP_P2P && rec(s, i)->func == TSNP_FUNC_SEND) send_task = rec(s, i)->task;
   for (size_t i = 0; i < n; i++) {
-    const struct tsnp_record* r = rec(&s, i);
-    CHECK(r->kind >= 1 && r->kind <= 7, "record %zu kind %u", i, r->kind);
+    const struct tsnp_record* r = rec(s, i);
+    CHECK((r->kind >= 1 && r->kind <= 7) || (ranges && r->kind == TSNP_RANGE), "record %zu kind %u", i, r->kind);
+    if (r->kind == TSNP_RANGE) continue;
     if (r->kind != TSNP_DROPS) {
       CHECK(r->comm_hash == 0xabcdef0123456789ull, "record %zu hash %llx", i, (unsigned long long)r->comm_hash);
       CHECK(strcmp(r->comm_name, "pg-data-parallel") == 0, "record %zu comm name %.32s", i, r->comm_name);
@@ -401,8 +445,15 @@ static void test_main(void) {
   if (last_drops)
     CHECK(last_drops->a0 == 0 && last_drops->a1 == 2 && last_drops->a2 == 0, "drops ring %llu refused %llu unsent %llu",
           (unsigned long long)last_drops->a0, (unsigned long long)last_drops->a1, (unsigned long long)last_drops->a2);
+}
+
+static void test_main(void) {
+  struct stream s;
+  pid_t pid = run_main_like(main_child, "main", &s);
+  check_main_records(&s, pid, 0);
   free(s.buf);
 }
+
 
 /* ---- A full ring. ---- */
 
@@ -505,19 +556,506 @@ static void test_stuck_collector(void) {
   free(s.buf);
 }
 
+/* ---- NVTX: this process plays an NVTX v3 instance loading the plugin. ---- */
+
+/* What a library built with the NVTX headers holds: its function-pointer
+ * slots, the tables of pointers to them it hands out per module, and its
+ * callbacks export table. The slots start NULL here (NVTX's own hold its
+ * initialising functions). Two instances, as a process with PyTorch and
+ * NCCL has. */
+struct fake_nvtx {
+  NvtxFunctionPointer core[NVTX_CBID_CORE_SIZE], core2[NVTX_CBID_CORE2_SIZE];
+  NvtxFunctionPointer* core_tab[NVTX_CBID_CORE_SIZE + 1];
+  NvtxFunctionPointer* core2_tab[NVTX_CBID_CORE2_SIZE + 1];
+  unsigned core_size; /* what GetModuleFunctionTable reports for CORE */
+  NvtxExportTableCallbacks cb;
+};
+
+static struct fake_nvtx fakes[3];
+
+static int fake_module(struct fake_nvtx* f, int module, NvtxFunctionTable* out, unsigned* size) {
+  switch (module) {
+  case NVTX_CB_MODULE_CORE:
+    *out = f->core_tab;
+    *size = f->core_size;
+    return 1;
+  case NVTX_CB_MODULE_CORE2:
+    *out = f->core2_tab;
+    *size = NVTX_CBID_CORE2_SIZE;
+    return 1;
+  }
+  return 0;
+}
+
+static int fake_module0(int m, NvtxFunctionTable* t, unsigned* n) { return fake_module(&fakes[0], m, t, n); }
+static int fake_module1(int m, NvtxFunctionTable* t, unsigned* n) { return fake_module(&fakes[1], m, t, n); }
+static int fake_module2(int m, NvtxFunctionTable* t, unsigned* n) { return fake_module(&fakes[2], m, t, n); }
+
+static const void* fake_get0(uint32_t id) { return id == NVTX_ETID_CALLBACKS ? &fakes[0].cb : NULL; }
+static const void* fake_get1(uint32_t id) { return id == NVTX_ETID_CALLBACKS ? &fakes[1].cb : NULL; }
+/* An instance whose CORE table is too short for the pop slot. */
+static const void* fake_get_short(uint32_t id) { return id == NVTX_ETID_CALLBACKS ? &fakes[2].cb : NULL; }
+/* No callbacks table, and one of a size too small to hold the function. */
+static const void* fake_get_none(uint32_t id) {
+  (void)id;
+  return NULL;
+}
+static const void* fake_get_small(uint32_t id) {
+  static const NvtxExportTableCallbacks small = {sizeof(size_t), NULL};
+  return id == NVTX_ETID_CALLBACKS ? &small : NULL;
+}
+
+static void fake_init(struct fake_nvtx* f, int (*module)(int, NvtxFunctionTable*, unsigned*), unsigned core_size) {
+  memset(f, 0, sizeof *f);
+  for (int i = 1; i < NVTX_CBID_CORE_SIZE; i++) f->core_tab[i] = &f->core[i];
+  for (int i = 1; i < NVTX_CBID_CORE2_SIZE; i++) f->core2_tab[i] = &f->core2[i];
+  f->core_size = core_size;
+  f->cb.struct_size = sizeof f->cb;
+  f->cb.GetModuleFunctionTable = module;
+}
+
+/* NVTX's side of the loading: dlopen the NVTX_INJECTION64_PATH file lazily
+ * and look the entry point up. */
+static NvtxInitializeInjectionNvtxFunc_t inject(void) {
+  void* h = dlopen(lib_path, RTLD_LAZY);
+  if (!h) {
+    fprintf(stderr, "dlopen %s: %s\n", lib_path, dlerror());
+    _exit(2);
+  }
+  NvtxInitializeInjectionNvtxFunc_t init = (NvtxInitializeInjectionNvtxFunc_t)dlsym(h, "InitializeInjectionNvtx2");
+  if (!init) {
+    fprintf(stderr, "InitializeInjectionNvtx2 missing\n");
+    _exit(2);
+  }
+  return init;
+}
+
+/* The NVTX API of an instance: what its nvtxRangePushA etc. call. */
+struct nvtx_api {
+  nvtxRangePushA_fn push_a;
+  nvtxRangePushW_fn push_w;
+  nvtxRangePushEx_fn push_ex;
+  nvtxRangePop_fn pop;
+  nvtxDomainRangePushEx_fn dpush;
+  nvtxDomainRangePop_fn dpop;
+  nvtxDomainCreateA_fn create_a;
+  nvtxDomainCreateW_fn create_w;
+};
+
+static struct nvtx_api api_of(const struct fake_nvtx* f) {
+  struct nvtx_api a = {
+      (nvtxRangePushA_fn)f->core[NVTX_CBID_CORE_RangePushA],
+      (nvtxRangePushW_fn)f->core[NVTX_CBID_CORE_RangePushW],
+      (nvtxRangePushEx_fn)f->core[NVTX_CBID_CORE_RangePushEx],
+      (nvtxRangePop_fn)f->core[NVTX_CBID_CORE_RangePop],
+      (nvtxDomainRangePushEx_fn)f->core2[NVTX_CBID_CORE2_DomainRangePushEx],
+      (nvtxDomainRangePop_fn)f->core2[NVTX_CBID_CORE2_DomainRangePop],
+      (nvtxDomainCreateA_fn)f->core2[NVTX_CBID_CORE2_DomainCreateA],
+      (nvtxDomainCreateW_fn)f->core2[NVTX_CBID_CORE2_DomainCreateW],
+  };
+  return a;
+}
+
+static nvtxEventAttributes_t ascii_attr(const char* msg) {
+  nvtxEventAttributes_t a;
+  memset(&a, 0, sizeof a);
+  a.version = 3;
+  a.size = sizeof a;
+  a.colorType = 1;
+  a.color = 0xff00ff00u;
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = msg;
+  return a;
+}
+
+/* Injects into instance 0 (and, with second, into instance 1 as well),
+ * checking which slots the plugin filled. */
+static struct nvtx_api nvtx_up(int second) {
+  NvtxInitializeInjectionNvtxFunc_t init = inject();
+  fake_init(&fakes[0], fake_module0, NVTX_CBID_CORE_SIZE);
+  fake_init(&fakes[1], fake_module1, NVTX_CBID_CORE_SIZE);
+  if (init(fake_get0) == 0) _exit(30);
+  if (second && init(fake_get1) == 0) _exit(31);
+  for (int k = 0; k <= second; k++) {
+    const struct fake_nvtx* f = &fakes[k];
+    for (int i = 0; i < NVTX_CBID_CORE_SIZE; i++) {
+      int want = i == NVTX_CBID_CORE_RangePushA || i == NVTX_CBID_CORE_RangePushW || i == NVTX_CBID_CORE_RangePushEx ||
+                 i == NVTX_CBID_CORE_RangePop;
+      if ((f->core[i] != NULL) != want) _exit(32);
+    }
+    for (int i = 0; i < NVTX_CBID_CORE2_SIZE; i++) {
+      int want = i == NVTX_CBID_CORE2_DomainRangePushEx || i == NVTX_CBID_CORE2_DomainRangePop ||
+                 i == NVTX_CBID_CORE2_DomainCreateA || i == NVTX_CBID_CORE2_DomainCreateW;
+      if ((f->core2[i] != NULL) != want) _exit(33);
+    }
+  }
+  return api_of(&fakes[0]);
+}
+
+#define NVTX_EXPECT(call, want)                                                \
+  do {                                                                         \
+    int got_ = (call);                                                         \
+    CHECK(got_ == (want), "%s returned %d, want %d", #call, got_, (int)(want)); \
+  } while (0)
+
+static const char long_name[] =
+    "a-range-name-longer-than-the-seventy-two-bytes-a-record-holds-0123456789-and-some-more";
+
+static void* nvtx_other_thread(void* arg) {
+  const struct nvtx_api* a = arg;
+  NVTX_EXPECT(a->pop(), -1);
+  NVTX_EXPECT(a->push_a("t2"), 0);
+  nvtxEventAttributes_t in = ascii_attr("t2-inner");
+  NVTX_EXPECT(a->push_ex(&in), 1);
+  NVTX_EXPECT(a->pop(), 1);
+  NVTX_EXPECT(a->pop(), 0);
+  return NULL;
+}
+
+/* The NVTX case: no NCCL at all; the child checks what the hooks return,
+ * the parent what arrives. */
+static void nvtx_child(void) {
+  NvtxInitializeInjectionNvtxFunc_t init = inject();
+  /* No callbacks table, or one that cannot be used: 0, and nothing set up. */
+  fake_init(&fakes[2], fake_module2, NVTX_CBID_CORE_RangePop);
+  NVTX_EXPECT(init(NULL), 0);
+  NVTX_EXPECT(init(fake_get_none), 0);
+  NVTX_EXPECT(init(fake_get_small), 0);
+  NVTX_EXPECT(init(fake_get_short), 0);
+  for (int i = 0; i < NVTX_CBID_CORE_SIZE; i++) CHECK(fakes[2].core[i] == NULL, "short table: slot %d written", i);
+
+  struct nvtx_api a = nvtx_up(1), b = api_of(&fakes[1]);
+  CHECK(a.push_a == b.push_a && a.dpop == b.dpop, "instances got different hooks");
+
+  NVTX_EXPECT(a.pop(), -1); /* nothing pushed: an error, nothing sent */
+  NVTX_EXPECT(a.push_a("outer"), 0);
+  nvtxEventAttributes_t ex = ascii_attr("inner-ex");
+  NVTX_EXPECT(a.push_ex(&ex), 1);
+  nvtxEventAttributes_t dd = ascii_attr("default-domain");
+  NVTX_EXPECT(b.dpush(NULL, &dd), 2); /* another instance, the same thread stack */
+  nvtxDomainHandle_t other = a.create_a("other"), other_w = b.create_w(L"other-w");
+  CHECK(other != NULL && other_w != NULL, "named domains got NULL (the default domain)");
+  nvtxEventAttributes_t ig = ascii_attr("ignored");
+  NVTX_EXPECT(a.dpush(other, &ig), NVTX_NO_PUSH_POP_TRACKING);
+  nvtxEventAttributes_t wide;
+  memset(&wide, 0, sizeof wide);
+  wide.version = 3;
+  wide.size = sizeof wide;
+  wide.messageType = NVTX_MESSAGE_TYPE_UNICODE;
+  wide.message.unicode = L"wide";
+  NVTX_EXPECT(a.push_ex(&wide), 3);
+  NVTX_EXPECT(a.dpop(other), NVTX_NO_PUSH_POP_TRACKING);
+  NVTX_EXPECT(a.pop(), 3);
+  NVTX_EXPECT(a.dpop(NULL), 2);
+  NVTX_EXPECT(b.pop(), 1);
+  NVTX_EXPECT(a.push_a(long_name), 1);
+  NVTX_EXPECT(a.pop(), 1);
+  NVTX_EXPECT(a.pop(), 0);
+  NVTX_EXPECT(a.pop(), -1);
+  NVTX_EXPECT(b.dpop(other_w), NVTX_NO_PUSH_POP_TRACKING);
+
+  /* Deeper than tracked: levels 16-19 are counted, not sent. */
+  for (int i = 0; i < 20; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "lvl%d", i);
+    NVTX_EXPECT(a.push_a(name), i);
+  }
+  for (int i = 19; i >= 0; i--) NVTX_EXPECT(a.pop(), i);
+  NVTX_EXPECT(a.pop(), -1);
+
+  NVTX_EXPECT(a.push_w(L"wide"), 0);
+  NVTX_EXPECT(a.pop(), 0);
+  NVTX_EXPECT(a.push_a("after"), 0);
+  usleep(1000);
+  NVTX_EXPECT(a.pop(), 0);
+
+  pthread_t t;
+  pthread_create(&t, NULL, nvtx_other_thread, &b);
+  pthread_join(t, NULL);
+  /* Exit without any communicator: the library's exit hook sends what is
+   * left (exit, not spawn's _exit, runs it). */
+  exit(failures ? 40 : 0);
+}
+
+struct want_range {
+  uint16_t flags;
+  uint64_t ordinal;
+  int32_t depth;
+  const char* name;
+  uint64_t lost;
+};
+
+/* Checks one thread's RANGE records against want, in order. START
+ * records must carry the t0 of their end record. */
+static void check_ranges(const struct stream* s, uint32_t tid, const struct want_range* want, size_t nwant) {
+  size_t n = s->len / TSNP_RECORD_SIZE - 1, k = 0;
+  uint64_t start_t0[64] = {0};
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_range* r = (const struct tsnp_range*)(s->buf + TSNP_RECORD_SIZE * (i + 1));
+    if (r->kind != TSNP_RANGE || r->tid != tid) continue;
+    if (k >= nwant) {
+      CHECK(0, "tid %u: extra range record %zu (ordinal %llu)", tid, k, (unsigned long long)r->ordinal);
+      k++;
+      continue;
+    }
+    const struct want_range* w = &want[k++];
+    size_t len = strlen(w->name);
+    uint16_t flags = w->flags | (len > sizeof r->name ? TSNP_RANGE_TRUNCATED : 0);
+    CHECK(r->flags == flags && r->ordinal == w->ordinal && r->depth == w->depth && r->lost == w->lost && r->domain == 0,
+          "tid %u range %zu: flags %u ordinal %llu depth %d lost %llu domain %llu, want %u %llu %d %llu 0", tid, k - 1,
+          r->flags, (unsigned long long)r->ordinal, r->depth, (unsigned long long)r->lost,
+          (unsigned long long)r->domain, flags, (unsigned long long)w->ordinal, w->depth, (unsigned long long)w->lost);
+    CHECK(r->name_len == len, "tid %u range %zu: name_len %u, want %zu", tid, k - 1, r->name_len, len);
+    char want_field[sizeof r->name];
+    memset(want_field, 0, sizeof want_field);
+    memcpy(want_field, w->name, len < sizeof want_field ? len : sizeof want_field);
+    CHECK(memcmp(r->name, want_field, sizeof want_field) == 0, "tid %u range %zu: name %.72s, want %s", tid, k - 1,
+          r->name, w->name);
+    CHECK(r->t0 > 0, "tid %u range %zu: t0 0", tid, k - 1);
+    if (r->flags & TSNP_RANGE_START) {
+      CHECK(r->depth == 0 && r->t1 == 0, "start record at depth %d with t1 %llu", r->depth, (unsigned long long)r->t1);
+      if (r->ordinal < 64) start_t0[r->ordinal] = r->t0;
+    } else {
+      CHECK(r->t1 >= r->t0, "tid %u range %zu: t1 %llu before t0 %llu", tid, k - 1, (unsigned long long)r->t1,
+            (unsigned long long)r->t0);
+      if (r->depth == 0 && r->ordinal < 64)
+        CHECK(start_t0[r->ordinal] == r->t0, "tid %u ordinal %llu: start t0 %llu, end t0 %llu", tid,
+              (unsigned long long)r->ordinal, (unsigned long long)start_t0[r->ordinal], (unsigned long long)r->t0);
+    }
+  }
+  CHECK(k == nwant, "tid %u: %zu range records, want %zu", tid, k, nwant);
+}
+
+/* A range record of tid with ordinal and the given flags, or NULL. */
+static const struct tsnp_range* find_range(const struct stream* s, uint32_t tid, uint64_t ordinal, int start) {
+  size_t n = s->len / TSNP_RECORD_SIZE - 1;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_range* r = (const struct tsnp_range*)(s->buf + TSNP_RECORD_SIZE * (i + 1));
+    if (r->kind == TSNP_RANGE && r->tid == tid && r->ordinal == ordinal && !(r->flags & TSNP_RANGE_START) == !start)
+      return r;
+  }
+  return NULL;
+}
+
+static void test_nvtx(void) {
+  int lfd = listen_unix();
+  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  pid_t pid = spawn(nvtx_child);
+  struct stream s;
+  int status = 0;
+  collect(lfd, pid, &s, 10000, 0, &status);
+  close(lfd);
+  child_ok(status, "nvtx");
+  check_hello(&s, pid);
+  if (s.len < TSNP_RECORD_SIZE) {
+    free(s.buf);
+    return;
+  }
+
+  size_t n = s.len / TSNP_RECORD_SIZE - 1;
+  uint32_t main_tid = (uint32_t)pid, other_tid = 0;
+  const struct tsnp_record* last_drops = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    CHECK(r->kind == TSNP_RANGE || r->kind == TSNP_DROPS, "record %zu kind %u", i, r->kind);
+    if (r->kind == TSNP_DROPS) last_drops = r;
+    if (r->kind == TSNP_RANGE && r->tid != main_tid) {
+      CHECK(other_tid == 0 || other_tid == r->tid, "ranges from a third thread %u", r->tid);
+      other_tid = r->tid;
+    }
+  }
+  CHECK(other_tid != 0, "no ranges from the second thread");
+  CHECK(last_drops && last_drops->a0 == 0 && last_drops->a1 == 0 && last_drops->a2 == 0, "drops record");
+
+  enum { S = TSNP_RANGE_START };
+  struct want_range want[27] = {
+      {S, 1, 0, "outer", 0},
+      {0, 4, 3, "(unnamed)", 0},
+      {0, 3, 2, "default-domain", 0},
+      {0, 2, 1, "inner-ex", 0},
+      {0, 5, 1, long_name, 0},
+      {0, 1, 0, "outer", 0},
+      {S, 6, 0, "lvl0", 0},
+  };
+  size_t nw = 7;
+  static char lvl[16][16];
+  for (int i = 15; i >= 0; i--) { /* ordinals 6-25 are lvl0-lvl19; 22-25 were lost */
+    snprintf(lvl[i], sizeof lvl[i], "lvl%d", i);
+    want[nw++] = (struct want_range){0, 6 + (uint64_t)i, i, lvl[i], 4};
+  }
+  want[nw++] = (struct want_range){S, 26, 0, "(unnamed)", 4};
+  want[nw++] = (struct want_range){0, 26, 0, "(unnamed)", 4};
+  want[nw++] = (struct want_range){S, 27, 0, "after", 4};
+  want[nw++] = (struct want_range){0, 27, 0, "after", 4};
+  check_ranges(&s, main_tid, want, nw);
+  const struct tsnp_range* after = find_range(&s, main_tid, 27, 0);
+  CHECK(after && after->t1 >= after->t0 + 900000, "\"after\" lasted less than its 1 ms sleep");
+
+  const struct want_range other[] = {
+      {S, 1, 0, "t2", 0},
+      {0, 2, 1, "t2-inner", 0},
+      {0, 1, 0, "t2", 0},
+  };
+  check_ranges(&s, other_tid, other, 3);
+  free(s.buf);
+
+  /* No collector configured: the same calls, harmless. */
+  unsetenv("TRAINSCOPE_NCCL_SOCKET");
+  pid = spawn(nvtx_child);
+  waitpid(pid, &status, 0);
+  child_ok(status, "nvtx without a socket");
+}
+
+/* NVTX and NCCL initialising the plugin at once on two threads, then a
+ * range after the last communicator is gone: it must still be sent. */
+struct race {
+  pthread_barrier_t go;
+  NvtxInitializeInjectionNvtxFunc_t init;
+  int result;
+};
+
+static void* race_nvtx(void* arg) {
+  struct race* r = arg;
+  fake_init(&fakes[0], fake_module0, NVTX_CBID_CORE_SIZE);
+  pthread_barrier_wait(&r->go);
+  r->result = r->init(fake_get0);
+  return NULL;
+}
+
+static void race_child(void) {
+  ncclProfiler_v5_t* p = load();
+  struct race r = {.init = inject()};
+  pthread_barrier_init(&r.go, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, race_nvtx, &r);
+  pthread_barrier_wait(&r.go);
+  void* ctx = NULL;
+  int mask = 0;
+  CHECK(p->init(&ctx, 99, &mask, "race", 1, 2, 0, NULL) == ncclSuccess && ctx && mask != 0, "comm init");
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&r.go);
+  CHECK(r.result != 0, "InitializeInjectionNvtx2 returned 0");
+  struct nvtx_api a = api_of(&fakes[0]);
+  NVTX_EXPECT(a.push_a("with-comm"), 0);
+  NVTX_EXPECT(a.pop(), 0);
+  p->finalize(ctx);
+  NVTX_EXPECT(a.push_a("late"), 0);
+  NVTX_EXPECT(a.pop(), 0);
+  exit(failures ? 40 : 0); /* the exit hook sends "late" */
+}
+
+static void test_nvtx_race(void) {
+  int lfd = listen_unix();
+  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  setenv("TRAINSCOPE_NCCL_DRAIN_MS", "60000", 1); /* only the flushes send */
+  pid_t pid = spawn(race_child);
+  unsetenv("TRAINSCOPE_NCCL_DRAIN_MS");
+  struct stream s;
+  int status = 0;
+  collect(lfd, pid, &s, 10000, 0, &status);
+  close(lfd);
+  child_ok(status, "nvtx and nccl at once");
+  check_hello(&s, pid);
+  if (s.len < TSNP_RECORD_SIZE) {
+    free(s.buf);
+    return;
+  }
+  int inits = 0, fins = 0;
+  size_t n = s.len / TSNP_RECORD_SIZE - 1;
+  for (size_t i = 0; i < n; i++) {
+    inits += rec(&s, i)->kind == TSNP_COMM_INIT;
+    fins += rec(&s, i)->kind == TSNP_COMM_FINALIZE;
+  }
+  CHECK(inits == 1 && fins == 1, "comm init %d finalize %d", inits, fins);
+  enum { S = TSNP_RANGE_START };
+  const struct want_range want[] = {
+      {S, 1, 0, "with-comm", 0},
+      {0, 1, 0, "with-comm", 0},
+      {S, 2, 0, "late", 0},
+      {0, 2, 0, "late", 0},
+  };
+  check_ranges(&s, (uint32_t)pid, want, 4);
+  free(s.buf);
+}
+
+/* --drive-nvtx: a training step of NVTX ranges around the main case's
+ * NCCL calls, made through the injection as NVTX makes them. */
+static void drive_nvtx(int rank, int nranks) {
+  struct nvtx_api a = nvtx_up(0);
+  if (a.push_a("step") != 0) _exit(50);
+  nvtxEventAttributes_t fwd = ascii_attr("forward");
+  if (a.push_ex(&fwd) != 1) _exit(51);
+  usleep(1000);
+  if (a.pop() != 1) _exit(52);
+  ncclProfiler_v5_t* p = load();
+  void* ctx = drive_init(p, rank, nranks);
+  drive_ops(p, ctx, rank);
+  if (a.pop() != 0) _exit(53);
+  if (a.push_a("step") != 0) _exit(54);
+  usleep(2000);
+  if (a.pop() != 0) _exit(55);
+  drive_finish(p, ctx);
+}
+
+static void drive_nvtx_child(void) { drive_nvtx(1, 4); }
+
+static void test_drive_nvtx(void) {
+  struct stream s;
+  pid_t pid = run_main_like(drive_nvtx_child, "drive-nvtx", &s);
+  check_main_records(&s, pid, 1);
+  if (s.len < TSNP_RECORD_SIZE) goto out;
+  uint32_t tid = (uint32_t)pid;
+  enum { S = TSNP_RANGE_START };
+  const struct want_range want[] = {
+      {S, 1, 0, "step", 0},
+      {0, 2, 1, "forward", 0},
+      {0, 1, 0, "step", 0},
+      {S, 3, 0, "step", 0},
+      {0, 3, 0, "step", 0},
+  };
+  check_ranges(&s, tid, want, 5);
+  const struct tsnp_range *fwd = find_range(&s, tid, 2, 0), *step1 = find_range(&s, tid, 1, 0),
+                          *step2 = find_range(&s, tid, 3, 0);
+  if (!fwd || !step1 || !step2) goto out;
+  CHECK(fwd->t1 >= fwd->t0 + 900000, "forward lasted less than its 1 ms sleep");
+  CHECK(step2->t1 >= step2->t0 + 1900000, "the second step lasted less than its 2 ms sleep");
+  CHECK(fwd->t0 >= step1->t0 && fwd->t1 <= step1->t1 && step2->t0 >= step1->t1, "ranges out of order");
+  /* The first step holds the main thread's NCCL calls: its start comes
+   * before the communicator's init, its end after the last p2p. */
+  size_t n = s.len / TSNP_RECORD_SIZE - 1, start_at = n, init_at = n, end_at = n, last_p2p = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    const struct tsnp_range* g = (const struct tsnp_range*)r;
+    if (r->tid != tid) continue;
+    if (r->kind == TSNP_RANGE && g->ordinal == 1) *(g->flags & TSNP_RANGE_START ? &start_at : &end_at) = i;
+    if (r->kind == TSNP_COMM_INIT) init_at = i;
+    if (r->kind == TSNP_P2P) {
+      last_p2p = i;
+      CHECK(r->t0 >= step1->t0 && r->t1 <= step1->t1, "p2p outside the first step");
+    }
+  }
+  CHECK(start_at < init_at && init_at < last_p2p && last_p2p < end_at,
+        "record order: step start %zu, init %zu, last p2p %zu, step end %zu", start_at, init_at, last_p2p, end_at);
+out:
+  free(s.buf);
+}
+
 int main(int argc, char** argv) {
-  if ((argc == 3 || argc == 5) && strcmp(argv[1], "--drive") == 0) {
+  if ((argc == 3 || argc == 5) && (strcmp(argv[1], "--drive") == 0 || strcmp(argv[1], "--drive-nvtx") == 0)) {
     lib_path = argv[2];
     int rank = argc == 5 ? atoi(argv[3]) : 1, nranks = argc == 5 ? atoi(argv[4]) : 4;
     if (nranks < 1 || rank < 0 || rank >= nranks) {
-      fprintf(stderr, "--drive: rank %d of %d ranks\n", rank, nranks);
+      fprintf(stderr, "%s: rank %d of %d ranks\n", argv[1], rank, nranks);
       return 2;
     }
-    drive(rank, nranks);
+    if (strcmp(argv[1], "--drive") == 0)
+      drive(rank, nranks);
+    else
+      drive_nvtx(rank, nranks);
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s [--drive] path/to/libtrainscope-nccl.so [RANK NRANKS]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--drive | --drive-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n", argv[0]);
     return 2;
   }
   lib_path = argv[1];
@@ -528,6 +1066,9 @@ int main(int argc, char** argv) {
   test_ring_full();
   test_no_collector();
   test_stuck_collector();
+  test_nvtx();
+  test_nvtx_race();
+  test_drive_nvtx();
   unlink(sock_path);
   rmdir(dir);
   if (failures) {

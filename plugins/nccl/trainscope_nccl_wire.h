@@ -1,6 +1,6 @@
 /*
  * The record stream the plugin writes to the profile-run collector, format
- * version 1. docs/nccl-plugin.md describes it; the Go decoder
+ * version 2 (version 1 had no RANGE records). docs/nccl-plugin.md describes it; the Go decoder
  * (internal/ncclplugin) reads it. Every integer is little-endian; every
  * frame is TSNP_RECORD_SIZE bytes.
  *
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define TSNP_MAGIC "TSNP"
-#define TSNP_VERSION 1
+#define TSNP_VERSION 2
 #define TSNP_RECORD_SIZE 128
 
 /* Hello: the first frame of a connection. */
@@ -42,6 +42,7 @@ enum {
   TSNP_DROPS = 5,          /* the process's loss counters, cumulative */
   TSNP_COMM_FINALIZE = 6,  /* a communicator was finalised */
   TSNP_PROXY_OP = 7,       /* a proxy operation of a p2p (network transports): its start, then its stop */
+  TSNP_RANGE = 8,          /* an NVTX range of the application's (struct tsnp_range) */
 };
 
 /* Operation codes (NCCL's function names). */
@@ -150,6 +151,41 @@ struct tsnp_record {
   char comm_name[32];   /* 96  NCCL's commName, truncated */
 };
 
+/*
+ * RANGE: a thread range the application pushed and popped through NVTX
+ * in the default domain (nvtxRangePushA, nvtxRangePushW, nvtxRangePushEx,
+ * nvtxDomainRangePushEx with the default domain), timed on
+ * CLOCK_MONOTONIC. A name that is not ASCII text (a wide string, a
+ * registered string, none) is sent as "(unnamed)".
+ *
+ * One record is sent when a range is popped. A top-level range (depth 0)
+ * also sends one when it is pushed, with TSNP_RANGE_START set and t1 = 0,
+ * so that the collector knows a step has begun before it ends. ordinal
+ * numbers the thread's pushes from 1 and is the same in a range's START
+ * record and its end record. Ranges nested deeper than the plugin tracks
+ * are not sent; lost counts them (per thread, cumulative).
+ */
+enum {
+  TSNP_RANGE_START = 1,     /* sent at the push; t1 is 0 */
+  TSNP_RANGE_TRUNCATED = 2, /* the name is longer than the name field holds */
+};
+
+struct tsnp_range {
+  uint16_t kind;     /* 0   TSNP_RANGE */
+  uint16_t flags;    /* 2   TSNP_RANGE_* */
+  uint32_t tid;      /* 4   kernel thread id of the thread that pushed it */
+  uint64_t domain;   /* 8   0: NVTX's default domain (the only one sent) */
+  uint64_t ordinal;  /* 16  the thread's push number, from 1 */
+  uint64_t lost;     /* 24  ranges of this thread not sent, too deeply nested */
+  uint64_t t0;       /* 32  CLOCK_MONOTONIC ns at the push */
+  uint64_t t1;       /* 40  CLOCK_MONOTONIC ns at the pop; 0 with TSNP_RANGE_START */
+  int32_t depth;     /* 48  nesting depth on its thread, 0 = top level */
+  uint32_t name_len; /* 52  the name's full length in bytes */
+  char name[72];     /* 56  the name, NUL-padded, truncated to 72 bytes */
+};
+
+_Static_assert(sizeof(struct tsnp_range) == TSNP_RECORD_SIZE, "range size");
+_Static_assert(offsetof(struct tsnp_range, name) == 56, "range layout");
 _Static_assert(sizeof(struct tsnp_hello) == TSNP_RECORD_SIZE, "hello size");
 _Static_assert(sizeof(struct tsnp_record) == TSNP_RECORD_SIZE, "record size");
 _Static_assert(offsetof(struct tsnp_record, rank) == 64, "record layout");

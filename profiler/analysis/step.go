@@ -69,6 +69,11 @@ type Rank struct {
 	// Busy is the profiler's busy time (profiler.BusyDefinition) within
 	// Wall: the same figure as the report's step breakdown.
 	Busy time.Duration
+	// Computed reports that a compute range was timed on the device in
+	// the step, so that Busy and Overlap are measured; a wrapped command's
+	// steps have none (its kernels are not timed, only its NCCL
+	// operations), and their Busy and Overlap are 0 for want of a measure.
+	Computed bool
 	// Streams is each device stream's own account, in stream order.
 	Streams []Stream
 	// Comm is the union of the rank's transfer intervals (collectives and
@@ -301,6 +306,9 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 		}
 		if it.work.Activity != profiler.ActivityNone {
 			work = append(work, it.work)
+		}
+		if it.work.Activity == profiler.ActivityCompute {
+			rk.Computed = true
 		}
 	}
 	for i := range items {

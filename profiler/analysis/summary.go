@@ -83,6 +83,9 @@ type RankTotals struct {
 	Bubble, Span              time.Duration
 	Waited, Caused, HeldUp    time.Duration
 	Score                     float64 // Caused over every rank's waiting
+	// Computed: some step had device-timed compute (Rank.Computed), so
+	// Busy and Overlap are measured.
+	Computed bool
 }
 
 // StageTotals sums one stage's ranks' bubbles over the complete steps.
@@ -168,6 +171,7 @@ func (t *totals) add(st *Step) {
 		rt.Steps++
 		rt.Wall += r.Wall.Len()
 		rt.Busy += r.Busy
+		rt.Computed = rt.Computed || r.Computed
 		rt.Comm += r.Comm
 		rt.Overlap += r.Overlap
 		rt.Waited += r.Waited
@@ -399,8 +403,12 @@ func writeFigures(w io.Writer, s Summary) error {
 		if r.Stage != profiler.None {
 			stage = fmt.Sprint(r.Stage)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.3f\t%s\t%.3f\t%.3f\t%.2f\t\n", r.Rank, stage, r.Steps, pct(r.Busy, r.Wall),
-			ms(r.Comm/n), pct(r.Overlap, r.Comm), ms(r.Waited/n), ms(r.Caused/n), r.Score)
+		busy, overlap := pct(r.Busy, r.Wall), pct(r.Overlap, r.Comm)
+		if !r.Computed {
+			busy, overlap = "-", "-" // nothing computed was timed: unknown, not 0
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.3f\t%s\t%.3f\t%.3f\t%.2f\t\n", r.Rank, stage, r.Steps, busy,
+			ms(r.Comm/n), overlap, ms(r.Waited/n), ms(r.Caused/n), r.Score)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
