@@ -74,6 +74,7 @@ run() {
 
 	[ "${1:-all}" = signals ] && { signals; return; }
 	[ "${1:-all}" = steps ] && { steps; return; }
+	[ "${1:-all}" = overhead ] && { overhead; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
 
 	# 1. One wrapped run, NCCL talking: counts, sizes and times.
@@ -87,31 +88,7 @@ run() {
 	rm -f "$OUT"/runs/*/calls.rank*.gz
 	[ "${1:-all}" = check ] && { straggler; imported; return; }
 
-	# 2. Overhead: the script's wall time, fresh processes interleaved.
-	echo "== overhead"
-	local pairs=${PAIRS:-6} args=("${share[@]}" --iters 50 --warmup 3 --sizes-mib 1,16)
-	: >"$OUT/overhead.txt"
-	for i in $(seq "$pairs"); do
-		timeout -k 10 120 "${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/off $i /" >>"$OUT/overhead.txt"
-		timeout -k 10 120 "$pr" -out "$OUT/overhead-runs" -metrics-addr off -quiet -report off -trace off -- \
-			"${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/on $i /" >>"$OUT/overhead.txt"
-	done
-	python3 - "$OUT/overhead.txt" <<'EOF' | tee -a "$OUT/overhead.txt"
-import json, statistics, sys
-walls = {"off": {}, "on": {}}
-for line in open(sys.argv[1]):
-    parts = line.split(" ", 2)
-    if len(parts) == 3 and parts[0] in walls:
-        walls[parts[0]][int(parts[1])] = json.loads(parts[2])["wall_s"]
-pairs = sorted(set(walls["off"]) & set(walls["on"]))
-ratios = [walls["on"][i] / walls["off"][i] for i in pairs]
-if ratios:
-    print("pairs %d; off median %.4f s, wrapped median %.4f s; ratio per pair %s; median ratio %.4f (target <= 1.02)"
-          % (len(pairs), statistics.median(walls["off"][i] for i in pairs), statistics.median(walls["on"][i] for i in pairs),
-             " ".join("%.4f" % r for r in ratios), statistics.median(ratios)))
-else:
-    print("no complete pairs")
-EOF
+	overhead
 
 	straggler
 	imported
@@ -199,6 +176,47 @@ signals() {
 	grep -E 'exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
 }
 
+overhead() {
+	# 2. Overhead: the script's wall time, fresh processes interleaved.
+	echo "== overhead"
+	local pairs=${PAIRS:-6} args=("${share[@]}" --iters 50 --warmup 3 --sizes-mib 1,16)
+	: >"$OUT/overhead.txt"
+	for i in $(seq "$pairs"); do
+		timeout -k 10 120 "${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/off $i /" >>"$OUT/overhead.txt"
+		timeout -k 10 120 "$pr" -out "$OUT/overhead-runs" -metrics-addr off -quiet -report off -trace off -- \
+			"${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/on $i /" >>"$OUT/overhead.txt"
+		# NVTX_OFF=1: also wrapped with the job's NVTX left to no tool (a
+		# path NVTX cannot load), which isolates what the plugin's NVTX
+		# hooks cost (NCCL calls NVTX around every operation).
+		[ "${NVTX_OFF:-0}" = 1 ] && NVTX_INJECTION64_PATH=/nonexistent/nvtx-off.so timeout -k 10 120 "$pr" -out "$OUT/overhead-runs" \
+			-metrics-addr off -quiet -report off -trace off -- \
+			"${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/nonvtx $i /" >>"$OUT/overhead.txt"
+	done
+	python3 - "$OUT/overhead.txt" <<'EOF' | tee -a "$OUT/overhead.txt"
+import json, statistics, sys
+walls = {"off": {}, "on": {}, "nonvtx": {}}
+for line in open(sys.argv[1]):
+    parts = line.split(" ", 2)
+    if len(parts) == 3 and parts[0] in walls:
+        walls[parts[0]][int(parts[1])] = json.loads(parts[2])["wall_s"]
+pairs = sorted(set(walls["off"]) & set(walls["on"]))
+ratios = [walls["on"][i] / walls["off"][i] for i in pairs]
+if ratios:
+    print("pairs %d; off median %.4f s, wrapped median %.4f s; ratio per pair %s; median ratio %.4f (target <= 1.02)"
+          % (len(pairs), statistics.median(walls["off"][i] for i in pairs), statistics.median(walls["on"][i] for i in pairs),
+             " ".join("%.4f" % r for r in ratios), statistics.median(ratios)))
+else:
+    print("no complete pairs")
+both = sorted(set(walls["nonvtx"]) & set(walls["on"]) & set(walls["off"]))
+if both:
+    print("rounds %d with NVTX to no tool: median %.4f s, ratio to off %.4f; wrapped with NVTX hooks to without, per round %s, median %.4f"
+          % (len(both), statistics.median(walls["nonvtx"][i] for i in both),
+             statistics.median(walls["nonvtx"][i] / walls["off"][i] for i in both),
+             " ".join("%.4f" % (walls["on"][i] / walls["nonvtx"][i]) for i in both),
+             statistics.median(walls["on"][i] / walls["nonvtx"][i] for i in both)))
+EOF
+}
+
 # A wrapped run whose calls are NVTX step ranges: the report must account
 # as many steps per rank as the script marked, each with its NCCL call.
 steps() {
@@ -214,10 +232,11 @@ build) build ;;
 run) run all ;;
 signals) run signals ;;
 steps) run steps ;;
+overhead) run overhead ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported|steps" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps|overhead" >&2
 	exit 2
 	;;
 esac

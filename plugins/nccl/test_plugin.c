@@ -27,6 +27,9 @@
  * "step" (ordinal 1), START "step" (ordinal 3), "step" (ordinal 3).
  *
  *   ./test_plugin --drive-nvtx ./libtrainscope-nccl.so [RANK NRANKS]
+ *
+ * With --bench-nvtx, it prints what an NVTX push and pop cost with the
+ * plugin attached (ns per pair, a recorded range and an ignored one).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -60,6 +63,12 @@ static int failures;
       failures++;                                         \
     }                                                     \
   } while (0)
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t mono_ms(void) {
   struct timespec ts;
@@ -999,6 +1008,35 @@ static void drive_nvtx(int rank, int nranks) {
 
 static void drive_nvtx_child(void) { drive_nvtx(1, 4); }
 
+/* --bench-nvtx: what an NVTX push and pop cost the application's thread
+ * with the plugin attached, in ns per pair: a named range of the default
+ * domain (recorded; every 4096 pairs the ring is left to the drainer, or
+ * drops when there is no collector), and a range of a named domain (what
+ * NCCL's own NVTX calls cost: ignored). */
+static double bench_ns(struct nvtx_api* a, nvtxDomainHandle_t domain, int n) {
+  nvtxEventAttributes_t attr = ascii_attr("step");
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < n; i++) {
+    if (domain) {
+      a->dpush(domain, &attr);
+      a->dpop(domain);
+    } else {
+      a->push_a("step");
+      a->pop();
+    }
+  }
+  return (double)(now_ns() - t0) / n;
+}
+
+static void bench_nvtx(void) {
+  struct nvtx_api a = nvtx_up(0);
+  nvtxDomainHandle_t nccl = a.create_a("NCCL");
+  const int n = 1000000;
+  bench_ns(&a, NULL, n / 10);
+  printf("nvtx push+pop, default domain (recorded): %.1f ns per pair\n", bench_ns(&a, NULL, n));
+  printf("nvtx push+pop, named domain (ignored):    %.1f ns per pair\n", bench_ns(&a, nccl, n));
+}
+
 static void test_drive_nvtx(void) {
   struct stream s;
   pid_t pid = run_main_like(drive_nvtx_child, "drive-nvtx", &s);
@@ -1041,6 +1079,11 @@ out:
 }
 
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--bench-nvtx") == 0) {
+    lib_path = argv[2];
+    bench_nvtx();
+    return 0;
+  }
   if ((argc == 3 || argc == 5) && (strcmp(argv[1], "--drive") == 0 || strcmp(argv[1], "--drive-nvtx") == 0)) {
     lib_path = argv[2];
     int rank = argc == 5 ? atoi(argv[3]) : 1, nranks = argc == 5 ? atoi(argv[4]) : 4;
@@ -1055,7 +1098,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s [--drive | --drive-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n", argv[0]);
     return 2;
   }
   lib_path = argv[1];
