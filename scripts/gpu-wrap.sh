@@ -221,10 +221,12 @@ EOF
 # as many steps per rank as the script marked, each with its NCCL call.
 steps() {
 	echo "== NVTX steps"
-	timeout -k 10 300 "$pr" -out "$OUT/steps" -metrics-addr off -progress off -- \
+	timeout -k 10 300 "$pr" -out "$OUT/steps" -metrics-addr off -progress off -trace-steps all -- \
 		"${tr[@]}" "$ex" "${share[@]}" --nvtx-steps --iters 5 --warmup 1 --sizes-mib 1 >"$OUT/steps.log" 2>&1
 	echo "exit $?" >>"$OUT/steps.log"
 	python3 "$root/scripts/wrapcheck.py" --steps "$OUT/steps.log" "$OUT"/steps/*/report.txt | tee "$OUT/steps.txt"
+	cp "$OUT"/steps/*/report.txt "$OUT/steps-report.txt"
+	cp "$OUT"/steps/*/trace.json "$OUT/steps-trace.json"
 }
 
 case "${1:-}" in

@@ -74,6 +74,9 @@ func (a *stepsOrCalls) unaccountable(steps int) string {
 	return fmt.Sprintf("the steps cannot be accounted: the records label %s but carry no pipeline phase (forward, backward or optimizer) on their device work and no %q range to measure a step by, as in a Kineto trace (its ProfilerStep#N only labels the step)", labelled, profiler.StepName)
 }
 
+// ExpectRanks has the step analysis wait for n ranks.
+func (a *stepsOrCalls) ExpectRanks(n int) { a.steps.ExpectRanks(n) }
+
 func (a *stepsOrCalls) Flush() {
 	a.steps.Flush()
 	a.calls.Flush()
@@ -100,6 +103,15 @@ func (a *stepsOrCalls) Summary() analysis.Summary {
 		return c
 	}
 	return s
+}
+
+// expectRanks has the pipeline analysis wait for n ranks before it
+// accounts a step: a wrapped job's launcher's number of processes, learnt
+// as they connect.
+func (out *outputs) expectRanks(n int) {
+	if e, ok := out.pipe.(interface{ ExpectRanks(int) }); ok {
+		e.ExpectRanks(n)
+	}
 }
 
 func firstOr(list []string, or string) string {

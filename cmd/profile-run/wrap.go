@@ -126,7 +126,7 @@ func (w *wrapper) startCollector() {
 	if loc.How == "built" {
 		w.log.Info("built the NCCL profiler plugin", zap.String("path", loc.Path))
 	}
-	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange))
+	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange), ncclplugin.WithWorldSize(w.out.expectRanks))
 	if err != nil {
 		w.noNCCL = err.Error()
 		w.log.Warn("NCCL collectives will not be recorded; the command runs all the same", zap.Error(err))

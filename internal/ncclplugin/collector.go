@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,6 +36,7 @@ type config struct {
 	dir      string
 	linger   time.Duration
 	stepName string
+	onWorld  func(int)
 }
 
 // WithDir sets the directory in which the collector makes its own
@@ -58,6 +60,13 @@ func WithLinger(d time.Duration) Option { return optionFunc(func(c *config) { c.
 func WithStepRange(name string) Option {
 	return optionFunc(func(c *config) { c.stepName = name })
 }
+
+// WithWorldSize has the collector call f with the number of processes a
+// wrapped job's launcher started (WORLD_SIZE and the like, as the plugin
+// read it), each time a process names more than any before: the ranks a
+// step analysis should wait for. f runs on a connection's goroutine,
+// without the collector's lock.
+func WithWorldSize(f func(n int)) Option { return optionFunc(func(c *config) { c.onWorld = f }) }
 
 // Stats counts what the collector has seen.
 type Stats struct {
@@ -108,6 +117,7 @@ type Collector struct {
 	stats   Stats
 	nextID  uint64
 	closing bool
+	world   int32 // the largest launcher world size a process named
 
 	readers   sync.WaitGroup
 	bg        sync.WaitGroup
@@ -147,7 +157,22 @@ type process struct {
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
 	latest uint64
+	// held are the process's ended step ranges, oldest first, each held
+	// back until every operation the process enqueued before its end has
+	// been delivered: the host runs ahead of the GPU, and a step range
+	// that arrived before its operations would have the analyses account
+	// the step without them.
+	held []heldStep
 }
+
+type heldStep struct {
+	rec profiler.Record
+	end uint64 // plugin CLOCK_MONOTONIC ns
+}
+
+// maxHeld bounds the step ranges a process holds back; beyond it the
+// oldest goes out whatever is still pending.
+const maxHeld = 1 << 10
 
 // stepSpan is one step range of a process, in plugin CLOCK_MONOTONIC ns;
 // end is 0 while it is open.
@@ -360,7 +385,14 @@ func (c *Collector) read(conn *net.UnixConn) {
 			c.procs[key] = pr
 		}
 		pr.open++
+		grew := h.WorldSize > c.world
+		if grew {
+			c.world = h.WorldSize
+		}
 		c.mu.Unlock()
+		if grew && c.cfg.onWorld != nil {
+			c.cfg.onWorld(int(h.WorldSize))
+		}
 		for {
 			var rec Record
 			rec, err = d.Next()
@@ -461,7 +493,7 @@ func (c *Collector) maybeDeliverLocked(pr *process, task uint64, o *op, out []pr
 	if o.rec.HostStart > pr.passed[o.rec.Comm] {
 		pr.passed[o.rec.Comm] = o.rec.HostStart
 	}
-	return c.deliverLocked(pr, o, out)
+	return pr.releaseSteps(c.deliverLocked(pr, o, out), false)
 }
 
 // expireLocked delivers, with what they have, the operations of pr that
@@ -493,6 +525,7 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 		}
 		out = c.deliverLocked(pr, o, out)
 	}
+	out = pr.releaseSteps(out, cutoff.IsZero())
 	if cutoff.IsZero() {
 		out = c.cutStepsLocked(pr, out)
 		if pr.rank < 0 && len(pr.early) > 0 {
@@ -685,7 +718,34 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 		return out
 	}
 	rec.Rank = pr.rank
+	if isStep {
+		pr.held = append(pr.held, heldStep{rec, r.RangeEnd})
+		return pr.releaseSteps(out, false)
+	}
 	return append(out, rec)
+}
+
+// releaseSteps delivers the held step ranges that no pending operation
+// was enqueued before the end of — all of them with all — oldest first.
+func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Record {
+	if len(pr.held) == 0 {
+		return out
+	}
+	oldest := uint64(math.MaxUint64)
+	if !all {
+		for _, o := range pr.ops {
+			if o.have && o.rec.HostStart < oldest {
+				oldest = o.rec.HostStart
+			}
+		}
+	}
+	n := 0
+	for n < len(pr.held) && (pr.held[n].end < oldest || len(pr.held)-n > maxHeld) {
+		out = append(out, pr.held[n].rec)
+		n++
+	}
+	pr.held = append(pr.held[:0], pr.held[n:]...)
+	return out
 }
 
 // releaseEarly delivers the ranges kept until the process's rank was

@@ -546,3 +546,77 @@ func TestStepNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectorHoldsStepsForTheirOperations: the host ends a step while
+// the GPU has yet to run the all-reduce it enqueued; the step range is
+// delivered only after the all-reduce, so that what accounts steps once
+// later step ranges arrive has the step's operations by then.
+func TestCollectorHoldsStepsForTheirOperations(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 2_000_000_000
+	const hash = 0x42
+	us := func(n uint64) uint64 { return host + n*1000 }
+	conn := send(t, c, stream(helloFrame(wireVersion, 500, "n"),
+		wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 1, peer: 0, name: "dp"}.frame(),
+		rangeFrame(10, 1, 1, 0, us(0), 0, 0, "step"),
+		wireRec{kind: 2, hash: hash, task: 1, seq: 0, t0: us(10), t1: us(11), a0: 8, a1: 32, rank: 0, nranks: 2, peer: -1,
+			fn: 1, dtype: 8, nch: 1, name: "dp"}.frame(),
+		rangeFrame(10, 0, 1, 0, us(0), us(20), 0, "step"),
+		rangeFrame(10, 1, 2, 0, us(30), 0, 0, "step"),
+		rangeFrame(10, 0, 2, 0, us(30), us(40), 0, "step"),
+	), true)
+	defer conn.Close()
+	// Step 1 enqueued nothing: it may not overtake step 0, held for the
+	// all-reduce. Nothing arrives until the GPU has run it.
+	time.Sleep(50 * time.Millisecond)
+	if got := sink.records(); len(got) != 0 {
+		t.Fatalf("%d records before the all-reduce ran: %+v", len(got), got)
+	}
+	if _, err := conn.Write(wireRec{kind: 4, hash: hash, task: 1, seq: 0, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
+		t0: us(500), t1: us(900), a0: us(501), a1: us(901)}.frame()); err != nil {
+		t.Fatal(err)
+	}
+	recs := sink.wait(t, 3)
+	var order []string
+	for _, r := range recs {
+		order = append(order, fmt.Sprintf("%s/%d", r.Name, r.Step))
+	}
+	if want := []string{"AllReduce/0", "step/0", "step/1"}; !slices.Equal(order, want) {
+		t.Errorf("delivered %v, want %v", order, want)
+	}
+}
+
+// TestCollectorWorldSize: the launcher's number of processes, from the
+// hello (world size + 1 at byte 100), reaches WithWorldSize each time it
+// grows.
+func TestCollectorWorldSize(t *testing.T) {
+	var mu sync.Mutex
+	var got []int
+	c, _, _ := newTestCollector(t, WithWorldSize(func(n int) { mu.Lock(); got = append(got, n); mu.Unlock() }))
+	hello := func(pid uint32, size1 uint32) []byte {
+		b := helloFrame(wireVersion, pid, "n")
+		binary.LittleEndian.PutUint32(b[100:], size1)
+		return b
+	}
+	reported := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+	// One at a time: each hello's process is registered, and a growth
+	// reported, before the next connects.
+	for i, size1 := range []uint32{0, 5, 3, 9} { // not set, 4, 2, 8
+		want := []int{0, 1, 1, 2}[i]
+		send(t, c, hello(uint32(700+i), size1), false)
+		deadline := time.Now().Add(5 * time.Second)
+		for (c.Stats().Processes < i+1 || reported() < want) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, []int{4, 8}) {
+		t.Errorf("world sizes reported %v, want [4 8]", got)
+	}
+}

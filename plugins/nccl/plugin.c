@@ -337,9 +337,8 @@ static void disconnect(void) {
 
 /* The process's rank as its launcher numbered it (torchrun, mpirun, srun),
    or -1. Read on the draining thread, never on NCCL's. */
-static int32_t launcher_rank(void) {
-  static const char* const names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+static int32_t launcher_number(const char* const names[4]) {
+  for (size_t i = 0; i < 4; i++) {
     const char* s = getenv(names[i]);
     if (!s || !*s) continue;
     char* end;
@@ -347,6 +346,17 @@ static int32_t launcher_rank(void) {
     if (!*end && v >= 0 && v < (1L << 30)) return (int32_t)v;
   }
   return -1;
+}
+
+static int32_t launcher_rank(void) {
+  static const char* const names[4] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
+  return launcher_number(names);
+}
+
+/* The number of processes the launcher started, or -1. */
+static int32_t launcher_size(void) {
+  static const char* const names[4] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"};
+  return launcher_number(names);
 }
 
 static void try_connect(void) {
@@ -372,6 +382,7 @@ static void try_connect(void) {
   h.realtime_ns = now_ns(CLOCK_REALTIME);
   gethostname(h.hostname, sizeof h.hostname - 1);
   h.world_rank1 = launcher_rank() + 1;
+  h.world_size1 = launcher_size() + 1;
   memcpy(&out[0], &h, sizeof h);
   g.out_len = sizeof h;
   g.out_off = 0;

@@ -31,6 +31,28 @@ type Offsets struct {
 	// reference's ranks, directly or through others: their clocks are left
 	// as they are.
 	Unaligned []int
+	// Carried reports that a step with no complete collective of its own
+	// (only sends and receives, say) was put on one clock with the offsets
+	// of the latest step CarriedFrom that aligned every one of its ranks
+	// (the online Sink only). Residual and Samples are then empty.
+	Carried     bool
+	CarriedFrom int
+}
+
+// carriedTo is o carried to a step of ranks that had no complete
+// collective of its own: o's offsets for those ranks; the others stay
+// unaligned.
+func (o *Offsets) carriedTo(ranks []int, from int32) Offsets {
+	c := Offsets{Reference: o.Reference, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{},
+		Carried: true, CarriedFrom: int(from)}
+	for _, r := range ranks {
+		if d, ok := o.Offset[r]; ok {
+			c.Offset[r] = d
+		} else {
+			c.Unaligned = append(c.Unaligned, r)
+		}
+	}
+	return c
 }
 
 // MaxResidual is the largest Residual.

@@ -18,18 +18,24 @@ import (
 //
 // Consume and the accessors may be called from different goroutines.
 type Sink struct {
-	mu       sync.Mutex
-	cfg      config
-	open     map[int32]*pending
-	latest   map[int]int32 // per rank, the highest step whose step range arrived
-	ranks    map[int]bool  // every rank seen
-	held     int
-	stepSize int // items of the latest step analysed
-	analysed bool
-	upTo     int32 // the highest step analysed, once analysed is set
-	recent   []Step
-	tot      *totals
-	stats    Stats
+	mu     sync.Mutex
+	cfg    config
+	open   map[int32]*pending
+	latest map[int]int32 // per rank, the highest step whose step range arrived
+	expect int           // ranks the run has (ExpectRanks), 0 unknown
+	// clock is the latest step's offsets that aligned every one of its
+	// ranks, and clockStep that step: what a step without a complete
+	// collective of its own is aligned with.
+	clock     *Offsets
+	clockStep int32
+	ranks     map[int]bool // every rank seen
+	held      int
+	stepSize  int // items of the latest step analysed
+	analysed  bool
+	upTo      int32 // the highest step analysed, once analysed is set
+	recent    []Step
+	tot       *totals
+	stats     Stats
 }
 
 type pending struct {
@@ -100,6 +106,18 @@ func (s *Sink) Consume(batch []profiler.Record) {
 	s.advance(false)
 }
 
+// ExpectRanks tells the sink that the run has n ranks, for a caller that
+// learns it as the run goes (a wrapped job's launcher): until n ranks
+// have delivered records, no step is analysed except when too many are
+// open (WithMaxOpenSteps) or at Flush, so that a rank whose first records
+// come late is not left out of the first steps. A smaller n than before
+// changes nothing.
+func (s *Sink) ExpectRanks(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expect = max(s.expect, n)
+}
+
 // Flush analyses every step still open, with what it has.
 func (s *Sink) Flush() {
 	s.mu.Lock()
@@ -119,7 +137,8 @@ func (s *Sink) advance(flush bool) {
 		step := slices.Min(sortedKeys(s.open))
 		ready := flush
 		if !ready {
-			ready = true
+			// A rank not seen yet may still deliver this step.
+			ready = len(s.ranks) >= s.expect
 			for r := range s.ranks {
 				if l, ok := s.latest[r]; !ok || l < step+int32(s.cfg.delay) {
 					ready = false
@@ -142,6 +161,15 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 	var off *Offsets
 	if s.cfg.align {
 		o := estimate(p.items)
+		switch {
+		case o.Reference != profiler.None && len(o.Unaligned) == 0:
+			s.clock, s.clockStep = &o, step
+		case o.Reference == profiler.None && s.clock != nil:
+			// No complete collective in the step (a pipeline step of
+			// sends and receives only): clocks drift slowly, so the
+			// latest step's offsets hold.
+			o = s.clock.carriedTo(itemRanks(p.items), s.clockStep)
+		}
 		off = &o
 		for i := range p.items {
 			off.shift(&p.items[i])
@@ -194,4 +222,13 @@ func (s *Sink) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
+}
+
+// itemRanks are the ranks of items, in order.
+func itemRanks(items []item) []int {
+	seen := map[int]bool{}
+	for i := range items {
+		seen[items[i].rank] = true
+	}
+	return sortedKeys(seen)
 }

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"time"
+
 	"strings"
 	"testing"
 
@@ -94,4 +96,81 @@ func dropRank(recs []profiler.Record, rank int) []profiler.Record {
 		}
 	}
 	return out
+}
+
+// TestSinkExpectRanks: rank 1's records come after rank 0 has delivered
+// four steps (a wrapped job's second process, whose first operations the
+// GPU ran later). Told to expect two ranks, the sink waits for rank 1 and
+// analyses every step complete; not told, it analyses the first steps
+// with rank 0 alone, and rank 1's records of them come late.
+func TestSinkExpectRanks(t *testing.T) {
+	feed := func(s *Sink) Stats {
+		var r0, r1 []profiler.Record
+		for step := range 4 {
+			var b build
+			twoRanks(step, &b)
+			for _, r := range b.recs {
+				if r.Rank == 0 {
+					r0 = append(r0, r)
+				} else {
+					r1 = append(r1, r)
+				}
+			}
+		}
+		s.Consume(r0)
+		s.Consume(r1)
+		s.Flush()
+		return s.Stats()
+	}
+	told := NewSink()
+	told.ExpectRanks(2)
+	told.ExpectRanks(1) // smaller: no change
+	if st, sum := feed(told), told.Summary(); st.Late != 0 || sum.Complete != 4 {
+		t.Errorf("expecting 2 ranks: stats %+v, %d complete steps; want none late, 4 complete", st, sum.Complete)
+	}
+	if st := feed(NewSink()); st.Late == 0 {
+		t.Errorf("not told: stats %+v; want rank 1's records of the first steps late (else this test shows nothing)", st)
+	}
+}
+
+// TestSinkCarriesClockOffsets: rank 1's clock runs 5 ms ahead. Step 0
+// has an all-reduce to align the ranks on; steps 1 and 2 only pass
+// activations (a send and a receive). The online sink aligns them with
+// step 0's offsets instead of leaving them out, says so (Carried), and
+// their transfers are measured on one clock.
+func TestSinkCarriesClockOffsets(t *testing.T) {
+	var recs []profiler.Record
+	for step := range 3 {
+		var b build
+		twoRanks(step, &b)
+		for _, r := range b.recs {
+			if step > 0 && r.Name == "AllReduce" {
+				continue
+			}
+			recs = append(recs, r)
+		}
+	}
+	recs = shifted(recs, map[int]time.Duration{1: 5 * time.Millisecond})
+	s := NewSink(WithClockAlignment(), WithKeepSteps(3))
+	s.Consume(recs)
+	s.Flush()
+	steps := s.Steps()
+	if len(steps) != 3 {
+		t.Fatalf("%d steps kept, want 3", len(steps))
+	}
+	for _, st := range steps {
+		if len(st.Problems) != 0 || st.Clock == nil {
+			t.Errorf("step %d: problems %q, clock %v; want none and a clock", st.Step, st.Problems, st.Clock)
+			continue
+		}
+		if d := st.Clock.Offset[1] - st.Clock.Offset[0]; d != 5*time.Millisecond {
+			t.Errorf("step %d: rank 1 is %v ahead of rank 0, want 5ms", st.Step, d)
+		}
+		if carried := st.Step > 0; st.Clock.Carried != carried || carried && st.Clock.CarriedFrom != 0 {
+			t.Errorf("step %d: carried %v from %d; want carried from step 0 for steps 1 and 2 only", st.Step, st.Clock.Carried, st.Clock.CarriedFrom)
+		}
+	}
+	if sum := s.Summary(); sum.Complete != 3 {
+		t.Errorf("%d complete steps, want 3", sum.Complete)
+	}
 }
