@@ -28,8 +28,14 @@ type Summary struct {
 	Collectives CollectiveTotals
 	// Straggler is the rank that caused at least half of all the waiting
 	// at collectives over the complete steps (Rank.Caused), and twice any
-	// other rank; profiler.None when none stands out.
+	// other rank, when that waiting is at least MinStragglerShare of its
+	// mean step; profiler.None when none stands out.
 	Straggler int
+	// Minor reports that rank MinorRank stood out by its share of the
+	// waiting but caused less than MinStragglerShare of its mean step: a
+	// straggler of microseconds is noise, not a finding.
+	Minor     bool
+	MinorRank int
 	// Problems are the distinct problems found (at most maxProblems, each
 	// with the first step it was found in); ProblemSteps counts the steps
 	// that had any.
@@ -291,6 +297,11 @@ func (t *totals) summary() Summary {
 	}
 	if total > 0 {
 		s.Straggler = standsOut(len(s.Ranks), func(i int) (int, float64) { return s.Ranks[i].Rank, s.Ranks[i].Score })
+		for _, r := range s.Ranks {
+			if r.Rank == s.Straggler && float64(r.Caused) < MinStragglerShare*float64(r.Wall) {
+				s.Straggler, s.Minor, s.MinorRank = profiler.None, true, r.Rank
+			}
+		}
 	}
 	if s.Collectives.Matched > 0 {
 		q := func(p float64) time.Duration {
@@ -439,11 +450,23 @@ func writeFigures(w io.Writer, s Summary) error {
 					r.Rank, 100*r.Score, ms(r.Caused/n), ms(r.HeldUp/n))
 			}
 		}
+	case s.Minor:
+		for _, r := range s.Ranks {
+			if r.Rank == s.MinorRank {
+				n := time.Duration(max(r.Steps, 1))
+				fmt.Fprintf(w, "straggler: none that matters: rank %d caused %.0f%% of the waiting at collectives, but %.3f ms per step, under %.0f%% of its mean step (%.3f ms)\n",
+					r.Rank, 100*r.Score, ms(r.Caused/n), 100*MinStragglerShare, ms(r.Wall/n))
+			}
+		}
 	case c.Matched > 0:
 		fmt.Fprintln(w, "straggler: no rank stands out (none caused half the waiting at collectives and twice any other)")
 	}
 	return nil
 }
+
+// MinStragglerShare is the least waiting, as a share of its mean step, a
+// rank must cause at collectives to be named the run's straggler.
+const MinStragglerShare = 0.01
 
 // writeCalls writes a CallSink's summary: the collectives matched across
 // ranks, each rank's waiting, the straggler, the clocks.
