@@ -346,3 +346,42 @@ func TestConcurrentConsumeAndShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestNamesNotUTF8: a range named in Latin-1 (as an imported log may name
+// one) and a group likewise. OTLP's strings must be UTF-8: before, the
+// batch holding them failed to encode and none of its spans arrived.
+// Now every span arrives, over both protocols, the names made valid.
+func TestNamesNotUTF8(t *testing.T) {
+	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			clearOTLPEnv(t)
+			c := newCollector()
+			serve := serveGRPC
+			if protocol == otelexp.ProtocolHTTP {
+				serve = serveHTTP
+			}
+			addr, _ := serve(t, c)
+			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, spans := records(6)
+			recs[1].Name = "matmul_b\xe9ckward"
+			recs[2].Tag = "\xff"
+			for i := range recs {
+				if recs[i].Collective.Group != "" {
+					recs[i].Collective.Group = "dp\xfe"
+				}
+			}
+			exp.Consume(recs)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := exp.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st := exp.Stats(); c.spans.Load() != int64(spans) || st.Failed != 0 {
+				t.Errorf("%d of %d spans arrived; stats %+v", c.spans.Load(), spans, st)
+			}
+		})
+	}
+}

@@ -2,7 +2,9 @@ package otel
 
 import (
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
@@ -129,7 +131,7 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 		host := &spans[0]
 		spans = spans[1:]
 		*host = span{
-			name:     r.Name,
+			name:     utf8Text(r.Name),
 			sc:       spanContext(tid, b.spanID(r)),
 			start:    b.epoch.Add(r.HostStart),
 			end:      b.epoch.Add(r.HostEnd),
@@ -230,7 +232,7 @@ func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attr
 		a = append(a, KeyPhase.String(r.Phase.String()))
 	}
 	if r.Tag != "" {
-		a = append(a, KeyTag.String(r.Tag))
+		a = append(a, KeyTag.String(utf8Text(r.Tag)))
 	}
 	if r.PeakMemory > 0 {
 		a = append(a, KeyPeakMemory.Int64(r.PeakMemory))
@@ -238,11 +240,11 @@ func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attr
 	if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 		c := &r.Collective
 		a = append(a,
-			KeyOp.String(c.Op),
+			KeyOp.String(utf8Text(c.Op)),
 			KeyBytes.Int64(c.Bytes),
 			KeyCount.Int64(c.Count),
-			KeyDType.String(c.DType),
-			KeyGroup.String(c.Group),
+			KeyDType.String(utf8Text(c.DType)),
+			KeyGroup.String(utf8Text(c.Group)),
 			KeyGroupSize.Int64(int64(c.GroupSize)),
 			KeyGroupRank.Int64(int64(c.GroupRank)),
 			KeySeq.Int64(int64(c.Seq)),
@@ -295,10 +297,20 @@ func (b *builder) deviceString(d runtime.Device) string {
 	return s
 }
 
+// utf8Text is s as valid UTF-8. OTLP's protobuf strings must be: one
+// name that is not (from an imported file, say) fails the export of its
+// whole batch.
+func utf8Text(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 func (b *builder) deviceName(name string) string {
 	s, ok := b.deviceNames[name]
 	if !ok {
-		s = name + DeviceSuffix
+		s = utf8Text(name) + DeviceSuffix
 		b.deviceNames[name] = s
 	}
 	return s

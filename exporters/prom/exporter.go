@@ -2,6 +2,7 @@ package prom
 
 import (
 	"go.uber.org/zap"
+	"unicode/utf8"
 
 	"errors"
 	"fmt"
@@ -190,6 +191,8 @@ func newConfig(opts []Option) (config, error) {
 		c.hostname = h
 	}
 	switch {
+	case !utf8.ValidString(c.hostname):
+		return c, fmt.Errorf("prom: hostname %q is not valid UTF-8, which a label value must be (set one with WithHostname)", c.hostname)
 	case c.maxNames < 1:
 		return c, fmt.Errorf("prom: WithMaxNames(%d): must be at least 1", c.maxNames)
 	case c.maxGroups < 1:

@@ -490,3 +490,29 @@ func TestCutShortStepNotObserved(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNamesNotUTF8: label values must be UTF-8, and client_golang panics
+// on one that is not; a range or group named in Latin-1 (an imported
+// log) gets its series, the name made valid, and a hostname that is not
+// UTF-8 is refused.
+func TestNamesNotUTF8(t *testing.T) {
+	e, err := prom.New(nil, prom.WithHostname(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []profiler.Record{
+		rec(1, 0, 0, "matmul_b\xe9ckward", profiler.KindHost, 0, 1, 0, 0),
+		rec(2, 0, 0, "matmul_b\xe9ckward", profiler.KindHost, 1, 2, 0, 0),
+		collective(3, 0, "AllReduce", "dp\xfe", 4096, 1.0, 2, 8, 9),
+	}
+	e.Consume(recs)
+	want := family("trainscope_records_total", "counter", help(t, e.Registry(), "trainscope_records_total"),
+		series("trainscope_records_total", 1, "Hostname", host, "name", "AllReduce"),
+		series("trainscope_records_total", 2, "Hostname", host, "name", "matmul_b\uFFFDckward"))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_records_total"); err != nil {
+		t.Error(err)
+	}
+	if _, err := prom.New(nil, prom.WithHostname("n\xff")); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+		t.Errorf("hostname not UTF-8: %v", err)
+	}
+}

@@ -3,7 +3,9 @@ package prom
 import (
 	"math/bits"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -138,6 +140,14 @@ func (e *Exporter) rangeSeries(r *profiler.Record) *rangeSeries {
 	if s, ok := e.ranges[k]; ok {
 		return s
 	}
+	if !utf8.ValidString(k.name) {
+		// A label value must be UTF-8 (client_golang panics otherwise); a
+		// name from an imported file or a caller need not be.
+		k.name = strings.ToValidUTF8(k.name, "\uFFFD")
+		if s, ok := e.ranges[k]; ok {
+			return s
+		}
+	}
 	if _, known := e.names[k.name]; !known {
 		if len(e.names) >= e.cfg.maxNames {
 			k.name = OtherLabel
@@ -167,6 +177,13 @@ func (e *Exporter) rangeSeries(r *profiler.Record) *rangeSeries {
 
 func (e *Exporter) newCollSeries(k collKey) *collSeries {
 	orig := k
+	if !utf8.ValidString(k.op) || !utf8.ValidString(k.group) {
+		k.op, k.group = strings.ToValidUTF8(k.op, "\uFFFD"), strings.ToValidUTF8(k.group, "\uFFFD")
+		if s, ok := e.colls[k]; ok {
+			e.aliasColl(orig, s)
+			return s
+		}
+	}
 	if _, known := e.groups[k.group]; !known {
 		if len(e.groups) >= e.cfg.maxGroups {
 			k.group = OtherLabel

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/trainscope/trainscope/profiler"
 )
@@ -135,15 +136,45 @@ func Load(path string, r io.Reader) (*Profile, error) {
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		return nil, &ParseError{Path: path, Offset: int64(len(head)), Err: err}
 	}
+	var p *Profile
 	switch Detect(head) {
 	case FormatSeed:
-		return ParseSeed(path, br)
+		p, err = ParseSeed(path, br)
 	case FormatKineto:
-		return ParseKineto(path, br)
+		p, err = ParseKineto(path, br)
 	case FormatTrainscope:
-		return ParseTrainscope(path, br)
+		p, err = ParseTrainscope(path, br)
+	default:
+		return nil, &ParseError{Path: path, Line: 1, Err: ErrUnknownFormat}
 	}
-	return nil, &ParseError{Path: path, Line: 1, Err: ErrUnknownFormat}
+	if p != nil {
+		p.validUTF8()
+	}
+	return p, err
+}
+
+// validUTF8 makes the records' names valid UTF-8 (a log written in
+// Latin-1, say): every exporter needs them so, OTLP and Prometheus
+// labels most of all.
+func (p *Profile) validUTF8() {
+	fix := func(s *string) {
+		if !utf8.ValidString(*s) {
+			*s = strings.ToValidUTF8(*s, "\uFFFD")
+		}
+	}
+	for i := range p.Records {
+		r := &p.Records[i]
+		fix(&r.Name)
+		fix(&r.Tag)
+		fix(&r.Collective.Op)
+		fix(&r.Collective.Group)
+		fix(&r.Collective.DType)
+	}
+	for i := range p.Tables {
+		for j := range p.Tables[i].Rows {
+			fix(&p.Tables[i].Rows[j].Name)
+		}
+	}
 }
 
 // AssignRanks gives the profiles that do not say their rank the lowest

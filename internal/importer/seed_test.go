@@ -1,11 +1,14 @@
 package importer
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -201,3 +204,34 @@ func TestSeedTimestampRange(t *testing.T) {
 }
 
 const reportHeader = "Name                                    Count     Host Total(us)    Host %    Device Total(us)    Device %  Avg Host(us)    Avg Device(us)    "
+
+// TestLoadMakesNamesUTF8: a call log written in Latin-1 ("matmul_béckward"
+// with é as the byte 0xe9) loads with its names as valid UTF-8, the
+// character replaced, as every exporter needs them (client_golang panics
+// on a label value that is not; OTLP fails the batch).
+func TestLoadMakesNamesUTF8(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "seed", "calls.rank0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	latin1 := bytes.ReplaceAll(b, []byte("matmul_backward      "), []byte("matmul_b\xe9ckward     "))
+	if bytes.Equal(latin1, b) {
+		t.Fatal("the test file has no matmul_backward to rename")
+	}
+	p, err := Load("calls.rank0", bytes.NewReader(latin1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range p.Records {
+		if !utf8.ValidString(r.Name) {
+			t.Errorf("name %q is not UTF-8", r.Name)
+		}
+		if r.Name == "matmul_b\uFFFDckward" {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("no record named matmul_b\uFFFDckward")
+	}
+}

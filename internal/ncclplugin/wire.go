@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Wire constants (trainscope_nccl_wire.h).
@@ -271,11 +272,14 @@ func (d *Reader) Next() (Record, error) {
 	return rec, nil
 }
 
+// cstring is the NUL-padded string in b, as valid UTF-8: a name cut to
+// its field can end inside a character, and what leaves here ends up in
+// OTLP, where a string that is not UTF-8 fails the whole export.
 func cstring(b []byte) string {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 func decode(b []byte) (Record, error) {
@@ -344,6 +348,10 @@ func decode(b []byte) (Record, error) {
 	return r, nil
 }
 
+// maxRangeDepth bounds a range record's depth: the plugin sends none
+// deeper than it tracks (16 levels); more is a corrupt stream.
+const maxRangeDepth = 1 << 10
+
 // decodeRange reads a RANGE record (struct tsnp_range).
 func decodeRange(b []byte) (Record, error) {
 	le := binary.LittleEndian
@@ -364,8 +372,8 @@ func decodeRange(b []byte) (Record, error) {
 	switch {
 	case r.Ordinal == 0:
 		return r, errors.New("range record with ordinal 0")
-	case r.Depth < 0:
-		return r, fmt.Errorf("range record with depth %d", r.Depth)
+	case r.Depth < 0 || r.Depth > maxRangeDepth:
+		return r, fmt.Errorf("range record with depth %d (0 to %d)", r.Depth, maxRangeDepth)
 	case r.RangeStart && r.RangeEnd != 0:
 		return r, fmt.Errorf("range start record with an end (%d ns)", r.RangeEnd)
 	case !r.RangeStart && r.RangeEnd < r.RangeBegin:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestReaderDecodesEveryKind(t *testing.T) {
@@ -181,7 +182,7 @@ func FuzzReader(f *testing.F) {
 		d := NewReader(bytes.NewReader(in))
 		n := 0
 		for {
-			_, err := d.Next()
+			rec, err := d.Next()
 			if err == io.EOF {
 				if int64(len(in)) != d.Offset() {
 					t.Fatalf("EOF at %d of %d bytes", d.Offset(), len(in))
@@ -193,6 +194,9 @@ func FuzzReader(f *testing.F) {
 					t.Fatalf("error without an offset: %v", err)
 				}
 				return
+			}
+			if !utf8.ValidString(rec.Name) || !utf8.ValidString(rec.CommName) || !utf8.ValidString(d.hello.Hostname) {
+				t.Fatalf("a name is not UTF-8: %q %q %q", rec.Name, rec.CommName, d.hello.Hostname)
 			}
 			n++
 			if int64(n+1)*RecordSize != d.Offset() {
@@ -225,12 +229,27 @@ func TestDecodeRange(t *testing.T) {
 	}{
 		{rangeFrame(7, 0, 0, 0, 1, 2, 0, "a"), "byte 128: range record with ordinal 0"},
 		{rangeFrame(7, 0, 1, 0, 1, 2, -1, "a"), "byte 128: range record with depth -1"},
+		{rangeFrame(7, 0, 1, 0, 1, 2, 1<<20, "a"), "byte 128: range record with depth 1048576 (0 to 1024)"},
 		{rangeFrame(7, 1, 1, 0, 1, 2, 0, "a"), "byte 128: range start record with an end"},
 		{rangeFrame(7, 0, 1, 0, 5, 2, 0, "a"), "byte 128: range record ends (2 ns) before it starts (5 ns)"},
 	} {
 		_, err := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"), tc.frame))).Next()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// TestNamesAreUTF8: a name cut inside a character by its field (72 bytes
+// of "é", two bytes each, from 37 of them) reads back as valid UTF-8.
+func TestNamesAreUTF8(t *testing.T) {
+	name := strings.Repeat("é", 37) // 74 bytes: the field keeps 72, then half of nothing
+	odd := "x" + name               // 75 bytes: the field ends inside the 36th "é"
+	for _, n := range []string{name, odd} {
+		d := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"), rangeFrame(7, 2, 1, 0, 1, 2, 0, n))))
+		rec, err := d.Next()
+		if err != nil || !utf8.ValidString(rec.Name) || !strings.HasPrefix(n, strings.TrimSuffix(rec.Name, "\uFFFD")) {
+			t.Errorf("%q read back as %q (%v)", n, rec.Name, err)
 		}
 	}
 }
