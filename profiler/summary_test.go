@@ -352,7 +352,14 @@ func TestSummariesCoverRecordsBeyondTheStore(t *testing.T) {
 	if !reflect.DeepEqual(got, whole) || got[0].Steps != 12 {
 		t.Errorf("step summary %+v, whole run %+v: want 12 steps per rank", got, whole)
 	}
-	if len(fromStore) > 0 && fromStore[0].Steps >= 12 {
-		t.Errorf("the store's breakdown has %d steps: the bound did not cut the run", fromStore[0].Steps)
+	// Which rank's steps the bound cuts depends on how the ranks were
+	// scheduled (one may run all its steps ahead of the others); the
+	// last records delivered are some rank's last step ranges.
+	stored := 0
+	for _, r := range fromStore {
+		stored += r.Steps
+	}
+	if stored >= 12*len(whole) {
+		t.Errorf("the store's breakdown has %d steps over %d ranks: the bound did not cut the run", stored, len(whole))
 	}
 }

@@ -106,8 +106,8 @@ func (a *stepsOrCalls) Summary() analysis.Summary {
 }
 
 // expectRanks has the pipeline analysis wait for n ranks before it
-// accounts a step: a wrapped job's launcher's number of processes, learnt
-// as they connect.
+// accounts a step: a wrapped job's launcher's number of processes on this
+// host, learnt as they connect.
 func (out *outputs) expectRanks(n int) {
 	if e, ok := out.pipe.(interface{ ExpectRanks(int) }); ok {
 		e.ExpectRanks(n)

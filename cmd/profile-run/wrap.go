@@ -126,7 +126,7 @@ func (w *wrapper) startCollector() {
 	if loc.How == "built" {
 		w.log.Info("built the NCCL profiler plugin", zap.String("path", loc.Path))
 	}
-	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange), ncclplugin.WithWorldSize(w.out.expectRanks))
+	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange), ncclplugin.WithLocalSize(w.out.expectRanks))
 	if err != nil {
 		w.noNCCL = err.Error()
 		w.log.Warn("NCCL collectives will not be recorded; the command runs all the same", zap.Error(err))
@@ -462,6 +462,9 @@ func (w *wrapper) nvtxSummary() string {
 	lost := ""
 	if st.RangesLost > 0 {
 		lost = fmt.Sprintf(" (%d more, nested too deeply, not recorded)", st.RangesLost)
+	}
+	if st.RangesDropped > 0 {
+		lost += fmt.Sprintf(" (%d more dropped: sent before their process had a rank)", st.RangesDropped)
 	}
 	switch {
 	case w.nvtxElsewhere != "":

@@ -412,8 +412,12 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			rv.Sub = fmt.Sprintf("stage %d", rk.Stage)
 		}
 		if rk.Wall.Len() > 0 {
+			busy := msText(rk.Busy) + " ms"
+			if !rk.Computed {
+				busy = "- (no compute timed)"
+			}
 			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(float64(rk.Wall.Len()) * scale), H: px(height),
-				Title: fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s ms · bubble %s ms", rk.Rank, s.Step, msText(rk.Wall.Len()), msText(rk.Busy), msText(rk.Bubble))}
+				Title: fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s · bubble %s ms", rk.Rank, s.Step, msText(rk.Wall.Len()), busy, msText(rk.Bubble))}
 		} else if window {
 			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d", rk.Rank)}
 		} else {

@@ -69,8 +69,11 @@ func (e *Exporter) AddStep(st *analysis.Step) {
 		a := []attribute.KeyValue{
 			KeyRank.Int(r.Rank), KeyStep.Int64(int64(st.Step)),
 			KeyPipelineComplete.Bool(st.Complete()),
-			KeyPipelineBusy.Float64(r.Busy.Seconds()),
-			KeyPipelineIdle.Float64(r.Idle().Seconds()),
+		}
+		if r.Computed {
+			// Without compute timed on the device (a wrapped job's step)
+			// busy time is unknown, not 0.
+			a = append(a, KeyPipelineBusy.Float64(r.Busy.Seconds()), KeyPipelineIdle.Float64(r.Idle().Seconds()))
 		}
 		if r.Stage != profiler.None {
 			a = append(a, KeyStage.Int64(int64(r.Stage)))

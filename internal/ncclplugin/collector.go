@@ -61,12 +61,12 @@ func WithStepRange(name string) Option {
 	return optionFunc(func(c *config) { c.stepName = name })
 }
 
-// WithWorldSize has the collector call f with the number of processes a
-// wrapped job's launcher started (WORLD_SIZE and the like, as the plugin
-// read it), each time a process names more than any before: the ranks a
-// step analysis should wait for. f runs on a connection's goroutine,
-// without the collector's lock.
-func WithWorldSize(f func(n int)) Option { return optionFunc(func(c *config) { c.onWorld = f }) }
+// WithLocalSize has the collector call f with the number of processes a
+// wrapped job's launcher started on this host (LOCAL_WORLD_SIZE and the
+// like, as the plugin read it), each time a process names more than any
+// before: the ranks a step analysis should wait for. f runs on a
+// connection's goroutine, without the collector's lock.
+func WithLocalSize(f func(n int)) Option { return optionFunc(func(c *config) { c.onWorld = f }) }
 
 // Stats counts what the collector has seen.
 type Stats struct {
@@ -83,8 +83,10 @@ type Stats struct {
 	ProxyTimed uint64
 	// Ranges counts the application's NVTX ranges ingested, Steps those
 	// of them that were step ranges (WithStepRange); RangesLost the
-	// ranges the plugins did not send for being nested too deeply.
-	Ranges, Steps, RangesLost uint64
+	// ranges the plugins did not send for being nested too deeply;
+	// RangesDropped those a process sent before its rank was known (no
+	// launcher rank, no communicator yet) beyond the 4096 kept until then.
+	Ranges, Steps, RangesLost, RangesDropped uint64
 	// Losses the plugins reported (the latest cumulative counts of every
 	// process, summed): records lost to a full ring, events refused,
 	// records discarded while no collector was connected.
@@ -117,7 +119,7 @@ type Collector struct {
 	stats   Stats
 	nextID  uint64
 	closing bool
-	world   int32 // the largest launcher world size a process named
+	world   int32 // the largest launcher local size a process named
 
 	readers   sync.WaitGroup
 	bg        sync.WaitGroup
@@ -154,6 +156,9 @@ type process struct {
 	nextStep int32
 	// lost is, per thread, the latest count of its ranges not sent.
 	lost map[uint32]uint64
+	// device is the CUDA device of the process's first communicator, -1
+	// until one is known.
+	device int32
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
 	latest uint64
@@ -184,13 +189,14 @@ type stepSpan struct {
 }
 
 // maxSteps bounds the step ranges a process keeps for labelling its
-// operations: an operation is delivered within seconds of its enqueue,
-// far fewer steps than this later.
+// operations and ranges, each as its record arrives: in ring order, after
+// the start of its step.
 const maxSteps = 64
 
 type op struct {
 	rec      Record
-	have     bool // rec holds the collective or p2p record
+	labels   profiler.Labels // its step when its record arrived
+	have     bool            // rec holds the collective or p2p record
 	channels map[uint8]Record
 	stopped  int
 	last     time.Time
@@ -378,20 +384,20 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1}
 			if h.WorldRank >= 0 {
 				pr.rank = int(h.WorldRank)
 			}
 			c.procs[key] = pr
 		}
 		pr.open++
-		grew := h.WorldSize > c.world
+		grew := h.LocalSize > c.world
 		if grew {
-			c.world = h.WorldSize
+			c.world = h.LocalSize
 		}
 		c.mu.Unlock()
 		if grew && c.cfg.onWorld != nil {
-			c.cfg.onWorld(int(h.WorldSize))
+			c.cfg.onWorld(int(h.LocalSize))
 		}
 		for {
 			var rec Record
@@ -431,6 +437,9 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	switch r.Kind {
 	case KindCommInit:
 		pr.devices[r.Comm] = r.Device
+		if pr.device < 0 && r.Device >= 0 {
+			pr.device = r.Device
+		}
 		if pr.rank < 0 && r.Rank >= 0 {
 			pr.rank = int(r.Rank)
 			out = pr.releaseEarly(out)
@@ -442,6 +451,10 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	case KindCollective, KindP2P:
 		o := pr.op(r.Task)
 		o.rec, o.have, o.last = r, true, now
+		// Its step now, while that step is surely still among the kept
+		// ones: an operation without kernel channels may be delivered a
+		// minute later.
+		o.labels = pr.labelsAt(r.HostStart)
 		return c.maybeDeliverLocked(pr, r.Task, o, out)
 	case KindKernelChannel:
 		o := pr.op(r.Task)
@@ -525,7 +538,6 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 		}
 		out = c.deliverLocked(pr, o, out)
 	}
-	out = pr.releaseSteps(out, cutoff.IsZero())
 	if cutoff.IsZero() {
 		out = c.cutStepsLocked(pr, out)
 		if pr.rank < 0 && len(pr.early) > 0 {
@@ -535,7 +547,7 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 			out = pr.releaseEarly(out)
 		}
 	}
-	return out
+	return pr.releaseSteps(out, cutoff.IsZero())
 }
 
 // cutStepsLocked ends the steps pr left open — its process ended, or
@@ -543,25 +555,9 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 // latest time it reported.
 func (c *Collector) cutStepsLocked(pr *process, out []profiler.Record) []profiler.Record {
 	for i := range pr.steps {
-		s := &pr.steps[i]
-		if s.end != 0 {
-			continue
+		if s := &pr.steps[i]; s.end == 0 {
+			out = c.cutStepLocked(pr, s, max(pr.latest, s.start), out)
 		}
-		s.end = max(pr.latest, s.start)
-		c.nextID++
-		rec := profiler.Record{
-			ID: c.nextID, Name: profiler.StepName, Kind: profiler.KindHost, Labels: profiler.NoLabels,
-			HostStart: c.clock.at(int64(s.start)), HostEnd: c.clock.at(int64(s.end)), CutShort: true,
-		}
-		rec.Step = s.n
-		c.stats.Ranges++
-		c.stats.Steps++
-		if pr.rank < 0 {
-			pr.early = append(pr.early, rec)
-			continue
-		}
-		rec.Rank = pr.rank
-		out = append(out, rec)
 	}
 	return out
 }
@@ -614,12 +610,20 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	if d, ok := pr.devices[r.Comm]; ok {
 		dev = d
 	}
+	// Its step: as the process's step ranges say now (a step range that a
+	// thread other than the enqueuing one pushed may have come later than
+	// the operation's record), else as they said when its record came (the
+	// step may have been forgotten since, maxSteps ago).
+	labels := pr.labelsAt(r.HostStart)
+	if labels.Step == profiler.None {
+		labels = o.labels
+	}
 	rec := profiler.Record{
 		ID:        c.nextID,
 		Name:      opName,
 		Kind:      kind,
 		Rank:      rank,
-		Labels:    pr.labelsAt(r.HostStart), // NCCL knows no steps, stages or microbatches: the application's step ranges do
+		Labels:    labels, // NCCL knows no steps, stages or microbatches: the application's step ranges do
 		Device:    runtime.Device{Type: runtime.CUDA, Index: int(dev)},
 		HostStart: c.clock.at(int64(r.HostStart)),
 		HostEnd:   c.clock.at(int64(r.HostEnd)),
@@ -678,6 +682,9 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 		c.stats.RangesLost += r.LostRanges - pr.lost[r.TID]
 		pr.lost[r.TID] = r.LostRanges
 	}
+	if r.Name == "" {
+		r.Name = unnamedRange // a record needs a name (Ingest refuses a batch with one without)
+	}
 	isStep := r.Depth == 0 && c.cfg.stepName != ""
 	n := int32(profiler.None)
 	if isStep {
@@ -688,7 +695,7 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 	}
 	if r.RangeStart {
 		if isStep {
-			pr.beginStep(r.TID, r.Ordinal, r.RangeBegin, n)
+			_, out = c.stepLocked(pr, r.TID, r.Ordinal, r.RangeBegin, n, out)
 		}
 		return out
 	}
@@ -698,31 +705,98 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 		Name:      r.Name,
 		Kind:      profiler.KindHost,
 		Depth:     int(r.Depth),
+		Device:    pr.cudaDevice(),
 		Labels:    pr.labelsAt(r.RangeBegin),
 		HostStart: c.clock.at(int64(r.RangeBegin)),
 		HostEnd:   c.clock.at(int64(r.RangeEnd)),
 	}
-	if isStep {
-		s := pr.beginStep(r.TID, r.Ordinal, r.RangeBegin, n)
+	switch {
+	case isStep:
+		var s *stepSpan
+		s, out = c.stepLocked(pr, r.TID, r.Ordinal, r.RangeBegin, n, out)
 		s.end = r.RangeEnd
 		rec.Name = profiler.StepName
 		rec.Labels = profiler.NoLabels
 		rec.Step = s.n
-		c.stats.Steps++
+	case r.Depth == 0 && r.Name == profiler.StepName:
+		// Named as the profiler's step ranges are, but not the job's step
+		// range (-step-range names another): it must not be taken for one.
+		rec.Name = profiler.StepName + " (nvtx)"
+	}
+	return c.rangeOutLocked(pr, rec, isStep, r.RangeEnd, out)
+}
+
+// unnamedRange names an NVTX range pushed with an empty name.
+const unnamedRange = "(unnamed)"
+
+// rangeOutLocked delivers a range record of pr's: held back until the
+// process's rank is known, and a step range until its operations have
+// arrived (releaseSteps).
+func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool, end uint64, out []profiler.Record) []profiler.Record {
+	if pr.rank < 0 {
+		if len(pr.early) >= maxEarly {
+			c.stats.RangesDropped++
+			return out
+		}
+		pr.early = append(pr.early, rec)
 	}
 	c.stats.Ranges++
+	if isStep {
+		c.stats.Steps++
+	}
 	if pr.rank < 0 {
-		if len(pr.early) < maxEarly {
-			pr.early = append(pr.early, rec)
-		}
 		return out
 	}
 	rec.Rank = pr.rank
 	if isStep {
-		pr.held = append(pr.held, heldStep{rec, r.RangeEnd})
+		pr.held = append(pr.held, heldStep{rec, end})
 		return pr.releaseSteps(out, false)
 	}
 	return append(out, rec)
+}
+
+// stepLocked returns pr's step opened by the push (tid, ordinal), opening
+// it as step n (or the next number, when n is not above the process's
+// previous step: names that restart each epoch) if it is not known yet —
+// this is its start record, or that was lost. A new step of a thread
+// proves its older ones ended: those still open (their end record was
+// lost) are cut short at its start.
+func (c *Collector) stepLocked(pr *process, tid uint32, ordinal, start uint64, n int32, out []profiler.Record) (*stepSpan, []profiler.Record) {
+	for i := len(pr.steps) - 1; i >= 0; i-- {
+		if s := &pr.steps[i]; s.tid == tid && s.ordinal == ordinal {
+			return s, out
+		}
+	}
+	for i := range pr.steps {
+		if s := &pr.steps[i]; s.tid == tid && s.end == 0 {
+			out = c.cutStepLocked(pr, s, max(start, s.start), out)
+		}
+	}
+	if len(pr.steps) == maxSteps {
+		pr.steps = append(pr.steps[:0], pr.steps[1:]...)
+	}
+	n = max(n, pr.nextStep)
+	pr.steps = append(pr.steps, stepSpan{tid: tid, ordinal: ordinal, start: start, n: n})
+	pr.nextStep = n + 1
+	return &pr.steps[len(pr.steps)-1], out
+}
+
+// cutStepLocked ends pr's open step s at end as cut short.
+func (c *Collector) cutStepLocked(pr *process, s *stepSpan, end uint64, out []profiler.Record) []profiler.Record {
+	s.end = end
+	c.nextID++
+	rec := profiler.Record{
+		ID: c.nextID, Name: profiler.StepName, Kind: profiler.KindHost, Labels: profiler.NoLabels, Device: pr.cudaDevice(),
+		HostStart: c.clock.at(int64(s.start)), HostEnd: c.clock.at(int64(s.end)), CutShort: true,
+	}
+	rec.Step = s.n
+	return c.rangeOutLocked(pr, rec, true, s.end, out)
+}
+
+// cudaDevice is the device of pr's first communicator, as its operations
+// carry it: the step accountants group a step's records by device.
+func (pr *process) cudaDevice() runtime.Device {
+	return runtime.Device{Type: runtime.CUDA, Index: int(pr.device)}
 }
 
 // releaseSteps delivers the held step ranges that no pending operation
@@ -759,23 +833,6 @@ func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 	return out
 }
 
-// beginStep returns the process's step opened by the push (tid,
-// ordinal), opening it as step n when it is not known yet (its start
-// record was lost, or this is the start record).
-func (pr *process) beginStep(tid uint32, ordinal, start uint64, n int32) *stepSpan {
-	for i := len(pr.steps) - 1; i >= 0; i-- {
-		if s := &pr.steps[i]; s.tid == tid && s.ordinal == ordinal {
-			return s
-		}
-	}
-	if len(pr.steps) == maxSteps {
-		pr.steps = append(pr.steps[:0], pr.steps[1:]...)
-	}
-	pr.steps = append(pr.steps, stepSpan{tid: tid, ordinal: ordinal, start: start, n: n})
-	pr.nextStep = max(pr.nextStep, n+1)
-	return &pr.steps[len(pr.steps)-1]
-}
-
 // labelsAt is the labels of an operation or range of the process that
 // started at t (plugin CLOCK_MONOTONIC ns): the step whose range holds t.
 func (pr *process) labelsAt(t uint64) profiler.Labels {
@@ -792,38 +849,44 @@ func (pr *process) labelsAt(t uint64) profiler.Labels {
 	return l
 }
 
-// stepNumber reports whether name names a step range ("step", "step 12",
-// "step_12", "step: warmup" for step "step") and its number: the
-// integer after the separator, else next.
+// stepNumber reports whether name names a step range, for step "step":
+// "step"; "step12"; "step" then a space, ':', '#' or '=' and anything
+// ("step 12", "step: warm-up"); "step" then '_', '-' or '.' and a digit
+// ("step_12", "step-3"; not "step_fn" or "step.optimizer"). Its number is
+// the integer that follows, else next.
 func stepNumber(name, step string, next int32) (int32, bool) {
 	rest, ok := strings.CutPrefix(name, step)
-	if !ok {
+	switch {
+	case !ok:
 		return 0, false
+	case rest == "":
+		return next, true
+	case strings.ContainsRune(" :#=", rune(rest[0])):
+		rest = strings.TrimLeft(rest, " :#=")
+	case strings.ContainsRune("_-.", rune(rest[0])) && len(rest) > 1 && isDigit(rest[1]):
+		rest = rest[1:]
+	case isDigit(rest[0]):
+	default:
+		return 0, false // "stepper", "step_fn", "step.optimizer"
 	}
-	if rest == "" {
+	i := 0
+	for i < len(rest) && isDigit(rest[i]) {
+		i++
+	}
+	if rest[:i] == "" {
+		return next, true // "step: warm-up"
+	}
+	if i < len(rest) && !strings.ContainsRune(" :#=()[]/,;", rune(rest[i])) && rest[i] != '_' && rest[i] != '-' && rest[i] != '.' {
+		return 0, false // "step2x"
+	}
+	v, err := strconv.ParseInt(rest[:i], 10, 32)
+	if err != nil {
 		return next, true
 	}
-	if c := rest[0]; c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' && !isDigits(rest) {
-		return 0, false // "stepper", or "step2x"
-	}
-	digits := strings.TrimLeft(rest, " _:#=-.\t")
-	if i := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		digits = digits[:i]
-	}
-	if v, err := strconv.ParseInt(digits, 10, 32); err == nil && digits != "" {
-		return int32(v), true
-	}
-	return next, true
+	return int32(v), true
 }
 
-func isDigits(s string) bool {
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (c *Collector) ingest(recs []profiler.Record) {
 	if len(recs) == 0 {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -537,7 +538,9 @@ func TestStepNumber(t *testing.T) {
 		ok   bool
 	}{
 		{"step", 5, true}, {"step 12", 12, true}, {"step_3", 3, true}, {"step12", 12, true}, {"step: warmup", 5, true},
-		{"step#4 (bwd)", 4, true}, {"stepper", 0, false}, {"step2x", 0, false}, {"train_step", 0, false}, {"Step", 0, false},
+		{"step#4 (bwd)", 4, true}, {"step-7", 7, true}, {"step 3/10", 3, true}, {"step_12_fwd", 12, true},
+		{"stepper", 0, false}, {"step2x", 0, false}, {"train_step", 0, false}, {"Step", 0, false},
+		{"step_fn", 0, false}, {"step-end", 0, false}, {"step.optimizer", 0, false}, {"step_", 0, false},
 		{"step 99999999999", 5, true},
 	} {
 		n, ok := stepNumber(tc.name, "step", 5)
@@ -586,13 +589,13 @@ func TestCollectorHoldsStepsForTheirOperations(t *testing.T) {
 	}
 }
 
-// TestCollectorWorldSize: the launcher's number of processes, from the
-// hello (world size + 1 at byte 100), reaches WithWorldSize each time it
-// grows.
-func TestCollectorWorldSize(t *testing.T) {
+// TestCollectorLocalSize: the launcher's number of processes on the host,
+// from the hello (local size + 1 at byte 100), reaches WithLocalSize each
+// time it grows.
+func TestCollectorLocalSize(t *testing.T) {
 	var mu sync.Mutex
 	var got []int
-	c, _, _ := newTestCollector(t, WithWorldSize(func(n int) { mu.Lock(); got = append(got, n); mu.Unlock() }))
+	c, _, _ := newTestCollector(t, WithLocalSize(func(n int) { mu.Lock(); got = append(got, n); mu.Unlock() }))
 	hello := func(pid uint32, size1 uint32) []byte {
 		b := helloFrame(wireVersion, pid, "n")
 		binary.LittleEndian.PutUint32(b[100:], size1)
@@ -618,5 +621,88 @@ func TestCollectorWorldSize(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(got, []int{4, 8}) {
 		t.Errorf("world sizes reported %v, want [4 8]", got)
+	}
+}
+
+// TestCollectorStepEdgeCases: a range pushed with an empty name (kept,
+// named "(unnamed)", its batch not refused); step names that restart at 0
+// each epoch (numbers keep increasing); a step whose end record was lost
+// (cut short where the thread's next step starts); and step ranges on the
+// device of the process's communicator, as its operations are, so that
+// the step accountants find them together.
+func TestCollectorStepEdgeCases(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 3_000_000_000
+	const hash = 0x51
+	us := func(n uint64) uint64 { return host + n*1000 }
+	step := func(ord uint64, from, to uint64, name string) []byte {
+		return stream(rangeFrame(10, 1, ord, 0, us(from), 0, 0, name), rangeFrame(10, 0, ord, 0, us(from), us(to), 0, name))
+	}
+	send(t, c, stream(helloFrame(wireVersion, 600, "n"),
+		wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 1, peer: 5, name: "dp"}.frame(),
+		step(1, 0, 10, "step 0"), step(2, 20, 30, "step 1"),
+		rangeFrame(10, 0, 3, 0, us(32), us(33), 0, ""),
+		step(4, 40, 50, "step 0"),                       // a new epoch
+		rangeFrame(10, 1, 5, 0, us(60), 0, 0, "step 1"), // its end record lost
+		step(6, 80, 90, "step 2"),
+	), false)
+	recs := sink.wait(t, 6)
+	type got struct {
+		name  string
+		step  int32
+		start time.Duration
+		cut   bool
+	}
+	var all []got
+	base := recs[0].HostStart
+	for _, r := range recs {
+		base = min(base, r.HostStart)
+	}
+	for _, r := range recs {
+		if r.Device.Type != runtime.CUDA || r.Device.Index != 5 {
+			t.Errorf("%s: device %v, want cuda:5 (its communicator's)", r.Name, r.Device)
+		}
+		all = append(all, got{r.Name, r.Step, (r.HostStart - base) / time.Microsecond, r.CutShort})
+	}
+	slices.SortFunc(all, func(a, b got) int { return cmp.Compare(a.start, b.start) })
+	want := []got{
+		{"step", 0, 0, false}, {"step", 1, 20, false},
+		{"(unnamed)", -1, 32, false},
+		{"step", 2, 40, false}, // "step 0" again: after 1, 2
+		{"step", 3, 60, true},  // cut short at the next step's start
+		{"step", 4, 80, false},
+	}
+	if len(all) != 6 || !slices.Equal(all, want) {
+		t.Errorf("records\n got %+v\nwant %+v", all, want)
+	}
+	for _, r := range recs {
+		if r.Step == 3 && r.HostEnd-r.HostStart != 20*time.Microsecond {
+			t.Errorf("the step whose end was lost lasts %v, want 20µs (to the next step's start)", r.HostDuration())
+		}
+	}
+	if st := c.Stats(); st.IngestErrors != 0 || st.Steps != 5 {
+		t.Errorf("stats %+v; want no ingest error, 5 steps", st)
+	}
+}
+
+// TestCollectorNotTheStepRange: with -step-range naming another range, a
+// top-level range the job named "step" is not taken for a step range.
+func TestCollectorNotTheStepRange(t *testing.T) {
+	c, sink, _ := newTestCollector(t, WithStepRange("iteration"))
+	send(t, c, stream(helloFrame(wireVersion, 601, "n"),
+		wireRec{kind: 1, hash: 1, rank: 0, nranks: 1, nnodes: 1, peer: 0, name: "g"}.frame(),
+		rangeFrame(10, 0, 1, 0, 100, 200, 0, "step"),
+		rangeFrame(10, 0, 2, 0, 300, 400, 0, "iteration 4"),
+	), false)
+	recs := sink.wait(t, 2)
+	names := map[string]int32{}
+	for _, r := range recs {
+		names[r.Name] = r.Step
+	}
+	if s, ok := names["step (nvtx)"]; !ok || s != -1 {
+		t.Errorf("the job's own \"step\" range: %v; want it renamed \"step (nvtx)\", no step", names)
+	}
+	if s, ok := names[profiler.StepName]; !ok || s != 4 {
+		t.Errorf("the step range \"iteration 4\": %v; want step 4", names)
 	}
 }

@@ -79,10 +79,11 @@ type Hello struct {
 	// (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK), -1 when none
 	// was set.
 	WorldRank int32
-	// WorldSize is the number of processes the launcher started
-	// (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE), -1
-	// when none was set.
-	WorldSize int32
+	// LocalSize is the number of processes the launcher started on the
+	// process's host, those that can reach the collector's local socket
+	// (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
+	// SLURM_NTASKS_PER_NODE), -1 when none was set.
+	LocalSize int32
 }
 
 // Record is one decoded record. Which fields mean something depends on
@@ -227,7 +228,7 @@ func (d *Reader) Hello() (Hello, error) {
 		RealtimeNs: binary.LittleEndian.Uint64(b[24:]),
 		Hostname:   cstring(b[32:96]),
 		WorldRank:  int32(binary.LittleEndian.Uint32(b[96:])) - 1,
-		WorldSize:  int32(binary.LittleEndian.Uint32(b[100:])) - 1,
+		LocalSize:  int32(binary.LittleEndian.Uint32(b[100:])) - 1,
 	}
 	if h.Version != Version {
 		d.err = &VersionError{Version: h.Version}

@@ -203,7 +203,16 @@ static __thread int tls_ring_failed;
 
 static uint32_t gettid_u32(void) { return (uint32_t)syscall(SYS_gettid); }
 
-static void ring_release(void* p) { atomic_store_explicit(&((struct ts_ring*)p)->state, RING_FREE, memory_order_release); }
+/* The thread-exit destructor of a thread's ring, run on that thread. The
+ * thread forgets its ring before another may adopt it: an NVTX or NCCL
+ * call from a later destructor of the same thread (Python's thread-state
+ * cleanup popping a range, say) then finds no ring and records nothing,
+ * rather than write into a ring that is another thread's. */
+static void ring_release(void* p) {
+  tls_ring = NULL;
+  tls_ring_failed = 1;
+  atomic_store_explicit(&((struct ts_ring*)p)->state, RING_FREE, memory_order_release);
+}
 
 /* The calling thread's ring: the first call of a thread adopts the ring of
  * a thread that has exited, or allocates one; later calls are a TLS load. */
@@ -353,9 +362,11 @@ static int32_t launcher_rank(void) {
   return launcher_number(names);
 }
 
-/* The number of processes the launcher started, or -1. */
-static int32_t launcher_size(void) {
-  static const char* const names[4] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"};
+/* The number of processes the launcher started on this host (those that
+ * can reach the collector's local socket), or -1. */
+static int32_t launcher_local_size(void) {
+  static const char* const names[4] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                       "SLURM_NTASKS_PER_NODE"};
   return launcher_number(names);
 }
 
@@ -382,7 +393,7 @@ static void try_connect(void) {
   h.realtime_ns = now_ns(CLOCK_REALTIME);
   gethostname(h.hostname, sizeof h.hostname - 1);
   h.world_rank1 = launcher_rank() + 1;
-  h.world_size1 = launcher_size() + 1;
+  h.local_size1 = launcher_local_size() + 1;
   memcpy(&out[0], &h, sizeof h);
   g.out_len = sizeof h;
   g.out_off = 0;

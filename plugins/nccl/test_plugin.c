@@ -322,21 +322,21 @@ static const struct tsnp_record* rec(const struct stream* s, size_t i) {
 }
 
 /* Runs body in a child as the main case's process (launcher RANK=5,
- * WORLD_SIZE=8) against a collector here, and returns what it sent. */
+ * LOCAL_WORLD_SIZE=8) against a collector here, and returns what it sent. */
 static pid_t run_main_like(void (*body)(void), const char* what, struct stream* s) {
   int lfd = listen_unix();
   setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("SLURM_PROCID");
   unsetenv("PMI_RANK");
-  unsetenv("OMPI_COMM_WORLD_SIZE");
-  unsetenv("SLURM_NTASKS");
-  unsetenv("PMI_SIZE");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("MPI_LOCALNRANKS");
+  unsetenv("SLURM_NTASKS_PER_NODE");
   setenv("RANK", "5", 1);
-  setenv("WORLD_SIZE", "8", 1);
+  setenv("LOCAL_WORLD_SIZE", "8", 1);
   pid_t pid = spawn(body);
   unsetenv("RANK");
-  unsetenv("WORLD_SIZE");
+  unsetenv("LOCAL_WORLD_SIZE");
   int status = 0;
   collect(lfd, pid, s, 10000, 0, &status);
   close(lfd);
@@ -364,7 +364,7 @@ static void check_main_records(const struct stream* s, pid_t pid, int ranges) {
   struct tsnp_hello h;
   memcpy(&h, s->buf, sizeof h);
   CHECK(h.world_rank1 == 6, "hello launcher rank + 1 %d, want 6 (RANK=5)", h.world_rank1);
-  CHECK(h.world_size1 == 9, "hello launcher size + 1 %d, want 9 (WORLD_SIZE=8)", h.world_size1);
+  CHECK(h.local_size1 == 9, "hello launcher local size + 1 %d, want 9 (LOCAL_WORLD_SIZE=8)", h.local_size1);
 
   size_t n = s->len / TSNP_RECORD_SIZE - 1;
   int inits = 0, fins = 0, colls = 0, p2ps = 0, kernels = 0, drops = 0, proxy_starts = 0, proxy_stops = 0;

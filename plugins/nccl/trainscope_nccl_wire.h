@@ -30,8 +30,9 @@ struct tsnp_hello {
   char hostname[64];    /* 32  */
   int32_t world_rank1;  /* 96  the launcher's rank of the process + 1 (RANK, OMPI_COMM_WORLD_RANK,
                                   SLURM_PROCID, PMI_RANK, read at connect); 0: not set */
-  int32_t world_size1;  /* 100 the launcher's number of processes + 1 (WORLD_SIZE, OMPI_COMM_WORLD_SIZE,
-                                  SLURM_NTASKS, PMI_SIZE, read at connect); 0: not set */
+  int32_t local_size1;  /* 100 the launcher's number of processes on this host + 1 (LOCAL_WORLD_SIZE,
+                                  OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE,
+                                  read at connect); 0: not set */
   uint8_t reserved[24]; /* 104 zero */
 };
 

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -108,10 +109,11 @@ func (s *Sink) Consume(batch []profiler.Record) {
 
 // ExpectRanks tells the sink that the run has n ranks, for a caller that
 // learns it as the run goes (a wrapped job's launcher): until n ranks
-// have delivered records, no step is analysed except when too many are
-// open (WithMaxOpenSteps) or at Flush, so that a rank whose first records
-// come late is not left out of the first steps. A smaller n than before
-// changes nothing.
+// have delivered records, a step is analysed only once the ranks seen
+// are expectSlack steps past it (or at Flush), so that a rank whose first
+// records come late is not left out of the first steps, and a rank that
+// never comes holds nothing up for long. A smaller n than before changes
+// nothing.
 func (s *Sink) ExpectRanks(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -137,14 +139,23 @@ func (s *Sink) advance(flush bool) {
 		step := slices.Min(sortedKeys(s.open))
 		ready := flush
 		if !ready {
-			// A rank not seen yet may still deliver this step.
-			ready = len(s.ranks) >= s.expect
+			// Every rank seen has delivered a step delay later; and either
+			// every rank expected has been seen, or the ranks seen are
+			// expectSlack steps further on — a rank expected but not seen
+			// by then is not coming with this step's records (it never
+			// connects, or marks no steps).
+			ready = true
+			least := int32(math.MaxInt32)
 			for r := range s.ranks {
-				if l, ok := s.latest[r]; !ok || l < step+int32(s.cfg.delay) {
+				l, ok := s.latest[r]
+				if !ok {
 					ready = false
 					break
 				}
+				least = min(least, l)
 			}
+			ready = ready && least >= step+int32(s.cfg.delay) &&
+				(len(s.ranks) >= s.expect || least >= step+int32(s.cfg.delay)+expectSlack)
 		}
 		forced := !ready && len(s.open) > s.cfg.maxOpen
 		if !ready && !forced {
@@ -223,6 +234,11 @@ func (s *Sink) Stats() Stats {
 	defer s.mu.Unlock()
 	return s.stats
 }
+
+// expectSlack is how many steps further than WithStepDelay the ranks
+// seen must be before a step is analysed without a rank ExpectRanks
+// expects.
+const expectSlack = 8
 
 // itemRanks are the ranks of items, in order.
 func itemRanks(items []item) []int {

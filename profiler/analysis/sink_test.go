@@ -210,3 +210,24 @@ func TestStragglerMustMatter(t *testing.T) {
 		t.Errorf("report lacks %q:\n%s", want, buf.String())
 	}
 }
+
+// TestSinkExpectRanksNeverCome: four ranks expected, two ever deliver (a
+// job on two hosts, one of them out of reach). Each step is analysed
+// once the two are expectSlack steps past it, complete, not forced.
+func TestSinkExpectRanksNeverCome(t *testing.T) {
+	s := NewSink()
+	s.ExpectRanks(4)
+	for step := range 20 {
+		var b build
+		twoRanks(step, &b)
+		s.Consume(b.recs)
+		// Step n is analysed once both ranks delivered step n+2+8.
+		if got, want := s.Stats().Steps, max(step-2-expectSlack+1, 0); got != want {
+			t.Fatalf("after step %d: %d steps analysed, want %d", step, got, want)
+		}
+	}
+	s.Flush()
+	if st, sum := s.Stats(), s.Summary(); st.Forced != 0 || sum.Complete != 20 {
+		t.Errorf("stats %+v, %d complete; want 20 complete, none forced", st, sum.Complete)
+	}
+}
