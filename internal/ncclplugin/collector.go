@@ -168,7 +168,13 @@ type process struct {
 	// that arrived before its operations would have the analyses account
 	// the step without them.
 	held []heldStep
+	// pending are the enqueue starts of the operations whose records have
+	// arrived, in arrival order (per thread, enqueue order): the first
+	// one not yet delivered bounds which held steps may go.
+	pending []pendingOp
 }
+
+type pendingOp struct{ start, task uint64 }
 
 type heldStep struct {
 	rec profiler.Record
@@ -450,6 +456,9 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		return c.rangeLocked(pr, r, out)
 	case KindCollective, KindP2P:
 		o := pr.op(r.Task)
+		if !o.have {
+			pr.pending = append(pr.pending, pendingOp{r.HostStart, r.Task})
+		}
 		o.rec, o.have, o.last = r, true, now
 		// Its step now, while that step is surely still among the kept
 		// ones: an operation without kernel channels may be delivered a
@@ -801,17 +810,25 @@ func (pr *process) cudaDevice() runtime.Device {
 
 // releaseSteps delivers the held step ranges that no pending operation
 // was enqueued before the end of — all of them with all — oldest first.
+// It also forgets the delivered operations at the front of pr.pending,
+// steps or none, so that it stays as short as what is in flight.
 func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Record {
+	oldest := uint64(math.MaxUint64)
+	if all {
+		pr.pending = nil
+	}
+	// The oldest operation still to be delivered, in amortised constant
+	// time: those delivered are dropped from the front.
+	for len(pr.pending) > 0 {
+		p := pr.pending[0]
+		if o, ok := pr.ops[p.task]; ok && o.have && o.rec.HostStart == p.start {
+			oldest = p.start
+			break
+		}
+		pr.pending = pr.pending[1:]
+	}
 	if len(pr.held) == 0 {
 		return out
-	}
-	oldest := uint64(math.MaxUint64)
-	if !all {
-		for _, o := range pr.ops {
-			if o.have && o.rec.HostStart < oldest {
-				oldest = o.rec.HostStart
-			}
-		}
 	}
 	n := 0
 	for n < len(pr.held) && (pr.held[n].end < oldest || len(pr.held)-n > maxHeld) {

@@ -706,3 +706,28 @@ func TestCollectorNotTheStepRange(t *testing.T) {
 		t.Errorf("the step range \"iteration 4\": %v; want step 4", names)
 	}
 }
+
+// TestCollectorPendingStaysShort: a run that marks no steps delivers
+// thousands of operations; the collector's list of operations in flight
+// (what held step ranges wait for) forgets each as it is delivered.
+func TestCollectorPendingStaysShort(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	parts := [][]byte{helloFrame(wireVersion, 602, "n"),
+		wireRec{kind: 1, hash: 7, rank: 0, nranks: 1, nnodes: 1, peer: 0, name: "g"}.frame()}
+	const n = 3000
+	for i := uint64(1); i <= n; i++ {
+		parts = append(parts,
+			wireRec{kind: 2, hash: 7, task: i, seq: i, t0: 1000 * i, t1: 1000*i + 10, a0: 1, a1: 4, rank: 0, nranks: 1, peer: -1, fn: 1, dtype: 8, nch: 1, name: "g"}.frame(),
+			wireRec{kind: 4, hash: 7, task: i, seq: i, rank: 0, nranks: 1, fn: 1, parent: 2, channel: 0, t0: 1000*i + 20, t1: 1000*i + 30, a0: 1000*i + 25, a1: 1000*i + 35}.frame())
+	}
+	conn := send(t, c, stream(parts...), true)
+	defer conn.Close()
+	sink.wait(t, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pr := range c.procs {
+		if len(pr.pending) > 1 || cap(pr.pending) > 2*n {
+			t.Errorf("%d operations listed in flight (capacity %d) after all %d were delivered", len(pr.pending), cap(pr.pending), n)
+		}
+	}
+}
