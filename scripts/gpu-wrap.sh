@@ -19,6 +19,9 @@
 #                processes interleaved, and the median ratio
 #   signals.txt  SIGTERM to profile-run, SIGKILL to the worker: exit
 #                statuses and the outputs left
+#   ddp.txt      a wrapped DistributedDataParallel loop with NVTX steps
+#                (examples/torch/ddp_steps.py): steps, step times and the
+#                all-reduces of each step against the script's own counts
 #   steps.txt    a wrapped run whose every call is an NVTX "step N" range
 #                (--nvtx-steps): its report's steps per rank against the
 #                script's count
@@ -74,6 +77,7 @@ run() {
 
 	[ "${1:-all}" = signals ] && { signals; return; }
 	[ "${1:-all}" = steps ] && { steps; return; }
+	[ "${1:-all}" = ddp ] && { ddp; return; }
 	[ "${1:-all}" = overhead ] && { overhead; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
 
@@ -176,6 +180,15 @@ signals() {
 	grep -E 'exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
 }
 
+ddp() {
+	echo "== DDP with NVTX steps"
+	timeout -k 10 300 "$pr" -out "$OUT/ddp" -metrics-addr off -progress off -quiet -trace-steps all -- \
+		"${tr[@]}" "$root/examples/torch/ddp_steps.py" "${share[@]}" --steps 20 >"$OUT/ddp.log" 2>&1
+	echo "exit $?" >>"$OUT/ddp.log"
+	cp "$OUT"/ddp/*/report.txt "$OUT/ddp-report.txt"
+	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp.log" "$OUT/ddp-report.txt" "$OUT"/ddp/*/trace.json | tee "$OUT/ddp.txt"
+}
+
 overhead() {
 	# 2. Overhead: the script's wall time, fresh processes interleaved.
 	echo "== overhead"
@@ -234,11 +247,12 @@ build) build ;;
 run) run all ;;
 signals) run signals ;;
 steps) run steps ;;
+ddp) run ddp ;;
 overhead) run overhead ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported|steps|overhead" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp" >&2
 	exit 2
 	;;
 esac

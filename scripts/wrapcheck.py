@@ -27,6 +27,13 @@ checks a run with --nvtx-steps: the report's step breakdown must account,
 for every rank, as many steps as the script marked (nvtx_steps), and say
 that busy time was not measured (no compute is timed in a wrapped job);
 profile-run's summary in wrapped.log must count the steps.
+
+    python3 scripts/wrapcheck.py --ddp wrapped.log report.txt trace.json
+
+checks a run of examples/torch/ddp_steps.py traced with -trace-steps all:
+every rank's steps and mean step time (within 5 % of the script's own
+timing of the same range), the all-reduces of each step against the
+count DDP's communication hook kept, and every step analysed complete.
 """
 
 import collections
@@ -142,7 +149,62 @@ def steps(log, report):
     return 1 if bad else 0
 
 
+def ddp(log, report, trace):
+    """A wrapped run of examples/torch/ddp_steps.py: steps per rank, the
+    mean step time against the script's own, and the all-reduces of each
+    step against the count DDP's communication hook kept."""
+    runs = [json.loads(l[l.find('{"tool": "ddp_steps"'):]) for l in open(log, errors="replace") if '{"tool": "ddp_steps"' in l]
+    if not runs:
+        print("FAIL ddp: no ddp_steps lines in %s" % log)
+        return 1
+    text = open(report, errors="replace").read()
+    rows = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)", line):
+            for row in lines[i + 1:]:
+                f = row.split()
+                if len(f) < 6 or not f[0].isdigit():
+                    break
+                rows[int(f[0])] = (int(f[2]), float(f[3]))
+            break
+    t = json.load(open(trace))
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    rank_of = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            m = re.match(r"rank (\d+)", e["args"]["name"])
+            if m:
+                rank_of[e["pid"]] = int(m.group(1))
+    per_step = collections.Counter()
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and e.get("name") == "AllReduce" and "host_us" not in a and a.get("step", -1) >= 0:
+            per_step[(rank_of.get(e["pid"], -1), int(a["step"]))] += 1
+    bad = 0
+    for r in sorted(runs, key=lambda r: r["rank"]):
+        rank = r["rank"]
+        mean_ms = 1e3 * statistics.mean(r["host_step_s"])
+        got = rows.get(rank)
+        ok = got is not None and got[0] == r["steps"] and abs(got[1] - mean_ms) <= 0.05 * mean_ms
+        bad += not ok
+        print("%s ddp rank %d: report %s steps, mean %s ms; the script %d steps, mean %.3f ms"
+              % ("PASS" if ok else "FAIL", rank, got[0] if got else "no", "%.3f" % got[1] if got else "-", r["steps"], mean_ms))
+        want = r["allreduces_per_step"]
+        seen = [per_step[(rank, n)] for n in range(len(want))]
+        ok = seen == want
+        bad += not ok
+        print("%s ddp rank %d: all-reduces per step in the trace %s, DDP's hook counted %s" % ("PASS" if ok else "FAIL", rank, seen, want))
+    m = re.search(r"(\d+) of (\d+) steps complete", text)
+    ok = m is not None and m.group(1) == m.group(2)
+    bad += not ok
+    print("%s ddp pipeline analysis: %s" % ("PASS" if ok else "FAIL", m.group(0) if m else "no steps analysed"))
+    return 1 if bad else 0
+
+
 def main(argv):
+    if len(argv) == 5 and argv[1] == "--ddp":
+        return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":
         return straggler(argv[2], argv[3])
     if len(argv) == 4 and argv[1] == "--steps":
