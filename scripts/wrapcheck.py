@@ -116,13 +116,10 @@ def straggler(log, report):
     return 0 if ok else 1
 
 
-def steps(log, report):
-    want = {r["rank"]: r.get("nvtx_steps", 0) for r in script_results(log)}
-    if not want or not all(want.values()):
-        print("FAIL steps: the script's lines in %s mark no NVTX steps: %s" % (log, want))
-        return 1
-    text = open(report, errors="replace").read()
-    got = {}
+def step_rows(text):
+    """The report's step breakdown: rank -> (steps, mean step ms, busy %,
+    idle %), busy and idle as printed ("-" where not measured)."""
+    rows = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)\s+Busy %\s+Idle %", line):
@@ -130,8 +127,18 @@ def steps(log, report):
                 f = row.split()
                 if len(f) < 6 or not f[0].isdigit():
                     break
-                got[int(f[0])] = (int(f[2]), float(f[3]), f[4], f[5])
+                rows[int(f[0])] = (int(f[2]), float(f[3]), f[4], f[5])
             break
+    return rows
+
+
+def steps(log, report):
+    want = {r["rank"]: r.get("nvtx_steps", 0) for r in script_results(log)}
+    if not want or not all(want.values()):
+        print("FAIL steps: the script's lines in %s mark no NVTX steps: %s" % (log, want))
+        return 1
+    text = open(report, errors="replace").read()
+    got = step_rows(text)
     bad = 0
     for rank in sorted(want):
         g = got.get(rank)
@@ -158,16 +165,7 @@ def ddp(log, report, trace):
         print("FAIL ddp: no ddp_steps lines in %s" % log)
         return 1
     text = open(report, errors="replace").read()
-    rows = {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)", line):
-            for row in lines[i + 1:]:
-                f = row.split()
-                if len(f) < 6 or not f[0].isdigit():
-                    break
-                rows[int(f[0])] = (int(f[2]), float(f[3]))
-            break
+    rows = step_rows(text)
     t = json.load(open(trace))
     events = t["traceEvents"] if isinstance(t, dict) else t
     rank_of = {}

@@ -143,11 +143,7 @@ func TestEnvironment(t *testing.T) {
 		t.Run("config endpoint wins/"+protocol, func(t *testing.T) {
 			clearOTLPEnv(t)
 			c := newCollector()
-			serve := serveGRPC
-			if protocol == otelexp.ProtocolHTTP {
-				serve = serveHTTP
-			}
-			addr, _ := serve(t, c)
+			addr, _ := serveProtocol(t, protocol, c)
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+deadAddr(t))
 			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://"+deadAddr(t))
 			for _, ep := range []string{addr, "http://" + addr} {
@@ -179,11 +175,7 @@ func TestPartialSuccess(t *testing.T) {
 			clearOTLPEnv(t)
 			c := newCollector()
 			c.rejected = 2
-			serve := serveGRPC
-			if protocol == otelexp.ProtocolHTTP {
-				serve = serveHTTP
-			}
-			addr, _ := serve(t, c)
+			addr, _ := serveProtocol(t, protocol, c)
 			exp, spans := send(t, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr}, 30)
 			st := exp.Stats()
 			reqs := uint64(c.requests.Load())
@@ -356,11 +348,7 @@ func TestNamesNotUTF8(t *testing.T) {
 		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
 			clearOTLPEnv(t)
 			c := newCollector()
-			serve := serveGRPC
-			if protocol == otelexp.ProtocolHTTP {
-				serve = serveHTTP
-			}
-			addr, _ := serve(t, c)
+			addr, _ := serveProtocol(t, protocol, c)
 			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch})
 			if err != nil {
 				t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	otelexp "github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -99,6 +100,15 @@ func listen(t testing.TB) net.Listener {
 }
 
 // serveGRPC starts c on a loopback port; stop ends it (idempotent).
+// serveProtocol serves c over protocol (otelexp.ProtocolGRPC or
+// ProtocolHTTP).
+func serveProtocol(t testing.TB, protocol string, c *collector) (addr string, stop func()) {
+	if protocol == otelexp.ProtocolHTTP {
+		return serveHTTP(t, c)
+	}
+	return serveGRPC(t, c)
+}
+
 func serveGRPC(t testing.TB, c *collector) (addr string, stop func()) {
 	t.Helper()
 	l := listen(t)

@@ -66,11 +66,7 @@ func TestEndpointGoesAwayMidRun(t *testing.T) {
 		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
 			clearOTLPEnv(t)
 			c := newCollector()
-			serve := serveGRPC
-			if protocol == otelexp.ProtocolHTTP {
-				serve = serveHTTP
-			}
-			addr, stop := serve(t, c)
+			addr, stop := serveProtocol(t, protocol, c)
 			ctx := context.Background()
 			p, err := profiler.New()
 			if err != nil {
