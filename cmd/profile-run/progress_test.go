@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/trainscope/trainscope/profiler"
 )
 
 // On a terminal the progress is one status line updated in place, the
@@ -114,5 +116,21 @@ func TestProgressBarOffATerminal(t *testing.T) {
 	// The log line of -progress log comes instead, at least for the last step.
 	if !strings.Contains(stderr, "training") || !strings.Contains(stderr, `"step": 2`) {
 		t.Errorf("no progress log line on stderr:\n%s", stderr)
+	}
+}
+
+// TestProgressSteps: the wrapped run's progress line counts the steps of
+// the furthest rank and their mean over every rank's steps, and says
+// nothing before the first.
+func TestProgressSteps(t *testing.T) {
+	if got := progressSteps(nil); got != "" {
+		t.Errorf("no steps: %q, want nothing", got)
+	}
+	ranks := []profiler.StepStats{
+		{RankSteps: profiler.RankSteps{Rank: 0, Steps: 3, Wall: 30 * time.Millisecond}},
+		{RankSteps: profiler.RankSteps{Rank: 1, Steps: 2, Wall: 30 * time.Millisecond}},
+	}
+	if got, want := progressSteps(ranks), ", 3 steps (mean 12.0 ms)"; got != want {
+		t.Errorf("progressSteps = %q, want %q (60 ms over 5 steps)", got, want)
 	}
 }

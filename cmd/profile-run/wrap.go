@@ -356,10 +356,30 @@ func (w *wrapper) progressLine() string {
 	st := w.col.Stats()
 	ps := w.prof.Stats()
 	line := fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Processes, st.PluginDrops()+ps.Dropped)
+	if w.out != nil && w.out.steps != nil {
+		line += progressSteps(w.out.steps.Ranks())
+	}
 	if w.out != nil && w.out.pipe != nil {
 		line += stragglerText(w.out.pipe.Summary())
 	}
 	return line
+}
+
+// progressSteps is what the progress line says of the job's NVTX steps
+// accounted so far: how many the furthest rank has, and their mean time
+// over the ranks; "" before any.
+func progressSteps(ranks []profiler.StepStats) string {
+	most, n := 0, 0
+	var wall time.Duration
+	for _, r := range ranks {
+		most = max(most, r.Steps)
+		n += r.Steps
+		wall += r.Wall
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d steps (mean %.1f ms)", most, float64(wall)/float64(n)/float64(time.Millisecond))
 }
 
 // stragglerText is what the progress line says of the collectives matched
