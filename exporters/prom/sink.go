@@ -142,12 +142,25 @@ func (e *Exporter) rangeSeries(r *profiler.Record) *rangeSeries {
 	}
 	if !utf8.ValidString(k.name) {
 		// A label value must be UTF-8 (client_golang panics otherwise); a
-		// name from an imported file or a caller need not be.
+		// name from an imported file or a caller need not be. The series
+		// is also found under the name as given, within bounds.
+		orig := k
 		k.name = strings.ToValidUTF8(k.name, "\uFFFD")
-		if s, ok := e.ranges[k]; ok {
-			return s
+		s, ok := e.ranges[k]
+		if !ok {
+			s = e.newRangeSeries(k)
 		}
+		if len(e.ranges) < 64*e.cfg.maxNames {
+			e.ranges[orig] = s
+		}
+		return s
 	}
+	return e.newRangeSeries(k)
+}
+
+// newRangeSeries makes the series of k (its name as a label value:
+// UTF-8), or finds Other's when k's name is one too many.
+func (e *Exporter) newRangeSeries(k rangeKey) *rangeSeries {
 	if _, known := e.names[k.name]; !known {
 		if len(e.names) >= e.cfg.maxNames {
 			k.name = OtherLabel

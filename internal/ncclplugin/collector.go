@@ -52,10 +52,10 @@ func WithLinger(d time.Duration) Option { return optionFunc(func(c *config) { c.
 
 // WithStepRange names the application's NVTX range that brackets one
 // training step (default "step"; "" for none). A top-level range whose
-// name is this, alone or followed by a separator and more ("step 12",
-// "step_12", "step: warmup"), becomes a profiler step range: its
-// process's step number is the integer after the separator where there
-// is one, else its count of such ranges from 0; the process's NCCL
+// name is this, alone or followed as stepNumber says ("step 12",
+// "step_12", "step: warm-up"), becomes a profiler step range: its number
+// is the integer in its name when that is above the process's previous
+// step, else the previous step's plus one (from 0); the process's NCCL
 // operations and other ranges that start inside it carry that step.
 func WithStepRange(name string) Option {
 	return optionFunc(func(c *config) { c.stepName = name })
@@ -168,10 +168,12 @@ type process struct {
 	// that arrived before its operations would have the analyses account
 	// the step without them.
 	held []heldStep
-	// pending are the enqueue starts of the operations whose records have
-	// arrived, in arrival order (per thread, enqueue order): the first
-	// one not yet delivered bounds which held steps may go.
-	pending []pendingOp
+	// pending are, per thread, the enqueue starts of the operations whose
+	// records have arrived, in arrival order, which within a thread is
+	// enqueue order (each thread has its ring; rings are drained one
+	// after another): the earliest of the threads' first ones not yet
+	// delivered bounds which held steps may go.
+	pending map[uint32][]pendingOp
 }
 
 type pendingOp struct{ start, task uint64 }
@@ -457,7 +459,10 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	case KindCollective, KindP2P:
 		o := pr.op(r.Task)
 		if !o.have {
-			pr.pending = append(pr.pending, pendingOp{r.HostStart, r.Task})
+			if pr.pending == nil {
+				pr.pending = make(map[uint32][]pendingOp)
+			}
+			pr.pending[r.TID] = append(pr.pending[r.TID], pendingOp{r.HostStart, r.Task})
 		}
 		o.rec, o.have, o.last = r, true, now
 		// Its step now, while that step is surely still among the kept
@@ -621,11 +626,11 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	}
 	// Its step: as the process's step ranges say now (a step range that a
 	// thread other than the enqueuing one pushed may have come later than
-	// the operation's record), else as they said when its record came (the
-	// step may have been forgotten since, maxSteps ago).
+	// the operation's record), unless its step has been forgotten since
+	// (maxSteps ago): then as they said when its record came.
 	labels := pr.labelsAt(r.HostStart)
-	if labels.Step == profiler.None {
-		labels = o.labels
+	if labels.Step == profiler.None && (len(pr.steps) == 0 || r.HostStart < pr.steps[0].start) {
+		labels = o.labels // its step has been forgotten since
 	}
 	rec := profiler.Record{
 		ID:        c.nextID,
@@ -723,6 +728,11 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 	case isStep:
 		var s *stepSpan
 		s, out = c.stepLocked(pr, r.TID, r.Ordinal, r.RangeBegin, n, out)
+		if s.end != 0 {
+			// Already ended: cut short when its process's connection
+			// ended (a reconnect brought its end late), or sent twice.
+			return out
+		}
 		s.end = r.RangeEnd
 		rec.Name = profiler.StepName
 		rec.Labels = profiler.NoLabels
@@ -761,7 +771,7 @@ func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool
 		pr.held = append(pr.held, heldStep{rec, end})
 		return pr.releaseSteps(out, false)
 	}
-	return append(out, rec)
+	return append(out, pr.stamp(rec))
 }
 
 // stepLocked returns pr's step opened by the push (tid, ordinal), opening
@@ -786,7 +796,9 @@ func (c *Collector) stepLocked(pr *process, tid uint32, ordinal, start uint64, n
 	}
 	n = max(n, pr.nextStep)
 	pr.steps = append(pr.steps, stepSpan{tid: tid, ordinal: ordinal, start: start, n: n})
-	pr.nextStep = n + 1
+	if n < math.MaxInt32 {
+		pr.nextStep = n + 1
+	}
 	return &pr.steps[len(pr.steps)-1], out
 }
 
@@ -810,33 +822,52 @@ func (pr *process) cudaDevice() runtime.Device {
 
 // releaseSteps delivers the held step ranges that no pending operation
 // was enqueued before the end of — all of them with all — oldest first.
-// It also forgets the delivered operations at the front of pr.pending,
-// steps or none, so that it stays as short as what is in flight.
+// It also forgets the delivered operations at the front of each thread's
+// pr.pending, steps or none, so that they stay as short as what is in
+// flight.
 func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Record {
 	oldest := uint64(math.MaxUint64)
 	if all {
 		pr.pending = nil
 	}
-	// The oldest operation still to be delivered, in amortised constant
-	// time: those delivered are dropped from the front.
-	for len(pr.pending) > 0 {
-		p := pr.pending[0]
-		if o, ok := pr.ops[p.task]; ok && o.have && o.rec.HostStart == p.start {
-			oldest = p.start
-			break
+	// The oldest operation still to be delivered: the earliest of the
+	// threads' first ones, each found in amortised constant time (those
+	// delivered are dropped from the front).
+	for tid, q := range pr.pending {
+		for len(q) > 0 {
+			p := q[0]
+			if o, ok := pr.ops[p.task]; ok && o.have && o.rec.HostStart == p.start {
+				oldest = min(oldest, p.start)
+				break
+			}
+			q = q[1:]
 		}
-		pr.pending = pr.pending[1:]
+		if len(q) == 0 {
+			delete(pr.pending, tid)
+		} else {
+			pr.pending[tid] = q
+		}
 	}
 	if len(pr.held) == 0 {
 		return out
 	}
 	n := 0
 	for n < len(pr.held) && (pr.held[n].end < oldest || len(pr.held)-n > maxHeld) {
-		out = append(out, pr.held[n].rec)
+		out = append(out, pr.stamp(pr.held[n].rec))
 		n++
 	}
 	pr.held = append(pr.held[:0], pr.held[n:]...)
 	return out
+}
+
+// stamp gives a step or range record made before the process's device was
+// known (its first communicator came later) that device, as its
+// operations carry it.
+func (pr *process) stamp(rec profiler.Record) profiler.Record {
+	if rec.Device.Type == runtime.CUDA && rec.Device.Index < 0 && pr.device >= 0 {
+		rec.Device.Index = int(pr.device)
+	}
+	return rec
 }
 
 // releaseEarly delivers the ranges kept until the process's rank was
@@ -844,7 +875,7 @@ func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Reco
 func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 	for _, rec := range pr.early {
 		rec.Rank = pr.rank
-		out = append(out, rec)
+		out = append(out, pr.stamp(rec))
 	}
 	pr.early = nil
 	return out

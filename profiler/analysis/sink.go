@@ -145,17 +145,18 @@ func (s *Sink) advance(flush bool) {
 			// by then is not coming with this step's records (it never
 			// connects, or marks no steps).
 			ready = true
-			least := int32(math.MaxInt32)
+			least := int64(math.MaxInt64)
 			for r := range s.ranks {
 				l, ok := s.latest[r]
 				if !ok {
 					ready = false
 					break
 				}
-				least = min(least, l)
+				least = min(least, int64(l))
 			}
-			ready = ready && least >= step+int32(s.cfg.delay) &&
-				(len(s.ranks) >= s.expect || least >= step+int32(s.cfg.delay)+expectSlack)
+			// In int64: step numbers near 2^31 must not wrap.
+			due := int64(step) + int64(s.cfg.delay)
+			ready = ready && least >= due && (len(s.ranks) >= s.expect || least >= due+expectSlack)
 		}
 		forced := !ready && len(s.open) > s.cfg.maxOpen
 		if !ready && !forced {
