@@ -48,6 +48,9 @@ type CallSink struct {
 	// groups counts, per group, the collectives decided incomplete and the
 	// ranks seen in them: one problem line per group, not per call.
 	groups map[string]*groupCalls
+	// span is, per rank, its first arrival and last departure at a
+	// matched collective: what the waiting it caused is weighed against.
+	span map[int][2]time.Duration
 }
 
 // groupCalls is what a CallSink says of a group's incomplete collectives.
@@ -222,6 +225,16 @@ func (s *CallSink) decide(k collKey, its []item) {
 	}
 	s.stats.Matched++
 	s.tot.addCollective(&c)
+	if s.span == nil {
+		s.span = map[int][2]time.Duration{}
+	}
+	for _, m := range c.Members {
+		sp, ok := s.span[m.Rank]
+		if !ok {
+			sp = [2]time.Duration{m.Arrive, m.Leave}
+		}
+		s.span[m.Rank] = [2]time.Duration{min(sp[0], m.Arrive), max(sp[1], m.Leave)}
+	}
 	last := c.Members[len(c.Members)-1]
 	var waited time.Duration
 	for _, m := range c.Members {
@@ -311,6 +324,15 @@ func (s *CallSink) Summary() Summary {
 	}
 	if s.cfg.align {
 		sum.AlignAfter = minClockSamples
+	}
+	// Without steps, the waiting a straggler caused is weighed against
+	// the time its collectives spanned.
+	if sp, ok := s.span[sum.Straggler]; ok && sum.Straggler != profiler.None {
+		for _, r := range sum.Ranks {
+			if r.Rank == sum.Straggler && float64(r.Caused) < MinStragglerShare*float64(sp[1]-sp[0]) {
+				sum.Straggler, sum.Minor, sum.MinorRank, sum.MinorSpan = profiler.None, true, r.Rank, sp[1]-sp[0]
+			}
+		}
 	}
 	return sum
 }

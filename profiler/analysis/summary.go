@@ -36,6 +36,9 @@ type Summary struct {
 	// straggler of microseconds is noise, not a finding.
 	Minor     bool
 	MinorRank int
+	// MinorSpan is, without steps (Stepless), the time the minor rank's
+	// collectives spanned, which its waiting was weighed against.
+	MinorSpan time.Duration
 	// Problems are the distinct problems found (at most maxProblems, each
 	// with the first step it was found in); ProblemSteps counts the steps
 	// that had any.
@@ -496,6 +499,13 @@ func writeCalls(w io.Writer, s Summary) error {
 				if r.Rank == s.Straggler {
 					fmt.Fprintf(w, "straggler: rank %d caused %.0f%% of the waiting at collectives (%.3f ms; it held them up %.3f ms: their last arrival less the next-latest)\n",
 						r.Rank, 100*r.Score, ms(r.Caused), ms(r.HeldUp))
+				}
+			}
+		case s.Minor:
+			for _, r := range s.Ranks {
+				if r.Rank == s.MinorRank {
+					fmt.Fprintf(w, "straggler: none that matters: rank %d caused %.0f%% of the waiting at collectives, but %.3f ms in all, under %.0f%% of the %.3f s its collectives spanned\n",
+						r.Rank, 100*r.Score, ms(r.Caused), 100*MinStragglerShare, s.MinorSpan.Seconds())
 				}
 			}
 		default:
