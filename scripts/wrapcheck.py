@@ -52,11 +52,9 @@ def script_results(path):
     return out
 
 
-def trace_ops(path):
-    """(rank, op, bytes) -> list of (start_us, host_dur_us, device_dur_us or None,
-    transfer_us or None): transfer is from the kernel's start to the later
-    of its end and the network transfer's end (p2p over a proxied
-    transport), None where the trace has no transfer end."""
+def trace_events(path):
+    """A trace's events, and the rank of each process id (its
+    process_name, "rank N …")."""
     t = json.load(open(path))
     events = t["traceEvents"] if isinstance(t, dict) else t
     rank_of = {}
@@ -65,6 +63,15 @@ def trace_ops(path):
             m = re.match(r"rank (\d+)", e["args"]["name"])
             if m:
                 rank_of[e["pid"]] = int(m.group(1))
+    return events, rank_of
+
+
+def trace_ops(path):
+    """(rank, op, bytes) -> list of (start_us, host_dur_us, device_dur_us or None,
+    transfer_us or None): transfer is from the kernel's start to the later
+    of its end and the network transfer's end (p2p over a proxied
+    transport), None where the trace has no transfer end."""
+    events, rank_of = trace_events(path)
     host, dev = collections.defaultdict(list), collections.defaultdict(list)
     groups = collections.Counter()
     for e in events:
@@ -166,14 +173,7 @@ def ddp(log, report, trace):
         return 1
     text = open(report, errors="replace").read()
     rows = step_rows(text)
-    t = json.load(open(trace))
-    events = t["traceEvents"] if isinstance(t, dict) else t
-    rank_of = {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            m = re.match(r"rank (\d+)", e["args"]["name"])
-            if m:
-                rank_of[e["pid"]] = int(m.group(1))
+    events, rank_of = trace_events(trace)
     per_step = collections.Counter()
     for e in events:
         a = e.get("args", {})
