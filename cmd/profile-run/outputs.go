@@ -274,7 +274,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	if out.report != nil || !o.quiet {
 		tag := "all steps"
 		if len(o.command) > 0 {
-			tag = "whole run" // a wrapped command's operations have no steps
+			tag = "whole run" // a wrapped command's steps, if it marks any, are not known ahead
 		}
 		out.tables = profiler.NewSummary(profiler.WithSummaryTag(tag))
 		out.steps = profiler.NewStepSummary()
