@@ -10,7 +10,7 @@ import "embed"
 
 // NCCLSources holds nccl/plugin.c and the headers it includes.
 //
-//go:embed nccl/plugin.c nccl/nccl_profiler_abi.h nccl/nvtx_injection_abi.h nccl/trainscope_nccl_wire.h
+//go:embed nccl/plugin.c nccl/cupti_activity_abi.h nccl/nccl_profiler_abi.h nccl/nvtx_injection_abi.h nccl/trainscope_nccl_wire.h
 var NCCLSources embed.FS
 
 // NCCLLibrary is the file name of the built plugin.

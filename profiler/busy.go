@@ -13,7 +13,8 @@ import (
 //
 // A rank is busy while one of its streams computes: the device intervals
 // of its compute ranges (device ranges in the forward, backward or
-// optimizer phase), less, on the same stream, the device intervals of
+// optimizer phase, and kernels reported by the device's activity tracing,
+// KindKernel), less, on the same stream, the device intervals of
 // transfers (collectives and point-to-point) and of waits for input
 // (device ranges in the communication phase) — a compute range whose
 // stream waits for a peer is not computing meanwhile. The streams' busy
@@ -35,7 +36,7 @@ const (
 	// outside the compute phases, such as loading a batch).
 	ActivityNone Activity = iota
 	// ActivityCompute: a device range in the forward, backward or
-	// optimizer phase.
+	// optimizer phase, or a traced kernel (KindKernel).
 	ActivityCompute
 	// ActivityTransfer: a collective or point-to-point transfer.
 	ActivityTransfer
@@ -62,6 +63,8 @@ func (r *Record) Activity() Activity {
 	switch {
 	case r.Kind == KindCollective || r.Kind == KindP2P:
 		return ActivityTransfer
+	case r.Kind == KindKernel:
+		return ActivityCompute
 	case r.Kind != KindDevice:
 		return ActivityNone
 	case r.Phase == Comm:
@@ -74,7 +77,7 @@ func (r *Record) Activity() Activity {
 
 // BusyDefinition says in one line how busy time is computed, for report
 // headers and metric help.
-const BusyDefinition = "busy: device time of forward, backward and optimizer ranges, less transfers and input waits on the same stream; idle: the rest of the step"
+const BusyDefinition = "busy: device time of forward, backward and optimizer ranges and of traced kernels, less transfers and input waits on the same stream; idle: the rest of the step"
 
 // StepTime is one rank's accounted step.
 type StepTime struct {
@@ -86,7 +89,7 @@ type StepTime struct {
 	Busy       time.Duration
 	// Computed reports that the step had a device-timed compute range
 	// (ActivityCompute), so Busy was measured; without one (a wrapped
-	// command, whose kernels are not timed, only its NCCL operations)
+	// command whose kernels were not traced, only its NCCL operations)
 	// Busy is 0 for want of a measure, not a measured 0.
 	Computed bool
 	// CutShort: the step range was cut short (Record.CutShort), so the

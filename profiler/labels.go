@@ -36,9 +36,14 @@ const (
 	KindCollective
 	// KindP2P is a device-timed Send or Recv.
 	KindP2P
+	// KindKernel is a kernel the device's own activity tracing reported
+	// (CUPTI in a wrapped process): device-timed, with no host range of
+	// its own (HostStart = HostEnd = its device start), and no phase.
+	// Busy time counts it as compute.
+	KindKernel
 )
 
-var kindNames = [...]string{KindHost: "host", KindDevice: "device", KindCollective: "collective", KindP2P: "p2p"}
+var kindNames = [...]string{KindHost: "host", KindDevice: "device", KindCollective: "collective", KindP2P: "p2p", KindKernel: "kernel"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {

@@ -158,7 +158,7 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 		if len(uncomputed) == 1 {
 			who = fmt.Sprintf("rank %d", uncomputed[0])
 		}
-		fmt.Fprintf(w, "busy: not measured on %s: no compute range was timed on the device in their steps (a wrapped command's kernels are not timed, only its NCCL operations)\n", who)
+		fmt.Fprintf(w, "busy: not measured on %s: no compute range was timed on the device in their steps (a wrapped command whose kernels were not traced: -kernels=false, or CUPTI unavailable; docs/wrap.md)\n", who)
 	}
 	var means []time.Duration
 	var longest RankSteps

@@ -22,6 +22,10 @@
 #   ddp.txt      a wrapped DistributedDataParallel loop with NVTX steps
 #                (examples/torch/ddp_steps.py): steps, step times and the
 #                all-reduces of each step against the script's own counts
+#   kernels.txt  a wrapped one-GPU loop (examples/torch/kernel_steps.py):
+#                its kernels per step and their device time, traced by
+#                CUPTI, against the script's count and CUDA events; the
+#                wall time with kernels traced and not (kernels mode only)
 #   steps.txt    a wrapped run whose every call is an NVTX "step N" range
 #                (--nvtx-steps): its report's steps per rank against the
 #                script's count
@@ -78,6 +82,7 @@ run() {
 	[ "${1:-all}" = signals ] && { signals; return; }
 	[ "${1:-all}" = steps ] && { steps; return; }
 	[ "${1:-all}" = ddp ] && { ddp; return; }
+	[ "${1:-all}" = kernels ] && { kernels; return; }
 	[ "${1:-all}" = overhead ] && { overhead; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
 
@@ -234,12 +239,56 @@ EOF
 # as many steps per rank as the script marked, each with its NCCL call.
 steps() {
 	echo "== NVTX steps"
-	timeout -k 10 300 "$pr" -out "$OUT/steps" -metrics-addr off -progress off -trace-steps all -- \
+	# -kernels=false: this check is of a job whose compute is not timed.
+	timeout -k 10 300 "$pr" -out "$OUT/steps" -metrics-addr off -progress off -trace-steps all -kernels=false -- \
 		"${tr[@]}" "$ex" "${share[@]}" --nvtx-steps --iters 5 --warmup 1 --sizes-mib 1 >"$OUT/steps.log" 2>&1
 	echo "exit $?" >>"$OUT/steps.log"
 	python3 "$root/scripts/wrapcheck.py" --steps "$OUT/steps.log" "$OUT"/steps/*/report.txt | tee "$OUT/steps.txt"
 	cp "$OUT"/steps/*/report.txt "$OUT/steps-report.txt"
 	cp "$OUT"/steps/*/trace.json "$OUT/steps-trace.json"
+}
+
+kernels() {
+	# Kernels traced through CUPTI (-kernels): a one-GPU loop whose GPU
+	# time per step the script takes with CUDA events; then its wall time
+	# unwrapped, wrapped with kernels traced and without, interleaved, on
+	# a compute-bound shape and a launch-bound one.
+	echo "== kernels (CUPTI)"
+	local ks=$root/examples/torch/kernel_steps.py
+	timeout -k 10 300 "$pr" -out "$OUT/kernels" -metrics-addr off -progress off -trace-steps all -- \
+		python3 "$ks" --steps 20 >"$OUT/kernels.log" 2>&1
+	echo "exit $?" >>"$OUT/kernels.log"
+	cp "$OUT"/kernels/*/report.txt "$OUT/kernels-report.txt"
+	python3 "$root/scripts/wrapcheck.py" --kernels "$OUT/kernels.log" "$OUT/kernels-report.txt" "$OUT"/kernels/*/trace.json | tee "$OUT/kernels.txt"
+	local shape name i v
+	for shape in "compute --steps 30 --gemms 16 --size 2048 --idle-ms 0" "launch --steps 30 --gemms 400 --size 128 --idle-ms 0"; do
+		name=${shape%% *}
+		for i in $(seq "${PAIRS:-5}"); do
+			for v in off kernels nokernels; do
+				case $v in
+				off) timeout -k 10 120 python3 "$ks" ${shape#* } ;;
+				kernels) timeout -k 10 120 "$pr" -out "$OUT/kernels-runs" -metrics-addr off -progress off -quiet -- python3 "$ks" ${shape#* } ;;
+				nokernels) timeout -k 10 120 "$pr" -out "$OUT/kernels-runs" -metrics-addr off -progress off -quiet -kernels=false -- python3 "$ks" ${shape#* } ;;
+				esac 2>/dev/null | grep -o '{"tool": "kernel_steps".*' | python3 -c 'import json,statistics,sys; r=json.loads(sys.stdin.read()); print(sys.argv[1], sys.argv[2], sys.argv[3], r["wall_s"], statistics.median(r["gpu_step_ms"][1:]))' "$name" "$v" "$i" >>"$OUT/kernels-overhead.tsv"
+			done
+		done
+	done
+	python3 - "$OUT/kernels-overhead.tsv" <<'PY' | tee -a "$OUT/kernels.txt"
+import collections, statistics, sys
+runs, gpu = collections.defaultdict(dict), collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    shape, v, i, wall, gpu_ms = line.split()
+    runs[(shape, int(i))][v] = float(wall)
+    gpu[(shape, v)].append(float(gpu_ms))
+for (shape, v), ms in sorted(gpu.items()):
+    print("gpu time of a step (events), %s %s: median %.3f ms over %d processes" % (shape, v, statistics.median(ms), len(ms)))
+for shape in sorted({s for s, _ in runs}):
+    pairs = [r for (s, _), r in runs.items() if s == shape and len(r) == 3]
+    for v in ("kernels", "nokernels"):
+        ratios = [r[v] / r["off"] for r in pairs]
+        if ratios:
+            print("overhead %s %s: median %.4f over %d rounds (%s)" % (shape, v, statistics.median(ratios), len(ratios), " ".join("%.3f" % x for x in ratios)))
+PY
 }
 
 case "${1:-}" in
@@ -248,11 +297,12 @@ run) run all ;;
 signals) run signals ;;
 steps) run steps ;;
 ddp) run ddp ;;
+kernels) run kernels ;;
 overhead) run overhead ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|kernels" >&2
 	exit 2
 	;;
 esac

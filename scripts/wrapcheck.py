@@ -34,6 +34,18 @@ checks a run of examples/torch/ddp_steps.py traced with -trace-steps all:
 every rank's steps and mean step time (within 5 % of the script's own
 timing of the same range), the all-reduces of each step against the
 count DDP's communication hook kept, and every step analysed complete.
+
+    python3 scripts/wrapcheck.py --kernels wrapped.log report.txt trace.json
+
+checks a run of examples/torch/kernel_steps.py traced with -trace-steps
+all and -kernels: in every step after the first (the warm-up, where the
+host sets cuBLAS up between the events), the kernels the trace holds
+against the ones the script launched, and their device time (the union
+of their intervals within the step) between 10 % below and 0.5 % above
+the script's own CUDA-event time of the step's GPU work, which also holds
+the gaps between kernels (2–6 % of it on an H200, varying from run to
+run while the kernels' time does not); the report's busy share of the steps within
+half a point of the share the trace's kernels cover.
 """
 
 import collections
@@ -200,7 +212,87 @@ def ddp(log, report, trace):
     return 1 if bad else 0
 
 
+def union_us(intervals, lo, hi):
+    """The length of the union of intervals (start, end), clipped to [lo, hi]."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals):
+        if e <= s:
+            continue
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def kernels(log, report, trace):
+    """A wrapped run of examples/torch/kernel_steps.py: per step, the
+    kernels and their device time against the script's own count and
+    CUDA-event time; the report's busy share against the script's."""
+    runs = [json.loads(l[l.find('{"tool": "kernel_steps"'):]) for l in open(log, errors="replace") if '{"tool": "kernel_steps"' in l]
+    if len(runs) != 1:
+        print("FAIL kernels: %d kernel_steps lines in %s, want 1" % (len(runs), log))
+        return 1
+    r = runs[0]
+    events, rank_of = trace_events(trace)
+    steps, kern = {}, collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        a = e.get("args", {})
+        if e.get("name") == "step" and e.get("cat") == "host" and "step" in a:
+            steps[int(a["step"])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        elif e.get("cat") == "kernel":
+            kern[int(a.get("step", -1))].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    bad = 0
+    if len(steps) != r["steps"]:
+        print("FAIL kernels: the trace has %d steps, the script marked %d" % (len(steps), r["steps"]))
+        bad += 1
+    errs = []
+    for n in range(r["steps"]):
+        if n not in steps:
+            continue
+        lo, hi = steps[n]
+        if n == 0:
+            # Warm-up: the host sets cuBLAS up between the events.
+            print("INFO kernels step 0 (warm-up, not checked): %d kernels, %.3f ms of device time; the script's events %.3f ms"
+                  % (len(kern.get(0, [])), union_us(kern.get(0, []), lo, hi) / 1e3, r["gpu_step_ms"][0]))
+            continue
+        ks = kern.get(n, [])
+        busy_ms = union_us(ks, lo, hi) / 1e3
+        want_ms = r["gpu_step_ms"][n]
+        err = busy_ms / want_ms - 1
+        errs.append(err)
+        ok = len(ks) == r["kernels_per_step"] and -0.10 <= err <= 0.005
+        bad += not ok
+        print("%s kernels step %d: %d kernels (launched %d), device time %.3f ms, the script's events %.3f ms (%+.2f%%)"
+              % ("PASS" if ok else "FAIL", n, len(ks), r["kernels_per_step"], busy_ms, want_ms, 100 * err))
+    rows = step_rows(open(report, errors="replace").read())
+    got = rows.get(0)
+    # The report's busy share of all its steps, step 0 included, against
+    # the same share computed here from the trace's kernels and steps.
+    want_busy = 100 * sum(union_us(kern.get(n, []), lo, hi) for n, (lo, hi) in steps.items()) / sum(hi - lo for lo, hi in steps.values())
+    try:
+        busy = float(got[2]) if got else None
+    except ValueError:
+        busy = None
+    ok = busy is not None and abs(busy - want_busy) <= 0.5
+    bad += not ok
+    print("%s kernels report: busy %s%% of the steps; the trace's kernels cover %.1f%% of its steps"
+          % ("PASS" if ok else "FAIL", got[2] if got else "no row", want_busy))
+    if errs:
+        print("kernels: device time against the script's events, per step: median %+.2f%%, range %+.2f%% to %+.2f%%"
+              % (100 * statistics.median(errs), 100 * min(errs), 100 * max(errs)))
+    return 1 if bad else 0
+
+
 def main(argv):
+    if len(argv) == 5 and argv[1] == "--kernels":
+        return kernels(argv[2], argv[3], argv[4])
     if len(argv) == 5 and argv[1] == "--ddp":
         return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":

@@ -27,6 +27,8 @@ type options struct {
 	command []string
 	// stepRange names a wrapped command's NVTX step range.
 	stepRange string
+	// kernels has a wrapped command's kernels traced (CUPTI).
+	kernels bool
 	// importing is the number of files profile-run import takes records
 	// from (0 for a run): their ranks' clocks may differ.
 	importing int
@@ -116,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar (the status line; off a terminal as auto), log or off")
 	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
 	fs.StringVar(&o.stepRange, "step-range", profiler.StepName, `a wrapped command's NVTX range that brackets one training step ("step 12", "step_12" count too; "" for none): its ranges and NCCL operations are then accounted per step (docs/wrap.md)`)
+	fs.BoolVar(&o.kernels, "kernels", true, "trace a wrapped command's kernels, memory copies and memsets on the GPU (CUPTI, through the plugin as the command's CUDA injection library), for busy and idle time per step; false leaves CUPTI to the command (torch.profiler, Nsight) (docs/wrap.md)")
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
 	printUsage := func() {
 		fmt.Fprint(stderr, `Usage:
@@ -176,6 +179,9 @@ Flags:
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["kernels"] && !wrapping {
+		return nil, usagef("-kernels traces a wrapped command's kernels: the built-in trainer times its own (-device-depth) (profile-run [flags] -- CMD ARGS…)")
+	}
 	if set["step-range"] && !wrapping {
 		return nil, usagef("-step-range %q names a wrapped command's NVTX step range: it means nothing to the built-in trainer (profile-run [flags] -- CMD ARGS…)", o.stepRange)
 	}

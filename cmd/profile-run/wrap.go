@@ -34,6 +34,12 @@ const (
 	// envNVTXInjection is where NVTX looks for a tool to hand the
 	// application's ranges to; the plugin is one.
 	envNVTXInjection = "NVTX_INJECTION64_PATH"
+	// envCUDAInjection is where the CUDA driver looks for a library to
+	// load at cuInit; the plugin is one, and traces kernels through
+	// CUPTI.
+	envCUDAInjection = "CUDA_INJECTION64_PATH"
+	// envCUPTI turns the plugin's kernel tracing off ("0").
+	envCUPTI = "TRAINSCOPE_CUPTI"
 	// locateTimeout bounds building the plugin on first use.
 	locateTimeout = 2 * time.Minute
 	// collectorCloseTimeout bounds the wait, once the command has ended,
@@ -63,6 +69,10 @@ type wrapper struct {
 	// nvtxElsewhere is the NVTX tool the command's environment already
 	// named, which keeps its ranges.
 	nvtxElsewhere string
+	// cudaElsewhere is the CUDA injection library the command's
+	// environment already named (Nsight Systems'): kept, so kernels are
+	// not traced.
+	cudaElsewhere string
 	started       time.Time
 }
 
@@ -153,6 +163,17 @@ func (w *wrapper) environ() []string {
 			continue
 		case ncclplugin.EnvSocket:
 			continue
+		case envCUDAInjection:
+			if value != w.plugin.Path && value != "" {
+				if w.o.kernels {
+					w.cudaElsewhere = value
+					w.log.Warn(fmt.Sprintf("%s is set to %q, so that library, not trainscope, is the command's CUDA tool: kernels will not be traced", envCUDAInjection, value))
+				}
+				out = append(out, kv)
+			}
+			continue
+		case envCUPTI:
+			continue
 		case envNVTXInjection:
 			if value != w.plugin.Path && value != "" {
 				// Another tool (Nsight Systems) takes the ranges: it is the
@@ -168,6 +189,12 @@ func (w *wrapper) environ() []string {
 	out = append(out, envNCCLPlugin+"="+w.plugin.Path, w.col.Env())
 	if w.nvtxElsewhere == "" {
 		out = append(out, envNVTXInjection+"="+w.plugin.Path)
+	}
+	switch {
+	case !w.o.kernels:
+		out = append(out, envCUPTI+"=0")
+	case w.cudaElsewhere == "":
+		out = append(out, envCUDAInjection+"="+w.plugin.Path)
 	}
 	return out
 }
@@ -428,6 +455,9 @@ func (w *wrapper) finish(code int) {
 		cancel()
 	}
 	w.out.summary = append(w.out.summary, w.ncclSummary())
+	if line := w.kernelSummary(); line != "" {
+		w.out.summary = append(w.out.summary, line)
+	}
 	if line := w.nvtxSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
@@ -465,6 +495,35 @@ func (w *wrapper) ncclSummary() string {
 	}
 	if st.DecodeErrors+st.IngestErrors > 0 {
 		line += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
+	}
+	return line
+}
+
+// kernelSummary says what the command's kernel tracing delivered, or why
+// there was none; "" when no process loaded the plugin.
+func (w *wrapper) kernelSummary() string {
+	if w.col == nil {
+		return ""
+	}
+	st := w.col.Stats()
+	switch {
+	case st.Processes == 0:
+		return ""
+	case !w.o.kernels:
+		return "kernels: not traced (-kernels=false), so busy and idle time are unknown"
+	case w.cudaElsewhere != "":
+		return fmt.Sprintf("kernels: not traced: %s was set to %s, which kept the command's CUDA tool; busy and idle time are unknown", envCUDAInjection, w.cudaElsewhere)
+	case st.Traced == 0 && st.Untraced > 0:
+		return fmt.Sprintf("kernels: not traced: %s (%d process(es)); busy and idle time are unknown", st.UntracedWhy, st.Untraced)
+	case st.Traced == 0:
+		return "kernels: not traced: no process initialised CUDA with the plugin as its injection library (no GPU work, or a CUDA older than injection); busy and idle time are unknown"
+	}
+	line := fmt.Sprintf("kernels: %d kernels and %d copies and memsets traced in %d process(es)", st.Kernels, st.Copies, st.Traced)
+	if st.Untraced > 0 {
+		line += fmt.Sprintf("; %d process(es) not traced: %s", st.Untraced, st.UntracedWhy)
+	}
+	if st.PluginActivityDropped+st.ActivityDropped > 0 {
+		line += fmt.Sprintf("; %d dropped (%d by CUPTI, its buffers full; %d before their process had a rank)", st.PluginActivityDropped+st.ActivityDropped, st.PluginActivityDropped, st.ActivityDropped)
 	}
 	return line
 }

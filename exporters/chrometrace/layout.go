@@ -109,11 +109,14 @@ func layout(records []profiler.Record) trace {
 	hostGroup, devGroup := int32(-1), int32(-1)
 	for i := range records {
 		r := &records[i]
-		if k := (trackKey{rank: r.Rank, class: hostTrack}); hostGroup < 0 || k != lastHost {
-			lastHost, hostGroup = k, group(k)
+		// A traced kernel has no host range, only its device interval.
+		if r.Kind != profiler.KindKernel || !r.HasDevice {
+			if k := (trackKey{rank: r.Rank, class: hostTrack}); hostGroup < 0 || k != lastHost {
+				lastHost, hostGroup = k, group(k)
+			}
+			items = append(items, item{start: int64(r.HostStart), dur: max(0, int64(r.HostEnd-r.HostStart)),
+				rec: int32(i), group: hostGroup, depth: int32(r.Depth)})
 		}
-		items = append(items, item{start: int64(r.HostStart), dur: max(0, int64(r.HostEnd-r.HostStart)),
-			rec: int32(i), group: hostGroup, depth: int32(r.Depth)})
 		if !r.HasDevice {
 			continue
 		}

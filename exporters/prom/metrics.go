@@ -87,7 +87,7 @@ func newMetrics(c config) metrics {
 		step: hist("trainscope_step_seconds",
 			"Host wall time of top-level \"step\" ranges.", c.stepBuckets, withRank("stage")),
 		stageBusy: counter("trainscope_stage_busy_seconds_total",
-			"Per step, the time the rank computed: device time of its forward, backward and optimizer ranges, less transfers and input waits on the same stream, clipped to the step.", withRank("stage")),
+			"Per step, the time the rank computed: device time of its forward, backward and optimizer ranges and of traced kernels, less transfers and input waits on the same stream, clipped to the step.", withRank("stage")),
 		stageIdle: counter("trainscope_stage_idle_seconds_total",
 			"Per step, the step's wall time minus its busy time.", withRank("stage")),
 		stageLate: counter("trainscope_stage_late_ranges_total",

@@ -354,7 +354,7 @@ func parseDevice(s string) (runtime.Device, error) {
 }
 
 func kindOf(cat string) (profiler.Kind, bool) {
-	for k := profiler.KindHost; k <= profiler.KindP2P; k++ {
+	for k := profiler.KindHost; k <= profiler.KindKernel; k++ {
 		if k.String() == cat {
 			return k, true
 		}

@@ -89,8 +89,19 @@ type Stats struct {
 	Ranges, Steps, RangesLost, RangesDropped uint64
 	// Losses the plugins reported (the latest cumulative counts of every
 	// process, summed): records lost to a full ring, events refused,
-	// records discarded while no collector was connected.
-	PluginRingFull, PluginRefused, PluginUnsent uint64
+	// records discarded while no collector was connected, and device
+	// activity records CUPTI dropped.
+	PluginRingFull, PluginRefused, PluginUnsent, PluginActivityDropped uint64
+	// Device activity (CUPTI, through the plugin): Traced counts the
+	// processes that sent kernels, copies or memsets, Untraced those whose plugin
+	// could not (UntracedWhy: the first reason given); Kernels and
+	// Copies (memory copies and memsets) ingested; ActivityDropped those
+	// that arrived before their process had a rank, beyond the bound
+	// kept until then.
+	Traced, Untraced int
+	UntracedWhy      string
+	Kernels, Copies  uint64
+	ActivityDropped  uint64
 	// ClockConflicts counts processes whose GPU-to-host offset bounds
 	// disagreed (see docs/nccl-plugin.md); their lower bound is used.
 	ClockConflicts int
@@ -101,7 +112,9 @@ type Stats struct {
 }
 
 // PluginDrops is the sum of the losses the plugins reported.
-func (s Stats) PluginDrops() uint64 { return s.PluginRingFull + s.PluginRefused + s.PluginUnsent }
+func (s Stats) PluginDrops() uint64 {
+	return s.PluginRingFull + s.PluginRefused + s.PluginUnsent + s.PluginActivityDropped
+}
 
 // Collector receives plugin record streams on a Unix socket and ingests
 // each completed collective and p2p operation into a profiler.
@@ -139,13 +152,15 @@ type process struct {
 	// rank is the process's rank in the report: worldRank, else its rank
 	// in the first communicator it made; -1 until known. early holds its
 	// ranges until then.
-	rank    int
-	early   []profiler.Record
-	open    int              // connections open
-	ops     map[uint64]*op   // by task
-	devices map[uint64]int32 // CUDA device by communicator
-	drops   [3]uint64        // ring full, refused, unsent: the latest cumulative report
-	clock   offsetEstimate
+	rank      int
+	early     []profiler.Record
+	earlyActs int              // activity records among early
+	open      int              // connections open
+	ops       map[uint64]*op   // by task
+	devices   map[uint64]int32 // CUDA device by communicator
+	drops     [4]uint64        // ring full, refused, unsent, activity: the latest cumulative report
+	act       activity         // its device activity (CUPTI)
+	clock     offsetEstimate
 	// passed is, per communicator, the latest enqueue time (plugin
 	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
 	// reported their stop: the GPU has run every operation of that
@@ -174,13 +189,82 @@ type process struct {
 	// after another): the earliest of the threads' first ones not yet
 	// delivered bounds which held steps may go.
 	pending map[uint32][]pendingOp
+	// seen is, per thread, the latest time (plugin CLOCK_MONOTONIC ns) of
+	// its ranges' records so far; waiting are the records whose step
+	// cannot be told yet (settled).
+	seen    map[uint32]uint64
+	waiting []waitingRec
+}
+
+// waitingRec is a record waiting for its step to be known for good.
+type waitingRec struct {
+	rec profiler.Record
+	t   uint64    // the time its step is looked up at (plugin CLOCK_MONOTONIC ns)
+	at  time.Time // when it began to wait
+}
+
+// maxWaiting bounds the records a process keeps waiting for their step;
+// beyond it they go with the step known then.
+const maxWaiting = 1 << 16
+
+// settled reports whether the step holding t (plugin CLOCK_MONOTONIC ns)
+// is known for good: the process has no steps, or the thread that
+// pushes them has reported a record at or after t. Its ring is in time
+// order, so the end of its step before t, and the start of the one after,
+// came first. Records from other threads (NCCL's, CUPTI's) may arrive
+// ahead of it: an operation enqueued just after a step ended would
+// otherwise be put in that step while its end is still on its way.
+func (pr *process) settled(t uint64) bool {
+	return len(pr.steps) == 0 || pr.seen[pr.steps[len(pr.steps)-1].tid] >= t
+}
+
+// labelOut delivers rec, labelled with the step holding t, or has it
+// wait until that step is settled.
+func (pr *process) labelOut(rec profiler.Record, t uint64, out []profiler.Record) []profiler.Record {
+	if !pr.settled(t) && len(pr.waiting) < maxWaiting {
+		pr.waiting = append(pr.waiting, waitingRec{rec, t, time.Now()})
+		return out
+	}
+	return append(out, rec)
+}
+
+// settle delivers the waiting records whose step is now settled, those
+// that have waited kernelWait, and with all every one, each labelled
+// with the step its time falls in now (unless that step has been
+// forgotten since: then as labelled before).
+func (pr *process) settle(out []profiler.Record, all bool) []profiler.Record {
+	if len(pr.waiting) == 0 {
+		return out
+	}
+	var now time.Time
+	n := 0
+	for _, w := range pr.waiting {
+		if !all && !pr.settled(w.t) {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if now.Sub(w.at) < kernelWait {
+				pr.waiting[n] = w
+				n++
+				continue
+			}
+		}
+		if l := pr.labelsAt(w.t); l.Step != profiler.None || len(pr.steps) > 0 && w.t >= pr.steps[0].start {
+			w.rec.Labels.Step = l.Step
+		}
+		out = append(out, pr.stamp(w.rec))
+	}
+	clear(pr.waiting[n:])
+	pr.waiting = pr.waiting[:n]
+	return out
 }
 
 type pendingOp struct{ start, task uint64 }
 
 type heldStep struct {
 	rec profiler.Record
-	end uint64 // plugin CLOCK_MONOTONIC ns
+	end uint64    // plugin CLOCK_MONOTONIC ns
+	at  time.Time // when it was held
 }
 
 // maxHeld bounds the step ranges a process holds back; beyond it the
@@ -313,12 +397,22 @@ func (c *Collector) Stats() Stats {
 	defer c.mu.Unlock()
 	s := c.stats
 	s.Processes = len(c.procs)
-	s.PluginRingFull, s.PluginRefused, s.PluginUnsent = 0, 0, 0
+	s.PluginRingFull, s.PluginRefused, s.PluginUnsent, s.PluginActivityDropped = 0, 0, 0, 0
 	s.ClockConflicts = 0
 	for _, pr := range c.procs {
 		s.PluginRingFull += pr.drops[0]
 		s.PluginRefused += pr.drops[1]
 		s.PluginUnsent += pr.drops[2]
+		s.PluginActivityDropped += pr.drops[3]
+		switch {
+		case pr.act.state == tracing && pr.act.records > 0:
+			s.Traced++
+		case pr.act.state == untraced:
+			s.Untraced++
+			if s.UntracedWhy == "" {
+				s.UntracedWhy = pr.act.why
+			}
+		}
 		if pr.clock.conflict {
 			s.ClockConflicts++
 		}
@@ -453,9 +547,13 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 			out = pr.releaseEarly(out)
 		}
 	case KindDrops:
-		pr.drops = [3]uint64{r.RingFull, r.Refused, r.Unsent}
+		pr.drops = [4]uint64{r.RingFull, r.Refused, r.Unsent, r.ActivityDropped}
 	case KindRange:
 		return c.rangeLocked(pr, r, out)
+	case KindName:
+		pr.act.name(r)
+	case KindActivity:
+		return c.activityLocked(pr, r, out)
 	case KindCollective, KindP2P:
 		o := pr.op(r.Task)
 		if !o.have {
@@ -552,6 +650,7 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 		}
 		out = c.deliverLocked(pr, o, out)
 	}
+	out = pr.settle(out, cutoff.IsZero())
 	if cutoff.IsZero() {
 		out = c.cutStepsLocked(pr, out)
 		if pr.rank < 0 && len(pr.early) > 0 {
@@ -644,7 +743,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		Collective: profiler.Collective{
 			Op: opName, Bytes: bytes, Count: int64(r.Count), DType: r.DTypeName(),
 			Peer: peer, Root: root, Group: group, GroupSize: r.NRanks, GroupRank: r.Rank,
-			Seq: r.Seq, BusFactor: ccl.BusFactor(opName, int(r.NRanks)),
+			Seq: opSeq(r), BusFactor: ccl.BusFactor(opName, int(r.NRanks)),
 		},
 	}
 	// The device interval runs from the first channel's start to the
@@ -680,7 +779,20 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		c.stats.ProxyTimed++
 	}
 	c.stats.Records++
-	return append(out, rec)
+	return pr.labelOut(rec, r.HostStart, out)
+}
+
+// opSeq is an operation's sequence number in its communicator, the same
+// on every rank: a p2p's as the plugin numbered it; a collective's NCCL's
+// number, which counts each function apart (AllReduce #2 and Broadcast #2
+// are different calls), times 16, plus the function's code, so that
+// collectives of different functions never share one (seen on the GPU:
+// DDP's initial Broadcasts matched with its AllReduces).
+func opSeq(r Record) uint64 {
+	if r.Kind != KindCollective {
+		return r.Seq
+	}
+	return r.Seq<<4 | uint64(r.Func&15)
 }
 
 // maxEarly bounds the ranges a process of unknown rank keeps.
@@ -692,6 +804,11 @@ const maxEarly = 1 << 12
 // in.
 func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []profiler.Record {
 	pr.latest = max(pr.latest, r.RangeBegin, r.RangeEnd)
+	if pr.seen == nil {
+		pr.seen = make(map[uint32]uint64)
+	}
+	pr.seen[r.TID] = max(pr.seen[r.TID], r.RangeBegin, r.RangeEnd)
+	out = pr.settle(out, false)
 	if r.LostRanges > pr.lost[r.TID] {
 		c.stats.RangesLost += r.LostRanges - pr.lost[r.TID]
 		pr.lost[r.TID] = r.LostRanges
@@ -753,7 +870,7 @@ const unnamedRange = "(unnamed)"
 // arrived (releaseSteps).
 func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool, end uint64, out []profiler.Record) []profiler.Record {
 	if pr.rank < 0 {
-		if len(pr.early) >= maxEarly {
+		if len(pr.early)-pr.earlyActs >= maxEarly {
 			c.stats.RangesDropped++
 			return out
 		}
@@ -768,7 +885,7 @@ func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool
 	}
 	rec.Rank = pr.rank
 	if isStep {
-		pr.held = append(pr.held, heldStep{rec, end})
+		pr.held = append(pr.held, heldStep{rec, end, time.Now()})
 		return pr.releaseSteps(out, false)
 	}
 	return append(out, pr.stamp(rec))
@@ -852,7 +969,24 @@ func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Reco
 		return out
 	}
 	n := 0
-	for n < len(pr.held) && (pr.held[n].end < oldest || len(pr.held)-n > maxHeld) {
+	var now time.Time
+	for n < len(pr.held) {
+		h := &pr.held[n]
+		if len(pr.held)-n <= maxHeld && !all {
+			if h.end >= oldest {
+				break
+			}
+			if !pr.act.through(h.end) {
+				// Its kernels may not all have come: CUPTI hands them over
+				// a buffer at a time.
+				if now.IsZero() {
+					now = time.Now()
+				}
+				if now.Sub(h.at) < kernelWait {
+					break
+				}
+			}
+		}
 		out = append(out, pr.stamp(pr.held[n].rec))
 		n++
 	}
@@ -877,7 +1011,7 @@ func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 		rec.Rank = pr.rank
 		out = append(out, pr.stamp(rec))
 	}
-	pr.early = nil
+	pr.early, pr.earlyActs = nil, 0
 	return out
 }
 

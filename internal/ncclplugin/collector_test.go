@@ -147,7 +147,7 @@ func TestCollectorMatchesKernelChannels(t *testing.T) {
 	}
 	col := ar.Collective
 	if col.Bytes != 4<<20 || col.Count != 1<<20 || col.DType != "float32" || col.Group != "dp" || col.GroupSize != 4 ||
-		col.GroupRank != 1 || col.Seq != 9 || col.Root != -1 || col.Peer != -1 {
+		col.GroupRank != 1 || col.Seq != 9<<4|1 || col.Root != -1 || col.Peer != -1 { // NCCL's AllReduce #9
 		t.Errorf("allreduce collective %+v", col)
 	}
 	if col.BusFactor != 1.5 { // 2(n−1)/n, n = 4
@@ -358,13 +358,13 @@ func TestCollectorCountsDecodeErrors(t *testing.T) {
 	send(t, c, stream(helloFrame(wireVersion, 1, "n"),
 		wireRec{kind: 2, task: 1, t0: 1, t1: 2, nranks: 1, peer: -1, fn: 1, nch: 1}.frame(),
 		[]byte("garbage")), false)
-	send(t, c, helloFrame(3, 2, "n"), false)
+	send(t, c, helloFrame(wireVersion+1, 2, "n"), false)
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Stats().DecodeErrors < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	st := c.Stats()
-	if st.DecodeErrors != 2 || !strings.Contains(st.LastError, "version 3") && !strings.Contains(st.LastError, "byte 256") {
+	if st.DecodeErrors != 2 || !strings.Contains(st.LastError, "version 4") && !strings.Contains(st.LastError, "byte 256") {
 		t.Errorf("stats %+v", st)
 	}
 	// The complete record before the garbage is delivered, host-only.
@@ -432,13 +432,13 @@ func TestCollectorWaitsForAQueuedGPU(t *testing.T) {
 	recs := sink.wait(t, 2)
 	got := map[uint64]bool{}
 	for _, r := range recs {
-		got[r.Collective.Seq] = r.HasDevice
+		got[r.Collective.Seq>>4] = r.HasDevice // NCCL's number
 	}
 	if len(got) != 2 || got[1] || !got[3] {
 		t.Errorf("seq → has device %v, want 1 host-only and 3 timed (2 still waiting)", got)
 	}
 	conn.Close()
-	if recs := sink.wait(t, 3); recs[2].Collective.Seq != 2 || recs[2].HasDevice {
+	if recs := sink.wait(t, 3); recs[2].Collective.Seq>>4 != 2 || recs[2].HasDevice {
 		t.Errorf("at the process's end, %+v", recs[2])
 	}
 }
@@ -806,5 +806,175 @@ func TestCollectorEarlyRangesGetTheDevice(t *testing.T) {
 	r := sink.wait(t, 1)[0]
 	if r.Name != "setup" || r.Rank != 1 || r.Device.Type != runtime.CUDA || r.Device.Index != 3 {
 		t.Errorf("%s: rank %d device %v; want rank 1 (its communicator's) on cuda:3", r.Name, r.Rank, r.Device)
+	}
+}
+
+// TestCollectorLabelsWaitForTheStepThread: the drainer sends each
+// thread's ring in turn, so an AllReduce that DDP's autograd thread
+// enqueued just after the main thread began step 1 can arrive, with its
+// kernel channel, before that thread's end of step 0 and start of step 1.
+// It must be put in step 1, not in step 0 that looked open when it came
+// (seen on the GPU: all-reduces per step 6, 2, 6, 2 where DDP made 4, 4).
+func TestCollectorLabelsWaitForTheStepThread(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 4_000_000_000
+	us := func(n uint64) uint64 { return host + n*1000 }
+	h := helloFrame(wireVersion, 610, "n")
+	binary.LittleEndian.PutUint32(h[96:], 1) // RANK=0
+	op := func(task uint64, at uint64) []byte {
+		return stream(
+			wireRec{kind: 2, tid: 20, hash: 7, task: task, seq: task, t0: us(at), t1: us(at) + 100, a0: 10, a1: 40,
+				rank: 0, nranks: 1, peer: -1, fn: 1, dtype: 8, nch: 1, name: "dp"}.frame(),
+			wireRec{kind: 4, tid: 30, hash: 7, task: task, seq: task, t0: 5_000, t1: 6_000, a0: us(at + 2), a1: us(at + 3),
+				rank: 0, nranks: 1, peer: -1, fn: 1, dtype: 8, parent: 2, name: "dp"}.frame())
+	}
+	send(t, c, stream(h,
+		wireRec{kind: 1, hash: 7, rank: 0, nranks: 1, nnodes: 1, peer: 0, name: "dp"}.frame(),
+		rangeFrame(10, 1, 1, 0, us(0), 0, 0, "step 0"),
+		op(1, 5),  // in step 0
+		op(2, 25), // in step 1, before the main thread's records say so
+		rangeFrame(10, 0, 1, 0, us(0), us(20), 0, "step 0"),
+		rangeFrame(10, 1, 2, 0, us(21), 0, 0, "step 1"),
+		rangeFrame(10, 0, 2, 0, us(21), us(40), 0, "step 1"),
+	), false)
+	recs := sink.wait(t, 4)
+	steps := map[string][]int32{}
+	for _, r := range recs {
+		steps[r.Name] = append(steps[r.Name], r.Step)
+	}
+	slices.Sort(steps["AllReduce"])
+	if !slices.Equal(steps["AllReduce"], []int32{0, 1}) || len(steps["step"]) != 2 {
+		t.Errorf("steps by name %v; want the all-reduces in steps 0 and 1", steps)
+	}
+}
+
+// TestCollectorKernels: a process's CUPTI activity — its tracing record,
+// a kernel name in two pieces, kernels, a copy, a memset — becomes kernel
+// and device records on the process's device, each in the step its device
+// start fell in, with the name demangled; the step is held until a
+// kernel that ended after it has come, and counts as computed.
+func TestCollectorKernels(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 5_000_000_000
+	us := func(n uint64) uint64 { return host + n*1000 }
+	h := helloFrame(wireVersion, 620, "n")
+	binary.LittleEndian.PutUint32(h[96:], 3) // RANK=2
+	// The GEMM's name is 141 bytes: two pieces.
+	long := "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+	mangled := "_ZN7cutlass7Kernel2INS_100" + strings.Repeat("a", 100) + "EEEvNT_6ParamsE"
+	parts := [][]byte{h, activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13")}
+	parts = append(parts, nameFrames(1, long)...)
+	parts = append(parts, nameFrames(2, mangled)...)
+	parts = append(parts,
+		rangeFrame(10, 1, 1, 0, us(0), 0, 0, "step 0"),
+		rangeFrame(10, 0, 1, 0, us(0), us(100), 0, "step 0"),
+		activityFrame(1, us(10), us(30), 3, 7, 1, 0, 0, ""),
+		activityFrame(1, us(40), us(90), 3, 7, 2, 0, 0, ""),
+		activityFrame(2, us(91), us(95), 3, 8, 0, 4096, 2, ""),
+		activityFrame(3, us(96), us(97), 3, 8, 0, 1024, 0, ""),
+	)
+	conn := send(t, c, stream(parts...), true)
+	t.Cleanup(func() { conn.Close() }) // before the collector's Close, which waits for it
+	// Only kernels and copies so far: the step waits for a kernel that
+	// ended after it.
+	recs := sink.wait(t, 4)
+	for _, r := range recs {
+		if r.Name == "step" {
+			t.Fatalf("the step came before the process's kernels had passed its end: %+v", r)
+		}
+	}
+	// A kernel that ran after the step, and the next step's start: the
+	// step thread has gone past the kernel, so its step (none) is known.
+	if _, err := conn.Write(stream(rangeFrame(10, 1, 2, 0, us(125), 0, 0, "step 1"),
+		activityFrame(1, us(120), us(130), 3, 7, 1, 0, 0, ""))); err != nil {
+		t.Fatal(err)
+	}
+	recs = sink.wait(t, 6)
+	conn.Close()
+	byName := map[string][]profiler.Record{}
+	for _, r := range recs {
+		byName[r.Name] = append(byName[r.Name], r)
+		if r.Rank != 2 || r.Device.Type != runtime.CUDA || r.Device.Index != 3 {
+			t.Errorf("%s: rank %d device %v, want rank 2 on cuda:3", r.Name, r.Rank, r.Device)
+		}
+	}
+	fill := byName["at::native::vectorized_elementwise_kernel"]
+	gemm := byName["cutlass::Kernel2"]
+	if len(fill) != 2 || len(gemm) != 1 || len(byName["Memcpy DtoH"]) != 1 || len(byName["Memset"]) != 1 || len(byName["step"]) != 1 {
+		t.Fatalf("records by name %v", keys(byName))
+	}
+	g := gemm[0]
+	if g.Kind != profiler.KindKernel || !g.HasDevice || g.DeviceDuration() != 50*time.Microsecond || g.Stream != 7 || g.Step != 0 || g.HostDuration() != 0 {
+		t.Errorf("gemm %+v", g)
+	}
+	if g.Activity() != profiler.ActivityCompute {
+		t.Errorf("a traced kernel is %v in busy time, want compute", g.Activity())
+	}
+	for _, f := range fill {
+		want := int32(0)
+		if f.DeviceStart > byName["step"][0].HostEnd {
+			want = profiler.None // ran after the step's range
+		}
+		if f.Step != want {
+			t.Errorf("kernel at %v in step %d, want %d", f.DeviceStart, f.Step, want)
+		}
+	}
+	cp := byName["Memcpy DtoH"][0]
+	if cp.Kind != profiler.KindDevice || cp.Activity() != profiler.ActivityNone || cp.DeviceDuration() != 4*time.Microsecond {
+		t.Errorf("copy %+v", cp)
+	}
+	st := c.Stats()
+	if st.Kernels != 3 || st.Copies != 2 || st.Traced != 1 || st.Untraced != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// The step accountant finds the step's kernels: busy is measured.
+	acc := profiler.NewStepAccountant()
+	for i := range recs {
+		acc.Add(&recs[i])
+	}
+	var done []profiler.StepTime
+	acc.Finish(func(s profiler.StepTime) { done = append(done, s) }, nil)
+	if len(done) != 1 || !done[0].Computed || done[0].Busy != 70*time.Microsecond {
+		t.Errorf("accounted %+v; want one step, computed, busy 70µs (20 + 50)", done)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCollectorKernelsUntraced: a plugin that could not trace says why,
+// and its process counts as untraced.
+func TestCollectorKernelsUntraced(t *testing.T) {
+	c, _, _ := newTestCollector(t)
+	send(t, c, stream(helloFrame(wireVersion, 630, "n"),
+		activityFrame(4, 100, 0, 0, 0, 0, 0, 0, "no libcupti found; set TRAINSCOPE_CUPTI_PATH")), false)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().Untraced == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := c.Stats(); st.Untraced != 1 || st.Traced != 0 || !strings.Contains(st.UntracedWhy, "TRAINSCOPE_CUPTI_PATH") {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestCollectorSeqPerFunction: NCCL numbers each function's collectives
+// apart, so a communicator's Broadcast #2 and AllReduce #2 must not share
+// a sequence number (they did, and the analysis matched one rank's
+// AllReduce with another's Broadcast).
+func TestCollectorSeqPerFunction(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	send(t, c, stream(helloFrame(wireVersion, 640, "n"),
+		wireRec{kind: 2, task: 1, seq: 2, t0: 1, t1: 2, nranks: 2, peer: 0, fn: 2, name: "g"}.frame(),  // Broadcast #2
+		wireRec{kind: 2, task: 2, seq: 2, t0: 3, t1: 4, nranks: 2, peer: -1, fn: 1, name: "g"}.frame(), // AllReduce #2
+	), false)
+	recs := sink.wait(t, 2)
+	if recs[0].Collective.Seq == recs[1].Collective.Seq {
+		t.Errorf("%s and %s share sequence number %d", recs[0].Name, recs[1].Name, recs[0].Collective.Seq)
 	}
 }

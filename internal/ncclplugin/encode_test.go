@@ -7,7 +7,7 @@ import "encoding/binary"
 // the decoder.
 
 // wireVersion is TSNP_VERSION.
-const wireVersion = 2
+const wireVersion = 3
 
 func helloFrame(version uint16, pid uint32, host string) []byte {
 	b := make([]byte, 128)
@@ -81,4 +81,44 @@ func rangeFrame(tid uint32, flags uint16, ordinal, lost, t0, t1 uint64, depth in
 	le.PutUint32(b[52:], uint32(len(name)))
 	copy(b[56:128], name)
 	return b
+}
+
+// activityFrame is an ACTIVITY record (struct tsnp_activity): what 0
+// tracing, 1 kernel, 2 memcpy, 3 memset, 4 unavailable; flags 1 =
+// MONOTONIC.
+func activityFrame(what uint8, t0, t1 uint64, device, stream, nameID uint32, bytes uint64, copyKind uint8, note string) []byte {
+	b := make([]byte, 128)
+	le := binary.LittleEndian
+	le.PutUint16(b[0:], 9)
+	le.PutUint16(b[2:], 1)
+	le.PutUint32(b[4:], 77)
+	le.PutUint64(b[8:], t0)
+	le.PutUint64(b[16:], t1)
+	le.PutUint64(b[24:], bytes)
+	le.PutUint32(b[32:], device)
+	le.PutUint32(b[36:], 1)
+	le.PutUint32(b[40:], stream)
+	le.PutUint32(b[44:], 99)
+	le.PutUint32(b[48:], nameID)
+	b[52], b[53] = what, copyKind
+	copy(b[80:128], note)
+	return b
+}
+
+// nameFrames are the NAME records (struct tsnp_name) of name number id,
+// in pieces of 104 bytes.
+func nameFrames(id uint32, name string) [][]byte {
+	var out [][]byte
+	for off := 0; off == 0 || off < len(name); off += 104 {
+		b := make([]byte, 128)
+		le := binary.LittleEndian
+		le.PutUint16(b[0:], 10)
+		le.PutUint32(b[4:], 77)
+		le.PutUint32(b[8:], id)
+		le.PutUint32(b[12:], uint32(len(name)))
+		le.PutUint32(b[16:], uint32(off))
+		copy(b[24:128], name[off:min(off+104, len(name))])
+		out = append(out, b)
+	}
+	return out
 }

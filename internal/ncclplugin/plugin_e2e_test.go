@@ -32,7 +32,7 @@ func TestPluginEndToEnd(t *testing.T) {
 			if !r.HasDevice || r.DeviceDuration() != 6*time.Microsecond {
 				t.Errorf("allreduce device %v %v", r.HasDevice, r.DeviceDuration())
 			}
-			if r.Collective.Bytes != 4000 || r.Collective.Seq != 7 || r.Collective.BusFactor != 1.5 || r.HostDuration() < time.Millisecond {
+			if r.Collective.Bytes != 4000 || r.Collective.Seq != 7<<4|1 || r.Collective.BusFactor != 1.5 || r.HostDuration() < time.Millisecond {
 				t.Errorf("allreduce %+v host %v", r.Collective, r.HostDuration())
 			}
 		case "Broadcast":

@@ -12,7 +12,7 @@ import (
 // Wire constants (trainscope_nccl_wire.h).
 const (
 	Magic      = "TSNP"
-	Version    = 2
+	Version    = 3
 	RecordSize = 128
 )
 
@@ -28,10 +28,27 @@ const (
 	KindDrops         Kind = 5
 	KindCommFinalize  Kind = 6
 	KindProxyOp       Kind = 7
-	KindRange         Kind = 8 // an NVTX range of the application's
+	KindRange         Kind = 8  // an NVTX range of the application's
+	KindActivity      Kind = 9  // a kernel, copy or memset the GPU ran (CUPTI)
+	KindName          Kind = 10 // a piece of a kernel's name
 )
 
-var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize", "proxy-op", "range"}
+var kindNames = [...]string{"", "comm-init", "collective", "p2p", "kernel-channel", "drops", "comm-finalize", "proxy-op", "range", "activity", "name"}
+
+// What an activity record is (tsnp_activity.what).
+type Activity uint8
+
+// Activities.
+const (
+	ActTracing     Activity = 0 // tracing began; Note names the CUPTI library
+	ActKernel      Activity = 1
+	ActMemcpy      Activity = 2
+	ActMemset      Activity = 3
+	ActUnavailable Activity = 4 // tracing could not begin; Note says why
+)
+
+// MaxNameLen is the longest kernel name the plugin sends (TSNP_NAME_MAX).
+const MaxNameLen = 4096
 
 // Range record flags.
 const (
@@ -135,10 +152,30 @@ type Record struct {
 	Truncated            bool
 	LostRanges           uint64
 
+	// Activity (CUPTI): what it is; its device interval (CLOCK_MONOTONIC
+	// ns, in RangeBegin and RangeEnd); Device (CUDA ordinal); the CUPTI
+	// context, stream and correlation ids; bytes copied or set (in
+	// Bytes); a kernel's name number (NameID, 0 none), grid and block;
+	// Monotonic: CUPTI took the times on CLOCK_MONOTONIC itself. A
+	// tracing or unavailable record has its time in At and its text in
+	// Note.
+	What                         Activity
+	CopyKind                     uint8
+	Context, Stream, Correlation uint32
+	NameID                       uint32
+	Grid, Block                  [3]int32
+	Monotonic                    bool
+	Note                         string
+
+	// Name: a piece of kernel name NameID, Name at byte NameOffset of a
+	// name NameLen bytes long (Truncated: cut to MaxNameLen).
+	NameOffset, NameLen uint32
+
 	// Comm-init, comm-finalize, drops: when (CLOCK_MONOTONIC ns).
 	At uint64
-	// Drops, cumulative for the process.
-	RingFull, Refused, Unsent uint64
+	// Drops, cumulative for the process; ActivityDropped: device
+	// activity records CUPTI dropped.
+	RingFull, Refused, Unsent, ActivityDropped uint64
 }
 
 // Op is the operation's name ("AllReduce"), or "unknown".
@@ -286,8 +323,13 @@ func cstring(b []byte) string {
 func decode(b []byte) (Record, error) {
 	le := binary.LittleEndian
 	k := Kind(le.Uint16(b[0:]))
-	if k == KindRange {
+	switch k {
+	case KindRange:
 		return decodeRange(b)
+	case KindActivity:
+		return decodeActivity(b)
+	case KindName:
+		return decodeName(b)
 	}
 	r := Record{
 		Kind:     k,
@@ -342,7 +384,7 @@ func decode(b []byte) (Record, error) {
 			return r, fmt.Errorf("proxy-op record stops (%d ns) before it starts (%d ns)", t1, t0)
 		}
 	case KindDrops:
-		r.At, r.RingFull, r.Refused, r.Unsent = t0, a0, a1, a2
+		r.At, r.RingFull, r.Refused, r.Unsent, r.ActivityDropped = t0, a0, a1, a2, seq
 	default:
 		return r, fmt.Errorf("unknown record kind %d", uint16(k))
 	}
@@ -379,6 +421,74 @@ func decodeRange(b []byte) (Record, error) {
 		return r, fmt.Errorf("range start record with an end (%d ns)", r.RangeEnd)
 	case !r.RangeStart && r.RangeEnd < r.RangeBegin:
 		return r, fmt.Errorf("range record ends (%d ns) before it starts (%d ns)", r.RangeEnd, r.RangeBegin)
+	}
+	return r, nil
+}
+
+// decodeActivity reads an ACTIVITY record (struct tsnp_activity).
+func decodeActivity(b []byte) (Record, error) {
+	le := binary.LittleEndian
+	r := Record{
+		Kind:        KindActivity,
+		TID:         le.Uint32(b[4:]),
+		Monotonic:   le.Uint16(b[2:])&1 != 0,
+		RangeBegin:  le.Uint64(b[8:]),
+		RangeEnd:    le.Uint64(b[16:]),
+		Bytes:       le.Uint64(b[24:]),
+		Device:      int32(le.Uint32(b[32:])),
+		Context:     le.Uint32(b[36:]),
+		Stream:      le.Uint32(b[40:]),
+		Correlation: le.Uint32(b[44:]),
+		NameID:      le.Uint32(b[48:]),
+		What:        Activity(b[52]),
+		CopyKind:    b[53],
+		Peer:        -1,
+	}
+	for i := range 3 {
+		r.Grid[i] = int32(le.Uint32(b[56+4*i:]))
+		r.Block[i] = int32(le.Uint32(b[68+4*i:]))
+	}
+	switch r.What {
+	case ActTracing, ActUnavailable:
+		r.At, r.RangeBegin, r.RangeEnd = r.RangeBegin, 0, 0
+		r.Note = cstring(b[80:128])
+	case ActKernel, ActMemcpy, ActMemset:
+		if r.RangeEnd < r.RangeBegin {
+			return r, fmt.Errorf("activity record ends (%d ns) before it starts (%d ns)", r.RangeEnd, r.RangeBegin)
+		}
+		if r.Device < 0 {
+			return r, fmt.Errorf("activity record on device %d", r.Device)
+		}
+	default:
+		return r, fmt.Errorf("activity record of unknown sort %d", r.What)
+	}
+	return r, nil
+}
+
+// decodeName reads a NAME record (struct tsnp_name).
+func decodeName(b []byte) (Record, error) {
+	le := binary.LittleEndian
+	r := Record{
+		Kind:       KindName,
+		TID:        le.Uint32(b[4:]),
+		Truncated:  le.Uint16(b[2:])&1 != 0,
+		NameID:     le.Uint32(b[8:]),
+		NameLen:    le.Uint32(b[12:]),
+		NameOffset: le.Uint32(b[16:]),
+		Peer:       -1,
+	}
+	text := b[24:128]
+	if i := bytes.IndexByte(text, 0); i >= 0 {
+		text = text[:i]
+	}
+	r.Name = string(text) // raw bytes: pieces are joined before the name is made valid UTF-8
+	switch {
+	case r.NameID == 0:
+		return r, errors.New("name record with number 0")
+	case r.NameLen > MaxNameLen:
+		return r, fmt.Errorf("name record of a %d-byte name (at most %d)", r.NameLen, MaxNameLen)
+	case r.NameOffset > r.NameLen || uint64(r.NameOffset)+uint64(len(r.Name)) > uint64(r.NameLen):
+		return r, fmt.Errorf("name record piece at %d+%d of a %d-byte name", r.NameOffset, len(r.Name), r.NameLen)
 	}
 	return r, nil
 }

@@ -77,15 +77,16 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 }
 
 // TestReaderRejectsOtherVersions: a plugin older (version 1, before
-// RANGE records) or newer than this decoder is named, with the fix.
+// RANGE records; version 2, before ACTIVITY records) or newer than this
+// decoder is named, with the fix.
 func TestReaderRejectsOtherVersions(t *testing.T) {
-	for _, v := range []uint16{1, 3} {
+	for _, v := range []uint16{1, 2, 4} {
 		d := NewReader(bytes.NewReader(helloFrame(v, 1, "h")))
 		_, err := d.Next()
 		if !errors.Is(err, ErrVersion) {
 			t.Fatalf("version %d: error %v, want ErrVersion", v, err)
 		}
-		for _, want := range []string{fmt.Sprintf("version %d,", v), "reads version 2", "make -C plugins/nccl"} {
+		for _, want := range []string{fmt.Sprintf("version %d,", v), "reads version 3", "make -C plugins/nccl"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("%q lacks %q", err, want)
 			}

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cupti_activity_abi.h"
 #include "nccl_profiler_abi.h"
 #include "nvtx_injection_abi.h"
 #include "trainscope_nccl_wire.h"
@@ -50,6 +51,11 @@ enum {
   TS_FLUSH_MS = 200,       /* how long finalize and exit wait for the last records to go */
   TS_SEND_WAIT_MS = 50,    /* how long one drain cycle waits on a full socket */
   TS_NVTX_LEVELS = 16,     /* NVTX nesting levels tracked per thread; deeper ranges are counted, not sent */
+  TS_CUPTI_BUFFER = 64 << 10, /* bytes of one CUPTI activity buffer: a few hundred records, so kernels arrive soon */
+  TS_CUPTI_BUFFERS = 512,    /* activity buffers CUPTI may hold at once (32 MiB); beyond them it drops, and counts */
+  TS_CUPTI_FLUSH_MS = 50,    /* how often CUPTI hands over the buffers whose records are complete */
+  TS_CUPTI_WAIT_MS = 200,    /* how long a delivery waits for room in its ring before it drops */
+  TS_NAMES = 8192,           /* kernel names numbered per process; a power of two */
 };
 
 static uint64_t now_ns(clockid_t id) {
@@ -186,11 +192,15 @@ static struct {
   pid_t pid;                /* this process, for proxy operations (PXN runs other processes' too) */
   int mask;                 /* the events asked of NCCL */
   int nvtx;                 /* InitializeInjectionNvtx2 succeeded: the drainer outlives the communicators */
+  int cupti;                /* InitializeInjection started CUPTI tracing: so does it */
+  _Atomic uint64_t epoch;   /* connections made: a kernel name is sent again on a new one */
+  _Atomic uint64_t act_dropped; /* activity records CUPTI dropped */
+  struct tsnp_record act_status; /* sent after every hello once CUPTI was tried (kind 0: not tried) */
   /* The drainer's own. */
   int fd;
   uint64_t next_connect;
   uint64_t unsent;
-  uint64_t last_drops[3];
+  uint64_t last_drops[4];
   int drops_dirty;
   char path[sizeof(((struct sockaddr_un*)0)->sun_path)];
   size_t out_len, out_off; /* bytes of out */
@@ -398,6 +408,14 @@ static void try_connect(void) {
   g.out_len = sizeof h;
   g.out_off = 0;
   g.drops_dirty = 1;
+  atomic_fetch_add(&g.epoch, 1);
+  pthread_mutex_lock(&g.mu);
+  struct tsnp_record status = g.act_status;
+  pthread_mutex_unlock(&g.mu);
+  if (status.kind != 0) {
+    memcpy((char*)out + g.out_len, &status, sizeof status);
+    g.out_len += sizeof status;
+  }
 }
 
 /* Writes what is buffered, waiting at most wait_ms for room on the socket. */
@@ -437,10 +455,11 @@ static void send_out(int wait_ms) {
 static int out_room(void) { return (int)(TS_BATCH - (g.out_len + TSNP_RECORD_SIZE - 1) / TSNP_RECORD_SIZE); }
 
 static void queue_drops(void) {
-  uint64_t now[3] = {ring_drops(), atomic_load(&g.refused), g.unsent};
+  uint64_t now[4] = {ring_drops(), atomic_load(&g.refused), g.unsent, atomic_load(&g.act_dropped)};
   if (!g.drops_dirty && memcmp(now, g.last_drops, sizeof now) == 0) return;
   if (g.fd < 0 || out_room() < 1) return;
-  struct tsnp_record r = {.kind = TSNP_DROPS, .tid = gettid_u32(), .t0 = mono_ns(), .a0 = now[0], .a1 = now[1], .a2 = now[2]};
+  struct tsnp_record r = {
+      .kind = TSNP_DROPS, .tid = gettid_u32(), .t0 = mono_ns(), .a0 = now[0], .a1 = now[1], .a2 = now[2], .seq = now[3]};
   memcpy((char*)out + g.out_len, &r, sizeof r);
   g.out_len += sizeof r;
   memcpy(g.last_drops, now, sizeof now);
@@ -703,7 +722,7 @@ static ncclResult_t ts_finalize(void* context) {
   pthread_mutex_lock(&g.mu);
   /* The last communicator: send what is left, and stop the drainer unless
    * NVTX ranges may still come (then the exit hook stops it). */
-  if (--g.ncomms == 0) flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, !g.nvtx);
+  if (--g.ncomms == 0) flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, !g.nvtx && !g.cupti);
   pthread_mutex_unlock(&g.mu);
   free(c);
   return ncclSuccess;
@@ -1081,5 +1100,304 @@ TS_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table
 
   hooks_install(t1, core, sizeof core / sizeof core[0]);
   if (with_core2) hooks_install(t2, core2, sizeof core2 / sizeof core2[0]);
+  return 1;
+}
+
+/* ---- The CUDA interface: kernels, copies and memsets, through CUPTI. ----
+ *
+ * The same library is a CUDA injection library (CUDA_INJECTION64_PATH):
+ * the driver calls InitializeInjection once, in cuInit, before the process
+ * has a context. It opens CUPTI, has it time every kernel, memory copy and
+ * memset on the device into activity buffers of ours (bounded: at most
+ * TS_CUPTI_BUFFERS of TS_CUPTI_BUFFER bytes; beyond them CUPTI drops and
+ * counts), and has CUPTI take its timestamps on CLOCK_MONOTONIC, the
+ * plugin's clock. CUPTI hands full buffers, and every TS_CUPTI_FLUSH_MS
+ * those whose records are complete, to a thread of its own, which turns
+ * them into ACTIVITY records in its ring. Nothing runs on the
+ * application's launch path but CUPTI's own recording, and, once per
+ * buffer, the allocation of the next one. NCCL's kernels are left out:
+ * its operations come through the NCCL interface. TRAINSCOPE_CUPTI=0
+ * turns tracing off; TRAINSCOPE_CUPTI_PATH names the library to use. */
+
+static struct {
+  pthread_mutex_t mu; /* the name table; taken on CUPTI's delivering thread only */
+  cuptiActivityGetNextRecord_t next;
+  cuptiActivityFlushAll_t flush;
+  cuptiActivityGetNumDroppedRecords_t dropped;
+  int monotonic;
+  _Atomic int buffers; /* buffers CUPTI holds */
+  uint32_t names;      /* numbers given */
+  struct ts_name {
+    const char* ptr; /* CUPTI's name, shared by every record of the kernel */
+    uint32_t id;     /* 0: NCCL's kernel, not sent */
+    uint64_t epoch;  /* the connection it was last sent on */
+  } table[TS_NAMES];
+} cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void cu_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = NULL;
+  *size = 0;
+  *max_records = 0;
+  if (atomic_fetch_add(&cu.buffers, 1) >= TS_CUPTI_BUFFERS) {
+    atomic_fetch_sub(&cu.buffers, 1);
+    return; /* CUPTI drops what this buffer would have held, and counts it */
+  }
+  uint8_t* b = aligned_alloc(CUPTI_BUFFER_ALIGN, TS_CUPTI_BUFFER);
+  if (!b) {
+    atomic_fetch_sub(&cu.buffers, 1);
+    return;
+  }
+  *buffer = b;
+  *size = TS_CUPTI_BUFFER;
+}
+
+/* push, for CUPTI's delivering thread: a full ring is waited on (the
+ * drainer empties it every few milliseconds) for at most
+ * TS_CUPTI_WAIT_MS of the whole delivery, then dropped and counted. */
+static void push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
+  struct ts_ring* r = ring_get();
+  if (!r) return;
+  rec->tid = r->tid;
+  for (;;) {
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+    if (h - t < g.ring_cap) {
+      r->recs[h & (g.ring_cap - 1)] = *rec;
+      atomic_store_explicit(&r->head, h + 1, memory_order_release);
+      return;
+    }
+    if (*deadline == 0) *deadline = mono_ns() + TS_CUPTI_WAIT_MS * 1000000u;
+    if (mono_ns() >= *deadline) {
+      atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
+      return;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int is_nccl_kernel(const char* name) { return strstr(name, "ncclDevKernel") || strstr(name, "ncclKernel"); }
+
+/* The number of a kernel's name, sending the name first where this
+ * connection has not had it; 0 for NCCL's kernels and when the table is
+ * full (the kernel then goes without a name). Called with cu.mu held. */
+static uint32_t cu_name(const char* name, uint64_t* deadline, int* skip) {
+  *skip = 0;
+  if (!name) return 0;
+  uint64_t epoch = atomic_load(&g.epoch);
+  size_t i = ((uintptr_t)name >> 3) * 0x9E3779B97F4A7C15ull >> 40 & (TS_NAMES - 1);
+  for (size_t probe = 0; probe < TS_NAMES; probe++, i = (i + 1) & (TS_NAMES - 1)) {
+    struct ts_name* e = &cu.table[i];
+    if (e->ptr == name) {
+      if (e->id == 0) {
+        *skip = 1;
+        return 0;
+      }
+      if (e->epoch == epoch) return e->id;
+      e->epoch = epoch;
+      break;
+    }
+    if (e->ptr == NULL) {
+      if (is_nccl_kernel(name)) {
+        e->ptr = name; /* id 0: skipped from now on */
+        *skip = 1;
+        return 0;
+      }
+      if (cu.names >= TS_NAMES * 3 / 4) return 0;
+      e->ptr = name;
+      e->id = ++cu.names;
+      e->epoch = epoch;
+      break;
+    }
+  }
+  struct ts_name* e = &cu.table[i];
+  if (e->ptr != name) return is_nccl_kernel(name) ? (*skip = 1, 0) : 0; /* the table is full */
+  size_t len = strlen(name);
+  uint16_t flags = 0;
+  if (len > TSNP_NAME_MAX) {
+    len = TSNP_NAME_MAX;
+    flags = TSNP_NAME_TRUNCATED;
+  }
+  for (size_t off = 0; off == 0 || off < len; off += sizeof(((struct tsnp_name*)0)->text)) {
+    union {
+      struct tsnp_record rec;
+      struct tsnp_name n;
+    } u;
+    memset(&u, 0, sizeof u);
+    u.n.kind = TSNP_NAME;
+    u.n.flags = flags;
+    u.n.id = e->id;
+    u.n.len = (uint32_t)len;
+    u.n.offset = (uint32_t)off;
+    size_t n = len - off < sizeof u.n.text ? len - off : sizeof u.n.text;
+    memcpy(u.n.text, name + off, n);
+    push_waiting(&u.rec, deadline);
+  }
+  return e->id;
+}
+
+static uint64_t rd64(const uint8_t* p, size_t off) {
+  uint64_t v;
+  memcpy(&v, p + off, sizeof v);
+  return v;
+}
+static uint32_t rd32(const uint8_t* p, size_t off) {
+  uint32_t v;
+  memcpy(&v, p + off, sizeof v);
+  return v;
+}
+
+static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* deadline) {
+  union {
+    struct tsnp_record rec;
+    struct tsnp_activity a;
+  } u;
+  memset(&u, 0, sizeof u);
+  u.a.kind = TSNP_ACTIVITY;
+  u.a.flags = cu.monotonic ? TSNP_ACT_MONOTONIC : 0;
+  uint64_t start, end;
+  switch (rd32(p, CUPTI_REC_KIND)) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const char* name;
+      memcpy(&name, p + CUPTI_KERNEL_NAME, sizeof name);
+      int skip;
+      pthread_mutex_lock(&cu.mu);
+      u.a.name_id = cu_name(name, deadline, &skip);
+      pthread_mutex_unlock(&cu.mu);
+      if (skip) return;
+      u.a.what = TSNP_ACT_KERNEL;
+      start = rd64(p, CUPTI_KERNEL_START);
+      end = rd64(p, CUPTI_KERNEL_END);
+      u.a.device = rd32(p, CUPTI_KERNEL_DEVICE);
+      u.a.context = rd32(p, CUPTI_KERNEL_CONTEXT);
+      u.a.stream = rd32(p, CUPTI_KERNEL_STREAM);
+      u.a.correlation = rd32(p, CUPTI_KERNEL_CORRELATION);
+      memcpy(u.a.grid, p + CUPTI_KERNEL_GRID, sizeof u.a.grid);
+      memcpy(u.a.block, p + CUPTI_KERNEL_BLOCK, sizeof u.a.block);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      u.a.what = rd32(p, CUPTI_REC_KIND) == CUPTI_ACTIVITY_KIND_MEMCPY ? TSNP_ACT_MEMCPY : TSNP_ACT_MEMSET;
+      if (u.a.what == TSNP_ACT_MEMCPY) u.a.copy_kind = p[CUPTI_MEMCPY_COPY_KIND];
+      u.a.bytes = rd64(p, CUPTI_MEM_BYTES);
+      start = rd64(p, CUPTI_MEM_START);
+      end = rd64(p, CUPTI_MEM_END);
+      u.a.device = rd32(p, CUPTI_MEM_DEVICE);
+      u.a.context = rd32(p, CUPTI_MEM_CONTEXT);
+      u.a.stream = rd32(p, CUPTI_MEM_STREAM);
+      u.a.correlation = rd32(p, CUPTI_MEM_CORRELATION);
+      break;
+    default:
+      return;
+  }
+  if (start == 0 || end < start) return; /* CUPTI could not time it */
+  u.a.t0 = (uint64_t)((int64_t)start - realtime_less_mono);
+  u.a.t1 = (uint64_t)((int64_t)end - realtime_less_mono);
+  push_waiting(&u.rec, deadline);
+}
+
+static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
+  (void)size;
+  if (!buffer) return;
+  int64_t off = cu.monotonic ? 0 : (int64_t)now_ns(CLOCK_REALTIME) - (int64_t)mono_ns();
+  uint64_t deadline = 0;
+  void* rec = NULL;
+  while (valid > 0 && cu.next(buffer, valid, &rec) == CUPTI_SUCCESS && rec) cu_record(rec, off, &deadline);
+  size_t dropped = 0;
+  if (cu.dropped && cu.dropped(context, stream, &dropped) == CUPTI_SUCCESS && dropped)
+    atomic_fetch_add(&g.act_dropped, dropped);
+  free(buffer);
+  atomic_fetch_sub(&cu.buffers, 1);
+}
+
+static uint64_t cu_timestamp(void) { return mono_ns(); }
+
+static void cu_at_exit(void) {
+  /* Before the libraries' destructors (the plugin's sends what is left):
+   * hand over every buffer, complete or not. */
+  if (cu.flush) cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+/* The CUPTI library: TRAINSCOPE_CUPTI_PATH, else one the process has
+ * loaded already, else the usual names on the loader's path, else the
+ * CUDA toolkit's. */
+static void* cu_open(char* which, size_t n) {
+  static const char* const names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+  static const char* const paths[] = {"/usr/local/cuda/lib64/libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
+  const char* env = getenv("TRAINSCOPE_CUPTI_PATH");
+  void* lib = NULL;
+  if (env && *env) {
+    lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    snprintf(which, n, "%s", env);
+    return lib;
+  }
+  for (size_t i = 0; !lib && i < sizeof names / sizeof names[0]; i++)
+    if ((lib = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD))) snprintf(which, n, "%s", names[i]);
+  for (size_t i = 0; !lib && i < sizeof names / sizeof names[0]; i++)
+    if ((lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL))) snprintf(which, n, "%s", names[i]);
+  for (size_t i = 0; !lib && i < sizeof paths / sizeof paths[0]; i++)
+    if ((lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL))) snprintf(which, n, "%s", paths[i]);
+  return lib;
+}
+
+/* Starts tracing; returns 0, or a reason it could not. */
+static const char* cu_start(char* which, size_t n) {
+  void* lib = cu_open(which, n);
+  if (!lib) return "no libcupti found; set TRAINSCOPE_CUPTI_PATH";
+  cuptiActivityRegisterCallbacks_t reg = (cuptiActivityRegisterCallbacks_t)dlsym(lib, "cuptiActivityRegisterCallbacks");
+  cuptiActivityEnable_t enable = (cuptiActivityEnable_t)dlsym(lib, "cuptiActivityEnable");
+  cuptiActivityFlushPeriod_t period = (cuptiActivityFlushPeriod_t)dlsym(lib, "cuptiActivityFlushPeriod");
+  cuptiActivityRegisterTimestampCallback_t clock =
+      (cuptiActivityRegisterTimestampCallback_t)dlsym(lib, "cuptiActivityRegisterTimestampCallback");
+  cu.next = (cuptiActivityGetNextRecord_t)dlsym(lib, "cuptiActivityGetNextRecord");
+  cu.dropped = (cuptiActivityGetNumDroppedRecords_t)dlsym(lib, "cuptiActivityGetNumDroppedRecords");
+  cuptiActivityFlushAll_t flush = (cuptiActivityFlushAll_t)dlsym(lib, "cuptiActivityFlushAll");
+  if (!reg || !enable || !cu.next || !flush) return "libcupti lacks the activity API";
+  /* The clock first: CUPTI takes it only before any activity is enabled. */
+  cu.monotonic = clock && clock(cu_timestamp) == CUPTI_SUCCESS;
+  if (reg(cu_buffer_requested, cu_buffer_completed) != CUPTI_SUCCESS)
+    return "CUPTI refused callbacks: another client?";
+  if (enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return "cannot enable kernel activity";
+  enable(CUPTI_ACTIVITY_KIND_MEMCPY);
+  enable(CUPTI_ACTIVITY_KIND_MEMSET);
+  if (period) period(TS_CUPTI_FLUSH_MS);
+  cu.flush = flush;
+  atexit(cu_at_exit);
+  return NULL;
+}
+
+/* CUDA's entry point for injection libraries, called once by cuInit on the
+ * thread that called it. Returns 1 (the process goes on either way). */
+TS_EXPORT int InitializeInjection(void) {
+  const char* off = getenv("TRAINSCOPE_CUPTI");
+  if (off && strcmp(off, "0") == 0) return 1;
+  pthread_mutex_lock(&g.mu);
+  if (g.act_status.kind != 0) {
+    pthread_mutex_unlock(&g.mu);
+    return 1;
+  }
+  set_up();
+  char which[256] = "";
+  const char* why = cu_start(which, sizeof which);
+  union {
+    struct tsnp_record rec;
+    struct tsnp_activity a;
+  } u;
+  memset(&u, 0, sizeof u);
+  u.a.kind = TSNP_ACTIVITY;
+  u.a.t0 = mono_ns();
+  u.a.what = why ? TSNP_ACT_UNAVAILABLE : TSNP_ACT_TRACING;
+  u.a.flags = cu.monotonic ? TSNP_ACT_MONOTONIC : 0;
+  const char* note = why ? why : which; /* a long path is cut to the field */
+  memcpy(u.a.note, note, strnlen(note, sizeof u.a.note));
+  u.rec.tid = gettid_u32();
+  g.act_status = u.rec;
+  if (!why) {
+    g.cupti = 1;
+    drainer_start();
+  }
+  pthread_mutex_unlock(&g.mu);
   return 1;
 }

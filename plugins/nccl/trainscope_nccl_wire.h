@@ -1,6 +1,7 @@
 /*
  * The record stream the plugin writes to the profile-run collector, format
- * version 2 (version 1 had no RANGE records). docs/nccl-plugin.md describes it; the Go decoder
+ * version 3 (version 1 had no RANGE records, version 2 no ACTIVITY and NAME
+ * records). docs/nccl-plugin.md describes it; the Go decoder
  * (internal/ncclplugin) reads it. Every integer is little-endian; every
  * frame is TSNP_RECORD_SIZE bytes.
  *
@@ -15,7 +16,7 @@
 #include <stdint.h>
 
 #define TSNP_MAGIC "TSNP"
-#define TSNP_VERSION 2
+#define TSNP_VERSION 3
 #define TSNP_RECORD_SIZE 128
 
 /* Hello: the first frame of a connection. */
@@ -46,6 +47,8 @@ enum {
   TSNP_COMM_FINALIZE = 6,  /* a communicator was finalised */
   TSNP_PROXY_OP = 7,       /* a proxy operation of a p2p (network transports): its start, then its stop */
   TSNP_RANGE = 8,          /* an NVTX range of the application's (struct tsnp_range) */
+  TSNP_ACTIVITY = 9,       /* a kernel, copy or memset the GPU ran, traced by CUPTI (struct tsnp_activity) */
+  TSNP_NAME = 10,          /* a piece of a kernel's name that ACTIVITY records name by number (struct tsnp_name) */
 };
 
 /* Operation codes (NCCL's function names). */
@@ -125,7 +128,9 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  * DROPS: t0 = CLOCK_MONOTONIC ns; counts since the plugin was loaded:
  *   a0 = records lost to a full ring, a1 = events refused (no free event
  *   slot, or a kernel channel whose parent was no longer known), a2 =
- *   records discarded while no collector was connected.
+ *   records discarded while no collector was connected, seq = device
+ *   activity records CUPTI dropped (no buffer free, or a buffer that
+ *   filled).
  */
 struct tsnp_record {
   uint16_t kind;        /* 0   TSNP_* kind */
@@ -187,6 +192,73 @@ struct tsnp_range {
   char name[72];     /* 56  the name, NUL-padded, truncated to 72 bytes */
 };
 
+/*
+ * ACTIVITY: one kernel, memory copy or memset the GPU ran, from CUPTI's
+ * activity records (the plugin is also a CUDA injection library,
+ * CUDA_INJECTION64_PATH). NCCL's own kernels are not sent: its
+ * collectives and p2p operations come as their own records.
+ *
+ * The first ACTIVITY record of a process has what = TSNP_ACT_TRACING and
+ * t0 = when tracing began: from then on the collector knows that the
+ * process's kernels come, a buffer at a time, later than its host
+ * records. Times are CLOCK_MONOTONIC ns: CUPTI's timestamps where it took
+ * them on that clock (TSNP_ACT_MONOTONIC), else CUPTI's CLOCK_REALTIME
+ * moved onto it by the plugin with the offset between the two clocks
+ * read when the buffer was delivered.
+ */
+enum {
+  TSNP_ACT_TRACING = 0, /* tracing began at t0; note names the CUPTI library */
+  TSNP_ACT_KERNEL = 1,
+  TSNP_ACT_MEMCPY = 2,
+  TSNP_ACT_MEMSET = 3,
+  TSNP_ACT_UNAVAILABLE = 4, /* tracing could not begin; note says why */
+};
+enum { TSNP_ACT_MONOTONIC = 1 }; /* flags: CUPTI timed on CLOCK_MONOTONIC itself */
+
+struct tsnp_activity {
+  uint16_t kind;        /* 0   TSNP_ACTIVITY */
+  uint16_t flags;       /* 2   TSNP_ACT_MONOTONIC */
+  uint32_t tid;         /* 4   kernel thread id of the thread that delivered it (CUPTI's) */
+  uint64_t t0;          /* 8   CLOCK_MONOTONIC ns: start on the GPU */
+  uint64_t t1;          /* 16  CLOCK_MONOTONIC ns: end on the GPU */
+  uint64_t bytes;       /* 24  bytes copied or set; 0 for a kernel */
+  uint32_t device;      /* 32  CUDA device ordinal */
+  uint32_t context;     /* 36  CUPTI's context id */
+  uint32_t stream;      /* 40  CUPTI's stream id */
+  uint32_t correlation; /* 44  CUPTI's correlation id */
+  uint32_t name_id;     /* 48  a kernel's NAME number; 0: no name */
+  uint8_t what;         /* 52  TSNP_ACT_* */
+  uint8_t copy_kind;    /* 53  CUPTI's memcpy kind (1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP, …); 0 otherwise */
+  uint8_t reserved0[2]; /* 54  zero */
+  int32_t grid[3];      /* 56  a kernel's grid */
+  int32_t block[3];     /* 68  a kernel's block */
+  char note[48];        /* 80  TRACING, UNAVAILABLE: text, NUL-padded; else zero */
+};
+
+/*
+ * NAME: a piece of the name of a kernel, as CUPTI gave it (mangled, as a
+ * rule). A process sends a name once, before the first ACTIVITY record
+ * that uses its number, in pieces at offsets 0, 104, 208, … up to len
+ * bytes; a name longer than TSNP_NAME_MAX is cut there and flagged.
+ */
+enum { TSNP_NAME_TRUNCATED = 1 };
+#define TSNP_NAME_MAX 4096
+
+struct tsnp_name {
+  uint16_t kind;      /* 0   TSNP_NAME */
+  uint16_t flags;     /* 2   TSNP_NAME_TRUNCATED */
+  uint32_t tid;       /* 4   */
+  uint32_t id;        /* 8   the name's number, from 1 */
+  uint32_t len;       /* 12  the name's length in bytes (as sent: at most TSNP_NAME_MAX) */
+  uint32_t offset;    /* 16  where this piece starts */
+  uint32_t reserved;  /* 20  zero */
+  char text[104];     /* 24  the piece, NUL-padded */
+};
+
+_Static_assert(sizeof(struct tsnp_activity) == TSNP_RECORD_SIZE, "activity size");
+_Static_assert(offsetof(struct tsnp_activity, grid) == 56, "activity layout");
+_Static_assert(sizeof(struct tsnp_name) == TSNP_RECORD_SIZE, "name size");
+_Static_assert(offsetof(struct tsnp_name, text) == 24, "name layout");
 _Static_assert(sizeof(struct tsnp_range) == TSNP_RECORD_SIZE, "range size");
 _Static_assert(offsetof(struct tsnp_range, name) == 56, "range layout");
 _Static_assert(sizeof(struct tsnp_hello) == TSNP_RECORD_SIZE, "hello size");

@@ -120,6 +120,11 @@ func estimate(items []item) Offsets {
 			break
 		}
 	}
+	if o.Reference == profiler.None && len(ranks) == 1 {
+		// One rank is on one clock: nothing to align (a one-GPU job).
+		o.Reference, o.Offset[ranks[0]] = ranks[0], 0
+		return o
+	}
 	if o.Reference == profiler.None {
 		o.Unaligned = ranks
 		return o

@@ -161,3 +161,23 @@ func TestClockAlignmentWithoutCollectives(t *testing.T) {
 		t.Errorf("summary aligned %v (residual %v); want not aligned: no rank was put on another's clock", sum.Aligned, sum.MaxClockResidual)
 	}
 }
+
+// TestClockAlignmentOneRank: a one-rank run (a wrapped one-GPU job) has
+// one clock; that it has no collective to align on is no problem.
+func TestClockAlignmentOneRank(t *testing.T) {
+	var b build
+	for s := range 2 {
+		o := float64(100 * s)
+		b.step(0, s, 0, o, o+50)
+		b.dev(0, s, 0, 0, 0, profiler.Forward, 1, o+10, o+15)
+	}
+	steps := Analyze(b.recs, WithClockAlignment())
+	if len(steps) != 2 {
+		t.Fatalf("%d steps, want 2", len(steps))
+	}
+	for _, st := range steps {
+		if len(st.Problems) != 0 || !st.Complete() {
+			t.Errorf("step %d: problems %q", st.Step, st.Problems)
+		}
+	}
+}

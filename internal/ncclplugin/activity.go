@@ -1,0 +1,184 @@
+package ncclplugin
+
+import (
+	"strings"
+	"time"
+
+	"github.com/ianlancetaylor/demangle"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// A wrapped process's device activity: the kernels, memory copies and
+// memsets its GPU ran, as CUPTI traced them inside the process (the
+// plugin is its CUDA injection library). Kernels become profiler records
+// of KindKernel, which busy time counts as compute; copies and memsets
+// KindDevice records outside any phase. Each carries the step its device
+// start fell in.
+
+type traceState uint8
+
+const (
+	traceUnknown traceState = iota // no word from the plugin: not injected
+	tracing
+	untraced // the plugin tried and could not; why says why
+)
+
+// activity is what the collector keeps of a process's device activity.
+type activity struct {
+	state traceState
+	why   string
+	// latest is the latest device end (plugin CLOCK_MONOTONIC ns) of the
+	// process's activity records so far: CUPTI delivers them a buffer at
+	// a time, in about the order they finished, so a step that ended
+	// before it has had its kernels.
+	latest  uint64
+	records uint64 // activity records received
+	names   map[uint32]*kernelName
+}
+
+type kernelName struct {
+	buf   []byte
+	have  int // bytes received
+	short string
+}
+
+const (
+	// kernelWait bounds how long a step range waits for its kernels
+	// (activity.through), from when it arrived: CUPTI hands a buffer
+	// over when it is full or, every 100 ms, when all its kernels have
+	// finished, so a GPU that stays busy, or goes idle, may keep the last
+	// kernels of a step back for a while.
+	kernelWait = 5 * time.Second
+	// maxKernelNames bounds the names kept per process.
+	maxKernelNames = 1 << 14
+)
+
+// through reports whether the process's activity records up to t
+// (plugin CLOCK_MONOTONIC ns) have arrived, or it traces none.
+func (a *activity) through(t uint64) bool { return a.state != tracing || a.latest >= t }
+
+// name stores a piece of a kernel name.
+func (a *activity) name(r Record) {
+	if a.names == nil {
+		a.names = make(map[uint32]*kernelName)
+	}
+	n := a.names[r.NameID]
+	if n == nil || len(n.buf) != int(r.NameLen) || r.NameOffset == 0 {
+		// A new name, or a name sent again on a new connection.
+		if n == nil && len(a.names) >= maxKernelNames {
+			return
+		}
+		n = &kernelName{buf: make([]byte, r.NameLen)}
+		a.names[r.NameID] = n
+	}
+	n.have += copy(n.buf[r.NameOffset:], r.Name)
+	if n.have >= len(n.buf) {
+		n.short = KernelName(string(n.buf))
+	}
+}
+
+// kernel is the name of kernel number id, or a placeholder.
+func (a *activity) kernel(id uint32) string {
+	if n := a.names[id]; n != nil && n.short != "" {
+		return n.short
+	}
+	return "(kernel)"
+}
+
+// KernelName is the name a kernel's records carry: a C++ (Itanium ABI)
+// name demangled, without its parameters and template arguments, as
+// "at::native::vectorized_elementwise_kernel"; any other name as it is.
+// Names are made valid UTF-8.
+func KernelName(mangled string) string {
+	name := mangled
+	if strings.HasPrefix(mangled, "_Z") {
+		if s, err := demangle.ToString(mangled, demangle.NoParams, demangle.NoTemplateParams, demangle.NoClones); err == nil && s != "" {
+			name = s
+		}
+	}
+	name = strings.ToValidUTF8(name, "\uFFFD")
+	if name == "" {
+		return "(kernel)"
+	}
+	return name
+}
+
+// copyNames names memory copies by CUPTI's memcpy kind.
+var copyNames = [...]string{"Memcpy", "Memcpy HtoD", "Memcpy DtoH", "Memcpy HtoA", "Memcpy AtoH", "Memcpy AtoA", "Memcpy AtoD", "Memcpy DtoA", "Memcpy DtoD", "Memcpy HtoH", "Memcpy PtoP"}
+
+// maxEarlyActivity bounds the activity records a process of unknown
+// rank keeps.
+const maxEarlyActivity = 1 << 16
+
+func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record) []profiler.Record {
+	switch r.What {
+	case ActTracing:
+		pr.act.state = tracing
+		return out
+	case ActUnavailable:
+		if pr.act.state != tracing {
+			pr.act.state, pr.act.why = untraced, r.Note
+		}
+		return out
+	}
+	pr.act.state = tracing // its first record may have been lost
+	pr.act.records++
+	pr.act.latest = max(pr.act.latest, r.RangeEnd)
+	if pr.device < 0 {
+		// A process without a communicator (a one-GPU job) has its
+		// device from its kernels: its steps must carry it to be
+		// accounted with them.
+		pr.device = int32(r.Device)
+	}
+	pr.latest = max(pr.latest, r.RangeEnd)
+	c.nextID++
+	start, end := c.clock.at(int64(r.RangeBegin)), c.clock.at(int64(r.RangeEnd))
+	rec := profiler.Record{
+		ID:          c.nextID,
+		Kind:        profiler.KindKernel,
+		Device:      runtime.Device{Type: runtime.CUDA, Index: int(r.Device)},
+		Stream:      uint64(r.Stream),
+		Labels:      pr.labelsAt(r.RangeBegin),
+		HostStart:   start,
+		HostEnd:     start,
+		HasDevice:   true,
+		DeviceStart: start,
+		DeviceEnd:   end,
+	}
+	switch r.What {
+	case ActKernel:
+		rec.Name = pr.act.kernel(r.NameID)
+		c.stats.Kernels++
+	case ActMemcpy:
+		rec.Kind = profiler.KindDevice
+		rec.Name = copyNames[0]
+		if int(r.CopyKind) < len(copyNames) {
+			rec.Name = copyNames[r.CopyKind]
+		}
+		c.stats.Copies++
+	case ActMemset:
+		rec.Kind = profiler.KindDevice
+		rec.Name = "Memset"
+		c.stats.Copies++
+	}
+	if pr.rank < 0 && pr.earlyActs >= maxEarlyActivity && pr.worldRank < 0 {
+		// No launcher numbered the process and it has made no
+		// communicator: a process on its own (a one-GPU job), rank 0, as
+		// it would be at its end.
+		pr.rank = 0
+		out = pr.releaseEarly(out)
+	}
+	if pr.rank < 0 {
+		if pr.earlyActs >= maxEarlyActivity {
+			c.stats.ActivityDropped++
+			return out
+		}
+		pr.early = append(pr.early, rec)
+		pr.earlyActs++
+		return out
+	}
+	rec.Rank = pr.rank
+	return pr.labelOut(rec, r.RangeBegin, out)
+}
