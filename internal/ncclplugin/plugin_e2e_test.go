@@ -3,6 +3,7 @@ package ncclplugin
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // TestPluginEndToEnd builds the C plugin and its test driver with make,
@@ -99,7 +101,7 @@ func TestPluginEndToEndNVTX(t *testing.T) {
 // driver in mode against a new collector as rank 3 of its launcher (the
 // process's rank in the communicator stays the group rank), and closes
 // the collector once the driver has exited.
-func drive(t *testing.T, mode string) (*Collector, *capture) {
+func drive(t *testing.T, mode string, extra ...string) (*Collector, *capture) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds C code")
@@ -110,12 +112,16 @@ func drive(t *testing.T, mode string) (*Collector, *capture) {
 		}
 	}
 	dir := filepath.Join("..", "..", "plugins", "nccl")
-	build := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin")
+	build := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin", "libfakecupti.so")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make: %v\n%s", err, out)
 	}
 	c, sink, _ := newTestCollector(t)
-	cmd := exec.Command(filepath.Join(dir, "test_plugin"), mode, filepath.Join(dir, "libtrainscope-nccl.so"))
+	args := []string{mode, filepath.Join(dir, "libtrainscope-nccl.so")}
+	for _, e := range extra {
+		args = append(args, filepath.Join(dir, e))
+	}
+	cmd := exec.Command(filepath.Join(dir, "test_plugin"), args...)
 	cmd.Env = append(os.Environ(), c.Env(), "RANK=3", "OMPI_COMM_WORLD_RANK=", "SLURM_PROCID=", "PMI_RANK=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("driver %s: %v\n%s", mode, err, out)
@@ -126,4 +132,36 @@ func drive(t *testing.T, mode string) (*Collector, *capture) {
 		t.Fatal(err)
 	}
 	return c, sink
+}
+
+// TestPluginEndToEndCUPTI: the driver acts as the CUDA driver, loading the
+// plugin as its injection library with a stand-in CUPTI
+// (plugins/nccl/fake_cupti.c: the real one needs a GPU, and runs in
+// scripts/gpu-wrap.sh kernels). Kernels and a copy "run"; the plugin
+// reads them at CUPTI's offsets, names each kernel once, leaves NCCL's
+// kernel out, and sends the rest when CUPTI hands it over and at exit.
+func TestPluginEndToEndCUPTI(t *testing.T) {
+	c, sink := drive(t, "--drive-cupti", "libfakecupti.so")
+	recs := sink.wait(t, 4)
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%s %v %v %d", r.Name, r.Kind, r.DeviceDuration(), r.Stream))
+		if r.Rank != 3 || r.Device.Type != runtime.CUDA || r.Device.Index != 1 || !r.HasDevice || r.HostDuration() != 0 {
+			t.Errorf("%s: rank %d device %v, device-timed %v, host %v", r.Name, r.Rank, r.Device, r.HasDevice, r.HostDuration())
+		}
+	}
+	slices.Sort(got)
+	want := []string{
+		"Memcpy HtoD device 3µs 13",
+		"at::native::vectorized_elementwise_kernel kernel 5µs 13",
+		"cutlass::Kernel2 kernel 40µs 13",
+		"cutlass::Kernel2 kernel 50µs 13",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("records\n got %q\nwant %q", got, want)
+	}
+	st := c.Stats()
+	if st.Kernels != 3 || st.Copies != 1 || st.Traced != 1 || st.PluginActivityDropped != 2 || st.DecodeErrors != 0 {
+		t.Errorf("stats %+v; want 3 kernels, 1 copy, 1 process traced, 2 dropped by CUPTI", st)
+	}
 }

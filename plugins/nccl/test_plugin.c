@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cupti_activity_abi.h"
 #include "nccl_profiler_abi.h"
 #include "nvtx_injection_abi.h"
 #include "trainscope_nccl_wire.h"
@@ -1084,7 +1085,43 @@ out:
   free(s.buf);
 }
 
+/* The CUDA driver's side of the loading: InitializeInjection with the
+ * stand-in CUPTI (fake_cupti.c) named by TRAINSCOPE_CUPTI_PATH; then
+ * kernels and a copy "run", CUPTI hands them over, and the process exits
+ * without a communicator: the exit hooks send what is left. */
+static void drive_cupti(const char* fake) {
+  setenv("TRAINSCOPE_CUPTI_PATH", fake, 1);
+  void* h = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+  int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
+  if (!init) {
+    fprintf(stderr, "InitializeInjection missing from %s\n", lib_path);
+    _exit(2);
+  }
+  CHECK(init() == 1, "InitializeInjection failed");
+  void* f = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  void (*launch)(const char*, uint64_t, uint64_t) = f ? (void (*)(const char*, uint64_t, uint64_t))dlsym(f, "fake_cupti_launch") : NULL;
+  CUptiResult (*flush)(uint32_t) = f ? (CUptiResult(*)(uint32_t))dlsym(f, "cuptiActivityFlushAll") : NULL;
+  if (!launch || !flush) {
+    fprintf(stderr, "the plugin did not load %s\n", fake);
+    _exit(2);
+  }
+  /* 141 bytes: sent in two pieces. */
+  static const char gemm[] = "_ZN7cutlass7Kernel2INS_100aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaEEEvNT_6ParamsE";
+  launch(gemm, 50000, 0);
+  launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 7000, 0); /* NCCL's own: not sent */
+  launch("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_", 5000, 0);
+  flush(0);
+  launch(gemm, 40000, 0);
+  launch(NULL, 3000, 4096);
+  /* Left for the exit hook's forced flush. */
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && strcmp(argv[1], "--drive-cupti") == 0) {
+    lib_path = argv[2];
+    drive_cupti(argv[3]);
+    return failures ? 1 : 0;
+  }
   if (argc == 3 && strcmp(argv[1], "--bench-nvtx") == 0) {
     lib_path = argv[2];
     bench_nvtx();
@@ -1104,7 +1141,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n       %s --drive-cupti path/to/libtrainscope-nccl.so path/to/libfakecupti.so\n", argv[0], argv[0]);
     return 2;
   }
   lib_path = argv[1];

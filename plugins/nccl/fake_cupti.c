@@ -1,0 +1,97 @@
+/*
+ * A stand-in for CUPTI's activity interface, for the plugin's tests on a
+ * machine without a GPU (the real library runs on the GPU machine:
+ * scripts/gpu-wrap.sh kernels). It keeps the records a test "launches"
+ * (fake_cupti_launch) and hands them to the client in one buffer at each
+ * cuptiActivityFlushAll, laid out at the offsets cupti_activity_abi.h
+ * reads, timed with the client's timestamp callback. It reports two
+ * dropped records once.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cupti_activity_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+enum { REC = 144, MAX = 64 };
+
+static CUpti_BuffersCallbackRequestFunc requested;
+static CUpti_BuffersCallbackCompleteFunc completed;
+static CUpti_TimestampCallbackFunc clock_fn;
+static uint8_t pending[MAX][REC];
+static int npending, enabled, dropped_once;
+static uint32_t correlation;
+
+EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r, CUpti_BuffersCallbackCompleteFunc c) {
+  requested = r;
+  completed = c;
+  return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityEnable(int kind) {
+  enabled |= 1 << kind;
+  return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+  if (enabled) return 1; /* CUPTI takes a clock only before any activity is enabled */
+  clock_fn = f;
+  return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityFlushPeriod(uint32_t ms) { return ms ? CUPTI_SUCCESS : 1; }
+EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(void* ctx, uint32_t stream, size_t* n) {
+  (void)ctx;
+  (void)stream;
+  *n = dropped_once ? 0 : 2;
+  dropped_once = 1;
+  return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t* buf, size_t valid, void** rec) {
+  uint8_t* next = *rec ? (uint8_t*)*rec + REC : buf;
+  if (next + REC > buf + valid) return 12; /* CUPTI_ERROR_MAX_LIMIT_REACHED */
+  *rec = next;
+  return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+  (void)flag;
+  if (!npending || !requested || !completed) return CUPTI_SUCCESS;
+  uint8_t* buf = NULL;
+  size_t size = 0, max = 0;
+  requested(&buf, &size, &max);
+  if (!buf || size < (size_t)npending * REC) return CUPTI_SUCCESS;
+  memcpy(buf, pending, (size_t)npending * REC);
+  size_t valid = (size_t)npending * REC;
+  npending = 0;
+  completed(NULL, 0, buf, size, valid);
+  return CUPTI_SUCCESS;
+}
+
+static void put32(uint8_t* r, size_t off, uint32_t v) { memcpy(r + off, &v, sizeof v); }
+static void put64(uint8_t* r, size_t off, uint64_t v) { memcpy(r + off, &v, sizeof v); }
+
+/* A kernel (name set) or a memory copy of bytes (name NULL) that started
+ * now on the client's clock and lasted dur_ns, on device 1, stream 13. */
+EXPORT void fake_cupti_launch(const char* name, uint64_t dur_ns, uint64_t bytes) {
+  if (npending == MAX || !clock_fn) return;
+  uint8_t* r = pending[npending++];
+  memset(r, 0, REC);
+  uint64_t t = clock_fn();
+  if (name) {
+    put32(r, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    put64(r, CUPTI_KERNEL_START, t);
+    put64(r, CUPTI_KERNEL_END, t + dur_ns);
+    put32(r, CUPTI_KERNEL_DEVICE, 1);
+    put32(r, CUPTI_KERNEL_STREAM, 13);
+    put32(r, CUPTI_KERNEL_CORRELATION, ++correlation);
+    memcpy(r + CUPTI_KERNEL_NAME, &name, sizeof name);
+  } else {
+    put32(r, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_MEMCPY);
+    r[CUPTI_MEMCPY_COPY_KIND] = 1; /* HtoD */
+    put64(r, CUPTI_MEM_BYTES, bytes);
+    put64(r, CUPTI_MEM_START, t);
+    put64(r, CUPTI_MEM_END, t + dur_ns);
+    put32(r, CUPTI_MEM_DEVICE, 1);
+    put32(r, CUPTI_MEM_STREAM, 13);
+    put32(r, CUPTI_MEM_CORRELATION, ++correlation);
+  }
+}
