@@ -37,9 +37,11 @@ const (
 	// KindP2P is a device-timed Send or Recv.
 	KindP2P
 	// KindKernel is a kernel the device's own activity tracing reported
-	// (CUPTI in a wrapped process): device-timed, with no host range of
-	// its own (HostStart = HostEnd = its device start), and no phase.
-	// Busy time counts it as compute.
+	// (CUPTI in a wrapped process, a Kineto trace's kernel events):
+	// device-timed, with no phase, and no host range of its own
+	// (HostStart = HostEnd) unless one is known (an imported kernel keeps
+	// the range of the call that launched it). Busy time counts it as
+	// compute.
 	KindKernel
 )
 

@@ -109,8 +109,9 @@ func layout(records []profiler.Record) trace {
 	hostGroup, devGroup := int32(-1), int32(-1)
 	for i := range records {
 		r := &records[i]
-		// A traced kernel has no host range, only its device interval.
-		if r.Kind != profiler.KindKernel || !r.HasDevice {
+		// A traced kernel without a host range has only its device
+		// interval.
+		if r.Kind != profiler.KindKernel || !r.HasDevice || r.HostEnd != r.HostStart {
 			if k := (trackKey{rank: r.Rank, class: hostTrack}); hostGroup < 0 || k != lastHost {
 				lastHost, hostGroup = k, group(k)
 			}

@@ -129,6 +129,7 @@ type kEvent struct {
 	pid        json.RawMessage
 	offset     int64
 	step       int32
+	kernel     bool // a kernel (category "kernel"), not a copy or memset
 }
 
 // countingReader counts the bytes read, for the offset of a truncated file.
@@ -187,7 +188,7 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			ev.Name = "(unnamed " + ev.Cat + ")"
 		}
 		events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
-			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None})
+			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None, kernel: ev.Cat == "kernel"})
 		return nil
 	}
 	key := func(off int64, key string) error {
@@ -406,7 +407,12 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 // deviceRecord makes rec the record of GPU activity d.
 func deviceRecord(rec *profiler.Record, d *kEvent, path string, unknownDType map[string]bool) {
 	rec.Name = d.name
+	// A kernel CUPTI traced: busy time counts it as compute. Copies and
+	// memsets are device ranges outside any phase.
 	rec.Kind = profiler.KindDevice
+	if d.kernel {
+		rec.Kind = profiler.KindKernel
+	}
 	rec.HasDevice = true
 	rec.DeviceStart, rec.DeviceEnd = time.Duration(d.start), time.Duration(d.end)
 	idx := int64(0)

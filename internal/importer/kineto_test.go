@@ -49,12 +49,16 @@ func TestKinetoTrace(t *testing.T) {
 		t.Errorf("aten::mm: parent %d depth %d step %d", mm.Parent, mm.Depth, mm.Step)
 	}
 	// The kernel takes its launch's place: host time the cudaLaunchKernel
-	// (130–140 µs), device time the kernel (150–270.5 µs).
-	if gemm.Parent != mm.ID || gemm.Depth != 2 || gemm.Kind != profiler.KindDevice || !gemm.HasDevice ||
+	// (130–140 µs), device time the kernel (150–270.5 µs). It is a kernel
+	// CUPTI traced: busy time counts it as compute.
+	if gemm.Parent != mm.ID || gemm.Depth != 2 || gemm.Kind != profiler.KindKernel || !gemm.HasDevice ||
 		gemm.HostStart != base+130*us || gemm.HostEnd != base+140*us ||
 		gemm.DeviceStart != base+150*us || gemm.DeviceEnd != base+270*us+500*time.Nanosecond ||
 		gemm.Device != (runtime.Device{Type: runtime.CUDA, Index: 0}) || gemm.Stream != 7 {
 		t.Errorf("gemm: %+v", *gemm)
+	}
+	if gemm.Activity() != profiler.ActivityCompute {
+		t.Errorf("gemm counts as %v in busy time, want compute", gemm.Activity())
 	}
 	if byName(p.Records, "cudaLaunchKernel") != nil {
 		t.Error("a launch that launched one kernel is still a record of its own")
