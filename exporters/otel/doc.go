@@ -20,7 +20,8 @@
 // (same group name and sequence number) without any exchange between
 // ranks. A device-timed record becomes two spans: its host range and a
 // child "<name> [device]" holding the device interval, both on the host
-// clock. Each rank is its own resource (service.instance.id).
+// clock (a traced kernel with no host range, one span at its device
+// interval). Each rank is its own resource (service.instance.id).
 //
 // docs/otel.md lists the attributes and the environment variables the
 // exporter honours, and explains these choices.

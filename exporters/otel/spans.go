@@ -106,10 +106,17 @@ func newBuilder(runID string, epoch time.Time, maxLinks int, base *resource.Reso
 // spansOf is the number of spans a record becomes: one, and a second for
 // its device interval when it has one.
 func spansOf(r *profiler.Record) int {
-	if r.HasDevice {
+	if r.HasDevice && !hostless(r) {
 		return 2
 	}
 	return 1
+}
+
+// hostless reports a traced kernel with no host range of its own (a
+// wrapped job's, through CUPTI): it becomes one span, on the device
+// clock, not a zero-length host span with a device child.
+func hostless(r *profiler.Record) bool {
+	return r.Kind == profiler.KindKernel && r.HasDevice && r.HostEnd == r.HostStart
 }
 
 // build appends the spans of recs to out. The attributes of the whole
@@ -145,6 +152,12 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 		}
 		if r.Kind == profiler.KindCollective && r.Collective.Group != "" {
 			host.links, host.droppedLinks = b.peerLinks(tid, r)
+		}
+		if hostless(r) {
+			host.start, host.end = b.epoch.Add(r.DeviceStart), b.epoch.Add(r.DeviceEnd)
+			attrs[len(attrs)-1] = KeyClock.String(ClockDevice) // appendAttrs ends with the clock
+			out = append(out, host)
+			continue
 		}
 		out = append(out, host)
 

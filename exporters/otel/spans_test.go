@@ -401,3 +401,27 @@ func TestBuildCutShortStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildHostlessKernel: a wrapped job's kernel (CUPTI) has no host
+// range: one span on the device clock, not a zero-length host span with
+// a device child.
+func TestBuildHostlessKernel(t *testing.T) {
+	b := testBuilder(t, "run-k")
+	k := profiler.Record{ID: 9, Name: "cutlass::Kernel2", Kind: profiler.KindKernel, Rank: 1,
+		Device: runtime.Device{Type: runtime.CUDA, Index: 0}, Stream: 7, Labels: profiler.NoLabels,
+		HostStart: 50 * time.Microsecond, HostEnd: 50 * time.Microsecond,
+		HasDevice: true, DeviceStart: 50 * time.Microsecond, DeviceEnd: 80 * time.Microsecond}
+	k.Step = 2
+	spans := b.build([]profiler.Record{k}, nil)
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	s := spans[0]
+	epoch := time.Unix(1000, 0)
+	if s.Name() != "cutlass::Kernel2" || !s.StartTime().Equal(epoch.Add(50*time.Microsecond)) || !s.EndTime().Equal(epoch.Add(80*time.Microsecond)) {
+		t.Errorf("span %s %v–%v", s.Name(), s.StartTime(), s.EndTime())
+	}
+	if got := keyOf(t, s); got != (spanKey{1, 9, ClockDevice}) {
+		t.Errorf("span key %+v, want rank 1, id 9, device clock", got)
+	}
+}
