@@ -10,7 +10,10 @@
 #      tests, and the bubbles of real GEMMs against the ideal;
 #   4. a wrapped PyTorch job, one GPU per rank over NVLink
 #      (scripts/gpu-wrap.sh check): counts, per-call times, the
-#      collectives section, a straggler of known lateness.
+#      collectives section, a straggler of known lateness;
+#   5. a wrapped DDP job with NVTX steps (scripts/gpu-wrap.sh ddp), one
+#      GPU per rank, its kernels traced: steps, all-reduces per step,
+#      busy time.
 #
 #   scripts/gpu-two.sh build          # here: every binary into .bin/
 #   OUT=... scripts/gpu-two.sh run    # there; results under $OUT
@@ -59,10 +62,13 @@ run() {
 
 	echo "== 4. wrapped PyTorch job"
 	OUT=$OUT/wrap bash "$root/scripts/gpu-wrap.sh" check 2>&1 | tail -40
+	echo "== 5. wrapped DDP job with NVTX steps, its kernels traced"
+	OUT=$OUT/wrap-ddp bash "$root/scripts/gpu-wrap.sh" ddp 2>&1 | tail -12
+	grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
 
 	# Only the logs come back: what comes back is limited in count, and
 	# the run directories (traces, profiles, MPS's pipes) would crowd them out.
-	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps"
+	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps"
 	find "$OUT" -type f | sort
 }
 
