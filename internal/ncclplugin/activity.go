@@ -34,7 +34,8 @@ type activity struct {
 	// a time, in about the order they finished, so a step that ended
 	// before it has had its kernels.
 	latest  uint64
-	records uint64 // activity records received
+	records uint64    // activity records received
+	last    time.Time // when the latest arrived
 	names   map[uint32]*kernelName
 }
 
@@ -56,8 +57,13 @@ const (
 )
 
 // through reports whether the process's activity records up to t
-// (plugin CLOCK_MONOTONIC ns) have arrived, or it traces none.
-func (a *activity) through(t uint64) bool { return a.state != tracing || a.latest >= t }
+// (plugin CLOCK_MONOTONIC ns) have arrived, or it traces none, or none
+// has come for kernelWait: its tracing has stopped (another CUPTI client,
+// torch.profiler, took CUPTI's callbacks over) or its GPU is idle, and
+// its steps need not wait any more.
+func (a *activity) through(t uint64) bool {
+	return a.state != tracing || a.latest >= t || a.records > 0 && time.Since(a.last) >= kernelWait
+}
 
 // name stores a piece of a kernel name.
 func (a *activity) name(r Record) {
@@ -94,7 +100,7 @@ func (a *activity) kernel(id uint32) string {
 func KernelName(mangled string) string {
 	name := mangled
 	if strings.HasPrefix(mangled, "_Z") {
-		if s, err := demangle.ToString(mangled, demangle.NoParams, demangle.NoTemplateParams, demangle.NoClones); err == nil && s != "" {
+		if s := demangled(mangled); s != "" {
 			name = s
 		}
 	}
@@ -103,6 +109,22 @@ func KernelName(mangled string) string {
 		return "(kernel)"
 	}
 	return name
+}
+
+// demangled is a C++ name's short form, or "" where it is not one. The
+// names come from the wrapped processes: a demangler that panics on one
+// (some versions have) must not take profile-run down.
+func demangled(mangled string) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = ""
+		}
+	}()
+	s, err := demangle.ToString(mangled, demangle.NoParams, demangle.NoTemplateParams, demangle.NoClones)
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 // copyNames names memory copies by CUPTI's memcpy kind.
@@ -125,6 +147,7 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 	}
 	pr.act.state = tracing // its first record may have been lost
 	pr.act.records++
+	pr.act.last = time.Now()
 	pr.act.latest = max(pr.act.latest, r.RangeEnd)
 	if pr.device < 0 {
 		// A process without a communicator (a one-GPU job) has its
@@ -163,12 +186,8 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 		rec.Name = "Memset"
 		c.stats.Copies++
 	}
-	if pr.rank < 0 && pr.earlyActs >= maxEarlyActivity && pr.worldRank < 0 {
-		// No launcher numbered the process and it has made no
-		// communicator: a process on its own (a one-GPU job), rank 0, as
-		// it would be at its end.
-		pr.rank = 0
-		out = pr.releaseEarly(out)
+	if pr.rank < 0 && pr.earlyActs >= maxEarlyActivity {
+		out = c.loneLocked(pr, out)
 	}
 	if pr.rank < 0 {
 		if pr.earlyActs >= maxEarlyActivity {
@@ -181,4 +200,18 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 	}
 	rec.Rank = pr.rank
 	return pr.labelOut(rec, r.RangeBegin, out)
+}
+
+// loneLocked gives pr, whose records wait for its rank beyond the bound
+// kept, rank 0 when it is the only process the collector knows and no
+// launcher numbered it: a process on its own (python train.py on one
+// GPU), rank 0 as it would be at its end. Otherwise the rank stays
+// unknown (a communicator will tell) and what does not fit is dropped
+// and counted.
+func (c *Collector) loneLocked(pr *process, out []profiler.Record) []profiler.Record {
+	if pr.worldRank < 0 && len(c.procs) == 1 {
+		pr.rank = 0
+		out = pr.releaseEarly(out)
+	}
+	return out
 }

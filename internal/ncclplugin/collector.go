@@ -869,6 +869,9 @@ const unnamedRange = "(unnamed)"
 // process's rank is known, and a step range until its operations have
 // arrived (releaseSteps).
 func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool, end uint64, out []profiler.Record) []profiler.Record {
+	if pr.rank < 0 && len(pr.early)-pr.earlyActs >= maxEarly {
+		out = c.loneLocked(pr, out)
+	}
 	if pr.rank < 0 {
 		if len(pr.early)-pr.earlyActs >= maxEarly {
 			c.stats.RangesDropped++

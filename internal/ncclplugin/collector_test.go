@@ -978,3 +978,64 @@ func TestCollectorSeqPerFunction(t *testing.T) {
 		t.Errorf("%s and %s share sequence number %d", recs[0].Name, recs[1].Name, recs[0].Collective.Seq)
 	}
 }
+
+// TestKernelNameNeverPanics: names come from the wrapped processes; one
+// that made a version of the demangler panic ("_ZNW5_upee") is kept as it
+// is, and profile-run goes on.
+func TestKernelNameNeverPanics(t *testing.T) {
+	for _, n := range []string{"_ZNW5_upee", "_Z", "_ZN", "_ZZ", "", "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"} {
+		if got := KernelName(n); got == "" {
+			t.Errorf("KernelName(%q) is empty", n)
+		}
+	}
+	if got := KernelName("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"); got != "at::native::vectorized_elementwise_kernel" {
+		t.Errorf("demangled %q", got)
+	}
+}
+
+// TestCollectorRankGuessOnlyAlone: a process that no launcher numbered
+// and that sends more kernels than are kept before its rank is known is
+// rank 0 only when it is the collector's only process (python train.py
+// on one GPU); beside others (mp.spawn, RANK unset, the communicator
+// made late) its rank waits for its communicator, and what does not fit
+// is dropped and counted.
+func TestCollectorRankGuessOnlyAlone(t *testing.T) {
+	kernels := func(n int) []byte {
+		b := make([]byte, 0, n*128)
+		for i := range n {
+			b = append(b, activityFrame(1, uint64(1000+2*i), uint64(1001+2*i), 0, 7, 0, 0, 0, "")...)
+		}
+		return b
+	}
+	t.Run("alone", func(t *testing.T) {
+		c, sink, _ := newTestCollector(t)
+		conn := send(t, c, stream(helloFrame(wireVersion, 650, "n"), kernels(maxEarlyActivity+1)), true)
+		t.Cleanup(func() { conn.Close() })
+		recs := sink.wait(t, maxEarlyActivity+1)
+		if recs[0].Rank != 0 {
+			t.Errorf("rank %d, want 0", recs[0].Rank)
+		}
+	})
+	t.Run("beside another", func(t *testing.T) {
+		c, sink, _ := newTestCollector(t)
+		other := send(t, c, helloFrame(wireVersion, 651, "n"), true)
+		t.Cleanup(func() { other.Close() })
+		deadline := time.Now().Add(5 * time.Second)
+		for c.Stats().Processes < 1 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		conn := send(t, c, stream(helloFrame(wireVersion, 652, "n"), kernels(maxEarlyActivity+5),
+			wireRec{kind: 1, hash: 9, rank: 3, nranks: 4, nnodes: 1, peer: 0, name: "g"}.frame(),
+			activityFrame(1, 900_000, 900_001, 0, 7, 0, 0, 0, "")), false)
+		_ = conn
+		recs := sink.wait(t, maxEarlyActivity+1)
+		for _, r := range recs {
+			if r.Rank != 3 {
+				t.Fatalf("a kernel of rank %d, want 3 (its communicator's)", r.Rank)
+			}
+		}
+		if st := c.Stats(); st.ActivityDropped != 5 {
+			t.Errorf("%d dropped, want 5", st.ActivityDropped)
+		}
+	})
+}

@@ -588,6 +588,8 @@ static void init_conds(void) {
   pthread_condattr_destroy(&a);
 }
 
+static void cu_after_fork(void);
+
 static void after_fork_child(void) {
   /* The drainer did not come along, and the communicators belong to the parent. */
   g.pid = getpid();
@@ -607,6 +609,9 @@ static void after_fork_child(void) {
    * drainer until it initialises a communicator: until then its records
    * wait in its rings, and what does not fit is counted as dropped. */
   if (tls_ring) tls_ring->tid = gettid_u32();
+  /* CUPTI stays with the parent: the child neither flushes it at exit
+   * nor takes a lock a CUPTI thread of the parent's held at the fork. */
+  cu_after_fork();
 }
 
 static uint64_t env_u64(const char* name, uint64_t def) {
@@ -1125,12 +1130,14 @@ static struct {
   cuptiActivityFlushAll_t flush;
   cuptiActivityGetNumDroppedRecords_t dropped;
   int monotonic;
+  pid_t pid;           /* the process that started tracing */
   _Atomic int buffers; /* buffers CUPTI holds */
   uint32_t names;      /* numbers given */
   struct ts_name {
     const char* ptr; /* CUPTI's name, shared by every record of the kernel */
+    uint64_t hash;   /* of the text: a module unloaded and another loaded may reuse the address */
     uint32_t id;     /* 0: NCCL's kernel, not sent */
-    uint64_t epoch;  /* the connection it was last sent on */
+    uint64_t epoch;  /* the connection it was last sent on; TS_UNSENT: a piece was lost, send it again */
   } table[TS_NAMES];
 } cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -1153,10 +1160,11 @@ static void cu_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_reco
 
 /* push, for CUPTI's delivering thread: a full ring is waited on (the
  * drainer empties it every few milliseconds) for at most
- * TS_CUPTI_WAIT_MS of the whole delivery, then dropped and counted. */
-static void push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
+ * TS_CUPTI_WAIT_MS of the whole delivery, then dropped and counted.
+ * Returns whether the record went into the ring. */
+static int push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
   struct ts_ring* r = ring_get();
-  if (!r) return;
+  if (!r) return 0;
   rec->tid = r->tid;
   for (;;) {
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -1164,12 +1172,12 @@ static void push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
     if (h - t < g.ring_cap) {
       r->recs[h & (g.ring_cap - 1)] = *rec;
       atomic_store_explicit(&r->head, h + 1, memory_order_release);
-      return;
+      return 1;
     }
     if (*deadline == 0) *deadline = mono_ns() + TS_CUPTI_WAIT_MS * 1000000u;
     if (mono_ns() >= *deadline) {
       atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
-      return;
+      return 0;
     }
     struct timespec ts = {0, 200000};
     nanosleep(&ts, NULL);
@@ -1178,16 +1186,30 @@ static void push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
 
 static int is_nccl_kernel(const char* name) { return strstr(name, "ncclDevKernel") || strstr(name, "ncclKernel"); }
 
+#define TS_UNSENT UINT64_MAX
+
+static uint64_t name_hash(const char* s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
 /* The number of a kernel's name, sending the name first where this
  * connection has not had it; 0 for NCCL's kernels and when the table is
  * full (the kernel then goes without a name). Called with cu.mu held. */
 static uint32_t cu_name(const char* name, uint64_t* deadline, int* skip) {
   *skip = 0;
   if (!name) return 0;
-  uint64_t epoch = atomic_load(&g.epoch);
+  uint64_t epoch = atomic_load(&g.epoch), hash = name_hash(name);
   size_t i = ((uintptr_t)name >> 3) * 0x9E3779B97F4A7C15ull >> 40 & (TS_NAMES - 1);
   for (size_t probe = 0; probe < TS_NAMES; probe++, i = (i + 1) & (TS_NAMES - 1)) {
     struct ts_name* e = &cu.table[i];
+    if (e->ptr == name && e->hash != hash) {
+      /* Another kernel's name at a reused address: a new name. */
+      e->hash = hash;
+      e->id = is_nccl_kernel(name) ? 0 : ++cu.names;
+      e->epoch = TS_UNSENT;
+    }
     if (e->ptr == name) {
       if (e->id == 0) {
         *skip = 1;
@@ -1200,11 +1222,13 @@ static uint32_t cu_name(const char* name, uint64_t* deadline, int* skip) {
     if (e->ptr == NULL) {
       if (is_nccl_kernel(name)) {
         e->ptr = name; /* id 0: skipped from now on */
+        e->hash = hash;
         *skip = 1;
         return 0;
       }
       if (cu.names >= TS_NAMES * 3 / 4) return 0;
       e->ptr = name;
+      e->hash = hash;
       e->id = ++cu.names;
       e->epoch = epoch;
       break;
@@ -1231,7 +1255,7 @@ static uint32_t cu_name(const char* name, uint64_t* deadline, int* skip) {
     u.n.offset = (uint32_t)off;
     size_t n = len - off < sizeof u.n.text ? len - off : sizeof u.n.text;
     memcpy(u.n.text, name + off, n);
-    push_waiting(&u.rec, deadline);
+    if (!push_waiting(&u.rec, deadline)) e->epoch = TS_UNSENT; /* a piece was lost: send it again next time */
   }
   return e->id;
 }
@@ -1316,8 +1340,14 @@ static uint64_t cu_timestamp(void) { return mono_ns(); }
 
 static void cu_at_exit(void) {
   /* Before the libraries' destructors (the plugin's sends what is left):
-   * hand over every buffer, complete or not. */
-  if (cu.flush) cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+   * hand over every buffer, complete or not — in the process that
+   * started tracing only. */
+  if (cu.flush && cu.pid == getpid()) cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+static void cu_after_fork(void) {
+  cu.flush = NULL;
+  pthread_mutex_init(&cu.mu, NULL);
 }
 
 /* The CUPTI library: TRAINSCOPE_CUPTI_PATH, else one the process has
@@ -1363,6 +1393,7 @@ static const char* cu_start(char* which, size_t n) {
   enable(CUPTI_ACTIVITY_KIND_MEMCPY);
   enable(CUPTI_ACTIVITY_KIND_MEMSET);
   if (period) period(TS_CUPTI_FLUSH_MS);
+  cu.pid = getpid();
   cu.flush = flush;
   atexit(cu_at_exit);
   return NULL;
@@ -1373,12 +1404,13 @@ static const char* cu_start(char* which, size_t n) {
 TS_EXPORT int InitializeInjection(void) {
   const char* off = getenv("TRAINSCOPE_CUPTI");
   if (off && strcmp(off, "0") == 0) return 1;
+  static _Atomic int once;
+  if (atomic_exchange(&once, 1)) return 1;
   pthread_mutex_lock(&g.mu);
-  if (g.act_status.kind != 0) {
-    pthread_mutex_unlock(&g.mu);
-    return 1;
-  }
   set_up();
+  pthread_mutex_unlock(&g.mu);
+  /* Loading CUPTI takes a while: not under g.mu, which NCCL's init and
+   * the drainer take. */
   char which[256] = "";
   const char* why = cu_start(which, sizeof which);
   union {
@@ -1393,11 +1425,15 @@ TS_EXPORT int InitializeInjection(void) {
   const char* note = why ? why : which; /* a long path is cut to the field */
   memcpy(u.a.note, note, strnlen(note, sizeof u.a.note));
   u.rec.tid = gettid_u32();
+  pthread_mutex_lock(&g.mu);
   g.act_status = u.rec;
   if (!why) {
     g.cupti = 1;
     drainer_start();
   }
   pthread_mutex_unlock(&g.mu);
+  /* Also now, for a collector already connected (NVTX started the
+   * drainer first); a later connection gets it after its hello. */
+  push(&u.rec);
   return 1;
 }
