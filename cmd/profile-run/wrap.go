@@ -491,7 +491,7 @@ func (w *wrapper) ncclSummary() string {
 		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
 	}
 	if d := st.PluginDrops(); d > 0 {
-		line += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent)
+		line += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %d kernel records by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, st.PluginActivityDropped)
 	}
 	if st.DecodeErrors+st.IngestErrors > 0 {
 		line += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
