@@ -130,6 +130,13 @@ func demangled(mangled string) (s string) {
 // copyNames names memory copies by CUPTI's memcpy kind.
 var copyNames = [...]string{"Memcpy", "Memcpy HtoD", "Memcpy DtoH", "Memcpy HtoA", "Memcpy AtoH", "Memcpy AtoA", "Memcpy AtoD", "Memcpy DtoA", "Memcpy DtoD", "Memcpy HtoH", "Memcpy PtoP"}
 
+// loneAfter is how long a process without a launcher rank or a
+// communicator waits, alone, before it is taken for a process on its own
+// (rank 0), so that a one-GPU job's steps and kernels flow while it runs:
+// the workers of a launcher that sets no rank (mp.spawn) connect within
+// it of one another. A variable for tests.
+var loneAfter = 10 * time.Second
+
 // maxEarlyActivity bounds the activity records a process of unknown
 // rank keeps.
 const maxEarlyActivity = 1 << 16
@@ -202,12 +209,12 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 	return pr.labelOut(rec, r.RangeBegin, out)
 }
 
-// loneLocked gives pr, whose records wait for its rank beyond the bound
-// kept, rank 0 when it is the only process the collector knows and no
-// launcher numbered it: a process on its own (python train.py on one
-// GPU), rank 0 as it would be at its end. Otherwise the rank stays
-// unknown (a communicator will tell) and what does not fit is dropped
-// and counted.
+// loneLocked gives pr, whose records wait for its rank (beyond the bound
+// kept, or for loneAfter), rank 0 when it is the only process the
+// collector knows and no launcher numbered it: a process on its own
+// (python train.py on one GPU), rank 0 as it would be at its end.
+// Otherwise the rank stays unknown (a communicator will tell) and what
+// does not fit is dropped and counted.
 func (c *Collector) loneLocked(pr *process, out []profiler.Record) []profiler.Record {
 	if pr.worldRank < 0 && len(c.procs) == 1 {
 		pr.rank = 0

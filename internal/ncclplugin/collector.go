@@ -155,6 +155,7 @@ type process struct {
 	rank      int
 	early     []profiler.Record
 	earlyActs int              // activity records among early
+	since     time.Time        // when its first connection came
 	open      int              // connections open
 	ops       map[uint64]*op   // by task
 	devices   map[uint64]int32 // CUDA device by communicator
@@ -462,6 +463,9 @@ func (c *Collector) sweeper() {
 			c.mu.Lock()
 			var out []profiler.Record
 			for _, pr := range c.procs {
+				if pr.rank < 0 && now.Sub(pr.since) >= loneAfter {
+					out = c.loneLocked(pr, out)
+				}
 				out = c.expireLocked(pr, now.Add(-c.cfg.linger), out)
 			}
 			c.mu.Unlock()
@@ -486,7 +490,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1, since: time.Now()}
 			if h.WorldRank >= 0 {
 				pr.rank = int(h.WorldRank)
 			}

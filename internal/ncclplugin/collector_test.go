@@ -1039,3 +1039,23 @@ func TestCollectorRankGuessOnlyAlone(t *testing.T) {
 		}
 	})
 }
+
+// TestCollectorLoneProcessAfterAWhile: a process on its own, with no
+// launcher rank and no communicator (python train.py on one GPU), is
+// rank 0 once it has been alone for loneAfter, and its kernels flow while
+// it runs rather than at its end.
+func TestCollectorLoneProcessAfterAWhile(t *testing.T) {
+	old := loneAfter
+	loneAfter = 200 * time.Millisecond
+	t.Cleanup(func() { loneAfter = old })
+	c, sink, _ := newTestCollector(t, WithLinger(100*time.Millisecond))
+	conn := send(t, c, stream(helloFrame(wireVersion, 660, "n"),
+		activityFrame(1, 1000, 2000, 0, 7, 0, 0, 0, ""), activityFrame(1, 3000, 4000, 0, 7, 0, 0, 0, "")), true)
+	t.Cleanup(func() { conn.Close() })
+	recs := sink.wait(t, 2) // with the connection still open
+	for _, r := range recs {
+		if r.Rank != 0 || r.Kind != profiler.KindKernel {
+			t.Errorf("%s: rank %d kind %v", r.Name, r.Rank, r.Kind)
+		}
+	}
+}
