@@ -48,7 +48,7 @@ type kernelName struct {
 const (
 	// kernelWait bounds how long a step range waits for its kernels
 	// (activity.through), from when it arrived: CUPTI hands a buffer
-	// over when it is full or, every 100 ms, when all its kernels have
+	// over when it is full or, every 50 ms, when all its kernels have
 	// finished, so a GPU that stays busy, or goes idle, may keep the last
 	// kernels of a step back for a while.
 	kernelWait = 5 * time.Second

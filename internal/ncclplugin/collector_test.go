@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"reflect"
@@ -901,7 +902,7 @@ func TestCollectorKernels(t *testing.T) {
 	fill := byName["at::native::vectorized_elementwise_kernel"]
 	gemm := byName["cutlass::Kernel2"]
 	if len(fill) != 2 || len(gemm) != 1 || len(byName["Memcpy DtoH"]) != 1 || len(byName["Memset"]) != 1 || len(byName["step"]) != 1 {
-		t.Fatalf("records by name %v", keys(byName))
+		t.Fatalf("records by name %v", slices.Sorted(maps.Keys(byName)))
 	}
 	g := gemm[0]
 	if g.Kind != profiler.KindKernel || !g.HasDevice || g.DeviceDuration() != 50*time.Microsecond || g.Stream != 7 || g.Step != 0 || g.HostDuration() != 0 {
@@ -937,15 +938,6 @@ func TestCollectorKernels(t *testing.T) {
 	if len(done) != 1 || !done[0].Computed || done[0].Busy != 70*time.Microsecond {
 		t.Errorf("accounted %+v; want one step, computed, busy 70µs (20 + 50)", done)
 	}
-}
-
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestCollectorKernelsUntraced: a plugin that could not trace says why,
