@@ -6,13 +6,18 @@ import "time"
 // range: what moved, between whom, and the factor that turns its
 // algorithm bandwidth into bus bandwidth.
 type Collective struct {
-	Op        string // "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "Send", "Recv"
-	Bytes     int64  // message size S as nccl-tests defines it (for AllGather and ReduceScatter the total gathered size)
-	Count     int64  // elements per rank buffer as passed to the call
-	DType     string // element type, e.g. "float32"
-	Peer      int32  // peer rank of a Send or Recv, -1 otherwise
-	Root      int32  // root rank of Broadcast or Reduce, -1 otherwise
-	Group     string // process group name
+	Op    string // "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "Send", "Recv"
+	Bytes int64  // message size S as nccl-tests defines it (for AllGather and ReduceScatter the total gathered size)
+	Count int64  // elements per rank buffer as passed to the call
+	DType string // element type, e.g. "float32"
+	Peer  int32  // peer rank of a Send or Recv, -1 otherwise
+	Root  int32  // root rank of Broadcast or Reduce, -1 otherwise
+	Group string // process group name
+	// GroupID tells apart communicators that share a name (NCCL's
+	// commHash for a wrapped job's operations: Megatron-LM names every
+	// data-parallel group alike); 0 where the name alone identifies the
+	// group. Records match across ranks by Group, GroupID and Seq.
+	GroupID   uint64
 	GroupSize int32  // ranks in the group
 	GroupRank int32  // this rank's position in the group
 	Seq       uint64 // per-group, per-rank call number: equal on every rank for one collective

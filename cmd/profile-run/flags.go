@@ -12,6 +12,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -32,6 +33,12 @@ type options struct {
 	// importing is the number of files profile-run import takes records
 	// from (0 for a run): their ranks' clocks may differ.
 	importing int
+	// clocks maps each imported rank to the file it came from: the ranks
+	// of one file share a clock (analysis.WithClockDomains).
+	clocks map[int]int
+	// applied is the clock alignment import applied to the records before
+	// ingesting them (one estimate over all of them), nil for one clock.
+	applied *analysis.Offsets
 	// ranks are the ranks whose files (report.rank<N>, calls.rank<N>.gz)
 	// the outputs will hold, where known before they start: none for a
 	// wrapped command.

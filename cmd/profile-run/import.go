@@ -9,11 +9,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/trainscope/trainscope/internal/importer"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
 // importOptions are profile-run import's command line: the output flags
@@ -51,7 +53,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals) or torch.profiler's Chrome trace JSON, one file per rank, gzipped or\nnot — and writes the report, pprof profile and trace a training run writes.\nFormats are told by content. See docs/import.md.\n\nFlags:\n")
+			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals), torch.profiler's Chrome trace JSON (one file per rank), or the\ntrace.json of trainscope runs (one per host of a job) — gzipped or not —\nand writes the report, pprof profile and trace a training run writes.\nFormats are told by content. Each file is one clock; the files' clocks are\naligned on the collectives they share. See docs/import.md.\n\nFlags:\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return nil, errHelp
@@ -221,10 +223,34 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	// Ranks' clocks are aligned when their records come from several
 	// files: a report file, or one whose ranks were all left out, brings
 	// no clock of its own.
-	for _, p := range profiles {
+	// The ranks of one file were recorded on one clock (one process, or
+	// one host's profile-run): each file's ranks are given one offset, so
+	// a host's ranks are aligned through whichever of them shares
+	// collectives with the other hosts.
+	o.clocks = map[int]int{}
+	for i, p := range profiles {
 		if len(p.Records) > 0 {
 			o.importing++
 		}
+		for _, r := range p.Ranks() {
+			o.clocks[r] = i
+		}
+	}
+	if o.importing > 1 {
+		// One estimate over every collective of the files is steadier
+		// than one per step, and puts the trace's timelines on one clock.
+		est := analysis.EstimateOffsets(recs, analysis.WithClockDomains(o.clocks))
+		est.RequireSamples(analysis.MinClockSamples)
+		for r := range est.Offset {
+			if o.clocks[r] != o.clocks[est.Reference] {
+				// Another file's clock was put on the reference's.
+				est.Apply(recs)
+				o.applied = &est
+				break
+			}
+		}
+		// Else no file shares enough collectives with another: the
+		// analyses say why the clocks were left as recorded.
 	}
 	if in.abort.Err() != nil {
 		return context.Cause(in.abort)
@@ -249,6 +275,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 			line += ", " + ranksText(ranks)
 		}
 		line += fmt.Sprintf(", %d ranges", len(p.Records))
+		line += clockText(o.applied, p, profiles)
 		if len(p.Tables) > 0 {
 			line += fmt.Sprintf(", %d report tables", len(p.Tables))
 		}
@@ -328,4 +355,35 @@ func ranksText(ranks []int) string {
 		s[i] = fmt.Sprint(r)
 	}
 	return "ranks " + strings.Join(s, ", ")
+}
+
+// clockText says how import put file p's clock on the others': nothing
+// for one clock.
+func clockText(o *analysis.Offsets, p *importer.Profile, profiles []*importer.Profile) string {
+	ranks := p.Ranks()
+	if o == nil || len(ranks) == 0 {
+		return ""
+	}
+	r := ranks[0]
+	if slices.Contains(o.Unaligned, r) || o.Reference == profiler.None {
+		if n := o.Samples[r]; n > 0 {
+			return fmt.Sprintf(", clock left as recorded (only %d collectives shared with the other files' ranks; alignment needs %d)", n, o.MinSamples)
+		}
+		return ", clock left as recorded (no collective shared with the other files' ranks)"
+	}
+	if slices.Contains(ranks, o.Reference) {
+		return ", the reference clock"
+	}
+	ref := ""
+	for _, q := range profiles {
+		if slices.Contains(q.Ranks(), o.Reference) {
+			ref = q.Path
+		}
+	}
+	var res time.Duration
+	for _, q := range ranks {
+		res = max(res, o.Residual[q])
+	}
+	return fmt.Sprintf(", clock %+.3f ms against %s's (from %d collectives, residual %.3f ms)",
+		float64(o.Offset[r])/1e6, ref, o.Samples[r], float64(res)/1e6)
 }

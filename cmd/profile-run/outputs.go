@@ -292,16 +292,23 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	// complete, else the collectives matched across ranks as they come.
 	// Clocks are aligned by collective departures for a wrapped command
 	// (each process turns its GPU's times into host times on its own) and
-	// for several imported files.
+	// for several imported files (one clock per file).
 	switch {
 	case len(o.command) > 0 || o.importing > 0:
-		var align analysis.Option
+		var align, clocks analysis.Option
 		if o.importing > 1 || len(o.command) > 0 {
 			align = analysis.WithClockAlignment()
 		}
+		if o.clocks != nil {
+			clocks = analysis.WithClockDomains(o.clocks)
+		}
+		if o.applied != nil {
+			// import aligned the records before they came.
+			align = analysis.WithAppliedOffsets(*o.applied)
+		}
 		out.pipe = &stepsOrCalls{
-			steps: analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed), align),
-			calls: analysis.NewCallSink(align),
+			steps: analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed), align, clocks),
+			calls: analysis.NewCallSink(align, clocks),
 		}
 	default:
 		out.pipe = analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed))

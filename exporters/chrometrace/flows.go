@@ -17,6 +17,7 @@ const (
 // within the group.
 type groupMember struct {
 	group string
+	gid   uint64 // profiler.Collective.GroupID
 	rank  int32
 }
 
@@ -34,10 +35,12 @@ type groupMember struct {
 func (tr *trace) link(records []profiler.Record) (flows, unmatched int) {
 	type p2pKey struct {
 		group    string
+		gid      uint64
 		src, dst int32
 	}
 	type collKey struct {
 		group string
+		gid   uint64
 		seq   uint64
 		op    string
 	}
@@ -50,18 +53,18 @@ func (tr *trace) link(records []profiler.Record) (flows, unmatched int) {
 		c := &r.Collective
 		switch {
 		case r.Kind == profiler.KindP2P && c.Op == opSend:
-			k := p2pKey{c.Group, c.GroupRank, c.Peer}
+			k := p2pKey{c.Group, c.GroupID, c.GroupRank, c.Peer}
 			sends[k] = append(sends[k], int32(i))
 		case r.Kind == profiler.KindP2P && c.Op == opRecv:
-			k := p2pKey{c.Group, c.Peer, c.GroupRank}
+			k := p2pKey{c.Group, c.GroupID, c.Peer, c.GroupRank}
 			recvs[k] = append(recvs[k], int32(i))
 		case r.Kind == profiler.KindCollective:
-			k := collKey{c.Group, c.Seq, c.Op}
+			k := collKey{c.Group, c.GroupID, c.Seq, c.Op}
 			colls[k] = append(colls[k], int32(i))
 		default:
 			continue
 		}
-		tr.ranks[groupMember{c.Group, c.GroupRank}] = r.Rank
+		tr.ranks[groupMember{c.Group, c.GroupID, c.GroupRank}] = r.Rank
 	}
 	bySeq := func(a, b int32) int {
 		ra, rb := &records[a], &records[b]

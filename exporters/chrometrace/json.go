@@ -184,7 +184,7 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 	}
 	if c.Peer >= 0 {
 		b = num(b, "peer", int64(c.Peer))
-		if rank, ok := tr.ranks[groupMember{c.Group, c.Peer}]; ok {
+		if rank, ok := tr.ranks[groupMember{c.Group, c.GroupID, c.Peer}]; ok {
 			b = num(b, "peer_rank", int64(rank))
 		}
 	}
@@ -192,6 +192,11 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 		b = num(b, "root", int64(c.Root))
 	}
 	b = appendString(sep(b, "group"), c.Group)
+	if c.GroupID != 0 {
+		// Hexadecimal text: JSON numbers above 2^53 lose digits.
+		b = strconv.AppendUint(append(sep(b, "group_id"), '"'), c.GroupID, 16)
+		b = append(b, '"')
+	}
 	b = num(b, "group_size", int64(c.GroupSize))
 	b = num(b, "group_rank", int64(c.GroupRank))
 	b = strconv.AppendUint(sep(b, "seq"), c.Seq, 10)

@@ -188,7 +188,7 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 // spanID is the id of a record's own (host) span.
 func (b *builder) spanID(r *profiler.Record) trace.SpanID {
 	if r.Kind == profiler.KindCollective && r.Collective.Group != "" {
-		return b.ids.collectiveSpanID(b.groupHash(r.Collective.Group), r.Collective.Seq, r.Collective.GroupRank)
+		return b.ids.collectiveSpanID(b.collGroup(&r.Collective), r.Collective.Seq, r.Collective.GroupRank)
 	}
 	return b.ids.spanID(r.Rank, r.ID, false)
 }
@@ -204,7 +204,7 @@ func (b *builder) peerLinks(tid trace.TraceID, r *profiler.Record) ([]sdktrace.L
 	}
 	want := min(n-1, b.maxLinks)
 	links := make([]sdktrace.Link, 0, want)
-	gh := b.groupHash(c.Group)
+	gh := b.collGroup(c)
 	self := int(c.GroupRank)
 	add := func(peer int) {
 		if len(links) < want {
@@ -334,6 +334,23 @@ func (b *builder) groupHash(g string) uint64 {
 	if !ok {
 		h = groupHash(g)
 		b.groups[g] = h
+	}
+	return h
+}
+
+// collGroup identifies c's group in span ids: its name's hash, mixed with
+// its communicator where one is given (names may repeat).
+func (b *builder) collGroup(c *profiler.Collective) uint64 {
+	h := b.groupHash(c.Group)
+	if id := c.GroupID; id != 0 {
+		// splitmix64's finaliser: communicators that differ in a bit
+		// differ everywhere.
+		id ^= id >> 30
+		id *= 0xbf58476d1ce4e5b9
+		id ^= id >> 27
+		id *= 0x94d049bb133111eb
+		id ^= id >> 31
+		h ^= id
 	}
 	return h
 }

@@ -425,3 +425,30 @@ func TestBuildHostlessKernel(t *testing.T) {
 		t.Errorf("span key %+v, want rank 1, id 9, device clock", got)
 	}
 }
+
+// TestSameNamedCommunicatorsSpans: a collective's span id is shared by its
+// ranks (so that their spans link), and collectives of two communicators
+// with one name, the same sequence number and group rank — two of
+// Megatron-LM's data-parallel groups — get different ones; a rank's link
+// points at its own communicator's peer.
+func TestSameNamedCommunicatorsSpans(t *testing.T) {
+	b := testBuilder(t, "run")
+	coll := func(rank int, gid uint64, grank int32) *profiler.Record {
+		return &profiler.Record{Kind: profiler.KindCollective, Rank: rank,
+			Collective: profiler.Collective{Op: "AllReduce", Group: "dp", GroupID: gid, GroupSize: 2, GroupRank: grank, Seq: 4}}
+	}
+	a0, a1 := coll(0, 0xa, 0), coll(2, 0xa, 1)
+	c0, c1 := coll(1, 0xc, 0), coll(3, 0xc, 1)
+	if b.spanID(a0) == b.spanID(c0) || b.spanID(a1) == b.spanID(c1) {
+		t.Fatal("collectives of two communicators named alike share a span id")
+	}
+	links, _ := b.peerLinks(trace.TraceID{1}, a0)
+	if len(links) != 1 || links[0].SpanContext.SpanID() != b.spanID(a1) {
+		t.Errorf("rank 0's link %v, want its communicator's peer %v", links, b.spanID(a1))
+	}
+	// Without a communicator id, the name alone: as before.
+	n0, n1 := coll(0, 0, 0), coll(1, 0, 0)
+	if b.spanID(n0) != b.spanID(n1) {
+		t.Error("one name, no communicator id: the span ids differ")
+	}
+}

@@ -110,7 +110,7 @@ func Detect(head []byte) Format {
 	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
 	head = bytes.TrimLeft(head, " \t\r\n")
 	switch {
-	case len(head) > 0 && head[0] == '{' && bytes.Contains(head, []byte(producerTrainscope)):
+	case len(head) > 0 && head[0] == '{' && producerTrainscope.Match(head):
 		return FormatTrainscope
 	case len(head) > 0 && (head[0] == '{' || head[0] == '['):
 		return FormatKineto

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -15,9 +16,10 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// producerTrainscope is the otherData producer of trainscope's own traces
-// (exporters/chrometrace).
-const producerTrainscope = `"producer":"trainscope"`
+// producerTrainscope finds the otherData producer of trainscope's own
+// traces (exporters/chrometrace writes it compact; a trace re-saved
+// pretty-printed has spaces around the colon).
+var producerTrainscope = regexp.MustCompile(`"producer"\s*:\s*"trainscope"`)
 
 // ownEvent is one element of traceEvents as exporters/chrometrace writes
 // it: metadata events name processes ("rank N (cpu:0)") and threads
@@ -57,6 +59,7 @@ type ownArgs struct {
 	Peer       *int64       `json:"peer"`
 	Root       *int64       `json:"root"`
 	Group      string       `json:"group"`
+	GroupID    string       `json:"group_id"` // hexadecimal: profiler.Collective.GroupID
 	GroupSize  int64        `json:"group_size"`
 	GroupRank  int64        `json:"group_rank"`
 	Seq        uint64       `json:"seq"`
@@ -89,7 +92,7 @@ type pairKey struct {
 	name, cat, tag  string
 	labels          profiler.Labels
 	op, group       string
-	seq             uint64
+	gid, seq        uint64
 	hostNs, devNs   int64
 	stream          uint64
 	haveStreamField bool
@@ -176,8 +179,14 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			return bad("%v", err)
 		}
 		key := pairKey{rank: t.rank, name: ev.Name, cat: ev.Cat, tag: ev.Args.Tag, labels: labels}
+		var gid uint64
 		if kind == profiler.KindCollective || kind == profiler.KindP2P {
-			key.op, key.group, key.seq = ev.Args.Op, ev.Args.Group, ev.Args.Seq
+			if ev.Args.GroupID != "" {
+				if gid, err = strconv.ParseUint(ev.Args.GroupID, 16, 64); err != nil {
+					return bad("group_id %q is not a hexadecimal communicator id", ev.Args.GroupID)
+				}
+			}
+			key.op, key.group, key.gid, key.seq = ev.Args.Op, ev.Args.Group, gid, ev.Args.Seq
 		}
 		if ev.Args.Stream != nil {
 			key.stream, key.haveStreamField = *ev.Args.Stream, true
@@ -201,6 +210,7 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			CutShort: ev.Args.CutShort}
 		if kind == profiler.KindCollective || kind == profiler.KindP2P {
 			rec.Collective = ownCollective(&ev.Args)
+			rec.Collective.GroupID = gid
 		}
 		if ev.Args.DeviceUS != nil {
 			// Device-timed: its device event gives the interval. Until it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"slices"
@@ -76,6 +77,18 @@ func TestTrainscopeRoundTrip(t *testing.T) {
 			}
 			if f := Detect(buf.Bytes()[:4096]); f != FormatTrainscope {
 				t.Fatalf("detected as %v", f)
+			}
+			// Re-saved pretty-printed (json.dump(..., indent=1) in
+			// Python, say), it is still trainscope's.
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, buf.Bytes(), "", " "); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(pretty.Bytes()[:4096], []byte(`"producer": "trainscope"`)) {
+				t.Fatalf("the indented trace's head has no spaced producer:\n%.600s", pretty.Bytes())
+			}
+			if f := Detect(pretty.Bytes()[:4096]); f != FormatTrainscope {
+				t.Fatalf("pretty-printed: detected as %v", f)
 			}
 			p, err := Load("trace.json", &buf)
 			if err != nil {
@@ -253,5 +266,92 @@ func TestTrainscopeUnknownDevice(t *testing.T) {
 	// Below -1 is not a device.
 	if _, err := parseDevice("cuda:-2"); err == nil {
 		t.Error("cuda:-2 read as a device")
+	}
+}
+
+// TestTrainscopeSameNamedCommunicators: two communicators named "pp",
+// each a send and its receive between its group ranks 0 and 1 (ranks 0→1
+// and 2→3), told apart by GroupID. Their sequence numbers are such that
+// pairing by name alone would join rank 0's send to rank 3's receive. The
+// trace joins each send to its own receive, writes each communicator's
+// id, and reads it back.
+func TestTrainscopeSameNamedCommunicators(t *testing.T) {
+	var recs []profiler.Record
+	id := uint64(0)
+	add := func(rank int, op string, grank, peer int32, gid, seq uint64, at time.Duration) {
+		id++
+		recs = append(recs, profiler.Record{ID: id, Name: op, Kind: profiler.KindP2P, Rank: rank, Stream: 1,
+			Labels:    profiler.Labels{Step: 0, Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None, Phase: profiler.Comm},
+			HostStart: at, HostEnd: at + time.Microsecond, HasDevice: true, DeviceStart: at, DeviceEnd: at + 50*time.Microsecond,
+			Device:     runtime.Device{Type: runtime.CUDA, Index: rank},
+			Collective: profiler.Collective{Op: op, Bytes: 1 << 20, Group: "pp", GroupID: gid, GroupSize: 2, GroupRank: grank, Peer: peer, Root: -1, Seq: seq}})
+	}
+	const first, second = 0xfedcba9876543210, 0x0123456789abcdef // above 2^53: JSON numbers would lose them
+	add(0, "Send", 0, 1, first, 1, time.Millisecond)
+	add(1, "Recv", 1, 0, first, 7, time.Millisecond)
+	add(2, "Send", 0, 1, second, 5, 2*time.Millisecond)
+	add(3, "Recv", 1, 0, second, 2, 2*time.Millisecond)
+	var buf bytes.Buffer
+	st, err := chrometrace.Write(&buf, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Flows != 2 || st.Unmatched != 0 {
+		t.Errorf("trace: %d arrows, %d unmatched; want 2 and 0", st.Flows, st.Unmatched)
+	}
+	raw := buf.String()
+	var trace struct {
+		TraceEvents []struct {
+			Ph     string         `json:"ph"`
+			Name   string         `json:"name"`
+			Pid    int            `json:"pid"`
+			BindID *int           `json:"bind_id"`
+			Args   map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal([]byte(raw), &trace); err != nil {
+		t.Fatal(err)
+	}
+	rankOf := map[int]string{}
+	ends := map[int][]string{} // bind id → the ranks it joins
+	for _, ev := range trace.TraceEvents {
+		if ev.Ph == "M" && ev.Name == "process_name" {
+			rankOf[ev.Pid] = strings.Fields(ev.Args["name"].(string))[1]
+		}
+	}
+	for _, ev := range trace.TraceEvents {
+		if ev.BindID != nil {
+			ends[*ev.BindID] = append(ends[*ev.BindID], rankOf[ev.Pid])
+		}
+	}
+	var pairs []string
+	for _, v := range ends {
+		slices.Sort(v)
+		pairs = append(pairs, strings.Join(v, "-"))
+	}
+	slices.Sort(pairs)
+	if !slices.Equal(pairs, []string{"0-1", "2-3"}) {
+		t.Errorf("arrows join ranks %v, want 0-1 and 2-3", pairs)
+	}
+	p, err := Load("trace.json", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Records) != 4 {
+		t.Fatalf("%d records back, want 4", len(p.Records))
+	}
+	for _, r := range p.Records {
+		want := uint64(first)
+		if r.Rank >= 2 {
+			want = second
+		}
+		if r.Collective.GroupID != want || r.Collective.Group != "pp" {
+			t.Errorf("rank %d %s: group %q [%x], want pp [%x]", r.Rank, r.Name, r.Collective.Group, r.Collective.GroupID, want)
+		}
+	}
+	// A group id that is not hexadecimal is an error naming it.
+	bad := strings.Replace(raw, "fedcba9876543210", "not-hex", 1)
+	if _, err := Load("bad.json", strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), `group_id "not-hex"`) {
+		t.Errorf("a bad group id: %v", err)
 	}
 }

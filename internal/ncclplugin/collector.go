@@ -708,9 +708,13 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		// NCCL's count is per rank; nccl-tests' S is the whole gathered size.
 		bytes *= int64(r.NRanks)
 	}
-	group := r.CommName
+	// The group is the communicator's name where the job gave one (PyTorch
+	// passes the process group's description), told apart by NCCL's
+	// commHash, equal on every rank of the communicator: names repeat
+	// (Megatron-LM names each of its data-parallel groups alike).
+	group, gid := r.CommName, r.Comm
 	if group == "" {
-		group = fmt.Sprintf("nccl:%016x", r.Comm)
+		group, gid = fmt.Sprintf("nccl:%016x", r.Comm), 0
 	}
 	// A process is one rank of the report: the launcher's number for it
 	// where there is one, so that its traffic on every communicator stays
@@ -746,7 +750,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		HostEnd:   c.clock.at(int64(r.HostEnd)),
 		Collective: profiler.Collective{
 			Op: opName, Bytes: bytes, Count: int64(r.Count), DType: r.DTypeName(),
-			Peer: peer, Root: root, Group: group, GroupSize: r.NRanks, GroupRank: r.Rank,
+			Peer: peer, Root: root, Group: group, GroupID: gid, GroupSize: r.NRanks, GroupRank: r.Rank,
 			Seq: opSeq(r), BusFactor: ccl.BusFactor(opName, int(r.NRanks)),
 		},
 	}

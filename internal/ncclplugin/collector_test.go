@@ -147,7 +147,9 @@ func TestCollectorMatchesKernelChannels(t *testing.T) {
 		t.Errorf("allreduce labels %+v: NCCL knows no step, stage, chunk or microbatch", ar.Labels)
 	}
 	col := ar.Collective
-	if col.Bytes != 4<<20 || col.Count != 1<<20 || col.DType != "float32" || col.Group != "dp" || col.GroupSize != 4 ||
+	// The group is the communicator's name, told apart from others of the
+	// name by NCCL's commHash.
+	if col.Bytes != 4<<20 || col.Count != 1<<20 || col.DType != "float32" || col.Group != "dp" || col.GroupID != hash || col.GroupSize != 4 ||
 		col.GroupRank != 1 || col.Seq != 9<<4|1 || col.Root != -1 || col.Peer != -1 { // NCCL's AllReduce #9
 		t.Errorf("allreduce collective %+v", col)
 	}

@@ -88,7 +88,7 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 		}
 		ev = append(ev, useEvent{s, true, int32(i)}, useEvent{e, false, int32(i)})
 		if c := it.coll; c != nil && it.kind == profiler.KindCollective {
-			if la, ok := lastArrival[collKey{c.group, c.seq}]; ok && la > s && la < e {
+			if la, ok := lastArrival[collKey{c.group, c.gid, c.seq}]; ok && la > s && la < e {
 				cuts = append(cuts, la)
 			}
 		}
@@ -214,7 +214,7 @@ func classify(items []item, active map[int32]bool, at time.Duration, busy, inSpa
 		s.Use = UseTransfer
 		if c := items[transfer].coll; c != nil {
 			s.Op = c.op
-			if la, ok := lastArrival[collKey{c.group, c.seq}]; ok && items[transfer].kind == profiler.KindCollective && at < la {
+			if la, ok := lastArrival[collKey{c.group, c.gid, c.seq}]; ok && items[transfer].kind == profiler.KindCollective && at < la {
 				s.Waiting = true
 			}
 		}

@@ -45,7 +45,7 @@ func blame(ranks []Rank, colls []Collective, g *graph) int {
 		if !c.Complete || len(c.Members) < 2 {
 			continue
 		}
-		k := collKey{c.Group, c.Seq}
+		k := collKey{c.Group, c.GroupID, c.Seq}
 		n := len(c.Members)
 		last := c.Members[n-1].Rank
 		b.reference(g.members[memberKey{k, last}])

@@ -41,10 +41,12 @@ type CallSink struct {
 	order []collKey // the open keys, oldest first (decided ones are skipped)
 	held  int
 	tot   *totals
-	clock map[int]*departureRing
-	off   Offsets               // what is applied (WithClockAlignment)
-	est   map[int]time.Duration // the latest estimates
-	stats CallStats
+	clock map[int64]*departureRing // by clock (clockOf)
+	// clockRanks are, per clock, the ranks seen on it.
+	clockRanks map[int64][]int
+	off        Offsets               // what is applied (WithClockAlignment)
+	est        map[int]time.Duration // the latest estimates
+	stats      CallStats
 	// groups counts, per group, the collectives decided incomplete and the
 	// ranks seen in them: one problem line per group, not per call.
 	groups map[string]*groupCalls
@@ -67,12 +69,15 @@ type CallStats struct {
 	Incomplete int // decided without every rank: at the cap, at Flush, or inconsistent
 }
 
-// departureRing keeps a rank's latest departures less each collective's
+// departureRing keeps a clock's latest departures less each collective's
 // median departure, for its clock offset.
 type departureRing struct {
 	d    [256]time.Duration
 	n    int // samples ever added
 	next int
+	// off and res are the latest estimate: the samples' median, and
+	// their median distance from it.
+	off, res time.Duration
 }
 
 func (r *departureRing) add(d time.Duration) {
@@ -85,9 +90,10 @@ func (r *departureRing) samples() []time.Duration {
 	return slices.Clone(r.d[:min(r.n, len(r.d))])
 }
 
-// minClockSamples is how many collectives a rank's offset is estimated
-// from before it is applied.
-const minClockSamples = 8
+// MinClockSamples is how many collectives a rank's offset is estimated
+// from before a CallSink applies it, and before profile-run import
+// trusts one (Offsets.RequireSamples).
+const MinClockSamples = 8
 
 // NewCallSink returns an empty CallSink. It takes WithClockAlignment and
 // WithMaxRecords; the step options do not apply.
@@ -100,7 +106,7 @@ func NewCallSink(opts ...Option) *CallSink {
 		// job): the cap bounds the latter to a few MiB.
 		cfg.maxRecords = 1 << 16
 	}
-	s := &CallSink{cfg: cfg, open: map[collKey][]item{}, tot: newTotals(), clock: map[int]*departureRing{}, est: map[int]time.Duration{},
+	s := &CallSink{cfg: cfg, open: map[collKey][]item{}, tot: newTotals(), clock: map[int64]*departureRing{}, clockRanks: map[int64][]int{}, est: map[int]time.Duration{},
 		groups: map[string]*groupCalls{}}
 	s.tot.s.Stepless = true
 	s.off = Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
@@ -121,8 +127,9 @@ func (s *CallSink) Consume(batch []profiler.Record) {
 			continue
 		}
 		s.tot.rank(it.rank)
-		s.sawRank(it.coll.group, int(it.coll.size), it.rank)
-		k := collKey{it.coll.group, it.coll.seq}
+		s.noteRank(it.rank)
+		s.sawRank(groupName(it.coll.group, it.coll.gid), int(it.coll.size), it.rank)
+		k := collKey{it.coll.group, it.coll.gid, it.coll.seq}
 		its, open := s.open[k]
 		if !open {
 			s.order = append(s.order, k)
@@ -203,10 +210,10 @@ func (s *CallSink) decide(k collKey, its []item) {
 	for i := range its {
 		ptrs[i] = &its[i]
 	}
-	if raw := collective(k, ptrs); raw.Complete && len(raw.Members) > 1 {
+	if raw := collective(k, ptrs); raw.Complete && len(raw.Members) > 1 && s.cfg.applied == nil {
 		s.sampleClock(raw.Members)
 	}
-	if s.cfg.align {
+	if s.cfg.align && s.cfg.applied == nil {
 		for i := range its {
 			s.off.shift(&its[i])
 		}
@@ -215,7 +222,7 @@ func (s *CallSink) decide(k collKey, its []item) {
 	if !c.Complete {
 		s.stats.Incomplete++
 		s.tot.s.Collectives.Incomplete++
-		if g := s.groups[c.Group]; g != nil {
+		if g := s.groups[groupName(c.Group, c.GroupID)]; g != nil {
 			if g.incomplete == 0 {
 				g.first = fmt.Sprintf("#%d (%s): %s", c.Seq, c.Op, c.Problem)
 			}
@@ -248,26 +255,36 @@ func (s *CallSink) decide(k collKey, its []item) {
 	}
 }
 
-// sampleClock adds each member's departure less the collective's median
-// departure, and re-estimates the members' offsets.
+// sampleClock adds, for each clock among the members (a rank's own, or
+// its domain's: WithClockDomains), its departure (its members' median)
+// less the collective's median departure, and re-estimates the offset of
+// those clocks' ranks.
 func (s *CallSink) sampleClock(members []Member) {
 	leave := make([]time.Duration, len(members))
+	by := map[int64][]time.Duration{}
 	for i, m := range members {
 		leave[i] = m.Leave
+		c := clockOf(s.cfg.domains, m.Rank)
+		by[c] = append(by[c], m.Leave)
+	}
+	if len(by) < 2 {
+		return // the members share one clock: nothing to compare
 	}
 	mid := medianOf(leave)
-	for _, m := range members {
-		r := s.clock[m.Rank]
+	for c, v := range by {
+		r := s.clock[c]
 		if r == nil {
 			r = &departureRing{}
-			s.clock[m.Rank] = r
+			s.clock[c] = r
 		}
-		r.add(m.Leave - mid)
-		s.off.Samples[m.Rank] = r.n
+		r.add(medianOf(v) - mid)
 		// Re-estimated while there are few samples, then every 32nd:
 		// two sorts of 256 per member per collective would cost more
 		// than the rest of the analysis.
 		if r.n > 64 && r.n%32 != 0 {
+			for _, rank := range s.clockRanks[c] {
+				s.off.Samples[rank] = r.n
+			}
 			continue
 		}
 		v := r.samples()
@@ -275,11 +292,37 @@ func (s *CallSink) sampleClock(members []Member) {
 		for i := range v {
 			v[i] = (v[i] - off).Abs()
 		}
-		s.off.Residual[m.Rank] = medianOf(v)
-		s.est[m.Rank] = off
-		if s.cfg.align && r.n >= minClockSamples {
-			s.off.Offset[m.Rank] = off
+		res := medianOf(v)
+		r.off, r.res = off, res
+		for _, rank := range s.clockRanks[c] {
+			s.setClock(rank, r)
 		}
+	}
+}
+
+// setClock gives rank its clock's latest estimate.
+func (s *CallSink) setClock(rank int, r *departureRing) {
+	s.off.Samples[rank] = r.n
+	if r.n == 0 {
+		return
+	}
+	s.off.Residual[rank] = r.res
+	s.est[rank] = r.off
+	if s.cfg.align && r.n >= MinClockSamples {
+		s.off.Offset[rank] = r.off
+	}
+}
+
+// noteRank records which clock rank is on, and gives it that clock's
+// estimate when the clock was sampled through other ranks first.
+func (s *CallSink) noteRank(rank int) {
+	c := clockOf(s.cfg.domains, rank)
+	if slices.Contains(s.clockRanks[c], rank) {
+		return
+	}
+	s.clockRanks[c] = append(s.clockRanks[c], rank)
+	if r := s.clock[c]; r != nil {
+		s.setClock(rank, r)
 	}
 }
 
@@ -316,14 +359,21 @@ func (s *CallSink) Summary() Summary {
 		}
 		sum.Problems = append(sum.Problems, line)
 	}
-	if len(s.off.Residual) > 0 {
+	switch {
+	case s.cfg.applied != nil:
+		if len(s.cfg.applied.Residual) > 0 {
+			sum.Offsets = s.cfg.applied.clone()
+			sum.MaxClockResidual = sum.Offsets.MaxResidual()
+			sum.Aligned = len(sum.Offsets.Offset) > 1
+		}
+	case len(s.off.Residual) > 0:
 		o := Offsets{Reference: profiler.None, Offset: maps.Clone(s.est), Residual: maps.Clone(s.off.Residual), Samples: maps.Clone(s.off.Samples)}
 		sum.Offsets = &o
 		sum.MaxClockResidual = o.MaxResidual()
 		sum.Aligned = s.cfg.align && len(s.off.Offset) > 0
 	}
-	if s.cfg.align {
-		sum.AlignAfter = minClockSamples
+	if s.cfg.align && s.cfg.applied == nil {
+		sum.AlignAfter = MinClockSamples
 	}
 	// Without steps, the waiting a straggler caused is weighed against
 	// the time its collectives spanned.

@@ -3,6 +3,7 @@ package analysis
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,7 @@ func TestCallSinkAlignsClocks(t *testing.T) {
 	if !sum.Aligned || sum.Offsets.Offset[1] != d(5) || sum.Offsets.Offset[0] != 0 || sum.MaxClockResidual != 0 {
 		t.Fatalf("aligned %v, offsets %+v; want rank 1 at +5ms, residual 0", sum.Aligned, sum.Offsets)
 	}
-	early := minClockSamples - 1
+	early := MinClockSamples - 1
 	r1, r2 := sum.Ranks[1], sum.Ranks[2]
 	if want := time.Duration(early) * d(8); r1.Caused != want {
 		t.Errorf("rank 1 caused %v, want %v (the %d calls before the offset applied)", r1.Caused, want, early)
@@ -275,5 +276,60 @@ func TestCallSinkStragglerMustMatter(t *testing.T) {
 	want := "straggler: none that matters: rank 2 caused 100% of the waiting at collectives, but 140.000 ms in all, under 1% of the 19.002 s its collectives spanned"
 	if !strings.Contains(buf.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, buf.String())
+	}
+}
+
+// TestSameNamedCommunicators: two data-parallel communicators both named
+// "dp" ({0, 2} and {1, 3}, as Megatron-LM names every data-parallel
+// group), with the same sequence numbers. Matched by name alone their
+// calls mix; with GroupID each collective has its own two ranks, and the
+// skews are the ones built in: 1 ms in the first communicator, 3 ms in
+// the second.
+func TestSameNamedCommunicators(t *testing.T) {
+	var b build
+	const a, c = 0xa1, 0xc3 // the communicators' ids
+	for s := range 2 {
+		o := float64(100 * s)
+		for r := range 4 {
+			b.step(r, s, r%2, o, o+50)
+		}
+		for _, m := range []struct {
+			rank, grank int
+			gid         uint64
+			arrive      float64
+		}{{0, 0, a, 10}, {2, 1, a, 11}, {1, 0, c, 10}, {3, 1, c, 13}} {
+			b.coll(m.rank, s, m.rank%2, "AllReduce", "dp", 2, m.grank, -1, uint64(s), 1, o+m.arrive, o+20)
+			b.recs[len(b.recs)-1].Collective.GroupID = m.gid
+		}
+	}
+	for _, st := range Analyze(b.recs) {
+		if len(st.Collectives) != 2 {
+			t.Fatalf("step %d: %d collectives, want 2 (one per communicator)", st.Step, len(st.Collectives))
+		}
+		for _, col := range st.Collectives {
+			var ranks []int
+			for _, m := range col.Members {
+				ranks = append(ranks, m.Rank)
+			}
+			slices.Sort(ranks)
+			want, skew := []int{0, 2}, time.Millisecond
+			if col.GroupID == c {
+				want, skew = []int{1, 3}, 3*time.Millisecond
+			}
+			if !col.Complete || !slices.Equal(ranks, want) || col.Skew != skew {
+				t.Errorf("step %d: %s [%x] #%d: complete %v, ranks %v, skew %v; want ranks %v, skew %v (%s)",
+					st.Step, col.Group, col.GroupID, col.Seq, col.Complete, ranks, col.Skew, want, skew, col.Problem)
+			}
+		}
+	}
+	cs := NewCallSink()
+	cs.Consume(b.recs)
+	cs.Flush()
+	if st := cs.Stats(); st.Matched != 4 || st.Incomplete != 0 {
+		t.Errorf("CallSink: %d matched, %d incomplete; want 4 and 0", st.Matched, st.Incomplete)
+	}
+	sum := cs.Summary()
+	if got := sum.Collectives.MaxSkew; got != 3*time.Millisecond {
+		t.Errorf("CallSink: max skew %v, want 3ms", got)
 	}
 }

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -37,6 +38,29 @@ type Offsets struct {
 	// (the online Sink only). Residual and Samples are then empty.
 	Carried     bool
 	CarriedFrom int
+	// MinSamples is, after RequireSamples, the fewest collectives an
+	// offset was kept from: the Unaligned ranks had fewer.
+	MinSamples int
+}
+
+// RequireSamples leaves unaligned the ranks whose offset was estimated
+// from fewer than n collectives (a few departures say little about a
+// clock), and returns them.
+func (o *Offsets) RequireSamples(n int) []int {
+	var few []int
+	for _, r := range sortedKeys(o.Offset) {
+		if o.Samples[r] < n {
+			few = append(few, r)
+			delete(o.Offset, r)
+			delete(o.Residual, r)
+		}
+	}
+	if len(few) > 0 {
+		o.Unaligned = append(o.Unaligned, few...)
+		slices.Sort(o.Unaligned)
+	}
+	o.MinSamples = n
+	return few
 }
 
 // carriedTo is o carried to a step of ranks that had no complete
@@ -55,6 +79,33 @@ func (o *Offsets) carriedTo(ranks []int, from int32) Offsets {
 	return c
 }
 
+// restrictedTo is o for the given ranks only: what a step of those ranks
+// was aligned with (Step.Clock), when o was estimated over a whole run.
+func (o *Offsets) restrictedTo(ranks []int) *Offsets {
+	c := &Offsets{Reference: o.Reference, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{},
+		Carried: o.Carried, CarriedFrom: o.CarriedFrom, MinSamples: o.MinSamples}
+	for _, r := range ranks {
+		if d, ok := o.Offset[r]; ok {
+			c.Offset[r] = d
+			if v, ok := o.Residual[r]; ok {
+				c.Residual[r] = v
+			}
+			c.Samples[r] = o.Samples[r]
+		} else if slices.Contains(o.Unaligned, r) || o.Reference == profiler.None {
+			c.Unaligned = append(c.Unaligned, r)
+		}
+	}
+	return c
+}
+
+// clone is a deep copy of o.
+func (o *Offsets) clone() *Offsets {
+	c := *o
+	c.Offset, c.Residual, c.Samples = maps.Clone(o.Offset), maps.Clone(o.Residual), maps.Clone(o.Samples)
+	c.Unaligned = slices.Clone(o.Unaligned)
+	return &c
+}
+
 // MaxResidual is the largest Residual.
 func (o *Offsets) MaxResidual() time.Duration {
 	var m time.Duration
@@ -67,15 +118,26 @@ func (o *Offsets) MaxResidual() time.Duration {
 // EstimateOffsets estimates each rank's clock offset from the departures
 // (device end, or host end without a device time) of the complete
 // collectives in records: those every rank of the group recorded, matched
-// by group and sequence number.
-func EstimateOffsets(records []profiler.Record) Offsets {
+// by group and sequence number. It takes WithClockDomains; the other
+// options do not apply.
+func EstimateOffsets(records []profiler.Record, opts ...Option) Offsets {
+	cfg := newConfig(opts)
 	var its []item
 	for i := range records {
 		if it, ok := keep(&records[i]); ok {
 			its = append(its, it)
 		}
 	}
-	return estimate(its)
+	return estimate(its, cfg.domains)
+}
+
+// clockOf is the clock rank r's times are on: its domain's
+// (WithClockDomains, ids ≥ 0), else one of its own (below every domain).
+func clockOf(domains map[int]int, r int) int64 {
+	if d, ok := domains[r]; ok && d >= 0 {
+		return int64(d)
+	}
+	return -(1 << 40) + int64(r)
 }
 
 // departures are, per complete collective, each member's departure.
@@ -86,7 +148,7 @@ func departures(items []item) ([]map[int]time.Duration, []int) {
 		it := &items[i]
 		ranks[it.rank] = true
 		if it.coll != nil && it.kind == profiler.KindCollective {
-			k := collKey{it.coll.group, it.coll.seq}
+			k := collKey{it.coll.group, it.coll.gid, it.coll.seq}
 			byKey[k] = append(byKey[k], it)
 		}
 	}
@@ -105,76 +167,115 @@ func departures(items []item) ([]map[int]time.Duration, []int) {
 	return out, sortedKeys(ranks)
 }
 
-func estimate(items []item) Offsets {
+// estimate puts the clocks of items' ranks on the reference's. Ranks that
+// share a clock (domains) get one offset: a clock's departure at a
+// collective is the median of its members', and a clock joins the aligned
+// set through any of its ranks.
+func estimate(items []item, domains map[int]int) Offsets {
 	deps, ranks := departures(items)
 	o := Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
-	inColl := map[int]bool{}
-	for _, d := range deps {
-		for r := range d {
-			inColl[r] = true
-		}
-	}
+	clockRanks := map[int64][]int{}
+	var clocks []int64 // in the order of their lowest rank
 	for _, r := range ranks {
-		if inColl[r] {
-			o.Reference = r
+		c := clockOf(domains, r)
+		if _, ok := clockRanks[c]; !ok {
+			clocks = append(clocks, c)
+		}
+		clockRanks[c] = append(clockRanks[c], r)
+	}
+	if len(clocks) == 1 {
+		// One clock: nothing to align (one rank, a one-GPU job, or the
+		// ranks of one process or host).
+		o.Reference = ranks[0]
+		for _, r := range ranks {
+			o.Offset[r] = 0
+		}
+		return o
+	}
+	// Per collective, each clock's departure: its members' median.
+	cdeps := make([]map[int64]time.Duration, len(deps))
+	for i, d := range deps {
+		by := map[int64][]time.Duration{}
+		for r, t := range d {
+			c := clockOf(domains, r)
+			by[c] = append(by[c], t)
+		}
+		cd := make(map[int64]time.Duration, len(by))
+		for c, v := range by {
+			cd[c] = medianOf(v)
+		}
+		cdeps[i] = cd
+	}
+	ref := int64(0)
+	found := false
+	for _, c := range clocks {
+		for i := range cdeps {
+			if _, ok := cdeps[i][c]; ok && len(cdeps[i]) > 1 {
+				ref, found = c, true
+				break
+			}
+		}
+		if found {
 			break
 		}
 	}
-	if o.Reference == profiler.None && len(ranks) == 1 {
-		// One rank is on one clock: nothing to align (a one-GPU job).
-		o.Reference, o.Offset[ranks[0]] = ranks[0], 0
-		return o
-	}
-	if o.Reference == profiler.None {
+	if !found {
 		o.Unaligned = ranks
 		return o
 	}
-	o.Offset[o.Reference] = 0
-	// Grow the aligned set one rank at a time, taking next the rank that
+	o.Reference = clockRanks[ref][0]
+	off := map[int64]time.Duration{ref: 0}
+	samples := map[int64]int{}
+	// Grow the aligned set one clock at a time, taking next the clock that
 	// shares the most collectives with it; its offset is the median, over
-	// those collectives, of its departure less the aligned members'
-	// median aligned departure.
+	// those collectives, of its departure less the aligned clocks' median
+	// aligned departure.
 	for {
-		best, bestN := profiler.None, 0
-		for _, r := range ranks {
-			if _, done := o.Offset[r]; done {
+		best, bestN := int64(0), 0
+		for _, c := range clocks {
+			if _, done := off[c]; done {
 				continue
 			}
 			n := 0
-			for _, d := range deps {
-				if _, ok := d[r]; ok && alignedIn(d, o.Offset) > 0 {
+			for _, d := range cdeps {
+				if _, ok := d[c]; ok && alignedIn(d, off) > 0 {
 					n++
 				}
 			}
 			if n > bestN {
-				best, bestN = r, n
+				best, bestN = c, n
 			}
 		}
-		if best == profiler.None {
+		if bestN == 0 {
 			break
 		}
 		var diffs []time.Duration
-		for _, d := range deps {
+		for _, d := range cdeps {
 			t, ok := d[best]
-			if !ok || alignedIn(d, o.Offset) == 0 {
+			if !ok || alignedIn(d, off) == 0 {
 				continue
 			}
-			diffs = append(diffs, t-alignedMedian(d, o.Offset))
+			diffs = append(diffs, t-alignedMedian(d, off))
 		}
-		o.Offset[best] = medianOf(diffs)
-		o.Samples[best] = len(diffs)
+		off[best] = medianOf(diffs)
+		samples[best] = len(diffs)
 	}
-	o.Samples[o.Reference] = 0
-	for _, d := range deps {
-		if _, ok := d[o.Reference]; ok {
-			o.Samples[o.Reference]++
-		}
-	}
-	for _, r := range ranks {
-		if _, ok := o.Offset[r]; !ok {
-			o.Unaligned = append(o.Unaligned, r)
+	for _, d := range cdeps {
+		if _, ok := d[ref]; ok && len(d) > 1 {
+			samples[ref]++
 		}
 	}
+	for _, c := range clocks {
+		d, ok := off[c]
+		for _, r := range clockRanks[c] {
+			if ok {
+				o.Offset[r], o.Samples[r] = d, samples[c]
+			} else {
+				o.Unaligned = append(o.Unaligned, r)
+			}
+		}
+	}
+	slices.Sort(o.Unaligned)
 	res := map[int][]time.Duration{}
 	for _, d := range deps {
 		m := alignedMedian(d, o.Offset)
@@ -190,7 +291,7 @@ func estimate(items []item) Offsets {
 	return o
 }
 
-func alignedIn(d map[int]time.Duration, off map[int]time.Duration) int {
+func alignedIn[K comparable](d map[K]time.Duration, off map[K]time.Duration) int {
 	n := 0
 	for r := range d {
 		if _, ok := off[r]; ok {
@@ -201,7 +302,7 @@ func alignedIn(d map[int]time.Duration, off map[int]time.Duration) int {
 }
 
 // alignedMedian is the median aligned departure of d's aligned members.
-func alignedMedian(d map[int]time.Duration, off map[int]time.Duration) time.Duration {
+func alignedMedian[K comparable](d map[K]time.Duration, off map[K]time.Duration) time.Duration {
 	var v []time.Duration
 	for r, t := range d {
 		if o, ok := off[r]; ok {
@@ -275,7 +376,11 @@ func (o *Offsets) problems() []string {
 	if len(o.Unaligned) == 1 {
 		verb, their = "shares", "its clock is"
 	}
-	return []string{fmt.Sprintf("clock alignment: %s %s no complete collective with rank %d, directly or through other ranks; %s left as recorded", ranksList(o.Unaligned), verb, o.Reference, their)}
+	what := "no complete collective"
+	if o.MinSamples > 1 {
+		what = fmt.Sprintf("fewer than %d complete collectives", o.MinSamples)
+	}
+	return []string{fmt.Sprintf("clock alignment: %s %s %s with rank %d, directly or through other ranks; %s left as recorded", ranksList(o.Unaligned), verb, what, o.Reference, their)}
 }
 
 // ranksList is "rank 3" or "ranks 0, 1".

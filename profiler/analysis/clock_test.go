@@ -181,3 +181,163 @@ func TestClockAlignmentOneRank(t *testing.T) {
 		}
 	}
 }
+
+// TestClockDomainsByHand: ranks 0 and 1 share a clock, rank 2 is on
+// another that runs 4 ms ahead. The shared clock's departure at a
+// collective is its members' median, and its offset is one for both.
+func TestClockDomainsByHand(t *testing.T) {
+	var b build
+	for s := range 3 {
+		o := float64(100 * s)
+		for r := range 3 {
+			b.step(r, s, r, o, o+50)
+		}
+		// Rank 0 leaves at o+10, rank 1 at o+12: their clock's departure
+		// is o+11; rank 2 leaves at o+11 on the true clock.
+		b.coll(0, s, 0, "AllReduce", "g", 3, 0, -1, uint64(s), 1, o+1, o+10)
+		b.coll(1, s, 1, "AllReduce", "g", 3, 1, -1, uint64(s), 1, o+2, o+12)
+		b.coll(2, s, 2, "AllReduce", "g", 3, 2, -1, uint64(s), 1, o+3, o+11)
+	}
+	inject := map[int]time.Duration{2: 4 * time.Millisecond}
+	domains := map[int]int{0: 7, 1: 7}
+	got := EstimateOffsets(shifted(b.recs, inject), WithClockDomains(domains))
+	want := map[int]time.Duration{0: 0, 1: 0, 2: 4 * time.Millisecond}
+	for r, w := range want {
+		if got.Offset[r] != w {
+			t.Errorf("rank %d: offset %v, want %v", r, got.Offset[r], w)
+		}
+		if got.Samples[r] != 3 {
+			t.Errorf("rank %d: %d samples, want 3", r, got.Samples[r])
+		}
+	}
+	// Residuals, by rank: the median of {10, 12, 11} is 11, so 0 and 1
+	// are 1 ms from it and rank 2 on it.
+	for r, w := range map[int]time.Duration{0: time.Millisecond, 1: time.Millisecond, 2: 0} {
+		if got.Residual[r] != w {
+			t.Errorf("rank %d: residual %v, want %v", r, got.Residual[r], w)
+		}
+	}
+	if got.Reference != 0 || len(got.Unaligned) != 0 {
+		t.Errorf("reference %d, unaligned %v; want 0 and none", got.Reference, got.Unaligned)
+	}
+	// One clock for every rank: nothing to align, whatever the
+	// departures.
+	one := EstimateOffsets(shifted(b.recs, inject), WithClockDomains(map[int]int{0: 0, 1: 0, 2: 0}))
+	for r := range 3 {
+		if d, ok := one.Offset[r]; !ok || d != 0 {
+			t.Errorf("one clock: rank %d offset %v (set %v), want 0", r, d, ok)
+		}
+	}
+}
+
+// TestClockDomainsAcrossHosts: a pp=2 × dp=2 trainer run split as two
+// hosts would record it — ranks 0 and 1 (one replica's two stages) on
+// one clock, ranks 2 and 3 on another 5.3 ms ahead. The data-parallel
+// groups are {0, 2} and {1, 3}: without knowing which ranks share a clock,
+// ranks 1 and 3 share no collective with rank 0 and stay unaligned; with
+// the domains every rank is aligned, within the collectives' jitter, by
+// Analyze, the online Sink and the CallSink alike.
+func TestClockDomainsAcrossHosts(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.Backend = fidelityBackend(t)
+	cfg.Stages, cfg.Chunks, cfg.Replicas = 2, 1, 2
+	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 4
+	cfg.Steps = 10
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: "pp2dp2", Config: cfg, DeviceDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := tape.Records()
+	groups := map[string][]int{}
+	var jitter time.Duration
+	for _, st := range Analyze(recs) {
+		for _, c := range st.Collectives {
+			if !c.Complete {
+				t.Fatalf("step %d: collective %s #%d incomplete: %s", st.Step, c.Group, c.Seq, c.Problem)
+			}
+			lo, hi := c.Members[0].Leave, c.Members[0].Leave
+			var ranks []int
+			for _, m := range c.Members {
+				lo, hi = min(lo, m.Leave), max(hi, m.Leave)
+				ranks = append(ranks, m.Rank)
+			}
+			jitter = max(jitter, hi-lo)
+			slices.Sort(ranks)
+			groups[c.Group] = ranks
+		}
+	}
+	// The layout this test is about: data-parallel pairs across the hosts.
+	var pairs [][]int
+	for _, g := range groups {
+		pairs = append(pairs, g)
+	}
+	slices.SortFunc(pairs, slices.Compare)
+	if len(pairs) != 2 || !slices.Equal(pairs[0], []int{0, 2}) || !slices.Equal(pairs[1], []int{1, 3}) {
+		t.Fatalf("collective groups %v, want {0, 2} and {1, 3}", pairs)
+	}
+	skew := 5*time.Millisecond + 300*time.Microsecond
+	inject := map[int]time.Duration{2: skew, 3: skew}
+	hosts := map[int]int{0: 0, 1: 0, 2: 1, 3: 1}
+	split := shifted(recs, inject)
+
+	if plain := EstimateOffsets(split); !slices.Equal(plain.Unaligned, []int{1, 3}) {
+		t.Errorf("without domains: unaligned %v, want [1 3]", plain.Unaligned)
+	}
+	got := EstimateOffsets(split, WithClockDomains(hosts))
+	t.Logf("jitter %v; estimated %v, residual %v", jitter, got.Offset, got.Residual)
+	if len(got.Unaligned) != 0 {
+		t.Fatalf("with domains: unaligned %v", got.Unaligned)
+	}
+	for r := range 4 {
+		if e := (got.Offset[r] - inject[r]).Abs(); e > jitter {
+			t.Errorf("rank %d: offset %v, injected %v: off by %v, more than the jitter %v", r, got.Offset[r], inject[r], e, jitter)
+		}
+	}
+	if got.Offset[0] != got.Offset[1] || got.Offset[2] != got.Offset[3] {
+		t.Errorf("ranks on one clock got different offsets: %v", got.Offset)
+	}
+
+	plain := Summarize(Analyze(recs))
+	for name, steps := range map[string][]Step{
+		"Analyze": Analyze(split, WithClockAlignment(), WithClockDomains(hosts)),
+		"Sink":    sinkSteps(t, split, WithClockAlignment(), WithClockDomains(hosts)),
+	} {
+		sum := Summarize(steps)
+		if !sum.Aligned || sum.Complete != plain.Complete || len(sum.Problems) != 0 {
+			t.Errorf("%s: %d of %d steps complete (aligned %v), problems %q; on one clock %d complete", name, sum.Complete, len(steps), sum.Aligned, sum.Problems, plain.Complete)
+		}
+		if d := (sum.Collectives.MaxSkew - plain.Collectives.MaxSkew).Abs(); d > 2*jitter {
+			t.Errorf("%s: max skew aligned %v, on one clock %v", name, sum.Collectives.MaxSkew, plain.Collectives.MaxSkew)
+		}
+	}
+
+	cs := NewCallSink(WithClockAlignment(), WithClockDomains(hosts))
+	cs.Consume(split)
+	cs.Flush()
+	sum := cs.Summary()
+	if sum.Offsets == nil {
+		t.Fatal("CallSink: no offsets")
+	}
+	// The CallSink's offsets are against each collective's median
+	// departure: the two clocks' differ by the injected skew.
+	o := sum.Offsets.Offset
+	if o[0] != o[1] || o[2] != o[3] {
+		t.Errorf("CallSink: ranks on one clock got different offsets: %v", o)
+	}
+	if e := (o[2] - o[0] - skew).Abs(); e > jitter {
+		t.Errorf("CallSink: clocks %v apart, injected %v: off by %v, more than the jitter %v", o[2]-o[0], skew, e, jitter)
+	}
+}
+
+// sinkSteps feeds recs to an online Sink and returns the steps it
+// analysed.
+func sinkSteps(t *testing.T, recs []profiler.Record, opts ...Option) []Step {
+	t.Helper()
+	var steps []Step
+	s := NewSink(append(opts, WithStepFunc(func(st *Step) { steps = append(steps, *st) }))...)
+	s.Consume(recs)
+	s.Flush()
+	return steps
+}

@@ -14,9 +14,12 @@ import (
 // Group and Seq, equal on every rank for one call).
 type Collective struct {
 	Group string
-	Seq   uint64
-	Op    string
-	Size  int // ranks in the group
+	// GroupID tells apart communicators of one name
+	// (profiler.Collective.GroupID); 0 where names are unique.
+	GroupID uint64
+	Seq     uint64
+	Op      string
+	Size    int // ranks in the group
 	// Members are the ranks that recorded it, in order of arrival.
 	Members []Member
 	// Complete reports that every rank of the group recorded it, each
@@ -44,13 +47,27 @@ type Member struct {
 	Wait, Transfer time.Duration
 }
 
+// collKey identifies a collective across ranks: its group (by name, and
+// by communicator where names repeat: Collective.GroupID) and sequence
+// number.
 type collKey struct {
 	group string
+	gid   uint64
 	seq   uint64
+}
+
+// groupName is how a problem line names a group: by name, with its
+// communicator where one is given (names may repeat).
+func groupName(name string, gid uint64) string {
+	if gid == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s [communicator %016x]", name, gid)
 }
 
 type p2pKey struct {
 	group    string
+	gid      uint64
 	from, to int32 // group ranks
 }
 
@@ -67,13 +84,13 @@ func match(items []item) ([]Collective, P2P) {
 		c := it.coll
 		switch {
 		case it.kind == profiler.KindCollective:
-			k := collKey{c.group, c.seq}
+			k := collKey{c.group, c.gid, c.seq}
 			byKey[k] = append(byKey[k], it)
 		case c.op == "Send":
-			k := p2pKey{c.group, c.grank, c.peer}
+			k := p2pKey{c.group, c.gid, c.grank, c.peer}
 			sends[k] = append(sends[k], it)
 		case c.op == "Recv":
-			k := p2pKey{c.group, c.peer, c.grank}
+			k := p2pKey{c.group, c.gid, c.peer, c.grank}
 			recvs[k] = append(recvs[k], it)
 		}
 	}
@@ -83,6 +100,9 @@ func match(items []item) ([]Collective, P2P) {
 	}
 	slices.SortFunc(keys, func(a, b collKey) int {
 		if c := cmp.Compare(a.group, b.group); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.gid, b.gid); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.seq, b.seq)
@@ -104,7 +124,7 @@ func match(items []item) ([]Collective, P2P) {
 }
 
 func collective(k collKey, its []*item) Collective {
-	c := Collective{Group: k.group, Seq: k.seq, Op: its[0].coll.op, Size: int(its[0].coll.size), Last: profiler.None}
+	c := Collective{Group: k.group, GroupID: k.gid, Seq: k.seq, Op: its[0].coll.op, Size: int(its[0].coll.size), Last: profiler.None}
 	seen := map[int]bool{}
 	for _, it := range its {
 		sp := it.span()

@@ -118,7 +118,7 @@ func newGraph(items []item) *graph {
 	for r, as := range g.byRank {
 		for _, a := range as {
 			if c := a.it.coll; c != nil && a.it.kind == profiler.KindCollective {
-				k := collKey{c.group, c.seq}
+				k := collKey{c.group, c.gid, c.seq}
 				if prev := g.lastArrival[k]; prev == nil || a.span.Start > prev.span.Start {
 					g.lastArrival[k] = a
 				}
@@ -159,7 +159,7 @@ func (g *graph) walk(cur *activity, end time.Duration, visit func(Segment, *acti
 		}
 		// A collective waits for its last arrival.
 		if c := cur.it.coll; c != nil && cur.it.kind == profiler.KindCollective {
-			if la := g.lastArrival[collKey{c.group, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) {
+			if la := g.lastArrival[collKey{c.group, c.gid, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) {
 				start, next = max(la.span.Start, cur.span.Start), la
 			}
 		}
@@ -263,10 +263,10 @@ func pairP2P(byRank map[int][]*activity) map[*activity]*activity {
 			}
 			switch c.op {
 			case "Send":
-				k := p2pKey{c.group, c.grank, c.peer}
+				k := p2pKey{c.group, c.gid, c.grank, c.peer}
 				s[k] = append(s[k], a)
 			case "Recv":
-				k := p2pKey{c.group, c.peer, c.grank}
+				k := p2pKey{c.group, c.gid, c.peer, c.grank}
 				r[k] = append(r[k], a)
 			}
 		}

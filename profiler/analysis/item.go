@@ -34,6 +34,7 @@ type item struct {
 
 type collInfo struct {
 	op, group   string
+	gid         uint64 // profiler.Collective.GroupID
 	seq         uint64
 	size, grank int32
 	peer        int32
@@ -54,7 +55,7 @@ func keep(r *profiler.Record) (item, bool) {
 	}
 	if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 		c := r.Collective
-		it.coll = &collInfo{op: c.Op, group: c.Group, seq: c.Seq, size: c.GroupSize, grank: c.GroupRank, peer: c.Peer}
+		it.coll = &collInfo{op: c.Op, group: c.Group, gid: c.GroupID, seq: c.Seq, size: c.GroupSize, grank: c.GroupRank, peer: c.Peer}
 		if busy && r.HasDevice && c.TransferEnd > r.DeviceEnd {
 			it.transferEnd = c.TransferEnd
 		}

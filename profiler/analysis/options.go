@@ -9,6 +9,8 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	align      bool
+	domains    map[int]int
+	applied    *Offsets
 	delay      int
 	maxRecords int
 	maxSet     bool // WithMaxRecords was given
@@ -33,6 +35,28 @@ func newConfig(opts []Option) config {
 // every record; a Sink estimates per step from that step's collectives.
 // Step.Clock holds what was applied.
 func WithClockAlignment() Option { return optionFunc(func(c *config) { c.align = true }) }
+
+// WithClockDomains says which ranks share a clock: ranks mapped to the
+// same id (≥ 0) were recorded on one clock (one process, or one host's
+// monotonic clock) and are given one offset, so that a clock is aligned
+// through whichever of its ranks shares collectives with the others —
+// the ranks of one pipeline stage on one host, say, whose data-parallel
+// peers are on another. Ranks not in the map, or mapped to a negative id,
+// are each on a clock of their own. It matters with WithClockAlignment and
+// for EstimateOffsets.
+func WithClockDomains(domains map[int]int) Option {
+	return optionFunc(func(c *config) { c.domains = domains })
+}
+
+// WithAppliedOffsets says the records were put on one clock before they
+// reach the Sink or CallSink: EstimateOffsets over all of them, then
+// Offsets.Apply — what an offline import does, where one estimate over
+// the whole run is steadier than one per step. The sinks then estimate
+// nothing and report o as the alignment (Step.Clock, Summary.Offsets).
+// It overrides WithClockAlignment.
+func WithAppliedOffsets(o Offsets) Option {
+	return optionFunc(func(c *config) { c.applied = &o })
+}
 
 // WithStepDelay makes a Sink analyse a step once every rank it has seen
 // has delivered the step range of a step n later (default 2), so that

@@ -171,8 +171,12 @@ func (s *Sink) advance(flush bool) {
 
 func (s *Sink) analyse(step int32, p *pending, forced bool) {
 	var off *Offsets
-	if s.cfg.align {
-		o := estimate(p.items)
+	switch {
+	case s.cfg.applied != nil:
+		// Aligned before they came: reported, not applied again.
+		off = s.cfg.applied.restrictedTo(itemRanks(p.items))
+	case s.cfg.align:
+		o := estimate(p.items, s.cfg.domains)
 		switch {
 		case o.Reference != profiler.None && len(o.Unaligned) == 0:
 			s.clock, s.clockStep = &o, step
@@ -226,7 +230,11 @@ func (s *Sink) Steps() []Step {
 func (s *Sink) Summary() Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tot.summary()
+	sum := s.tot.summary()
+	if a := s.cfg.applied; a != nil && len(a.Residual) > 0 {
+		sum.Offsets = a.clone()
+	}
+	return sum
 }
 
 // Stats returns the counts so far.

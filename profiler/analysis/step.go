@@ -168,7 +168,7 @@ func Analyze(records []profiler.Record, opts ...Option) []Step {
 	cfg := newConfig(opts)
 	var off *Offsets
 	if cfg.align {
-		o := EstimateOffsets(records)
+		o := EstimateOffsets(records, WithClockDomains(cfg.domains))
 		off = &o
 	}
 	bySteps := map[int32][]item{}
@@ -263,7 +263,7 @@ func analyzeStep(step int, items []item, expected []int) Step {
 	lastArrival := map[collKey]time.Duration{}
 	for _, c := range st.Collectives {
 		if c.Complete && len(c.Members) > 0 {
-			lastArrival[collKey{c.Group, c.Seq}] = c.Members[len(c.Members)-1].Arrive
+			lastArrival[collKey{c.Group, c.GroupID, c.Seq}] = c.Members[len(c.Members)-1].Arrive
 		}
 	}
 	for i, r := range ranks {
@@ -271,7 +271,7 @@ func analyzeStep(step int, items []item, expected []int) Step {
 	}
 	for _, c := range st.Collectives {
 		if !c.Complete {
-			st.Problems = append(st.Problems, fmt.Sprintf("collective %s #%d (%s): %s", c.Group, c.Seq, c.Op, c.Problem))
+			st.Problems = append(st.Problems, fmt.Sprintf("collective %s #%d (%s): %s", groupName(c.Group, c.GroupID), c.Seq, c.Op, c.Problem))
 		}
 	}
 	if st.P2P.Unmatched > 0 {

@@ -355,7 +355,11 @@ func WriteReport(w io.Writer, s Summary) error {
 			return err
 		}
 	}
-	if s.Aligned {
+	switch {
+	case s.Aligned && s.Offsets != nil:
+		// One estimate over the whole run (WithAppliedOffsets).
+		writeOffsets(w, "clocks aligned on the run's collective departures; offsets by rank:", s.Offsets)
+	case s.Aligned:
 		fmt.Fprintf(w, "clocks aligned on collective departures; largest residual %.3f ms\n", ms(s.MaxClockResidual))
 	}
 	if s.ProblemSteps > 0 {
@@ -525,10 +529,7 @@ func writeCalls(w io.Writer, s Summary) error {
 		default:
 			fmt.Fprint(w, "clocks not aligned; departures from collectives against their median, by rank:")
 		}
-		for _, r := range sortedKeys(o.Residual) {
-			fmt.Fprintf(w, " %d %+.3f ms", r, ms(o.Offset[r]))
-		}
-		fmt.Fprintf(w, "; largest residual %.3f ms\n", ms(o.MaxResidual()))
+		writeOffsets(w, "", o)
 	}
 	if len(s.Problems) > 0 {
 		fmt.Fprintln(w, "problems (left out of the figures):")
@@ -540,4 +541,14 @@ func writeCalls(w io.Writer, s Summary) error {
 		}
 	}
 	return nil
+}
+
+// writeOffsets writes head, then each rank's offset and the largest
+// residual, as one line.
+func writeOffsets(w io.Writer, head string, o *Offsets) {
+	fmt.Fprint(w, head)
+	for _, r := range sortedKeys(o.Residual) {
+		fmt.Fprintf(w, " %d %+.3f ms", r, ms(o.Offset[r]))
+	}
+	fmt.Fprintf(w, "; largest residual %.3f ms\n", ms(o.MaxResidual()))
 }
