@@ -367,9 +367,9 @@ func clockText(o *analysis.Offsets, p *importer.Profile, profiles []*importer.Pr
 	r := ranks[0]
 	if slices.Contains(o.Unaligned, r) || o.Reference == profiler.None {
 		if n := o.Samples[r]; n > 0 {
-			return fmt.Sprintf(", clock left as recorded (only %d collectives shared with the other files' ranks; alignment needs %d)", n, o.MinSamples)
+			return fmt.Sprintf(", clock left as recorded (only %d collectives or sends shared with the other files' ranks; alignment needs %d)", n, o.MinSamples)
 		}
-		return ", clock left as recorded (no collective shared with the other files' ranks)"
+		return ", clock left as recorded (no collective, send or receive shared with the other files' ranks)"
 	}
 	if slices.Contains(ranks, o.Reference) {
 		return ", the reference clock"
@@ -384,6 +384,10 @@ func clockText(o *analysis.Offsets, p *importer.Profile, profiles []*importer.Pr
 	for _, q := range ranks {
 		res = max(res, o.Residual[q])
 	}
-	return fmt.Sprintf(", clock %+.3f ms against %s's (from %d collectives, residual %.3f ms)",
-		float64(o.Offset[r])/1e6, ref, o.Samples[r], float64(res)/1e6)
+	from := "collectives"
+	if slices.Contains(o.P2P, r) {
+		from = "sends matched with their receives: no collective crossed"
+	}
+	return fmt.Sprintf(", clock %+.3f ms against %s's (from %d %s, residual %.3f ms)",
+		float64(o.Offset[r])/1e6, ref, o.Samples[r], from, float64(res)/1e6)
 }

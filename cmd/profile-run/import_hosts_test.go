@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/internal/importer"
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
 )
 
@@ -90,10 +91,13 @@ func TestImportTwoHosts(t *testing.T) {
 	t.Logf("offset %s ms from %s collectives against %.3f injected; departures spread %v", m[1], m[2], skewUS/1000, jitter)
 
 	want, gotReport := onlyRunReport(t, one), onlyRunReport(t, two)
-	for _, s := range []string{"10 of 10 steps complete", "clocks aligned on the run's collective departures; offsets by rank: 0 +0.000 ms 1 +0.000 ms 2 +4.3"} {
-		if !strings.Contains(gotReport, s) {
-			t.Errorf("two-host report lacks %q", s)
-		}
+	if !strings.Contains(gotReport, "10 of 10 steps complete") {
+		t.Errorf("two-host report: not every step complete:\n%s", gotReport)
+	}
+	// The report gives the offset the import applied, one per host.
+	want2 := fmt.Sprintf("clocks aligned on the run's collective departures; offsets by rank: 0 +0.000 ms 1 +0.000 ms 2 %s ms 3 %s ms;", m[1], m[1])
+	if !strings.Contains(gotReport, want2) {
+		t.Errorf("two-host report lacks %q", want2)
 	}
 	if strings.Contains(gotReport, "clock alignment:") {
 		t.Errorf("two-host report has a clock problem:\n%s", gotReport)
@@ -185,5 +189,87 @@ func splitTrace(t *testing.T, path string, files map[int]string, skew map[string
 		if err := os.WriteFile(file, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestImportTwoHostsPipelineOnly: a pp=2 run with no data parallelism has
+// no collective; split into its two stages' hosts (rank 1's clock 1.5 ms
+// behind), the import aligns them on the activations and gradients they
+// exchange, within how far apart a send and its receive leave.
+func TestImportTwoHostsPipelineOnly(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCmd(t, "-out", filepath.Join(dir, "run"), "-metrics-addr", "off", "-backend", "cpu",
+		"-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4", "-steps", "8")
+	if code != exitOK {
+		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	runs := runDirs(t, filepath.Join(dir, "run"))
+	if len(runs) != 1 {
+		t.Fatalf("run directories %v", runs)
+	}
+	whole := filepath.Join(runs[0], "trace.json")
+	f, err := os.Open(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := importer.Load(whole, f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each send with its receive, in each end's order of issue: how far
+	// apart their ends are on the run's one clock.
+	type key struct {
+		group    string
+		from, to int32
+	}
+	sends, recvs := map[key][]*profiler.Record{}, map[key][]*profiler.Record{}
+	for i := range p.Records {
+		r := &p.Records[i]
+		c := r.Collective
+		switch {
+		case r.Kind != profiler.KindP2P:
+		case c.Op == "Send":
+			sends[key{c.Group, c.GroupRank, c.Peer}] = append(sends[key{c.Group, c.GroupRank, c.Peer}], r)
+		case c.Op == "Recv":
+			recvs[key{c.Group, c.Peer, c.GroupRank}] = append(recvs[key{c.Group, c.Peer, c.GroupRank}], r)
+		}
+	}
+	var spread time.Duration
+	pairs := 0
+	for k, ss := range sends {
+		rs := recvs[k]
+		for i := range min(len(ss), len(rs)) {
+			spread = max(spread, (ss[i].DeviceEnd - rs[i].DeviceEnd).Abs())
+			pairs++
+		}
+	}
+	if pairs < analysis.MinClockSamples {
+		t.Fatalf("%d sends matched with receives, want at least %d", pairs, analysis.MinClockSamples)
+	}
+	const skewUS = -1500.0
+	hostA, hostB := filepath.Join(dir, "stage0.json"), filepath.Join(dir, "stage1.json")
+	splitTrace(t, whole, map[int]string{0: hostA, 1: hostB}, map[string]float64{hostB: skewUS})
+	code, stdout, stderr = runCmd(t, "import", "-out", filepath.Join(dir, "two"), hostA, hostB)
+	if code != exitOK {
+		t.Fatalf("import: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`stage1\.json: trainscope trace, rank 1, \d+ ranges, clock ([+-][0-9.]+) ms against \S*stage0\.json's \(from (\d+) sends matched with their receives: no collective crossed`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no clock line for stage1:\n%s", stdout)
+	}
+	got, _ := strconv.ParseFloat(m[1], 64)
+	if e := time.Duration((got*1000 - skewUS) * float64(time.Microsecond)).Abs(); e > spread+time.Microsecond {
+		t.Errorf("stage 1's clock %+.3f ms, injected %+.3f ms: off by %v, more than the pairs' spread %v", got, skewUS/1000, e, spread)
+	}
+	t.Logf("offset %s ms from %s pairs against %.3f injected; pairs' spread %v", m[1], m[2], skewUS/1000, spread)
+	report := onlyRunReport(t, filepath.Join(dir, "two"))
+	for _, want := range []string{"steps complete", "rank 1 on sends and receives, no collective joining its clock to the others'"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "clock alignment:") {
+		t.Errorf("report has a clock problem:\n%s", report)
 	}
 }

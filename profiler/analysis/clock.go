@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -38,6 +39,14 @@ type Offsets struct {
 	// (the online Sink only). Residual and Samples are then empty.
 	Carried     bool
 	CarriedFrom int
+	// P2P are the aligned ranks whose clock no collective joined to the
+	// reference's: they were aligned on their sends and receives, each
+	// matched pair taken as a collective of two — coarser, since a send
+	// may be done before its receive.
+	P2P []int
+	// collectives: some clock was aligned on collectives (not only on
+	// sends and receives).
+	collectives bool
 	// MinSamples is, after RequireSamples, the fewest collectives an
 	// offset was kept from: the Unaligned ranks had fewer.
 	MinSamples int
@@ -167,10 +176,70 @@ func departures(items []item) ([]map[int]time.Duration, []int) {
 	return out, sortedKeys(ranks)
 }
 
+// p2pDepartures are, per send matched with its receive (the k-th send
+// from a to b in a communicator, in the sender's order, with the k-th
+// receive at b from a), the two ends' departures: when each was done with
+// the transfer (the device interval's end, or the network transfer's where
+// it ended later). Pairs within one rank are left out.
+func p2pDepartures(items []item) []map[int]time.Duration {
+	sends, recvs := map[p2pKey][]*item{}, map[p2pKey][]*item{}
+	for i := range items {
+		it := &items[i]
+		c := it.coll
+		if c == nil || it.kind != profiler.KindP2P {
+			continue
+		}
+		switch c.op {
+		case "Send":
+			k := p2pKey{c.group, c.gid, c.grank, c.peer}
+			sends[k] = append(sends[k], it)
+		case "Recv":
+			k := p2pKey{c.group, c.gid, c.peer, c.grank}
+			recvs[k] = append(recvs[k], it)
+		}
+	}
+	// In each rank's own order: its clock orders its calls whatever its
+	// offset.
+	byIssue := func(a, b *item) int {
+		if c := cmp.Compare(a.coll.seq, b.coll.seq); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.host.Start, b.host.Start)
+	}
+	var out []map[int]time.Duration
+	for _, k := range sortedP2PKeys(sends) {
+		ss, rs := sends[k], recvs[k]
+		slices.SortFunc(ss, byIssue)
+		slices.SortFunc(rs, byIssue)
+		for i := range min(len(ss), len(rs)) {
+			a, b := ss[i], rs[i]
+			if a.rank == b.rank {
+				continue
+			}
+			out = append(out, map[int]time.Duration{a.rank: a.span().End, b.rank: b.span().End})
+		}
+	}
+	return out
+}
+
+func sortedP2PKeys[V any](m map[p2pKey]V) []p2pKey {
+	keys := make([]p2pKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b p2pKey) int {
+		return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.gid, b.gid), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
+	})
+	return keys
+}
+
 // estimate puts the clocks of items' ranks on the reference's. Ranks that
 // share a clock (domains) get one offset: a clock's departure at a
 // collective is the median of its members', and a clock joins the aligned
-// set through any of its ranks.
+// set through any of its ranks. Collectives come first; a clock that no
+// collective joins to the aligned ones is aligned on its sends and
+// receives, each matched pair taken as a collective of two (listed in
+// Offsets.P2P).
 func estimate(items []item, domains map[int]int) Offsets {
 	deps, ranks := departures(items)
 	o := Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
@@ -192,26 +261,40 @@ func estimate(items []item, domains map[int]int) Offsets {
 		}
 		return o
 	}
-	// Per collective, each clock's departure: its members' median.
-	cdeps := make([]map[int64]time.Duration, len(deps))
-	for i, d := range deps {
-		by := map[int64][]time.Duration{}
-		for r, t := range d {
-			c := clockOf(domains, r)
-			by[c] = append(by[c], t)
+	// Per collective (or matched send and receive), each clock's
+	// departure: its members' median.
+	toClocks := func(deps []map[int]time.Duration) []map[int64]time.Duration {
+		var out []map[int64]time.Duration
+		for _, d := range deps {
+			by := map[int64][]time.Duration{}
+			for r, t := range d {
+				c := clockOf(domains, r)
+				by[c] = append(by[c], t)
+			}
+			if len(by) < 2 {
+				continue // within one clock: says nothing of offsets
+			}
+			cd := make(map[int64]time.Duration, len(by))
+			for c, v := range by {
+				cd[c] = medianOf(v)
+			}
+			out = append(out, cd)
 		}
-		cd := make(map[int64]time.Duration, len(by))
-		for c, v := range by {
-			cd[c] = medianOf(v)
-		}
-		cdeps[i] = cd
+		return out
 	}
-	ref := int64(0)
-	found := false
-	for _, c := range clocks {
-		for i := range cdeps {
-			if _, ok := cdeps[i][c]; ok && len(cdeps[i]) > 1 {
-				ref, found = c, true
+	cdeps := toClocks(deps)
+	pairs := p2pDepartures(items)
+	pdeps := toClocks(pairs)
+	ref, found := int64(0), false
+	for _, set := range [][]map[int64]time.Duration{cdeps, pdeps} {
+		for _, c := range clocks {
+			for i := range set {
+				if _, ok := set[i][c]; ok {
+					ref, found = c, true
+					break
+				}
+			}
+			if found {
 				break
 			}
 		}
@@ -226,67 +309,97 @@ func estimate(items []item, domains map[int]int) Offsets {
 	o.Reference = clockRanks[ref][0]
 	off := map[int64]time.Duration{ref: 0}
 	samples := map[int64]int{}
-	// Grow the aligned set one clock at a time, taking next the clock that
-	// shares the most collectives with it; its offset is the median, over
-	// those collectives, of its departure less the aligned clocks' median
-	// aligned departure.
-	for {
-		best, bestN := int64(0), 0
+	viaP2P := map[int64]bool{}
+	// best is the clock not yet aligned that shares the most of deps with
+	// the aligned ones, and how many.
+	best := func(deps []map[int64]time.Duration) (int64, int) {
+		b, bn := int64(0), 0
 		for _, c := range clocks {
 			if _, done := off[c]; done {
 				continue
 			}
 			n := 0
-			for _, d := range cdeps {
+			for _, d := range deps {
 				if _, ok := d[c]; ok && alignedIn(d, off) > 0 {
 					n++
 				}
 			}
-			if n > bestN {
-				best, bestN = c, n
+			if n > bn {
+				b, bn = c, n
 			}
 		}
-		if bestN == 0 {
+		return b, bn
+	}
+	// Grow the aligned set one clock at a time, taking next the clock that
+	// shares the most collectives with it (the most sends and receives
+	// where none shares a collective); its offset is the median, over
+	// those, of its departure less the aligned clocks' median aligned
+	// departure.
+	for {
+		set, p2p := cdeps, false
+		c, n := best(cdeps)
+		if n == 0 {
+			set, p2p = pdeps, true
+			c, n = best(pdeps)
+		}
+		if n == 0 {
 			break
 		}
 		var diffs []time.Duration
-		for _, d := range cdeps {
-			t, ok := d[best]
+		for _, d := range set {
+			t, ok := d[c]
 			if !ok || alignedIn(d, off) == 0 {
 				continue
 			}
 			diffs = append(diffs, t-alignedMedian(d, off))
 		}
-		off[best] = medianOf(diffs)
-		samples[best] = len(diffs)
+		off[c], samples[c], viaP2P[c] = medianOf(diffs), len(diffs), p2p
+		o.collectives = o.collectives || !p2p
 	}
-	for _, d := range cdeps {
-		if _, ok := d[ref]; ok && len(d) > 1 {
+	refSet := cdeps
+	if len(cdeps) == 0 {
+		refSet = pdeps
+	}
+	for _, d := range refSet {
+		if _, ok := d[ref]; ok {
 			samples[ref]++
 		}
 	}
 	for _, c := range clocks {
 		d, ok := off[c]
 		for _, r := range clockRanks[c] {
-			if ok {
-				o.Offset[r], o.Samples[r] = d, samples[c]
-			} else {
+			switch {
+			case !ok:
 				o.Unaligned = append(o.Unaligned, r)
+			default:
+				o.Offset[r], o.Samples[r] = d, samples[c]
+				if viaP2P[c] {
+					o.P2P = append(o.P2P, r)
+				}
 			}
 		}
 	}
 	slices.Sort(o.Unaligned)
+	slices.Sort(o.P2P)
+	// Residuals over the collectives a rank was in, or over its sends and
+	// receives where it was in none.
 	res := map[int][]time.Duration{}
-	for _, d := range deps {
-		m := alignedMedian(d, o.Offset)
-		for r, t := range d {
-			if off, ok := o.Offset[r]; ok {
-				res[r] = append(res[r], (t - off - m).Abs())
+	for _, set := range [][]map[int]time.Duration{deps, pairs} {
+		for _, d := range set {
+			m := alignedMedian(d, o.Offset)
+			for r, t := range d {
+				if _, done := o.Residual[r]; done {
+					continue
+				}
+				if off, ok := o.Offset[r]; ok {
+					res[r] = append(res[r], (t - off - m).Abs())
+				}
 			}
 		}
-	}
-	for r, v := range res {
-		o.Residual[r] = medianOf(v)
+		for r, v := range res {
+			o.Residual[r] = medianOf(v)
+		}
+		clear(res)
 	}
 	return o
 }
@@ -370,13 +483,13 @@ func (o *Offsets) problems() []string {
 	if o.Reference == profiler.None {
 		// No complete collective at all: there is no clock to put the
 		// others on.
-		return []string{fmt.Sprintf("clock alignment: no collective was recorded by every rank of its group, so %s cannot be put on one clock; their clocks are left as recorded", ranksList(o.Unaligned))}
+		return []string{fmt.Sprintf("clock alignment: no collective was recorded by every rank of its group and no send matched with its receive, so %s cannot be put on one clock; their clocks are left as recorded", ranksList(o.Unaligned))}
 	}
 	verb, their := "share", "their clocks are"
 	if len(o.Unaligned) == 1 {
 		verb, their = "shares", "its clock is"
 	}
-	what := "no complete collective"
+	what := "no complete collective, send or receive"
 	if o.MinSamples > 1 {
 		what = fmt.Sprintf("fewer than %d complete collectives", o.MinSamples)
 	}

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,7 +123,7 @@ func TestClockChain(t *testing.T) {
 	}
 	steps := Analyze(shifted(b.recs, inject), WithClockAlignment())
 	for _, st := range steps {
-		want := "clock alignment: rank 3 shares no complete collective with rank 0, directly or through other ranks; its clock is left as recorded"
+		want := "clock alignment: rank 3 shares no complete collective, send or receive with rank 0, directly or through other ranks; its clock is left as recorded"
 		if st.Complete() || !slices.Contains(st.Problems, want) {
 			t.Errorf("step %d: problems %q, want %q", st.Step, st.Problems, want)
 		}
@@ -148,7 +149,7 @@ func TestClockAlignmentWithoutCollectives(t *testing.T) {
 		}
 	}
 	steps := Analyze(b.recs, WithClockAlignment())
-	want := "clock alignment: no collective was recorded by every rank of its group, so ranks 0, 1 cannot be put on one clock; their clocks are left as recorded"
+	want := "clock alignment: no collective was recorded by every rank of its group and no send matched with its receive, so ranks 0, 1 cannot be put on one clock; their clocks are left as recorded"
 	if len(steps) != 2 {
 		t.Fatalf("%d steps, want 2", len(steps))
 	}
@@ -282,10 +283,32 @@ func TestClockDomainsAcrossHosts(t *testing.T) {
 	hosts := map[int]int{0: 0, 1: 0, 2: 1, 3: 1}
 	split := shifted(recs, inject)
 
-	if plain := EstimateOffsets(split); !slices.Equal(plain.Unaligned, []int{1, 3}) {
-		t.Errorf("without domains: unaligned %v, want [1 3]", plain.Unaligned)
+	// Without domains, no collective joins rank 1 to rank 0: rank 1 is
+	// aligned on its sends and receives (each pair's two ends taken as
+	// leaving together), rank 3 through its collectives with rank 1.
+	// Their error is bounded by how far apart a pair's ends leave.
+	var pairJitter time.Duration
+	for _, d := range p2pDepartures(keepAll(recs)) {
+		var v []time.Duration
+		for _, t := range d {
+			v = append(v, t)
+		}
+		pairJitter = max(pairJitter, (v[0] - v[1]).Abs())
 	}
+	own := EstimateOffsets(split)
+	if len(own.Unaligned) != 0 || !slices.Equal(own.P2P, []int{1}) {
+		t.Errorf("without domains: unaligned %v, aligned on sends and receives %v; want none and [1]", own.Unaligned, own.P2P)
+	}
+	for r := range 4 {
+		if e := (own.Offset[r] - inject[r]).Abs(); e > pairJitter+jitter {
+			t.Errorf("without domains: rank %d: offset %v, injected %v: off by %v, more than the pairs' spread %v and the collectives' %v", r, own.Offset[r], inject[r], e, pairJitter, jitter)
+		}
+	}
+	t.Logf("without domains: %v (pairs' spread %v)", own.Offset, pairJitter)
 	got := EstimateOffsets(split, WithClockDomains(hosts))
+	if len(got.P2P) != 0 {
+		t.Errorf("with domains: %v aligned on sends and receives, want none", got.P2P)
+	}
 	t.Logf("jitter %v; estimated %v, residual %v", jitter, got.Offset, got.Residual)
 	if len(got.Unaligned) != 0 {
 		t.Fatalf("with domains: unaligned %v", got.Unaligned)
@@ -340,4 +363,72 @@ func sinkSteps(t *testing.T, recs []profiler.Record, opts ...Option) []Step {
 	s.Consume(recs)
 	s.Flush()
 	return steps
+}
+
+// keepAll is the items the analysis keeps of recs.
+func keepAll(recs []profiler.Record) []item {
+	var its []item
+	for i := range recs {
+		if it, ok := keep(&recs[i]); ok {
+			its = append(its, it)
+		}
+	}
+	return its
+}
+
+// TestClockOnSendsAndReceives: a pp=2 job with no data parallelism has no
+// collective at all; split over two hosts (rank 1's clock 2.5 ms ahead),
+// its clocks are aligned on the activations and gradients the stages
+// exchange, within how far apart a pair's two ends leave. Before, no
+// step of such a run could be accounted on two clocks.
+func TestClockOnSendsAndReceives(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.Backend = fidelityBackend(t)
+	cfg.Stages, cfg.Chunks, cfg.Replicas = 2, 2, 1
+	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 4
+	cfg.Steps = 4
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: "pp2", Config: cfg, DeviceDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := tape.Records()
+	pairs := p2pDepartures(keepAll(recs))
+	var spread time.Duration
+	for _, d := range pairs {
+		spread = max(spread, (d[0] - d[1]).Abs())
+	}
+	// 2 stages × 2 chunks: each microbatch crosses between the ranks
+	// three times forward and three times backward, every step.
+	if want := cfg.Steps * cfg.Microbatches * 2 * (cfg.Stages*cfg.Chunks - 1); len(pairs) != want {
+		t.Fatalf("%d sends matched with their receives, want %d", len(pairs), want)
+	}
+	inject := map[int]time.Duration{1: 2500 * time.Microsecond}
+	split := shifted(recs, inject)
+	got := EstimateOffsets(split)
+	t.Logf("pairs' spread %v; estimated %v, residual %v", spread, got.Offset, got.Residual)
+	if len(got.Unaligned) != 0 || !slices.Equal(got.P2P, []int{1}) || got.Samples[1] != len(pairs) {
+		t.Fatalf("unaligned %v, on sends and receives %v from %d pairs; want none, [1], %d", got.Unaligned, got.P2P, got.Samples[1], len(pairs))
+	}
+	if e := (got.Offset[1] - inject[1]).Abs(); e > spread {
+		t.Errorf("rank 1: offset %v, injected %v: off by %v, more than the pairs' spread %v", got.Offset[1], inject[1], e, spread)
+	}
+	plain := Summarize(Analyze(recs))
+	for name, steps := range map[string][]Step{
+		"Analyze": Analyze(split, WithClockAlignment()),
+		"Sink":    sinkSteps(t, split, WithClockAlignment()),
+	} {
+		sum := Summarize(steps)
+		if sum.Complete != plain.Complete || len(sum.Problems) != 0 || !slices.Equal(sum.AlignedOnP2P, []int{1}) {
+			t.Errorf("%s: %d complete (one clock: %d), problems %q, aligned on sends and receives %v", name, sum.Complete, plain.Complete, sum.Problems, sum.AlignedOnP2P)
+		}
+		var b strings.Builder
+		if err := WriteReport(&b, sum); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "rank 1 on sends and receives, no collective joining its clock to the others'") {
+			t.Errorf("%s: the report does not say rank 1 was aligned on sends and receives:\n%s", name, b.String())
+		}
+	}
 }

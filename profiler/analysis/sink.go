@@ -178,12 +178,13 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 	case s.cfg.align:
 		o := estimate(p.items, s.cfg.domains)
 		switch {
-		case o.Reference != profiler.None && len(o.Unaligned) == 0:
+		case o.Reference != profiler.None && len(o.Unaligned) == 0 && o.collectives:
 			s.clock, s.clockStep = &o, step
-		case o.Reference == profiler.None && s.clock != nil:
-			// No complete collective in the step (a pipeline step of
-			// sends and receives only): clocks drift slowly, so the
-			// latest step's offsets hold.
+		case !o.collectives && s.clock != nil:
+			// No complete collective joins the step's clocks (a pipeline
+			// step of sends and receives only): clocks drift slowly, so
+			// the latest step's offsets from collectives hold; they are
+			// finer than the step's sends and receives give.
 			o = s.clock.carriedTo(itemRanks(p.items), s.clockStep)
 		}
 		off = &o

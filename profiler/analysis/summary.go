@@ -48,6 +48,10 @@ type Summary struct {
 	// (Offsets.Residual) over the steps, when clocks were aligned.
 	MaxClockResidual time.Duration
 	Aligned          bool
+	// AlignedOnP2P are the ranks some step aligned on their sends and
+	// receives, no collective joining their clock to the others'
+	// (Offsets.P2P).
+	AlignedOnP2P []int
 	// Critical sums the complete steps' critical paths.
 	Critical CriticalTotals
 	// Stepless marks a CallSink's summary: collectives matched without
@@ -153,6 +157,11 @@ func (t *totals) add(st *Step) {
 		// Aligned only where two ranks or more were put on one clock.
 		t.s.Aligned = true
 		t.s.MaxClockResidual = max(t.s.MaxClockResidual, st.Clock.MaxResidual())
+		for _, r := range st.Clock.P2P {
+			if !slices.Contains(t.s.AlignedOnP2P, r) {
+				t.s.AlignedOnP2P = append(t.s.AlignedOnP2P, r)
+			}
+		}
 	}
 	if !st.Complete() {
 		t.s.ProblemSteps++
@@ -274,6 +283,7 @@ func (t *totals) addCollective(c *Collective) {
 func (t *totals) summary() Summary {
 	s := t.s
 	s.Problems = slices.Clone(s.Problems)
+	s.AlignedOnP2P = slices.Sorted(slices.Values(s.AlignedOnP2P))
 	s.Pipeline = t.shape
 	if !t.shapeSet {
 		s.Pipeline.Ideal = math.NaN()
@@ -360,7 +370,7 @@ func WriteReport(w io.Writer, s Summary) error {
 		// One estimate over the whole run (WithAppliedOffsets).
 		writeOffsets(w, "clocks aligned on the run's collective departures; offsets by rank:", s.Offsets)
 	case s.Aligned:
-		fmt.Fprintf(w, "clocks aligned on collective departures; largest residual %.3f ms\n", ms(s.MaxClockResidual))
+		fmt.Fprintf(w, "clocks aligned on collective departures; largest residual %.3f ms%s\n", ms(s.MaxClockResidual), p2pNote(s.AlignedOnP2P))
 	}
 	if s.ProblemSteps > 0 {
 		fmt.Fprintf(w, "problems in %d steps (left out of the figures):\n", s.ProblemSteps)
@@ -550,5 +560,17 @@ func writeOffsets(w io.Writer, head string, o *Offsets) {
 	for _, r := range sortedKeys(o.Residual) {
 		fmt.Fprintf(w, " %d %+.3f ms", r, ms(o.Offset[r]))
 	}
-	fmt.Fprintf(w, "; largest residual %.3f ms\n", ms(o.MaxResidual()))
+	fmt.Fprintf(w, "; largest residual %.3f ms%s\n", ms(o.MaxResidual()), p2pNote(o.P2P))
+}
+
+// p2pNote names the ranks aligned on sends and receives, if any.
+func p2pNote(ranks []int) string {
+	if len(ranks) == 0 {
+		return ""
+	}
+	their := "their clocks"
+	if len(ranks) == 1 {
+		their = "its clock"
+	}
+	return fmt.Sprintf("; %s on sends and receives, no collective joining %s to the others' (coarser: a send may be done before its receive)", ranksList(ranks), their)
 }
