@@ -136,7 +136,7 @@ func (w *wrapper) startCollector() {
 	if loc.How == "built" {
 		w.log.Info("built the NCCL profiler plugin", zap.String("path", loc.Path))
 	}
-	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange), ncclplugin.WithLocalSize(w.out.expectRanks))
+	col, err := ncclplugin.NewCollector(w.prof, ncclplugin.WithStepRange(w.o.stepRange), ncclplugin.WithPipelineGroup(w.o.pipelineGroup), ncclplugin.WithLocalSize(w.out.expectRanks))
 	if err != nil {
 		w.noNCCL = err.Error()
 		w.log.Warn("NCCL collectives will not be recorded; the command runs all the same", zap.Error(err))
@@ -458,6 +458,9 @@ func (w *wrapper) finish(code int) {
 	if line := w.kernelSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
+	if line := w.pipelineSummary(); line != "" {
+		w.out.summary = append(w.out.summary, line)
+	}
 	if line := w.nvtxSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
@@ -526,6 +529,24 @@ func (w *wrapper) kernelSummary() string {
 		line += fmt.Sprintf("; %d dropped (%d by CUPTI, its buffers full; %d before their process had a rank)", st.PluginActivityDropped+st.ActivityDropped, st.PluginActivityDropped, st.ActivityDropped)
 	}
 	return line
+}
+
+// pipelineSummary says which communicator gave the processes their
+// pipeline stage; "" when none did and none was named.
+func (w *wrapper) pipelineSummary() string {
+	if w.col == nil {
+		return ""
+	}
+	st := w.col.Stats()
+	switch {
+	case st.Processes == 0:
+		return ""
+	case st.Staged > 0:
+		return fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%d stages): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, st.Stages)
+	case w.o.pipelineGroup != "":
+		return fmt.Sprintf("pipeline: no process made a communicator named %q (-pipeline-group), so no stages", w.o.pipelineGroup)
+	}
+	return ""
 }
 
 // nvtxSummary says which of the command's NVTX ranges arrived and how

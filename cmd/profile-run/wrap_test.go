@@ -594,3 +594,34 @@ func oneReport(t *testing.T, out string) (string, string) {
 	}
 	return reports[0], string(b)
 }
+
+// TestWrapStagesFromThePipelineCommunicator: the plugin's driver in its
+// NVTX mode, two processes whose communicator is named as Megatron-LM
+// names its pipeline's, rank 0 and 1 of 2: each is staged by its rank in
+// it, the summary says which communicator did it, and the report's rows
+// carry the stages.
+func TestWrapStagesFromThePipelineCommunicator(t *testing.T) {
+	dir, lib := buildPlugin(t)
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("TEST_PLUGIN_COMM_NAME", "PIPELINE_MODEL_PARALLEL_GROUP")
+	script := fmt.Sprintf(`for r in 0 1; do RANK=$((r+4)) %q --drive-nvtx %q $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", "bash", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if want := `pipeline: 2 process(es) staged by their rank in communicator "PIPELINE_MODEL_PARALLEL_GROUP" (2 stages)`; !strings.Contains(stdout, want) {
+		t.Errorf("summary lacks %q:\n%s", want, stdout)
+	}
+	_, report := oneReport(t, out)
+	i := strings.Index(report, "=== where the steps went")
+	if i < 0 {
+		t.Fatalf("no step breakdown:\n%s", report)
+	}
+	// Launcher ranks 4 and 5, at the stages of their communicator ranks.
+	for rank, stage := range map[int]int{4: 0, 5: 1} {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+%d\s+2\s+[0-9.]+`, rank, stage)).MatchString(report[i:]) {
+			t.Errorf("rank %d's step row is not at stage %d:\n%s", rank, stage, report[i:])
+		}
+	}
+}

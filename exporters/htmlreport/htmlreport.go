@@ -50,7 +50,11 @@ type Stats struct {
 	Windows           int // charts drawn of operations without steps (a wrapped run's)
 	Forward, Backward int // blocks drawn
 	Transfers         int // collective and point-to-point blocks drawn
-	Bubbles           int // shaded gaps
+	Bubbles           int // shaded gaps (a pixel wide or more)
+	// Kernels counts the traced kernels drawn (a wrapped run's), and
+	// KernelBoxes the boxes they were drawn as: kernels less than a pixel
+	// apart share one.
+	Kernels, KernelBoxes int
 }
 
 // ErrNoSteps is returned when no record carries a step label and no
@@ -309,6 +313,19 @@ func isBlock(r *profiler.Record) bool {
 		(r.Phase == profiler.Forward || r.Phase == profiler.Backward) && r.Microbatch != profiler.None
 }
 
+// isKernel reports a traced kernel (a wrapped run's, through CUPTI): it
+// has no phase, chunk or microbatch to draw it by, so a rank's kernels are
+// drawn as its busy spans on one lane.
+func isKernel(r *profiler.Record) bool {
+	return r.HasDevice && r.Kind == profiler.KindKernel
+}
+
+// stageKernel reports a traced kernel of a pipeline stage: the work whose
+// gaps are a wrapped pipeline's bubble (as the analysis counts it).
+func stageKernel(r *profiler.Record) bool {
+	return isKernel(r) && r.Phase == profiler.PhaseNone && r.Stage != profiler.None
+}
+
 func isOptimizer(r *profiler.Record) bool {
 	return r.HasDevice && r.Kind == profiler.KindDevice && !r.DeviceNested && r.Phase == profiler.Optimizer
 }
@@ -354,7 +371,7 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 	chunks := 1
 	byRank := map[int][]*profiler.Record{}
 	for _, r := range recs {
-		if isBlock(r) || isOptimizer(r) || isTransfer(r) {
+		if isBlock(r) || isOptimizer(r) || isTransfer(r) || isKernel(r) && !window {
 			extend(interval(r))
 			byRank[r.Rank] = append(byRank[r.Rank], r)
 			if isBlock(r) && r.Chunk != profiler.None {
@@ -435,16 +452,36 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		// Bubbles: the step's span less the rank's forward and backward work.
 		var work []profiler.Interval
 		for _, r := range recs {
-			if isBlock(r) {
+			if isBlock(r) || stageKernel(r) {
 				work = append(work, interval(r))
 			}
 		}
 		for _, g := range gaps(s.Span, work) {
+			if float64(g.Len())*scale < 1 {
+				continue // under a pixel: not to be seen, only to weigh the page
+			}
 			st.Bubbles++
 			rv.Bubbles = append(rv.Bubbles, box{X: px(x(g.Start)), Y: px(y), W: px(float64(g.Len()) * scale), H: px(computeH),
 				Title: fmt.Sprintf("bubble · rank %d · step %d · %s ms (%s–%s ms)", rk.Rank, s.Step, msText(g.Len()), msText(g.Start-t0), msText(g.End-t0))})
 		}
+		// Kernels: merged where less than a pixel apart, so that a step of
+		// thousands draws at most a box per pixel.
+		var kernels []profiler.Interval
 		for _, r := range recs {
+			if isKernel(r) {
+				kernels = append(kernels, interval(r))
+			}
+		}
+		st.Kernels += len(kernels)
+		for _, m := range mergeNear(kernels, time.Duration(1/scale)) {
+			st.KernelBoxes++
+			rv.Blocks = append(rv.Blocks, block{Class: "kern", box: box{X: px(x(m.iv.Start)), Y: px(y + 1), W: px(max(float64(m.iv.Len())*scale, 0.5)), H: px(computeH - 2),
+				Title: fmt.Sprintf("%d kernel(s) · rank %d%s · busy %s ms within %s–%s ms", m.n, rk.Rank, stepText, msText(m.busy), msText(m.iv.Start-t0), msText(m.iv.End-t0))}})
+		}
+		for _, r := range recs {
+			if isKernel(r) {
+				continue
+			}
 			iv := interval(r)
 			b := block{box: box{X: px(x(iv.Start)), W: px(max(float64(iv.Len())*scale, 0.5))}}
 			when := fmt.Sprintf("%s–%s ms (%s ms)", msText(iv.Start-t0), msText(iv.End-t0), msText(iv.Len()))
@@ -653,6 +690,37 @@ func topRanges(records []profiler.Record) []topRow {
 			row.Device, row.DevicePct = msText(t.device), pct(t.device, devAll)
 		}
 		out = append(out, row)
+	}
+	return out
+}
+
+// merged is a run of intervals drawn as one box: its extent, how many
+// there were and the time they covered.
+type merged struct {
+	iv   profiler.Interval
+	n    int
+	busy time.Duration
+}
+
+// mergeNear merges intervals (sorted here by start) whose gap to the run
+// before is under gap.
+func mergeNear(ivs []profiler.Interval, gap time.Duration) []merged {
+	slices.SortFunc(ivs, func(a, b profiler.Interval) int { return cmp.Compare(a.Start, b.Start) })
+	var out []merged
+	var covered time.Duration // the run's busy time so far, its overlaps counted once
+	for _, iv := range ivs {
+		if n := len(out); n > 0 && iv.Start-out[n-1].iv.End < gap {
+			m := &out[n-1]
+			if iv.End > m.iv.End {
+				covered += iv.End - max(iv.Start, m.iv.End)
+				m.iv.End = iv.End
+			}
+			m.n++
+			m.busy = covered
+			continue
+		}
+		covered = iv.Len()
+		out = append(out, merged{iv: iv, n: 1, busy: covered})
 	}
 	return out
 }

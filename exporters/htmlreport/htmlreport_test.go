@@ -160,3 +160,53 @@ func TestWriteOperationsWithoutSteps(t *testing.T) {
 		t.Errorf("steps labelled, none accountable: stats %+v (without labels %+v)", st2, st)
 	}
 }
+
+// TestWriteWrappedPipelineKernels: a wrapped pipeline's step, each rank's
+// kernels carrying its stage and no phase. Step ranges span 0–100 ms.
+// Rank 0 runs 200 kernels of 0.05 ms every 0.1 ms from 10 ms (less than a
+// pixel apart on a 100 ms chart 1100 pixels wide), then one at 80–90 ms;
+// rank 1 one kernel at 30–70 ms. They are drawn as one box per run: rank
+// 0's 200 as one, its last as another, rank 1's as a third. The span is
+// 10–90 ms: rank 0 is idle 30–80 ms (one bubble), rank 1 10–30 and
+// 70–90 ms (two).
+func TestWriteWrappedPipelineKernels(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var recs []profiler.Record
+	id := uint64(0)
+	add := func(r profiler.Record) {
+		id++
+		r.ID = id
+		r.Device = runtime.Device{Type: runtime.CUDA, Index: r.Rank}
+		recs = append(recs, r)
+	}
+	kernel := func(rank int, from, to float64) {
+		add(profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Rank: rank, Stream: 7,
+			Labels:    profiler.Labels{Step: 0, Stage: int16(rank), Chunk: profiler.None, Microbatch: profiler.None},
+			HostStart: ms(from), HostEnd: ms(from), HasDevice: true, DeviceStart: ms(from), DeviceEnd: ms(to)})
+	}
+	for rank := range 2 {
+		add(profiler.Record{Name: profiler.StepName, Rank: rank, Labels: profiler.Labels{Step: 0, Stage: int16(rank), Chunk: profiler.None, Microbatch: profiler.None},
+			HostStart: 0, HostEnd: ms(100)})
+	}
+	for i := range 200 {
+		kernel(0, 10+0.1*float64(i), 10+0.1*float64(i)+0.05)
+	}
+	kernel(0, 80, 90)
+	kernel(1, 30, 70)
+	var buf bytes.Buffer
+	st, err := htmlreport.Write(&buf, htmlreport.Input{Title: "wrapped pipeline", Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps != 1 || st.Kernels != 202 || st.KernelBoxes != 3 || st.Bubbles != 3 {
+		t.Errorf("stats %+v; want 1 step, 202 kernels in 3 boxes, 3 bubbles", st)
+	}
+	page := buf.String()
+	if n := strings.Count(page, `class="kern"`); n != 3 {
+		t.Errorf("%d kernel boxes in the page, want 3", n)
+	}
+	// Rank 0's first box: 200 kernels, each 0.05 ms, 10–29.95 ms.
+	if !strings.Contains(page, "200 kernel(s) · rank 0 · step 0 · busy 10.000 ms within 10.000–29.950 ms") {
+		t.Errorf("no box for rank 0's 200 kernels in\n%s", page)
+	}
+}

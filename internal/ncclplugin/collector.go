@@ -37,6 +37,9 @@ type config struct {
 	linger   time.Duration
 	stepName string
 	onWorld  func(int)
+	// pipeline names the pipeline's communicator; "" finds it by name
+	// (isPipelineName).
+	pipeline string
 }
 
 // WithDir sets the directory in which the collector makes its own
@@ -59,6 +62,32 @@ func WithLinger(d time.Duration) Option { return optionFunc(func(c *config) { c.
 // operations and other ranges that start inside it carry that step.
 func WithStepRange(name string) Option {
 	return optionFunc(func(c *config) { c.stepName = name })
+}
+
+// WithPipelineGroup names the communicator whose ranks are a pipeline's
+// stages (default: the first a process makes whose name says so, as
+// isPipelineName tells: Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP, a
+// device mesh's "pp"). A process's rank in it is its stage: every record
+// of the process carries it, and the step analysis then has bubbles per
+// stage.
+func WithPipelineGroup(name string) Option {
+	return optionFunc(func(c *config) { c.pipeline = name })
+}
+
+// isPipelineName reports whether a communicator's name says it joins a
+// pipeline's stages: it holds "pipe", or "pp" as a word of its own
+// ("pp", "mesh_pp", "pp_group"), in any case.
+func isPipelineName(name string) bool {
+	l := strings.ToLower(name)
+	if strings.Contains(l, "pipe") {
+		return true
+	}
+	for _, w := range strings.FieldsFunc(l, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }) {
+		if w == "pp" {
+			return true
+		}
+	}
+	return false
 }
 
 // WithLocalSize has the collector call f with the number of processes a
@@ -102,6 +131,11 @@ type Stats struct {
 	UntracedWhy      string
 	Kernels, Copies  uint64
 	ActivityDropped  uint64
+	// PipelineGroup is the communicator that gave processes their
+	// pipeline stage (WithPipelineGroup), Staged the processes that got
+	// one, and Stages the communicator's size; "" and 0 when none.
+	PipelineGroup  string
+	Staged, Stages int
 	// ClockConflicts counts processes whose GPU-to-host offset bounds
 	// disagreed (see docs/nccl-plugin.md); their lower bound is used.
 	ClockConflicts int
@@ -175,6 +209,9 @@ type process struct {
 	// device is the CUDA device of the process's first communicator, -1
 	// until one is known.
 	device int32
+	// stage is the process's rank in the pipeline's communicator
+	// (WithPipelineGroup), profiler.None until one is known.
+	stage int16
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
 	latest uint64
@@ -490,7 +527,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1, since: time.Now()}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1, stage: profiler.None, since: time.Now()}
 			if h.WorldRank >= 0 {
 				pr.rank = int(h.WorldRank)
 			}
@@ -543,6 +580,7 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	switch r.Kind {
 	case KindCommInit:
 		pr.devices[r.Comm] = r.Device
+		c.stageLocked(pr, r)
 		if pr.device < 0 && r.Device >= 0 {
 			pr.device = r.Device
 		}
@@ -861,7 +899,7 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 		s.end = r.RangeEnd
 		rec.Name = profiler.StepName
 		rec.Labels = profiler.NoLabels
-		rec.Step = s.n
+		rec.Step, rec.Stage = s.n, pr.stage
 	case r.Depth == 0 && r.Name == profiler.StepName:
 		// Named as the profiler's step ranges are, but not the job's step
 		// range (-step-range names another): it must not be taken for one.
@@ -938,7 +976,7 @@ func (c *Collector) cutStepLocked(pr *process, s *stepSpan, end uint64, out []pr
 		ID: c.nextID, Name: profiler.StepName, Kind: profiler.KindHost, Labels: profiler.NoLabels, Device: pr.cudaDevice(),
 		HostStart: c.clock.at(int64(s.start)), HostEnd: c.clock.at(int64(s.end)), CutShort: true,
 	}
-	rec.Step = s.n
+	rec.Step, rec.Stage = s.n, pr.stage
 	return c.rangeOutLocked(pr, rec, true, s.end, out)
 }
 
@@ -1005,12 +1043,15 @@ func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Reco
 	return out
 }
 
-// stamp gives a step or range record made before the process's device was
-// known (its first communicator came later) that device, as its
-// operations carry it.
+// stamp gives a step or range record made before the process's device
+// and stage were known (its first communicator came later) that device,
+// as its operations carry it, and that stage.
 func (pr *process) stamp(rec profiler.Record) profiler.Record {
 	if rec.Device.Type == runtime.CUDA && rec.Device.Index < 0 && pr.device >= 0 {
 		rec.Device.Index = int(pr.device)
+	}
+	if rec.Stage == profiler.None {
+		rec.Stage = pr.stage
 	}
 	return rec
 }
@@ -1026,10 +1067,28 @@ func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 	return out
 }
 
+// stageLocked takes the process's pipeline stage from a communicator it
+// made, if that is the pipeline's (WithPipelineGroup) and it has none yet.
+func (c *Collector) stageLocked(pr *process, r Record) {
+	if pr.stage != profiler.None || r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 {
+		return
+	}
+	if want := c.cfg.pipeline; want != "" && r.CommName != want || want == "" && !isPipelineName(r.CommName) {
+		return
+	}
+	pr.stage = int16(r.Rank)
+	c.stats.Staged++
+	if c.stats.PipelineGroup == "" {
+		c.stats.PipelineGroup, c.stats.Stages = r.CommName, int(r.NRanks)
+	}
+}
+
 // labelsAt is the labels of an operation or range of the process that
-// started at t (plugin CLOCK_MONOTONIC ns): the step whose range holds t.
+// started at t (plugin CLOCK_MONOTONIC ns): the step whose range holds t,
+// and the process's pipeline stage.
 func (pr *process) labelsAt(t uint64) profiler.Labels {
 	l := profiler.NoLabels
+	l.Stage = pr.stage
 	for i := len(pr.steps) - 1; i >= 0; i-- {
 		s := &pr.steps[i]
 		if s.start <= t {

@@ -1053,3 +1053,89 @@ func TestCollectorLoneProcessAfterAWhile(t *testing.T) {
 		}
 	}
 }
+
+func TestIsPipelineName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"PIPELINE_MODEL_PARALLEL_GROUP": true, // Megatron-LM's
+		"pp":                            true,
+		"mesh_pp":                       true, // a device mesh's dimension
+		"PP-group":                      true,
+		"pipe":                          true,
+		"DATA_PARALLEL_GROUP":           false,
+		"dp":                            false,
+		"app":                           false,
+		"ppo":                           false,
+		"pp3":                           false,
+		"default_pg":                    false,
+		"":                              false,
+	} {
+		if got := isPipelineName(name); got != want {
+			t.Errorf("isPipelineName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestCollectorPipelineStage: a process's rank in its pipeline
+// communicator is its stage, on every record delivered after it was made
+// — the step, its kernels; a data-parallel communicator made first gives
+// none, and a range delivered before carries none.
+func TestCollectorPipelineStage(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		opts    []Option
+		comm    string // the communicator that should stage the process
+		ignored string // one named like a pipeline's, not chosen
+	}{
+		{name: "by name", comm: "PIPELINE_MODEL_PARALLEL_GROUP"},
+		{name: "named by the user", opts: []Option{WithPipelineGroup("stages")}, comm: "stages", ignored: "pp"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			col, sink, _ := newTestCollector(t, c.opts...)
+			const host = 5_000_000_000
+			us := func(n uint64) uint64 { return host + n*1000 }
+			h := helloFrame(wireVersion, 621, "n")
+			binary.LittleEndian.PutUint32(h[96:], 6) // RANK=5
+			parts := [][]byte{h,
+				rangeFrame(10, 0, 1, 0, us(0), us(1), 0, "setup"), // before any communicator
+				wireRec{kind: 1, hash: 1, rank: 0, nranks: 2, nnodes: 1, peer: 3, name: "DATA_PARALLEL_GROUP"}.frame(),
+			}
+			if c.ignored != "" {
+				parts = append(parts, wireRec{kind: 1, hash: 2, rank: 3, nranks: 4, nnodes: 1, peer: 3, name: c.ignored}.frame())
+			}
+			parts = append(parts,
+				wireRec{kind: 1, hash: 3, rank: 1, nranks: 4, nnodes: 1, peer: 3, name: c.comm}.frame(),
+				activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"))
+			parts = append(parts, nameFrames(1, "gemm")...)
+			parts = append(parts,
+				rangeFrame(10, 1, 2, 0, us(10), 0, 0, "step 0"),
+				rangeFrame(10, 0, 2, 0, us(10), us(100), 0, "step 0"),
+				activityFrame(1, us(20), us(60), 3, 7, 1, 0, 0, ""),
+				rangeFrame(10, 1, 3, 0, us(125), 0, 0, "step 1"),
+				activityFrame(1, us(120), us(130), 3, 7, 1, 0, 0, ""),
+			)
+			conn := send(t, col, stream(parts...), true)
+			t.Cleanup(func() { conn.Close() })
+			recs := sink.wait(t, 4)
+			conn.Close()
+			names := map[string]int{}
+			for _, r := range recs {
+				names[r.Name]++
+				want := int16(1)
+				if r.Name == "setup" {
+					// Delivered at once (its rank known from the
+					// launcher), before the pipeline communicator came.
+					want = profiler.None
+				}
+				if r.Rank != 5 || r.Stage != want {
+					t.Errorf("%s: rank %d stage %d, want rank 5 at stage %d", r.Name, r.Rank, r.Stage, want)
+				}
+			}
+			if names["setup"] != 1 || names["step"] != 1 || names["gemm"] != 2 {
+				t.Errorf("records by name %v", names)
+			}
+			if st := col.Stats(); st.PipelineGroup != c.comm || st.Stages != 4 || st.Staged != 1 {
+				t.Errorf("stats: pipeline group %q of %d stages, %d staged; want %q, 4, 1", st.PipelineGroup, st.Stages, st.Staged, c.comm)
+			}
+		})
+	}
+}

@@ -235,10 +235,17 @@ static void* kernel_thread(void* arg) {
  * drive_init initialises the communicator, drive_ops makes the
  * collectives, p2p operations and (on another thread) their kernel
  * channels and proxy operations, drive_finish finalises. */
+/* The communicator's name: TEST_PLUGIN_COMM_NAME when set (a pipeline's,
+ * say), else a data-parallel group's. */
+static const char* comm_name(void) {
+  const char* n = getenv("TEST_PLUGIN_COMM_NAME");
+  return n && *n ? n : "pg-data-parallel";
+}
+
 static void* drive_init(ncclProfiler_v5_t* p, int rank, int nranks) {
   void* ctx = NULL;
   int mask = -1;
-  if (p->init(&ctx, 0xabcdef0123456789ull, &mask, "pg-data-parallel", 1, nranks, rank, NULL) != ncclSuccess || !ctx) _exit(3);
+  if (p->init(&ctx, 0xabcdef0123456789ull, &mask, comm_name(), 1, nranks, rank, NULL) != ncclSuccess || !ctx) _exit(3);
   if (mask != (ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileProxyOp)) _exit(4);
   return ctx;
 }
@@ -384,7 +391,7 @@ static void check_main_records(const struct stream* s, pid_t pid, int ranges) {
     if (r->kind == TSNP_RANGE) continue;
     if (r->kind != TSNP_DROPS) {
       CHECK(r->comm_hash == 0xabcdef0123456789ull, "record %zu hash %llx", i, (unsigned long long)r->comm_hash);
-      CHECK(strcmp(r->comm_name, "pg-data-parallel") == 0, "record %zu comm name %.32s", i, r->comm_name);
+      CHECK(strcmp(r->comm_name, comm_name()) == 0, "record %zu comm name %.32s", i, r->comm_name);
       CHECK(r->rank == 1 && r->nranks == 4, "record %zu rank %d/%d", i, r->rank, r->nranks);
     }
     switch (r->kind) {

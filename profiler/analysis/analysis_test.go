@@ -430,3 +430,68 @@ func TestTransferOutlastsKernel(t *testing.T) {
 		check(t, recs)
 	})
 }
+
+// TestKernelBubbles: a wrapped pipeline's step, its kernels carrying
+// their rank's stage and no phase. The span runs from the step's first
+// kernel on any rank (10 ms) to its last (95 ms), 85 ms; stage 0's
+// kernels cover 20 + 10 + 10 ms of it (bubble 45 ms), stage 1's 20 + 25
+// (bubble 40 ms). There is no chunk or microbatch, so no ideal and no
+// split by chunk. The same kernels without a stage (a job with no
+// pipeline communicator) have no bubbles at all.
+func TestKernelBubbles(t *testing.T) {
+	records := func(stage func(rank int) int) []profiler.Record {
+		var b build
+		kernel := func(rank int, from, to float64) {
+			b.add(profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Rank: rank, Stream: 7,
+				Labels: labels(0, stage(rank), profiler.None, profiler.None, profiler.PhaseNone), HostStart: d(from), HostEnd: d(from),
+				HasDevice: true, DeviceStart: d(from), DeviceEnd: d(to)})
+		}
+		for r := range 2 {
+			b.step(r, 0, stage(r), 0, 100)
+		}
+		kernel(0, 10, 30)
+		kernel(0, 50, 60)
+		kernel(0, 80, 90)
+		kernel(1, 20, 40)
+		kernel(1, 70, 95)
+		return b.recs
+	}
+	steps := Analyze(records(func(r int) int { return r }))
+	if len(steps) != 1 {
+		t.Fatalf("%d steps", len(steps))
+	}
+	st := steps[0]
+	if st.Span.Start != d(10) || st.Span.End != d(95) {
+		t.Errorf("span %v–%v, want 10ms–95ms", st.Span.Start, st.Span.End)
+	}
+	want := map[int]time.Duration{0: d(45), 1: d(40)}
+	if len(st.Stages) != 2 {
+		t.Fatalf("stages %+v", st.Stages)
+	}
+	for _, s := range st.Stages {
+		if s.Bubble != want[s.Stage] || len(s.Chunks) != 0 || s.Drain != 0 {
+			t.Errorf("stage %d: bubble %v, chunks %v, drain %v; want %v, none, 0", s.Stage, s.Bubble, s.Chunks, s.Drain, want[s.Stage])
+		}
+	}
+	if p := st.Pipeline; p.Stages != 2 || p.Chunks != 0 || p.Microbatches != 0 || !math.IsNaN(p.Ideal) {
+		t.Errorf("pipeline %+v, want 2 stages, no chunk, no microbatch, no ideal", p)
+	}
+	var report strings.Builder
+	if err := WriteReport(&report, Summarize(steps)); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"pipeline: 2 stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with",
+		"Stage  Ranks×steps  Bubble/step(ms)  Bubble %\n",
+		"0            1           45.000      52.9\n",
+		"1            1           40.000      47.1\n",
+	} {
+		if !strings.Contains(report.String(), line) {
+			t.Errorf("report lacks %q:\n%s", line, report.String())
+		}
+	}
+	none := Analyze(records(func(int) int { return profiler.None }))
+	if len(none) != 1 || len(none[0].Stages) != 0 || none[0].Span.Len() != 0 {
+		t.Errorf("kernels without a stage: stages %+v, span %v; want none", none[0].Stages, none[0].Span)
+	}
+}

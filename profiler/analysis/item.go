@@ -64,9 +64,16 @@ func keep(r *profiler.Record) (item, bool) {
 }
 
 // pipelineCompute reports whether it is forward or backward computation:
-// the work whose gaps are the pipeline bubble.
+// the work whose gaps are the pipeline bubble. A traced kernel of a
+// pipeline stage that carries no phase (a wrapped job's: its stage from
+// its pipeline communicator) counts too: nothing tells its forward from
+// its backward or its optimizer.
 func (it *item) pipelineCompute() bool {
-	return it.work.Activity == profiler.ActivityCompute && (it.phase == profiler.Forward || it.phase == profiler.Backward)
+	if it.work.Activity != profiler.ActivityCompute {
+		return false
+	}
+	return it.phase == profiler.Forward || it.phase == profiler.Backward ||
+		it.kind == profiler.KindKernel && it.phase == profiler.PhaseNone && it.stage != profiler.None
 }
 
 // span is the interval a collective occupies on its rank: the device

@@ -390,6 +390,11 @@ func bubble(rk *Rank, items []item, span profiler.Interval) {
 	}
 	busy := profiler.BusyIntervals(nil, work)
 	rk.Bubble = span.Len() - clippedLen(busy, span)
+	if maxChunk < 0 {
+		// No chunk labels (a wrapped job's kernels): no split of the
+		// bubble by chunk, and no tail told from it.
+		return
+	}
 	rk.Chunks = make([]time.Duration, maxChunk+1)
 	at := span.Start
 	for _, b := range busy {

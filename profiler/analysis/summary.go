@@ -387,22 +387,28 @@ func WriteReport(w io.Writer, s Summary) error {
 func writeFigures(w io.Writer, s Summary) error {
 	p := s.Pipeline
 	if len(s.Stages) > 0 {
-		if !math.IsNaN(p.Ideal) {
-			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last forward/backward)\n",
-				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
-		} else {
-			fmt.Fprintln(w, "pipeline: shape unknown or not the same in every step; no ideal bubble to compare with")
-		}
 		chunks := 0
 		for _, st := range s.Stages {
 			chunks = max(chunks, len(st.Chunks))
+		}
+		switch {
+		case !math.IsNaN(p.Ideal):
+			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last forward/backward)\n",
+				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
+		case p.Stages > 0 && p.Chunks == 0 && p.Microbatches == 0:
+			fmt.Fprintf(w, "pipeline: %d stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with; the span is a step's first to last kernel, the optimizer's included\n", p.Stages)
+		default:
+			fmt.Fprintln(w, "pipeline: shape unknown or not the same in every step; no ideal bubble to compare with")
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprint(tw, "Stage\tRanks×steps\tBubble/step(ms)\tBubble %\t")
 		for c := range chunks {
 			fmt.Fprintf(tw, "chunk %d(ms)\t", c)
 		}
-		fmt.Fprintln(tw, "drain(ms)\t")
+		if chunks > 0 {
+			fmt.Fprint(tw, "drain(ms)\t")
+		}
+		fmt.Fprintln(tw)
 		for _, st := range s.Stages {
 			n := time.Duration(max(st.RankSteps, 1))
 			stage := "-"
@@ -417,7 +423,10 @@ func writeFigures(w io.Writer, s Summary) error {
 					fmt.Fprint(tw, "-\t")
 				}
 			}
-			fmt.Fprintf(tw, "%.3f\t\n", ms(st.Drain/n))
+			if chunks > 0 {
+				fmt.Fprintf(tw, "%.3f\t", ms(st.Drain/n))
+			}
+			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
