@@ -210,8 +210,10 @@ type process struct {
 	// until one is known.
 	device int32
 	// stage is the process's rank in the pipeline's communicator
-	// (WithPipelineGroup), profiler.None until one is known.
-	stage int16
+	// (WithPipelineGroup), profiler.None until one is known; stages that
+	// communicator's size.
+	stage  int16
+	stages int32
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
 	latest uint64
@@ -1068,17 +1070,22 @@ func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 }
 
 // stageLocked takes the process's pipeline stage from a communicator it
-// made, if that is the pipeline's (WithPipelineGroup) and it has none yet.
+// made, if that is the pipeline's (WithPipelineGroup) and larger than any
+// it took a stage from before: PyTorch makes a communicator of two ranks,
+// named as its process group, for a send or receive outside a batch, and
+// a process's rank in that is not its stage.
 func (c *Collector) stageLocked(pr *process, r Record) {
-	if pr.stage != profiler.None || r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 {
+	if r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || r.NRanks <= pr.stages {
 		return
 	}
 	if want := c.cfg.pipeline; want != "" && r.CommName != want || want == "" && !isPipelineName(r.CommName) {
 		return
 	}
-	pr.stage = int16(r.Rank)
-	c.stats.Staged++
-	if c.stats.PipelineGroup == "" {
+	if pr.stage == profiler.None {
+		c.stats.Staged++
+	}
+	pr.stage, pr.stages = int16(r.Rank), r.NRanks
+	if int(r.NRanks) > c.stats.Stages {
 		c.stats.PipelineGroup, c.stats.Stages = r.CommName, int(r.NRanks)
 	}
 }

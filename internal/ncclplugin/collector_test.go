@@ -1085,9 +1085,11 @@ func TestCollectorPipelineStage(t *testing.T) {
 		opts    []Option
 		comm    string // the communicator that should stage the process
 		ignored string // one named like a pipeline's, not chosen
+		pair    bool   // a send's two-rank communicator of the same name comes first
 	}{
 		{name: "by name", comm: "PIPELINE_MODEL_PARALLEL_GROUP"},
 		{name: "named by the user", opts: []Option{WithPipelineGroup("stages")}, comm: "stages", ignored: "pp"},
+		{name: "after a pair's communicator", comm: "PIPELINE_MODEL_PARALLEL_GROUP", pair: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			col, sink, _ := newTestCollector(t, c.opts...)
@@ -1101,6 +1103,11 @@ func TestCollectorPipelineStage(t *testing.T) {
 			}
 			if c.ignored != "" {
 				parts = append(parts, wireRec{kind: 1, hash: 2, rank: 3, nranks: 4, nnodes: 1, peer: 3, name: c.ignored}.frame())
+			}
+			if c.pair {
+				// PyTorch's communicator for an unbatched send to the
+				// next stage: rank 0 of 2, not the stage.
+				parts = append(parts, wireRec{kind: 1, hash: 4, rank: 0, nranks: 2, nnodes: 1, peer: 3, name: c.comm}.frame())
 			}
 			parts = append(parts,
 				wireRec{kind: 1, hash: 3, rank: 1, nranks: 4, nnodes: 1, peer: 3, name: c.comm}.frame(),
