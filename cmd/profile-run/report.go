@@ -65,7 +65,13 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 	case len(dirs) == 0:
 		return nil, usagef("report: no run directory (profile-run report RUN_DIR --html)")
 	case len(dirs) > 1:
-		return nil, usagef("report: one run directory at a time, not %d (%s)", len(dirs), strings.Join(dirs, ", "))
+		// Several hosts' runs of one job: import puts them on one clock.
+		traces := make([]string, len(dirs))
+		for i, d := range dirs {
+			traces[i] = filepath.Join(d, "trace.json")
+		}
+		return nil, usagef("report: one run directory at a time, not %d (%s); for one job's runs on several hosts, import their traces together first (profile-run import %s), which aligns their clocks, then report on the import's run directory",
+			len(dirs), strings.Join(dirs, ", "), strings.Join(traces, " "))
 	case !o.html:
 		return nil, usagef("report: say which report: --html (the one format so far)")
 	}
