@@ -13,7 +13,10 @@
 #      collectives section, a straggler of known lateness;
 #   5. a wrapped DDP job with NVTX steps (scripts/gpu-wrap.sh ddp), one
 #      GPU per rank, its kernels traced: steps, all-reduces per step,
-#      busy time.
+#      busy time;
+#   6. a wrapped pp=2 × dp=2 job named as Megatron-LM names its groups
+#      (scripts/gpu-wrap.sh pipeline): stages, busy per stage, collectives
+#      matched within their own communicator.
 #
 #   scripts/gpu-two.sh build          # here: every binary into .bin/
 #   OUT=... scripts/gpu-two.sh run    # there; results under $OUT
@@ -65,10 +68,12 @@ run() {
 	echo "== 5. wrapped DDP job with NVTX steps, its kernels traced"
 	OUT=$OUT/wrap-ddp bash "$root/scripts/gpu-wrap.sh" ddp 2>&1 | tail -12
 	grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
+	echo "== 6. wrapped pipeline job (pp 2 × dp 2), Megatron-LM's group names"
+	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | tail -14
 
 	# Only the logs come back: what comes back is limited in count, and
 	# the run directories (traces, profiles, MPS's pipes) would crowd them out.
-	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps"
+	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/mps"
 	find "$OUT" -type f | sort
 }
 

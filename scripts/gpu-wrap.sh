@@ -29,6 +29,12 @@
 #   steps.txt    a wrapped run whose every call is an NVTX "step N" range
 #                (--nvtx-steps): its report's steps per rank against the
 #                script's count
+#   pipeline.txt a wrapped pp=2 × dp=2 job of four processes
+#                (examples/torch/pipeline_steps.py, Megatron-LM's group
+#                names; pipeline mode only): the stages the report gives
+#                against the script's, each stage's busy time against the
+#                script's CUDA events, every collective matched within its
+#                own communicator
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
 # With one GPU the two ranks share it, under MPS where the machine has it
 # (MPS=0 to run without), which the script starts and stops.
@@ -56,6 +62,8 @@ run() {
 	local ngpu np=2 share=()
 	ngpu=$(nvidia-smi -L | wc -l)
 	[ "$ngpu" -lt 2 ] && share=(--share-gpu)
+	# The pipeline job has four ranks.
+	[ "${1:-all}" = pipeline ] && [ "$ngpu" -lt 4 ] && share=(--share-gpu)
 	# Two processes on one GPU time-slice it unless MPS runs their
 	# kernels side by side; without it a rank's kernel waits while the
 	# other's runs, and no timing of a grouped send/recv pair can agree
@@ -82,6 +90,7 @@ run() {
 	[ "${1:-all}" = signals ] && { signals; return; }
 	[ "${1:-all}" = steps ] && { steps; return; }
 	[ "${1:-all}" = ddp ] && { ddp; return; }
+	[ "${1:-all}" = pipeline ] && { pipeline; return; }
 	[ "${1:-all}" = kernels ] && { kernels; return; }
 	[ "${1:-all}" = overhead ] && { overhead; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
@@ -194,6 +203,17 @@ ddp() {
 	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp.log" "$OUT/ddp-report.txt" "$OUT"/ddp/*/trace.json | tee "$OUT/ddp.txt"
 }
 
+pipeline() {
+	echo "== pipeline: pp 2 × dp 2, NVTX steps, kernels traced"
+	timeout -k 10 300 "$pr" -out "$OUT/pipeline" -metrics-addr off -progress off -quiet -trace-steps all -- \
+		python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
+		"$root/examples/torch/pipeline_steps.py" "${share[@]}" --pp 2 >"$OUT/pipeline.log" 2>&1
+	echo "exit $?" >>"$OUT/pipeline.log"
+	cp "$OUT"/pipeline/*/report.txt "$OUT/pipeline-report.txt"
+	python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/pipeline.log" "$OUT/pipeline-report.txt" | tee "$OUT/pipeline.txt"
+	rm -f "$OUT"/pipeline/*/calls.rank*.gz
+}
+
 overhead() {
 	# 2. Overhead: the script's wall time, fresh processes interleaved.
 	echo "== overhead"
@@ -303,12 +323,13 @@ run) run all ;;
 signals) run signals ;;
 steps) run steps ;;
 ddp) run ddp ;;
+pipeline) run pipeline ;;
 kernels) run kernels ;;
 overhead) run overhead ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|kernels" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|pipeline|kernels" >&2
 	exit 2
 	;;
 esac

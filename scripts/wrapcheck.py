@@ -46,6 +46,19 @@ the script's own CUDA-event time of the step's GPU work, which also holds
 the gaps between kernels (2–6 % of it on an H200, varying from run to
 run while the kernels' time does not); the report's busy share of the steps within
 half a point of the share the trace's kernels cover.
+
+    python3 scripts/wrapcheck.py --pipeline wrapped.log report.txt
+
+checks a run of examples/torch/pipeline_steps.py (pp × dp ranks, groups
+named as Megatron-LM names them, -trace-steps all): the summary's
+pipeline line staging every process by the "PIPELINE_MODEL_PARALLEL_GROUP"
+communicator; each rank's stage in the report's step breakdown against
+the script's; each rank's busy time per step (busy share × mean step)
+within 10 % of the script's own CUDA-event time of its forward and
+backward computation; the stage table with a row per stage (its bubbles
+printed beside GPipe's ideal (p−1)/(m+p−1)); and every step analysed
+complete, which needs each collective matched within its own
+communicator though several share a name.
 """
 
 import collections
@@ -212,6 +225,69 @@ def ddp(log, report, trace):
     return 1 if bad else 0
 
 
+def pipeline(log, report):
+    """A wrapped run of examples/torch/pipeline_steps.py."""
+    text_log = open(log, errors="replace").read()
+    runs = [json.loads(l[l.find('{"tool": "pipeline_steps"'):]) for l in text_log.splitlines() if '{"tool": "pipeline_steps"' in l]
+    if not runs:
+        print("FAIL pipeline: no pipeline_steps lines in %s" % log)
+        return 1
+    pp, dp, m = runs[0]["pp"], runs[0]["dp"], runs[0]["microbatches"]
+    bad = 0
+    summ = re.search(r'pipeline: (\d+) process\(es\) staged by their rank in communicator "([^"]*)" \((\d+) stages\)', text_log)
+    ok = summ is not None and int(summ.group(1)) == pp * dp and summ.group(2) == "PIPELINE_MODEL_PARALLEL_GROUP" and int(summ.group(3)) == pp
+    bad += not ok
+    print("%s pipeline summary: %s (want %d processes, %d stages)" % ("PASS" if ok else "FAIL", summ.group(0) if summ else "no pipeline line", pp * dp, pp))
+    text = open(report, errors="replace").read()
+    rows = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)\s+Busy %\s+Idle %", line):
+            for row in lines[i + 1:]:
+                f = row.split()
+                if len(f) < 6 or not f[0].isdigit():
+                    break
+                rows[int(f[0])] = (f[1], int(f[2]), float(f[3]), f[4])
+            break
+    for r in sorted(runs, key=lambda r: r["rank"]):
+        got = rows.get(r["rank"])
+        ok = got is not None and got[0] == str(r["stage"]) and got[1] == r["steps"]
+        bad += not ok
+        print("%s pipeline rank %d: report stage %s, %s steps; the script's stage %d, %d steps"
+              % ("PASS" if ok else "FAIL", r["rank"], got[0] if got else "-", got[1] if got else "-", r["stage"], r["steps"]))
+        if got is None or got[3] == "-":
+            bad += 1
+            print("FAIL pipeline rank %d: no busy time (kernels not traced?)" % r["rank"])
+            continue
+        busy_ms = float(got[3]) / 100 * got[2]
+        want_ms = statistics.mean(r["compute_ms"])
+        ok = abs(busy_ms - want_ms) <= 0.10 * want_ms
+        bad += not ok
+        print("%s pipeline rank %d: busy %.3f ms a step (%s%% of %.3f ms); its forward and backward by CUDA events %.3f ms (%+.1f%%)"
+              % ("PASS" if ok else "FAIL", r["rank"], busy_ms, got[3], got[2], want_ms, 100 * (busy_ms / want_ms - 1)))
+    stages = {}
+    for i, line in enumerate(lines):
+        if re.match(r"\s*Stage\s+Ranks×steps\s+Bubble/step\(ms\)\s+Bubble %", line):
+            for row in lines[i + 1:]:
+                f = row.split()
+                if len(f) < 4 or not f[0].isdigit():
+                    break
+                stages[int(f[0])] = (float(f[2]), f[3])
+            break
+    ok = sorted(stages) == list(range(pp))
+    bad += not ok
+    ideal = (pp - 1) / (m + pp - 1)
+    print("%s pipeline stage table: %s (bubble ms a step, %% of the span); GPipe's ideal (p-1)/(m+p-1) = %.1f%%"
+          % ("PASS" if ok else "FAIL", stages or "none", 100 * ideal))
+    c = re.search(r"(\d+) of (\d+) steps complete", text)
+    ok = c is not None and c.group(1) == c.group(2) and int(c.group(1)) > 0
+    bad += not ok
+    print("%s pipeline analysis: %s" % ("PASS" if ok else "FAIL", c.group(0) if c else "no steps analysed"))
+    for p in re.findall(r"^\s+(?:step \d+: )?collective .*$|^.*not recorded by every rank.*$", text, re.M)[:3]:
+        print("  problem: %s" % p.strip())
+    return 1 if bad else 0
+
+
 def union_us(intervals, lo, hi):
     """The length of the union of intervals (start, end), clipped to [lo, hi]."""
     total, cur_s, cur_e = 0.0, None, None
@@ -293,6 +369,8 @@ def kernels(log, report, trace):
 def main(argv):
     if len(argv) == 5 and argv[1] == "--kernels":
         return kernels(argv[2], argv[3], argv[4])
+    if len(argv) == 4 and argv[1] == "--pipeline":
+        return pipeline(argv[2], argv[3])
     if len(argv) == 5 and argv[1] == "--ddp":
         return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":
