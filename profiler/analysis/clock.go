@@ -310,21 +310,18 @@ func estimate(items []item, domains map[int]int) Offsets {
 	off := map[int64]time.Duration{ref: 0}
 	samples := map[int64]int{}
 	viaP2P := map[int64]bool{}
-	// best is the clock not yet aligned that shares the most of deps with
-	// the aligned ones, and how many.
-	best := func(deps []map[int64]time.Duration) (int64, int) {
+	coll, sends := newLinks(cdeps), newLinks(pdeps)
+	coll.align(ref, 0)
+	sends.align(ref, 0)
+	// best is the clock not yet aligned that shares the most of l's
+	// departures with the aligned ones, and how many.
+	best := func(l *links) (int64, int) {
 		b, bn := int64(0), 0
 		for _, c := range clocks {
 			if _, done := off[c]; done {
 				continue
 			}
-			n := 0
-			for _, d := range deps {
-				if _, ok := d[c]; ok && alignedIn(d, off) > 0 {
-					n++
-				}
-			}
-			if n > bn {
+			if n := l.shared[c]; n > bn {
 				b, bn = c, n
 			}
 		}
@@ -336,25 +333,25 @@ func estimate(items []item, domains map[int]int) Offsets {
 	// those, of its departure less the aligned clocks' median aligned
 	// departure.
 	for {
-		set, p2p := cdeps, false
-		c, n := best(cdeps)
+		l, p2p := coll, false
+		c, n := best(coll)
 		if n == 0 {
-			set, p2p = pdeps, true
-			c, n = best(pdeps)
+			l, p2p = sends, true
+			c, n = best(sends)
 		}
 		if n == 0 {
 			break
 		}
 		var diffs []time.Duration
-		for _, d := range set {
-			t, ok := d[c]
-			if !ok || alignedIn(d, off) == 0 {
-				continue
+		for _, i := range l.in[c] {
+			if len(l.aligned[i]) > 0 {
+				diffs = append(diffs, l.deps[i][c]-l.median(i))
 			}
-			diffs = append(diffs, t-alignedMedian(d, off))
 		}
 		off[c], samples[c], viaP2P[c] = medianOf(diffs), len(diffs), p2p
 		o.collectives = o.collectives || !p2p
+		coll.align(c, off[c])
+		sends.align(c, off[c])
 	}
 	refSet := cdeps
 	if len(cdeps) == 0 {
@@ -404,14 +401,57 @@ func estimate(items []item, domains map[int]int) Offsets {
 	return o
 }
 
-func alignedIn[K comparable](d map[K]time.Duration, off map[K]time.Duration) int {
-	n := 0
-	for r := range d {
-		if _, ok := off[r]; ok {
-			n++
+// links indexes departures (of collectives, or of sends matched with
+// their receives) by clock, and counts, as clocks are aligned, how many
+// of each clock's are shared with an aligned clock: what the growth of
+// the aligned set picks by, without a pass over every departure per
+// candidate.
+type links struct {
+	deps []map[int64]time.Duration
+	in   map[int64][]int // per clock, the departures it is in
+	// aligned is, per departure, its aligned clocks' departures put on
+	// the reference clock, sorted: their median in O(1).
+	aligned [][]time.Duration
+	shared  map[int64]int // per clock, its departures with an aligned clock
+}
+
+func newLinks(deps []map[int64]time.Duration) *links {
+	l := &links{deps: deps, in: map[int64][]int{}, aligned: make([][]time.Duration, len(deps)), shared: map[int64]int{}}
+	for i, d := range deps {
+		for c := range d {
+			l.in[c] = append(l.in[c], i)
 		}
 	}
-	return n
+	return l
+}
+
+// align counts clock c aligned with offset off.
+func (l *links) align(c int64, off time.Duration) {
+	for _, i := range l.in[c] {
+		v := l.aligned[i]
+		if len(v) == 0 {
+			for c2 := range l.deps[i] {
+				l.shared[c2]++
+			}
+		}
+		t := l.deps[i][c] - off
+		at, _ := slices.BinarySearch(v, t)
+		l.aligned[i] = slices.Insert(v, at, t)
+	}
+}
+
+// median is the median of departure i's aligned clocks' departures, on
+// the reference clock; 0 for none.
+func (l *links) median(i int) time.Duration {
+	v := l.aligned[i]
+	n := len(v)
+	switch {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return v[n/2]
+	}
+	return v[n/2-1] + (v[n/2]-v[n/2-1])/2
 }
 
 // alignedMedian is the median aligned departure of d's aligned members.

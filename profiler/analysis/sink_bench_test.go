@@ -106,3 +106,64 @@ func BenchmarkCallSink(b *testing.B) {
 		rate(b)
 	})
 }
+
+// BenchmarkEstimateOffsets measures the clock estimate profile-run import
+// makes once over every record of the files it reads, beside its baseline,
+// the collectives' matching it rests on (analysis.Analyze without
+// alignment, which matches them step by step). 64 ranks × 2,000
+// all-reduces of 8 groups of 8 and 2,000 of all 64, in 100 steps; each
+// rank on a clock of its own (64 files, as torch.profiler writes them) and
+// by host (8 files of 8 ranks, one profile-run per host).
+func BenchmarkEstimateOffsets(b *testing.B) {
+	const ranks, perHost, steps, calls = 64, 8, 100, 2000
+	var recs []profiler.Record
+	id := uint64(0)
+	coll := func(r int, step int32, group string, size, grank int, seq uint64, at time.Duration) {
+		id++
+		recs = append(recs, profiler.Record{ID: id, Name: "AllReduce", Kind: profiler.KindCollective, Rank: r,
+			Labels:    profiler.Labels{Step: step, Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None, Phase: profiler.Comm},
+			HostStart: at, HostEnd: at, HasDevice: true, DeviceStart: at, DeviceEnd: at + 300*time.Microsecond + time.Duration(r%5)*time.Microsecond,
+			Collective: profiler.Collective{Op: "AllReduce", Group: group, GroupSize: int32(size), GroupRank: int32(grank), Peer: -1, Root: -1, Seq: seq, Bytes: 1 << 20}})
+	}
+	for k := range calls {
+		step := int32(k * steps / calls)
+		t := time.Duration(k) * time.Millisecond
+		for r := range ranks {
+			skew := time.Duration(r/perHost) * 3 * time.Millisecond // each host's clock
+			coll(r, step, "node"+string(rune('a'+r/perHost)), perHost, r%perHost, uint64(k), t+skew+time.Duration(r%3)*time.Microsecond)
+			coll(r, step, "world", ranks, r, uint64(k), t+500*time.Microsecond+skew)
+		}
+	}
+	hosts := map[int]int{}
+	for r := range ranks {
+		hosts[r] = r / perHost
+	}
+	rate := func(b *testing.B) {
+		b.ReportMetric(float64(len(recs))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	}
+	b.Run("ranks", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if o := analysis.EstimateOffsets(recs); len(o.Unaligned) != 0 {
+				b.Fatalf("unaligned %v", o.Unaligned)
+			}
+		}
+		rate(b)
+	})
+	b.Run("hosts", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if o := analysis.EstimateOffsets(recs, analysis.WithClockDomains(hosts)); len(o.Unaligned) != 0 {
+				b.Fatalf("unaligned %v", o.Unaligned)
+			}
+		}
+		rate(b)
+	})
+	b.Run("match", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = analysis.Analyze(recs)
+		}
+		rate(b)
+	})
+}
