@@ -127,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar (the status line; off a terminal as auto), log or off")
 	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
-	fs.StringVar(&o.pipelineGroup, "pipeline-group", "", `a wrapped command's communicator whose ranks are pipeline stages (default: the first whose name holds "pipe" or the word "pp", as Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP): each process's rank in it is its stage, for bubbles per stage (docs/wrap.md)`)
+	fs.StringVar(&o.pipelineGroup, "pipeline-group", "", `a wrapped command's communicator whose ranks are pipeline stages (default: the largest whose name holds "pipe" or the word "pp", as Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP): each process's rank in it is its stage, for bubbles per stage (docs/wrap.md)`)
 	fs.StringVar(&o.stepRange, "step-range", profiler.StepName, `a wrapped command's NVTX range that brackets one training step ("step 12", "step_12" count too; "" for none): its ranges and NCCL operations are then accounted per step (docs/wrap.md)`)
 	fs.BoolVar(&o.kernels, "kernels", true, "trace a wrapped command's kernels, memory copies and memsets on the GPU (CUPTI, through the plugin as the command's CUDA injection library), for busy and idle time per step; false leaves CUPTI to the command (torch.profiler, Nsight) (docs/wrap.md)")
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")

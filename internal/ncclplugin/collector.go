@@ -65,11 +65,11 @@ func WithStepRange(name string) Option {
 }
 
 // WithPipelineGroup names the communicator whose ranks are a pipeline's
-// stages (default: the first a process makes whose name says so, as
+// stages (default: the largest a process makes whose name says so, as
 // isPipelineName tells: Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP, a
 // device mesh's "pp"). A process's rank in it is its stage: every record
-// of the process carries it, and the step analysis then has bubbles per
-// stage.
+// the process delivers after carries it, and the step analysis then has
+// bubbles per stage.
 func WithPipelineGroup(name string) Option {
 	return optionFunc(func(c *config) { c.pipeline = name })
 }
