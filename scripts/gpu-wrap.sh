@@ -84,7 +84,11 @@ run() {
 		date -u
 		nvidia-smi -L
 		python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
-		echo "ranks: $np on $ngpu GPU(s) ${share[*]}${mps:+ (MPS)}"
+		if [ "${1:-all}" = pipeline ]; then
+			echo "ranks: 4 (pp 2 × dp 2) on $ngpu GPU(s) ${share[*]}${mps:+ (MPS)}"
+		else
+			echo "ranks: $np on $ngpu GPU(s) ${share[*]}${mps:+ (MPS)}"
+		fi
 	} >"$OUT/env.log" 2>&1
 
 	[ "${1:-all}" = signals ] && { signals; return; }

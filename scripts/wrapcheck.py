@@ -159,7 +159,10 @@ def step_rows(text):
                 f = row.split()
                 if len(f) < 6 or not f[0].isdigit():
                     break
-                rows[int(f[0])] = (int(f[2]), float(f[3]), f[4], f[5])
+                try:
+                    rows[int(f[0])] = (int(f[2]), float(f[3]), f[4], f[5])
+                except ValueError:  # a rank with no step: "-" for its mean
+                    rows[int(f[0])] = (0, 0.0, "-", "-")
             break
     return rows
 
@@ -247,7 +250,10 @@ def pipeline(log, report):
                 f = row.split()
                 if len(f) < 6 or not f[0].isdigit():
                     break
-                rows[int(f[0])] = (f[1], int(f[2]), float(f[3]), f[4])
+                try:
+                    rows[int(f[0])] = (f[1], int(f[2]), float(f[3]), f[4])
+                except ValueError:  # a rank with no step: "-" for its mean
+                    rows[int(f[0])] = (f[1], 0, 0.0, "-")
             break
     for r in sorted(runs, key=lambda r: r["rank"]):
         got = rows.get(r["rank"])
@@ -255,7 +261,7 @@ def pipeline(log, report):
         bad += not ok
         print("%s pipeline rank %d: report stage %s, %s steps; the script's stage %d, %d steps"
               % ("PASS" if ok else "FAIL", r["rank"], got[0] if got else "-", got[1] if got else "-", r["stage"], r["steps"]))
-        if got is None or got[3] == "-":
+        if got is None or got[3] == "-" or got[2] <= 0:
             bad += 1
             print("FAIL pipeline rank %d: no busy time (kernels not traced?)" % r["rank"])
             continue
@@ -272,7 +278,10 @@ def pipeline(log, report):
                 f = row.split()
                 if len(f) < 4 or not f[0].isdigit():
                     break
-                stages[int(f[0])] = (float(f[2]), f[3])
+                try:
+                    stages[int(f[0])] = (float(f[2]), f[3])
+                except ValueError:
+                    stages[int(f[0])] = (0.0, f[3])
             break
     ok = sorted(stages) == list(range(pp))
     bad += not ok

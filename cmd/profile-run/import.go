@@ -239,18 +239,15 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	if o.importing > 1 {
 		// One estimate over every collective of the files is steadier
 		// than one per step, and puts the trace's timelines on one clock.
-		est := analysis.EstimateOffsets(recs, analysis.WithClockDomains(o.clocks))
-		est.RequireSamples(analysis.MinClockSamples)
-		for r := range est.Offset {
-			if o.clocks[r] != o.clocks[est.Reference] {
-				// Another file's clock was put on the reference's.
-				est.Apply(recs)
-				o.applied = &est
-				break
-			}
+		// A file's clock is aligned only through enough collectives
+		// shared with the others; what is not aligned is left as
+		// recorded, and the analyses say so rather than align it on a
+		// step's one or two collectives.
+		est := analysis.EstimateOffsets(recs, analysis.WithClockDomains(o.clocks), analysis.WithMinClockSamples(analysis.MinClockSamples))
+		if est.Joined > 0 {
+			est.Apply(recs)
 		}
-		// Else no file shares enough collectives with another: the
-		// analyses say why the clocks were left as recorded.
+		o.applied = &est
 	}
 	if in.abort.Err() != nil {
 		return context.Cause(in.abort)

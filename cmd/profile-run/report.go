@@ -70,7 +70,7 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 		for i, d := range dirs {
 			traces[i] = filepath.Join(d, "trace.json")
 		}
-		return nil, usagef("report: one run directory at a time, not %d (%s); for one job's runs on several hosts, import their traces together first (profile-run import %s), which aligns their clocks, then report on the import's run directory",
+		return nil, usagef("report: one run directory at a time, not %d (%s); for one job's runs on several hosts, import their traces together first (profile-run import %s; run each host with -trace-steps all for every step), which aligns their clocks, then report on the import's run directory",
 			len(dirs), strings.Join(dirs, ", "), strings.Join(traces, " "))
 	case !o.html:
 		return nil, usagef("report: say which report: --html (the one format so far)")

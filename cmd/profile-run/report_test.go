@@ -223,7 +223,7 @@ func TestReportErrors(t *testing.T) {
 	}{
 		{"no run directory", []string{"--html"}, exitUsage, `no run directory \(profile-run report RUN_DIR --html\) \(see profile-run report -h\)`},
 		{"no format", []string{empty}, exitUsage, `say which report: --html`},
-		{"two directories", []string{empty, cut, "--html"}, exitUsage, regexp.QuoteMeta("one run directory at a time, not 2 (" + empty + ", " + cut + "); for one job's runs on several hosts, import their traces together first (profile-run import " + filepath.Join(empty, "trace.json") + " " + filepath.Join(cut, "trace.json") + ")")},
+		{"two directories", []string{empty, cut, "--html"}, exitUsage, regexp.QuoteMeta("one run directory at a time, not 2 (" + empty + ", " + cut + "); for one job's runs on several hosts, import their traces together first (profile-run import " + filepath.Join(empty, "trace.json") + " " + filepath.Join(cut, "trace.json") + "; run each host with -trace-steps all for every step)")},
 		{"unknown flag", []string{empty, "--pdf"}, exitUsage, `flag provided but not defined: -pdf`},
 		{"missing directory", []string{filepath.Join(tmp, "absent"), "--html"}, exitFail, `absent: no such run directory`},
 		{"not a directory", []string{file, "--html"}, exitFail, `afile: not a run directory`},

@@ -75,19 +75,29 @@ func WithPipelineGroup(name string) Option {
 }
 
 // isPipelineName reports whether a communicator's name says it joins a
-// pipeline's stages: it holds "pipe", or "pp" as a word of its own
-// ("pp", "mesh_pp", "pp_group"), in any case.
+// pipeline's stages and nothing else: it holds "pipe", or "pp" as a word
+// of its own ("pp", "mesh_pp", "pp_group"), in any case, and names no
+// other parallel dimension — Megatron-LM's
+// EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP spans tensor, expert and
+// pipeline ranks, and a rank's place in it is not its stage.
 func isPipelineName(name string) bool {
 	l := strings.ToLower(name)
-	if strings.Contains(l, "pipe") {
-		return true
-	}
-	for _, w := range strings.FieldsFunc(l, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }) {
-		if w == "pp" {
-			return true
+	words := strings.FieldsFunc(l, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') })
+	pipe := strings.Contains(l, "pipe")
+	for _, w := range words {
+		switch w {
+		case "pp":
+			pipe = true
+		case "tp", "dp", "ep", "cp", "fsdp":
+			return false
 		}
 	}
-	return false
+	for _, other := range []string{"tensor", "expert", "data", "context", "embedding"} {
+		if strings.Contains(l, other) {
+			return false
+		}
+	}
+	return pipe
 }
 
 // WithLocalSize has the collector call f with the number of processes a

@@ -1062,12 +1062,17 @@ func TestIsPipelineName(t *testing.T) {
 		"PP-group":                      true,
 		"pipe":                          true,
 		"DATA_PARALLEL_GROUP":           false,
-		"dp":                            false,
-		"app":                           false,
-		"ppo":                           false,
-		"pp3":                           false,
-		"default_pg":                    false,
-		"":                              false,
+		// Megatron-LM's groups that span pipeline ranks and others.
+		"EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": false,
+		"TENSOR_AND_PIPELINE_GROUP":                   false,
+		"EMBEDDING_GROUP":                             false,
+		"mesh_dp_pp":                                  false,
+		"dp":                                          false,
+		"app":                                         false,
+		"ppo":                                         false,
+		"pp3":                                         false,
+		"default_pg":                                  false,
+		"":                                            false,
 	} {
 		if got := isPipelineName(name); got != want {
 			t.Errorf("isPipelineName(%q) = %v, want %v", name, got, want)

@@ -491,7 +491,10 @@ func TestKernelBubbles(t *testing.T) {
 		}
 	}
 	none := Analyze(records(func(int) int { return profiler.None }))
-	if len(none) != 1 || len(none[0].Stages) != 0 || none[0].Span.Len() != 0 {
+	if len(none) != 1 {
+		t.Fatalf("kernels without a stage: %d steps, want 1", len(none))
+	}
+	if len(none[0].Stages) != 0 || none[0].Span.Len() != 0 {
 		t.Errorf("kernels without a stage: stages %+v, span %v; want none", none[0].Stages, none[0].Span)
 	}
 }

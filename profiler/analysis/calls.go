@@ -91,8 +91,8 @@ func (r *departureRing) samples() []time.Duration {
 }
 
 // MinClockSamples is how many collectives a rank's offset is estimated
-// from before a CallSink applies it, and before profile-run import
-// trusts one (Offsets.RequireSamples).
+// from before a CallSink applies it, and the fewest profile-run import
+// aligns a file's clock through (WithMinClockSamples).
 const MinClockSamples = 8
 
 // NewCallSink returns an empty CallSink. It takes WithClockAlignment and
@@ -210,7 +210,7 @@ func (s *CallSink) decide(k collKey, its []item) {
 	for i := range its {
 		ptrs[i] = &its[i]
 	}
-	if raw := collective(k, ptrs); raw.Complete && len(raw.Members) > 1 && s.cfg.applied == nil {
+	if raw := collective(k, ptrs); raw.Complete && len(raw.Members) > 1 {
 		s.sampleClock(raw.Members)
 	}
 	if s.cfg.align && s.cfg.applied == nil {
@@ -359,20 +359,28 @@ func (s *CallSink) Summary() Summary {
 		}
 		sum.Problems = append(sum.Problems, line)
 	}
-	switch {
-	case s.cfg.applied != nil:
-		if len(s.cfg.applied.Residual) > 0 {
-			sum.Offsets = s.cfg.applied.clone()
-			sum.MaxClockResidual = sum.Offsets.MaxResidual()
-			sum.Aligned = len(sum.Offsets.Offset) > 1
+	switch a := s.cfg.applied; {
+	case a != nil && a.Joined > 0:
+		// Aligned before they came (WithAppliedOffsets): those offsets,
+		// and the ranks they left unaligned.
+		sum.Offsets = a.clone()
+		sum.MaxClockResidual = sum.Offsets.MaxResidual()
+		sum.Aligned = true
+		for _, p := range a.problems() {
+			if len(sum.Problems) < maxProblems {
+				sum.Problems = append(sum.Problems, p)
+			}
 		}
 	case len(s.off.Residual) > 0:
+		// The departures sampled here: applied (WithClockAlignment) or,
+		// where nothing was aligned, shown against each collective's
+		// median.
 		o := Offsets{Reference: profiler.None, Offset: maps.Clone(s.est), Residual: maps.Clone(s.off.Residual), Samples: maps.Clone(s.off.Samples)}
 		sum.Offsets = &o
 		sum.MaxClockResidual = o.MaxResidual()
 		sum.Aligned = s.cfg.align && len(s.off.Offset) > 0
 	}
-	if s.cfg.align && s.cfg.applied == nil {
+	if s.cfg.align || s.cfg.applied != nil && s.cfg.applied.Joined == 0 {
 		sum.AlignAfter = MinClockSamples
 	}
 	// Without steps, the waiting a straggler caused is weighed against

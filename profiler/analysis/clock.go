@@ -47,29 +47,13 @@ type Offsets struct {
 	// collectives: some clock was aligned on collectives (not only on
 	// sends and receives).
 	collectives bool
-	// MinSamples is, after RequireSamples, the fewest collectives an
-	// offset was kept from: the Unaligned ranks had fewer.
+	// MinSamples is the fewest collectives (or matched sends) a clock had
+	// to share with the aligned ones to be aligned (WithMinClockSamples);
+	// 0 or 1 for any.
 	MinSamples int
-}
-
-// RequireSamples leaves unaligned the ranks whose offset was estimated
-// from fewer than n collectives (a few departures say little about a
-// clock), and returns them.
-func (o *Offsets) RequireSamples(n int) []int {
-	var few []int
-	for _, r := range sortedKeys(o.Offset) {
-		if o.Samples[r] < n {
-			few = append(few, r)
-			delete(o.Offset, r)
-			delete(o.Residual, r)
-		}
-	}
-	if len(few) > 0 {
-		o.Unaligned = append(o.Unaligned, few...)
-		slices.Sort(o.Unaligned)
-	}
-	o.MinSamples = n
-	return few
+	// Joined counts the clocks put on the reference's, the reference's
+	// own not counted: 0 when nothing was aligned.
+	Joined int
 }
 
 // carriedTo is o carried to a step of ranks that had no complete
@@ -92,7 +76,7 @@ func (o *Offsets) carriedTo(ranks []int, from int32) Offsets {
 // was aligned with (Step.Clock), when o was estimated over a whole run.
 func (o *Offsets) restrictedTo(ranks []int) *Offsets {
 	c := &Offsets{Reference: o.Reference, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{},
-		Carried: o.Carried, CarriedFrom: o.CarriedFrom, MinSamples: o.MinSamples}
+		Carried: o.Carried, CarriedFrom: o.CarriedFrom, MinSamples: o.MinSamples, Joined: o.Joined, collectives: o.collectives}
 	for _, r := range ranks {
 		if d, ok := o.Offset[r]; ok {
 			c.Offset[r] = d
@@ -100,6 +84,9 @@ func (o *Offsets) restrictedTo(ranks []int) *Offsets {
 				c.Residual[r] = v
 			}
 			c.Samples[r] = o.Samples[r]
+			if slices.Contains(o.P2P, r) {
+				c.P2P = append(c.P2P, r)
+			}
 		} else if slices.Contains(o.Unaligned, r) || o.Reference == profiler.None {
 			c.Unaligned = append(c.Unaligned, r)
 		}
@@ -111,7 +98,7 @@ func (o *Offsets) restrictedTo(ranks []int) *Offsets {
 func (o *Offsets) clone() *Offsets {
 	c := *o
 	c.Offset, c.Residual, c.Samples = maps.Clone(o.Offset), maps.Clone(o.Residual), maps.Clone(o.Samples)
-	c.Unaligned = slices.Clone(o.Unaligned)
+	c.Unaligned, c.P2P = slices.Clone(o.Unaligned), slices.Clone(o.P2P)
 	return &c
 }
 
@@ -127,8 +114,8 @@ func (o *Offsets) MaxResidual() time.Duration {
 // EstimateOffsets estimates each rank's clock offset from the departures
 // (device end, or host end without a device time) of the complete
 // collectives in records: those every rank of the group recorded, matched
-// by group and sequence number. It takes WithClockDomains; the other
-// options do not apply.
+// by group and sequence number. It takes WithClockDomains and
+// WithMinClockSamples; the other options do not apply.
 func EstimateOffsets(records []profiler.Record, opts ...Option) Offsets {
 	cfg := newConfig(opts)
 	var its []item
@@ -137,7 +124,7 @@ func EstimateOffsets(records []profiler.Record, opts ...Option) Offsets {
 			its = append(its, it)
 		}
 	}
-	return estimate(its, cfg.domains)
+	return estimate(its, cfg.domains, cfg.minSamples)
 }
 
 // clockOf is the clock rank r's times are on: its domain's
@@ -240,9 +227,15 @@ func sortedP2PKeys[V any](m map[p2pKey]V) []p2pKey {
 // collective joins to the aligned ones is aligned on its sends and
 // receives, each matched pair taken as a collective of two (listed in
 // Offsets.P2P).
-func estimate(items []item, domains map[int]int) Offsets {
+//
+// A clock joins only through at least minSamples collectives (or sends)
+// shared with the aligned clocks: through fewer it is left unaligned, and
+// so are the clocks that could only join through it.
+func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 	deps, ranks := departures(items)
-	o := Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
+	o := Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{},
+		MinSamples: minSamples}
+	minSamples = max(minSamples, 1)
 	clockRanks := map[int64][]int{}
 	var clocks []int64 // in the order of their lowest rank
 	for _, r := range ranks {
@@ -335,21 +328,35 @@ func estimate(items []item, domains map[int]int) Offsets {
 	for {
 		l, p2p := coll, false
 		c, n := best(coll)
-		if n == 0 {
+		if n < minSamples {
 			l, p2p = sends, true
 			c, n = best(sends)
 		}
-		if n == 0 {
+		if n < minSamples {
 			break
 		}
 		var diffs []time.Duration
+		coarse := p2p
 		for _, i := range l.in[c] {
-			if len(l.aligned[i]) > 0 {
-				diffs = append(diffs, l.deps[i][c]-l.median(i))
+			if len(l.aligned[i]) == 0 {
+				continue
+			}
+			diffs = append(diffs, l.deps[i][c]-l.median(i))
+			if !coarse {
+				// Joined on collectives, but to clocks that were
+				// themselves aligned on sends alone: as coarse.
+				coarse = true
+				for c2 := range l.deps[i] {
+					if _, done := off[c2]; done && !viaP2P[c2] {
+						coarse = false
+						break
+					}
+				}
 			}
 		}
-		off[c], samples[c], viaP2P[c] = medianOf(diffs), len(diffs), p2p
-		o.collectives = o.collectives || !p2p
+		off[c], samples[c], viaP2P[c] = medianOf(diffs), len(diffs), coarse
+		o.Joined++
+		o.collectives = o.collectives || !coarse
 		coll.align(c, off[c])
 		sends.align(c, off[c])
 	}
@@ -531,7 +538,7 @@ func (o *Offsets) problems() []string {
 	}
 	what := "no complete collective, send or receive"
 	if o.MinSamples > 1 {
-		what = fmt.Sprintf("fewer than %d complete collectives", o.MinSamples)
+		what = fmt.Sprintf("fewer than %d complete collectives (or sends matched with their receives)", o.MinSamples)
 	}
 	return []string{fmt.Sprintf("clock alignment: %s %s %s with rank %d, directly or through other ranks; %s left as recorded", ranksList(o.Unaligned), verb, what, o.Reference, their)}
 }

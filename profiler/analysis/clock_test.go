@@ -296,8 +296,8 @@ func TestClockDomainsAcrossHosts(t *testing.T) {
 		pairJitter = max(pairJitter, (v[0] - v[1]).Abs())
 	}
 	own := EstimateOffsets(split)
-	if len(own.Unaligned) != 0 || !slices.Equal(own.P2P, []int{1}) {
-		t.Errorf("without domains: unaligned %v, aligned on sends and receives %v; want none and [1]", own.Unaligned, own.P2P)
+	if len(own.Unaligned) != 0 || !slices.Equal(own.P2P, []int{1, 3}) {
+		t.Errorf("without domains: unaligned %v, aligned on sends and receives %v; want none and [1 3] (3 through its collectives with 1)", own.Unaligned, own.P2P)
 	}
 	for r := range 4 {
 		if e := (own.Offset[r] - inject[r]).Abs(); e > pairJitter+jitter {
@@ -430,5 +430,88 @@ func TestClockOnSendsAndReceives(t *testing.T) {
 		if !strings.Contains(b.String(), "rank 1 on sends and receives, no collective joining its clock to the others'") {
 			t.Errorf("%s: the report does not say rank 1 was aligned on sends and receives:\n%s", name, b.String())
 		}
+	}
+}
+
+// TestClockMinSamples: rank 1 shares 3 collectives with rank 0, rank 2
+// shares 20 with rank 1 and none with rank 0. At a minimum of 8, rank 1
+// cannot join, and rank 2, which could only join through it, stays out
+// too; the reference keeps its clock. Without a minimum all three align.
+func TestClockMinSamples(t *testing.T) {
+	var b build
+	for s := range 20 {
+		o := float64(100 * s)
+		for r := range 3 {
+			b.step(r, s, r, o, o+50)
+		}
+		if s < 3 {
+			b.coll(0, s, 0, "AllReduce", "a", 2, 0, -1, uint64(s), 1, o+1, o+10)
+			b.coll(1, s, 1, "AllReduce", "a", 2, 1, -1, uint64(s), 1, o+2, o+10)
+		}
+		b.coll(1, s, 1, "AllReduce", "b", 2, 0, -1, uint64(s), 1, o+11, o+20)
+		b.coll(2, s, 2, "AllReduce", "b", 2, 1, -1, uint64(s), 1, o+12, o+20)
+	}
+	inject := map[int]time.Duration{1: 3 * time.Millisecond, 2: 7 * time.Millisecond}
+	recs := shifted(b.recs, inject)
+	got := EstimateOffsets(recs, WithMinClockSamples(8))
+	if got.Reference != 0 || !slices.Equal(got.Unaligned, []int{1, 2}) || got.Joined != 0 || got.MinSamples != 8 {
+		t.Errorf("minimum 8: reference %d, unaligned %v, joined %d, minimum %d; want 0, [1 2], 0, 8", got.Reference, got.Unaligned, got.Joined, got.MinSamples)
+	}
+	if d, ok := got.Offset[0]; !ok || d != 0 {
+		t.Errorf("minimum 8: the reference's offset %v (kept %v), want 0", d, ok)
+	}
+	want := "clock alignment: ranks 1, 2 share fewer than 8 complete collectives (or sends matched with their receives) with rank 0, directly or through other ranks; their clocks are left as recorded"
+	if p := got.problems(); !slices.Equal(p, []string{want}) {
+		t.Errorf("problems %q, want %q", p, want)
+	}
+	all := EstimateOffsets(recs)
+	for r, w := range inject {
+		if all.Offset[r] != w {
+			t.Errorf("no minimum: rank %d offset %v, want %v", r, all.Offset[r], w)
+		}
+	}
+	if all.Joined != 2 || len(all.Unaligned) != 0 {
+		t.Errorf("no minimum: joined %d, unaligned %v; want 2 and none", all.Joined, all.Unaligned)
+	}
+}
+
+// TestAppliedOffsetsSayWhatIsUnaligned: offsets estimated over a whole
+// run and applied before the records come (WithAppliedOffsets) align rank
+// 1 (20 collectives with rank 0) and leave rank 2 out (3 with rank 1, at
+// a minimum of 8). The step sink leaves every step rank 2 is in out of
+// its figures, saying why; the CallSink reports the offsets and the same
+// problem.
+func TestAppliedOffsetsSayWhatIsUnaligned(t *testing.T) {
+	var b build
+	for s := range 20 {
+		o := float64(100 * s)
+		for r := range 3 {
+			b.step(r, s, r, o, o+50)
+		}
+		b.coll(0, s, 0, "AllReduce", "a", 2, 0, -1, uint64(s), 1, o+1, o+10)
+		b.coll(1, s, 1, "AllReduce", "a", 2, 1, -1, uint64(s), 1, o+2, o+10)
+		if s < 3 {
+			b.coll(1, s, 1, "AllReduce", "b", 2, 0, -1, uint64(s), 1, o+11, o+20)
+			b.coll(2, s, 2, "AllReduce", "b", 2, 1, -1, uint64(s), 1, o+12, o+20)
+		}
+	}
+	recs := shifted(b.recs, map[int]time.Duration{1: 4 * time.Millisecond, 2: 9 * time.Millisecond})
+	est := EstimateOffsets(recs, WithMinClockSamples(MinClockSamples))
+	if est.Joined != 1 || est.Offset[1] != 4*time.Millisecond || !slices.Equal(est.Unaligned, []int{2}) {
+		t.Fatalf("estimate: joined %d, offsets %v, unaligned %v; want 1, rank 1 at 4ms, [2]", est.Joined, est.Offset, est.Unaligned)
+	}
+	est.Apply(recs)
+	want := "clock alignment: rank 2 shares fewer than 8 complete collectives (or sends matched with their receives) with rank 0, directly or through other ranks; its clock is left as recorded"
+	steps := sinkSteps(t, recs, WithAppliedOffsets(est))
+	sum := Summarize(steps)
+	if len(steps) != 20 || sum.Complete != 0 || sum.ProblemSteps != 20 || !slices.ContainsFunc(sum.Problems, func(p string) bool { return strings.HasSuffix(p, want) }) {
+		t.Errorf("steps %d, complete %d, with problems %d, problems %q; want 20 steps, each left out for %q", len(steps), sum.Complete, sum.ProblemSteps, sum.Problems, want)
+	}
+	cs := NewCallSink(WithAppliedOffsets(est))
+	cs.Consume(recs)
+	cs.Flush()
+	cm := cs.Summary()
+	if !cm.Aligned || cm.Offsets == nil || cm.Offsets.Offset[1] != 4*time.Millisecond || !slices.Contains(cm.Problems, want) {
+		t.Errorf("CallSink: aligned %v, offsets %+v, problems %q; want rank 1's offset and %q", cm.Aligned, cm.Offsets, cm.Problems, want)
 	}
 }

@@ -11,6 +11,7 @@ type config struct {
 	align      bool
 	domains    map[int]int
 	applied    *Offsets
+	minSamples int
 	delay      int
 	maxRecords int
 	maxSet     bool // WithMaxRecords was given
@@ -47,6 +48,13 @@ func WithClockAlignment() Option { return optionFunc(func(c *config) { c.align =
 func WithClockDomains(domains map[int]int) Option {
 	return optionFunc(func(c *config) { c.domains = domains })
 }
+
+// WithMinClockSamples has EstimateOffsets align a clock only through at
+// least n collectives (or sends matched with their receives) shared with
+// the clocks already aligned; one with fewer, and any clock that could
+// only join through it, is left unaligned (a few departures say little
+// about a clock). profile-run import uses MinClockSamples.
+func WithMinClockSamples(n int) Option { return optionFunc(func(c *config) { c.minSamples = n }) }
 
 // WithAppliedOffsets says the records were put on one clock before they
 // reach the Sink or CallSink: EstimateOffsets over all of them, then

@@ -176,7 +176,7 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 		// Aligned before they came: reported, not applied again.
 		off = s.cfg.applied.restrictedTo(itemRanks(p.items))
 	case s.cfg.align:
-		o := estimate(p.items, s.cfg.domains)
+		o := estimate(p.items, s.cfg.domains, 0)
 		switch {
 		case o.Reference != profiler.None && len(o.Unaligned) == 0 && o.collectives:
 			s.clock, s.clockStep = &o, step

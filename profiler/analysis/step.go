@@ -168,7 +168,7 @@ func Analyze(records []profiler.Record, opts ...Option) []Step {
 	cfg := newConfig(opts)
 	var off *Offsets
 	if cfg.align {
-		o := EstimateOffsets(records, WithClockDomains(cfg.domains))
+		o := EstimateOffsets(records, WithClockDomains(cfg.domains), WithMinClockSamples(cfg.minSamples))
 		off = &o
 	}
 	bySteps := map[int32][]item{}
