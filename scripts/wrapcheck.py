@@ -148,23 +148,38 @@ def straggler(log, report):
     return 0 if ok else 1
 
 
-def step_rows(text):
-    """The report's step breakdown: rank -> (steps, mean step ms, busy %,
-    idle %), busy and idle as printed ("-" where not measured)."""
+def table(text, header):
+    """The rows under the first line matching header: first field (an
+    integer) -> the fields, until a line that does not start with one."""
     rows = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)\s+Busy %\s+Idle %", line):
+        if re.match(header, line):
             for row in lines[i + 1:]:
                 f = row.split()
-                if len(f) < 6 or not f[0].isdigit():
+                if not f or not f[0].isdigit():
                     break
-                try:
-                    rows[int(f[0])] = (int(f[2]), float(f[3]), f[4], f[5])
-                except ValueError:  # a rank with no step: "-" for its mean
-                    rows[int(f[0])] = (0, 0.0, "-", "-")
+                rows[int(f[0])] = f
             break
     return rows
+
+
+STEP_HEADER = r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)\s+Busy %\s+Idle %"
+
+
+def number(s, default=0.0):
+    """s as a float; default for "-" (what the report prints where there
+    is no figure)."""
+    try:
+        return float(s)
+    except ValueError:
+        return default
+
+
+def step_rows(text):
+    """The report's step breakdown: rank -> (steps, mean step ms, busy %,
+    idle %), busy and idle as printed ("-" where not measured)."""
+    return {r: (int(number(f[2])), number(f[3]), f[4], f[5]) for r, f in table(text, STEP_HEADER).items() if len(f) >= 6}
 
 
 def steps(log, report):
@@ -242,19 +257,7 @@ def pipeline(log, report):
     bad += not ok
     print("%s pipeline summary: %s (want %d processes, %d stages)" % ("PASS" if ok else "FAIL", summ.group(0) if summ else "no pipeline line", pp * dp, pp))
     text = open(report, errors="replace").read()
-    rows = {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if re.match(r"\s*Rank\s+Stage\s+Steps\s+Mean step\(ms\)\s+Busy %\s+Idle %", line):
-            for row in lines[i + 1:]:
-                f = row.split()
-                if len(f) < 6 or not f[0].isdigit():
-                    break
-                try:
-                    rows[int(f[0])] = (f[1], int(f[2]), float(f[3]), f[4])
-                except ValueError:  # a rank with no step: "-" for its mean
-                    rows[int(f[0])] = (f[1], 0, 0.0, "-")
-            break
+    rows = {r: (f[1], int(number(f[2])), number(f[3]), f[4]) for r, f in table(text, STEP_HEADER).items() if len(f) >= 6}
     for r in sorted(runs, key=lambda r: r["rank"]):
         got = rows.get(r["rank"])
         ok = got is not None and got[0] == str(r["stage"]) and got[1] == r["steps"]
@@ -271,18 +274,7 @@ def pipeline(log, report):
         bad += not ok
         print("%s pipeline rank %d: busy %.3f ms a step (%s%% of %.3f ms); its forward and backward by CUDA events %.3f ms (%+.1f%%)"
               % ("PASS" if ok else "FAIL", r["rank"], busy_ms, got[3], got[2], want_ms, 100 * (busy_ms / want_ms - 1)))
-    stages = {}
-    for i, line in enumerate(lines):
-        if re.match(r"\s*Stage\s+Ranks×steps\s+Bubble/step\(ms\)\s+Bubble %", line):
-            for row in lines[i + 1:]:
-                f = row.split()
-                if len(f) < 4 or not f[0].isdigit():
-                    break
-                try:
-                    stages[int(f[0])] = (float(f[2]), f[3])
-                except ValueError:
-                    stages[int(f[0])] = (0.0, f[3])
-            break
+    stages = {r: (number(f[2]), f[3]) for r, f in table(text, r"\s*Stage\s+Ranks×steps\s+Bubble/step\(ms\)\s+Bubble %").items() if len(f) >= 4}
     ok = sorted(stages) == list(range(pp))
     bad += not ok
     ideal = (pp - 1) / (m + pp - 1)

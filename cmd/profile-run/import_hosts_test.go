@@ -26,28 +26,10 @@ import (
 // the one-file import's.
 func TestImportTwoHosts(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := runCmd(t, "-out", filepath.Join(dir, "run"), "-metrics-addr", "off", "-backend", "cpu", "-dp", "2",
-		"-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4", "-steps", "12")
-	if code != exitOK {
-		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	runs := runDirs(t, filepath.Join(dir, "run"))
-	if len(runs) != 1 {
-		t.Fatalf("run directories %v", runs)
-	}
-	whole := filepath.Join(runs[0], "trace.json")
+	whole, p := trainedTrace(t, dir, "-dp", "2", "-steps", "12")
 
 	// The spread of departures at one collective, on the run's one clock:
 	// what no alignment can resolve below.
-	f, err := os.Open(whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := importer.Load(whole, f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var jitter time.Duration
 	n := 0
 	for _, st := range analysis.Analyze(p.Records) {
@@ -73,7 +55,7 @@ func TestImportTwoHosts(t *testing.T) {
 		t.Fatalf("import of the whole trace: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	two := filepath.Join(dir, "two")
-	code, stdout, stderr = runCmd(t, "import", "-out", two, hostA, hostB)
+	code, stdout, stderr := runCmd(t, "import", "-out", two, hostA, hostB)
 	if code != exitOK {
 		t.Fatalf("import of two hosts: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -198,25 +180,7 @@ func splitTrace(t *testing.T, path string, files map[int]string, skew map[string
 // exchange, within how far apart a send and its receive leave.
 func TestImportTwoHostsPipelineOnly(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := runCmd(t, "-out", filepath.Join(dir, "run"), "-metrics-addr", "off", "-backend", "cpu",
-		"-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4", "-steps", "8")
-	if code != exitOK {
-		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	runs := runDirs(t, filepath.Join(dir, "run"))
-	if len(runs) != 1 {
-		t.Fatalf("run directories %v", runs)
-	}
-	whole := filepath.Join(runs[0], "trace.json")
-	f, err := os.Open(whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := importer.Load(whole, f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	whole, p := trainedTrace(t, dir, "-steps", "8")
 	// Each send with its receive, in each end's order of issue: how far
 	// apart their ends are on the run's one clock.
 	type key struct {
@@ -250,7 +214,7 @@ func TestImportTwoHostsPipelineOnly(t *testing.T) {
 	const skewUS = -1500.0
 	hostA, hostB := filepath.Join(dir, "stage0.json"), filepath.Join(dir, "stage1.json")
 	splitTrace(t, whole, map[int]string{0: hostA, 1: hostB}, map[string]float64{hostB: skewUS})
-	code, stdout, stderr = runCmd(t, "import", "-out", filepath.Join(dir, "two"), hostA, hostB)
+	code, stdout, stderr := runCmd(t, "import", "-out", filepath.Join(dir, "two"), hostA, hostB)
 	if code != exitOK {
 		t.Fatalf("import: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -273,4 +237,30 @@ func TestImportTwoHostsPipelineOnly(t *testing.T) {
 	if strings.Contains(report, "clock alignment:") {
 		t.Errorf("report has a clock problem:\n%s", report)
 	}
+}
+
+// trainedTrace runs the built-in trainer on the CPU (small sizes, args
+// added) into dir/run and returns its trace.json's path and records.
+func trainedTrace(t *testing.T, dir string, args ...string) (string, *importer.Profile) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", filepath.Join(dir, "run"), "-metrics-addr", "off", "-backend", "cpu",
+		"-layers", "4", "-width", "16", "-microbatch-size", "4", "-microbatches", "4"}, args...)...)
+	if code != exitOK {
+		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	runs := runDirs(t, filepath.Join(dir, "run"))
+	if len(runs) != 1 {
+		t.Fatalf("run directories %v", runs)
+	}
+	whole := filepath.Join(runs[0], "trace.json")
+	f, err := os.Open(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := importer.Load(whole, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return whole, p
 }

@@ -36,18 +36,8 @@ func shifted(recs []profiler.Record, off map[int]time.Duration) []profiler.Recor
 // recovers them within the collectives' own spread of departures. It
 // trains on the backend the fidelity tests use (fidelityBackend).
 func TestClockOffsetsRecovered(t *testing.T) {
-	cfg := pipeline.DefaultConfig()
-	cfg.Backend = fidelityBackend(t)
-	cfg.Stages, cfg.Chunks, cfg.Replicas = 1, 2, 3
-	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 8
-	cfg.Steps = 6
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: "dp3", Config: cfg, DeviceDepth: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := tape.Records()
+	cfg := trainerShape(1, 2, 3, 4, 4, 16, 8, 6)
+	recs := trainerRecords(t, "dp3", cfg)
 	// The jitter: the largest spread of one collective's departures.
 	var jitter time.Duration
 	n := 0
@@ -239,18 +229,8 @@ func TestClockDomainsByHand(t *testing.T) {
 // the domains every rank is aligned, within the collectives' jitter, by
 // Analyze, the online Sink and the CallSink alike.
 func TestClockDomainsAcrossHosts(t *testing.T) {
-	cfg := pipeline.DefaultConfig()
-	cfg.Backend = fidelityBackend(t)
-	cfg.Stages, cfg.Chunks, cfg.Replicas = 2, 1, 2
-	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 4
-	cfg.Steps = 10
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: "pp2dp2", Config: cfg, DeviceDepth: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := tape.Records()
+	cfg := trainerShape(2, 1, 2, 4, 4, 16, 4, 10)
+	recs := trainerRecords(t, "pp2dp2", cfg)
 	groups := map[string][]int{}
 	var jitter time.Duration
 	for _, st := range Analyze(recs) {
@@ -382,18 +362,8 @@ func keepAll(recs []profiler.Record) []item {
 // exchange, within how far apart a pair's two ends leave. Before, no
 // step of such a run could be accounted on two clocks.
 func TestClockOnSendsAndReceives(t *testing.T) {
-	cfg := pipeline.DefaultConfig()
-	cfg.Backend = fidelityBackend(t)
-	cfg.Stages, cfg.Chunks, cfg.Replicas = 2, 2, 1
-	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = 4, 4, 16, 4
-	cfg.Steps = 4
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: "pp2", Config: cfg, DeviceDepth: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := tape.Records()
+	cfg := trainerShape(2, 2, 1, 4, 4, 16, 4, 4)
+	recs := trainerRecords(t, "pp2", cfg)
 	pairs := p2pDepartures(keepAll(recs))
 	var spread time.Duration
 	for _, d := range pairs {
@@ -514,4 +484,28 @@ func TestAppliedOffsetsSayWhatIsUnaligned(t *testing.T) {
 	if !cm.Aligned || cm.Offsets == nil || cm.Offsets.Offset[1] != 4*time.Millisecond || !slices.Contains(cm.Problems, want) {
 		t.Errorf("CallSink: aligned %v, offsets %+v, problems %q; want rank 1's offset and %q", cm.Aligned, cm.Offsets, cm.Problems, want)
 	}
+}
+
+// trainerShape is the default configuration with the given layout and
+// sizes, on the backend the fidelity tests use (fidelityBackend).
+func trainerShape(stages, chunks, replicas, microbatches, rows, width, layers, steps int) pipeline.Config {
+	cfg := pipeline.DefaultConfig()
+	cfg.Stages, cfg.Chunks, cfg.Replicas = stages, chunks, replicas
+	cfg.Microbatches, cfg.MicrobatchSize, cfg.Width, cfg.Layers = microbatches, rows, width, layers
+	cfg.Steps = steps
+	return cfg
+}
+
+// trainerRecords trains cfg on the fidelity tests' backend, every pipeline
+// action and collective device-timed, and returns the records.
+func trainerRecords(t *testing.T, name string, cfg pipeline.Config) []profiler.Record {
+	t.Helper()
+	cfg.Backend = fidelityBackend(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tape, _, err := trainrun.Run(ctx, trainrun.Layout{Name: name, Config: cfg, DeviceDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tape.Records()
 }
