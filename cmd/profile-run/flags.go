@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,10 @@ type options struct {
 	// pipelineGroup names a wrapped command's pipeline communicator; ""
 	// finds it by name.
 	pipelineGroup string
+	// pipelineSchedule is a wrapped command's -pipeline-schedule as
+	// given, and chunks and microbatches what it says (0 when not given).
+	pipelineSchedule     string
+	schedChunks, schedMB int
 	// kernels has a wrapped command's kernels traced (CUPTI).
 	kernels bool
 	// importing is the number of files profile-run import takes records
@@ -128,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar (the status line; off a terminal as auto), log or off")
 	fs.DurationVar(&o.progressEvery, "progress-every", 10*time.Second, "how often -progress log writes a line")
 	fs.StringVar(&o.pipelineGroup, "pipeline-group", "", `a wrapped command's communicator whose ranks are pipeline stages (default: the largest whose name holds "pipe" or the word "pp" and no other parallel dimension, as Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP): each process's rank in it is its stage, for bubbles per stage (docs/wrap.md)`)
+	fs.StringVar(&o.pipelineSchedule, "pipeline-schedule", "", `a wrapped pipeline's schedule, "microbatches=M" or "microbatches=M,vpp=V" (V virtual chunks per stage, default 1): the ideal bubble (p−1)/(v·m+p−1) is then reported beside the measured one (docs/wrap.md)`)
 	fs.StringVar(&o.stepRange, "step-range", profiler.StepName, `a wrapped command's NVTX range that brackets one training step ("step 12", "step_12" count too; "" for none): its ranges and NCCL operations are then accounted per step (docs/wrap.md)`)
 	fs.BoolVar(&o.kernels, "kernels", true, "trace a wrapped command's kernels, memory copies and memsets on the GPU (CUPTI, through the plugin as the command's CUDA injection library), for busy and idle time per step; false leaves CUPTI to the command (torch.profiler, Nsight) (docs/wrap.md)")
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
@@ -192,6 +198,15 @@ Flags:
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["kernels"] && !wrapping {
 		return nil, usagef("-kernels traces a wrapped command's kernels: the built-in trainer times its own (-device-depth) (profile-run [flags] -- CMD ARGS…)")
+	}
+	if set["pipeline-schedule"] {
+		if !wrapping {
+			return nil, usagef("-pipeline-schedule %q describes a wrapped command's pipeline: the built-in trainer knows its own (-vpp, -microbatches) (profile-run [flags] -- CMD ARGS…)", o.pipelineSchedule)
+		}
+		var err error
+		if o.schedChunks, o.schedMB, err = parseSchedule(o.pipelineSchedule); err != nil {
+			return nil, usagef("-pipeline-schedule %q: %v", o.pipelineSchedule, err)
+		}
 	}
 	if set["pipeline-group"] && !wrapping {
 		return nil, usagef("-pipeline-group %q names a wrapped command's pipeline communicator: the built-in trainer knows its stages (profile-run [flags] -- CMD ARGS…)", o.pipelineGroup)
@@ -343,4 +358,35 @@ func asFlag(field string, value any) string {
 		}
 	}
 	return fmt.Sprintf("%s %v", name, value)
+}
+
+// parseSchedule reads -pipeline-schedule: "microbatches=M" and optionally
+// ",vpp=V", in any order.
+func parseSchedule(s string) (chunks, microbatches int, err error) {
+	chunks = 1
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		key, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, perr := strconv.Atoi(strings.TrimSpace(val))
+		switch {
+		case !ok:
+			return 0, 0, fmt.Errorf("%q is not key=value (want microbatches=M, and vpp=V if the schedule interleaves)", part)
+		case key != "microbatches" && key != "vpp":
+			return 0, 0, fmt.Errorf("unknown key %q (want microbatches and vpp)", key)
+		case seen[key]:
+			return 0, 0, fmt.Errorf("%s given twice", key)
+		case perr != nil || n < 1:
+			return 0, 0, fmt.Errorf("%s=%s is not a count of at least 1", key, val)
+		}
+		seen[key] = true
+		if key == "vpp" {
+			chunks = n
+		} else {
+			microbatches = n
+		}
+	}
+	if microbatches == 0 {
+		return 0, 0, errors.New("microbatches=M is missing")
+	}
+	return chunks, microbatches, nil
 }

@@ -295,19 +295,22 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	// for several imported files (one clock per file).
 	switch {
 	case len(o.command) > 0 || o.importing > 0:
-		var align, clocks analysis.Option
+		var align, clocks, sched analysis.Option
 		if o.importing > 1 || len(o.command) > 0 {
 			align = analysis.WithClockAlignment()
 		}
 		if o.clocks != nil {
 			clocks = analysis.WithClockDomains(o.clocks)
 		}
+		if o.schedMB > 0 {
+			sched = analysis.WithSchedule(o.schedChunks, o.schedMB)
+		}
 		if o.applied != nil {
 			// import aligned the records before they came.
 			align = analysis.WithAppliedOffsets(*o.applied)
 		}
 		out.pipe = &stepsOrCalls{
-			steps: analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed), align, clocks),
+			steps: analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed), align, clocks, sched),
 			calls: analysis.NewCallSink(align, clocks),
 		}
 	default:

@@ -490,6 +490,19 @@ func TestKernelBubbles(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", line, report.String())
 		}
 	}
+	// With the schedule given (2 chunks × 4 microbatches): the ideal
+	// (2−1)/(2·4+2−1) = 1/9 beside the measured bubble.
+	given := Summarize(Analyze(records(func(r int) int { return r }), WithSchedule(2, 4)))
+	if p := given.Pipeline; !p.Given || p.Chunks != 2 || p.Microbatches != 4 || math.Abs(p.Ideal-1.0/9) > 1e-12 {
+		t.Errorf("schedule given: pipeline %+v, want 2 chunks × 4 microbatches given, ideal 1/9", p)
+	}
+	report.Reset()
+	if err := WriteReport(&report, given); err != nil {
+		t.Fatal(err)
+	}
+	if want := "pipeline: 2 stages × 2 chunks × 4 microbatches (chunks and microbatches as given: the work carries stages only); ideal bubble (p−1)/(v·m+p−1) = 11.1% of the span"; !strings.Contains(report.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, report.String())
+	}
 	none := Analyze(records(func(int) int { return profiler.None }))
 	if len(none) != 1 {
 		t.Fatalf("kernels without a stage: %d steps, want 1", len(none))

@@ -12,12 +12,14 @@ type config struct {
 	domains    map[int]int
 	applied    *Offsets
 	minSamples int
-	delay      int
-	maxRecords int
-	maxSet     bool // WithMaxRecords was given
-	maxOpen    int
-	keep       int
-	onStep     func(*Step)
+	// chunks and microbatches: WithSchedule.
+	chunks, microbatches int
+	delay                int
+	maxRecords           int
+	maxSet               bool // WithMaxRecords was given
+	maxOpen              int
+	keep                 int
+	onStep               func(*Step)
 }
 
 func newConfig(opts []Option) config {
@@ -47,6 +49,14 @@ func WithClockAlignment() Option { return optionFunc(func(c *config) { c.align =
 // for EstimateOffsets.
 func WithClockDomains(domains map[int]int) Option {
 	return optionFunc(func(c *config) { c.domains = domains })
+}
+
+// WithSchedule gives the pipeline's virtual chunks per stage and
+// microbatches per step where the work carries stages but neither (a
+// wrapped job's kernels), so that a step has the ideal bubble
+// (p−1)/(v·m+p−1) beside its measured one; Pipeline.Given says so.
+func WithSchedule(chunks, microbatches int) Option {
+	return optionFunc(func(c *config) { c.chunks, c.microbatches = chunks, microbatches })
 }
 
 // WithMinClockSamples has EstimateOffsets align a clock only through at

@@ -194,6 +194,7 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 	}
 	s.stepSize = len(p.items)
 	st := analyzeStep(int(step), p.items, sortedKeys(s.ranks))
+	st.Pipeline = st.Pipeline.withSchedule(s.cfg.chunks, s.cfg.microbatches)
 	if off != nil {
 		st.Clock = off
 		st.Problems = append(st.Problems, off.problems()...)

@@ -54,6 +54,20 @@ type Pipeline struct {
 	// chunk costs the same, under GPipe and interleaved 1F1B alike. NaN
 	// without pipeline labels.
 	Ideal float64
+	// Given: Chunks and Microbatches came from WithSchedule, the work
+	// carrying stages only (a wrapped job's kernels).
+	Given bool
+}
+
+// withSchedule is p with the chunks and microbatches WithSchedule gave,
+// where the work carried stages only.
+func (p Pipeline) withSchedule(chunks, microbatches int) Pipeline {
+	if p.Stages == 0 || p.Chunks != 0 || p.Microbatches != 0 || chunks < 1 || microbatches < 1 {
+		return p
+	}
+	p.Chunks, p.Microbatches, p.Given = chunks, microbatches, true
+	p.Ideal = schedule.IdealBubbleFraction(p.Stages, p.Chunks, p.Microbatches)
+	return p
 }
 
 // Rank is one rank's step.
@@ -189,6 +203,7 @@ func Analyze(records []profiler.Record, opts ...Option) []Step {
 	out := make([]Step, 0, len(steps))
 	for _, s := range steps {
 		st := analyzeStep(int(s), bySteps[s], expected)
+		st.Pipeline = st.Pipeline.withSchedule(cfg.chunks, cfg.microbatches)
 		if off != nil {
 			st.Clock = off
 			st.Problems = append(st.Problems, off.problems()...)

@@ -392,11 +392,14 @@ func writeFigures(w io.Writer, s Summary) error {
 			chunks = max(chunks, len(st.Chunks))
 		}
 		switch {
+		case !math.IsNaN(p.Ideal) && p.Given:
+			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches (chunks and microbatches as given: the work carries stages only); ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last kernel, the optimizer's included)\n",
+				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
 		case !math.IsNaN(p.Ideal):
 			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last forward/backward)\n",
 				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
 		case p.Stages > 0 && p.Chunks == 0 && p.Microbatches == 0:
-			fmt.Fprintf(w, "pipeline: %d stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with; the span is a step's first to last kernel, the optimizer's included\n", p.Stages)
+			fmt.Fprintf(w, "pipeline: %d stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with unless the schedule is given (profile-run -pipeline-schedule); the span is a step's first to last kernel, the optimizer's included\n", p.Stages)
 		default:
 			fmt.Fprintln(w, "pipeline: shape unknown or not the same in every step; no ideal bubble to compare with")
 		}
