@@ -209,9 +209,10 @@ ddp() {
 
 pipeline() {
 	echo "== pipeline: pp 2 × dp 2, NVTX steps, kernels traced"
-	timeout -k 10 300 "$pr" -out "$OUT/pipeline" -metrics-addr off -progress off -quiet -trace-steps all -- \
+	timeout -k 10 300 "$pr" -out "$OUT/pipeline" -metrics-addr off -progress off -quiet -trace-steps all \
+		-pipeline-schedule microbatches=8 -- \
 		python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
-		"$root/examples/torch/pipeline_steps.py" "${share[@]}" --pp 2 >"$OUT/pipeline.log" 2>&1
+		"$root/examples/torch/pipeline_steps.py" "${share[@]}" --pp 2 --microbatches 8 >"$OUT/pipeline.log" 2>&1
 	echo "exit $?" >>"$OUT/pipeline.log"
 	cp "$OUT"/pipeline/*/report.txt "$OUT/pipeline-report.txt"
 	python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/pipeline.log" "$OUT/pipeline-report.txt" | tee "$OUT/pipeline.txt"
