@@ -233,6 +233,7 @@ func (s *Sink) Summary() Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := s.tot.summary()
+	sum.Late = s.stats.Late
 	if a := s.cfg.applied; a != nil && len(a.Residual) > 0 {
 		sum.Offsets = a.clone()
 	}

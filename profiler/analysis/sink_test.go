@@ -231,3 +231,32 @@ func TestSinkExpectRanksNeverCome(t *testing.T) {
 		t.Errorf("stats %+v, %d complete; want 20 complete, none forced", st, sum.Complete)
 	}
 }
+
+// TestSinkReportsLateRecords: a record of a step already analysed is in
+// no figure, and the report says how many came so.
+func TestSinkReportsLateRecords(t *testing.T) {
+	var b build
+	for s := range 4 {
+		o := float64(100 * s)
+		b.step(0, s, 0, o, o+50)
+		b.dev(0, s, 0, 0, 0, profiler.Forward, 1, o+10, o+20)
+	}
+	s := NewSink(WithStepDelay(1))
+	s.Consume(b.recs)
+	var late build
+	late.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 30, 40) // step 0, analysed by now
+	late.dev(0, 1, 0, 0, 0, profiler.Forward, 1, 130, 140)
+	s.Consume(late.recs)
+	s.Flush()
+	sum := s.Summary()
+	if sum.Late != 2 || s.Stats().Late != 2 {
+		t.Fatalf("late %d (stats %d), want 2", sum.Late, s.Stats().Late)
+	}
+	var w strings.Builder
+	if err := WriteReport(&w, sum); err != nil {
+		t.Fatal(err)
+	}
+	if want := "2 records came after their step was analysed"; !strings.Contains(w.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, w.String())
+	}
+}

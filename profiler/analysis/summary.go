@@ -48,6 +48,9 @@ type Summary struct {
 	// (Offsets.Residual) over the steps, when clocks were aligned.
 	MaxClockResidual time.Duration
 	Aligned          bool
+	// Late counts records that came after their step was analysed (a
+	// Sink's Stats.Late): in no figure.
+	Late uint64
 	// AlignedOnP2P are the ranks some step aligned on their sends and
 	// receives, no collective joining their clock to the others'
 	// (Offsets.P2P).
@@ -380,6 +383,9 @@ func WriteReport(w io.Writer, s Summary) error {
 		if len(s.Problems) == maxProblems {
 			fmt.Fprintf(w, "  (only the first %d distinct problems are listed)\n", maxProblems)
 		}
+	}
+	if s.Late > 0 {
+		fmt.Fprintf(w, "%d records came after their step was analysed (a kernel that ran long on another stream, say) and are in no figure above\n", s.Late)
 	}
 	return nil
 }
