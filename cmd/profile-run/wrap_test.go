@@ -625,3 +625,54 @@ func TestWrapStagesFromThePipelineCommunicator(t *testing.T) {
 		}
 	}
 }
+
+// TestImportTwoWrappedHosts: one job's four processes (the plugin's
+// driver, a communicator of 4) wrapped by two profile-runs, as on two
+// hosts: ranks 0 and 1 by one, 2 and 3 by the other. Each run sees half of
+// every collective and says so; their traces imported together match
+// both collectives across all four ranks (their communicator's id read
+// back from each trace), and with 2 collectives shared, too few to align
+// on, the second file's clock is left as recorded, which its line says.
+func TestImportTwoWrappedHosts(t *testing.T) {
+	dir, lib := buildPlugin(t)
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	var traces []string
+	for host, ranks := range [][2]int{{0, 1}, {2, 3}} {
+		script := fmt.Sprintf(`for r in %d %d; do RANK=$r %q --drive %q $r 4 & done; wait`, ranks[0], ranks[1], filepath.Join(dir, "test_plugin"), lib)
+		out := t.TempDir()
+		code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", "bash", "-c", script)
+		if code != 0 {
+			t.Fatalf("host %d: exit %d\nstdout %s\nstderr %s", host, code, stdout, stderr)
+		}
+		path, report := oneReport(t, out)
+		if !strings.Contains(report, "not recorded by every rank") {
+			t.Errorf("host %d sees half of each collective, and its report does not say so:\n%s", host, report)
+		}
+		traces = append(traces, filepath.Join(filepath.Dir(path), "trace.json"))
+	}
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"import", "-out", out}, traces...)...)
+	if code != exitOK {
+		t.Fatalf("import: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"trainscope trace, ranks 0, 1, 10 ranges, the reference clock",
+		"trainscope trace, ranks 2, 3, 10 ranges, clock left as recorded (only 2 collectives or sends shared with the other files' ranks; alignment needs 8)",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("import's summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	report := onlyRunReport(t, out)
+	i := strings.Index(report, "=== collectives across ranks")
+	if i < 0 {
+		t.Fatalf("no collectives section:\n%s", report)
+	}
+	section := report[i:]
+	if !strings.Contains(section, "collectives: 2 matched across ranks;") || strings.Contains(section, "not recorded by every rank") {
+		t.Errorf("want both collectives matched across the four ranks, nothing incomplete:\n%s", section)
+	}
+	if !strings.Contains(section, "clocks not aligned: only 2 collectives matched across ranks, and alignment needs a rank in at least 8") {
+		t.Errorf("the section does not say why the clocks were left as recorded:\n%s", section)
+	}
+}

@@ -27,7 +27,8 @@ type Offsets struct {
 	// offset explains its collectives.
 	Residual map[int]time.Duration
 	// Samples is, per aligned rank, the number of collectives its offset
-	// was estimated from.
+	// was estimated from; per unaligned rank, how many it shared with the
+	// aligned ranks (fewer than MinSamples), where any.
 	Samples map[int]int
 	// Unaligned are ranks that share no complete collective with the
 	// reference's ranks, directly or through others: their clocks are left
@@ -375,6 +376,10 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 			switch {
 			case !ok:
 				o.Unaligned = append(o.Unaligned, r)
+				// What it shared with the aligned clocks: too few.
+				if n := max(coll.shared[c], sends.shared[c]); n > 0 {
+					o.Samples[r] = n
+				}
 			default:
 				o.Offset[r], o.Samples[r] = d, samples[c]
 				if viaP2P[c] {
