@@ -517,10 +517,10 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 					if cl.Op == "Recv" {
 						dir = "from"
 					}
-					b.Title = fmt.Sprintf("%s %s group rank %d · %d bytes · group %s #%d · rank %d%s · %s", cl.Op, dir, cl.Peer, cl.Bytes, cl.Group, cl.Seq, r.Rank, stepText, when)
+					b.Title = fmt.Sprintf("%s %s group rank %d · %d bytes · group %s #%d · rank %d%s · %s", cl.Op, dir, cl.Peer, cl.Bytes, groupText(cl), cl.Seq, r.Rank, stepText, when)
 				} else {
 					b.Class = "xfer coll"
-					b.Title = fmt.Sprintf("%s · %d bytes · group %s (%d ranks) #%d · rank %d%s · %s", cl.Op, cl.Bytes, cl.Group, cl.GroupSize, cl.Seq, r.Rank, stepText, when)
+					b.Title = fmt.Sprintf("%s · %d bytes · group %s (%d ranks) #%d · rank %d%s · %s", cl.Op, cl.Bytes, groupText(cl), cl.GroupSize, cl.Seq, r.Rank, stepText, when)
 				}
 				if !r.HasDevice {
 					b.Title += " (host time: no device time)"
@@ -723,4 +723,13 @@ func mergeNear(ivs []profiler.Interval, gap time.Duration) []merged {
 		out = append(out, merged{iv: iv, n: 1, busy: covered})
 	}
 	return out
+}
+
+// groupText names a collective's group in a hover title: with its
+// communicator where communicators share a name.
+func groupText(c *profiler.Collective) string {
+	if c.GroupID == 0 {
+		return c.Group
+	}
+	return fmt.Sprintf("%s [communicator %016x]", c.Group, c.GroupID)
 }

@@ -210,3 +210,33 @@ func TestWriteWrappedPipelineKernels(t *testing.T) {
 		t.Errorf("no box for rank 0's 200 kernels in\n%s", page)
 	}
 }
+
+// TestHoverNamesTheCommunicator: two communicators named "dp" are told
+// apart in the hover titles by their ids; a group without one is named
+// alone.
+func TestHoverNamesTheCommunicator(t *testing.T) {
+	var recs []profiler.Record
+	for r := range 4 {
+		gid := uint64(0xa1)
+		if r >= 2 {
+			gid = 0xc3
+		}
+		start := time.Duration(r) * 100 * time.Microsecond
+		recs = append(recs, profiler.Record{ID: 1, Name: "AllReduce", Kind: profiler.KindCollective, Rank: r, Labels: profiler.NoLabels,
+			HostStart: start, HostEnd: start, HasDevice: true, DeviceStart: start, DeviceEnd: time.Millisecond,
+			Collective: profiler.Collective{Op: "AllReduce", Group: "dp", GroupID: gid, GroupSize: 2, GroupRank: int32(r % 2), Peer: -1, Root: -1}},
+			profiler.Record{ID: 2, Name: "Broadcast", Kind: profiler.KindCollective, Rank: r, Labels: profiler.NoLabels,
+				HostStart: 2 * time.Millisecond, HostEnd: 2 * time.Millisecond, HasDevice: true, DeviceStart: 2 * time.Millisecond, DeviceEnd: 3 * time.Millisecond,
+				Collective: profiler.Collective{Op: "Broadcast", Group: "world", GroupSize: 4, GroupRank: int32(r), Peer: -1, Root: 0}})
+	}
+	var buf bytes.Buffer
+	if _, err := htmlreport.Write(&buf, htmlreport.Input{Title: "groups", Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, want := range []string{"group dp [communicator 00000000000000a1] (2 ranks)", "group dp [communicator 00000000000000c3] (2 ranks)", "group world (4 ranks)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}

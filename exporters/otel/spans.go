@@ -34,13 +34,16 @@ const (
 	KeyPeakMemory = attribute.Key("training.device.memory.peak")
 	KeyRunID      = attribute.Key("training.run_id")
 
-	KeyOp        = attribute.Key("ccl.op")
-	KeyBytes     = attribute.Key("ccl.bytes")
-	KeyCount     = attribute.Key("ccl.count")
-	KeyDType     = attribute.Key("ccl.dtype")
-	KeyPeer      = attribute.Key("ccl.peer")
-	KeyRoot      = attribute.Key("ccl.root")
-	KeyGroup     = attribute.Key("ccl.group")
+	KeyOp    = attribute.Key("ccl.op")
+	KeyBytes = attribute.Key("ccl.bytes")
+	KeyCount = attribute.Key("ccl.count")
+	KeyDType = attribute.Key("ccl.dtype")
+	KeyPeer  = attribute.Key("ccl.peer")
+	KeyRoot  = attribute.Key("ccl.root")
+	KeyGroup = attribute.Key("ccl.group")
+	// KeyGroupID is the communicator, as hexadecimal text, where
+	// communicators share a name (profiler.Collective.GroupID).
+	KeyGroupID   = attribute.Key("ccl.group_id")
 	KeyGroupSize = attribute.Key("ccl.group_size")
 	KeyGroupRank = attribute.Key("ccl.group_rank")
 	KeySeq       = attribute.Key("ccl.seq")
@@ -264,6 +267,9 @@ func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attr
 			KeyAlgBW.Float64(r.AlgBandwidth),
 			KeyBusBW.Float64(r.BusBandwidth),
 		)
+		if c.GroupID != 0 {
+			a = append(a, KeyGroupID.String(strconv.FormatUint(c.GroupID, 16)))
+		}
 		if c.Peer >= 0 {
 			a = append(a, KeyPeer.Int64(int64(c.Peer)))
 		}

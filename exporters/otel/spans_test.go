@@ -446,6 +446,10 @@ func TestSameNamedCommunicatorsSpans(t *testing.T) {
 	if len(links) != 1 || links[0].SpanContext.SpanID() != b.spanID(a1) {
 		t.Errorf("rank 0's link %v, want its communicator's peer %v", links, b.spanID(a1))
 	}
+	// The span says which communicator, as the trace does.
+	if got := attrMap(b.appendAttrs(nil, a0))[KeyGroupID].AsString(); got != "a" {
+		t.Errorf("%s = %q, want \"a\"", KeyGroupID, got)
+	}
 	// Without a communicator id, the name alone: as before.
 	n0, n1 := coll(0, 0, 0), coll(1, 0, 0)
 	if b.spanID(n0) != b.spanID(n1) {
