@@ -253,7 +253,9 @@ def pipeline(log, report):
     pp, dp, m = runs[0]["pp"], runs[0]["dp"], runs[0]["microbatches"]
     bad = 0
     summ = re.search(r'pipeline: (\d+) process\(es\) staged by their rank in communicator "([^"]*)" \((\d+) stages\)', text_log)
-    ok = summ is not None and int(summ.group(1)) == pp * dp and summ.group(2) == "PIPELINE_MODEL_PARALLEL_GROUP" and int(summ.group(3)) == pp
+    # PyTorch names the communicator by the group's description, or by
+    # "<description>:<group name>" where it passes both.
+    ok = summ is not None and int(summ.group(1)) == pp * dp and summ.group(2).split(":")[0] == "PIPELINE_MODEL_PARALLEL_GROUP" and int(summ.group(3)) == pp
     bad += not ok
     print("%s pipeline summary: %s (want %d processes, %d stages)" % ("PASS" if ok else "FAIL", summ.group(0) if summ else "no pipeline line", pp * dp, pp))
     text = open(report, errors="replace").read()

@@ -74,6 +74,14 @@ func WithPipelineGroup(name string) Option {
 	return optionFunc(func(c *config) { c.pipeline = name })
 }
 
+// namedAs reports whether a communicator's name is want, or want then
+// ':' and more: PyTorch names a communicator "<description>:<group
+// name>" where it passes both (each replica's pipeline group has its own
+// group name, one description).
+func namedAs(name, want string) bool {
+	return name == want || strings.HasPrefix(name, want+":")
+}
+
 // isPipelineName reports whether a communicator's name says it joins a
 // pipeline's stages and nothing else: it holds "pipe", or "pp" as a word
 // of its own ("pp", "mesh_pp", "pp_group"), in any case, and names no
@@ -1088,7 +1096,7 @@ func (c *Collector) stageLocked(pr *process, r Record) {
 	if r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || r.NRanks <= pr.stages {
 		return
 	}
-	if want := c.cfg.pipeline; want != "" && r.CommName != want || want == "" && !isPipelineName(r.CommName) {
+	if want := c.cfg.pipeline; want != "" && !namedAs(r.CommName, want) || want == "" && !isPipelineName(r.CommName) {
 		return
 	}
 	if pr.stage == profiler.None {

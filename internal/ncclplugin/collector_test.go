@@ -1056,12 +1056,14 @@ func TestCollectorLoneProcessAfterAWhile(t *testing.T) {
 
 func TestIsPipelineName(t *testing.T) {
 	for name, want := range map[string]bool{
-		"PIPELINE_MODEL_PARALLEL_GROUP": true, // Megatron-LM's
-		"pp":                            true,
-		"mesh_pp":                       true, // a device mesh's dimension
-		"PP-group":                      true,
-		"pipe":                          true,
-		"DATA_PARALLEL_GROUP":           false,
+		"PIPELINE_MODEL_PARALLEL_GROUP":   true, // Megatron-LM's
+		"PIPELINE_MODEL_PARALLEL_GROUP:3": true, // as PyTorch names it with the group's name
+		"DATA_PARALLEL_GROUP:5":           false,
+		"pp":                              true,
+		"mesh_pp":                         true, // a device mesh's dimension
+		"PP-group":                        true,
+		"pipe":                            true,
+		"DATA_PARALLEL_GROUP":             false,
 		// Megatron-LM's groups that span pipeline ranks and others.
 		"EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": false,
 		"TENSOR_AND_PIPELINE_GROUP":                   false,
@@ -1094,6 +1096,7 @@ func TestCollectorPipelineStage(t *testing.T) {
 	}{
 		{name: "by name", comm: "PIPELINE_MODEL_PARALLEL_GROUP"},
 		{name: "named by the user", opts: []Option{WithPipelineGroup("stages")}, comm: "stages", ignored: "pp"},
+		{name: "named by the user, with its group name", opts: []Option{WithPipelineGroup("stages")}, comm: "stages:7", ignored: "stagesX"},
 		{name: "after a pair's communicator", comm: "PIPELINE_MODEL_PARALLEL_GROUP", pair: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
