@@ -69,12 +69,14 @@ run() {
 	OUT=$OUT/wrap-ddp bash "$root/scripts/gpu-wrap.sh" ddp 2>&1 | tail -12
 	grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
 	echo "== 6. wrapped pipeline job (pp 2 × dp 2), Megatron-LM's group names"
-	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | tail -14
+	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | grep -E '^(==|PASS|FAIL|  problem)' 
 
-	# Only the logs come back: what comes back is limited in count, and
-	# the run directories (traces, profiles, MPS's pipes) would crowd them out.
-	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/mps"
-	find "$OUT" -type f | sort
+	# Only the logs come back, packed into one file: what comes back is
+	# limited in count, and the run directories (traces, profiles, MPS's
+	# pipes) would crowd them out.
+	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/pipeline-named" "$OUT/wrap-pipeline/mps"
+	(cd "$OUT" && find . -type f ! -name logs.tgz | sort >files.txt && tar czf logs.tgz -T files.txt && xargs rm -f <files.txt && find . -mindepth 1 -type d -empty -delete)
+	tar tzf "$OUT/logs.tgz"
 }
 
 case "${1:-run}" in

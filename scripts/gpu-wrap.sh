@@ -31,10 +31,11 @@
 #                script's count
 #   pipeline.txt a wrapped pp=2 × dp=2 job of four processes
 #                (examples/torch/pipeline_steps.py, Megatron-LM's group
-#                names; pipeline mode only): the stages the report gives
-#                against the script's, each stage's busy time against the
-#                script's CUDA events, every collective matched within its
-#                own communicator
+#                descriptions; pipeline mode only): the stages the report
+#                gives against the script's, each stage's busy time against
+#                the script's CUDA events, every collective matched within
+#                its own communicator; pipeline-named.txt the same with
+#                each communicator named by its group's description
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
 # With one GPU the two ranks share it, under MPS where the machine has it
 # (MPS=0 to run without), which the script starts and stops.
@@ -208,15 +209,24 @@ ddp() {
 }
 
 pipeline() {
-	echo "== pipeline: pp 2 × dp 2, NVTX steps, kernels traced"
-	timeout -k 10 300 "$pr" -out "$OUT/pipeline" -metrics-addr off -progress off -quiet -trace-steps all \
-		-pipeline-schedule microbatches=8 -- \
-		python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
-		"$root/examples/torch/pipeline_steps.py" "${share[@]}" --pp 2 --microbatches 8 >"$OUT/pipeline.log" 2>&1
-	echo "exit $?" >>"$OUT/pipeline.log"
-	cp "$OUT"/pipeline/*/report.txt "$OUT/pipeline-report.txt"
-	python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/pipeline.log" "$OUT/pipeline-report.txt" | tee "$OUT/pipeline.txt"
-	rm -f "$OUT"/pipeline/*/calls.rank*.gz
+	# Twice: as PyTorch runs it (no communicator names reach NCCL up to
+	# at least 2.11: staged by the sends' communicator), and with each
+	# group's communicator named by its description (--name-comms, where
+	# this PyTorch can: staged by the pipeline's name).
+	local name flags
+	for name in pipeline pipeline-named; do
+		flags=()
+		[ "$name" = pipeline-named ] && flags=(--name-comms)
+		echo "== $name: pp 2 × dp 2, NVTX steps, kernels traced"
+		timeout -k 10 300 "$pr" -out "$OUT/$name" -metrics-addr off -progress off -quiet -trace-steps all \
+			-pipeline-schedule microbatches=8 -- \
+			python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
+			"$root/examples/torch/pipeline_steps.py" "${share[@]}" "${flags[@]}" --pp 2 --microbatches 8 >"$OUT/$name.log" 2>&1
+		echo "exit $?" >>"$OUT/$name.log"
+		cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
+		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" | tee "$OUT/$name.txt"
+		rm -f "$OUT"/$name/*/calls.rank*.gz
+	done
 }
 
 overhead() {

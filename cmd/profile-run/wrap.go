@@ -382,7 +382,7 @@ func (w *wrapper) progressLine() string {
 	}
 	st := w.col.Stats()
 	ps := w.prof.Stats()
-	line := fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Processes, st.PluginDrops()+ps.Dropped)
+	line := fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Communicating, st.PluginDrops()+ps.Dropped)
 	if w.out != nil && w.out.steps != nil {
 		line += progressSteps(w.out.steps.Ranks())
 	}
@@ -489,7 +489,11 @@ func (w *wrapper) ncclSummary() string {
 	case st.Records == 0:
 		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes)
 	}
-	line := fmt.Sprintf("nccl: %d collectives and p2p from %d process(es), %d timed on the device", st.Records, st.Processes, st.Records-st.HostOnly)
+	line := fmt.Sprintf("nccl: %d collectives and p2p from %d process(es), %d timed on the device", st.Records, st.Communicating, st.Records-st.HostOnly)
+	if n := st.Processes - st.Communicating; n > 0 {
+		// A launcher that touched CUDA loads the plugin too.
+		line = fmt.Sprintf("nccl: %d collectives and p2p from %d process(es) (%d more loaded the plugin and issued none), %d timed on the device", st.Records, st.Communicating, n, st.Records-st.HostOnly)
+	}
 	if st.ProxyTimed > 0 {
 		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
 	}
@@ -541,8 +545,25 @@ func (w *wrapper) pipelineSummary() string {
 	switch {
 	case st.Processes == 0:
 		return ""
+	case w.o.pipelineGroup == ncclplugin.NoPipelineGroup:
+		return "pipeline: not staged (-pipeline-group none)"
+	case st.Staged > 0 && st.StagedBySends == st.Staged:
+		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in the communicator of their sends and receives (%d stages), no communicator's name saying which is the pipeline's: bubbles per stage from their kernels; -pipeline-group none if those sends are not a pipeline's", st.Staged, st.Stages)
+		if st.Unstaged > 0 {
+			line += fmt.Sprintf("; %d process(es) not staged: their sends and receives gave them different ranks (PyTorch's two-rank communicators; a name for the pipeline's group would tell)", st.Unstaged)
+		}
+		return line
 	case st.Staged > 0:
-		return fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%d stages): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, st.Stages)
+		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%d stages): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, st.Stages)
+		if st.StagedBySends > 0 {
+			line += fmt.Sprintf("; %d of them by the communicator of their sends and receives, none of theirs named as a pipeline's", st.StagedBySends)
+		}
+		if st.Unstaged > 0 {
+			line += fmt.Sprintf("; %d process(es) not staged: their sends and receives gave them different ranks", st.Unstaged)
+		}
+		return line
+	case st.Unstaged > 0:
+		return fmt.Sprintf("pipeline: %d process(es) not staged: no communicator's name says which is the pipeline's, and their sends and receives gave them different ranks (PyTorch's two-rank communicators): -pipeline-group NAME names it where the job names its groups", st.Unstaged)
 	case w.o.pipelineGroup != "":
 		return fmt.Sprintf("pipeline: no process made a communicator named %q (-pipeline-group), so no stages", w.o.pipelineGroup)
 	}

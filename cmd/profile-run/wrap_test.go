@@ -596,33 +596,56 @@ func oneReport(t *testing.T, out string) (string, string) {
 }
 
 // TestWrapStagesFromThePipelineCommunicator: the plugin's driver in its
-// NVTX mode, two processes whose communicator is named as Megatron-LM
-// names its pipeline's, rank 0 and 1 of 2: each is staged by its rank in
-// it, the summary says which communicator did it, and the report's rows
-// carry the stages.
+// NVTX mode, two processes whose communicator, rank 0 and 1 of 2, is
+// named as Megatron-LM names its pipeline's, or has no name: each is
+// staged by its rank in it (the unnamed one because they send and receive
+// over it), the summary says which communicator did it, and the report's
+// rows carry the stages; with -pipeline-group none they carry none.
 func TestWrapStagesFromThePipelineCommunicator(t *testing.T) {
 	dir, lib := buildPlugin(t)
 	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
-	t.Setenv("TEST_PLUGIN_COMM_NAME", "PIPELINE_MODEL_PARALLEL_GROUP")
-	script := fmt.Sprintf(`for r in 0 1; do RANK=$((r+4)) %q --drive-nvtx %q $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
-	out := t.TempDir()
-	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", "bash", "-c", script)
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
-	}
-	if want := `pipeline: 2 process(es) staged by their rank in communicator "PIPELINE_MODEL_PARALLEL_GROUP" (2 stages)`; !strings.Contains(stdout, want) {
-		t.Errorf("summary lacks %q:\n%s", want, stdout)
-	}
-	_, report := oneReport(t, out)
-	i := strings.Index(report, "=== where the steps went")
-	if i < 0 {
-		t.Fatalf("no step breakdown:\n%s", report)
-	}
-	// Launcher ranks 4 and 5, at the stages of their communicator ranks.
-	for rank, stage := range map[int]int{4: 0, 5: 1} {
-		if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+%d\s+2\s+[0-9.]+`, rank, stage)).MatchString(report[i:]) {
-			t.Errorf("rank %d's step row is not at stage %d:\n%s", rank, stage, report[i:])
-		}
+	for _, c := range []struct {
+		name, comm, summary string
+		flags               []string
+		staged              bool
+	}{
+		{name: "named", comm: "PIPELINE_MODEL_PARALLEL_GROUP", staged: true,
+			summary: `pipeline: 2 process(es) staged by their rank in communicator "PIPELINE_MODEL_PARALLEL_GROUP" (2 stages)`},
+		// PyTorch up to 2.11 names no communicator: the one the
+		// processes send and receive over stages them.
+		{name: "unnamed", comm: "-", staged: true,
+			summary: "pipeline: 2 process(es) staged by their rank in the communicator of their sends and receives (2 stages), no communicator's name saying which is the pipeline's"},
+		{name: "turned off", comm: "-", flags: []string{"-pipeline-group", "none"},
+			summary: "pipeline: not staged (-pipeline-group none)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("TEST_PLUGIN_COMM_NAME", c.comm)
+			script := fmt.Sprintf(`for r in 0 1; do RANK=$((r+4)) %q --drive-nvtx %q $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+			out := t.TempDir()
+			args := append(append([]string{"-out", out, "-metrics-addr", "off"}, c.flags...), "--", "bash", "-c", script)
+			code, stdout, stderr := runWrap(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+			}
+			if !strings.Contains(stdout, c.summary) {
+				t.Errorf("summary lacks %q:\n%s", c.summary, stdout)
+			}
+			_, report := oneReport(t, out)
+			i := strings.Index(report, "=== where the steps went")
+			if i < 0 {
+				t.Fatalf("no step breakdown:\n%s", report)
+			}
+			// Launcher ranks 4 and 5, at the stages of their communicator
+			// ranks, or at none ("-").
+			for rank, stage := range map[int]string{4: "0", 5: "1"} {
+				if !c.staged {
+					stage = "-"
+				}
+				if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+%s\s+2\s+[0-9.]+`, rank, stage)).MatchString(report[i:]) {
+					t.Errorf("rank %d's step row is not at stage %s:\n%s", rank, stage, report[i:])
+				}
+			}
+		})
 	}
 }
 

@@ -7,9 +7,13 @@ The ranks form --pp pipeline stages times WORLD_SIZE/--pp data-parallel
 replicas: rank = replica * pp + stage. Every rank makes every group, as
 torch.distributed.new_group requires, with Megatron-LM's descriptions:
 "PIPELINE_MODEL_PARALLEL_GROUP" for each replica's stages and
-"DATA_PARALLEL_GROUP" for each stage's replicas. So several communicators
-share one name, and a rank's stage is its rank in its pipeline group:
-what profile-run reads from NCCL (docs/wrap.md, "Pipeline stages").
+"DATA_PARALLEL_GROUP" for each stage's replicas. A rank's stage is its
+rank in its pipeline group. PyTorch up to at least 2.11 passes NCCL no
+name for a group, so profile-run stages each process by the communicator
+it sends and receives over; --name-comms sets each communicator's NCCL
+name to its group's description (NCCLConfig.comm_name, where this
+PyTorch has it), so that several communicators share one name and
+profile-run stages by the pipeline's (docs/wrap.md, "Pipeline stages").
 
 Each stage holds --layers bias-free Linear + tanh layers. A step is an
 NVTX range "step N" running a GPipe schedule: every microbatch forward
@@ -45,6 +49,7 @@ def parse(argv=None):
     p.add_argument("--layers", type=int, default=4, help="layers per stage")
     p.add_argument("--steps", type=int, default=12, help="training steps (the first is a warm-up)")
     p.add_argument("--share-gpu", action="store_true", help="let the ranks share GPUs when there are fewer GPUs than ranks")
+    p.add_argument("--name-comms", action="store_true", help="give each group's NCCL communicator its description as name, where PyTorch can")
     a = p.parse_args(argv)
     if min(a.pp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
         p.error("every count must be at least 1")
@@ -71,13 +76,27 @@ def main(argv=None):
     pp, dp = a.pp, world // a.pp
     replica, stage = divmod(rank, pp)
 
+    def options(desc):
+        """pg_options naming the group's NCCL communicator, or None where
+        not asked for or this PyTorch cannot."""
+        if not a.name_comms:
+            return None
+        o = dist.ProcessGroupNCCL.Options()
+        if not hasattr(o.config, "comm_name"):
+            return None
+        o.config.comm_name = desc
+        return o
+
+    named = a.name_comms and options("probe") is not None
     pipe = data = None
     for r in range(dp):
-        g = dist.new_group([r * pp + s for s in range(pp)], group_desc="PIPELINE_MODEL_PARALLEL_GROUP")
+        desc = "PIPELINE_MODEL_PARALLEL_GROUP"
+        g = dist.new_group([r * pp + s for s in range(pp)], group_desc=desc, pg_options=options(desc))
         if r == replica:
             pipe = g
     for s in range(pp):
-        g = dist.new_group([r * pp + s for r in range(dp)], group_desc="DATA_PARALLEL_GROUP")
+        desc = "DATA_PARALLEL_GROUP"
+        g = dist.new_group([r * pp + s for r in range(dp)], group_desc=desc, pg_options=options(desc))
         if s == stage:
             data = g
     prev = rank - 1 if stage > 0 else None
@@ -152,7 +171,8 @@ def main(argv=None):
         compute.append(sum(s.elapsed_time(e) for s, e in events))
     dist.barrier()
     print(json.dumps({"tool": "pipeline_steps", "rank": rank, "stage": stage, "replica": replica, "pp": pp, "dp": dp,
-                      "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute}), flush=True)
+                      "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute,
+                      "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": named}), flush=True)
     dist.destroy_process_group()
     return 0
 

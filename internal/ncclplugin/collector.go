@@ -65,14 +65,28 @@ func WithStepRange(name string) Option {
 }
 
 // WithPipelineGroup names the communicator whose ranks are a pipeline's
-// stages (default: the largest a process makes whose name says so, as
-// isPipelineName tells: Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP, a
-// device mesh's "pp"). A process's rank in it is its stage: every record
-// the process delivers after carries it, and the step analysis then has
-// bubbles per stage.
+// stages. A process's rank in it is its stage: every record the process
+// delivers after carries it, and the step analysis then has bubbles per
+// stage. By default ("") a process's stage is its rank in the largest
+// communicator it makes whose name says so, as isPipelineName tells
+// (Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP, a device mesh's "pp");
+// where none does, its rank in the largest communicator over which it
+// sends or receives, unless that one's name speaks of another parallel
+// dimension (a context-parallel ring's). PyTorch up to at least 2.11
+// passes no name to NCCL, and a pipeline's sends and receives go over
+// its stage group's communicator (batched, or unbatched in eager
+// initialisation) or, unbatched otherwise, over a communicator of the two
+// ranks, where a process's rank is its stage only in a pipeline of two
+// stages: a process whose sends and receives of that largest size give it
+// different ranks is left without a stage (Stats.Unstaged).
+// NoPipelineGroup turns staging off.
 func WithPipelineGroup(name string) Option {
 	return optionFunc(func(c *config) { c.pipeline = name })
 }
+
+// NoPipelineGroup, given to WithPipelineGroup, has no process staged: for
+// a job whose sends and receives are not a pipeline's.
+const NoPipelineGroup = "none"
 
 // namedAs reports whether a communicator's name is want, or want then
 // ':' and more: PyTorch names a communicator "<description>:<group
@@ -89,23 +103,31 @@ func namedAs(name, want string) bool {
 // EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP spans tensor, expert and
 // pipeline ranks, and a rank's place in it is not its stage.
 func isPipelineName(name string) bool {
+	pipe, other := dimensions(name)
+	return pipe && !other
+}
+
+// dimensions reports whether a communicator's name speaks of a pipeline
+// ("pipe", or "pp" as a word of its own), and whether it speaks of any
+// other parallel dimension (tensor, expert, data, context, embedding, or
+// the words tp, dp, ep, cp, fsdp), in any case.
+func dimensions(name string) (pipe, other bool) {
 	l := strings.ToLower(name)
-	words := strings.FieldsFunc(l, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') })
-	pipe := strings.Contains(l, "pipe")
-	for _, w := range words {
+	pipe = strings.Contains(l, "pipe")
+	for _, w := range strings.FieldsFunc(l, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }) {
 		switch w {
 		case "pp":
 			pipe = true
 		case "tp", "dp", "ep", "cp", "fsdp":
-			return false
+			other = true
 		}
 	}
-	for _, other := range []string{"tensor", "expert", "data", "context", "embedding"} {
-		if strings.Contains(l, other) {
-			return false
+	for _, o := range []string{"tensor", "expert", "data", "context", "embedding"} {
+		if strings.Contains(l, o) {
+			other = true
 		}
 	}
-	return pipe
+	return pipe, other
 }
 
 // WithLocalSize has the collector call f with the number of processes a
@@ -152,8 +174,17 @@ type Stats struct {
 	// PipelineGroup is the communicator that gave processes their
 	// pipeline stage (WithPipelineGroup), Staged the processes that got
 	// one, and Stages the communicator's size; "" and 0 when none.
-	PipelineGroup  string
-	Staged, Stages int
+	// StagedBySends of them were staged by the communicator of their
+	// sends and receives, no name saying which is the pipeline's;
+	// Unstaged processes were not, their sends and receives giving them
+	// different ranks.
+	PipelineGroup           string
+	Staged, Stages          int
+	StagedBySends, Unstaged int
+	// Communicating counts the processes that issued a collective or
+	// p2p operation (Processes counts every one that loaded the plugin,
+	// a launcher that only initialised CUDA too).
+	Communicating int
 	// ClockConflicts counts processes whose GPU-to-host offset bounds
 	// disagreed (see docs/nccl-plugin.md); their lower bound is used.
 	ClockConflicts int
@@ -178,13 +209,16 @@ type Collector struct {
 	ln    *net.UnixListener
 	clock hostClock
 
-	mu      sync.Mutex
-	procs   map[procKey]*process
-	conns   map[*net.UnixConn]struct{}
-	stats   Stats
-	nextID  uint64
-	closing bool
-	world   int32 // the largest launcher local size a process named
+	mu    sync.Mutex
+	procs map[procKey]*process
+	conns map[*net.UnixConn]struct{}
+	stats Stats
+	// groupBySends says stats.PipelineGroup came from a process's sends
+	// and receives: a communicator named as the pipeline's replaces it.
+	groupBySends bool
+	nextID       uint64
+	closing      bool
+	world        int32 // the largest launcher local size a process named
 
 	readers   sync.WaitGroup
 	bg        sync.WaitGroup
@@ -229,9 +263,16 @@ type process struct {
 	device int32
 	// stage is the process's rank in the pipeline's communicator
 	// (WithPipelineGroup), profiler.None until one is known; stages that
-	// communicator's size.
-	stage  int16
-	stages int32
+	// communicator's size. bySends says the stage came from the
+	// communicator of its sends and receives (sendComm), no name saying
+	// which is the pipeline's; mixed that two of one size gave different
+	// ranks, so that it has none.
+	stage         int16
+	stages        int32
+	bySends       bool
+	sendComm      uint64
+	mixed         bool
+	communicating bool
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
 	latest uint64
@@ -618,6 +659,13 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		return c.activityLocked(pr, r, out)
 	case KindCollective, KindP2P:
 		o := pr.op(r.Task)
+		if !pr.communicating {
+			pr.communicating = true
+			c.stats.Communicating++
+		}
+		if !o.have && r.Kind == KindP2P {
+			c.stageBySendsLocked(pr, r)
+		}
 		if !o.have {
 			if pr.pending == nil {
 				pr.pending = make(map[uint32][]pendingOp)
@@ -1093,18 +1141,69 @@ func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 // named as its process group, for a send or receive outside a batch, and
 // a process's rank in that is not its stage.
 func (c *Collector) stageLocked(pr *process, r Record) {
-	if r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || r.NRanks <= pr.stages {
+	want := c.cfg.pipeline
+	if r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || want == NoPipelineGroup {
 		return
 	}
-	if want := c.cfg.pipeline; want != "" && !namedAs(r.CommName, want) || want == "" && !isPipelineName(r.CommName) {
+	if want != "" && !namedAs(r.CommName, want) || want == "" && !isPipelineName(r.CommName) {
+		return
+	}
+	if pr.bySends {
+		// A name says which is the pipeline's: it overrules the sends.
+		c.stats.StagedBySends--
+		pr.bySends, pr.stage, pr.stages = false, profiler.None, 0
+		c.stats.Staged--
+	}
+	if pr.mixed {
+		pr.mixed = false
+		c.stats.Unstaged--
+	}
+	if r.NRanks <= pr.stages {
 		return
 	}
 	if pr.stage == profiler.None {
 		c.stats.Staged++
 	}
 	pr.stage, pr.stages = int16(r.Rank), r.NRanks
-	if int(r.NRanks) > c.stats.Stages {
-		c.stats.PipelineGroup, c.stats.Stages = r.CommName, int(r.NRanks)
+	if int(r.NRanks) > c.stats.Stages || c.groupBySends {
+		c.stats.PipelineGroup, c.stats.Stages, c.groupBySends = r.CommName, int(r.NRanks), false
+	}
+}
+
+// stageBySendsLocked stages a process that no communicator's name staged
+// by its rank in the largest communicator over which it sends or
+// receives (WithPipelineGroup says when). r is one of its p2p records.
+func (c *Collector) stageBySendsLocked(pr *process, r Record) {
+	if c.cfg.pipeline != "" || pr.mixed || pr.stage != profiler.None && !pr.bySends ||
+		r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || r.NRanks < pr.stages {
+		return
+	}
+	if _, other := dimensions(r.CommName); other {
+		return
+	}
+	switch {
+	case r.NRanks > pr.stages:
+		if pr.stage == profiler.None {
+			c.stats.Staged++
+			c.stats.StagedBySends++
+		}
+		pr.stage, pr.stages, pr.sendComm, pr.bySends = int16(r.Rank), r.NRanks, r.Comm, true
+		if int(r.NRanks) > c.stats.Stages && (c.groupBySends || c.stats.PipelineGroup == "") {
+			c.stats.PipelineGroup, c.stats.Stages, c.groupBySends = r.CommName, int(r.NRanks), true
+			if r.CommName == "" {
+				c.stats.PipelineGroup = fmt.Sprintf("nccl:%016x", r.Comm)
+			}
+		}
+	case r.Comm != pr.sendComm && int16(r.Rank) != pr.stage:
+		// Two communicators of one size, two ranks: the two-rank
+		// communicators on either side of a stage in the middle.
+		pr.mixed, pr.bySends, pr.stage, pr.stages = true, false, profiler.None, 0
+		c.stats.Staged--
+		c.stats.StagedBySends--
+		c.stats.Unstaged++
+		if c.stats.Staged == 0 && c.groupBySends {
+			c.stats.PipelineGroup, c.stats.Stages, c.groupBySends = "", 0, false
+		}
 	}
 }
 

@@ -1154,3 +1154,94 @@ func TestCollectorPipelineStage(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectorStageBySends: where no communicator's name says which is
+// the pipeline's (PyTorch passes NCCL none), a process's stage is its rank
+// in the largest communicator it sends or receives over — not one named
+// for another dimension, not with -pipeline-group none, and not where two
+// such communicators of one size give it different ranks; a name that
+// says pipeline overrules the sends.
+func TestCollectorStageBySends(t *testing.T) {
+	type comm struct {
+		hash          uint64
+		rank, nranks  int32
+		name          string
+		sends, before bool // sends over it; its init comes after the sends (before: false)
+	}
+	dp := comm{hash: 1, rank: 0, nranks: 2}
+	for _, c := range []struct {
+		name          string
+		opts          []Option
+		comms         []comm
+		stage         int16
+		bySends       int
+		unstaged      int
+		pipelineGroup string
+	}{
+		{name: "unnamed", comms: []comm{dp, {hash: 3, rank: 1, nranks: 4, sends: true}}, stage: 1, bySends: 1, pipelineGroup: "nccl:0000000000000003"},
+		{name: "the largest of several", comms: []comm{dp, {hash: 4, rank: 0, nranks: 2, sends: true}, {hash: 3, rank: 2, nranks: 4, sends: true}}, stage: 2, bySends: 1, pipelineGroup: "nccl:0000000000000003"},
+		{name: "named for another dimension", comms: []comm{dp, {hash: 3, rank: 1, nranks: 4, name: "CONTEXT_PARALLEL_GROUP", sends: true}}, stage: profiler.None},
+		{name: "two pairs, two ranks", comms: []comm{dp, {hash: 4, rank: 1, nranks: 2, sends: true}, {hash: 5, rank: 0, nranks: 2, sends: true}}, stage: profiler.None, unstaged: 1},
+		{name: "two pairs, one rank", comms: []comm{dp, {hash: 4, rank: 1, nranks: 2, sends: true}, {hash: 5, rank: 1, nranks: 2, sends: true}}, stage: 1, bySends: 1, pipelineGroup: "nccl:0000000000000004"},
+		{name: "turned off", opts: []Option{WithPipelineGroup(NoPipelineGroup)}, comms: []comm{dp, {hash: 3, rank: 1, nranks: 4, name: "pp", sends: true}}, stage: profiler.None},
+		{name: "a name overrules", comms: []comm{dp, {hash: 4, rank: 0, nranks: 4, sends: true}, {hash: 3, rank: 3, nranks: 4, name: "pipeline", before: true}}, stage: 3, pipelineGroup: "pipeline"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			col, sink, _ := newTestCollector(t, c.opts...)
+			const host = 5_000_000_000
+			us := func(n uint64) uint64 { return host + n*1000 }
+			h := helloFrame(wireVersion, 622, "n")
+			binary.LittleEndian.PutUint32(h[96:], 6) // RANK=5
+			parts := [][]byte{h}
+			for _, m := range c.comms {
+				if !m.before {
+					parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
+				}
+			}
+			parts = append(parts, activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"))
+			parts = append(parts, nameFrames(1, "gemm")...)
+			parts = append(parts, rangeFrame(10, 1, 2, 0, us(10), 0, 0, "step 0"))
+			sends := 0
+			for _, m := range c.comms {
+				if m.sends {
+					sends++
+					parts = append(parts, wireRec{kind: 3, hash: m.hash, task: uint64(10 + sends), t0: us(12), t1: us(13), a0: 10, a1: 40,
+						rank: m.rank, nranks: m.nranks, peer: (m.rank + 1) % m.nranks, fn: 6, dtype: 8, name: m.name}.frame())
+				}
+			}
+			for _, m := range c.comms {
+				if m.before {
+					parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
+				}
+			}
+			parts = append(parts,
+				activityFrame(1, us(20), us(60), 3, 7, 1, 0, 0, ""),
+				rangeFrame(10, 0, 2, 0, us(10), us(100), 0, "step 0"),
+				rangeFrame(10, 1, 3, 0, us(125), 0, 0, "step 1"),
+				activityFrame(1, us(120), us(130), 3, 7, 1, 0, 0, ""),
+			)
+			send(t, col, stream(parts...), false)
+			recs := sink.wait(t, 4+sends) // two steps (the second cut short), two kernels, the sends
+			for _, r := range recs {
+				if r.Kind == profiler.KindP2P {
+					continue // delivered at the end, with the stage then
+				}
+				if r.Rank != 5 || r.Stage != c.stage {
+					t.Errorf("%s: rank %d stage %d, want rank 5 at stage %d", r.Name, r.Rank, r.Stage, c.stage)
+				}
+			}
+			st := col.Stats()
+			staged := 0
+			if c.stage != profiler.None {
+				staged = 1
+			}
+			if st.Staged != staged || st.StagedBySends != c.bySends || st.Unstaged != c.unstaged || st.PipelineGroup != c.pipelineGroup {
+				t.Errorf("stats: %d staged, %d by sends, %d unstaged, pipeline group %q; want %d, %d, %d, %q",
+					st.Staged, st.StagedBySends, st.Unstaged, st.PipelineGroup, staged, c.bySends, c.unstaged, c.pipelineGroup)
+			}
+			if st.Processes != 1 || st.Communicating != 1 {
+				t.Errorf("stats: %d processes, %d communicating; want 1 and 1", st.Processes, st.Communicating)
+			}
+		})
+	}
+}

@@ -236,9 +236,11 @@ static void* kernel_thread(void* arg) {
  * collectives, p2p operations and (on another thread) their kernel
  * channels and proxy operations, drive_finish finalises. */
 /* The communicator's name: TEST_PLUGIN_COMM_NAME when set (a pipeline's,
- * say), else a data-parallel group's. */
+ * say; "-" for none, as PyTorch up to 2.11 passes), else a data-parallel
+ * group's. */
 static const char* comm_name(void) {
   const char* n = getenv("TEST_PLUGIN_COMM_NAME");
+  if (n && strcmp(n, "-") == 0) return NULL;
   return n && *n ? n : "pg-data-parallel";
 }
 
