@@ -194,8 +194,16 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 			path, st.Windows, st.Transfers, (size+1023)/1024, o.out)
 		return nil
 	}
-	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %d forward and %d backward blocks, %d transfers, %d KiB → %s\n",
-		path, st.Steps, in.Covers, st.Forward, st.Backward, st.Transfers, (size+1023)/1024, o.out)
+	blocks := fmt.Sprintf("%d forward and %d backward blocks", st.Forward, st.Backward)
+	if st.Kernels > 0 {
+		// A wrapped run's traced kernels: no forward or backward to tell.
+		blocks = fmt.Sprintf("%d traced kernels drawn as %d boxes", st.Kernels, st.KernelBoxes)
+		if st.Forward+st.Backward > 0 {
+			blocks = fmt.Sprintf("%d forward and %d backward blocks, %d traced kernels drawn as %d boxes", st.Forward, st.Backward, st.Kernels, st.KernelBoxes)
+		}
+	}
+	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %s, %d transfers, %d KiB → %s\n",
+		path, st.Steps, in.Covers, blocks, st.Transfers, (size+1023)/1024, o.out)
 	return nil
 }
 

@@ -12,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // reportRun trains the built-in model with a known pipeline shape into a
@@ -294,5 +298,69 @@ func TestReportNeverReplacesOtherFiles(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".report-*")); len(left) > 0 {
 		t.Errorf("temporary pages left: %v", left)
+	}
+}
+
+// TestReportHTMLOfWrappedKernels: a wrapped pipeline's trace — step
+// ranges, traced kernels with no host range (CUPTI's), sends between the
+// stages — read back by `report --html`: every kernel returns (none left
+// out as a device event without a host one), each 1 ms kernel 2 ms from
+// the next is a box of its own, and the browser lays out as many.
+func TestReportHTMLOfWrappedKernels(t *testing.T) {
+	const ranks, steps, perStep = 2, 2, 10
+	var recs []profiler.Record
+	id := uint64(0)
+	add := func(r profiler.Record) {
+		id++
+		r.ID = id
+		recs = append(recs, r)
+	}
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	dev := runtime.Device{Type: runtime.CUDA, Index: 0}
+	for rank := range ranks {
+		for step := range steps {
+			base := ms(float64(step) * 50)
+			l := profiler.NoLabels
+			l.Step, l.Stage = int32(step), int16(rank)
+			add(profiler.Record{Name: profiler.StepName, Kind: profiler.KindHost, Rank: rank, Device: dev, Labels: l, HostStart: base, HostEnd: base + ms(45)})
+			for k := range perStep {
+				at := base + ms(1+2*float64(k)+float64(rank))
+				add(profiler.Record{Name: "sm90_xmma_gemm", Kind: profiler.KindKernel, Rank: rank, Device: dev, Stream: 7, Labels: l,
+					HostStart: at, HostEnd: at, HasDevice: true, DeviceStart: at, DeviceEnd: at + ms(1)})
+			}
+			op, peer := "Send", 1
+			if rank == 1 {
+				op, peer = "Recv", 0
+			}
+			at := base + ms(40)
+			add(profiler.Record{Name: op, Kind: profiler.KindP2P, Rank: rank, Device: dev, Stream: 9, Labels: l, HostStart: at, HostEnd: at + ms(0.01),
+				HasDevice: true, DeviceStart: at, DeviceEnd: at + ms(1),
+				Collective: profiler.Collective{Op: op, Bytes: 1 << 20, Count: 1 << 18, DType: "float32", Peer: int32(peer), Root: -1, Group: "nccl:00000000000000aa", GroupSize: 2, GroupRank: int32(rank), Seq: uint64(step)}})
+		}
+	}
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chrometrace.Write(f, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, "report", dir, "--html")
+	want := fmt.Sprintf("%d traced kernels drawn as %d boxes", ranks*steps*perStep, ranks*steps*perStep)
+	if code != exitOK || !strings.Contains(stdout, want) || strings.Contains(stderr, "left out") {
+		t.Fatalf("report --html: exit %d, want %q, no warning\nstdout %s\nstderr %s", code, want, stdout, stderr)
+	}
+	browser := chromium(t)
+	dom, console := browse(t, browser, filepath.Join(dir, "report.html"), "--dump-dom")
+	if len(console) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(console, "\n"))
+	}
+	m := regexp.MustCompile(`<output id="drawn"[^>]* data-kernels="(\d+)"`).FindStringSubmatch(dom)
+	if m == nil || m[1] != strconv.Itoa(ranks*steps*perStep) {
+		t.Errorf("the browser drew %v kernel boxes, want %d", m, ranks*steps*perStep)
 	}
 }

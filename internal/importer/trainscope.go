@@ -120,7 +120,9 @@ type deviceEvent struct {
 // records: one per host-track event, with its device interval and stream
 // from the matching device-track event, nesting (Parent, Depth) from the
 // host track, DeviceNested where a device-timed ancestor encloses it,
-// labels, collective fields, and bandwidths recomputed from the times.
+// labels, collective fields, and bandwidths recomputed from the times;
+// and one per traced kernel (a wrapped job's: a device event of category
+// kernel with no host range), at depth 0.
 // Times are on the wall clock of otherData.epoch when the trace states
 // it. otherData's string members are kept in Profile.OtherData ("steps"
 // says which steps the trace covers).
@@ -132,7 +134,8 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 	processes := map[int64]ownProcess{} // by pid
 	var hosts []hostEvent
 	var devs []deviceEvent
-	pending := map[int]pairKey{} // host event index → its key, for device-timed ranges
+	var kernels []profiler.Record // traced kernels: device events with no host range
+	pending := map[int]pairKey{}  // host event index → its key, for device-timed ranges
 	noStream := 0
 	event := func(off int64, n int) error {
 		var ev ownEvent
@@ -199,6 +202,19 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 				return bad("host_us: %v", err)
 			}
 			key.devNs = dur
+			if kind == profiler.KindKernel && key.hostNs == 0 {
+				// A traced kernel (a wrapped job's, through CUPTI) has
+				// no host range: the writer gave it only this event.
+				rec := profiler.Record{Name: ev.Name, Kind: kind, Rank: t.rank, Device: t.device, Tag: ev.Args.Tag, Labels: labels,
+					HostStart: time.Duration(ts), HostEnd: time.Duration(ts), HasDevice: true,
+					DeviceStart: time.Duration(ts), DeviceEnd: time.Duration(ts + dur), Stream: key.stream}
+				if !key.haveStreamField {
+					rec.Stream = 1
+					noStream++
+				}
+				kernels = append(kernels, rec)
+				return nil
+			}
 			devs = append(devs, deviceEvent{key: key, start: ts, end: ts + dur, device: t.device, comm: t.comm})
 			if !key.haveStreamField {
 				noStream++
@@ -281,6 +297,18 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		p.warnf("%s: %d device events have no host event: left out", path, unpairedDev)
 	}
 	p.Records = nestHost(hosts)
+	if len(kernels) > 0 {
+		// Numbered after each rank's ranges, at depth 0.
+		next := map[int]uint64{}
+		for i := range p.Records {
+			next[p.Records[i].Rank] = max(next[p.Records[i].Rank], p.Records[i].ID)
+		}
+		for _, k := range kernels {
+			next[k.Rank]++
+			k.ID = next[k.Rank]
+			p.Records = append(p.Records, k)
+		}
+	}
 	for i := range p.Records {
 		r := &p.Records[i]
 		r.HostStart += time.Duration(base)

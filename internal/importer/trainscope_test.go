@@ -71,6 +71,29 @@ func TestTrainscopeRoundTrip(t *testing.T) {
 			if cut == 0 {
 				t.Fatal("no step range of the last step")
 			}
+			// Kernels traced as a wrapped job's are (CUPTI): a device
+			// interval, no host range; some inside device-timed ranges.
+			maxID := map[int]uint64{}
+			for i := range orig {
+				maxID[orig[i].Rank] = max(maxID[orig[i].Rank], orig[i].ID)
+			}
+			var kernels []profiler.Record
+			for i := range orig {
+				r := &orig[i]
+				if r.Kind != profiler.KindDevice || !r.HasDevice || len(kernels) >= 40 {
+					continue
+				}
+				maxID[r.Rank]++
+				d := r.DeviceEnd - r.DeviceStart
+				start := r.DeviceStart + d/4
+				kernels = append(kernels, profiler.Record{ID: maxID[r.Rank], Name: "sm90_gemm", Kind: profiler.KindKernel, Rank: r.Rank,
+					Device: r.Device, Stream: r.Stream, Labels: profiler.Labels{Step: r.Step, Stage: r.Stage, Microbatch: profiler.None, Chunk: profiler.None},
+					HostStart: start, HostEnd: start, HasDevice: true, DeviceStart: start, DeviceEnd: start + d/2})
+			}
+			if len(kernels) == 0 {
+				t.Fatal("no device-timed range to put kernels in")
+			}
+			orig = append(orig, kernels...)
 			var buf bytes.Buffer
 			if _, err := chrometrace.Write(&buf, orig, chrometrace.WithEpoch(epoch), chrometrace.WithOtherData("steps", "steps 0–3")); err != nil {
 				t.Fatal(err)
