@@ -290,14 +290,18 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	// NVTX; imported profiles, where they carry the labels the step
 	// analysis needs. Both get both analyses: the steps where any is
 	// complete, else the collectives matched across ranks as they come.
-	// Clocks are aligned by collective departures for a wrapped command
-	// (each process turns its GPU's times into host times on its own) and
-	// for several imported files (one clock per file).
+	// Clocks are aligned by collective departures for several imported
+	// files (one clock per file); a wrapped command's processes all run on
+	// this host, on its clock (the plugin reaches the collector through a
+	// local socket).
 	switch {
 	case len(o.command) > 0 || o.importing > 0:
 		var align, clocks, sched analysis.Option
-		if o.importing > 1 || len(o.command) > 0 {
+		switch {
+		case o.importing > 1:
 			align = analysis.WithClockAlignment()
+		case len(o.command) > 0:
+			align = analysis.WithOneClock()
 		}
 		if o.clocks != nil {
 			clocks = analysis.WithClockDomains(o.clocks)

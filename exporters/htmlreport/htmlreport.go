@@ -197,7 +197,7 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	}
 	st.Windows = len(v.Charts)
 	v.StepCount = len(v.Charts)
-	calls := analysis.NewCallSink(analysis.WithClockAlignment())
+	calls := analysis.NewCallSink(analysis.WithOneClock()) // one trace: one clock (a wrapped run's host, or an import aligned before writing it)
 	calls.Consume(in.Records)
 	calls.Flush()
 	var text bytes.Buffer

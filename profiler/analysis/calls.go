@@ -383,6 +383,7 @@ func (s *CallSink) Summary() Summary {
 	if s.cfg.align || s.cfg.applied != nil && s.cfg.applied.Joined == 0 {
 		sum.AlignAfter = MinClockSamples
 	}
+	sum.OneClock = s.cfg.oneClock
 	// Without steps, the waiting a straggler caused is weighed against
 	// the time its collectives spanned.
 	if sp, ok := s.span[sum.Straggler]; ok && sum.Straggler != profiler.None {

@@ -509,3 +509,79 @@ func trainerRecords(t *testing.T, name string, cfg pipeline.Config) []profiler.R
 	}
 	return tape.Records()
 }
+
+// TestOneClock: ranks on one clock (a wrapped command's processes) are
+// not shifted, though their departures differ. Three ranks' all-reduces
+// as in TestCallSinkByHand (arrivals +0, +1, +4 ms), but rank 2 leaves
+// each 1 ms after the others (+7): as recorded, ranks 0 and 1 wait 4 and
+// 3 ms for it, 7 ms caused a call; aligned on departures, rank 2 would be
+// moved 1 ms earlier and cause 5. WithOneClock overrides
+// WithClockAlignment, and the report says the clock was one.
+func TestOneClock(t *testing.T) {
+	const n = 20
+	var b build
+	for k := range n {
+		o := float64(10 * k)
+		for r, at := range []float64{0, 1, 4} {
+			end := o + 6
+			if r == 2 {
+				end++
+			}
+			b.coll(r, profiler.None, profiler.None, "AllReduce", "dp", 3, r, -1, uint64(k), 1, o+at, end)
+		}
+	}
+	caused := func(sum Summary) time.Duration {
+		for _, r := range sum.Ranks {
+			if r.Rank == 2 {
+				return r.Caused
+			}
+		}
+		return -1
+	}
+	aligned := NewCallSink(WithClockAlignment())
+	aligned.Consume(b.recs)
+	// Aligned once rank 2 is in MinClockSamples collectives: the first 7
+	// as recorded, the rest 1 ms earlier.
+	if got, want := caused(aligned.Summary()), 7*d(7)+(n-7)*d(5); got != want {
+		t.Fatalf("aligned: rank 2 caused %v, want %v: the case does not tell one clock from alignment", got, want)
+	}
+	for _, opts := range [][]Option{{WithOneClock()}, {WithClockAlignment(), WithOneClock()}, {WithOneClock(), WithClockAlignment()}} {
+		s := NewCallSink(opts...)
+		s.Consume(b.recs)
+		sum := s.Summary()
+		if got := caused(sum); got != n*d(7) || sum.Aligned || !sum.OneClock || sum.AlignAfter != 0 {
+			t.Errorf("one clock: rank 2 caused %v (want %v), aligned %v, one clock %v, align after %d", got, n*d(7), sum.Aligned, sum.OneClock, sum.AlignAfter)
+		}
+		var w strings.Builder
+		if err := WriteReport(&w, sum); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(w.String(), "clocks: every rank on one clock (one host's processes, or records aligned before), none shifted; departures from collectives against their median, by rank: 0 +0.000 ms 1 +0.000 ms 2 +1.000 ms;") {
+			t.Errorf("report:\n%s", w.String())
+		}
+	}
+	// A step analysis: TestConstructedStep's step, rank 1 leaving its
+	// all-reduce 1 ms after rank 0; rank 0 still waited the 5 ms recorded.
+	var sb build
+	twoRanks(0, &sb)
+	for i := range sb.recs {
+		if r := &sb.recs[i]; r.Rank == 1 && r.Name == "AllReduce" {
+			r.DeviceEnd += d(1)
+		}
+	}
+	var steps []Step
+	s := NewSink(WithClockAlignment(), WithOneClock(), WithStepFunc(func(st *Step) { steps = append(steps, *st) }))
+	s.Consume(sb.recs)
+	s.Flush()
+	if len(steps) != 1 || steps[0].Clock != nil || steps[0].Ranks[0].Waited != d(5) {
+		t.Fatalf("steps %+v: want one, unshifted, rank 0 waiting 5 ms", steps)
+	}
+	sum := s.Summary()
+	var w strings.Builder
+	if err := WriteReport(&w, sum); err != nil {
+		t.Fatal(err)
+	}
+	if !sum.OneClock || !strings.Contains(w.String(), "\nclocks: every rank on one clock (one host's processes, or records aligned before), none shifted\n") {
+		t.Errorf("summary one clock %v; report:\n%s", sum.OneClock, w.String())
+	}
+}

@@ -9,6 +9,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	align      bool
+	oneClock   bool
 	domains    map[int]int
 	applied    *Offsets
 	minSamples int
@@ -29,6 +30,9 @@ func newConfig(opts []Option) config {
 			o.apply(&c)
 		}
 	}
+	if c.oneClock {
+		c.align, c.applied = false, nil
+	}
 	return c
 }
 
@@ -38,6 +42,16 @@ func newConfig(opts []Option) config {
 // every record; a Sink estimates per step from that step's collectives.
 // Step.Clock holds what was applied.
 func WithClockAlignment() Option { return optionFunc(func(c *config) { c.align = true }) }
+
+// WithOneClock says every rank was recorded on one clock — the processes
+// of a wrapped command, all on the host of the collector they report to
+// (CLOCK_MONOTONIC, their GPU times each converted to it), or records put
+// on one clock before (a trace an import wrote): nothing is aligned, and the summaries say so (Summary.OneClock). Departures from
+// a collective then differ for what the ranks did, not for their clocks,
+// and aligning on them would move a rank by that difference: on one
+// H200 shared by four processes, one all-reduce put two ranks 10.5 ms off.
+// It overrides WithClockAlignment and WithAppliedOffsets.
+func WithOneClock() Option { return optionFunc(func(c *config) { c.oneClock = true }) }
 
 // WithClockDomains says which ranks share a clock: ranks mapped to the
 // same id (≥ 0) were recorded on one clock (one process, or one host's

@@ -234,6 +234,7 @@ func (s *Sink) Summary() Summary {
 	defer s.mu.Unlock()
 	sum := s.tot.summary()
 	sum.Late = s.stats.Late
+	sum.OneClock = s.cfg.oneClock
 	if a := s.cfg.applied; a != nil && len(a.Residual) > 0 {
 		sum.Offsets = a.clone()
 	}

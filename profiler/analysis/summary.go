@@ -48,6 +48,9 @@ type Summary struct {
 	// (Offsets.Residual) over the steps, when clocks were aligned.
 	MaxClockResidual time.Duration
 	Aligned          bool
+	// OneClock says every rank was on one clock (WithOneClock): nothing
+	// was aligned, nor needed to be.
+	OneClock bool
 	// Late counts records that came after their step was analysed (a
 	// Sink's Stats.Late): in no figure.
 	Late uint64
@@ -374,6 +377,8 @@ func WriteReport(w io.Writer, s Summary) error {
 		writeOffsets(w, "clocks aligned on the run's collective departures; offsets by rank:", s.Offsets)
 	case s.Aligned:
 		fmt.Fprintf(w, "clocks aligned on collective departures; largest residual %.3f ms%s\n", ms(s.MaxClockResidual), p2pNote(s.AlignedOnP2P))
+	case s.OneClock:
+		fmt.Fprintln(w, oneClockLine)
 	}
 	if s.ProblemSteps > 0 {
 		fmt.Fprintf(w, "problems in %d steps (left out of the figures):\n", s.ProblemSteps)
@@ -550,6 +555,8 @@ func writeCalls(w io.Writer, s Summary) error {
 			most = max(most, n)
 		}
 		switch {
+		case s.OneClock:
+			fmt.Fprint(w, oneClockLine+"; departures from collectives against their median, by rank:")
 		case s.Aligned:
 			fmt.Fprint(w, "clocks aligned on collective departures; offsets by rank:")
 		case s.AlignAfter > 0 && most < s.AlignAfter:
@@ -570,6 +577,9 @@ func writeCalls(w io.Writer, s Summary) error {
 	}
 	return nil
 }
+
+// oneClockLine says the ranks shared one clock (WithOneClock).
+const oneClockLine = "clocks: every rank on one clock (one host's processes, or records aligned before), none shifted"
 
 // writeOffsets writes head, then each rank's offset and the largest
 // residual, as one line.
