@@ -69,7 +69,7 @@ run() {
 	OUT=$OUT/wrap-ddp bash "$root/scripts/gpu-wrap.sh" ddp 2>&1 | tail -12
 	grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
 	echo "== 6. wrapped pipeline job (pp 2 × dp 2), Megatron-LM's group names"
-	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | grep -E '^(==|PASS|FAIL|  problem)' 
+	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | grep -E '^(==|PASS|FAIL|  problem|profile-run: report)' 
 
 	# Only the logs come back, packed into one file: what comes back is
 	# limited in count, and the run directories (traces, profiles, MPS's

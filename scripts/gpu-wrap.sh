@@ -225,6 +225,8 @@ pipeline() {
 		echo "exit $?" >>"$OUT/$name.log"
 		cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
 		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" | tee "$OUT/$name.txt"
+		# The HTML page from the run's trace: its kernels read back.
+		"$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
 		rm -f "$OUT"/$name/*/calls.rank*.gz
 	done
 }
