@@ -213,18 +213,25 @@ pipeline() {
 	# at least 2.11: staged by the sends' communicator), and with each
 	# group's communicator named by its description (--name-comms, where
 	# this PyTorch can: staged by the pipeline's name).
-	local name flags
-	for name in pipeline pipeline-named; do
-		flags=()
-		[ "$name" = pipeline-named ] && flags=(--name-comms)
-		echo "== $name: pp 2 × dp 2, NVTX steps, kernels traced"
+	# PIPELINE_VARIANTS adds: pairs (pp 4, sends outside a batch and
+	# lazy communicators: PyTorch's two-rank communicators), pairs2 (the
+	# same at pp 2 × dp 2).
+	local name flags pp
+	for name in ${PIPELINE_VARIANTS:-pipeline pipeline-named}; do
+		flags=() pp=2
+		case $name in
+		pipeline-named) flags=(--name-comms) ;;
+		pairs) flags=(--unbatched --lazy-init) pp=4 ;;
+		pairs2) flags=(--unbatched --lazy-init) ;;
+		esac
+		echo "== $name: pp $pp × dp $((4 / pp)), NVTX steps, kernels traced ${flags[*]}"
 		timeout -k 10 300 "$pr" -out "$OUT/$name" -metrics-addr off -progress off -quiet -trace-steps all \
 			-pipeline-schedule microbatches=8 -- \
 			python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
-			"$root/examples/torch/pipeline_steps.py" "${share[@]}" "${flags[@]}" --pp 2 --microbatches 8 >"$OUT/$name.log" 2>&1
+			"$root/examples/torch/pipeline_steps.py" "${share[@]}" "${flags[@]}" --pp $pp --microbatches 8 >"$OUT/$name.log" 2>&1
 		echo "exit $?" >>"$OUT/$name.log"
 		cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
-		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" | tee "$OUT/$name.txt"
+		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" "$(ls "$OUT"/$name/*/trace.json | head -1)" | tee "$OUT/$name.txt"
 		# The HTML page from the run's trace: its kernels read back.
 		"$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
 		rm -f "$OUT"/$name/*/calls.rank*.gz

@@ -249,7 +249,19 @@ def ddp(log, report, trace):
     return 1 if bad else 0
 
 
-def pipeline(log, report):
+def p2p_comms(trace):
+    """Per rank, the communicators it sent or received over: (group,
+    group size, its rank in it) -> calls."""
+    events, rank_of = trace_events(trace)
+    out = collections.defaultdict(collections.Counter)
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and e.get("cat") == "p2p" and "host_us" not in a:
+            out[rank_of.get(e["pid"], -1)][(a.get("group", ""), a.get("group_size", -1), a.get("group_rank", -1))] += 1
+    return out
+
+
+def pipeline(log, report, trace=None):
     """A wrapped run of examples/torch/pipeline_steps.py."""
     text_log = open(log, errors="replace").read()
     runs = tool_lines(log, "pipeline_steps")
@@ -258,6 +270,10 @@ def pipeline(log, report):
         return 1
     pp, dp, m = runs[0]["pp"], runs[0]["dp"], runs[0]["microbatches"]
     bad = 0
+    if trace:
+        for rank, comms in sorted(p2p_comms(trace).items()):
+            print("INFO pipeline rank %d sends and receives over %s" % (rank, ", ".join(
+                "%s (rank %d of %d): %d" % (g, r, n, c) for (g, n, r), c in sorted(comms.items()))))
     named = bool(runs[0].get("comm_names"))
     if named:
         # PyTorch names the communicator by the group's description, or
@@ -394,8 +410,8 @@ def kernels(log, report, trace):
 def main(argv):
     if len(argv) == 5 and argv[1] == "--kernels":
         return kernels(argv[2], argv[3], argv[4])
-    if len(argv) == 4 and argv[1] == "--pipeline":
-        return pipeline(argv[2], argv[3])
+    if len(argv) in (4, 5) and argv[1] == "--pipeline":
+        return pipeline(*argv[2:])
     if len(argv) == 5 and argv[1] == "--ddp":
         return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":

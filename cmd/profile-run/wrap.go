@@ -550,7 +550,7 @@ func (w *wrapper) pipelineSummary() string {
 	case st.Staged > 0 && st.StagedBySends == st.Staged:
 		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in the communicator of their sends and receives (%d stages), no communicator's name saying which is the pipeline's: bubbles per stage from their kernels; -pipeline-group none if those sends are not a pipeline's", st.Staged, st.Stages)
 		if st.Unstaged > 0 {
-			line += fmt.Sprintf("; %d process(es) not staged: their sends and receives gave them different ranks (PyTorch's two-rank communicators; a name for the pipeline's group would tell)", st.Unstaged)
+			line += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
 		}
 		return line
 	case st.Staged > 0:
@@ -559,16 +559,19 @@ func (w *wrapper) pipelineSummary() string {
 			line += fmt.Sprintf("; %d of them by the communicator of their sends and receives, none of theirs named as a pipeline's", st.StagedBySends)
 		}
 		if st.Unstaged > 0 {
-			line += fmt.Sprintf("; %d process(es) not staged: their sends and receives gave them different ranks", st.Unstaged)
+			line += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
 		}
 		return line
 	case st.Unstaged > 0:
-		return fmt.Sprintf("pipeline: %d process(es) not staged: no communicator's name says which is the pipeline's, and their sends and receives gave them different ranks (PyTorch's two-rank communicators): -pipeline-group NAME names it where the job names its groups", st.Unstaged)
+		return fmt.Sprintf("pipeline: %d process(es) not staged: no communicator's name says which is the pipeline's, and %s", st.Unstaged, unstagedWhy)
 	case w.o.pipelineGroup != "":
 		return fmt.Sprintf("pipeline: no process made a communicator named %q (-pipeline-group), so no stages", w.o.pipelineGroup)
 	}
 	return ""
 }
+
+// unstagedWhy says why processes that sent and received got no stage.
+const unstagedWhy = "their sends and receives went over communicators of two ranks (PyTorch's, for a send outside a batch) joining more than two processes, and not every one had a launcher rank (RANK) to order them by"
 
 // nvtxSummary says which of the command's NVTX ranges arrived and how
 // many were steps, or how to have steps; "" when nothing was recorded.

@@ -50,6 +50,8 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=12, help="training steps (the first is a warm-up)")
     p.add_argument("--share-gpu", action="store_true", help="let the ranks share GPUs when there are fewer GPUs than ranks")
     p.add_argument("--name-comms", action="store_true", help="give each group's NCCL communicator its description as name, where PyTorch can")
+    p.add_argument("--unbatched", action="store_true", help="send and receive with isend/irecv, not batch_isend_irecv")
+    p.add_argument("--lazy-init", action="store_true", help="no device_id to init_process_group: communicators made at first use")
     a = p.parse_args(argv)
     if min(a.pp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
         p.error("every count must be at least 1")
@@ -72,7 +74,10 @@ def main(argv=None):
         os.environ["NCCL_HOSTID"] = "pipeline-steps-rank-%d" % rank
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=dev)
+    if a.lazy_init:
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("nccl", device_id=dev)
     pp, dp = a.pp, world // a.pp
     replica, stage = divmod(rank, pp)
 
@@ -111,6 +116,11 @@ def main(argv=None):
         return x
 
     def exchange(op, tensor, peer):
+        if a.unbatched:
+            # Outside a batch, and without eager initialisation, PyTorch
+            # gives each pair of ranks a communicator of its own.
+            op(tensor, peer, pipe).wait()
+            return
         for work in dist.batch_isend_irecv([dist.P2POp(op, tensor, peer, pipe)]):
             work.wait()
 
@@ -172,7 +182,8 @@ def main(argv=None):
     dist.barrier()
     print(json.dumps({"tool": "pipeline_steps", "rank": rank, "stage": stage, "replica": replica, "pp": pp, "dp": dp,
                       "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute,
-                      "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": named}), flush=True)
+                      "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": named,
+                      "unbatched": a.unbatched, "lazy_init": a.lazy_init}), flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -2,6 +2,7 @@ package ncclplugin
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,16 +72,10 @@ func WithStepRange(name string) Option {
 // stage. By default ("") a process's stage is its rank in the largest
 // communicator it makes whose name says so, as isPipelineName tells
 // (Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP, a device mesh's "pp");
-// where none does, its rank in the largest communicator over which it
-// sends or receives, unless that one's name speaks of another parallel
-// dimension (a context-parallel ring's). PyTorch up to at least 2.11
-// passes no name to NCCL, and a pipeline's sends and receives go over
-// its stage group's communicator (batched, or unbatched in eager
-// initialisation) or, unbatched otherwise, over a communicator of the two
-// ranks, where a process's rank is its stage only in a pipeline of two
-// stages: a process whose sends and receives of that largest size give it
-// different ranks is left without a stage (Stats.Unstaged).
-// NoPipelineGroup turns staging off.
+// where none does, its sends and receives stage it (stageBySendsLocked),
+// over communicators whose names speak of no other parallel dimension (a
+// context-parallel ring's). PyTorch up to at least 2.11 passes NCCL no
+// name. NoPipelineGroup turns staging off.
 func WithPipelineGroup(name string) Option {
 	return optionFunc(func(c *config) { c.pipeline = name })
 }
@@ -171,13 +167,14 @@ type Stats struct {
 	UntracedWhy      string
 	Kernels, Copies  uint64
 	ActivityDropped  uint64
-	// PipelineGroup is the communicator that gave processes their
-	// pipeline stage (WithPipelineGroup), Staged the processes that got
-	// one, and Stages the communicator's size; "" and 0 when none.
-	// StagedBySends of them were staged by the communicator of their
-	// sends and receives, no name saying which is the pipeline's;
-	// Unstaged processes were not, their sends and receives giving them
-	// different ranks.
+	// PipelineGroup is the largest communicator named as the pipeline's
+	// that gave processes their stage (WithPipelineGroup), "" where none
+	// did; Staged counts the processes that have a stage, and Stages the
+	// most stages any has. StagedBySends of them were staged by their
+	// sends and receives, no name saying which communicator is the
+	// pipeline's; Unstaged processes sent or received but could not be
+	// (PyTorch's two-rank communicators joining more than two processes,
+	// some without a launcher rank).
 	PipelineGroup           string
 	Staged, Stages          int
 	StagedBySends, Unstaged int
@@ -213,12 +210,16 @@ type Collector struct {
 	procs map[procKey]*process
 	conns map[*net.UnixConn]struct{}
 	stats Stats
-	// groupBySends says stats.PipelineGroup came from a process's sends
-	// and receives: a communicator named as the pipeline's replaces it.
-	groupBySends bool
-	nextID       uint64
-	closing      bool
-	world        int32 // the largest launcher local size a process named
+	// sendComms are, per communicator that some process sent or
+	// received over (not one named for another parallel dimension), those
+	// processes: what joins a pipeline's stages where no name says which
+	// communicator is the pipeline's.
+	sendComms map[uint64][]*process
+	// namedStages is the size of stats.PipelineGroup.
+	namedStages int
+	nextID      uint64
+	closing     bool
+	world       int32 // the largest launcher local size a process named
 
 	readers   sync.WaitGroup
 	bg        sync.WaitGroup
@@ -261,17 +262,15 @@ type process struct {
 	// device is the CUDA device of the process's first communicator, -1
 	// until one is known.
 	device int32
-	// stage is the process's rank in the pipeline's communicator
-	// (WithPipelineGroup), profiler.None until one is known; stages that
-	// communicator's size. bySends says the stage came from the
-	// communicator of its sends and receives (sendComm), no name saying
-	// which is the pipeline's; mixed that two of one size gave different
-	// ranks, so that it has none.
+	// stage is the process's pipeline stage (WithPipelineGroup),
+	// profiler.None until one is known; stages how many there are. byName
+	// says a communicator named as the pipeline's gave it; otherwise the
+	// communicators it sends and receives over (sends) do, with those of
+	// the processes they join it to (stageBySendsLocked).
 	stage         int16
 	stages        int32
-	bySends       bool
-	sendComm      uint64
-	mixed         bool
+	byName        bool
+	sends         map[uint64]sendComm
 	communicating bool
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
@@ -294,6 +293,10 @@ type process struct {
 	seen    map[uint32]uint64
 	waiting []waitingRec
 }
+
+// sendComm is a communicator a process sent or received over: its rank
+// in it, and its size.
+type sendComm struct{ rank, nranks int32 }
 
 // waitingRec is a record waiting for its step to be known for good.
 type waitingRec struct {
@@ -496,6 +499,18 @@ func (c *Collector) Stats() Stats {
 	defer c.mu.Unlock()
 	s := c.stats
 	s.Processes = len(c.procs)
+	for _, pr := range c.procs {
+		switch {
+		case pr.stage != profiler.None:
+			s.Staged++
+			s.Stages = max(s.Stages, int(pr.stages))
+			if !pr.byName {
+				s.StagedBySends++
+			}
+		case len(pr.sends) > 0 && c.cfg.pipeline == "":
+			s.Unstaged++
+		}
+	}
 	s.PluginRingFull, s.PluginRefused, s.PluginUnsent, s.PluginActivityDropped = 0, 0, 0, 0
 	s.ClockConflicts = 0
 	for _, pr := range c.procs {
@@ -1148,63 +1163,105 @@ func (c *Collector) stageLocked(pr *process, r Record) {
 	if want != "" && !namedAs(r.CommName, want) || want == "" && !isPipelineName(r.CommName) {
 		return
 	}
-	if pr.bySends {
+	if !pr.byName {
 		// A name says which is the pipeline's: it overrules the sends.
-		c.stats.StagedBySends--
-		pr.bySends, pr.stage, pr.stages = false, profiler.None, 0
-		c.stats.Staged--
-	}
-	if pr.mixed {
-		pr.mixed = false
-		c.stats.Unstaged--
+		pr.byName, pr.stage, pr.stages = true, profiler.None, 0
 	}
 	if r.NRanks <= pr.stages {
 		return
 	}
-	if pr.stage == profiler.None {
-		c.stats.Staged++
-	}
 	pr.stage, pr.stages = int16(r.Rank), r.NRanks
-	if int(r.NRanks) > c.stats.Stages || c.groupBySends {
-		c.stats.PipelineGroup, c.stats.Stages, c.groupBySends = r.CommName, int(r.NRanks), false
+	if int(r.NRanks) > c.namedStages {
+		c.stats.PipelineGroup, c.namedStages = r.CommName, int(r.NRanks)
 	}
 }
 
-// stageBySendsLocked stages a process that no communicator's name staged
-// by its rank in the largest communicator over which it sends or
-// receives (WithPipelineGroup says when). r is one of its p2p records.
+// stageBySendsLocked notes a communicator a process sends or receives
+// over (r is one of its p2p records) and stages, where no name did, the
+// processes it joins: a process's sends and receives join it to the
+// other processes of its pipeline, each stage to the next, and with them
+// it makes one set (what the communicators of sends join, directly or
+// through others). A process's stage is its rank in the largest
+// communicator it sends over if that has 3 ranks or more: a pipeline's
+// stage group (PyTorch sends over the group's communicator in a batch, or
+// with eager initialisation). Otherwise its communicators have two ranks,
+// a pipeline of two stages or PyTorch's communicators of two neighbours
+// (a send outside a batch, without eager initialisation), whose rank 0 is
+// the lower group rank, so the stage is the process's place in its set
+// by launcher rank: PyTorch's groups list their ranks in order, and a
+// pipeline's stages come in that order (Megatron-LM's, a device mesh's).
+// Until every process of the set has sent, that place is a lower bound,
+// raised to the process's rank in a pair. Without every launcher rank of
+// a set of more than two, there is no stage (Stats.Unstaged).
 func (c *Collector) stageBySendsLocked(pr *process, r Record) {
-	if c.cfg.pipeline != "" || pr.mixed || pr.stage != profiler.None && !pr.bySends ||
-		r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || r.NRanks < pr.stages {
+	if c.cfg.pipeline != "" || r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 {
+		return
+	}
+	if _, seen := pr.sends[r.Comm]; seen {
 		return
 	}
 	if _, other := dimensions(r.CommName); other {
 		return
 	}
-	switch {
-	case r.NRanks > pr.stages:
-		if pr.stage == profiler.None {
-			c.stats.Staged++
-			c.stats.StagedBySends++
+	if pr.sends == nil {
+		pr.sends = make(map[uint64]sendComm)
+	}
+	pr.sends[r.Comm] = sendComm{r.Rank, r.NRanks}
+	if c.sendComms == nil {
+		c.sendComms = make(map[uint64][]*process)
+	}
+	c.sendComms[r.Comm] = append(c.sendComms[r.Comm], pr)
+	set := c.sendSet(pr)
+	ranked := true
+	for _, q := range set {
+		ranked = ranked && q.worldRank >= 0
+	}
+	slices.SortFunc(set, func(a, b *process) int { return cmp.Compare(a.worldRank, b.worldRank) })
+	for i, q := range set {
+		if q.byName {
+			continue
 		}
-		pr.stage, pr.stages, pr.sendComm, pr.bySends = int16(r.Rank), r.NRanks, r.Comm, true
-		if int(r.NRanks) > c.stats.Stages && (c.groupBySends || c.stats.PipelineGroup == "") {
-			c.stats.PipelineGroup, c.stats.Stages, c.groupBySends = r.CommName, int(r.NRanks), true
-			if r.CommName == "" {
-				c.stats.PipelineGroup = fmt.Sprintf("nccl:%016x", r.Comm)
+		var largest sendComm
+		for _, sc := range q.sends {
+			if sc.nranks > largest.nranks {
+				largest = sc
 			}
 		}
-	case r.Comm != pr.sendComm && int16(r.Rank) != pr.stage:
-		// Two communicators of one size, two ranks: the two-rank
-		// communicators on either side of a stage in the middle.
-		pr.mixed, pr.bySends, pr.stage, pr.stages = true, false, profiler.None, 0
-		c.stats.Staged--
-		c.stats.StagedBySends--
-		c.stats.Unstaged++
-		if c.stats.Staged == 0 && c.groupBySends {
-			c.stats.PipelineGroup, c.stats.Stages, c.groupBySends = "", 0, false
+		switch {
+		case largest.nranks >= 3:
+			q.stage, q.stages = int16(largest.rank), largest.nranks
+		case ranked && len(set) <= math.MaxInt16:
+			// Its place among those seen so far; no lower than its rank
+			// in a pair, whose other member may not have sent yet.
+			q.stage, q.stages = int16(max(int32(i), largest.rank)), int32(max(len(set), 2))
+		case len(set) <= 2:
+			q.stage, q.stages = int16(largest.rank), 2
+		default:
+			q.stage, q.stages = profiler.None, 0
 		}
 	}
+}
+
+// sendSet is the processes that pr's sends and receives join it to,
+// directly or through others, pr among them.
+func (c *Collector) sendSet(pr *process) []*process {
+	in := map[*process]bool{pr: true}
+	set, comms := []*process{pr}, map[uint64]bool{}
+	for i := 0; i < len(set); i++ {
+		for comm := range set[i].sends {
+			if comms[comm] {
+				continue
+			}
+			comms[comm] = true
+			for _, q := range c.sendComms[comm] {
+				if !in[q] {
+					in[q] = true
+					set = append(set, q)
+				}
+			}
+		}
+	}
+	return set
 }
 
 // labelsAt is the labels of an operation or range of the process that

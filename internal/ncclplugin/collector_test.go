@@ -1156,91 +1156,163 @@ func TestCollectorPipelineStage(t *testing.T) {
 }
 
 // TestCollectorStageBySends: where no communicator's name says which is
-// the pipeline's (PyTorch passes NCCL none), a process's stage is its rank
-// in the largest communicator it sends or receives over — not one named
-// for another dimension, not with -pipeline-group none, and not where two
-// such communicators of one size give it different ranks; a name that
-// says pipeline overrules the sends.
+// the pipeline's (PyTorch passes NCCL none), the processes that sends and
+// receives join are staged: by their rank in the largest communicator
+// they send over where it has 3 ranks or more (a stage group), else by
+// their place in the set by launcher rank (PyTorch's communicators of two
+// neighbours, rank 0 the lower) — not over one named for another
+// dimension, not with -pipeline-group none, and not without launcher
+// ranks where more than two are joined; a name that says pipeline
+// overrules the sends. The stages are checked on records the processes
+// deliver after every one of them has sent.
 func TestCollectorStageBySends(t *testing.T) {
 	type comm struct {
-		hash          uint64
-		rank, nranks  int32
-		name          string
-		sends, before bool // sends over it; its init comes after the sends (before: false)
+		hash         uint64
+		rank, nranks int32
+		name         string
+		sends, later bool // sends over it; its init comes after the others' sends (a name)
 	}
-	dp := comm{hash: 1, rank: 0, nranks: 2}
+	type proc struct {
+		rank  int // launcher rank, -1 none
+		comms []comm
+		stage int16
+	}
+	pair := func(hash uint64, rank int32) comm { return comm{hash: hash, rank: rank, nranks: 2, sends: true} }
 	for _, c := range []struct {
-		name          string
-		opts          []Option
-		comms         []comm
-		stage         int16
-		bySends       int
-		unstaged      int
-		pipelineGroup string
+		name                      string
+		opts                      []Option
+		procs                     []proc
+		bySends, unstaged, stages int
+		pipelineGroup             string
 	}{
-		{name: "unnamed", comms: []comm{dp, {hash: 3, rank: 1, nranks: 4, sends: true}}, stage: 1, bySends: 1, pipelineGroup: "nccl:0000000000000003"},
-		{name: "the largest of several", comms: []comm{dp, {hash: 4, rank: 0, nranks: 2, sends: true}, {hash: 3, rank: 2, nranks: 4, sends: true}}, stage: 2, bySends: 1, pipelineGroup: "nccl:0000000000000003"},
-		{name: "named for another dimension", comms: []comm{dp, {hash: 3, rank: 1, nranks: 4, name: "CONTEXT_PARALLEL_GROUP", sends: true}}, stage: profiler.None},
-		{name: "two pairs, two ranks", comms: []comm{dp, {hash: 4, rank: 1, nranks: 2, sends: true}, {hash: 5, rank: 0, nranks: 2, sends: true}}, stage: profiler.None, unstaged: 1},
-		{name: "two pairs, one rank", comms: []comm{dp, {hash: 4, rank: 1, nranks: 2, sends: true}, {hash: 5, rank: 1, nranks: 2, sends: true}}, stage: 1, bySends: 1, pipelineGroup: "nccl:0000000000000004"},
-		{name: "turned off", opts: []Option{WithPipelineGroup(NoPipelineGroup)}, comms: []comm{dp, {hash: 3, rank: 1, nranks: 4, name: "pp", sends: true}}, stage: profiler.None},
-		{name: "a name overrules", comms: []comm{dp, {hash: 4, rank: 0, nranks: 4, sends: true}, {hash: 3, rank: 3, nranks: 4, name: "pipeline", before: true}}, stage: 3, pipelineGroup: "pipeline"},
+		{name: "a stage group, not in launcher order", procs: []proc{
+			{rank: 10, comms: []comm{{hash: 3, rank: 1, nranks: 4, sends: true}}, stage: 1},
+			{rank: 11, comms: []comm{{hash: 3, rank: 0, nranks: 4, sends: true}}, stage: 0},
+			{rank: 12, comms: []comm{{hash: 3, rank: 3, nranks: 4, sends: true}}, stage: 3},
+			{rank: 13, comms: []comm{{hash: 3, rank: 2, nranks: 4, sends: true}}, stage: 2},
+		}, bySends: 4, stages: 4},
+		{name: "pairs, pp 4", procs: []proc{
+			{rank: 3, comms: []comm{pair(12, 1)}, stage: 3},
+			{rank: 0, comms: []comm{pair(10, 0)}, stage: 0},
+			{rank: 2, comms: []comm{pair(11, 1), pair(12, 0)}, stage: 2},
+			{rank: 1, comms: []comm{pair(10, 1), pair(11, 0)}, stage: 1},
+		}, bySends: 4, stages: 4},
+		{name: "pairs, pp 4, VPP's pair from the last stage to the first", procs: []proc{
+			{rank: 0, comms: []comm{pair(10, 0), pair(13, 0)}, stage: 0},
+			{rank: 1, comms: []comm{pair(10, 1), pair(11, 0)}, stage: 1},
+			{rank: 2, comms: []comm{pair(11, 1), pair(12, 0)}, stage: 2},
+			{rank: 3, comms: []comm{pair(12, 1), pair(13, 1)}, stage: 3},
+		}, bySends: 4, stages: 4},
+		{name: "pairs, pp 2 × dp 2, a data-parallel communicator beside", procs: []proc{
+			{rank: 0, comms: []comm{pair(10, 0), {hash: 20, rank: 0, nranks: 2}}, stage: 0},
+			{rank: 1, comms: []comm{pair(10, 1), {hash: 21, rank: 0, nranks: 2}}, stage: 1},
+			{rank: 2, comms: []comm{pair(11, 0), {hash: 20, rank: 1, nranks: 2}}, stage: 0},
+			{rank: 3, comms: []comm{pair(11, 1), {hash: 21, rank: 1, nranks: 2}}, stage: 1},
+		}, bySends: 4, stages: 2},
+		// Its peer has not sent yet: its rank in the pair bounds its place.
+		{name: "one side of a pair", procs: []proc{
+			{rank: 5, comms: []comm{pair(10, 1)}, stage: 1},
+		}, bySends: 1, stages: 2},
+		{name: "pairs without launcher ranks", procs: []proc{
+			{rank: -1, comms: []comm{pair(10, 0)}, stage: profiler.None},
+			{rank: -1, comms: []comm{pair(10, 1), pair(11, 0)}, stage: profiler.None},
+			{rank: -1, comms: []comm{pair(11, 1)}, stage: profiler.None},
+		}, unstaged: 3},
+		{name: "one pair without launcher ranks", procs: []proc{
+			{rank: -1, comms: []comm{pair(10, 1)}, stage: 1},
+			{rank: -1, comms: []comm{pair(10, 0)}, stage: 0},
+		}, bySends: 2, stages: 2},
+		{name: "named for another dimension", procs: []proc{
+			{rank: 0, comms: []comm{{hash: 3, rank: 0, nranks: 2, name: "CONTEXT_PARALLEL_GROUP", sends: true}}, stage: profiler.None},
+			{rank: 1, comms: []comm{{hash: 3, rank: 1, nranks: 2, name: "CONTEXT_PARALLEL_GROUP", sends: true}}, stage: profiler.None},
+		}},
+		{name: "turned off", opts: []Option{WithPipelineGroup(NoPipelineGroup)}, procs: []proc{
+			{rank: 0, comms: []comm{{hash: 3, rank: 0, nranks: 2, name: "pp", sends: true}}, stage: profiler.None},
+			{rank: 1, comms: []comm{{hash: 3, rank: 1, nranks: 2, name: "pp", sends: true}}, stage: profiler.None},
+		}},
+		{name: "a name overrules", procs: []proc{
+			{rank: 0, comms: []comm{pair(10, 0), {hash: 3, rank: 1, nranks: 2, name: "pipeline", later: true}}, stage: 1},
+			{rank: 1, comms: []comm{pair(10, 1), {hash: 3, rank: 0, nranks: 2, name: "pipeline", later: true}}, stage: 0},
+		}, stages: 2, pipelineGroup: "pipeline"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			col, sink, _ := newTestCollector(t, c.opts...)
 			const host = 5_000_000_000
 			us := func(n uint64) uint64 { return host + n*1000 }
-			h := helloFrame(wireVersion, 622, "n")
-			binary.LittleEndian.PutUint32(h[96:], 6) // RANK=5
-			parts := [][]byte{h}
-			for _, m := range c.comms {
-				if !m.before {
-					parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
-				}
-			}
-			parts = append(parts, activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"))
-			parts = append(parts, nameFrames(1, "gemm")...)
-			parts = append(parts, rangeFrame(10, 1, 2, 0, us(10), 0, 0, "step 0"))
+			var conns []net.Conn
 			sends := 0
-			for _, m := range c.comms {
-				if m.sends {
-					sends++
-					parts = append(parts, wireRec{kind: 3, hash: m.hash, task: uint64(10 + sends), t0: us(12), t1: us(13), a0: 10, a1: 40,
-						rank: m.rank, nranks: m.nranks, peer: (m.rank + 1) % m.nranks, fn: 6, dtype: 8, name: m.name}.frame())
+			for i, p := range c.procs {
+				h := helloFrame(wireVersion, uint32(700+i), "n")
+				binary.LittleEndian.PutUint32(h[96:], uint32(p.rank+1)) // RANK, 0 for none
+				parts := [][]byte{h}
+				for _, m := range p.comms {
+					if !m.later {
+						parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
+					}
 				}
-			}
-			for _, m := range c.comms {
-				if m.before {
-					parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
+				for _, m := range p.comms {
+					if m.sends {
+						sends++
+						parts = append(parts, wireRec{kind: 3, hash: m.hash, task: uint64(10 + sends), t0: us(2), t1: us(3), a0: 10, a1: 40,
+							rank: m.rank, nranks: m.nranks, peer: 1 - m.rank%2, fn: 6, dtype: 8, name: m.name}.frame())
+					}
 				}
+				conns = append(conns, send(t, col, stream(parts...), true))
 			}
-			parts = append(parts,
-				activityFrame(1, us(20), us(60), 3, 7, 1, 0, 0, ""),
-				rangeFrame(10, 0, 2, 0, us(10), us(100), 0, "step 0"),
-				rangeFrame(10, 1, 3, 0, us(125), 0, 0, "step 1"),
-				activityFrame(1, us(120), us(130), 3, 7, 1, 0, 0, ""),
-			)
-			send(t, col, stream(parts...), false)
-			recs := sink.wait(t, 4+sends) // two steps (the second cut short), two kernels, the sends
+			deadline := time.Now().Add(5 * time.Second)
+			for col.Stats().Communicating < len(c.procs) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			for i, p := range c.procs {
+				var parts [][]byte
+				for _, m := range p.comms {
+					if m.later {
+						parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
+					}
+				}
+				parts = append(parts, activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"))
+				parts = append(parts, nameFrames(1, "gemm")...)
+				parts = append(parts,
+					rangeFrame(10, 1, 2, 0, us(10), 0, 0, "step 0"),
+					activityFrame(1, us(20), us(60), 3, 7, 1, 0, 0, ""),
+					rangeFrame(10, 0, 2, 0, us(10), us(100), 0, "step 0"),
+				)
+				if _, err := conns[i].Write(stream(parts...)); err != nil {
+					t.Fatal(err)
+				}
+				conns[i].Close()
+			}
+			// Per process: a step, a kernel and its sends.
+			recs := sink.wait(t, 2*len(c.procs)+sends)
+			stageOf := map[int]int16{}
+			for i, p := range c.procs {
+				r := p.rank
+				if r < 0 {
+					r = int(p.comms[0].rank) // its rank in its first communicator
+				}
+				stageOf[r] = c.procs[i].stage
+			}
 			for _, r := range recs {
 				if r.Kind == profiler.KindP2P {
-					continue // delivered at the end, with the stage then
+					continue
 				}
-				if r.Rank != 5 || r.Stage != c.stage {
-					t.Errorf("%s: rank %d stage %d, want rank 5 at stage %d", r.Name, r.Rank, r.Stage, c.stage)
+				if want, ok := stageOf[r.Rank]; !ok || r.Stage != want {
+					t.Errorf("%s of rank %d: stage %d, want %d", r.Name, r.Rank, r.Stage, want)
 				}
 			}
 			st := col.Stats()
 			staged := 0
-			if c.stage != profiler.None {
-				staged = 1
+			for _, p := range c.procs {
+				if p.stage != profiler.None {
+					staged++
+				}
 			}
-			if st.Staged != staged || st.StagedBySends != c.bySends || st.Unstaged != c.unstaged || st.PipelineGroup != c.pipelineGroup {
-				t.Errorf("stats: %d staged, %d by sends, %d unstaged, pipeline group %q; want %d, %d, %d, %q",
-					st.Staged, st.StagedBySends, st.Unstaged, st.PipelineGroup, staged, c.bySends, c.unstaged, c.pipelineGroup)
+			if st.Staged != staged || st.StagedBySends != c.bySends || st.Unstaged != c.unstaged || st.Stages != c.stages || st.PipelineGroup != c.pipelineGroup {
+				t.Errorf("stats: %d staged, %d by sends, %d unstaged, %d stages, pipeline group %q; want %d, %d, %d, %d, %q",
+					st.Staged, st.StagedBySends, st.Unstaged, st.Stages, st.PipelineGroup, staged, c.bySends, c.unstaged, c.stages, c.pipelineGroup)
 			}
-			if st.Processes != 1 || st.Communicating != 1 {
-				t.Errorf("stats: %d processes, %d communicating; want 1 and 1", st.Processes, st.Communicating)
+			if st.Processes != len(c.procs) || st.Communicating != len(c.procs) {
+				t.Errorf("stats: %d processes, %d communicating; want %d and %d", st.Processes, st.Communicating, len(c.procs), len(c.procs))
 			}
 		})
 	}
