@@ -511,3 +511,15 @@ func TestKernelBubbles(t *testing.T) {
 		t.Errorf("kernels without a stage: stages %+v, span %v; want none", none[0].Stages, none[0].Span)
 	}
 }
+
+func TestCounted(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		noun string
+		want string
+	}{{1, "chunk", "1 chunk"}, {2, "chunk", "2 chunks"}, {1, "microbatch", "1 microbatch"}, {8, "microbatch", "8 microbatches"}, {0, "stage", "0 stages"}} {
+		if got := counted(c.n, c.noun); got != c.want {
+			t.Errorf("counted(%d, %q) = %q, want %q", c.n, c.noun, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -395,6 +396,18 @@ func WriteReport(w io.Writer, s Summary) error {
 	return nil
 }
 
+// counted is n and the noun, plural unless n is 1 ("1 chunk", "8
+// microbatches").
+func counted(n int, noun string) string {
+	switch {
+	case n == 1:
+		return "1 " + noun
+	case strings.HasSuffix(noun, "h"):
+		return fmt.Sprintf("%d %ses", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func writeFigures(w io.Writer, s Summary) error {
 	p := s.Pipeline
 	if len(s.Stages) > 0 {
@@ -404,11 +417,11 @@ func writeFigures(w io.Writer, s Summary) error {
 		}
 		switch {
 		case !math.IsNaN(p.Ideal) && p.Given:
-			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches (chunks and microbatches as given: the work carries stages only); ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last kernel, the optimizer's included)\n",
-				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
+			fmt.Fprintf(w, "pipeline: %s × %s × %s (chunks and microbatches as given: the work carries stages only); ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last kernel, the optimizer's included)\n",
+				counted(p.Stages, "stage"), counted(p.Chunks, "chunk"), counted(p.Microbatches, "microbatch"), 100*p.Ideal)
 		case !math.IsNaN(p.Ideal):
-			fmt.Fprintf(w, "pipeline: %d stages × %d chunks × %d microbatches; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last forward/backward)\n",
-				p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
+			fmt.Fprintf(w, "pipeline: %s × %s × %s; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (a step's first to last forward/backward)\n",
+				counted(p.Stages, "stage"), counted(p.Chunks, "chunk"), counted(p.Microbatches, "microbatch"), 100*p.Ideal)
 		case p.Stages > 0 && p.Chunks == 0 && p.Microbatches == 0:
 			fmt.Fprintf(w, "pipeline: %d stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with unless the schedule is given (profile-run -pipeline-schedule); the span is a step's first to last kernel, the optimizer's included\n", p.Stages)
 		default:
