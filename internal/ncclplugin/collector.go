@@ -215,6 +215,10 @@ type Collector struct {
 	// processes: what joins a pipeline's stages where no name says which
 	// communicator is the pipeline's.
 	sendComms map[uint64][]*process
+	// notPipeline are communicators over which a process sent to or
+	// received from more than two peers: an all-to-all's (PyTorch's runs
+	// as sends and receives to every peer), not a pipeline's.
+	notPipeline map[uint64]bool
 	// namedStages is the size of stats.PipelineGroup.
 	namedStages int
 	nextID      uint64
@@ -295,8 +299,28 @@ type process struct {
 }
 
 // sendComm is a communicator a process sent or received over: its rank
-// in it, and its size.
-type sendComm struct{ rank, nranks int32 }
+// in it, its size, and the peers it sent to or received from (a pipeline
+// stage has two at most: the stages before and after it).
+type sendComm struct {
+	rank, nranks int32
+	peers        [2]int32
+	npeers       int
+}
+
+// addPeer notes peer, and reports false where it is a third.
+func (sc *sendComm) addPeer(peer int32) bool {
+	for _, p := range sc.peers[:sc.npeers] {
+		if p == peer {
+			return true
+		}
+	}
+	if sc.npeers == len(sc.peers) {
+		return false
+	}
+	sc.peers[sc.npeers] = peer
+	sc.npeers++
+	return true
+}
 
 // waitingRec is a record waiting for its step to be known for good.
 type waitingRec struct {
@@ -678,7 +702,7 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 			pr.communicating = true
 			c.stats.Communicating++
 		}
-		if !o.have && r.Kind == KindP2P {
+		if r.Kind == KindP2P {
 			c.stageBySendsLocked(pr, r)
 		}
 		if !o.have {
@@ -1192,12 +1216,24 @@ func (c *Collector) stageLocked(pr *process, r Record) {
 // pipeline's stages come in that order (Megatron-LM's, a device mesh's).
 // Until every process of the set has sent, that place is a lower bound,
 // raised to the process's rank in a pair. Without every launcher rank of
-// a set of more than two, there is no stage (Stats.Unstaged).
+// a set of more than two, there is no stage (Stats.Unstaged). A
+// communicator over which a process sends to or receives from itself or
+// a third peer joins none: an all-to-all runs so (PyTorch's, over an
+// expert-parallel group, to every rank itself included), and a pipeline
+// stage has two neighbours.
 func (c *Collector) stageBySendsLocked(pr *process, r Record) {
-	if c.cfg.pipeline != "" || r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 {
+	if c.cfg.pipeline != "" || r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || c.notPipeline[r.Comm] {
 		return
 	}
-	if _, seen := pr.sends[r.Comm]; seen {
+	sc, seen := pr.sends[r.Comm]
+	if r.Peer == r.Rank || seen && !sc.addPeer(r.Peer) {
+		// A send to itself or to a third peer: an all-to-all, whose
+		// sends join no pipeline.
+		c.notPipelineLocked(r.Comm)
+		return
+	}
+	if seen {
+		pr.sends[r.Comm] = sc
 		return
 	}
 	if _, other := dimensions(r.CommName); other {
@@ -1206,11 +1242,36 @@ func (c *Collector) stageBySendsLocked(pr *process, r Record) {
 	if pr.sends == nil {
 		pr.sends = make(map[uint64]sendComm)
 	}
-	pr.sends[r.Comm] = sendComm{r.Rank, r.NRanks}
+	sc = sendComm{rank: r.Rank, nranks: r.NRanks}
+	sc.addPeer(r.Peer)
+	pr.sends[r.Comm] = sc
 	if c.sendComms == nil {
 		c.sendComms = make(map[uint64][]*process)
 	}
 	c.sendComms[r.Comm] = append(c.sendComms[r.Comm], pr)
+	c.restageLocked(pr)
+}
+
+// notPipelineLocked takes comm for an all-to-all's: its sends stage
+// nobody, and the processes staged through it are staged again without.
+func (c *Collector) notPipelineLocked(comm uint64) {
+	if c.notPipeline == nil {
+		c.notPipeline = make(map[uint64]bool)
+	}
+	c.notPipeline[comm] = true
+	members := c.sendComms[comm]
+	delete(c.sendComms, comm)
+	for _, q := range members {
+		delete(q.sends, comm)
+	}
+	for _, q := range members {
+		c.restageLocked(q)
+	}
+}
+
+// restageLocked stages the processes that pr's sends join it to, pr
+// among them (stageBySendsLocked says how).
+func (c *Collector) restageLocked(pr *process) {
 	set := c.sendSet(pr)
 	ranked := true
 	for _, q := range set {
@@ -1228,6 +1289,8 @@ func (c *Collector) stageBySendsLocked(pr *process, r Record) {
 			}
 		}
 		switch {
+		case len(q.sends) == 0:
+			q.stage, q.stages = profiler.None, 0
 		case largest.nranks >= 3:
 			q.stage, q.stages = int16(largest.rank), largest.nranks
 		case ranked && len(set) <= math.MaxInt16:

@@ -1170,7 +1170,8 @@ func TestCollectorStageBySends(t *testing.T) {
 		hash         uint64
 		rank, nranks int32
 		name         string
-		sends, later bool // sends over it; its init comes after the others' sends (a name)
+		sends, later bool    // sends over it; its init comes after the others' sends (a name)
+		peers        []int32 // whom it sends to (default: one peer)
 	}
 	type proc struct {
 		rank  int // launcher rank, -1 none
@@ -1213,6 +1214,27 @@ func TestCollectorStageBySends(t *testing.T) {
 		{name: "one side of a pair", procs: []proc{
 			{rank: 5, comms: []comm{pair(10, 1)}, stage: 1},
 		}, bySends: 1, stages: 2},
+		// PyTorch's all-to-all (an expert-parallel group's) is sends
+		// and receives to every peer: its communicator stages nobody,
+		// though it is the largest.
+		{name: "pairs, pp 2, and an all-to-all over 4", procs: []proc{
+			{rank: 0, comms: []comm{pair(10, 0), {hash: 30, rank: 0, nranks: 4, sends: true, peers: []int32{1, 2, 3}}}, stage: 0},
+			{rank: 1, comms: []comm{pair(10, 1), {hash: 30, rank: 1, nranks: 4, sends: true, peers: []int32{0, 2, 3}}}, stage: 1},
+			{rank: 2, comms: []comm{pair(11, 0), {hash: 30, rank: 2, nranks: 4, sends: true, peers: []int32{0, 1, 3}}}, stage: 0},
+			{rank: 3, comms: []comm{pair(11, 1), {hash: 30, rank: 3, nranks: 4, sends: true, peers: []int32{0, 1, 2}}}, stage: 1},
+		}, bySends: 4, stages: 2},
+		{name: "only an all-to-all", procs: []proc{
+			{rank: 0, comms: []comm{{hash: 30, rank: 0, nranks: 3, sends: true, peers: []int32{1, 2}}}, stage: profiler.None},
+			{rank: 1, comms: []comm{{hash: 30, rank: 1, nranks: 3, sends: true, peers: []int32{0, 2}}}, stage: profiler.None},
+			{rank: 2, comms: []comm{{hash: 30, rank: 2, nranks: 3, sends: true, peers: []int32{0, 1, 2}}}, stage: profiler.None},
+		}},
+		// An all-to-all over two, each sending to itself too.
+		{name: "pairs, pp 2, and an all-to-all over 2", procs: []proc{
+			{rank: 0, comms: []comm{pair(10, 0), {hash: 31, rank: 0, nranks: 2, sends: true, peers: []int32{0, 1}}}, stage: 0},
+			{rank: 1, comms: []comm{pair(10, 1), {hash: 32, rank: 0, nranks: 2, sends: true, peers: []int32{0, 1}}}, stage: 1},
+			{rank: 2, comms: []comm{pair(11, 0), {hash: 31, rank: 1, nranks: 2, sends: true, peers: []int32{0, 1}}}, stage: 0},
+			{rank: 3, comms: []comm{pair(11, 1), {hash: 32, rank: 1, nranks: 2, sends: true, peers: []int32{0, 1}}}, stage: 1},
+		}, bySends: 4, stages: 2},
 		{name: "pairs without launcher ranks", procs: []proc{
 			{rank: -1, comms: []comm{pair(10, 0)}, stage: profiler.None},
 			{rank: -1, comms: []comm{pair(10, 1), pair(11, 0)}, stage: profiler.None},
@@ -1251,10 +1273,17 @@ func TestCollectorStageBySends(t *testing.T) {
 					}
 				}
 				for _, m := range p.comms {
-					if m.sends {
+					if !m.sends {
+						continue
+					}
+					peers := m.peers
+					if len(peers) == 0 {
+						peers = []int32{1 - m.rank%2}
+					}
+					for _, peer := range peers {
 						sends++
 						parts = append(parts, wireRec{kind: 3, hash: m.hash, task: uint64(10 + sends), t0: us(2), t1: us(3), a0: 10, a1: 40,
-							rank: m.rank, nranks: m.nranks, peer: 1 - m.rank%2, fn: 6, dtype: 8, name: m.name}.frame())
+							rank: m.rank, nranks: m.nranks, peer: peer, fn: 6, dtype: 8, name: m.name}.frame())
 					}
 				}
 				conns = append(conns, send(t, col, stream(parts...), true))
