@@ -215,7 +215,8 @@ pipeline() {
 	# this PyTorch can: staged by the pipeline's name).
 	# PIPELINE_VARIANTS adds: pairs (pp 4, sends outside a batch and
 	# lazy communicators: PyTorch's two-rank communicators), pairs2 (the
-	# same at pp 2 × dp 2).
+	# same at pp 2 × dp 2), alltoall (an all-to-all over each stage's
+	# replicas after every forward, as an expert-parallel layer's).
 	local name flags pp
 	for name in ${PIPELINE_VARIANTS:-pipeline pipeline-named}; do
 		flags=() pp=2
@@ -223,6 +224,7 @@ pipeline() {
 		pipeline-named) flags=(--name-comms) ;;
 		pairs) flags=(--unbatched --lazy-init) pp=4 ;;
 		pairs2) flags=(--unbatched --lazy-init) ;;
+		alltoall) flags=(--all-to-all) ;;
 		esac
 		echo "== $name: pp $pp × dp $((4 / pp)), NVTX steps, kernels traced ${flags[*]}"
 		timeout -k 10 300 "$pr" -out "$OUT/$name" -metrics-addr off -progress off -quiet -trace-steps all \

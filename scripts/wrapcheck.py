@@ -251,13 +251,15 @@ def ddp(log, report, trace):
 
 def p2p_comms(trace):
     """Per rank, the communicators it sent or received over: (group,
-    group size, its rank in it) -> calls."""
+    group size, its rank in it) -> [calls, peers]."""
     events, rank_of = trace_events(trace)
-    out = collections.defaultdict(collections.Counter)
+    out = collections.defaultdict(dict)
     for e in events:
         a = e.get("args", {})
         if e.get("ph") == "X" and e.get("cat") == "p2p" and "host_us" not in a:
-            out[rank_of.get(e["pid"], -1)][(a.get("group", ""), a.get("group_size", -1), a.get("group_rank", -1))] += 1
+            v = out[rank_of.get(e["pid"], -1)].setdefault((a.get("group", ""), a.get("group_size", -1), a.get("group_rank", -1)), [0, set()])
+            v[0] += 1
+            v[1].add(a.get("peer", -1))
     return out
 
 
@@ -273,7 +275,7 @@ def pipeline(log, report, trace=None):
     if trace:
         for rank, comms in sorted(p2p_comms(trace).items()):
             print("INFO pipeline rank %d sends and receives over %s" % (rank, ", ".join(
-                "%s (rank %d of %d): %d" % (g, r, n, c) for (g, n, r), c in sorted(comms.items()))))
+                "%s (rank %d of %d): %d to or from %s" % (g, r, n, c, sorted(peers)) for (g, n, r), (c, peers) in sorted(comms.items()))))
     named = bool(runs[0].get("comm_names"))
     if named:
         # PyTorch names the communicator by the group's description, or

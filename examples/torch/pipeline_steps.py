@@ -52,6 +52,7 @@ def parse(argv=None):
     p.add_argument("--name-comms", action="store_true", help="give each group's NCCL communicator its description as name, where PyTorch can")
     p.add_argument("--unbatched", action="store_true", help="send and receive with isend/irecv, not batch_isend_irecv")
     p.add_argument("--lazy-init", action="store_true", help="no device_id to init_process_group: communicators made at first use")
+    p.add_argument("--all-to-all", action="store_true", help="after each microbatch's forward, an all-to-all of its output over the data-parallel group (as an expert-parallel layer's)")
     a = p.parse_args(argv)
     if min(a.pp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
         p.error("every count must be at least 1")
@@ -151,6 +152,10 @@ def main(argv=None):
                 y = (y * y).mean()
             e.record()
             events.append((s, e))
+            if a.all_to_all and dp > 1 and y.dim() == 2:
+                # PyTorch runs it as a send and a receive to every rank
+                # of the group, itself included.
+                dist.all_to_all_single(torch.empty_like(y), y.detach().contiguous(), group=data)
             if nxt is not None:
                 exchange(dist.isend, y.detach(), nxt)
             ins.append(x)
@@ -183,7 +188,7 @@ def main(argv=None):
     print(json.dumps({"tool": "pipeline_steps", "rank": rank, "stage": stage, "replica": replica, "pp": pp, "dp": dp,
                       "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute,
                       "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": named,
-                      "unbatched": a.unbatched, "lazy_init": a.lazy_init}), flush=True)
+                      "unbatched": a.unbatched, "lazy_init": a.lazy_init, "all_to_all": a.all_to_all}), flush=True)
     dist.destroy_process_group()
     return 0
 
