@@ -280,11 +280,13 @@ def pipeline(log, report, trace=None):
     if named:
         # PyTorch names the communicator by the group's description, or
         # by "<description>:<group name>" where it passes both.
-        summ = re.search(r'pipeline: (\d+) process\(es\) staged by their rank in communicator "([^"]*)" \((\d+) stages\)', text_log)
+        # A stage group of 3 or more stages by its name; one of two (or
+        # PyTorch's two-rank communicators) by the sends over it.
+        summ = re.search(r'pipeline: (\d+) process\(es\) staged by (?:their rank in communicator|their sends and receives over communicators of two ranks named as the pipeline\'s) \(?"([^"]*)"\)? \((\d+) stages\)', text_log)
         ok = summ is not None and int(summ.group(1)) == pp * dp and summ.group(2).split(":")[0] == "PIPELINE_MODEL_PARALLEL_GROUP" and int(summ.group(3)) == pp
     else:
         # No name reaches NCCL: the communicator of the sends stages.
-        summ = re.search(r'pipeline: (\d+) process\(es\) staged by their rank in the communicator of their sends and receives \((\d+) stages\)', text_log)
+        summ = re.search(r'pipeline: (\d+) process\(es\) staged by their sends and receives \((\d+) stages\)', text_log)
         ok = summ is not None and int(summ.group(1)) == pp * dp and int(summ.group(2)) == pp
     bad += not ok
     print("%s pipeline summary (communicators %s): %s (want %d processes, %d stages)"

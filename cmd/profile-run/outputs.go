@@ -231,6 +231,14 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// unalignedText says which ranks' clocks an import left as recorded.
+func unalignedText(a *analysis.Offsets) string {
+	if a.Reference == profiler.None {
+		return "not aligned: every file's clock as recorded"
+	}
+	return "not aligned: " + ranksText(slices.Sorted(slices.Values(a.Unaligned))) + " as recorded"
+}
+
 // openOutputs prepares every destination. File problems are errors, and
 // leave nothing behind: no file, no run directory. Network problems (a
 // port in use) are warnings: training goes on.
@@ -517,6 +525,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		covers := out.detail.Stats().Covers()
 		opts = append(opts, chrometrace.WithOtherData("steps", covers))
+		if a := out.o.applied; a != nil && (a.Reference == profiler.None || len(a.Unaligned) > 0) {
+			// Records of several clocks, some left as recorded: the
+			// trace is not on one clock (a report of it must not say so).
+			opts = append(opts, chrometrace.WithOtherData("clocks", unalignedText(a)))
+		}
 		st, err := chrometrace.Write(out.traceFile, out.detail.Records(), opts...)
 		switch {
 		case errors.Is(err, chrometrace.ErrNoRecords):

@@ -151,6 +151,10 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 		return fmt.Errorf("%s: a %s, not a trace trainscope wrote (profile-run import reads it into a run directory of its own)", path, p.Format)
 	}
 	in := htmlreport.Input{Title: filepath.Base(filepath.Clean(o.runDir)), Covers: p.OtherData["steps"], Records: p.Records}
+	if clocks := p.OtherData["clocks"]; clocks != "" {
+		in.SeveralClocks = true
+		in.Notes = append(in.Notes, "clocks "+clocks)
+	}
 	if in.Covers == "" {
 		in.Covers = stepsText(p.Records)
 	}

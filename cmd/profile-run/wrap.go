@@ -548,7 +548,13 @@ func (w *wrapper) pipelineSummary() string {
 	case w.o.pipelineGroup == ncclplugin.NoPipelineGroup:
 		return "pipeline: not staged (-pipeline-group none)"
 	case st.Staged > 0 && st.StagedBySends == st.Staged:
-		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in the communicator of their sends and receives (%d stages), no communicator's name saying which is the pipeline's: bubbles per stage from their kernels; -pipeline-group none if those sends are not a pipeline's", st.Staged, st.Stages)
+		line := fmt.Sprintf("pipeline: %d process(es) staged by their sends and receives (%d stages), no communicator's name saying which is the pipeline's: bubbles per stage from their kernels; -pipeline-group none if those sends are not a pipeline's", st.Staged, st.Stages)
+		if st.NamedPairs == st.Staged {
+			line = fmt.Sprintf("pipeline: %d process(es) staged by their sends and receives over communicators of two ranks named as the pipeline's (%q) (%d stages): bubbles per stage from their kernels", st.Staged, st.PairName, st.Stages)
+		}
+		if st.Provisional > 0 {
+			line += fmt.Sprintf("; %d of them provisionally: %s", st.Provisional, provisionalWhy)
+		}
 		if st.Unstaged > 0 {
 			line += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
 		}
@@ -556,7 +562,10 @@ func (w *wrapper) pipelineSummary() string {
 	case st.Staged > 0:
 		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%d stages): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, st.Stages)
 		if st.StagedBySends > 0 {
-			line += fmt.Sprintf("; %d of them by the communicator of their sends and receives, none of theirs named as a pipeline's", st.StagedBySends)
+			line += fmt.Sprintf("; %d of them by their sends and receives, none of their communicators named as a pipeline's", st.StagedBySends)
+		}
+		if st.Provisional > 0 {
+			line += fmt.Sprintf("; %d of them provisionally: %s", st.Provisional, provisionalWhy)
 		}
 		if st.Unstaged > 0 {
 			line += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
@@ -569,6 +578,9 @@ func (w *wrapper) pipelineSummary() string {
 	}
 	return ""
 }
+
+// provisionalWhy says why a process's stage from its sends may be wrong.
+const provisionalWhy = "some process they sent to or received from never did so here (on another host?), so their stage is their rank in the largest communicator they sent over, or a lower bound where that has two ranks"
 
 // unstagedWhy says why processes that sent and received got no stage.
 const unstagedWhy = "their sends and receives went over communicators of two ranks (PyTorch's, for a send outside a batch) joining more than two processes, and not every one had a launcher rank (RANK) to order them by"

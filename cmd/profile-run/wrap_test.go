@@ -612,11 +612,11 @@ func TestWrapStagesFromThePipelineCommunicator(t *testing.T) {
 		staged              bool
 	}{
 		{name: "named", comm: "PIPELINE_MODEL_PARALLEL_GROUP", staged: true,
-			summary: `pipeline: 2 process(es) staged by their rank in communicator "PIPELINE_MODEL_PARALLEL_GROUP" (2 stages)`},
+			summary: `pipeline: 2 process(es) staged by their sends and receives over communicators of two ranks named as the pipeline's ("PIPELINE_MODEL_PARALLEL_GROUP") (2 stages)`},
 		// PyTorch up to 2.11 names no communicator: the one the
 		// processes send and receive over stages them.
 		{name: "unnamed", comm: "-", staged: true,
-			summary: "pipeline: 2 process(es) staged by their rank in the communicator of their sends and receives (2 stages), no communicator's name saying which is the pipeline's"},
+			summary: "pipeline: 2 process(es) staged by their sends and receives (2 stages), no communicator's name saying which is the pipeline's: bubbles per stage from their kernels; -pipeline-group none if those sends are not a pipeline's\n"},
 		{name: "turned off", comm: "-", flags: []string{"-pipeline-group", "none"},
 			summary: "pipeline: not staged (-pipeline-group none)"},
 	} {
@@ -699,5 +699,19 @@ func TestImportTwoWrappedHosts(t *testing.T) {
 	}
 	if !strings.Contains(section, "clocks not aligned: only 2 collectives matched across ranks, and alignment needs a rank in at least 8") {
 		t.Errorf("the section does not say why the clocks were left as recorded:\n%s", section)
+	}
+	// The import's trace says its clocks are not one, and its HTML page
+	// does not claim one clock.
+	dirs := runDirs(t, out)
+	code, stdout, stderr = runCmd(t, "report", dirs[0], "--html")
+	if code != exitOK {
+		t.Fatalf("report --html: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	html, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(html, []byte("clocks not aligned: ranks 2, 3 as recorded")) || bytes.Contains(html, []byte("every rank on one clock")) {
+		t.Errorf("the page of a trace on two clocks claims one, or does not say which ranks kept theirs")
 	}
 }

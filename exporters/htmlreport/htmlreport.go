@@ -42,6 +42,10 @@ type Input struct {
 	Records []profiler.Record
 	// Notes are shown under the title: what reading the records warned of.
 	Notes []string
+	// SeveralClocks says the records are not on one clock (an import
+	// that left some files' clocks as recorded): the collectives section
+	// then shows departures without claiming one clock.
+	SeveralClocks bool
 }
 
 // Stats says what a page holds.
@@ -197,7 +201,13 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	}
 	st.Windows = len(v.Charts)
 	v.StepCount = len(v.Charts)
-	calls := analysis.NewCallSink(analysis.WithOneClock()) // one trace: one clock (a wrapped run's host, or an import aligned before writing it)
+	// One trace is one clock (a wrapped run's host, or an import that
+	// aligned its files before writing it), unless it says otherwise.
+	clock := analysis.WithOneClock()
+	if in.SeveralClocks {
+		clock = nil
+	}
+	calls := analysis.NewCallSink(clock)
 	calls.Consume(in.Records)
 	calls.Flush()
 	var text bytes.Buffer

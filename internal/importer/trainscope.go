@@ -155,6 +155,9 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		bad := func(format string, args ...any) error {
 			return sc.fail(off, fmt.Errorf("event %d (%q): %s", n, ev.Name, fmt.Sprintf(format, args...)))
 		}
+		if ev.Name == "" {
+			return bad("no name")
+		}
 		t := tracks[ev.Tid]
 		if t == nil || !t.named {
 			return bad("on thread %d, which no thread_name event names", ev.Tid)

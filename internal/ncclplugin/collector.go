@@ -175,9 +175,19 @@ type Stats struct {
 	// pipeline's; Unstaged processes sent or received but could not be
 	// (PyTorch's two-rank communicators joining more than two processes,
 	// some without a launcher rank).
+	// Provisional of them were staged while some of their pipeline's
+	// processes had not yet sent (at the end of a run: never did, being
+	// on another host, say): their stages are their rank in a stage group
+	// or a lower bound.
 	PipelineGroup           string
 	Staged, Stages          int
 	StagedBySends, Unstaged int
+	Provisional             int
+	// NamedPairs of those staged by their sends made a communicator of
+	// two ranks named as the pipeline's, PairName the first such name:
+	// a pipeline of two, or PyTorch's communicators of two neighbours.
+	NamedPairs int
+	PairName   string
 	// Communicating counts the processes that issued a collective or
 	// p2p operation (Processes counts every one that loaded the plugin,
 	// a launcher that only initialised CUDA too).
@@ -219,8 +229,10 @@ type Collector struct {
 	// received from more than two peers: an all-to-all's (PyTorch's runs
 	// as sends and receives to every peer), not a pipeline's.
 	notPipeline map[uint64]bool
-	// namedStages is the size of stats.PipelineGroup.
+	// namedStages is the size of stats.PipelineGroup; pairName the name
+	// of the first communicator of two ranks named as the pipeline's.
 	namedStages int
+	pairName    string
 	nextID      uint64
 	closing     bool
 	world       int32 // the largest launcher local size a process named
@@ -275,6 +287,8 @@ type process struct {
 	stages        int32
 	byName        bool
 	sends         map[uint64]sendComm
+	provisional   bool // staged by sends while some of its set's peers had not sent
+	namedPair     bool // it made a communicator of two ranks named as the pipeline's
 	communicating bool
 	// latest is the latest time (plugin CLOCK_MONOTONIC ns) the process
 	// reported: where a step it left open is cut short.
@@ -307,19 +321,19 @@ type sendComm struct {
 	npeers       int
 }
 
-// addPeer notes peer, and reports false where it is a third.
-func (sc *sendComm) addPeer(peer int32) bool {
+// addPeer notes peer: added says it is new, ok false that it is a third.
+func (sc *sendComm) addPeer(peer int32) (added, ok bool) {
 	for _, p := range sc.peers[:sc.npeers] {
 		if p == peer {
-			return true
+			return false, true
 		}
 	}
 	if sc.npeers == len(sc.peers) {
-		return false
+		return false, false
 	}
 	sc.peers[sc.npeers] = peer
 	sc.npeers++
-	return true
+	return true, true
 }
 
 // waitingRec is a record waiting for its step to be known for good.
@@ -531,10 +545,17 @@ func (c *Collector) Stats() Stats {
 			if !pr.byName {
 				s.StagedBySends++
 			}
-		case len(pr.sends) > 0 && c.cfg.pipeline == "":
+			if pr.provisional {
+				s.Provisional++
+			}
+			if !pr.byName && pr.namedPair {
+				s.NamedPairs++
+			}
+		case len(pr.sends) > 0 && c.cfg.pipeline != NoPipelineGroup:
 			s.Unstaged++
 		}
 	}
+	s.PairName = c.pairName
 	s.PluginRingFull, s.PluginRefused, s.PluginUnsent, s.PluginActivityDropped = 0, 0, 0, 0
 	s.ClockConflicts = 0
 	for _, pr := range c.procs {
@@ -1176,9 +1197,11 @@ func (pr *process) releaseEarly(out []profiler.Record) []profiler.Record {
 
 // stageLocked takes the process's pipeline stage from a communicator it
 // made, if that is the pipeline's (WithPipelineGroup) and larger than any
-// it took a stage from before: PyTorch makes a communicator of two ranks,
-// named as its process group, for a send or receive outside a batch, and
-// a process's rank in that is not its stage.
+// it took a stage from before. One of two ranks gives none: PyTorch makes
+// a communicator of two neighbouring stages, named as its process group,
+// for a send or receive outside a batch without eager initialisation, and
+// a process's rank in that is not its stage; the sends over it stage the
+// process instead (stageBySendsLocked), as a pipeline of two.
 func (c *Collector) stageLocked(pr *process, r Record) {
 	want := c.cfg.pipeline
 	if r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || want == NoPipelineGroup {
@@ -1187,9 +1210,16 @@ func (c *Collector) stageLocked(pr *process, r Record) {
 	if want != "" && !namedAs(r.CommName, want) || want == "" && !isPipelineName(r.CommName) {
 		return
 	}
+	if r.NRanks == 2 {
+		pr.namedPair = true
+		if c.pairName == "" {
+			c.pairName = r.CommName
+		}
+		return
+	}
 	if !pr.byName {
 		// A name says which is the pipeline's: it overrules the sends.
-		pr.byName, pr.stage, pr.stages = true, profiler.None, 0
+		pr.byName, pr.stage, pr.stages, pr.provisional = true, profiler.None, 0, false
 	}
 	if r.NRanks <= pr.stages {
 		return
@@ -1201,39 +1231,32 @@ func (c *Collector) stageLocked(pr *process, r Record) {
 }
 
 // stageBySendsLocked notes a communicator a process sends or receives
-// over (r is one of its p2p records) and stages, where no name did, the
-// processes it joins: a process's sends and receives join it to the
-// other processes of its pipeline, each stage to the next, and with them
-// it makes one set (what the communicators of sends join, directly or
-// through others). A process's stage is its rank in the largest
-// communicator it sends over if that has 3 ranks or more: a pipeline's
-// stage group (PyTorch sends over the group's communicator in a batch, or
-// with eager initialisation). Otherwise its communicators have two ranks,
-// a pipeline of two stages or PyTorch's communicators of two neighbours
-// (a send outside a batch, without eager initialisation), whose rank 0 is
-// the lower group rank, so the stage is the process's place in its set
-// by launcher rank: PyTorch's groups list their ranks in order, and a
-// pipeline's stages come in that order (Megatron-LM's, a device mesh's).
-// Until every process of the set has sent, that place is a lower bound,
-// raised to the process's rank in a pair. Without every launcher rank of
-// a set of more than two, there is no stage (Stats.Unstaged). A
-// communicator over which a process sends to or receives from itself or
-// a third peer joins none: an all-to-all runs so (PyTorch's, over an
-// expert-parallel group, to every rank itself included), and a pipeline
-// stage has two neighbours.
+// over, and the peer (r is one of its p2p records), and stages again the
+// processes no name staged (restageLocked): a process's sends and
+// receives join it to the other stages of its pipeline. A communicator
+// named for another parallel dimension joins nothing, nor does one over
+// which a process sends to itself or to a third peer: an all-to-all runs
+// so (PyTorch's, over an expert-parallel group, to every rank itself
+// included), and a pipeline stage has two neighbours.
 func (c *Collector) stageBySendsLocked(pr *process, r Record) {
-	if c.cfg.pipeline != "" || r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || c.notPipeline[r.Comm] {
+	want := c.cfg.pipeline
+	if want == NoPipelineGroup || want != "" && !namedAs(r.CommName, want) ||
+		r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || c.notPipeline[r.Comm] {
 		return
 	}
 	sc, seen := pr.sends[r.Comm]
-	if r.Peer == r.Rank || seen && !sc.addPeer(r.Peer) {
+	added, ok := sc.addPeer(r.Peer)
+	if r.Peer == r.Rank || !ok {
 		// A send to itself or to a third peer: an all-to-all, whose
 		// sends join no pipeline.
 		c.notPipelineLocked(r.Comm)
 		return
 	}
 	if seen {
-		pr.sends[r.Comm] = sc
+		if added {
+			pr.sends[r.Comm] = sc
+			c.restageLocked()
+		}
 		return
 	}
 	if _, other := dimensions(r.CommName); other {
@@ -1242,14 +1265,13 @@ func (c *Collector) stageBySendsLocked(pr *process, r Record) {
 	if pr.sends == nil {
 		pr.sends = make(map[uint64]sendComm)
 	}
-	sc = sendComm{rank: r.Rank, nranks: r.NRanks}
-	sc.addPeer(r.Peer)
+	sc.rank, sc.nranks = r.Rank, r.NRanks
 	pr.sends[r.Comm] = sc
 	if c.sendComms == nil {
 		c.sendComms = make(map[uint64][]*process)
 	}
 	c.sendComms[r.Comm] = append(c.sendComms[r.Comm], pr)
-	c.restageLocked(pr)
+	c.restageLocked()
 }
 
 // notPipelineLocked takes comm for an all-to-all's: its sends stage
@@ -1259,22 +1281,91 @@ func (c *Collector) notPipelineLocked(comm uint64) {
 		c.notPipeline = make(map[uint64]bool)
 	}
 	c.notPipeline[comm] = true
-	members := c.sendComms[comm]
-	delete(c.sendComms, comm)
-	for _, q := range members {
+	for _, q := range c.sendComms[comm] {
 		delete(q.sends, comm)
 	}
-	for _, q := range members {
-		c.restageLocked(q)
+	delete(c.sendComms, comm)
+	c.restageLocked()
+}
+
+// restageLocked stages every process that sends and receives and that
+// no name staged. Its sets are those of processes joined by their sends
+// and receives: a process's peer in a communicator is the process of
+// that rank there, once that one has sent or received over it too; a set
+// is complete when every peer of every member is known, and is one
+// pipeline. In a complete set, a process's stage is its rank in a
+// communicator of 3 ranks or more that spans the set (the stage group,
+// over which PyTorch sends in a batch, or outside one with eager
+// initialisation), else its place in the set by launcher rank: the set's
+// communicators have two ranks (a pipeline of two, or PyTorch's
+// communicators of two neighbours for a send outside a batch, whose rank
+// 0 is the lower group rank), or are larger than the pipeline (the
+// world's); PyTorch's groups list their ranks in order, and a pipeline's
+// stages come in that order (Megatron-LM's, a device mesh's). Without
+// launcher ranks only a set of two is staged. Until the set is complete
+// (its first sends still coming, or some of its processes on another
+// host) a process is staged provisionally: by its rank in its largest
+// communicator where that has 3 ranks or more, else by its place among
+// those seen, no lower than its rank in a pair (a lower bound). One
+// host's collector sees a few dozen processes at most, and this runs
+// only when a process first uses a communicator or a peer.
+func (c *Collector) restageLocked() {
+	byRank := make(map[uint64]map[int32]*process, len(c.sendComms))
+	for comm, members := range c.sendComms {
+		m := make(map[int32]*process, len(members))
+		for _, q := range members {
+			m[q.sends[comm].rank] = q
+		}
+		byRank[comm] = m
+	}
+	parent := map[*process]*process{}
+	var find func(q *process) *process
+	find = func(q *process) *process {
+		if p, ok := parent[q]; ok && p != q {
+			r := find(p)
+			parent[q] = r
+			return r
+		}
+		parent[q] = q
+		return q
+	}
+	resolved := map[*process]bool{}
+	var procs []*process
+	for _, q := range c.procs {
+		if len(q.sends) == 0 {
+			if !q.byName {
+				q.stage, q.stages, q.provisional = profiler.None, 0, false
+			}
+			continue
+		}
+		procs = append(procs, q)
+		ok := true
+		for comm, sc := range q.sends {
+			for _, peer := range sc.peers[:sc.npeers] {
+				if o := byRank[comm][peer]; o != nil {
+					parent[find(q)] = find(o)
+				} else {
+					ok = false
+				}
+			}
+		}
+		resolved[q] = ok
+	}
+	sets := map[*process][]*process{}
+	for _, q := range procs {
+		root := find(q)
+		sets[root] = append(sets[root], q)
+	}
+	for _, set := range sets {
+		stageSet(set, resolved)
 	}
 }
 
-// restageLocked stages the processes that pr's sends join it to, pr
-// among them (stageBySendsLocked says how).
-func (c *Collector) restageLocked(pr *process) {
-	set := c.sendSet(pr)
-	ranked := true
+// stageSet stages the processes of one set (restageLocked).
+func stageSet(set []*process, resolved map[*process]bool) {
+	complete, ranked := true, true
 	for _, q := range set {
+		complete = complete && resolved[q]
 		ranked = ranked && q.worldRank >= 0
 	}
 	slices.SortFunc(set, func(a, b *process) int { return cmp.Compare(a.worldRank, b.worldRank) })
@@ -1282,49 +1373,35 @@ func (c *Collector) restageLocked(pr *process) {
 		if q.byName {
 			continue
 		}
+		// Its largest communicator, the higher rank where two tie.
 		var largest sendComm
 		for _, sc := range q.sends {
-			if sc.nranks > largest.nranks {
+			if sc.nranks > largest.nranks || sc.nranks == largest.nranks && sc.rank > largest.rank {
 				largest = sc
 			}
 		}
+		stage, stages := int16(profiler.None), int32(0)
 		switch {
-		case len(q.sends) == 0:
-			q.stage, q.stages = profiler.None, 0
-		case largest.nranks >= 3:
-			q.stage, q.stages = int16(largest.rank), largest.nranks
-		case ranked && len(set) <= math.MaxInt16:
-			// Its place among those seen so far; no lower than its rank
-			// in a pair, whose other member may not have sent yet.
-			q.stage, q.stages = int16(max(int32(i), largest.rank)), int32(max(len(set), 2))
-		case len(set) <= 2:
-			q.stage, q.stages = int16(largest.rank), 2
-		default:
-			q.stage, q.stages = profiler.None, 0
+		case complete && largest.nranks >= 3 && int(largest.nranks) == len(set):
+			// A stage group its sends span: its rank there.
+			stage, stages = int16(largest.rank), largest.nranks
+		case complete && ranked && len(set) <= math.MaxInt16:
+			// Its place: pairs, or a larger communicator (the whole
+			// world's, say) of which its pipeline is a part.
+			stage, stages = int16(i), int32(len(set))
+		case complete && len(set) <= 2:
+			stage, stages = int16(largest.rank), 2
+		case !complete && largest.nranks >= 3:
+			// A stage group some of whose processes have not sent yet,
+			// or are elsewhere (another host).
+			stage, stages = int16(largest.rank), largest.nranks
+		case !complete && ranked && len(set) <= math.MaxInt16:
+			// Its place among those seen, no lower than its rank in a
+			// pair whose other member has not sent yet: a lower bound.
+			stage, stages = int16(max(int32(i), largest.rank)), int32(max(len(set), 2))
 		}
+		q.stage, q.stages, q.provisional = stage, stages, !complete && stage != profiler.None
 	}
-}
-
-// sendSet is the processes that pr's sends and receives join it to,
-// directly or through others, pr among them.
-func (c *Collector) sendSet(pr *process) []*process {
-	in := map[*process]bool{pr: true}
-	set, comms := []*process{pr}, map[uint64]bool{}
-	for i := 0; i < len(set); i++ {
-		for comm := range set[i].sends {
-			if comms[comm] {
-				continue
-			}
-			comms[comm] = true
-			for _, q := range c.sendComms[comm] {
-				if !in[q] {
-					in[q] = true
-					set = append(set, q)
-				}
-			}
-		}
-	}
-	return set
 }
 
 // labelsAt is the labels of an operation or range of the process that

@@ -1184,7 +1184,9 @@ func TestCollectorStageBySends(t *testing.T) {
 		opts                      []Option
 		procs                     []proc
 		bySends, unstaged, stages int
+		provisional, namedPairs   int
 		pipelineGroup             string
+		laterSends                bool // each sends once more after the later inits
 	}{
 		{name: "a stage group, not in launcher order", procs: []proc{
 			{rank: 10, comms: []comm{{hash: 3, rank: 1, nranks: 4, sends: true}}, stage: 1},
@@ -1213,7 +1215,26 @@ func TestCollectorStageBySends(t *testing.T) {
 		// Its peer has not sent yet: its rank in the pair bounds its place.
 		{name: "one side of a pair", procs: []proc{
 			{rank: 5, comms: []comm{pair(10, 1)}, stage: 1},
-		}, bySends: 1, stages: 2},
+		}, bySends: 1, stages: 2, provisional: 1},
+		// A simple pipeline sending over the default group: pp 2 × dp
+		// 2 over the world's communicator of 4; its place, not its rank.
+		{name: "sends over the world's communicator", procs: []proc{
+			{rank: 0, comms: []comm{{hash: 1, rank: 0, nranks: 4, sends: true, peers: []int32{1}}}, stage: 0},
+			{rank: 1, comms: []comm{{hash: 1, rank: 1, nranks: 4, sends: true, peers: []int32{0}}}, stage: 1},
+			{rank: 2, comms: []comm{{hash: 1, rank: 2, nranks: 4, sends: true, peers: []int32{3}}}, stage: 0},
+			{rank: 3, comms: []comm{{hash: 1, rank: 3, nranks: 4, sends: true, peers: []int32{2}}}, stage: 1},
+		}, bySends: 4, stages: 2},
+		// Stages 2 and 3 of 4 on this host, over pairs; stages 0 and 1
+		// elsewhere: their places are lower bounds, and counted so.
+		{name: "half a pipeline of pairs", procs: []proc{
+			{rank: 2, comms: []comm{{hash: 11, rank: 1, nranks: 2, sends: true, peers: []int32{0}}, pair(12, 0)}, stage: 1},
+			{rank: 3, comms: []comm{pair(12, 1)}, stage: 1},
+		}, bySends: 2, stages: 2, provisional: 2},
+		// A stage group whose other ranks are elsewhere: its rank.
+		{name: "half a stage group", procs: []proc{
+			{rank: 2, comms: []comm{{hash: 3, rank: 2, nranks: 4, sends: true, peers: []int32{1, 3}}}, stage: 2},
+			{rank: 3, comms: []comm{{hash: 3, rank: 3, nranks: 4, sends: true, peers: []int32{2}}}, stage: 3},
+		}, bySends: 2, stages: 4, provisional: 2},
 		// PyTorch's all-to-all (an expert-parallel group's) is sends
 		// and receives to every peer: its communicator stages nobody,
 		// though it is the largest.
@@ -1253,9 +1274,18 @@ func TestCollectorStageBySends(t *testing.T) {
 			{rank: 1, comms: []comm{{hash: 3, rank: 1, nranks: 2, name: "pp", sends: true}}, stage: profiler.None},
 		}},
 		{name: "a name overrules", procs: []proc{
-			{rank: 0, comms: []comm{pair(10, 0), {hash: 3, rank: 1, nranks: 2, name: "pipeline", later: true}}, stage: 1},
-			{rank: 1, comms: []comm{pair(10, 1), {hash: 3, rank: 0, nranks: 2, name: "pipeline", later: true}}, stage: 0},
-		}, stages: 2, pipelineGroup: "pipeline"},
+			{rank: 0, comms: []comm{pair(10, 0), {hash: 3, rank: 1, nranks: 4, name: "pipeline", later: true}}, stage: 1},
+			{rank: 1, comms: []comm{pair(10, 1), {hash: 3, rank: 0, nranks: 4, name: "pipeline", later: true}}, stage: 0},
+		}, stages: 4, pipelineGroup: "pipeline", laterSends: true},
+		// Once PyTorch names its communicators, its two-rank ones for
+		// sends outside a batch carry the group's name: a name, but a
+		// pair's rank is no stage.
+		{name: "pairs named as the pipeline's, pp 4", procs: []proc{
+			{rank: 0, comms: []comm{{hash: 10, rank: 0, nranks: 2, sends: true, name: "pp:2"}}, stage: 0},
+			{rank: 1, comms: []comm{{hash: 10, rank: 1, nranks: 2, sends: true, name: "pp:2"}, {hash: 11, rank: 0, nranks: 2, sends: true, name: "pp:2"}}, stage: 1},
+			{rank: 2, comms: []comm{{hash: 11, rank: 1, nranks: 2, sends: true, name: "pp:2"}, {hash: 12, rank: 0, nranks: 2, sends: true, name: "pp:2"}}, stage: 2},
+			{rank: 3, comms: []comm{{hash: 12, rank: 1, nranks: 2, sends: true, name: "pp:2"}}, stage: 3},
+		}, bySends: 4, stages: 4, namedPairs: 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			col, sink, _ := newTestCollector(t, c.opts...)
@@ -1299,6 +1329,13 @@ func TestCollectorStageBySends(t *testing.T) {
 						parts = append(parts, wireRec{kind: 1, hash: m.hash, rank: m.rank, nranks: m.nranks, nnodes: 1, peer: 3, name: m.name}.frame())
 					}
 				}
+				if c.laterSends {
+					// Sends over a new communicator after a name staged
+					// it: they change nothing.
+					sends++
+					parts = append(parts, wireRec{kind: 3, hash: 50, task: uint64(1000 + sends), t0: us(4), t1: us(5), a0: 10, a1: 40,
+						rank: int32(i % 2), nranks: 2, peer: int32(1 - i%2), fn: 6, dtype: 8}.frame())
+				}
 				parts = append(parts, activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"))
 				parts = append(parts, nameFrames(1, "gemm")...)
 				parts = append(parts,
@@ -1336,9 +1373,9 @@ func TestCollectorStageBySends(t *testing.T) {
 					staged++
 				}
 			}
-			if st.Staged != staged || st.StagedBySends != c.bySends || st.Unstaged != c.unstaged || st.Stages != c.stages || st.PipelineGroup != c.pipelineGroup {
-				t.Errorf("stats: %d staged, %d by sends, %d unstaged, %d stages, pipeline group %q; want %d, %d, %d, %d, %q",
-					st.Staged, st.StagedBySends, st.Unstaged, st.Stages, st.PipelineGroup, staged, c.bySends, c.unstaged, c.stages, c.pipelineGroup)
+			if st.Staged != staged || st.StagedBySends != c.bySends || st.Unstaged != c.unstaged || st.Stages != c.stages || st.PipelineGroup != c.pipelineGroup || st.Provisional != c.provisional || st.NamedPairs != c.namedPairs {
+				t.Errorf("stats: %d staged, %d by sends, %d unstaged, %d stages, pipeline group %q, %d provisional, %d named pairs; want %d, %d, %d, %d, %q, %d, %d",
+					st.Staged, st.StagedBySends, st.Unstaged, st.Stages, st.PipelineGroup, st.Provisional, st.NamedPairs, staged, c.bySends, c.unstaged, c.stages, c.pipelineGroup, c.provisional, c.namedPairs)
 			}
 			if st.Processes != len(c.procs) || st.Communicating != len(c.procs) {
 				t.Errorf("stats: %d processes, %d communicating; want %d and %d", st.Processes, st.Communicating, len(c.procs), len(c.procs))

@@ -252,7 +252,7 @@ static void* drive_init(ncclProfiler_v5_t* p, int rank, int nranks) {
   return ctx;
 }
 
-static void drive_ops(ncclProfiler_v5_t* p, void* ctx, int rank) {
+static void drive_ops(ncclProfiler_v5_t* p, void* ctx, int rank, int nranks) {
   /* NCCL starts a group event too; the plugin does not want it. */
   ncclProfilerEventDescr_v5_t g = {.type = ncclProfileGroup};
   void* gh = (void*)1;
@@ -291,6 +291,8 @@ static void drive_ops(ncclProfiler_v5_t* p, void* ctx, int rank) {
 
   const char* funcs[] = {"Send", "Send", "Recv"};
   int peers[] = {2, 2, 3};
+  if (nranks == 2) /* a pipeline of two stages: every p2p with the other rank */
+    peers[0] = peers[1] = peers[2] = 1 - rank;
   void* first_send = NULL;
   for (int i = 0; i < 3; i++) {
     ncclProfilerEventDescr_v5_t q = {0};
@@ -321,7 +323,7 @@ static void drive_finish(ncclProfiler_v5_t* p, void* ctx) {
 static void drive(int rank, int nranks) {
   ncclProfiler_v5_t* p = load();
   void* ctx = drive_init(p, rank, nranks);
-  drive_ops(p, ctx, rank);
+  drive_ops(p, ctx, rank, nranks);
   drive_finish(p, ctx);
 }
 
@@ -1014,7 +1016,7 @@ static void drive_nvtx(int rank, int nranks) {
   if (a.pop() != 1) _exit(52);
   ncclProfiler_v5_t* p = load();
   void* ctx = drive_init(p, rank, nranks);
-  drive_ops(p, ctx, rank);
+  drive_ops(p, ctx, rank, nranks);
   if (a.pop() != 0) _exit(53);
   if (a.push_a("step") != 0) _exit(54);
   usleep(2000);
