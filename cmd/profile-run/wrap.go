@@ -552,31 +552,32 @@ func (w *wrapper) pipelineSummary() string {
 		if st.NamedPairs == st.Staged {
 			line = fmt.Sprintf("pipeline: %d process(es) staged by their sends and receives over communicators of two ranks named as the pipeline's (%q) (%d stages): bubbles per stage from their kernels", st.Staged, st.PairName, st.Stages)
 		}
-		if st.Provisional > 0 {
-			line += fmt.Sprintf("; %d of them provisionally: %s", st.Provisional, provisionalWhy)
-		}
-		if st.Unstaged > 0 {
-			line += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
-		}
-		return line
+		return line + stagingCaveats(st)
 	case st.Staged > 0:
 		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%d stages): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, st.Stages)
 		if st.StagedBySends > 0 {
 			line += fmt.Sprintf("; %d of them by their sends and receives, none of their communicators named as a pipeline's", st.StagedBySends)
 		}
-		if st.Provisional > 0 {
-			line += fmt.Sprintf("; %d of them provisionally: %s", st.Provisional, provisionalWhy)
-		}
-		if st.Unstaged > 0 {
-			line += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
-		}
-		return line
+		return line + stagingCaveats(st)
 	case st.Unstaged > 0:
 		return fmt.Sprintf("pipeline: %d process(es) not staged: no communicator's name says which is the pipeline's, and %s", st.Unstaged, unstagedWhy)
 	case w.o.pipelineGroup != "":
 		return fmt.Sprintf("pipeline: no process made a communicator named %q (-pipeline-group), so no stages", w.o.pipelineGroup)
 	}
 	return ""
+}
+
+// stagingCaveats is what the pipeline line adds for processes staged
+// provisionally or not at all.
+func stagingCaveats(st ncclplugin.Stats) string {
+	var s string
+	if st.Provisional > 0 {
+		s += fmt.Sprintf("; %d of them provisionally: %s", st.Provisional, provisionalWhy)
+	}
+	if st.Unstaged > 0 {
+		s += fmt.Sprintf("; %d process(es) not staged: %s", st.Unstaged, unstagedWhy)
+	}
+	return s
 }
 
 // provisionalWhy says why a process's stage from its sends may be wrong.
