@@ -535,8 +535,9 @@ func (w *wrapper) kernelSummary() string {
 	return line
 }
 
-// pipelineSummary says which communicator gave the processes their
-// pipeline stage; "" when none did and none was named.
+// pipelineSummary says how the processes got their pipeline stage (a
+// communicator's name, or their sends and receives), and which got none;
+// "" when none did and none was named.
 func (w *wrapper) pipelineSummary() string {
 	if w.col == nil {
 		return ""
