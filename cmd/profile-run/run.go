@@ -225,10 +225,14 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		live = out.liveCounts
 	}
 	pr := newProgress(o.progress, stdout, log, cfg, o.progressEvery, !o.quietSteps, live)
-	trained := make(chan struct{})
-	go sayStopping(in, cfg, log, trained)
+	trained, said := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(said)
+		sayStopping(in, cfg, log, trained)
+	}()
 	done, trainErr := trainSteps(in.stop, cfg, pr)
 	close(trained)
+	<-said // a stop is said before what follows it
 	pr.stop()
 	in.trainingDone()
 	var interrupted error
@@ -281,7 +285,8 @@ func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-
 	select {
 	case <-in.stop.Done():
 	case <-trained:
-		return
+		// Training may have ended because of the signal, its ranks
+		// quicker than this goroutine: it is still said, first.
 	}
 	if !in.stopped() {
 		return
