@@ -217,20 +217,25 @@ pipeline() {
 	# lazy communicators: PyTorch's two-rank communicators), pairs2 (the
 	# same at pp 2 × dp 2), alltoall (an all-to-all over each stage's
 	# replicas after every forward, as an expert-parallel layer's).
-	local name flags pp
+	# torchpp and torchpp4 run PyTorch's own pipelining runtime
+	# (examples/torch/pipelining_steps.py): its interleaved 1F1B with 2
+	# chunks a rank, at pp 2 × dp 2 and at pp 4.
+	local name flags pp script vpp
 	for name in ${PIPELINE_VARIANTS:-pipeline pipeline-named}; do
-		flags=() pp=2
+		flags=() pp=2 vpp=1 script=pipeline_steps.py
 		case $name in
 		pipeline-named) flags=(--name-comms) ;;
 		pairs) flags=(--unbatched --lazy-init) pp=4 ;;
 		pairs2) flags=(--unbatched --lazy-init) ;;
 		alltoall) flags=(--all-to-all) ;;
+		torchpp) script=pipelining_steps.py vpp=2 flags=(--vpp 2) ;;
+		torchpp4) script=pipelining_steps.py vpp=2 flags=(--vpp 2) pp=4 ;;
 		esac
-		echo "== $name: pp $pp × dp $((4 / pp)), NVTX steps, kernels traced ${flags[*]}"
+		echo "== $name: $script pp $pp × vpp $vpp × dp $((4 / pp)), NVTX steps, kernels traced ${flags[*]}"
 		timeout -k 10 300 "$pr" -out "$OUT/$name" -metrics-addr off -progress off -quiet -trace-steps all \
-			-pipeline-schedule microbatches=8 -- \
+			-pipeline-schedule "microbatches=8,vpp=$vpp" -- \
 			python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
-			"$root/examples/torch/pipeline_steps.py" "${share[@]}" "${flags[@]}" --pp $pp --microbatches 8 >"$OUT/$name.log" 2>&1
+			"$root/examples/torch/$script" "${share[@]}" "${flags[@]}" --pp $pp --microbatches 8 >"$OUT/$name.log" 2>&1
 		echo "exit $?" >>"$OUT/$name.log"
 		cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
 		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" "$(ls "$OUT"/$name/*/trace.json | head -1)" | tee "$OUT/$name.txt"

@@ -49,16 +49,18 @@ half a point of the share the trace's kernels cover.
 
     python3 scripts/wrapcheck.py --pipeline wrapped.log report.txt
 
-checks a run of examples/torch/pipeline_steps.py (pp × dp ranks, groups
-named as Megatron-LM names them, -trace-steps all): the summary's
+checks a run of examples/torch/pipeline_steps.py or pipelining_steps.py
+(pp × dp ranks, groups named as Megatron-LM names them, -trace-steps
+all): the summary's
 pipeline line staging every process by the "PIPELINE_MODEL_PARALLEL_GROUP"
 communicator; each rank's stage in the report's step breakdown against
 the script's; each rank's busy time per step (busy share × mean step)
 within 10 % of the script's own CUDA-event time of its forward and
 backward computation; the stage table with a row per stage (its bubbles
-printed beside GPipe's ideal (p−1)/(m+p−1)); and every step analysed
-complete, which needs each collective matched within its own
-communicator though several share a name.
+printed beside the schedule's ideal (p−1)/(v·m+p−1)); with
+--all-to-all, one AllToAll per all-to-all the script issued on each
+rank; and every step analysed complete, which needs each collective
+matched within its own communicator though several share a name.
 """
 
 import collections
@@ -264,7 +266,8 @@ def p2p_comms(trace):
 
 
 def pipeline(log, report, trace=None):
-    """A wrapped run of examples/torch/pipeline_steps.py."""
+    """A wrapped run of examples/torch/pipeline_steps.py or
+    pipelining_steps.py."""
     text_log = open(log, errors="replace").read()
     runs = tool_lines(log, "pipeline_steps")
     if not runs:
@@ -321,9 +324,26 @@ def pipeline(log, report, trace=None):
     stages = {r: (number(f[2]), f[3]) for r, f in table(text, r"\s*Stage\s+Ranks×steps\s+Bubble/step\(ms\)\s+Bubble %").items() if len(f) >= 4}
     ok = sorted(stages) == list(range(pp))
     bad += not ok
-    ideal = (pp - 1) / (m + pp - 1)
-    print("%s pipeline stage table: %s (bubble ms a step, %% of the span); GPipe's ideal (p-1)/(m+p-1) = %.1f%%"
-          % ("PASS" if ok else "FAIL", stages or "none", 100 * ideal))
+    v = runs[0].get("vpp", 1)
+    ideal = (pp - 1) / (v * m + pp - 1)
+    print("%s pipeline stage table: %s (bubble ms a step, %% of the span); the schedule's ideal (p-1)/(v*m+p-1) = %.1f%% (%s)"
+          % ("PASS" if ok else "FAIL", stages or "none", 100 * ideal, runs[0].get("schedule", "gpipe")))
+    # Each all-to-all the script issued (a send to and a receive from
+    # every rank of its group, itself included) is one AllToAll row count
+    # in its rank's whole-run table, and no rank has any more.
+    sections = re.split(r"^=== rank (\d+) · whole run ===$", text, flags=re.M)
+    a2a = {int(sections[i]): int(m.group(1)) for i in range(1, len(sections) - 1, 2)
+           for m in [re.search(r"^AllToAll\s+(\d+)\s", sections[i + 1], re.M)] if m}
+    for r in runs:
+        want = r.get("all_to_alls", 0)
+        if want or a2a.get(r["rank"]):
+            ok = a2a.get(r["rank"], 0) == want
+            bad += not ok
+            print("%s pipeline rank %d: %d AllToAll in the report; the script issued %d all-to-alls"
+                  % ("PASS" if ok else "FAIL", r["rank"], a2a.get(r["rank"], 0), want))
+    last = [r for r in runs if r["stage"] == pp - 1 and r.get("losses")]
+    for r in last:
+        print("INFO pipeline rank %d (last stage) losses %s" % (r["rank"], " ".join("%.4g" % x for x in r["losses"][:3] + r["losses"][-1:])))
     c = re.search(r"(\d+) of (\d+) steps complete", text)
     ok = c is not None and c.group(1) == c.group(2) and int(c.group(1)) > 0
     bad += not ok

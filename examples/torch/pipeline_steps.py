@@ -127,6 +127,7 @@ def main(argv=None):
 
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     host, compute = [], []
+    all_to_alls = 0  # issued, warm-up included
     gen = torch.Generator(device=dev)
     gen.manual_seed(99 + replica)
     # Step -1 is a warm-up outside any NVTX step: cuBLAS's setup and
@@ -156,6 +157,7 @@ def main(argv=None):
                 # PyTorch runs it as a send and a receive to every rank
                 # of the group, itself included.
                 dist.all_to_all_single(torch.empty_like(y), y.detach().contiguous(), group=data)
+                all_to_alls += 1
             if nxt is not None:
                 exchange(dist.isend, y.detach(), nxt)
             ins.append(x)
@@ -188,7 +190,8 @@ def main(argv=None):
     print(json.dumps({"tool": "pipeline_steps", "rank": rank, "stage": stage, "replica": replica, "pp": pp, "dp": dp,
                       "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute,
                       "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": named,
-                      "unbatched": a.unbatched, "lazy_init": a.lazy_init, "all_to_all": a.all_to_all}), flush=True)
+                      "unbatched": a.unbatched, "lazy_init": a.lazy_init, "all_to_all": a.all_to_all,
+                      "all_to_alls": all_to_alls}), flush=True)
     dist.destroy_process_group()
     return 0
 
