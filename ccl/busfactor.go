@@ -9,13 +9,15 @@ const (
 	OpReduceScatter = "ReduceScatter"
 	OpSend          = "Send"
 	OpRecv          = "Recv"
+	OpAllToAll      = "AllToAll"
 )
 
 // BusFactor is the factor nccl-tests multiplies algorithm bandwidth by to
 // get bus bandwidth for op over n ranks: 2(n−1)/n for AllReduce, (n−1)/n
 // for AllGather and ReduceScatter (whose message size is the total
-// gathered size), 1 for Broadcast, Reduce, Send and Recv. It is 0 for an
-// unlisted op or n < 1.
+// gathered size) and for AllToAll (whose message size is the total a rank
+// sends, to itself included), 1 for Broadcast, Reduce, Send and Recv. It
+// is 0 for an unlisted op or n < 1.
 func BusFactor(op string, n int) float64 {
 	if n < 1 {
 		return 0
@@ -24,7 +26,7 @@ func BusFactor(op string, n int) float64 {
 	switch op {
 	case OpAllReduce:
 		return 2 * f
-	case OpAllGather, OpReduceScatter:
+	case OpAllGather, OpReduceScatter, OpAllToAll:
 		return f
 	case OpBroadcast, OpReduce, OpSend, OpRecv:
 		return 1

@@ -104,14 +104,14 @@ func TestBusFactor(t *testing.T) {
 		{OpAllGather, 1, 0}, {OpAllGather, 2, 0.5}, {OpAllGather, 4, 0.75}, {OpAllGather, 8, 0.875},
 		{OpReduceScatter, 4, 0.75}, {OpReduceScatter, 1, 0},
 		{OpBroadcast, 1, 1}, {OpBroadcast, 8, 1}, {OpReduce, 4, 1}, {OpSend, 2, 1}, {OpRecv, 2, 1},
-		{"AllToAll", 4, 0}, {OpAllReduce, 0, 0},
+		{OpAllToAll, 4, 0.75}, {OpAllToAll, 2, 0.5}, {OpAllToAll, 1, 0}, {"Gather", 4, 0}, {OpAllReduce, 0, 0},
 	} {
 		if got := BusFactor(tc.op, tc.n); got != tc.want {
 			t.Errorf("BusFactor(%s, %d) = %v, want %v", tc.op, tc.n, got, tc.want)
 		}
 	}
 	for op, name := range map[string]string{OpAllReduce: "AllReduce", OpAllGather: "AllGather", OpReduceScatter: "ReduceScatter",
-		OpBroadcast: "Broadcast", OpReduce: "Reduce", OpSend: "Send", OpRecv: "Recv"} {
+		OpBroadcast: "Broadcast", OpReduce: "Reduce", OpSend: "Send", OpRecv: "Recv", OpAllToAll: "AllToAll"} {
 		if op != name {
 			t.Errorf("op constant %q, want %q", op, name)
 		}

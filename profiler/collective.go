@@ -22,10 +22,11 @@ type Collective struct {
 	GroupRank int32  // this rank's position in the group
 	Seq       uint64 // per-group, per-rank call number: equal on every rank for one collective
 	BusFactor float64
-	// TransferEnd is, for a p2p over a network transport, when this rank's
-	// part of the transfer was done (NCCL's proxy finished moving the
-	// data), on the record's clock; 0 when unknown. A send's kernel may
-	// stop long before: it only hands the data over.
+	// TransferEnd is, for a p2p or an all-to-all over a network
+	// transport, when this rank's part of the transfer was done (NCCL's
+	// proxy finished moving the data), on the record's clock; 0 when
+	// unknown. A send's kernel may stop long before: it only hands the
+	// data over.
 	TransferEnd time.Duration
 }
 

@@ -497,6 +497,15 @@ func (w *wrapper) ncclSummary() string {
 	if st.ProxyTimed > 0 {
 		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
 	}
+	if st.AllToAlls > 0 {
+		line += fmt.Sprintf(", %d all-to-alls gathered from %d sends and receives", st.AllToAlls, st.AllToAllParts)
+	}
+	if st.StaleChannels > 0 {
+		line += fmt.Sprintf("; %d kernel channels left out for a timer from before their operation's enqueue", st.StaleChannels)
+	}
+	if st.ClockConflicts > 0 {
+		line += fmt.Sprintf("; GPU timer: %d process(es) whose clock bounds crossed, device times may be late (first: %s)", st.ClockConflicts, st.ClockConflict)
+	}
 	if d := st.PluginDrops(); d > 0 {
 		line += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %d kernel records by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, st.PluginActivityDropped)
 	}

@@ -49,9 +49,9 @@ const (
 	KeySeq       = attribute.Key("ccl.seq")
 	KeyAlgBW     = attribute.Key("ccl.algbw")
 	KeyBusBW     = attribute.Key("ccl.busbw")
-	// KeyTransferEnd is, for a p2p over a network transport, how long
-	// after its device span the transfer ended (NCCL's proxy), in
-	// seconds; negative when before.
+	// KeyTransferEnd is, for a p2p or an all-to-all over a network
+	// transport, how long after its device span the transfer ended
+	// (NCCL's proxy), in seconds; negative when before.
 	KeyTransferEnd = attribute.Key("ccl.transfer_end_after_device")
 )
 

@@ -36,10 +36,10 @@ var collectiveOps = map[string]string{
 	"send":                            ccl.OpSend,
 	"recv":                            ccl.OpRecv,
 	"recvanysource":                   ccl.OpRecv,
-	"all_to_all":                      "AllToAll",
-	"all_to_allv":                     "AllToAll",
-	"alltoall":                        "AllToAll",
-	"alltoall_base":                   "AllToAll",
+	"all_to_all":                      ccl.OpAllToAll,
+	"all_to_allv":                     ccl.OpAllToAll,
+	"alltoall":                        ccl.OpAllToAll,
+	"alltoall_base":                   ccl.OpAllToAll,
 	"gather":                          "Gather",
 	"scatter":                         "Scatter",
 	"barrier":                         "Barrier",
@@ -47,7 +47,7 @@ var collectiveOps = map[string]string{
 
 // kernelOps are the operations NCCL names its kernels after
 // (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t).
-var kernelOps = []string{ccl.OpAllReduce, ccl.OpAllGather, ccl.OpReduceScatter, ccl.OpBroadcast, ccl.OpReduce, "SendRecv", "AllToAll"}
+var kernelOps = []string{ccl.OpAllReduce, ccl.OpAllGather, ccl.OpReduceScatter, ccl.OpBroadcast, ccl.OpReduce, "SendRecv", ccl.OpAllToAll}
 
 // dtypes maps c10::ScalarType names, as the "dtype" arg spells them, to
 // trainscope's names and element sizes.

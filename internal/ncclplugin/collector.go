@@ -140,12 +140,20 @@ type Stats struct {
 	// Records ingested into the profiler; HostOnly of them had no device
 	// time (no kernel channel reported, or the process ended first).
 	Records, HostOnly uint64
+	// StaleChannels counts kernel channels left out of their
+	// operation's device time for a timer that ran before the operation
+	// was enqueued (docs/nccl-plugin.md).
+	StaleChannels uint64
 	// KernelChannels matched to their operation; Orphans arrived for an
 	// operation never seen, or after it had been delivered.
 	KernelChannels, Orphans uint64
 	// ProxyTimed counts the p2p operations whose transfer end NCCL's
 	// proxy reported (network transports).
 	ProxyTimed uint64
+	// AllToAlls counts the all-to-alls ingested as one record each,
+	// gathered from AllToAllParts sends and receives (a send to and a
+	// receive from every rank of the communicator in one group block).
+	AllToAlls, AllToAllParts uint64
 	// Ranges counts the application's NVTX ranges ingested, Steps those
 	// of them that were step ranges (WithStepRange); RangesLost the
 	// ranges the plugins did not send for being nested too deeply;
@@ -193,8 +201,12 @@ type Stats struct {
 	// a launcher that only initialised CUDA too).
 	Communicating int
 	// ClockConflicts counts processes whose GPU-to-host offset bounds
-	// disagreed (see docs/nccl-plugin.md); their lower bound is used.
+	// disagreed by more than 10 µs (see docs/nccl-plugin.md); their
+	// lower bound is used.
+	// ClockConflict describes the first operation that made them
+	// disagree.
 	ClockConflicts int
+	ClockConflict  string
 	// DecodeErrors counts connections that ended in a malformed stream;
 	// LastError is the latest decode or ingest error.
 	DecodeErrors, IngestErrors uint64
@@ -265,6 +277,7 @@ type process struct {
 	drops     [4]uint64        // ring full, refused, unsent, activity: the latest cumulative report
 	act       activity         // its device activity (CUPTI)
 	clock     offsetEstimate
+	clockNote string // the first operation that crossed clock's bounds
 	// passed is, per communicator, the latest enqueue time (plugin
 	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
 	// reported their stop: the GPU has run every operation of that
@@ -310,6 +323,13 @@ type process struct {
 	// cannot be told yet (settled).
 	seen    map[uint32]uint64
 	waiting []waitingRec
+	// batches are the group blocks' p2p operations being gathered into
+	// all-to-alls (alltoall.go); openBatch, per thread, the one its
+	// latest p2p went into; allToAlls, per communicator, how many
+	// all-to-alls it has delivered.
+	batches   map[batchKey]*batch
+	openBatch map[uint32]*batch
+	allToAlls map[uint64]uint64
 }
 
 // sendComm is a communicator a process sent or received over: its rank
@@ -436,6 +456,8 @@ type op struct {
 	// latest stop (CLOCK_MONOTONIC ns).
 	proxies   int
 	proxyStop uint64
+	// batch is the group block's batch a p2p is part of, nil if none.
+	batch *batch
 }
 
 // offsetEstimate is the GPU-globaltimer-to-CLOCK_MONOTONIC offset of one
@@ -472,7 +494,9 @@ func (o *offsetEstimate) bound(hostStart, gpuStart uint64) {
 func (o *offsetEstimate) offset() (int64, bool) {
 	switch {
 	case o.haveUpper && o.haveLow && o.lower > o.upper:
-		o.conflict = true
+		// By a few microseconds they cross all the time: NCCL may start
+		// an operation's profiler event after it launched the kernel.
+		o.conflict = o.conflict || o.lower > o.upper+int64(clockSlack)
 		return o.lower, true
 	case o.haveUpper:
 		return o.upper, true
@@ -574,6 +598,9 @@ func (c *Collector) Stats() Stats {
 		}
 		if pr.clock.conflict {
 			s.ClockConflicts++
+			if s.ClockConflict == "" {
+				s.ClockConflict = pr.clockNote
+			}
 		}
 	}
 	return s
@@ -712,7 +739,7 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	case KindDrops:
 		pr.drops = [4]uint64{r.RingFull, r.Refused, r.Unsent, r.ActivityDropped}
 	case KindRange:
-		return c.rangeLocked(pr, r, out)
+		return c.rangeLocked(pr, r, c.endBatchLocked(pr, r.TID, out))
 	case KindName:
 		pr.act.name(r)
 	case KindActivity:
@@ -725,6 +752,11 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		}
 		if r.Kind == KindP2P {
 			c.stageBySendsLocked(pr, r)
+			if !o.have {
+				out = c.noteBatchLocked(pr, r, o, out)
+			}
+		} else {
+			out = c.endBatchLocked(pr, r.TID, out)
 		}
 		if !o.have {
 			if pr.pending == nil {
@@ -820,6 +852,7 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 		}
 		out = c.deliverLocked(pr, o, out)
 	}
+	out = c.expireBatchesLocked(pr, cutoff, out)
 	out = pr.settle(out, cutoff.IsZero())
 	if cutoff.IsZero() {
 		out = c.cutStepsLocked(pr, out)
@@ -846,6 +879,14 @@ func (c *Collector) cutStepsLocked(pr *process, out []profiler.Record) []profile
 }
 
 const (
+	// staleChannel is how long before its operation's enqueue a kernel
+	// channel's start may read and still be taken as its own: NCCL may
+	// start the operation's profiler event after it launched the kernel
+	// (crossings of a few microseconds were seen).
+	staleChannel = time.Millisecond
+	// clockSlack is how far the clock bounds may cross before the
+	// process counts as one whose clocks disagree.
+	clockSlack = 10 * time.Microsecond
 	// maxChannelWait bounds the wait for the first kernel channel of an
 	// operation: NCCL reports none for some (a p2p to itself, some NVLS
 	// paths), and those must not wait for the process's end.
@@ -923,9 +964,21 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	// The device interval runs from the first channel's start to the
 	// last channel's stop: the whole operation, as nccl-tests times it
 	// with events around the kernel, channels that start late included.
+	// A channel whose timer, on the clock estimate's latest reading (no
+	// channel can have started earlier), started or stopped well before
+	// the operation was enqueued holds an earlier kernel's time: NCCL
+	// reported a counter its kernel did not move (seen on one H200 with
+	// four ranks: a pipeline send's channel 41 ms before its enqueue,
+	// which dragged the clock's lower bound and every later device time
+	// with it). It is left out, and counted.
+	upper, haveUpper := pr.clock.upper, pr.clock.haveUpper
 	var gpuStart, gpuStop uint64
 	for _, ch := range o.channels {
 		if ch.GPUStart == 0 || ch.GPUStop < ch.GPUStart {
+			continue
+		}
+		if haveUpper && int64(ch.GPUStart)+upper < int64(r.HostStart)-int64(staleChannel) {
+			c.stats.StaleChannels++
 			continue
 		}
 		if gpuStart == 0 || ch.GPUStart < gpuStart {
@@ -937,6 +990,10 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	}
 	c.stats.KernelChannels += uint64(len(o.channels))
 	if gpuStart != 0 {
+		if d := int64(r.HostStart) - int64(gpuStart); pr.clockNote == "" && pr.clock.haveUpper && d > pr.clock.upper+int64(clockSlack) {
+			pr.clockNote = fmt.Sprintf("rank %d's %s (peer or root %d, %d channels, communicator %016x) enqueued %v after its first kernel channel started, by the estimate of the moment",
+				r.Rank, r.Op(), r.Peer, len(o.channels), r.Comm, time.Duration(d-pr.clock.upper))
+		}
 		pr.clock.bound(r.HostStart, gpuStart)
 	}
 	if off, ok := pr.clock.offset(); ok && gpuStart != 0 {
@@ -944,16 +1001,28 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		rec.DeviceStart = c.clock.at(int64(gpuStart) + off)
 		rec.DeviceEnd = c.clock.at(int64(gpuStop) + off)
 		pr.latest = max(pr.latest, uint64(int64(gpuStop)+off))
-	} else {
-		c.stats.HostOnly++
 	}
 	pr.latest = max(pr.latest, r.HostEnd, o.proxyStop)
 	if o.proxyStop != 0 && r.Kind == KindP2P {
 		rec.Collective.TransferEnd = c.clock.at(int64(o.proxyStop))
+	}
+	if b := o.batch; b != nil && !b.broken {
+		return c.holdLocked(pr, b, rec, r, out)
+	}
+	return c.emitLocked(pr, rec, r.HostStart, out)
+}
+
+// emitLocked counts rec, which the plugin's record enqueued at host
+// (CLOCK_MONOTONIC ns) made, and passes it on.
+func (c *Collector) emitLocked(pr *process, rec profiler.Record, host uint64, out []profiler.Record) []profiler.Record {
+	c.stats.Records++
+	if !rec.HasDevice {
+		c.stats.HostOnly++
+	}
+	if rec.Collective.TransferEnd != 0 && rec.Kind == profiler.KindP2P {
 		c.stats.ProxyTimed++
 	}
-	c.stats.Records++
-	return pr.labelOut(rec, r.HostStart, out)
+	return pr.labelOut(rec, host, out)
 }
 
 // opSeq is an operation's sequence number in its communicator, the same

@@ -1316,7 +1316,9 @@ func TestCollectorStageBySends(t *testing.T) {
 							rank: m.rank, nranks: m.nranks, peer: peer, fn: 6, dtype: 8, name: m.name}.frame())
 					}
 				}
-				conns = append(conns, send(t, col, stream(parts...), true))
+				conn := send(t, col, stream(parts...), true)
+				t.Cleanup(func() { conn.Close() })
+				conns = append(conns, conn)
 			}
 			deadline := time.Now().Add(5 * time.Second)
 			for col.Stats().Communicating < len(c.procs) && time.Now().Before(deadline) {
@@ -1379,6 +1381,300 @@ func TestCollectorStageBySends(t *testing.T) {
 			}
 			if st.Processes != len(c.procs) || st.Communicating != len(c.procs) {
 				t.Errorf("stats: %d processes, %d communicating; want %d and %d", st.Processes, st.Communicating, len(c.procs), len(c.procs))
+			}
+		})
+	}
+}
+
+// TestCollectorAllToAll: p2p operations that NCCL's group-block numbers
+// (the plugin's a2) put in one block over one communicator are one
+// all-to-all when they are a send to and a receive from every rank of it;
+// any other block's go as they are.
+func TestCollectorAllToAll(t *testing.T) {
+	const host = 5_000_000_000
+	us := func(n uint64) uint64 { return host + n*1000 }
+	// p2p is a Send (fn 6) or Recv (fn 7) of 10 float32 (40 bytes) to
+	// or from peer over communicator hash of n ranks, in group block
+	// group, enqueued at µs t on thread tid.
+	task := uint64(0)
+	p2p := func(hash uint64, rank, n int32, fn uint8, peer int32, group, t uint64, tid uint32) (wireRec, uint64) {
+		task++
+		return wireRec{kind: 3, tid: tid, hash: hash, task: task, t0: us(t), t1: us(t) + 500, a0: 10, a1: 40, a2: group,
+			rank: rank, nranks: n, peer: peer, fn: fn, dtype: 8, nch: 1}, task
+	}
+	type want struct {
+		names map[string]int
+		a2a   uint64 // stats
+	}
+	for _, c := range []struct {
+		name  string
+		ops   func(rank int32) []wireRec
+		ranks int32
+		want  want
+	}{
+		{name: "all-to-all over 2, twice", ranks: 2, ops: func(rank int32) []wireRec {
+			var out []wireRec
+			for g := uint64(1); g <= 2; g++ {
+				for peer := int32(0); peer < 2; peer++ {
+					s, _ := p2p(40, rank, 2, 6, peer, g, 10*g, 7)
+					r, _ := p2p(40, rank, 2, 7, peer, g, 10*g+1, 7)
+					out = append(out, s, r)
+				}
+			}
+			return out
+		}, want: want{names: map[string]int{"AllToAll": 2}, a2a: 2}},
+		// A pipeline's block: a send to and a receive from the next
+		// stage, no more; then an NVTX range on the thread ends it.
+		{name: "a pipeline's send and receive", ranks: 2, ops: func(rank int32) []wireRec {
+			s, _ := p2p(41, rank, 2, 6, 1-rank, 1, 10, 7)
+			r, _ := p2p(41, rank, 2, 7, 1-rank, 1, 11, 7)
+			return []wireRec{s, r}
+		}, want: want{names: map[string]int{"Send": 1, "Recv": 1}}},
+		// A peer twice: the block is no all-to-all, and its operations
+		// after the repeat go as they are too.
+		{name: "a peer twice", ranks: 2, ops: func(rank int32) []wireRec {
+			a, _ := p2p(42, rank, 2, 6, 1-rank, 1, 10, 7)
+			b, _ := p2p(42, rank, 2, 7, 1-rank, 1, 11, 7)
+			c, _ := p2p(42, rank, 2, 6, 1-rank, 1, 12, 7)
+			d, _ := p2p(42, rank, 2, 7, 1-rank, 1, 13, 7)
+			return []wireRec{a, b, c, d}
+		}, want: want{names: map[string]int{"Send": 2, "Recv": 2}}},
+		{name: "no block numbers (profiler interface v4)", ranks: 2, ops: func(rank int32) []wireRec {
+			var out []wireRec
+			for peer := int32(0); peer < 2; peer++ {
+				s, _ := p2p(43, rank, 2, 6, peer, 0, 10, 7)
+				r, _ := p2p(43, rank, 2, 7, peer, 0, 11, 7)
+				out = append(out, s, r)
+			}
+			return out
+		}, want: want{names: map[string]int{"Send": 2, "Recv": 2}}},
+		// Every rank but one: the thread's next block ends it whole.
+		{name: "a block short of a rank, then an all-to-all", ranks: 3, ops: func(rank int32) []wireRec {
+			var out []wireRec
+			for peer := int32(0); peer < 2; peer++ {
+				s, _ := p2p(44, rank, 3, 6, peer, 1, 10, 7)
+				r, _ := p2p(44, rank, 3, 7, peer, 1, 11, 7)
+				out = append(out, s, r)
+			}
+			for peer := int32(0); peer < 3; peer++ {
+				s, _ := p2p(44, rank, 3, 6, peer, 2, 20, 7)
+				r, _ := p2p(44, rank, 3, 7, peer, 2, 21, 7)
+				out = append(out, s, r)
+			}
+			return out
+		}, want: want{names: map[string]int{"Send": 2, "Recv": 2, "AllToAll": 1}, a2a: 1}},
+		// Blocks of two threads interleaved in the stream.
+		{name: "two threads", ranks: 2, ops: func(rank int32) []wireRec {
+			var out []wireRec
+			for peer := int32(0); peer < 2; peer++ {
+				s, _ := p2p(45, rank, 2, 6, peer, 1, 10, 7)
+				x, _ := p2p(46, rank, 2, 6, 1-rank, 2, 10, 8)
+				r, _ := p2p(45, rank, 2, 7, peer, 1, 11, 7)
+				out = append(out, s, x, r)
+			}
+			return out
+		}, want: want{names: map[string]int{"Send": 2, "AllToAll": 1}, a2a: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			col, sink, _ := newTestCollector(t, WithLinger(50*time.Millisecond))
+			total := 0
+			var conns []net.Conn
+			for rank := int32(0); rank < c.ranks; rank++ {
+				h := helloFrame(wireVersion, uint32(900+rank), "n")
+				binary.LittleEndian.PutUint32(h[96:], uint32(rank+1))
+				parts := [][]byte{h}
+				hashes := map[uint64]bool{}
+				ops := c.ops(rank)
+				for _, o := range ops {
+					if !hashes[o.hash] {
+						hashes[o.hash] = true
+						parts = append(parts, wireRec{kind: 1, hash: o.hash, rank: rank, nranks: o.nranks, nnodes: 1, peer: 0}.frame())
+					}
+				}
+				for _, o := range ops {
+					parts = append(parts, o.frame())
+				}
+				parts = append(parts, rangeFrame(7, 0, 1, 0, us(100), us(101), 0, "after"))
+				// Every p2p's kernel channel but a self-send's, which
+				// NCCL does not report: those go when the linger has
+				// passed, the others when their channel has stopped.
+				for _, o := range ops {
+					if o.peer == rank {
+						continue
+					}
+					parts = append(parts, wireRec{kind: 4, hash: o.hash, task: o.task, rank: rank, nranks: o.nranks, fn: o.fn, parent: 3,
+						t0: o.t0 + 2000, t1: o.t0 + 5000, a0: o.t0 + 2500, a1: o.t0 + 5500}.frame())
+				}
+				conn := send(t, col, stream(parts...), true)
+				t.Cleanup(func() { conn.Close() })
+				conns = append(conns, conn)
+				total++ // the range
+				for _, k := range c.want.names {
+					total += k
+				}
+			}
+			// Everything arrives with the connections still open.
+			recs := sink.wait(t, total)
+			for _, conn := range conns {
+				conn.Close()
+			}
+			got := map[int]map[string]int{}
+			for _, r := range recs {
+				if got[r.Rank] == nil {
+					got[r.Rank] = map[string]int{}
+				}
+				if r.Kind == profiler.KindHost {
+					continue
+				}
+				got[r.Rank][r.Name]++
+				if r.Name != "AllToAll" {
+					continue
+				}
+				n := int64(c.ranks)
+				col := r.Collective
+				if r.Kind != profiler.KindCollective || col.Bytes != 40*n || col.Count != 10*n || col.Peer != -1 || col.GroupSize != int32(n) ||
+					col.GroupRank != int32(r.Rank) || col.BusFactor != float64(n-1)/float64(n) || col.Seq&15 != 15 {
+					t.Errorf("rank %d all-to-all %+v", r.Rank, col)
+				}
+				// Its device time: from its first kernel channel's start
+				// to its last's stop (the channels ran 2–5 µs after
+				// each enqueue, the receives 1 µs after the sends).
+				if !r.HasDevice || r.DeviceDuration() != 4*time.Microsecond {
+					t.Errorf("rank %d all-to-all device %v %v, want 4µs", r.Rank, r.HasDevice, r.DeviceDuration())
+				}
+				if r.HostDuration() != time.Microsecond+500*time.Nanosecond {
+					t.Errorf("rank %d all-to-all host %v, want 1.5µs (first enqueue start to last end)", r.Rank, r.HostDuration())
+				}
+			}
+			for rank := 0; rank < int(c.ranks); rank++ {
+				if !maps.Equal(got[rank], c.want.names) {
+					t.Errorf("rank %d: %v, want %v", rank, got[rank], c.want.names)
+				}
+			}
+			// The n-th all-to-all of a communicator has one number on
+			// every rank.
+			seqs := map[int][]uint64{}
+			for _, r := range recs {
+				if r.Name == "AllToAll" {
+					seqs[r.Rank] = append(seqs[r.Rank], r.Collective.Seq)
+				}
+			}
+			for rank := range seqs {
+				slices.Sort(seqs[rank])
+				if !slices.Equal(seqs[rank], seqs[0]) {
+					t.Errorf("all-to-all numbers %v", seqs)
+				}
+			}
+			if st := col.Stats(); st.AllToAlls != c.want.a2a*uint64(c.ranks) || st.AllToAllParts != 2*uint64(c.ranks)*st.AllToAlls {
+				t.Errorf("stats: %d all-to-alls of %d parts", st.AllToAlls, st.AllToAllParts)
+			}
+			// Counted as delivered: an all-to-all's sends and receives
+			// with itself (no kernel channel) are not host-only records.
+			var ops, hostOnly uint64
+			for _, r := range recs {
+				if r.Kind != profiler.KindHost {
+					ops++
+					if !r.HasDevice {
+						hostOnly++
+					}
+				}
+			}
+			if st := col.Stats(); st.Records != ops || st.HostOnly != hostOnly {
+				t.Errorf("stats: %d records, %d host-only; delivered %d, %d without device time", st.Records, st.HostOnly, ops, hostOnly)
+			}
+		})
+	}
+}
+
+// TestCollectorStaleChannel: a kernel channel whose timer reads an
+// earlier kernel's time (NCCL reported a counter the operation's kernel
+// did not move; seen on the GPU 41 ms before the enqueue) is left out of
+// its operation's device time and of the clock estimate, so that later
+// operations' device times stay where their channels put them.
+func TestCollectorStaleChannel(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 10_000_000_000
+	const gpuAhead = 5_000_000_000
+	gpu := func(h uint64) uint64 { return h + gpuAhead }
+	const hash = 0x77
+	// AllReduce #1: a clean channel fixes the offset (report 1 µs after
+	// the GPU's start). Send: one channel ran 20–60 µs after its enqueue;
+	// the other reads a time 41 ms before it. AllReduce #2 after it.
+	data := stream(
+		helloFrame(wireVersion, 300, "n0"),
+		wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 1, peer: 0}.frame(),
+		wireRec{kind: 2, hash: hash, task: 1, seq: 1, t0: host, t1: host + 5_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: -1,
+			fn: 1, dtype: 8, nch: 1}.frame(),
+		wireRec{kind: 4, hash: hash, task: 1, seq: 1, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
+			t0: gpu(host + 10_000), t1: gpu(host + 30_000), a0: host + 11_000, a1: host + 31_000}.frame(),
+		wireRec{kind: 3, hash: hash, task: 2, seq: 0, t0: host + 100_000_000, t1: host + 100_002_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: 1,
+			fn: 6, dtype: 8, nch: 2}.frame(),
+		wireRec{kind: 4, hash: hash, task: 2, rank: 0, nranks: 2, fn: 6, parent: 3, channel: 0,
+			t0: gpu(host + 100_020_000), t1: gpu(host + 100_060_000), a0: host + 100_021_000, a1: host + 100_061_000}.frame(),
+		wireRec{kind: 4, hash: hash, task: 2, rank: 0, nranks: 2, fn: 6, parent: 3, channel: 1,
+			t0: gpu(host + 59_000_000), t1: gpu(host + 59_010_000), a0: host + 100_070_000, a1: host + 100_071_000}.frame(),
+		wireRec{kind: 2, hash: hash, task: 3, seq: 2, t0: host + 200_000_000, t1: host + 200_005_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: -1,
+			fn: 1, dtype: 8, nch: 1}.frame(),
+		wireRec{kind: 4, hash: hash, task: 3, seq: 2, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
+			t0: gpu(host + 200_010_000), t1: gpu(host + 200_030_000), a0: host + 200_011_000, a1: host + 200_031_000}.frame(),
+	)
+	send(t, c, data, false)
+	recs := sink.wait(t, 3)
+	slices.SortFunc(recs, func(a, b profiler.Record) int { return cmp.Compare(a.HostStart, b.HostStart) })
+	s, ar2 := recs[1], recs[2]
+	if s.Name != "Send" || !s.HasDevice || s.DeviceDuration() != 40*time.Microsecond {
+		t.Errorf("send %s device %v %v, want 40µs (its own channel only)", s.Name, s.HasDevice, s.DeviceDuration())
+	}
+	if got := s.DeviceStart - s.HostStart; got != 21*time.Microsecond {
+		t.Errorf("send's device start %v after its enqueue, want 21µs (20 µs + the 1 µs report delay)", got)
+	}
+	if got := ar2.DeviceStart - ar2.HostStart; got != 11*time.Microsecond {
+		t.Errorf("the next all-reduce's device start %v after its enqueue, want 11µs: the stale channel moved the clock", got)
+	}
+	st := c.Stats()
+	if st.StaleChannels != 1 || st.ClockConflicts != 0 || st.KernelChannels != 4 {
+		t.Errorf("stats: %d stale channels, %d clock conflicts, %d channels; want 1, 0, 4", st.StaleChannels, st.ClockConflicts, st.KernelChannels)
+	}
+}
+
+// TestCollectorClockConflict: clock bounds that cross by a few
+// microseconds (NCCL starting an operation's event after its kernel) are
+// no conflict; by more, the process is counted and the operation named.
+func TestCollectorClockConflict(t *testing.T) {
+	const host = 10_000_000_000
+	const gpuAhead = 5_000_000_000
+	gpu := func(h uint64) uint64 { return h + gpuAhead }
+	for _, c := range []struct {
+		name     string
+		early    uint64 // how long before its enqueue the send's channel started
+		conflict bool
+	}{
+		{"3µs", 3_000, false},
+		{"500µs", 500_000, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			col, sink, _ := newTestCollector(t)
+			const hash = 0x78
+			data := stream(
+				helloFrame(wireVersion, 301, "n0"),
+				wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 1, peer: 0}.frame(),
+				wireRec{kind: 2, hash: hash, task: 1, seq: 1, t0: host, t1: host + 5_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: -1,
+					fn: 1, dtype: 8, nch: 1}.frame(),
+				wireRec{kind: 4, hash: hash, task: 1, seq: 1, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
+					t0: gpu(host + 10_000), t1: gpu(host + 30_000), a0: host + 11_000, a1: host + 31_000}.frame(),
+				wireRec{kind: 3, hash: hash, task: 2, seq: 0, t0: host + 1_000_000, t1: host + 1_002_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: 1,
+					fn: 6, dtype: 8, nch: 1}.frame(),
+				wireRec{kind: 4, hash: hash, task: 2, rank: 0, nranks: 2, fn: 6, parent: 3, channel: 0,
+					t0: gpu(host + 1_000_000 - c.early), t1: gpu(host + 1_040_000), a0: host + 1_041_000, a1: host + 1_042_000}.frame(),
+			)
+			send(t, col, data, false)
+			sink.wait(t, 2)
+			st := col.Stats()
+			if got := st.ClockConflicts == 1; got != c.conflict || st.StaleChannels != 0 {
+				t.Errorf("%d clock conflicts (want conflict %v), %d stale channels", st.ClockConflicts, c.conflict, st.StaleChannels)
+			}
+			if c.conflict && !strings.Contains(st.ClockConflict, "rank 0's Send (peer or root 1") {
+				t.Errorf("conflict note %q does not name the send", st.ClockConflict)
 			}
 		})
 	}

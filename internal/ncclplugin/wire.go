@@ -126,6 +126,10 @@ type Record struct {
 	Algo, Proto        uint8
 	NChannels, NWarps  uint8
 	HostStart, HostEnd uint64 // CLOCK_MONOTONIC ns: enqueue start and end
+	// P2p: the process's number for the ncclGroupStart/ncclGroupEnd
+	// block that enqueued it, the same for every p2p of the block; 0
+	// where NCCL does not say (profiler interface v4).
+	APIGroup uint64
 	// Kernel channel.
 	ParentKind          Kind // KindCollective or KindP2P
 	Channel             uint8
@@ -353,6 +357,9 @@ func decode(b []byte) (Record, error) {
 	case KindCollective, KindP2P:
 		r.Task, r.Seq, r.HostStart, r.HostEnd = task, seq, t0, t1
 		r.Count, r.Bytes, r.Peer = a0, a1, peer
+		if k == KindP2P {
+			r.APIGroup = a2
+		}
 		r.Func, r.DType, r.Algo, r.Proto, r.NChannels, r.NWarps = b[80], b[81], b[82], b[83], b[84], b[87]
 		if task == 0 {
 			return r, fmt.Errorf("%v record with task 0", k)

@@ -103,7 +103,7 @@ struct ts_ring {
  * a sequence lock because a slot can be reused (after TS_SLOTS later
  * events) while another thread still reads it. */
 
-enum { TAG_COLL = 1, TAG_P2P = 2, TAG_KERNEL = 3, TAG_PROXY = 4 };
+enum { TAG_COLL = 1, TAG_P2P = 2, TAG_KERNEL = 3, TAG_PROXY = 4, TAG_GROUP_API = 5, TAG_P2P_API = 6 };
 enum { SLOT_WORDS = TSNP_RECORD_SIZE / 8 };
 
 struct ts_slot {
@@ -755,8 +755,30 @@ static void start_coll(struct ts_comm* c, void** handle, uint64_t seq, const cha
   *handle = pool_put(&task_pool, TAG_COLL, &r, 1);
 }
 
+/* ---- API groups: which ncclGroupStart/ncclGroupEnd block a p2p came from. ----
+ * NCCL 2.28 (profiler interface v5) starts an event for each outermost
+ * group block a thread opens (GroupApi) and for each ncclSend/ncclRecv
+ * call in it (P2pApi, whose parent is the group's event), and gives each
+ * p2p task the handle of its call's event as parent. Their handles are
+ * not slots but a number tagged as such: the group's, counted per
+ * process, shared by its calls' handles. A p2p carries it in a2, so that
+ * the collector can tell one all-to-all (a send and a receive with every
+ * rank, in one block) from separate transfers. Nothing is stored: stop
+ * and record-state calls on these handles find no slot and do nothing. */
+static _Atomic uint64_t api_groups;
+
+static void* api_handle(uint64_t n, int tag) { return (void*)(uintptr_t)(n << 4 | (uint64_t)tag); }
+
+/* The number a handle of ours with tag carries; 0 for any other handle. */
+static uint64_t api_number(const void* h, int tag) {
+  uint64_t v = (uint64_t)(uintptr_t)h;
+  return (v & 15) == (uint64_t)tag ? v >> 4 : 0;
+}
+
+static uint64_t new_api_group(void) { return atomic_fetch_add_explicit(&api_groups, 1, memory_order_relaxed) + 1; }
+
 static void start_p2p(struct ts_comm* c, void** handle, const char* func, size_t count, const char* dtype, int peer,
-                      uint8_t nch) {
+                      uint8_t nch, uint64_t group) {
   struct tsnp_record r;
   comm_record(&r, c, TSNP_P2P);
   r.t0 = mono_ns();
@@ -767,6 +789,7 @@ static void start_p2p(struct ts_comm* c, void** handle, const char* func, size_t
   r.a1 = count * size;
   r.peer = peer;
   r.nchannels = nch;
+  r.a2 = group;
   _Atomic uint64_t* ctr = &c->p2p_other;
   if (peer >= 0 && peer < c->nranks) ctr = &c->p2p_seq[(r.func == TSNP_FUNC_RECV ? c->nranks : 0) + peer];
   r.seq = atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
@@ -836,7 +859,9 @@ static ncclResult_t ts_start_v5(void* context, void** handle, ncclProfilerEventD
                  d->coll.nChannels, d->coll.nWarps, d->coll.algo, d->coll.proto);
     break;
   case ncclProfileP2p:
-    if (c) start_p2p(c, handle, d->p2p.func, d->p2p.count, d->p2p.datatype, d->p2p.peer, d->p2p.nChannels);
+    if (c)
+      start_p2p(c, handle, d->p2p.func, d->p2p.count, d->p2p.datatype, d->p2p.peer, d->p2p.nChannels,
+                api_number(d->parentObj, TAG_P2P_API));
     break;
   case ncclProfileKernelCh:
     start_kernel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
@@ -844,6 +869,15 @@ static ncclResult_t ts_start_v5(void* context, void** handle, ncclProfilerEventD
   case ncclProfileProxyOp:
     start_proxy(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.channelId, d->proxyOp.isSend);
     break;
+  case ncclProfileGroupApi:
+    *handle = api_handle(new_api_group(), TAG_GROUP_API);
+    break;
+  case ncclProfileP2pApi: {
+    /* A call outside any group event of ours is a block of its own. */
+    uint64_t n = api_number(d->parentObj, TAG_GROUP_API);
+    *handle = api_handle(n ? n : new_api_group(), TAG_P2P_API);
+    break;
+  }
   }
   return ncclSuccess;
 }
@@ -859,7 +893,7 @@ static ncclResult_t ts_start_v4(void* context, void** handle, ncclProfilerEventD
                  d->coll.nChannels, d->coll.nWarps, d->coll.algo, d->coll.proto);
     break;
   case ncclProfileP2p:
-    if (c) start_p2p(c, handle, d->p2p.func, d->p2p.count, d->p2p.datatype, d->p2p.peer, d->p2p.nChannels);
+    if (c) start_p2p(c, handle, d->p2p.func, d->p2p.count, d->p2p.datatype, d->p2p.peer, d->p2p.nChannels, 0);
     break;
   case ncclProfileKernelCh:
     start_kernel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);

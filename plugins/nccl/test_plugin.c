@@ -534,6 +534,109 @@ static void test_ring_full(void) {
   free(s.buf);
 }
 
+/* ---- Group blocks: which ncclGroupStart/End block each p2p came from. ---- */
+
+/* Starts NCCL's event for a Send or Recv call (parent: its group's event,
+ * or NULL outside one) and the p2p task of it, as NCCL 2.28 does. */
+static void api_p2p(ncclProfiler_v5_t* p, void* ctx, void* group, const char* func, int peer) {
+  ncclProfilerEventDescr_v5_t a = {.type = ncclProfileP2pApi, .parentObj = group};
+  void* ah = NULL;
+  p->startEvent(ctx, &ah, &a);
+  if (!ah) _exit(7);
+  p->stopEvent(ah);
+  p->recordEventState(ah, ncclProfilerKernelChStop, NULL);
+  ncclProfilerEventDescr_v5_t q = {.type = ncclProfileP2p, .parentObj = ah};
+  q.p2p.func = func;
+  q.p2p.count = 4;
+  q.p2p.datatype = "ncclFloat32";
+  q.p2p.peer = peer;
+  q.p2p.nChannels = 1;
+  void* qh = NULL;
+  p->startEvent(ctx, &qh, &q);
+  p->stopEvent(qh);
+}
+
+static void api_groups_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 99, &mask, "a2a", 1, 2, 0, NULL) != ncclSuccess) _exit(3);
+  /* Two all-to-all blocks over 2 ranks: peer 0 (itself) and 1. */
+  for (int b = 0; b < 2; b++) {
+    ncclProfilerEventDescr_v5_t g = {.type = ncclProfileGroupApi};
+    void* gh = NULL;
+    p->startEvent(ctx, &gh, &g);
+    if (!gh) _exit(5);
+    for (int peer = 0; peer < 2; peer++) {
+      api_p2p(p, ctx, gh, "Send", peer);
+      api_p2p(p, ctx, gh, "Recv", peer);
+    }
+    p->stopEvent(gh);
+  }
+  /* Two calls outside any group event: a block each. */
+  api_p2p(p, ctx, NULL, "Send", 1);
+  api_p2p(p, ctx, NULL, "Recv", 1);
+  p->finalize(ctx);
+
+  /* The v4 interface has no API events: no block numbers. */
+  void* h = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+  ncclProfiler_v4_t* p4 = dlsym(h, "ncclProfiler_v4");
+  if (!p4 || p4->init(&ctx, &mask, "v4", 98, 1, 2, 0, NULL) != ncclSuccess) _exit(6);
+  ncclProfilerEventDescr_v4_t q = {.type = ncclProfileP2p};
+  q.p2p.func = "Send";
+  q.p2p.count = 4;
+  q.p2p.datatype = "ncclFloat32";
+  q.p2p.peer = 1;
+  void* qh = NULL;
+  p4->startEvent(ctx, &qh, &q);
+  p4->stopEvent(qh);
+  p4->finalize(ctx);
+}
+
+static void test_api_groups(void) {
+  int lfd = listen_unix();
+  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  pid_t pid = spawn(api_groups_child);
+  struct stream s;
+  int status = 0;
+  collect(lfd, pid, &s, 10000, 0, &status);
+  close(lfd);
+  child_ok(status, "api groups");
+  size_t n = s.len / TSNP_RECORD_SIZE - 1;
+  uint64_t blocks[8] = {0};
+  int nb = 0, v4 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind != TSNP_P2P) continue;
+    if (r->comm_hash == 98) {
+      v4++;
+      CHECK(r->a2 == 0, "v4 p2p block %llu, want 0 (unknown)", (unsigned long long)r->a2);
+      continue;
+    }
+    if (nb < 8) blocks[nb] = r->a2;
+    nb++;
+  }
+  CHECK(nb == 10 && v4 == 1, "p2p records %d (want 10) and v4 %d (want 1)", nb, v4);
+  if (nb != 10) {
+    free(s.buf);
+    return;
+  }
+  /* Records come in order from the one thread. */
+  for (int i = 0; i < 8; i++) CHECK(blocks[i] != 0, "p2p %d without a block number", i);
+  for (int i = 1; i < 4; i++) CHECK(blocks[i] == blocks[0], "block 1: p2p %d numbered %llu, first %llu", i, (unsigned long long)blocks[i], (unsigned long long)blocks[0]);
+  for (int i = 5; i < 8; i++) CHECK(blocks[i] == blocks[4], "block 2: p2p %d numbered %llu, first %llu", i, (unsigned long long)blocks[i], (unsigned long long)blocks[4]);
+  CHECK(blocks[4] != blocks[0], "two blocks share number %llu", (unsigned long long)blocks[0]);
+  const struct tsnp_record* lone[2];
+  int nl = 0;
+  for (size_t i = 0; i < n && nl < 2; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind == TSNP_P2P && r->comm_hash == 99 && nl < 2 && r->a2 != blocks[0] && r->a2 != blocks[4]) lone[nl++] = r;
+  }
+  CHECK(nl == 2 && lone[0]->a2 != 0 && lone[1]->a2 != 0 && lone[0]->a2 != lone[1]->a2,
+        "calls outside a group: want a fresh block number each");
+  free(s.buf);
+}
+
 /* ---- No collector, and a collector that never reads. ---- */
 
 static void busy_child(void) {
@@ -1161,6 +1264,7 @@ int main(int argc, char** argv) {
   snprintf(sock_path, sizeof sock_path, "%s/s", dir);
   test_main();
   test_ring_full();
+  test_api_groups();
   test_no_collector();
   test_stuck_collector();
   test_nvtx();

@@ -109,7 +109,10 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  *   per communicator, direction and peer, so the n-th Send from a to b
  *   and the n-th Recv at b from a share it); peer = root (collective, -1
  *   where the function has none) or peer (p2p); a0 = count (elements),
- *   a1 = bytes = count x element size.
+ *   a1 = bytes = count x element size; P2P a2 = the process's number for
+ *   the ncclGroupStart/ncclGroupEnd block that enqueued it, the same for
+ *   every p2p of the block (a call outside any block is one of its own),
+ *   0 where NCCL does not say (profiler interface v4).
  * KERNEL_CHANNEL: the parent's identity (task, seq, func, dtype, peer,
  *   rank, nranks, comm name; parent_kind); t0/t1 = GPU %globaltimer ns
  *   when the channel started and stopped (t1 = 0 if NCCL never reported
