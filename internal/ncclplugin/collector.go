@@ -201,7 +201,7 @@ type Stats struct {
 	// a launcher that only initialised CUDA too).
 	Communicating int
 	// ClockConflicts counts processes whose GPU-to-host offset bounds
-	// disagreed by more than 10 µs (see docs/nccl-plugin.md); their
+	// disagreed by more than 100 µs (see docs/nccl-plugin.md); their
 	// lower bound is used.
 	// ClockConflict describes the first operation that made them
 	// disagree.
@@ -277,7 +277,6 @@ type process struct {
 	drops     [4]uint64        // ring full, refused, unsent, activity: the latest cumulative report
 	act       activity         // its device activity (CUPTI)
 	clock     offsetEstimate
-	clockNote string // the first operation that crossed clock's bounds
 	// passed is, per communicator, the latest enqueue time (plugin
 	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
 	// reported their stop: the GPU has run every operation of that
@@ -472,6 +471,10 @@ type offsetEstimate struct {
 	upper, lower       int64
 	haveUpper, haveLow bool
 	conflict           bool
+	// lowerOp is the operation that set lower; note describes it once
+	// the bounds have crossed by more than clockSlack.
+	lowerOp Record
+	note    string
 }
 
 func (o *offsetEstimate) observe(seen, gpu uint64) {
@@ -484,10 +487,12 @@ func (o *offsetEstimate) observe(seen, gpu uint64) {
 	}
 }
 
-func (o *offsetEstimate) bound(hostStart, gpuStart uint64) {
-	d := int64(hostStart) - int64(gpuStart)
+// bound takes operation r, whose first kernel channel started at GPU
+// time gpuStart: it cannot have started before r was enqueued.
+func (o *offsetEstimate) bound(r Record, gpuStart uint64) {
+	d := int64(r.HostStart) - int64(gpuStart)
 	if !o.haveLow || d > o.lower {
-		o.lower, o.haveLow = d, true
+		o.lower, o.haveLow, o.lowerOp = d, true, r
 	}
 }
 
@@ -496,7 +501,12 @@ func (o *offsetEstimate) offset() (int64, bool) {
 	case o.haveUpper && o.haveLow && o.lower > o.upper:
 		// By a few microseconds they cross all the time: NCCL may start
 		// an operation's profiler event after it launched the kernel.
-		o.conflict = o.conflict || o.lower > o.upper+int64(clockSlack)
+		if !o.conflict && o.lower > o.upper+int64(clockSlack) {
+			o.conflict = true
+			r := o.lowerOp
+			o.note = fmt.Sprintf("rank %d's %s (peer or root %d, %d channels, communicator %016x) enqueued %v after its first kernel channel started",
+				r.Rank, r.Op(), r.Peer, r.NChannels, r.Comm, time.Duration(o.lower-o.upper))
+		}
 		return o.lower, true
 	case o.haveUpper:
 		return o.upper, true
@@ -596,10 +606,11 @@ func (c *Collector) Stats() Stats {
 				s.UntracedWhy = pr.act.why
 			}
 		}
+		pr.clock.offset() // bounds may have crossed since its last delivery
 		if pr.clock.conflict {
 			s.ClockConflicts++
 			if s.ClockConflict == "" {
-				s.ClockConflict = pr.clockNote
+				s.ClockConflict = pr.clock.note
 			}
 		}
 	}
@@ -886,7 +897,7 @@ const (
 	staleChannel = time.Millisecond
 	// clockSlack is how far the clock bounds may cross before the
 	// process counts as one whose clocks disagree.
-	clockSlack = 10 * time.Microsecond
+	clockSlack = 100 * time.Microsecond
 	// maxChannelWait bounds the wait for the first kernel channel of an
 	// operation: NCCL reports none for some (a p2p to itself, some NVLS
 	// paths), and those must not wait for the process's end.
@@ -990,11 +1001,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	}
 	c.stats.KernelChannels += uint64(len(o.channels))
 	if gpuStart != 0 {
-		if d := int64(r.HostStart) - int64(gpuStart); pr.clockNote == "" && pr.clock.haveUpper && d > pr.clock.upper+int64(clockSlack) {
-			pr.clockNote = fmt.Sprintf("rank %d's %s (peer or root %d, %d channels, communicator %016x) enqueued %v after its first kernel channel started, by the estimate of the moment",
-				r.Rank, r.Op(), r.Peer, len(o.channels), r.Comm, time.Duration(d-pr.clock.upper))
-		}
-		pr.clock.bound(r.HostStart, gpuStart)
+		pr.clock.bound(r, gpuStart)
 	}
 	if off, ok := pr.clock.offset(); ok && gpuStart != 0 {
 		rec.HasDevice = true

@@ -1637,7 +1637,7 @@ func TestCollectorStaleChannel(t *testing.T) {
 	}
 }
 
-// TestCollectorClockConflict: clock bounds that cross by a few
+// TestCollectorClockConflict: clock bounds that cross by tens of
 // microseconds (NCCL starting an operation's event after its kernel) are
 // no conflict; by more, the process is counted and the operation named.
 func TestCollectorClockConflict(t *testing.T) {
@@ -1650,6 +1650,7 @@ func TestCollectorClockConflict(t *testing.T) {
 		conflict bool
 	}{
 		{"3µs", 3_000, false},
+		{"50µs", 50_000, false},
 		{"500µs", 500_000, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -1673,7 +1674,7 @@ func TestCollectorClockConflict(t *testing.T) {
 			if got := st.ClockConflicts == 1; got != c.conflict || st.StaleChannels != 0 {
 				t.Errorf("%d clock conflicts (want conflict %v), %d stale channels", st.ClockConflicts, c.conflict, st.StaleChannels)
 			}
-			if c.conflict && !strings.Contains(st.ClockConflict, "rank 0's Send (peer or root 1") {
+			if c.conflict && !strings.Contains(st.ClockConflict, "rank 0's Send (peer or root 1, 1 channels, communicator 0000000000000078) enqueued 499µs after") {
 				t.Errorf("conflict note %q does not name the send", st.ClockConflict)
 			}
 		})
