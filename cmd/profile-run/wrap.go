@@ -501,7 +501,7 @@ func (w *wrapper) ncclSummary() string {
 		line += fmt.Sprintf(", %d all-to-alls gathered from %d sends and receives", st.AllToAlls, st.AllToAllParts)
 	}
 	if st.StaleChannels > 0 {
-		line += fmt.Sprintf("; %d kernel channels left out for a timer from before their operation's enqueue", st.StaleChannels)
+		line += fmt.Sprintf("; %d kernel channels left out: NCCL's timers of %d communicator(s) ran before their operations were enqueued, so their operations are host-only from the first such", st.StaleChannels, st.StaleComms)
 	}
 	if st.ClockConflicts > 0 {
 		line += fmt.Sprintf("; GPU timer: %d process(es) whose clock bounds crossed, device times may be late (first: %s)", st.ClockConflicts, st.ClockConflict)

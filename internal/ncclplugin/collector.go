@@ -141,8 +141,11 @@ type Stats struct {
 	// time (no kernel channel reported, or the process ended first).
 	Records, HostOnly uint64
 	// StaleChannels counts kernel channels left out of their
-	// operation's device time for a timer that ran before the operation
-	// was enqueued (docs/nccl-plugin.md).
+	// operation's device time: the first whose timer ran before its
+	// operation was enqueued, and every later one of the communicator's
+	// (docs/nccl-plugin.md); StaleComms the communicators so distrusted,
+	// counted per process.
+	StaleComms    int
 	StaleChannels uint64
 	// KernelChannels matched to their operation; Orphans arrived for an
 	// operation never seen, or after it had been delivered.
@@ -277,6 +280,10 @@ type process struct {
 	drops     [4]uint64        // ring full, refused, unsent, activity: the latest cumulative report
 	act       activity         // its device activity (CUPTI)
 	clock     offsetEstimate
+	// staleComms are the communicators whose kernel-channel timers were
+	// found to run before their operations: none of their channels is
+	// taken any more.
+	staleComms map[uint64]bool
 	// passed is, per communicator, the latest enqueue time (plugin
 	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
 	// reported their stop: the GPU has run every operation of that
@@ -606,6 +613,7 @@ func (c *Collector) Stats() Stats {
 				s.UntracedWhy = pr.act.why
 			}
 		}
+		s.StaleComms += len(pr.staleComms)
 		pr.clock.offset() // bounds may have crossed since its last delivery
 		if pr.clock.conflict {
 			s.ClockConflicts++
@@ -976,19 +984,32 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	// last channel's stop: the whole operation, as nccl-tests times it
 	// with events around the kernel, channels that start late included.
 	// A channel whose timer, on the clock estimate's latest reading (no
-	// channel can have started earlier), started or stopped well before
-	// the operation was enqueued holds an earlier kernel's time: NCCL
-	// reported a counter its kernel did not move (seen on one H200 with
-	// four ranks: a pipeline send's channel 41 ms before its enqueue,
-	// which dragged the clock's lower bound and every later device time
-	// with it). It is left out, and counted.
-	upper, haveUpper := pr.clock.upper, pr.clock.haveUpper
+	// channel can have started earlier), started well before the
+	// operation was enqueued holds another kernel's time (seen on one
+	// H200 with four ranks: every channel of a communicator carrying
+	// all-to-alls, 36 ms to 3 s before its operation, which dragged the
+	// clock's lower bound and every later device time with it). It is
+	// left out, and so is every later channel of its communicator: those
+	// that happen to land after their enqueue are no more its own.
+	distrusted := pr.staleComms[r.Comm]
+	if upper, ok := pr.clock.upper, pr.clock.haveUpper; ok && !distrusted {
+		for _, ch := range o.channels {
+			if ch.GPUStart != 0 && int64(ch.GPUStart)+upper < int64(r.HostStart)-int64(staleChannel) {
+				distrusted = true
+				if pr.staleComms == nil {
+					pr.staleComms = make(map[uint64]bool)
+				}
+				pr.staleComms[r.Comm] = true
+				break
+			}
+		}
+	}
 	var gpuStart, gpuStop uint64
 	for _, ch := range o.channels {
 		if ch.GPUStart == 0 || ch.GPUStop < ch.GPUStart {
 			continue
 		}
-		if haveUpper && int64(ch.GPUStart)+upper < int64(r.HostStart)-int64(staleChannel) {
+		if distrusted {
 			c.stats.StaleChannels++
 			continue
 		}

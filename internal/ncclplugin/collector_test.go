@@ -1586,23 +1586,27 @@ func TestCollectorAllToAll(t *testing.T) {
 	}
 }
 
-// TestCollectorStaleChannel: a kernel channel whose timer reads an
-// earlier kernel's time (NCCL reported a counter the operation's kernel
-// did not move; seen on the GPU 41 ms before the enqueue) is left out of
-// its operation's device time and of the clock estimate, so that later
-// operations' device times stay where their channels put them.
+// TestCollectorStaleChannel: a kernel channel whose timer reads a time
+// before its operation was enqueued (seen on the GPU: every channel of a
+// communicator carrying all-to-alls, 36 ms to 3 s early) is left out, and
+// so is every later channel of that communicator, whose operations are
+// host-only from then on; it moves neither the clock estimate nor other
+// communicators' device times.
 func TestCollectorStaleChannel(t *testing.T) {
 	c, sink, _ := newTestCollector(t)
 	const host = 10_000_000_000
 	const gpuAhead = 5_000_000_000
 	gpu := func(h uint64) uint64 { return h + gpuAhead }
-	const hash = 0x77
+	const hash, other = 0x77, 0x79
 	// AllReduce #1: a clean channel fixes the offset (report 1 µs after
 	// the GPU's start). Send: one channel ran 20–60 µs after its enqueue;
-	// the other reads a time 41 ms before it. AllReduce #2 after it.
+	// the other reads a time 41 ms before it. AllReduce #2 over the same
+	// communicator, then AllReduce #3 over another, each with a channel
+	// 10–30 µs after its enqueue.
 	data := stream(
 		helloFrame(wireVersion, 300, "n0"),
 		wireRec{kind: 1, hash: hash, rank: 0, nranks: 2, nnodes: 1, peer: 0}.frame(),
+		wireRec{kind: 1, hash: other, rank: 0, nranks: 2, nnodes: 1, peer: 0}.frame(),
 		wireRec{kind: 2, hash: hash, task: 1, seq: 1, t0: host, t1: host + 5_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: -1,
 			fn: 1, dtype: 8, nch: 1}.frame(),
 		wireRec{kind: 4, hash: hash, task: 1, seq: 1, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
@@ -1617,23 +1621,32 @@ func TestCollectorStaleChannel(t *testing.T) {
 			fn: 1, dtype: 8, nch: 1}.frame(),
 		wireRec{kind: 4, hash: hash, task: 3, seq: 2, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
 			t0: gpu(host + 200_010_000), t1: gpu(host + 200_030_000), a0: host + 200_011_000, a1: host + 200_031_000}.frame(),
+		wireRec{kind: 2, hash: other, task: 4, seq: 1, t0: host + 300_000_000, t1: host + 300_005_000, a0: 256, a1: 1024, rank: 0, nranks: 2, peer: -1,
+			fn: 1, dtype: 8, nch: 1}.frame(),
+		wireRec{kind: 4, hash: other, task: 4, seq: 1, rank: 0, nranks: 2, fn: 1, parent: 2, channel: 0,
+			t0: gpu(host + 300_010_000), t1: gpu(host + 300_030_000), a0: host + 300_011_000, a1: host + 300_031_000}.frame(),
 	)
 	send(t, c, data, false)
-	recs := sink.wait(t, 3)
+	recs := sink.wait(t, 4)
 	slices.SortFunc(recs, func(a, b profiler.Record) int { return cmp.Compare(a.HostStart, b.HostStart) })
-	s, ar2 := recs[1], recs[2]
-	if s.Name != "Send" || !s.HasDevice || s.DeviceDuration() != 40*time.Microsecond {
-		t.Errorf("send %s device %v %v, want 40µs (its own channel only)", s.Name, s.HasDevice, s.DeviceDuration())
+	ar1, s, ar2, ar3 := recs[0], recs[1], recs[2], recs[3]
+	if got := ar1.DeviceStart - ar1.HostStart; !ar1.HasDevice || got != 11*time.Microsecond {
+		t.Errorf("first all-reduce device %v, start %v after its enqueue; want 11µs", ar1.HasDevice, got)
 	}
-	if got := s.DeviceStart - s.HostStart; got != 21*time.Microsecond {
-		t.Errorf("send's device start %v after its enqueue, want 21µs (20 µs + the 1 µs report delay)", got)
+	if s.Name != "Send" || s.HasDevice {
+		t.Errorf("%s with a stale channel: device %v, want host-only", s.Name, s.HasDevice)
 	}
-	if got := ar2.DeviceStart - ar2.HostStart; got != 11*time.Microsecond {
-		t.Errorf("the next all-reduce's device start %v after its enqueue, want 11µs: the stale channel moved the clock", got)
+	if ar2.HasDevice {
+		t.Errorf("the next all-reduce over the stale channel's communicator has device time %v: its timers are not to be trusted", ar2.DeviceDuration())
+	}
+	if got := ar3.DeviceStart - ar3.HostStart; !ar3.HasDevice || got != 11*time.Microsecond || ar3.DeviceDuration() != 20*time.Microsecond {
+		t.Errorf("an all-reduce over another communicator: device %v, start %v after its enqueue, lasting %v; want 11µs and 20µs: the stale channel moved the clock",
+			ar3.HasDevice, got, ar3.DeviceDuration())
 	}
 	st := c.Stats()
-	if st.StaleChannels != 1 || st.ClockConflicts != 0 || st.KernelChannels != 4 {
-		t.Errorf("stats: %d stale channels, %d clock conflicts, %d channels; want 1, 0, 4", st.StaleChannels, st.ClockConflicts, st.KernelChannels)
+	if st.StaleChannels != 3 || st.StaleComms != 1 || st.ClockConflicts != 0 || st.KernelChannels != 5 || st.HostOnly != 2 {
+		t.Errorf("stats: %d stale channels of %d communicators, %d clock conflicts, %d channels, %d host-only; want 3, 1, 0, 5, 2",
+			st.StaleChannels, st.StaleComms, st.ClockConflicts, st.KernelChannels, st.HostOnly)
 	}
 }
 
