@@ -930,8 +930,9 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	}
 	opName := r.Op()
 	bytes := int64(r.Bytes)
-	if opName == ccl.OpAllGather || opName == ccl.OpReduceScatter {
-		// NCCL's count is per rank; nccl-tests' S is the whole gathered size.
+	if opName == ccl.OpAllGather || opName == ccl.OpReduceScatter || opName == ccl.OpAllToAll {
+		// NCCL's count is per rank (an all-to-all's, per peer); nccl-tests'
+		// S is the whole gathered size (what a rank sends in all).
 		bytes *= int64(r.NRanks)
 	}
 	// The group is the communicator's name where the job gave one (PyTorch

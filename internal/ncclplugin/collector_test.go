@@ -1693,3 +1693,25 @@ func TestCollectorClockConflict(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectorNativeAllToAll: NCCL's own all-to-all collective (function
+// code 8, NCCL's count per peer) is named and sized as the all-to-alls
+// gathered from group blocks: AllToAll, S = count × size × n.
+func TestCollectorNativeAllToAll(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 10_000_000_000
+	const hash = 0x7a
+	data := stream(
+		helloFrame(wireVersion, 302, "n0"),
+		wireRec{kind: 1, hash: hash, rank: 2, nranks: 4, nnodes: 1, peer: 0}.frame(),
+		// 1000 bfloat16 to each of 4 ranks.
+		wireRec{kind: 2, hash: hash, task: 1, seq: 3, t0: host, t1: host + 5_000, a0: 1000, a1: 2000, rank: 2, nranks: 4, peer: -1,
+			fn: 8, dtype: 10, nch: 1}.frame(),
+	)
+	send(t, c, data, false)
+	r := sink.wait(t, 1)[0]
+	col := r.Collective
+	if r.Name != "AllToAll" || col.Op != "AllToAll" || r.Kind != profiler.KindCollective || col.Bytes != 8000 || col.BusFactor != 0.75 || col.Seq != 3<<4|8 {
+		t.Errorf("NCCL's all-to-all: %s %+v; want AllToAll of 8000 bytes, bus factor 0.75, sequence 3·16+8", r.Name, col)
+	}
+}

@@ -63,8 +63,10 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint16(k))
 }
 
-// Operation names by wire code, as profiler records name them.
-var funcNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "Send", "Recv", "AlltoAll", "Gather", "Scatter", "SendRecv"}
+// Operation names by wire code, as profiler records name them. NCCL's
+// own all-to-all (NCCL spells it AlltoAll) is named as the all-to-alls
+// gathered from group blocks (alltoall.go) are: one operation, one name.
+var funcNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "Send", "Recv", "AllToAll", "Gather", "Scatter", "SendRecv"}
 
 // Element types by wire code: name (as runtime.DataType names them where
 // it has the type) and size in bytes.
