@@ -788,7 +788,15 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		// ones: an operation without kernel channels may be delivered a
 		// minute later.
 		o.labels = pr.labelsAt(r.HostStart)
-		return c.maybeDeliverLocked(pr, r.Task, o, out)
+		out = c.maybeDeliverLocked(pr, r.Task, o, out)
+		if b := o.batch; b != nil && b.complete && !b.broken && !b.merged {
+			// The block's last record may come after the rest of it has
+			// run (the plugin ships its threads' rings one by one): its
+			// sends and receives with itself go now, not when they have
+			// waited out the channels they will never get.
+			out = c.releaseSelvesLocked(pr, b, out)
+		}
+		return out
 	case KindKernelChannel:
 		o := pr.op(r.Task)
 		o.last = now
