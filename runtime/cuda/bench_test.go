@@ -356,9 +356,11 @@ func devicePerIteration(b *testing.B, s *runtime.Stream, launch func() error) ti
 // sleep of 20 µs (nothing but the gap between kernels can differ) and the
 // built-in trainer's forward GEMM at width 4096, 256 rows. Run with a fixed
 // count, e.g. -test.benchtime=2000x; the difference between the variants
-// is an event's device cost.
+// is an event's device cost. A third variant ("cupti-records") runs the
+// kernels alone while CUPTI records their activity, which is what timing
+// them through CUPTI costs the device.
 func BenchmarkEventDeviceCost(b *testing.B) {
-	gpu(b)
+	impl := gpu(b)
 	d := dev(0)
 	const width, rows = 4096, 256
 	r := rand.New(rand.NewPCG(11, 12))
@@ -379,6 +381,10 @@ func BenchmarkEventDeviceCost(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) { benchDeviceGap(b, k.launch, events) })
 		}
+		b.Run(k.name+"/cupti-records", func(b *testing.B) {
+			trace(b, impl, cuda.ActivityOptions{})
+			benchDeviceGap(b, k.launch, false)
+		})
 	}
 }
 

@@ -25,6 +25,15 @@
 // for TF32 or bfloat16 compute (runtime.GemmArgs.Math) or WithTF32 is
 // given, float64, and float16/bfloat16 with fp32 accumulation.
 //
+// StartActivityTrace turns on CUPTI's activity records (libcupti opened at
+// run time: TRAINSCOPE_CUPTI_LIB, else libcupti.so.13, .so.12, .so and the
+// toolkit's extras/CUPTI): the GPU start and end of every kernel, copy and
+// memset, delivered in buffers CUPTI fills, with nothing recorded in the
+// streams. Ids pushed around launches (ActivityTrace.Push) come back with
+// the kernels those launches made. The profiler does not use it yet:
+// BenchmarkActivityHostCost measures what it costs the host beside a
+// timing event (docs/benchmarks.md).
+//
 // Memory statistics are counters the backend keeps per device (bytes in
 // use through it and their peak), with the device's total and free memory
 // as of the last allocation or free, so reading them costs no driver call.

@@ -1,0 +1,222 @@
+package cuda_test
+
+import (
+	"context"
+	"errors"
+	goruntime "runtime"
+	"testing"
+
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cuda"
+)
+
+// trace starts a CUPTI activity trace or skips, saying why, where libcupti
+// is not there.
+func trace(tb testing.TB, impl *cuda.Impl, opts cuda.ActivityOptions) *cuda.ActivityTrace {
+	tb.Helper()
+	tr, err := impl.StartActivityTrace(opts)
+	if errors.Is(err, runtime.StatusUnavailable) {
+		tb.Skipf("skipped: CUPTI not found (set %s): %v", cuda.EnvCuptiLib, err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = tr.Stop() })
+	return tr
+}
+
+// TestActivityTrace launches kernels, each under an id of its own, then a
+// memset and a copy, and checks what CUPTI reports of them against what the
+// test did: one record per launch, under the id pushed around it, on the GPU
+// no earlier than it was launched, queued while its launch call ran, in
+// stream order; the memset and the copy of the bytes they moved.
+func TestActivityTrace(t *testing.T) {
+	impl := gpu(t)
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	s := newStream(t, dev(0))
+	const n = 1 << 16
+	x, y := malloc(t, dev(0), 4*n), malloc(t, dev(0), 4*n)
+	tr := trace(t, impl, cuda.ActivityOptions{Queued: true, External: true})
+	if _, err := impl.StartActivityTrace(cuda.ActivityOptions{}); !errors.Is(err, runtime.StatusAlreadyExists) {
+		t.Fatalf("a second trace while one runs: got %v, want an error wrapping StatusAlreadyExists", err)
+	}
+	const launches = 50
+	type span struct{ before, after uint64 }
+	spans := make([]span, launches)
+	for i := range launches {
+		spans[i].before = tr.Now()
+		tr.Push(uint64(1000 + i))
+		if err := runtime.Tanh(s, x, y, n); err != nil {
+			t.Fatal(err)
+		}
+		tr.Pop()
+		spans[i].after = tr.Now()
+	}
+	if err := runtime.Memset(y, 0, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Copy(x, y, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var acts []cuda.Activity
+	if err := tr.Flush(func(a cuda.Activity) { acts = append(acts, a) }); err != nil {
+		t.Fatal(err)
+	}
+	// Kernels are launched through the driver API, whose records carry the
+	// pushed ids; the memset and the copy go through the runtime API, whose
+	// records are not turned on, so they are told apart by kind and size.
+	kernels := map[uint64]cuda.Activity{}
+	var memset, copied []cuda.Activity
+	for _, a := range acts {
+		if a.End <= a.Start {
+			t.Errorf("%s of correlation %d: end %d not after start %d", a.Kind, a.Correlation, a.End, a.Start)
+		}
+		switch a.Kind {
+		case cuda.ActivityKernel:
+			id, ok := tr.External(a.Correlation)
+			if !ok {
+				continue // a kernel of the runtime's own
+			}
+			if _, dup := kernels[id]; dup {
+				t.Errorf("two kernels under id %d", id)
+			}
+			kernels[id] = a
+		case cuda.ActivityMemset:
+			memset = append(memset, a)
+		case cuda.ActivityMemcpy:
+			copied = append(copied, a)
+		}
+	}
+	if len(kernels) != launches || len(memset) != 1 || len(copied) != 1 {
+		t.Fatalf("got %d kernels under pushed ids, %d memsets, %d copies (of %d records); want %d, 1, 1",
+			len(kernels), len(memset), len(copied), len(acts), launches)
+	}
+	if memset[0].Bytes != 4*n || copied[0].Bytes != 4*n {
+		t.Errorf("memset of %d bytes and copy of %d; want %d each", memset[0].Bytes, copied[0].Bytes, 4*n)
+	}
+	var prevEnd uint64
+	for i := range launches {
+		k, ok := kernels[uint64(1000+i)]
+		if !ok {
+			t.Fatalf("no kernel under id %d", 1000+i)
+		}
+		if k.Start < spans[i].before {
+			t.Errorf("kernel %d started at %d, before its launch began (%d)", i, k.Start, spans[i].before)
+		}
+		if k.Queued < spans[i].before || k.Queued > spans[i].after {
+			t.Errorf("kernel %d queued at %d, outside its launch [%d, %d]", i, k.Queued, spans[i].before, spans[i].after)
+		}
+		if k.Start < prevEnd {
+			t.Errorf("kernel %d started at %d, before kernel %d ended (%d) on the same stream", i, k.Start, i-1, prevEnd)
+		}
+		prevEnd = k.End
+	}
+	if memset[0].Start < prevEnd || copied[0].Start < memset[0].End {
+		t.Errorf("memset [%d, %d] and copy [%d, %d] not after the last kernel (ended %d) in stream order",
+			memset[0].Start, memset[0].End, copied[0].Start, copied[0].End, prevEnd)
+	}
+	if _, dropped := tr.Stats(); dropped != 0 {
+		t.Errorf("CUPTI dropped %d records", dropped)
+	}
+	t.Logf("%d activities; kernel 0 ran %d ns, queued %d ns after its launch began", len(acts),
+		kernels[1000].End-kernels[1000].Start, kernels[1000].Queued-spans[0].before)
+}
+
+// BenchmarkActivityHostCost: what timing every kernel costs the host that
+// launches them, by the means a profiler has. Each iteration launches one
+// small kernel (tanh of 32 floats) on a stream; every 256 launches the
+// stream is synchronised with the timer stopped, so the host never waits
+// for a full launch queue and ns/op is host time per launch:
+//
+//	plain           the launch alone;
+//	timing-event    and one timing event recorded after it (what a
+//	                profiled range adds where neighbours share events);
+//	cupti-kernels   with CUPTI's kernel, memcpy and memset records on;
+//	cupti-queued    and each kernel's enqueue time;
+//	cupti-external  and an id pushed and popped around each launch, with
+//	                the driver API records the correlation needs.
+func BenchmarkActivityHostCost(b *testing.B) {
+	impl := gpu(b)
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	s := newStream(b, dev(0))
+	const n = 32
+	x, y := malloc(b, dev(0), 4*n), malloc(b, dev(0), 4*n)
+	ev, err := runtime.NewEvent(dev(0), runtime.EventDefault)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ev.Destroy() })
+	loop := func(b *testing.B, each func(i int) error) {
+		for i := range 512 { // warm-up
+			if err := each(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Synchronize(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := each(i); err != nil {
+				b.Fatal(err)
+			}
+			if i%256 == 255 {
+				b.StopTimer()
+				if err := s.Synchronize(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		}
+		b.StopTimer()
+		if err := s.Synchronize(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	launch := func(int) error { return runtime.Tanh(s, x, y, n) }
+	b.Run("plain", func(b *testing.B) { loop(b, launch) })
+	b.Run("timing-event", func(b *testing.B) {
+		loop(b, func(i int) error {
+			if err := launch(i); err != nil {
+				return err
+			}
+			return ev.Record(s)
+		})
+	})
+	traced := func(name string, opts cuda.ActivityOptions, each func(tr *cuda.ActivityTrace) func(int) error) {
+		b.Run(name, func(b *testing.B) {
+			tr := trace(b, impl, opts)
+			loop(b, each(tr))
+			kernels := 0
+			if err := tr.Flush(func(a cuda.Activity) {
+				if a.Kind == cuda.ActivityKernel {
+					kernels++
+				}
+			}); err != nil {
+				b.Fatal(err)
+			}
+			if kernels < b.N {
+				b.Fatalf("CUPTI reported %d kernels of the %d launched", kernels, b.N)
+			}
+			if err := tr.Stop(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	traced("cupti-kernels", cuda.ActivityOptions{}, func(*cuda.ActivityTrace) func(int) error { return launch })
+	traced("cupti-queued", cuda.ActivityOptions{Queued: true}, func(*cuda.ActivityTrace) func(int) error { return launch })
+	traced("cupti-external", cuda.ActivityOptions{External: true}, func(tr *cuda.ActivityTrace) func(int) error {
+		return func(i int) error {
+			tr.Push(uint64(i + 1))
+			err := launch(i)
+			tr.Pop()
+			return err
+		}
+	})
+}
