@@ -23,6 +23,7 @@ type interrupt struct {
 	mu       sync.Mutex
 	first    os.Signal // the first signal, which sets the exit status
 	training bool
+	wrapped  bool // a command is wrapped: its output is its own
 }
 
 // errInterrupted is the cause of stop and abort when a signal ended them.
@@ -40,6 +41,8 @@ func signalName(s os.Signal) string {
 		return "SIGHUP"
 	case syscall.SIGQUIT:
 		return "SIGQUIT"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
 	case syscall.SIGKILL:
 		return "SIGKILL"
 	case syscall.SIGSEGV:
@@ -81,6 +84,30 @@ func (in *interrupt) deliver(s os.Signal) {
 	}
 	in.cancelStop(cause)
 	in.cancelAbort(cause)
+}
+
+// readerGone says the reader of profile-run's stdout or stderr has gone
+// (`profile-run | head`, head done). Training the built-in model stops as
+// on a signal, SIGPIPE (exit status 141), and everything recorded is
+// written out: what head asks of any program writing into it, without the
+// half-written files dying of SIGPIPE would leave. A wrapped command is
+// not touched (its output is its own, and it meets the closed pipe
+// itself), and once training is over, or for import and report, nothing
+// stops: only what would have been printed is dropped.
+func (in *interrupt) readerGone() {
+	in.mu.Lock()
+	leave := in.wrapped || !in.training
+	in.mu.Unlock()
+	if !leave {
+		in.deliver(syscall.SIGPIPE)
+	}
+}
+
+// wrapping says that a command is wrapped (see readerGone).
+func (in *interrupt) wrapping() {
+	in.mu.Lock()
+	in.wrapped = true
+	in.mu.Unlock()
 }
 
 // trainingDone says training is over: from now on the first signal cuts

@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"os"
 
 	"github.com/mattn/go-isatty"
 	"go.uber.org/zap"
@@ -49,8 +48,8 @@ func newLogger(w io.Writer, format, level string) (*zap.Logger, error) {
 
 // isTerminal reports whether w is a terminal (a file on a tty).
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
+	f := fileOf(w)
+	if f == nil {
 		return false
 	}
 	fd := f.Fd()

@@ -20,9 +20,21 @@ func main() {
 	in := newInterrupt(context.Background())
 	go in.watch(sigs)
 	go exitAfterAbort(in, abortGrace, os.Exit)
+	// A write to a closed pipe on stdout or stderr fails with EPIPE
+	// instead of killing the process once SIGPIPE is caught (a handler,
+	// not SIG_IGN, so a wrapped command still gets the default); the
+	// writers below act on it (readerGone).
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	go func() {
+		for range pipes {
+		}
+	}()
+	stdout := &outputFile{f: os.Stdout, gone: in.readerGone}
+	stderr := &outputFile{f: os.Stderr, gone: in.readerGone}
 	// Signals stay caught until the process is gone: one arriving while
 	// it exits must not replace the status.
-	os.Exit(runWith(in, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runWith(in, os.Args[1:], stdout, stderr))
 }
 
 // exitAfterAbort calls exit with the signal's status grace after a signal

@@ -78,7 +78,13 @@ func newProgress(mode string, out io.Writer, log *zap.Logger, cfg pipeline.Confi
 		start: now, lastAt: now, lastLog: now,
 	}
 	if mode == "bar" {
-		pr.container = mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond))
+		// The terminal itself: mpb sizes and redraws the line only on a
+		// file it can ask (a terminal gives no EPIPE to watch for).
+		var term io.Writer = out
+		if f := fileOf(out); f != nil {
+			term = f
+		}
+		pr.container = mpb.New(mpb.WithOutput(term), mpb.WithRefreshRate(200*time.Millisecond))
 		pr.bar = pr.container.New(int64(cfg.Steps), mpb.BarStyle().Lbound("[").Rbound("]"),
 			mpb.BarWidth(20),
 			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return pr.status() })),

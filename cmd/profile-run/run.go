@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -295,8 +296,12 @@ func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-
 	if timeout <= 0 {
 		timeout = pipeline.DefaultCommTimeout
 	}
+	what := signalName(in.signal())
+	if in.signal() == syscall.SIGPIPE {
+		what = "the reader of profile-run's output has gone (SIGPIPE)"
+	}
 	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued finishes first (each wait at most -comm-timeout %v), then what was recorded is written; another signal stops at once",
-		signalName(in.signal()), timeout))
+		what, timeout))
 }
 
 // trainSteps runs cfg's steps, reporting each to pr as it finishes, until

@@ -80,6 +80,7 @@ type wrapper struct {
 // exit status (128+N when signal N ended it); what happens to the
 // telemetry never changes it.
 func runWrapped(in *interrupt, o *options, log *zap.Logger, stdout, stderr io.Writer) int {
+	in.wrapping()
 	w := &wrapper{in: in, o: o, log: log, stdout: stdout, stderr: stderr}
 	prof, err := profiler.New(profiler.WithMaxRecords(0))
 	if err != nil {
@@ -205,7 +206,7 @@ func (w *wrapper) environ() []string {
 func (w *wrapper) runCommand() (code int, ran bool) {
 	cmd := exec.Command(w.o.command[0], w.o.command[1:]...)
 	cmd.Env = w.environ()
-	cmd.Stdout, cmd.Stderr = w.stdout, w.stderr
+	cmd.Stdout, cmd.Stderr = childOutput(w.stdout), childOutput(w.stderr)
 	// A terminal stays profile-run's: the command's group is not in the
 	// foreground, and reading the terminal would stop it.
 	if !isTerminal(os.Stdin) {
