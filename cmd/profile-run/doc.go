@@ -9,6 +9,8 @@
 //	profile-run [flags]                 the built-in trainer
 //	profile-run [flags] -- CMD ARGS…    wrap a command (docs/wrap.md)
 //	profile-run import [flags] FILE…    import profiles (docs/import.md)
+//	profile-run report RUN_DIR [--html] a run's text report, or its HTML
+//	                                    pipeline chart (docs/report-html.md)
 //
 // Run `profile-run -h` for the flags.
 package main

@@ -147,6 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
                                       processes it starts (docs/wrap.md)
   profile-run import [flags] FILE…    load torch.profiler traces or the C++ framework
                                       profiler's call logs (profile-run import -h)
+  profile-run report RUN_DIR          print a run's text report again
   profile-run report RUN_DIR --html   write RUN_DIR/report.html: the pipeline chart of
                                       the steps the run's trace kept, bubbles,
                                       stragglers, top ranges (profile-run report -h)

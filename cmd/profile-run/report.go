@@ -25,13 +25,17 @@ type reportOptions struct {
 	out    string // the page; default <run dir>/report.html
 }
 
-const reportUsage = `Usage: profile-run report [flags] RUN_DIR --html
+const reportUsage = `Usage: profile-run report [flags] RUN_DIR [--html]
 
-Reads the trace a run wrote (RUN_DIR/trace.json: the steps -trace-steps
-kept) back into records, analyses the pipeline again and writes one
-self-contained HTML page: a Gantt chart per step (forward and backward
-blocks per chunk coloured by microbatch, transfers, bubbles shaded), the
-bubble and straggler summary, and the top ranges. See docs/report-html.md.
+Without flags, prints the run's text report (RUN_DIR/report.txt, as the
+run printed it at its end).
+
+With --html, reads the trace a run wrote (RUN_DIR/trace.json: the steps
+-trace-steps kept) back into records, analyses the pipeline again and
+writes one self-contained HTML page: a Gantt chart per step (forward and
+backward blocks per chunk coloured by microbatch, transfers, bubbles
+shaded), the bubble and straggler summary, and the top ranges. See
+docs/report-html.md.
 
 Flags:
 `
@@ -40,7 +44,7 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 	o := &reportOptions{}
 	fs := flag.NewFlagSet("profile-run report", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.BoolVar(&o.html, "html", false, "write the HTML page (the one format so far)")
+	fs.BoolVar(&o.html, "html", false, "write the HTML page (without it, the text report is printed)")
 	fs.StringVar(&o.out, "o", "", "the page's path (default <RUN_DIR>/report.html)")
 	fs.Usage = func() {}
 	// Flags may come before or after RUN_DIR (report RUN_DIR --html).
@@ -63,7 +67,7 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 	}
 	switch {
 	case len(dirs) == 0:
-		return nil, usagef("report: no run directory (profile-run report RUN_DIR --html)")
+		return nil, usagef("report: no run directory (profile-run report RUN_DIR [--html])")
 	case len(dirs) > 1:
 		// Several hosts' runs of one job: import puts them on one clock.
 		traces := make([]string, len(dirs))
@@ -72,11 +76,11 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 		}
 		return nil, usagef("report: one run directory at a time, not %d (%s); for one job's runs on several hosts, import their traces together first (profile-run import %s; run each host with -trace-steps all for every step), which aligns their clocks, then report on the import's run directory",
 			len(dirs), strings.Join(dirs, ", "), strings.Join(traces, " "))
-	case !o.html:
-		return nil, usagef("report: say which report: --html (the one format so far)")
+	case !o.html && o.out != "":
+		return nil, usagef("report: -o names the HTML page: add --html")
 	}
 	o.runDir = dirs[0]
-	if o.out == "" {
+	if o.html && o.out == "" {
 		o.out = filepath.Join(o.runDir, "report.html")
 	}
 	return o, nil
@@ -97,7 +101,11 @@ func runReport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profile-run: %s (see profile-run report -h)\n", ue.msg)
 		return exitUsage
 	}
-	if err := writeHTMLReport(in.abort, o, stdout, stderr); err != nil {
+	write := writeHTMLReport
+	if !o.html {
+		write = printTextReport
+	}
+	if err := write(in.abort, o, stdout, stderr); err != nil {
 		if in.signal() != nil {
 			fmt.Fprintf(stderr, "profile-run: report: %v: nothing written\n", context.Cause(in.abort))
 			return in.exitCode()
@@ -112,17 +120,47 @@ func runReport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// writeHTMLReport writes the page; it stops, writing nothing, when ctx
-// ends.
-func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Writer) error {
-	fi, err := os.Stat(o.runDir)
+// checkRunDir says what is wrong with dir as a run directory, if
+// anything it can see without reading the run's files.
+func checkRunDir(dir string) error {
+	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%s: no such run directory", o.runDir)
+		return fmt.Errorf("%s: no such run directory", dir)
 	case err != nil:
 		return err
 	case !fi.IsDir():
-		return fmt.Errorf("%s: not a run directory (profile-run writes one per run under -out)", o.runDir)
+		return fmt.Errorf("%s: not a run directory (profile-run writes one per run under -out)", dir)
+	}
+	return nil
+}
+
+// printTextReport copies the run's report.txt to stdout.
+func printTextReport(ctx context.Context, o *reportOptions, stdout, _ io.Writer) error {
+	if err := checkRunDir(o.runDir); err != nil {
+		return err
+	}
+	path := filepath.Join(o.runDir, "report.txt")
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if runs := runsUnder(o.runDir); len(runs) > 0 {
+			return outDirError(o.runDir, runs, "")
+		}
+		return fmt.Errorf("%s: no such file: the run wrote no text report (was it made with -report off, or -report PATH?); profile-run report %s --html draws its trace", path, o.runDir)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(stdout, ctxReader{ctx, f})
+	return err
+}
+
+// writeHTMLReport writes the page; it stops, writing nothing, when ctx
+// ends.
+func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Writer) error {
+	if err := checkRunDir(o.runDir); err != nil {
+		return err
 	}
 	if err := checkReportTarget(o.out); err != nil {
 		return err
@@ -131,7 +169,7 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if runs := runsUnder(o.runDir); len(runs) > 0 {
-			return outDirError(o.runDir, runs)
+			return outDirError(o.runDir, runs, " --html")
 		}
 		return fmt.Errorf("%s: no such file: the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH, or did it stop before its -trace-steps? its report.txt says)", path)
 	}
@@ -297,11 +335,12 @@ func runsUnder(dir string) []string {
 	return names
 }
 
-// outDirError says that dir holds runs, and which, so the user picks one.
-func outDirError(dir string, runs []string) error {
+// outDirError says that dir holds runs, and which, so the user picks one;
+// flags end the command it suggests.
+func outDirError(dir string, runs []string, flags string) error {
 	latest := filepath.Join(dir, runs[len(runs)-1])
 	if len(runs) == 1 {
-		return fmt.Errorf("%s is an output directory holding one run directory, not a run directory: profile-run report %s --html", dir, latest)
+		return fmt.Errorf("%s is an output directory holding one run directory, not a run directory: profile-run report %s%s", dir, latest, flags)
 	}
 	const listed = 5
 	names := slices.Clone(runs)
@@ -311,8 +350,8 @@ func outDirError(dir string, runs []string) error {
 		more = fmt.Sprintf(", and %d older", len(names)-listed)
 		names = names[:listed]
 	}
-	return fmt.Errorf("%s is an output directory holding %d run directories (latest first: %s%s), not a run directory: name one, e.g. the latest: profile-run report %s --html",
-		dir, len(runs), strings.Join(names, ", "), more, latest)
+	return fmt.Errorf("%s is an output directory holding %d run directories (latest first: %s%s), not a run directory: name one, e.g. the latest: profile-run report %s%s",
+		dir, len(runs), strings.Join(names, ", "), more, latest, flags)
 }
 
 // stepsText lists the step labels of records, for a trace that does not

@@ -225,8 +225,11 @@ func TestReportErrors(t *testing.T) {
 		code int
 		want string // regexp on stderr
 	}{
-		{"no run directory", []string{"--html"}, exitUsage, `no run directory \(profile-run report RUN_DIR --html\) \(see profile-run report -h\)`},
-		{"no format", []string{empty}, exitUsage, `say which report: --html`},
+		{"no run directory", []string{"--html"}, exitUsage, `no run directory \(profile-run report RUN_DIR \[--html\]\) \(see profile-run report -h\)`},
+		{"no text report", []string{empty}, exitFail, `empty/report\.txt: no such file: the run wrote no text report \(was it made with -report off, or -report PATH\?\); profile-run report \S+/empty --html draws its trace$`},
+		{"-o without --html", []string{empty, "-o", filepath.Join(tmp, "page.html")}, exitUsage, `-o names the HTML page: add --html`},
+		{"an -out directory, text", []string{outdir}, exitFail,
+			`outdir is an output directory holding 2 run directories \(latest first: 20260101-000000-aaaaaa, 20260101-000000-ffffff\), not a run directory: name one, e\.g\. the latest: profile-run report \S+/outdir/20260101-000000-aaaaaa$`},
 		{"two directories", []string{empty, cut, "--html"}, exitUsage, regexp.QuoteMeta("one run directory at a time, not 2 (" + empty + ", " + cut + "); for one job's runs on several hosts, import their traces together first (profile-run import " + filepath.Join(empty, "trace.json") + " " + filepath.Join(cut, "trace.json") + "; run each host with -trace-steps all for every step)")},
 		{"unknown flag", []string{empty, "--pdf"}, exitUsage, `flag provided but not defined: -pdf`},
 		{"missing directory", []string{filepath.Join(tmp, "absent"), "--html"}, exitFail, `absent: no such run directory`},
@@ -243,7 +246,7 @@ func TestReportErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, append([]string{"report"}, tc.args...)...)
-			if code != tc.code || !regexp.MustCompile(tc.want).MatchString(stderr) || strings.Count(stderr, "\n") != 1 {
+			if code != tc.code || !regexp.MustCompile(tc.want).MatchString(strings.TrimSuffix(stderr, "\n")) || strings.Count(stderr, "\n") != 1 {
 				t.Errorf("exit %d, stderr %q; want exit %d and one line matching %q", code, stderr, tc.code, tc.want)
 			}
 			if stdout != "" {
@@ -255,6 +258,29 @@ func TestReportErrors(t *testing.T) {
 		if left, _ := filepath.Glob(filepath.Join(dir, "*.html")); len(left) > 0 {
 			t.Errorf("a failed report left %v", left)
 		}
+	}
+}
+
+// report RUN_DIR prints the text report the run wrote, as it wrote it.
+func TestReportPrintsTheTextReport(t *testing.T) {
+	out := t.TempDir()
+	if code, _, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-steps", "2", "-layers", "4", "-width", "16", "-microbatch-size", "4"); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	runs, _ := filepath.Glob(filepath.Join(out, "*"))
+	if len(runs) != 1 {
+		t.Fatalf("%d run directories", len(runs))
+	}
+	want, err := os.ReadFile(filepath.Join(runs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, "report", runs[0])
+	if code != 0 || stderr != "" {
+		t.Fatalf("report: exit %d, stderr %q", code, stderr)
+	}
+	if stdout != string(want) || !strings.Contains(stdout, "=== rank 0 · all steps ===") {
+		t.Errorf("printed %d bytes, not the run's report.txt (%d bytes):\n%.300s", len(stdout), len(want), stdout)
 	}
 }
 
