@@ -135,19 +135,30 @@ func checkRunDir(dir string) error {
 	return nil
 }
 
-// printTextReport copies the run's report.txt to stdout.
-func printTextReport(ctx context.Context, o *reportOptions, stdout, _ io.Writer) error {
-	if err := checkRunDir(o.runDir); err != nil {
-		return err
+// openRunFile opens the file name of the run directory dir and returns it
+// with its path. Where dir is no run directory, or the file is missing, the
+// error says so: for an -out directory holding runs, which (suggesting
+// `profile-run report RUN flags`), else that the file is missing and why
+// that may be.
+func openRunFile(dir, name, flags, why string) (*os.File, string, error) {
+	if err := checkRunDir(dir); err != nil {
+		return nil, "", err
 	}
-	path := filepath.Join(o.runDir, "report.txt")
+	path := filepath.Join(dir, name)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		if runs := runsUnder(o.runDir); len(runs) > 0 {
-			return outDirError(o.runDir, runs, "")
+		if runs := runsUnder(dir); len(runs) > 0 {
+			return nil, path, outDirError(dir, runs, flags)
 		}
-		return fmt.Errorf("%s: no such file: the run wrote no text report (was it made with -report off, or -report PATH?); profile-run report %s --html draws its trace", path, o.runDir)
+		return nil, path, fmt.Errorf("%s: no such file: %s", path, why)
 	}
+	return f, path, err
+}
+
+// printTextReport copies the run's report.txt to stdout.
+func printTextReport(ctx context.Context, o *reportOptions, stdout, _ io.Writer) error {
+	f, _, err := openRunFile(o.runDir, "report.txt", "",
+		"the run wrote no text report (was it made with -report off, or -report PATH?); profile-run report "+o.runDir+" --html draws its trace")
 	if err != nil {
 		return err
 	}
@@ -165,14 +176,8 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	if err := checkReportTarget(o.out); err != nil {
 		return err
 	}
-	path := filepath.Join(o.runDir, "trace.json")
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		if runs := runsUnder(o.runDir); len(runs) > 0 {
-			return outDirError(o.runDir, runs, " --html")
-		}
-		return fmt.Errorf("%s: no such file: the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH, or did it stop before its -trace-steps? its report.txt says)", path)
-	}
+	f, path, err := openRunFile(o.runDir, "trace.json", " --html",
+		"the report reads the run's trace (was the run made with -trace off, or elsewhere with -trace PATH, or did it stop before its -trace-steps? its report.txt says)")
 	if err != nil {
 		return err
 	}
