@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,6 +218,11 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 		w.log.Warn("processes the command orphans will not be ended with it", zap.Error(err))
 	}
 	cmd.WaitDelay = waitDelay
+	// Caught before the command starts, so that no Ctrl-Z stops
+	// profile-run alone (forwardStops).
+	stops := make(chan os.Signal, 4)
+	signal.Notify(stops, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(stops)
 	if err := cmd.Start(); err != nil {
 		code := exitCannotExecute
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -237,8 +243,9 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 
 	exited := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); w.forwardSignals(cmd.Process.Pid, exited) }()
+	go func() { defer wg.Done(); w.forwardStops(cmd.Process.Pid, stops, exited) }()
 	go func() { defer wg.Done(); w.progress(exited) }()
 	err := cmd.Wait()
 	close(exited)
@@ -351,6 +358,30 @@ func (w *wrapper) forwardSignals(pid int, exited <-chan struct{}) {
 	}
 	w.log.Warn("killing the command's process group")
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// forwardStops makes Ctrl-Z stop the command with profile-run, and fg or
+// bg continue both. The command runs in a process group of its own, which
+// the terminal's SIGTSTP does not reach: without this, profile-run would
+// stop alone while the command ran on, its records piling up unread. On
+// SIGTSTP the command's group gets SIGTSTP (its own handlers run, as they
+// would unwrapped) and profile-run stops itself; the SIGCONT that
+// continues profile-run is passed on to the group.
+func (w *wrapper) forwardStops(pid int, stops <-chan os.Signal, exited <-chan struct{}) {
+	for {
+		select {
+		case <-exited:
+			return
+		case s := <-stops:
+			switch s {
+			case syscall.SIGTSTP:
+				_ = syscall.Kill(-pid, syscall.SIGTSTP)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			case syscall.SIGCONT:
+				_ = syscall.Kill(-pid, syscall.SIGCONT)
+			}
+		}
+	}
 }
 
 // progress writes a line now and then while the command runs: on a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -713,5 +714,68 @@ func TestImportTwoWrappedHosts(t *testing.T) {
 	}
 	if !bytes.Contains(html, []byte("clocks not aligned: ranks 2, 3 as recorded")) || bytes.Contains(html, []byte("every rank on one clock")) {
 		t.Errorf("the page of a trace on two clocks claims one, or does not say which ranks kept theirs")
+	}
+}
+
+// procState is the state letter of /proc/PID/stat ('T' stopped), or 0.
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// Ctrl-Z (SIGTSTP) stops the wrapped command with profile-run, though the
+// command runs in a process group of its own, and SIGCONT (fg, bg)
+// continues both.
+func TestWrapStopAndContinue(t *testing.T) {
+	noPlugin(t)
+	if procState(os.Getpid()) == 0 {
+		t.Skip("skipped: no /proc to read process states from")
+	}
+	p := startMain(t, "-out", t.TempDir(), "-metrics-addr", "off", "-progress", "off", "--",
+		"sh", "-c", `echo "child $$"; while :; do sleep 0.05; done`)
+	go func() { _, _ = io.Copy(io.Discard, p.stderr) }() // exec waits for it to be read
+	var child int
+	deadline := time.Now().Add(time.Minute)
+	for child == 0 && time.Now().Before(deadline) {
+		if m := regexp.MustCompile(`child (\d+)`).FindStringSubmatch(p.output()); m != nil {
+			child, _ = strconv.Atoi(m[1])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if child == 0 {
+		t.Fatalf("the command never said its pid; stdout %q", p.output())
+	}
+	pr := p.cmd.Process.Pid
+	waitState := func(what string, stopped bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if (procState(pr) == 'T') == stopped && (procState(child) == 'T') == stopped {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s: profile-run state %q, the command's %q after 30 s", what, procState(pr), procState(child))
+	}
+	if err := syscall.Kill(pr, syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitState("after SIGTSTP, both stopped", true)
+	if err := syscall.Kill(pr, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState("after SIGCONT, both running", false)
+	if err := syscall.Kill(pr, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitWithin(t, p, time.Minute); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit %d, want %d (the command's, killed by the SIGTERM passed on)", code, 128+int(syscall.SIGTERM))
 	}
 }
