@@ -164,6 +164,8 @@ type ActivityTrace struct {
 	external map[uint32]uint64 // correlation id → pushed id
 	dropped  uint64            // records CUPTI lost (its own count)
 	records  uint64
+	// unfinished counts records of work not done when flushed: no times.
+	unfinished uint64
 }
 
 // StartActivityTrace turns on CUPTI's activity records for kernels,
@@ -230,10 +232,12 @@ func (t *ActivityTrace) Pop() {
 	goruntime.UnlockOSThread()
 }
 
-// Flush asks CUPTI for every record it holds, finished or not yet
-// delivered, and hands the completed activities gathered since the last
-// Flush to fn, in the order CUPTI delivered them. External ids are looked
-// up with External.
+// Flush asks CUPTI for every record it holds and hands the activities
+// gathered since the last Flush to fn, in the order CUPTI delivered them.
+// Call it once the work has finished (a stream or device synchronised):
+// CUPTI hands over work still running without its times, and those
+// records are left out and counted (Stats). External ids are looked up
+// with External.
 func (t *ActivityTrace) Flush(fn func(Activity)) error {
 	if rc := dl.Call(t.api.flushAll, 1); rc != 0 {
 		return t.api.err("cuptiActivityFlushAll", rc)
@@ -258,11 +262,12 @@ func (t *ActivityTrace) External(c uint32) (uint64, bool) {
 	return id, ok
 }
 
-// Stats returns the records decoded and those CUPTI reports lost.
-func (t *ActivityTrace) Stats() (records, dropped uint64) {
+// Stats returns the records decoded, those CUPTI reports lost and those
+// of work that had not finished when they were flushed (no times).
+func (t *ActivityTrace) Stats() (records, dropped, unfinished uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.records, t.dropped
+	return t.records, t.dropped, t.unfinished
 }
 
 // Stop turns the records off, flushes what is left (Flush may still hand
@@ -390,8 +395,18 @@ func (t *ActivityTrace) decode(b []byte, base uintptr) {
 			}
 		}
 	}
+	kept := out[:0]
+	unfinished := uint64(0)
+	for _, a := range out {
+		if a.End == 0 || a.End < a.Start {
+			unfinished++
+			continue
+		}
+		kept = append(kept, a)
+	}
 	t.mu.Lock()
-	t.done = append(t.done, out...)
+	t.unfinished += unfinished
+	t.done = append(t.done, kept...)
 	for c, id := range ext {
 		t.external[c] = id
 	}
