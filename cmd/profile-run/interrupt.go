@@ -89,11 +89,11 @@ func (in *interrupt) deliver(s os.Signal) {
 // readerGone says the reader of profile-run's stdout or stderr has gone
 // (`profile-run | head`, head done). Training the built-in model stops as
 // on a signal, SIGPIPE (exit status 141), and everything recorded is
-// written out: what head asks of any program writing into it, without the
-// half-written files dying of SIGPIPE would leave. A wrapped command is
-// not touched (its output is its own, and it meets the closed pipe
-// itself), and once training is over, or for import and report, nothing
-// stops: only what would have been printed is dropped.
+// written out: the run ends, as head asks of whatever writes into it, but
+// not with the half-written files that dying of SIGPIPE would leave. A
+// wrapped command is not touched (its output is its own, and it meets the
+// closed pipe itself), and once training is over, or for import and
+// report, nothing stops: only what would have been printed is dropped.
 func (in *interrupt) readerGone() {
 	in.mu.Lock()
 	leave := in.wrapped || !in.training
