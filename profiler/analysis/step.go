@@ -104,7 +104,9 @@ type Rank struct {
 	// forward or backward computation. Chunks splits it by the VPP chunk
 	// of the action each idle gap ended at (a wait for that chunk's
 	// input), indexed by chunk; Drain is the gap after the rank's last
-	// computation, which no action ends.
+	// computation, which no action ends. Where the rank's computation
+	// carries no chunk labels (a wrapped job's kernels), or it has none,
+	// the bubble is not split: Chunks is empty and Drain zero.
 	Bubble time.Duration
 	Chunks []time.Duration
 	Drain  time.Duration
