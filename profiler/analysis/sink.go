@@ -51,8 +51,12 @@ type Stats struct {
 	// their steps say so.
 	Dropped uint64
 	// Late counts records of steps already analysed: they are in no
-	// figure.
-	Late uint64
+	// figure. LateKinds splits it by the records' kind (indexed by
+	// profiler.Kind; the last entry holds any other), and FirstLate
+	// describes the first of them.
+	Late      uint64
+	LateKinds [int(profiler.KindKernel) + 2]uint64
+	FirstLate string
 	// Unlabelled counts records without a step label, which belong to no
 	// step.
 	Unlabelled uint64
@@ -82,7 +86,7 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		}
 		s.ranks[it.rank] = true
 		if s.analysed && it.step <= s.upTo {
-			s.stats.Late++
+			s.late(&batch[i])
 			continue
 		}
 		if it.isStep {
@@ -105,6 +109,15 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		s.held++
 	}
 	s.advance(false)
+}
+
+// late counts r, a record of a step already analysed.
+func (s *Sink) late(r *profiler.Record) {
+	s.stats.Late++
+	s.stats.LateKinds[min(int(r.Kind), len(s.stats.LateKinds)-1)]++
+	if s.stats.FirstLate == "" {
+		s.stats.FirstLate = fmt.Sprintf("rank %d's %s %q of step %d, after steps up to %d were analysed", r.Rank, r.Kind, r.Name, r.Step, s.upTo)
+	}
 }
 
 // ExpectRanks tells the sink that the run has n ranks, for a caller that
@@ -233,7 +246,7 @@ func (s *Sink) Summary() Summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := s.tot.summary()
-	sum.Late = s.stats.Late
+	sum.Late, sum.LateKinds, sum.FirstLate = s.stats.Late, s.stats.LateKinds, s.stats.FirstLate
 	sum.OneClock = s.cfg.oneClock
 	if a := s.cfg.applied; a != nil && len(a.Residual) > 0 {
 		sum.Offsets = a.clone()

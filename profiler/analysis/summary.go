@@ -53,8 +53,10 @@ type Summary struct {
 	// was aligned, nor needed to be.
 	OneClock bool
 	// Late counts records that came after their step was analysed (a
-	// Sink's Stats.Late): in no figure.
-	Late uint64
+	// Sink's Stats.Late, with LateKinds and FirstLate): in no figure.
+	Late      uint64
+	LateKinds [int(profiler.KindKernel) + 2]uint64
+	FirstLate string
 	// AlignedOnP2P are the ranks some step aligned on their sends and
 	// receives, no collective joining their clock to the others'
 	// (Offsets.P2P).
@@ -391,9 +393,25 @@ func WriteReport(w io.Writer, s Summary) error {
 		}
 	}
 	if s.Late > 0 {
-		fmt.Fprintf(w, "%d records came after their step was analysed (a kernel that ran long on another stream, say) and are in no figure above\n", s.Late)
+		fmt.Fprintf(w, "%d records came after their step was analysed and are in no figure above (%s; the first: %s)\n", s.Late, lateKinds(s.LateKinds), s.FirstLate)
 	}
 	return nil
+}
+
+// lateKinds says what kinds of record came late: "412 kernel, 107 device".
+func lateKinds(n [int(profiler.KindKernel) + 2]uint64) string {
+	var parts []string
+	for k, c := range n {
+		if c == 0 {
+			continue
+		}
+		name := "other"
+		if k < len(n)-1 {
+			name = profiler.Kind(k).String()
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", c, name))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // counted is n and the noun, plural unless n is 1 ("1 chunk", "8
