@@ -20,6 +20,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/exporters/pprof"
 	"github.com/trainscope/trainscope/exporters/prom"
+	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
@@ -302,32 +303,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	// files (one clock per file); a wrapped command's processes all run on
 	// this host, on its clock (the plugin reaches the collector through a
 	// local socket).
-	switch {
-	case len(o.command) > 0 || o.importing > 0:
-		var align, clocks, sched analysis.Option
-		switch {
-		case o.importing > 1:
-			align = analysis.WithClockAlignment()
-		case len(o.command) > 0:
-			align = analysis.WithOneClock()
-		}
-		if o.clocks != nil {
-			clocks = analysis.WithClockDomains(o.clocks)
-		}
-		if o.schedMB > 0 {
-			sched = analysis.WithSchedule(o.schedChunks, o.schedMB)
-		}
-		if o.applied != nil {
-			// import aligned the records before they came.
-			align = analysis.WithAppliedOffsets(*o.applied)
-		}
-		out.pipe = &stepsOrCalls{
-			steps: analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed), align, clocks, sched),
-			calls: analysis.NewCallSink(align, clocks),
-		}
-	default:
-		out.pipe = analysis.NewSink(analysis.WithStepFunc(out.stepAnalysed))
-	}
+	out.pipe = newPipeAnalysis(o, out.stepAnalysed)
 	sinks = append(sinks, out.pipe)
 	if out.report != nil && o.callLogMiB > 0 {
 		out.calls = profiler.NewCallLog(callLogPrefix(out.report.Name()), int64(o.callLogMiB)<<20)
@@ -394,6 +370,45 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		}
 	}
 	return out, nil
+}
+
+// newPipeAnalysis is the pipeline analysis for o's records, calling
+// stepAnalysed with each step analysed.
+func newPipeAnalysis(o *options, stepAnalysed func(*analysis.Step)) pipeAnalysis {
+	switch {
+	case len(o.command) > 0 || o.importing > 0:
+		var align, clocks, sched analysis.Option
+		switch {
+		case o.importing > 1:
+			align = analysis.WithClockAlignment()
+		case len(o.command) > 0:
+			align = analysis.WithOneClock()
+		}
+		if o.clocks != nil {
+			clocks = analysis.WithClockDomains(o.clocks)
+		}
+		if o.schedMB > 0 {
+			sched = analysis.WithSchedule(o.schedChunks, o.schedMB)
+		}
+		// A wrapped command's step ranges are held back until their
+		// kernels have come (half a second of GPU time and more), while
+		// the records of later steps flow: at 13 ms a step, 16 open steps
+		// were too few, and steps were analysed without their ranges.
+		open := analysis.WithMaxOpenSteps(16)
+		if len(o.command) > 0 {
+			open = analysis.WithMaxOpenSteps(ncclplugin.MaxHeldSteps)
+		}
+		if o.applied != nil {
+			// import aligned the records before they came.
+			align = analysis.WithAppliedOffsets(*o.applied)
+		}
+		return &stepsOrCalls{
+			steps: analysis.NewSink(analysis.WithStepFunc(stepAnalysed), align, clocks, sched, open),
+			calls: analysis.NewCallSink(align, clocks),
+		}
+	default:
+		return analysis.NewSink(analysis.WithStepFunc(stepAnalysed))
+	}
 }
 
 func (out *outputs) files() []*os.File {

@@ -30,10 +30,17 @@ type activity struct {
 	state traceState
 	why   string
 	// latest is the latest device end (plugin CLOCK_MONOTONIC ns) of the
-	// process's activity records so far: CUPTI delivers them a buffer at
-	// a time, in about the order they finished, so a step that ended
-	// before it has had its kernels.
+	// process's activity records so far. CUPTI delivers them a buffer at
+	// a time, and not in the order they ran: a default flush hands over
+	// only the buffers whose records are all complete, so the buffer of
+	// a stream (or thread) that is always busy comes only when it is
+	// full, while other streams' records overtake it. behind is how far
+	// (ns) a record has come after others that ended later than it
+	// started, the most seen so far: a step has had its kernels once the
+	// records have gone that far past its end, and kernelLag at least (a
+	// watermark with bounded out-of-orderness).
 	latest  uint64
+	behind  uint64
 	records uint64    // activity records received
 	last    time.Time // when the latest arrived
 	names   map[uint32]*kernelName
@@ -52,6 +59,11 @@ const (
 	// finished, so a GPU that stays busy, or goes idle, may keep the last
 	// kernels of a step back for a while.
 	kernelWait = 5 * time.Second
+	// kernelLag is the least a step waits past its end, in device time,
+	// for records that CUPTI hands over out of order, before it has seen
+	// how far out of order they come: wrapped FSDP2 steps of 37 ms on an
+	// H200 had kernels come after those of steps 5 later.
+	kernelLag = uint64(500 * time.Millisecond)
 	// maxKernelNames bounds the names kept per process.
 	maxKernelNames = 1 << 14
 )
@@ -62,7 +74,17 @@ const (
 // torch.profiler, took CUPTI's callbacks over) or its GPU is idle, and
 // its steps need not wait any more.
 func (a *activity) through(t uint64) bool {
-	return a.state != tracing || a.latest >= t || a.records > 0 && time.Since(a.last) >= kernelWait
+	lag := max(a.behind, kernelLag)
+	return a.state != tracing || a.latest >= t && a.latest-t >= lag || a.records > 0 && time.Since(a.last) >= kernelWait
+}
+
+// arrived notes a record of device interval [begin, end]. It implements
+// through's watermark.
+func (a *activity) arrived(begin, end uint64) {
+	if a.latest > begin {
+		a.behind = max(a.behind, a.latest-begin)
+	}
+	a.latest = max(a.latest, end)
 }
 
 // name stores a piece of a kernel name.
@@ -155,7 +177,7 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 	pr.act.state = tracing // its first record may have been lost
 	pr.act.records++
 	pr.act.last = time.Now()
-	pr.act.latest = max(pr.act.latest, r.RangeEnd)
+	pr.act.arrived(r.RangeBegin, r.RangeEnd)
 	if pr.device < 0 {
 		// A process without a communicator (a one-GPU job) has its
 		// device from its kernels: its steps must carry it to be

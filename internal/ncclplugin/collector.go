@@ -433,9 +433,11 @@ type heldStep struct {
 	at  time.Time // when it was held
 }
 
-// maxHeld bounds the step ranges a process holds back; beyond it the
-// oldest goes out whatever is still pending.
-const maxHeld = 1 << 10
+// MaxHeldSteps bounds the step ranges a process holds back; beyond it
+// the oldest goes out whatever is still pending. A step analysis fed by
+// the collector should keep as many steps open: the records of the
+// steps held come in the meantime.
+const MaxHeldSteps = 1 << 10
 
 // stepSpan is one step range of a process, in plugin CLOCK_MONOTONIC ns;
 // end is 0 while it is open.
@@ -1255,7 +1257,7 @@ func (pr *process) releaseSteps(out []profiler.Record, all bool) []profiler.Reco
 	var now time.Time
 	for n < len(pr.held) {
 		h := &pr.held[n]
-		if len(pr.held)-n <= maxHeld && !all {
+		if len(pr.held)-n <= MaxHeldSteps && !all {
 			if h.end >= oldest {
 				break
 			}

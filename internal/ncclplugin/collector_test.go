@@ -886,10 +886,13 @@ func TestCollectorKernels(t *testing.T) {
 			t.Fatalf("the step came before the process's kernels had passed its end: %+v", r)
 		}
 	}
-	// A kernel that ran after the step, and the next step's start: the
-	// step thread has gone past the kernel, so its step (none) is known.
-	if _, err := conn.Write(stream(rangeFrame(10, 1, 2, 0, us(125), 0, 0, "step 1"),
-		activityFrame(1, us(120), us(130), 3, 7, 1, 0, 0, ""))); err != nil {
+	// A kernel that ran after the step, by more than the least lag kept
+	// for records CUPTI hands over out of order, and the next step's
+	// start: the step thread has gone past the kernel, so its step (none)
+	// is known.
+	after := 100 + kernelLag/1000
+	if _, err := conn.Write(stream(rangeFrame(10, 1, 2, 0, us(after+25), 0, 0, "step 1"),
+		activityFrame(1, us(after+20), us(after+30), 3, 7, 1, 0, 0, ""))); err != nil {
 		t.Fatal(err)
 	}
 	recs = sink.wait(t, 6)
@@ -940,6 +943,94 @@ func TestCollectorKernels(t *testing.T) {
 	if len(done) != 1 || !done[0].Computed || done[0].Busy != 70*time.Microsecond {
 		t.Errorf("accounted %+v; want one step, computed, busy 70µs (20 + 50)", done)
 	}
+}
+
+// TestCollectorKernelsOutOfOrder: CUPTI hands a busy stream's buffer over
+// only when it is full, so the kernels of other streams can pass a step's
+// end while the busy stream's kernels of that step are still to come
+// (wrapped FSDP2 on an H200: kernels came after those of the steps 5
+// later, and the step analysis had gone on without them). A step waits
+// until the records are kernelLag past its end; once records have come
+// further out of order than that, as far as they came.
+func TestCollectorKernelsOutOfOrder(t *testing.T) {
+	// Held steps are looked at as records come and at each sweep, every
+	// quarter linger: a sweep every 10 ms.
+	c, sink, _ := newTestCollector(t, WithLinger(40*time.Millisecond))
+	const host = 5_000_000_000
+	lag := float64(kernelLag) / 1e6 // ms
+	ms := func(n float64) uint64 { return host + uint64(n*1e6) }
+	h := helloFrame(wireVersion, 620, "n")
+	binary.LittleEndian.PutUint32(h[96:], 1) // RANK=0
+	// Step 0 is [0, 10 ms], step 1 [10 ms, 10 ms + 4 lags], step 2 the
+	// next 10 lags, and the step thread has started step 3: every
+	// kernel's step is settled.
+	end1 := 10 + 4*lag
+	conn := send(t, c, stream(h, activityFrame(0, ms(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"),
+		rangeFrame(10, 1, 1, 0, ms(0), 0, 0, "step 0"),
+		rangeFrame(10, 0, 1, 0, ms(0), ms(10), 0, "step 0"),
+		rangeFrame(10, 1, 2, 0, ms(10), 0, 0, "step 1"),
+		rangeFrame(10, 0, 2, 0, ms(10), ms(end1), 0, "step 1"),
+		rangeFrame(10, 1, 3, 0, ms(end1), 0, 0, "step 2"),
+		rangeFrame(10, 0, 3, 0, ms(end1), ms(end1+10*lag), 0, "step 2"),
+		rangeFrame(10, 1, 4, 0, ms(end1+10*lag), 0, 0, "step 3"),
+		// Stream 8's buffer first: a kernel of step 1, past step 0's end
+		// by less than the least lag.
+		activityFrame(1, ms(10+lag/2), ms(10+lag/2+1), 0, 8, 0, 0, 0, ""),
+	), true)
+	t.Cleanup(func() { conn.Close() })
+	steps := func() (n int) {
+		for _, r := range sink.records() {
+			if r.Name == "step" {
+				n++
+			}
+		}
+		return n
+	}
+	write := func(frames ...[]byte) {
+		t.Helper()
+		if _, err := conn.Write(stream(frames...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink.wait(t, 1)
+	time.Sleep(100 * time.Millisecond)
+	if n := steps(); n != 0 {
+		t.Fatalf("step 0 went out when another stream's kernels had passed its end by %v ms, less than the least lag (%v ms)", lag/2+1, lag)
+	}
+	// Stream 7's buffer: step 0's kernel, then one a lag past step 0's
+	// end. Step 0 goes out after its kernel.
+	write(activityFrame(1, ms(5), ms(9.9), 0, 7, 0, 0, 0, ""),
+		activityFrame(1, ms(10+lag+1), ms(10+lag+2), 0, 7, 0, 0, 0, ""))
+	recs := sink.wait(t, 4)
+	if recs[3].Name != "step" || recs[3].Step != 0 || recs[1].Step != 0 || recs[1].Stream != 7 {
+		t.Fatalf("delivered %v; want stream 8's kernel, step 0's kernel on stream 7 and the later one, then step 0", names(recs))
+	}
+	// Stream 8 runs 3 lags ahead: a kernel past step 1's end by half a lag,
+	// then stream 7's kernel of step 1 that started 2.5 lags before it
+	// ended: records come up to 3 lags out of order now.
+	write(activityFrame(1, ms(end1+lag/2), ms(end1+lag/2+1), 0, 8, 0, 0, 0, ""),
+		activityFrame(1, ms(end1-2.5*lag), ms(end1-2.5*lag+1), 0, 7, 0, 0, 0, ""))
+	sink.wait(t, 6)
+	// Two lags past step 1's end is not far enough any more; three is.
+	write(activityFrame(1, ms(end1+2*lag), ms(end1+2*lag+1), 0, 8, 0, 0, 0, ""))
+	sink.wait(t, 7)
+	time.Sleep(100 * time.Millisecond)
+	if n := steps(); n != 1 {
+		t.Fatalf("%d steps out; step 1 must wait for records 3 lags past its end, as far out of order as they have come", n)
+	}
+	write(activityFrame(1, ms(end1+3.5*lag), ms(end1+3.5*lag+1), 0, 8, 0, 0, 0, ""))
+	sink.wait(t, 9)
+	if n := steps(); n != 2 {
+		t.Fatalf("%d steps out, want step 1 too", n)
+	}
+}
+
+func names(recs []profiler.Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, fmt.Sprintf("%s(step %d, stream %d)", r.Name, r.Step, r.Stream))
+	}
+	return out
 }
 
 // TestCollectorKernelsUntraced: a plugin that could not trace says why,
