@@ -22,6 +22,10 @@
 #   ddp.txt      a wrapped DistributedDataParallel loop with NVTX steps
 #                (examples/torch/ddp_steps.py): steps, step times and the
 #                all-reduces of each step against the script's own counts
+#   fsdp.txt     a wrapped fully sharded (FSDP2) loop with NVTX steps
+#                (examples/torch/fsdp_steps.py, fsdp mode only): steps,
+#                step times, and each step's all-gathers and
+#                reduce-scatters, size by size, against the script's own
 #   kernels.txt  a wrapped one-GPU loop (examples/torch/kernel_steps.py):
 #                its kernels per step and their device time, traced by
 #                CUPTI, against the script's count and CUDA events; the
@@ -95,6 +99,7 @@ run() {
 	[ "${1:-all}" = signals ] && { signals; return; }
 	[ "${1:-all}" = steps ] && { steps; return; }
 	[ "${1:-all}" = ddp ] && { ddp; return; }
+	[ "${1:-all}" = fsdp ] && { fsdp; return; }
 	[ "${1:-all}" = pipeline ] && { pipeline; return; }
 	[ "${1:-all}" = kernels ] && { kernels; return; }
 	[ "${1:-all}" = overhead ] && { overhead; return; }
@@ -206,6 +211,15 @@ ddp() {
 	echo "exit $?" >>"$OUT/ddp.log"
 	cp "$OUT"/ddp/*/report.txt "$OUT/ddp-report.txt"
 	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp.log" "$OUT/ddp-report.txt" "$OUT"/ddp/*/trace.json | tee "$OUT/ddp.txt"
+}
+
+fsdp() {
+	echo "== FSDP2 with NVTX steps, kernels traced"
+	timeout -k 10 300 "$pr" -out "$OUT/fsdp" -metrics-addr off -progress off -quiet -trace-steps all -- \
+		"${tr[@]}" "$root/examples/torch/fsdp_steps.py" "${share[@]}" --steps 20 >"$OUT/fsdp.log" 2>&1
+	echo "exit $?" >>"$OUT/fsdp.log"
+	cp "$OUT"/fsdp/*/report.txt "$OUT/fsdp-report.txt"
+	python3 "$root/scripts/wrapcheck.py" --fsdp "$OUT/fsdp.log" "$OUT/fsdp-report.txt" "$OUT"/fsdp/*/trace.json | tee "$OUT/fsdp.txt"
 }
 
 pipeline() {
@@ -354,13 +368,14 @@ run) run all ;;
 signals) run signals ;;
 steps) run steps ;;
 ddp) run ddp ;;
+fsdp) run fsdp ;;
 pipeline) run pipeline ;;
 kernels) run kernels ;;
 overhead) run overhead ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|pipeline|kernels" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|fsdp|pipeline|kernels" >&2
 	exit 2
 	;;
 esac

@@ -35,6 +35,16 @@ every rank's steps and mean step time (within 5 % of the script's own
 timing of the same range), the all-reduces of each step against the
 count DDP's communication hook kept, and every step analysed complete.
 
+    python3 scripts/wrapcheck.py --fsdp wrapped.log report.txt trace.json
+
+checks a run of examples/torch/fsdp_steps.py traced with -trace-steps
+all: every rank's steps and mean step time (within 5 % of the script's
+own timing), and in each step the all-gathers and reduce-scatters the
+trace holds against the ones the script saw FSDP make, size by size
+(bytes as PyTorch's tensors give them: the whole gathered or reduced
+size), every step analysed complete, and no record come after its
+step was analysed.
+
     python3 scripts/wrapcheck.py --kernels wrapped.log report.txt trace.json
 
 checks a run of examples/torch/kernel_steps.py traced with -trace-steps
@@ -251,6 +261,58 @@ def ddp(log, report, trace):
     return 1 if bad else 0
 
 
+def fsdp(log, report, trace):
+    """A wrapped run of examples/torch/fsdp_steps.py: steps per rank, the
+    mean step time against the script's own, and each step's all-gathers
+    and reduce-scatters, size by size, against the calls the script saw
+    FSDP make."""
+    runs = tool_lines(log, "fsdp_steps")
+    if not runs:
+        print("FAIL fsdp: no fsdp_steps lines in %s" % log)
+        return 1
+    text = open(report, errors="replace").read()
+    rows = step_rows(text)
+    events, rank_of = trace_events(trace)
+    seen = collections.defaultdict(collections.Counter)  # (rank, step) -> (op, bytes) -> calls
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and e.get("cat") == "collective" and "host_us" not in a and a.get("step", -1) >= 0:
+            seen[(rank_of.get(e["pid"], -1), int(a["step"]))][(a.get("op", e["name"]), int(a.get("bytes", 0)))] += 1
+    bad = 0
+    for r in sorted(runs, key=lambda r: r["rank"]):
+        rank = r["rank"]
+        mean_ms = 1e3 * statistics.mean(r["host_step_s"])
+        got = rows.get(rank)
+        ok = got is not None and got[0] == r["steps"] and abs(got[1] - mean_ms) <= 0.05 * mean_ms
+        bad += not ok
+        print("%s fsdp rank %d: report %s steps, mean %s ms; the script %d steps, mean %.3f ms"
+              % ("PASS" if ok else "FAIL", rank, got[0] if got else "no", "%.3f" % got[1] if got else "-", r["steps"], mean_ms))
+        wrong = []
+        calls = collections.Counter()
+        for n, want in enumerate(r["collectives_per_step"]):
+            w = collections.Counter((op, b) for op, sizes in want.items() for b in sizes)
+            calls.update(op for op, _ in w.elements())
+            if seen.get((rank, n), collections.Counter()) != w:
+                wrong.append(n)
+        ok = not wrong and sum(calls.values()) > 0
+        bad += not ok
+        first = r["collectives_per_step"][wrong[0]] if wrong else {}
+        print("%s fsdp rank %d: %s in the trace, step by step and size by size, as the script counted them%s"
+              % ("PASS" if ok else "FAIL", rank, ", ".join("%d %s" % (v, k) for k, v in sorted(calls.items())) or "no collectives",
+                 "" if not wrong else "; steps %s differ, the first (%d): trace %s, script %s"
+                 % (wrong, wrong[0], dict(seen.get((rank, wrong[0]), {})), {op: len(b) for op, b in first.items()})))
+    m = re.search(r"(\d+) of (\d+) steps complete", text)
+    ok = m is not None and m.group(1) == m.group(2)
+    bad += not ok
+    print("%s fsdp pipeline analysis: %s" % ("PASS" if ok else "FAIL", m.group(0) if m else "no steps analysed"))
+    # FSDP's streams are busy in turn: CUPTI hands their kernels over out
+    # of order, and every one must still reach its step's figures.
+    late = re.search(r"(\d+) records came after their step was analysed.*", text)
+    bad += late is not None
+    print("%s fsdp every record in its step's analysis%s" % ("FAIL" if late else "PASS", ": " + late.group(0) if late else ""))
+    return 1 if bad else 0
+
+
 def p2p_comms(trace):
     """Per rank, the communicators it sent or received over: (group,
     group size, its rank in it) -> [calls, peers]."""
@@ -436,6 +498,8 @@ def main(argv):
         return kernels(argv[2], argv[3], argv[4])
     if len(argv) in (4, 5) and argv[1] == "--pipeline":
         return pipeline(*argv[2:])
+    if len(argv) == 5 and argv[1] == "--fsdp":
+        return fsdp(argv[2], argv[3], argv[4])
     if len(argv) == 5 and argv[1] == "--ddp":
         return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":
