@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU evidence that needs one GPU per rank, in one call of about five
+# The GPU evidence that needs one GPU per rank, in one call of about six
 # minutes, for a machine with two GPUs (it runs with one too, where every
 # part says that its ranks share the GPU):
 #
@@ -16,7 +16,10 @@
 #      busy time;
 #   6. a wrapped pp=2 × dp=2 job named as Megatron-LM names its groups
 #      (scripts/gpu-wrap.sh pipeline): stages, busy per stage, collectives
-#      matched within their own communicator.
+#      matched within their own communicator;
+#   7. a wrapped FSDP2 job (scripts/gpu-wrap.sh fsdp), one GPU per rank:
+#      its all-gathers and reduce-scatters per step and size, every
+#      kernel in its step's analysis.
 #
 #   scripts/gpu-two.sh build          # here: every binary into .bin/
 #   OUT=... scripts/gpu-two.sh run    # there; results under $OUT
@@ -70,11 +73,13 @@ run() {
 	grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
 	echo "== 6. wrapped pipeline job (pp 2 × dp 2), Megatron-LM's group names"
 	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | grep -E '^(==|PASS|FAIL|  problem|profile-run: report)' 
+	echo "== 7. wrapped FSDP2 job with NVTX steps, its kernels traced"
+	OUT=$OUT/wrap-fsdp bash "$root/scripts/gpu-wrap.sh" fsdp 2>&1 | grep -E '^(==|PASS|FAIL)'
 
 	# Only the logs come back, packed into one file: what comes back is
 	# limited in count, and the run directories (traces, profiles, MPS's
 	# pipes) would crowd them out.
-	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/pipeline-named" "$OUT/wrap-pipeline/mps"
+	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/pipeline-named" "$OUT/wrap-pipeline/mps" "$OUT/wrap-fsdp/fsdp" "$OUT/wrap-fsdp/mps"
 	(cd "$OUT" && find . -type f ! -name logs.tgz | sort >files.txt && tar czf logs.tgz -T files.txt && xargs rm -f <files.txt && find . -mindepth 1 -type d -empty -delete)
 	tar tzf "$OUT/logs.tgz"
 }
