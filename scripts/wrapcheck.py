@@ -224,6 +224,27 @@ def steps(log, report):
     return 1 if bad else 0
 
 
+def step_time_check(tool, r, rows):
+    """One rank's steps and mean step time in the report's step breakdown
+    (rows) against the script's own timing of the same ranges (r), within
+    5 %: 1 when they differ, printed either way."""
+    rank = r["rank"]
+    mean_ms = 1e3 * statistics.mean(r["host_step_s"])
+    got = rows.get(rank)
+    ok = got is not None and got[0] == r["steps"] and abs(got[1] - mean_ms) <= 0.05 * mean_ms
+    print("%s %s rank %d: report %s steps, mean %s ms; the script %d steps, mean %.3f ms"
+          % ("PASS" if ok else "FAIL", tool, rank, got[0] if got else "no", "%.3f" % got[1] if got else "-", r["steps"], mean_ms))
+    return 0 if ok else 1
+
+
+def complete_check(tool, text):
+    """Every step the report's pipeline analysis saw complete: 1 if not."""
+    m = re.search(r"(\d+) of (\d+) steps complete", text)
+    ok = m is not None and m.group(1) == m.group(2)
+    print("%s %s pipeline analysis: %s" % ("PASS" if ok else "FAIL", tool, m.group(0) if m else "no steps analysed"))
+    return 0 if ok else 1
+
+
 def ddp(log, report, trace):
     """A wrapped run of examples/torch/ddp_steps.py: steps per rank, the
     mean step time against the script's own, and the all-reduces of each
@@ -243,21 +264,13 @@ def ddp(log, report, trace):
     bad = 0
     for r in sorted(runs, key=lambda r: r["rank"]):
         rank = r["rank"]
-        mean_ms = 1e3 * statistics.mean(r["host_step_s"])
-        got = rows.get(rank)
-        ok = got is not None and got[0] == r["steps"] and abs(got[1] - mean_ms) <= 0.05 * mean_ms
-        bad += not ok
-        print("%s ddp rank %d: report %s steps, mean %s ms; the script %d steps, mean %.3f ms"
-              % ("PASS" if ok else "FAIL", rank, got[0] if got else "no", "%.3f" % got[1] if got else "-", r["steps"], mean_ms))
+        bad += step_time_check("ddp", r, rows)
         want = r["allreduces_per_step"]
         seen = [per_step[(rank, n)] for n in range(len(want))]
         ok = seen == want
         bad += not ok
         print("%s ddp rank %d: all-reduces per step in the trace %s, DDP's hook counted %s" % ("PASS" if ok else "FAIL", rank, seen, want))
-    m = re.search(r"(\d+) of (\d+) steps complete", text)
-    ok = m is not None and m.group(1) == m.group(2)
-    bad += not ok
-    print("%s ddp pipeline analysis: %s" % ("PASS" if ok else "FAIL", m.group(0) if m else "no steps analysed"))
+    bad += complete_check("ddp", text)
     return 1 if bad else 0
 
 
@@ -281,12 +294,7 @@ def fsdp(log, report, trace):
     bad = 0
     for r in sorted(runs, key=lambda r: r["rank"]):
         rank = r["rank"]
-        mean_ms = 1e3 * statistics.mean(r["host_step_s"])
-        got = rows.get(rank)
-        ok = got is not None and got[0] == r["steps"] and abs(got[1] - mean_ms) <= 0.05 * mean_ms
-        bad += not ok
-        print("%s fsdp rank %d: report %s steps, mean %s ms; the script %d steps, mean %.3f ms"
-              % ("PASS" if ok else "FAIL", rank, got[0] if got else "no", "%.3f" % got[1] if got else "-", r["steps"], mean_ms))
+        bad += step_time_check("fsdp", r, rows)
         wrong = []
         calls = collections.Counter()
         for n, want in enumerate(r["collectives_per_step"]):
@@ -301,10 +309,7 @@ def fsdp(log, report, trace):
               % ("PASS" if ok else "FAIL", rank, ", ".join("%d %s" % (v, k) for k, v in sorted(calls.items())) or "no collectives",
                  "" if not wrong else "; steps %s differ, the first (%d): trace %s, script %s"
                  % (wrong, wrong[0], dict(seen.get((rank, wrong[0]), {})), {op: len(b) for op, b in first.items()})))
-    m = re.search(r"(\d+) of (\d+) steps complete", text)
-    ok = m is not None and m.group(1) == m.group(2)
-    bad += not ok
-    print("%s fsdp pipeline analysis: %s" % ("PASS" if ok else "FAIL", m.group(0) if m else "no steps analysed"))
+    bad += complete_check("fsdp", text)
     # FSDP's streams are busy in turn: CUPTI hands their kernels over out
     # of order, and every one must still reach its step's figures.
     late = re.search(r"(\d+) records came after their step was analysed.*", text)
