@@ -394,7 +394,7 @@ func newPipeAnalysis(o *options, stepAnalysed func(*analysis.Step)) pipeAnalysis
 		// kernels have come (half a second of GPU time and more), while
 		// the records of later steps flow: at 13 ms a step, 16 open steps
 		// were too few, and steps were analysed without their ranges.
-		open := analysis.WithMaxOpenSteps(16)
+		var open analysis.Option // the default: 16
 		if len(o.command) > 0 {
 			open = analysis.WithMaxOpenSteps(ncclplugin.MaxHeldSteps)
 		}
