@@ -113,7 +113,7 @@ func Write(w io.Writer, in Input) (Stats, error) {
 		}
 		byStep[int(r.Step)] = append(byStep[int(r.Step)], r)
 		ranks[r.Rank] = true
-		if isBlock(r) {
+		if isBlock(r) || phaseKernel(r) {
 			maxMB = max(maxMB, int(r.Microbatch))
 		}
 	}
@@ -323,17 +323,23 @@ func isBlock(r *profiler.Record) bool {
 		(r.Phase == profiler.Forward || r.Phase == profiler.Backward) && r.Microbatch != profiler.None
 }
 
-// isKernel reports a traced kernel (a wrapped run's, through CUPTI): it
-// has no phase, chunk or microbatch to draw it by, so a rank's kernels are
-// drawn as its busy spans on one lane.
+// isKernel reports a traced kernel (a wrapped run's, through CUPTI). One
+// without a phase is drawn as a busy span on a lane of its rank's own.
 func isKernel(r *profiler.Record) bool {
 	return r.HasDevice && r.Kind == profiler.KindKernel
+}
+
+// phaseKernel reports a traced kernel launched inside an NVTX range named
+// as forward or backward work: drawn on its chunk's lane, coloured by its
+// microbatch, with the kernels of the same work near it as one block.
+func phaseKernel(r *profiler.Record) bool {
+	return isKernel(r) && (r.Phase == profiler.Forward || r.Phase == profiler.Backward)
 }
 
 // stageKernel reports a traced kernel of a pipeline stage: the work whose
 // gaps are a wrapped pipeline's bubble (as the analysis counts it).
 func stageKernel(r *profiler.Record) bool {
-	return isKernel(r) && r.Phase == profiler.PhaseNone && r.Stage != profiler.None
+	return isKernel(r) && (r.Phase == profiler.PhaseNone || phaseKernel(r)) && r.Stage != profiler.None
 }
 
 func isOptimizer(r *profiler.Record) bool {
@@ -384,7 +390,7 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		if isBlock(r) || isOptimizer(r) || isTransfer(r) || isKernel(r) && !window {
 			extend(interval(r))
 			byRank[r.Rank] = append(byRank[r.Rank], r)
-			if isBlock(r) && r.Chunk != profiler.None {
+			if (isBlock(r) || phaseKernel(r)) && r.Chunk != profiler.None {
 				chunks = max(chunks, int(r.Chunk)+1)
 			}
 		}
@@ -477,8 +483,18 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		// Kernels: merged where less than a pixel apart, so that a step of
 		// thousands draws at most a box per pixel.
 		var kernels []profiler.Interval
+		type action struct {
+			phase             profiler.Phase
+			chunk, microbatch int
+		}
+		labelled := map[action][]profiler.Interval{}
 		for _, r := range recs {
-			if isKernel(r) {
+			switch {
+			case phaseKernel(r):
+				k := action{r.Phase, max(int(r.Chunk), 0), int(r.Microbatch)}
+				labelled[k] = append(labelled[k], interval(r))
+				st.Kernels++
+			case isKernel(r):
 				kernels = append(kernels, interval(r))
 			}
 		}
@@ -487,6 +503,36 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			st.KernelBoxes++
 			rv.Blocks = append(rv.Blocks, block{Class: "kern", box: box{X: px(x(m.iv.Start)), Y: px(y + 1), W: px(max(float64(m.iv.Len())*scale, 0.5)), H: px(computeH - 2),
 				Title: fmt.Sprintf("%d kernel(s) · rank %d%s · busy %s ms within %s–%s ms", m.n, rk.Rank, stepText, msText(m.busy), msText(m.iv.Start-t0), msText(m.iv.End-t0))}})
+		}
+		keys := slices.SortedFunc(maps.Keys(labelled), func(a, b action) int {
+			return cmp.Or(cmp.Compare(a.phase, b.phase), cmp.Compare(a.chunk, b.chunk), cmp.Compare(a.microbatch, b.microbatch))
+		})
+		for _, k := range keys {
+			phase, mb, mbText := "fwd", "nomb", "no microbatch"
+			if k.phase == profiler.Backward {
+				phase = "bwd"
+			}
+			if k.microbatch != profiler.None {
+				mb, mbText = "m"+strconv.Itoa(k.microbatch), "microbatch "+strconv.Itoa(k.microbatch)
+			}
+			top := y + float64(k.chunk*laneHeight) + 1
+			for _, m := range mergeNear(labelled[k], time.Duration(1/scale)) {
+				st.KernelBoxes++
+				if k.phase == profiler.Backward {
+					st.Backward++
+				} else {
+					st.Forward++
+				}
+				b := block{Class: "blk " + phase + " " + mb, box: box{X: px(x(m.iv.Start)), Y: px(top), W: px(max(float64(m.iv.Len())*scale, 0.5)), H: px(laneHeight - 2),
+					Title: fmt.Sprintf("%s · rank %d%s · chunk %d · %s · %d kernel(s), busy %s ms within %s–%s ms", k.phase, rk.Rank, stepText, k.chunk, mbText, m.n, msText(m.busy), msText(m.iv.Start-t0), msText(m.iv.End-t0))}}
+				if k.microbatch != profiler.None {
+					b.MB = strconv.Itoa(k.microbatch)
+					if float64(m.iv.Len())*scale >= 9 {
+						b.Label, b.LX, b.LY = b.MB, px(x(m.iv.Start)+float64(m.iv.Len())*scale/2), px(top+laneHeight/2+1)
+					}
+				}
+				rv.Blocks = append(rv.Blocks, b)
+			}
 		}
 		for _, r := range recs {
 			if isKernel(r) {

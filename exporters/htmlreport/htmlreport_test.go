@@ -211,6 +211,61 @@ func TestWriteWrappedPipelineKernels(t *testing.T) {
 	}
 }
 
+// TestWriteWrappedLabelledKernels: a wrapped pipeline's kernels launched
+// inside NVTX ranges named as forward and backward work carry phase, chunk
+// and microbatch, and are drawn as blocks on their chunk's lane coloured
+// by microbatch, the kernels of one action less than a pixel apart as one
+// block; the optimizer's kernel, unlabelled, as a kernel box. Step ranges
+// span 0–100 ms. Rank 0 (stage 0): 50 forward kernels of chunk 0,
+// microbatch 0, of 0.05 ms every 0.1 ms from 10 ms; forward chunk 1 at
+// 20–25; backward chunk 1 at 40–45, chunk 0 at 50–55; the optimizer at
+// 60–62. Rank 1 (stage 1): forward chunk 0 at 16–19, backward at 30–35.
+// The span is 10–62 ms: rank 0 idles in 4 gaps, rank 1 in 3.
+func TestWriteWrappedLabelledKernels(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var recs []profiler.Record
+	add := func(r profiler.Record) {
+		r.ID = uint64(len(recs) + 1)
+		r.Device = runtime.Device{Type: runtime.CUDA, Index: r.Rank}
+		recs = append(recs, r)
+	}
+	kernel := func(rank int, ph profiler.Phase, chunk, mb int, from, to float64) {
+		add(profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Rank: rank, Stream: 7,
+			Labels:    profiler.Labels{Step: 0, Stage: int16(rank), Chunk: int16(chunk), Microbatch: int32(mb), Phase: ph},
+			HostStart: ms(from), HostEnd: ms(from), HasDevice: true, DeviceStart: ms(from), DeviceEnd: ms(to)})
+	}
+	for rank := range 2 {
+		add(profiler.Record{Name: profiler.StepName, Rank: rank, Labels: profiler.Labels{Step: 0, Stage: int16(rank), Chunk: profiler.None, Microbatch: profiler.None},
+			HostStart: 0, HostEnd: ms(100)})
+	}
+	for i := range 50 {
+		kernel(0, profiler.Forward, 0, 0, 10+0.1*float64(i), 10+0.1*float64(i)+0.05)
+	}
+	kernel(0, profiler.Forward, 1, 0, 20, 25)
+	kernel(0, profiler.Backward, 1, 0, 40, 45)
+	kernel(0, profiler.Backward, 0, 0, 50, 55)
+	kernel(0, profiler.PhaseNone, profiler.None, profiler.None, 60, 62)
+	kernel(1, profiler.Forward, 0, 0, 16, 19)
+	kernel(1, profiler.Backward, 0, 0, 30, 35)
+	var buf bytes.Buffer
+	st, err := htmlreport.Write(&buf, htmlreport.Input{Title: "wrapped pipeline, labelled", Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps != 1 || st.Kernels != 56 || st.KernelBoxes != 7 || st.Forward != 3 || st.Backward != 3 || st.Bubbles != 7 {
+		t.Errorf("stats %+v; want 1 step, 56 kernels in 7 boxes (3 forward, 3 backward), 7 bubbles", st)
+	}
+	page := buf.String()
+	for class, want := range map[string]int{`class="blk fwd m0"`: 3, `class="blk bwd m0"`: 3, `class="kern"`: 1, ">c1<": 2} {
+		if n := strings.Count(page, class); n != want {
+			t.Errorf("%d of %s in the page, want %d", n, class, want)
+		}
+	}
+	if want := "forward · rank 0 · step 0 · chunk 0 · microbatch 0 · 50 kernel(s), busy 2.500 ms within 10.000–14.950 ms"; !strings.Contains(page, want) {
+		t.Errorf("the page lacks %q", want)
+	}
+}
+
 // TestHoverNamesTheCommunicator: two communicators named "dp" are told
 // apart in the hover titles by their ids; a group without one is named
 // alone.

@@ -514,6 +514,69 @@ func TestKernelBubbles(t *testing.T) {
 	}
 }
 
+// TestLabelledKernelBubbles: a wrapped pipeline's kernels launched inside
+// NVTX ranges named as forward and backward work carry phase, chunk and
+// microbatch (one chunk, two microbatches), and the optimizer's kernel
+// none. Worked by hand: the span runs from 10 ms to 95 ms. Stage 0 is
+// busy 10–30, 60–70, 80–90 and 92–95 (the optimizer): bubble 85 − 43 =
+// 42 ms, of which the gaps before its backward chunk-0 kernels (30–60,
+// 70–80) are chunk 0's 40 ms and the gap the optimizer ends (90–92) the
+// tail's 2. Stage 1 is busy 30–60 and 70–80: bubble 45 ms, chunk 0's
+// the gaps before its chunk-0 work (10–30, 60–70) 30 ms, the tail 80–95
+// 15. The ideal is (2−1)/(1·2+2−1) = 1/3 from the labels alone.
+func TestLabelledKernelBubbles(t *testing.T) {
+	var b build
+	kernel := func(rank, chunk, mb int, ph profiler.Phase, from, to float64) {
+		b.add(profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Rank: rank, Stream: 7,
+			Labels: labels(0, rank, chunk, mb, ph), HostStart: d(from), HostEnd: d(from),
+			HasDevice: true, DeviceStart: d(from), DeviceEnd: d(to)})
+	}
+	for r := range 2 {
+		b.step(r, 0, r, 0, 100)
+	}
+	kernel(0, 0, 0, profiler.Forward, 10, 20)
+	kernel(0, 0, 1, profiler.Forward, 20, 30)
+	kernel(0, 0, 0, profiler.Backward, 60, 70)
+	kernel(0, 0, 1, profiler.Backward, 80, 90)
+	kernel(0, profiler.None, profiler.None, profiler.PhaseNone, 92, 95)
+	kernel(1, 0, 0, profiler.Forward, 30, 40)
+	kernel(1, 0, 1, profiler.Forward, 40, 50)
+	kernel(1, 0, 0, profiler.Backward, 50, 60)
+	kernel(1, 0, 1, profiler.Backward, 70, 80)
+	steps := Analyze(b.recs)
+	if len(steps) != 1 {
+		t.Fatalf("%d steps", len(steps))
+	}
+	st := steps[0]
+	if st.Span.Start != d(10) || st.Span.End != d(95) {
+		t.Errorf("span %v–%v, want 10ms–95ms", st.Span.Start, st.Span.End)
+	}
+	type split struct{ bubble, chunk0, drain time.Duration }
+	want := map[int]split{0: {d(42), d(40), d(2)}, 1: {d(45), d(30), d(15)}}
+	if len(st.Stages) != 2 {
+		t.Fatalf("stages %+v", st.Stages)
+	}
+	for _, s := range st.Stages {
+		if len(s.Chunks) != 1 {
+			t.Errorf("stage %d: chunks %v, want one", s.Stage, s.Chunks)
+			continue
+		}
+		if got := (split{s.Bubble, s.Chunks[0], s.Drain}); got != want[s.Stage] {
+			t.Errorf("stage %d: bubble, chunk 0, tail %v, want %v", s.Stage, got, want[s.Stage])
+		}
+	}
+	if p := st.Pipeline; p.Stages != 2 || p.Chunks != 1 || p.Microbatches != 2 || p.Given || math.Abs(p.Ideal-1.0/3) > 1e-12 {
+		t.Errorf("pipeline %+v, want 2 stages × 1 chunk × 2 microbatches from the labels, ideal 1/3", p)
+	}
+	var report strings.Builder
+	if err := WriteReport(&report, Summarize(steps)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "pipeline: 2 stages × 1 chunk × 2 microbatches; ideal bubble (p−1)/(v·m+p−1) = 33.3% of the span (a step's first to last kernel, the optimizer's included; chunks and microbatches from the NVTX ranges the kernels were launched in)"; !strings.Contains(report.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, report.String())
+	}
+}
+
 func TestCounted(t *testing.T) {
 	for _, c := range []struct {
 		n    int

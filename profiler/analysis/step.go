@@ -57,6 +57,10 @@ type Pipeline struct {
 	// Given: Chunks and Microbatches came from WithSchedule, the work
 	// carrying stages only (a wrapped job's kernels).
 	Given bool
+	// Traced: the computation is traced kernels (a wrapped job's), whose
+	// span runs from a step's first kernel to its last, those without a
+	// phase (the optimizer's) included.
+	Traced bool
 }
 
 // withSchedule is p with the chunks and microbatches WithSchedule gave,
@@ -485,11 +489,13 @@ func stages(ranks []Rank, span profiler.Interval) []Stage {
 // the step's forward and backward computation.
 func pipelineShape(items []item) Pipeline {
 	st, ch, mb := map[int16]bool{}, map[int16]bool{}, map[int32]bool{}
+	traced := false
 	for i := range items {
 		it := &items[i]
 		if !it.pipelineCompute() {
 			continue
 		}
+		traced = traced || it.kind == profiler.KindKernel
 		if it.stage != profiler.None {
 			st[it.stage] = true
 		}
@@ -500,7 +506,7 @@ func pipelineShape(items []item) Pipeline {
 			mb[it.mb] = true
 		}
 	}
-	p := Pipeline{Stages: len(st), Chunks: len(ch), Microbatches: len(mb), Ideal: math.NaN()}
+	p := Pipeline{Stages: len(st), Chunks: len(ch), Microbatches: len(mb), Ideal: math.NaN(), Traced: traced}
 	if p.Stages > 0 && p.Chunks > 0 && p.Microbatches > 0 {
 		p.Ideal = schedule.IdealBubbleFraction(p.Stages, p.Chunks, p.Microbatches)
 	}
