@@ -316,15 +316,17 @@ steps() {
 kernels() {
 	# Kernels traced through CUPTI (-kernels): a one-GPU loop whose GPU
 	# time per step the script takes with CUDA events (KCHECK=0 skips
-	# it); then its median step time unwrapped, wrapped with kernels
-	# traced and without, fresh processes interleaved (PAIRS rounds), on
-	# a compute-bound shape and a launch-bound one (KSHAPES="launch" for
-	# one of them).
+	# it; its pairs in 3 NVTX ranges "forward microbatch M", whose
+	# labels it checks too); then its median step time unwrapped, wrapped
+	# with kernels traced and without, and with kernels traced inside 8
+	# such ranges a step (labels: CUPTI's API records on), fresh processes
+	# interleaved (PAIRS rounds), on a compute-bound shape and a
+	# launch-bound one (KSHAPES="launch" for one of them).
 	echo "== kernels (CUPTI)"
 	local ks=$root/examples/torch/kernel_steps.py
 	if [ "${KCHECK:-1}" = 1 ]; then
 		timeout -k 10 300 "$pr" -out "$OUT/kernels" -metrics-addr off -progress off -trace-steps all -- \
-			python3 "$ks" --steps 20 >"$OUT/kernels.log" 2>&1
+			python3 "$ks" --steps 20 --phase-ranges 3 >"$OUT/kernels.log" 2>&1
 		echo "exit $?" >>"$OUT/kernels.log"
 		cp "$OUT"/kernels/*/report.txt "$OUT/kernels-report.txt"
 		python3 "$root/scripts/wrapcheck.py" --kernels "$OUT/kernels.log" "$OUT/kernels-report.txt" "$OUT"/kernels/*/trace.json | tee "$OUT/kernels.txt"
@@ -335,9 +337,10 @@ kernels() {
 		name=${shape%% *}
 		[ -n "${KSHAPES:-}" ] && [[ " $KSHAPES " != *" $name "* ]] && continue
 		for i in $(seq "${PAIRS:-5}"); do
-			for v in off kernels nokernels; do
+			for v in off kernels nokernels labels; do
 				case $v in
 				off) timeout -k 10 120 python3 "$ks" ${shape#* } ;;
+				labels) timeout -k 10 120 "$pr" -out "$OUT/kernels-runs" -metrics-addr off -progress off -quiet -- python3 "$ks" ${shape#* } --phase-ranges 8 ;;
 				kernels) timeout -k 10 120 "$pr" -out "$OUT/kernels-runs" -metrics-addr off -progress off -quiet -- python3 "$ks" ${shape#* } ;;
 				nokernels) timeout -k 10 120 "$pr" -out "$OUT/kernels-runs" -metrics-addr off -progress off -quiet -kernels=false -- python3 "$ks" ${shape#* } ;;
 				esac 2>/dev/null | grep -o '{"tool": "kernel_steps".*' | python3 -c 'import json,statistics,sys; r=json.loads(sys.stdin.read()); print(sys.argv[1], sys.argv[2], sys.argv[3], 1e3 * statistics.median(r["host_step_s"][1:]), statistics.median(r["gpu_step_ms"][1:]))' "$name" "$v" "$i" >>"$OUT/kernels-overhead.tsv"
@@ -354,9 +357,8 @@ for line in open(sys.argv[1]):
 for (shape, v), ms in sorted(gpu.items()):
     print("gpu time of a step (events), %s %s: median %.3f ms over %d processes" % (shape, v, statistics.median(ms), len(ms)))
 for shape in sorted({s for s, _ in runs}):
-    pairs = [r for (s, _), r in runs.items() if s == shape and len(r) == 3]
-    for v in ("kernels", "nokernels"):
-        ratios = [r[v] / r["off"] for r in pairs]
+    for v in ("kernels", "nokernels", "labels"):
+        ratios = [r[v] / r["off"] for (s, _), r in runs.items() if s == shape and v in r and "off" in r]
         if ratios:
             print("overhead %s %s: median step time %.4f × unwrapped's over %d rounds (%s)" % (shape, v, statistics.median(ratios), len(ratios), " ".join("%.3f" % x for x in ratios)))
 PY

@@ -55,7 +55,10 @@ of their intervals within the step) between 10 % below and 0.5 % above
 the script's own CUDA-event time of the step's GPU work, which also holds
 the gaps between kernels (2–6 % of it on an H200, varying from run to
 run while the kernels' time does not); the report's busy share of the steps within
-half a point of the share the trace's kernels cover.
+half a point of the share the trace's kernels cover. Where the script put
+its pairs in --phase-ranges NVTX ranges, each step's kernels carry phase
+forward and the microbatch of the range they were launched in, as many of
+each as it launched there.
 
     python3 scripts/wrapcheck.py --pipeline wrapped.log report.txt
 
@@ -67,7 +70,12 @@ communicator; each rank's stage in the report's step breakdown against
 the script's; each rank's busy time per step (busy share × mean step)
 within 10 % of the script's own CUDA-event time of its forward and
 backward computation; the stage table with a row per stage (its bubbles
-printed beside the schedule's ideal (p−1)/(v·m+p−1)); with
+printed beside the schedule's ideal (p−1)/(v·m+p−1)); with NVTX ranges
+around each microbatch's forward and backward (pipeline_steps.py's
+default), the kernels labelled with them: the report's pipeline shape
+from the labels, every step with kernels of each phase and microbatch,
+and each rank's forward and backward kernel time against the script's
+CUDA-event times of each (trace.json needed); with
 --all-to-all, one AllToAll per all-to-all the script issued on each
 rank; and every step analysed complete, which needs each collective
 matched within its own communicator though several share a name.
@@ -388,6 +396,8 @@ def pipeline(log, report, trace=None):
         bad += not ok
         print("%s pipeline rank %d: busy %.3f ms a step (%s%% of %.3f ms); its forward and backward by CUDA events %.3f ms (%+.1f%%; %s)"
               % ("PASS" if ok else "FAIL", r["rank"], busy_ms, got[3], got[2], want_ms, 100 * (busy_ms / want_ms - 1), how))
+    if runs[0].get("phase_ranges") and trace:
+        bad += phase_labels(runs, text_log, text, trace)
     stages = {r: (number(f[2]), f[3]) for r, f in table(text, r"\s*Stage\s+Ranks×steps\s+Bubble/step\(ms\)\s+Bubble %").items() if len(f) >= 4}
     ok = sorted(stages) == list(range(pp))
     bad += not ok
@@ -420,6 +430,61 @@ def pipeline(log, report, trace=None):
     return 1 if bad else 0
 
 
+def phase_labels(runs, text_log, text, trace):
+    """A pipeline_steps.py run whose forward and backward work are NVTX
+    ranges "forward microbatch M" and "backward microbatch M": kernels
+    labelled (the summary's count), the report's pipeline shape from the
+    labels, every step of every rank with kernels of each phase and
+    microbatch, and each rank's labelled forward and backward kernel time
+    against the script's CUDA-event times of its forward and backward."""
+    pp, m = runs[0]["pp"], runs[0]["microbatches"]
+    bad = 0
+    lab = re.search(r"kernels: (\d+) kernels .*?, (\d+) kernels launched inside NVTX ranges named as forward or backward work", text_log)
+    ok = lab is not None and int(lab.group(2)) > 0
+    bad += not ok
+    print("%s phases: %s of %s kernels labelled by the NVTX range they were launched in"
+          % ("PASS" if ok else "FAIL", lab.group(2) if lab else "none", lab.group(1) if lab else "?"))
+    shape = re.search(r"pipeline: (\d+) stages? × (\d+) chunks? × (\d+) microbatch(?:es)?; ideal bubble \(p−1\)/\(v·m\+p−1\) = ([\d.]+)%", text)
+    ok = shape is not None and (int(shape.group(1)), int(shape.group(2)), int(shape.group(3))) == (pp, 1, m)
+    bad += not ok
+    print("%s phases: report %s (want %d stages × 1 chunk × %d microbatches, from the labels)"
+          % ("PASS" if ok else "FAIL", shape.group(0) if shape else "no pipeline shape line", pp, m))
+    events, rank_of = trace_events(trace)
+    seen = collections.defaultdict(set)
+    busy = collections.defaultdict(list)
+    for e in events:
+        a = e.get("args", {})
+        if e.get("ph") != "X" or e.get("cat") != "kernel" or "phase" not in a:
+            continue
+        key = (rank_of.get(e["pid"], -1), int(a.get("step", -1)))
+        seen[key].add((a["phase"], int(a.get("microbatch", -1)), int(a.get("chunk", -1))))
+        busy[key + (a["phase"],)].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    want = {(ph, mb, 0) for ph in ("forward", "backward") for mb in range(m)}
+    inf = float("inf")
+    for r in sorted(runs, key=lambda r: r["rank"]):
+        rank, n = r["rank"], r["steps"]
+        whole = [s for s in range(n) if seen[(rank, s)] == want]
+        ok = len(whole) == n
+        bad += not ok
+        odd = [(s, sorted(seen[(rank, s)] ^ want)[:3]) for s in range(n) if s not in whole][:2]
+        print("%s phases rank %d: %d of %d steps with kernels of every phase and microbatch (chunk 0)%s"
+              % ("PASS" if ok else "FAIL", rank, len(whole), n, "; not: %s" % odd if odd else ""))
+        k = r.get("ranks_per_gpu", 1)
+        for ph, script in (("forward", r.get("forward_ms")), ("backward", r.get("backward_ms"))):
+            if not script:
+                continue
+            got = statistics.mean(union_us(busy[(rank, s, ph)], -inf, inf) / 1e3 for s in range(n))
+            want_ms = statistics.mean(script)
+            if k <= 1:
+                ok, how = abs(got - want_ms) <= 0.10 * want_ms, "within 10%"
+            else:
+                ok, how = want_ms / k * 0.9 <= got <= 1.10 * want_ms, "%d ranks a GPU: between the span / %d and the span" % (k, k)
+            bad += not ok
+            print("%s phases rank %d: %s kernels %.3f ms a step; the script's %s by CUDA events %.3f ms (%+.1f%%; %s)"
+                  % ("PASS" if ok else "FAIL", rank, ph, got, ph, want_ms, 100 * (got / want_ms - 1), how))
+    return bad
+
+
 def union_us(intervals, lo, hi):
     """The length of the union of intervals (start, end), clipped to [lo, hi]."""
     total, cur_s, cur_e = 0.0, None, None
@@ -448,6 +513,7 @@ def kernels(log, report, trace):
     r = runs[0]
     events, rank_of = trace_events(trace)
     steps, kern = {}, collections.defaultdict(list)
+    labels = collections.defaultdict(collections.Counter)  # step -> (phase, microbatch) -> kernels
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -456,6 +522,7 @@ def kernels(log, report, trace):
             steps[int(a["step"])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
         elif e.get("cat") == "kernel":
             kern[int(a.get("step", -1))].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+            labels[int(a.get("step", -1))][(a.get("phase", ""), int(a.get("microbatch", -1)))] += 1
     bad = 0
     if len(steps) != r["steps"]:
         print("FAIL kernels: the trace has %d steps, the script marked %d" % (len(steps), r["steps"]))
@@ -479,6 +546,14 @@ def kernels(log, report, trace):
         bad += not ok
         print("%s kernels step %d: %d kernels (launched %d), device time %.3f ms, the script's events %.3f ms (%+.2f%%)"
               % ("PASS" if ok else "FAIL", n, len(ks), r["kernels_per_step"], busy_ms, want_ms, 100 * err))
+        if r.get("phase_ranges"):
+            # Every kernel launched inside "forward microbatch M" carries
+            # phase forward and microbatch M.
+            want = collections.Counter({("forward", mb): k for mb, k in enumerate(r["kernels_per_range"])})
+            ok = labels[n] == want
+            bad += not ok
+            print("%s kernels step %d labels: %s; launched %s"
+                  % ("PASS" if ok else "FAIL", n, dict(sorted(labels[n].items())), dict(sorted(want.items()))))
     rows = step_rows(open(report, errors="replace").read())
     got = rows.get(0)
     # The report's busy share of all its steps, step 0 included, against

@@ -567,6 +567,9 @@ func (w *wrapper) kernelSummary() string {
 		return "kernels: not traced: no process initialised CUDA with the plugin as its injection library (no GPU work, or a CUDA older than injection); busy and idle time are unknown"
 	}
 	line := fmt.Sprintf("kernels: %d kernels and %d copies and memsets traced in %d process(es)", st.Kernels, st.Copies, st.Traced)
+	if st.KernelsLabelled > 0 {
+		line += fmt.Sprintf(", %d kernels launched inside NVTX ranges named as forward or backward work (their phase, chunk and microbatch)", st.KernelsLabelled)
+	}
 	if st.Untraced > 0 {
 		line += fmt.Sprintf("; %d process(es) not traced: %s", st.Untraced, st.UntracedWhy)
 	}

@@ -22,6 +22,12 @@ every microbatch backward (gradients passed back), then an all-reduce of
 the stage's gradients over its data-parallel group and an SGD update. The
 loss is the mean square of the last stage's output.
 
+Each microbatch's forward and backward computation is an NVTX range
+named "forward microbatch M" and "backward microbatch M", so that
+profile-run labels the kernels launched inside with their phase and
+microbatch (docs/wrap.md, "Forward and backward work"); --no-phase-ranges
+leaves them out.
+
 Each rank times its own forward and backward computation with CUDA events
 (the layers only, not the transfers) and its steps with perf_counter
 around the same range_push ... range_pop, and prints one JSON line at the
@@ -52,6 +58,7 @@ def parse(argv=None):
     p.add_argument("--name-comms", action="store_true", help="give each group's NCCL communicator its description as name, where PyTorch can")
     p.add_argument("--unbatched", action="store_true", help="send and receive with isend/irecv, not batch_isend_irecv")
     p.add_argument("--lazy-init", action="store_true", help="no device_id to init_process_group: communicators made at first use")
+    p.add_argument("--no-phase-ranges", action="store_true", help="no NVTX range around each microbatch's forward and backward")
     p.add_argument("--all-to-all", action="store_true", help="after each microbatch's forward, an all-to-all of its output over the data-parallel group (as an expert-parallel layer's)")
     a = p.parse_args(argv)
     if min(a.pp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
@@ -126,7 +133,8 @@ def main(argv=None):
             work.wait()
 
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-    host, compute = [], []
+    host, compute, fwd_ms, bwd_ms = [], [], [], []
+    phases = not a.no_phase_ranges
     all_to_alls = 0  # issued, warm-up included
     gen = torch.Generator(device=dev)
     gen.manual_seed(99 + replica)
@@ -134,6 +142,7 @@ def main(argv=None):
     # CUDA's module loading happen there, not between a step's events.
     for step in range(-1, a.steps):
         events = []  # (start, end) CUDA events around each computation
+        fwd_events = 0  # the first fwd_events of events are the forward's
         torch.cuda.synchronize()
         h = time.perf_counter()
         if step >= 0:
@@ -147,12 +156,17 @@ def main(argv=None):
                 exchange(dist.irecv, x, prev)
                 x.requires_grad_()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if phases:
+                push("forward microbatch %d" % m)
             s.record()
             y = layers(x)
             if nxt is None:
                 y = (y * y).mean()
             e.record()
+            if phases:
+                pop()
             events.append((s, e))
+            fwd_events += 1
             if a.all_to_all and dp > 1 and y.dim() == 2:
                 # PyTorch runs it as a send and a receive to every rank
                 # of the group, itself included.
@@ -168,9 +182,16 @@ def main(argv=None):
                 grad = torch.empty(a.rows, a.width, device=dev)
                 exchange(dist.irecv, grad, nxt)
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if phases:
+                # Autograd launches the backward kernels on a thread of its
+                # own while this one waits here: profile-run labels them
+                # with this range all the same.
+                push("backward microbatch %d" % m)
             s.record()
             outs[m].backward(grad)
             e.record()
+            if phases:
+                pop()
             events.append((s, e))
             if prev is not None:
                 exchange(dist.isend, ins[m].grad, prev)
@@ -186,9 +207,12 @@ def main(argv=None):
         pop()
         host.append(time.perf_counter() - h)
         compute.append(sum(s.elapsed_time(e) for s, e in events))
+        fwd_ms.append(sum(s.elapsed_time(e) for s, e in events[:fwd_events]))
+        bwd_ms.append(sum(s.elapsed_time(e) for s, e in events[fwd_events:]))
     dist.barrier()
     print(json.dumps({"tool": "pipeline_steps", "rank": rank, "stage": stage, "replica": replica, "pp": pp, "dp": dp,
                       "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute,
+                      "forward_ms": fwd_ms, "backward_ms": bwd_ms, "phase_ranges": phases,
                       "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": named,
                       "unbatched": a.unbatched, "lazy_init": a.lazy_init, "all_to_all": a.all_to_all,
                       "all_to_alls": all_to_alls}), flush=True)

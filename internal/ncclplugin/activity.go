@@ -203,6 +203,16 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 	case ActKernel:
 		rec.Name = pr.act.kernel(r.NameID)
 		c.stats.Kernels++
+		if r.Labelled {
+			// Launched inside an NVTX range named as forward or
+			// backward work: a stage's single chunk where the name
+			// gave none. Copies and memsets stay outside any phase.
+			rec.Phase, rec.Chunk, rec.Microbatch = profiler.Forward, max(r.ActChunk, 0), r.ActMicrobatch
+			if r.ActPhase == PhaseBackward {
+				rec.Phase = profiler.Backward
+			}
+			c.stats.KernelsLabelled++
+		}
 	case ActMemcpy:
 		rec.Kind = profiler.KindDevice
 		rec.Name = copyNames[0]

@@ -171,12 +171,15 @@ type Stats struct {
 	// Device activity (CUPTI, through the plugin): Traced counts the
 	// processes that sent kernels, copies or memsets, Untraced those whose plugin
 	// could not (UntracedWhy: the first reason given); Kernels and
-	// Copies (memory copies and memsets) ingested; ActivityDropped those
-	// that arrived before their process had a rank, beyond the bound
-	// kept until then.
+	// Copies (memory copies and memsets) ingested; KernelsLabelled the
+	// kernels launched inside an NVTX range named as forward or backward
+	// work, which carry its phase, chunk and microbatch; ActivityDropped
+	// those that arrived before their process had a rank, beyond the
+	// bound kept until then.
 	Traced, Untraced int
 	UntracedWhy      string
 	Kernels, Copies  uint64
+	KernelsLabelled  uint64
 	ActivityDropped  uint64
 	// PipelineGroup is the largest communicator named as the pipeline's
 	// that gave processes their stage (WithPipelineGroup), "" where none

@@ -105,6 +105,18 @@ func activityFrame(what uint8, t0, t1 uint64, device, stream, nameID uint32, byt
 	return b
 }
 
+// labelled is f, an ACTIVITY record, labelled (TSNP_ACT_LABELLED) with
+// phase (1 forward, 2 backward), chunk and microbatch (struct tsnp_label).
+func labelled(f []byte, phase uint8, chunk int16, microbatch int32) []byte {
+	le := binary.LittleEndian
+	le.PutUint16(f[2:], le.Uint16(f[2:])|2)
+	clear(f[80:128])
+	le.PutUint32(f[80:], uint32(microbatch))
+	le.PutUint16(f[84:], uint16(chunk))
+	f[86] = phase
+	return f
+}
+
 // nameFrames are the NAME records (struct tsnp_name) of name number id,
 // in pieces of 104 bytes.
 func nameFrames(id uint32, name string) [][]byte {

@@ -165,3 +165,64 @@ func TestPluginEndToEndCUPTI(t *testing.T) {
 		t.Errorf("stats %+v; want 3 kernels, 1 copy, 1 process traced, 2 dropped by CUPTI", st)
 	}
 }
+
+// TestPluginEndToEndLabels: kernels launched inside NVTX ranges named as
+// forward or backward work carry the range's phase, chunk and
+// microbatch, through CUPTI's external correlation (the stand-in CUPTI
+// hands the device records over before the API records that label them,
+// as the real one may). The driver names each kernel "k:" and the
+// innermost range it was launched in.
+func TestPluginEndToEndLabels(t *testing.T) {
+	c, sink := drive(t, "--drive-cupti-labels", "libfakecupti.so")
+	type label struct {
+		phase             profiler.Phase
+		chunk, microbatch int
+	}
+	none := label{profiler.PhaseNone, profiler.None, profiler.None}
+	want := map[string]label{
+		"k:before any labelled range":    none,
+		"k:forward chunk 1 microbatch 3": {profiler.Forward, 1, 3},
+		"k:bwd_mb3_chunk1":               {profiler.Backward, 1, 3},
+		"k:Forward 7":                    {profiler.Forward, 0, 7}, // no chunk: a stage's only one
+		"k:backward":                     {profiler.Backward, 0, profiler.None},
+		"k:forward_step":                 {profiler.Forward, 0, profiler.None},
+		"k:forward_backward_func":        none, // both phases: a whole step
+		"k:forwarding":                   none,
+		"k:fwd vpp=2 mb=5":               {profiler.Forward, 2, 5},
+		"k:optimizer":                    none,
+		"k:attention":                    {profiler.Forward, 0, 1}, // the enclosing labelled range's
+		"k:no API record":                none,                     // no launch to label it by: sent as it is
+		"k:after":                        none,
+		// Launched on another thread while this one waits inside its
+		// range, and after it.
+		"k:autograd thread":        {profiler.Backward, 0, 2},
+		"k:autograd thread, after": none,
+	}
+	recs := sink.wait(t, len(want)+1+12) // the kernels, the copy, the ranges
+	got := map[string]label{}
+	copies := 0
+	for _, r := range recs {
+		switch r.Kind {
+		case profiler.KindKernel:
+			got[r.Name] = label{r.Phase, int(r.Chunk), int(r.Microbatch)}
+		case profiler.KindDevice:
+			copies++
+			if r.Phase != profiler.PhaseNone || r.Chunk != profiler.None {
+				t.Errorf("copy %q labelled %v chunk %d: copies stay outside any phase", r.Name, r.Phase, r.Chunk)
+			}
+		}
+	}
+	for name, w := range want {
+		if g, ok := got[name]; !ok {
+			t.Errorf("kernel %q missing", name)
+		} else if g != w {
+			t.Errorf("kernel %q: labels %+v, want %+v", name, g, w)
+		}
+	}
+	if len(got) != len(want) || copies != 1 {
+		t.Errorf("%d kernels, %d copies; want %d and 1", len(got), copies, len(want))
+	}
+	if st := c.Stats(); st.KernelsLabelled != 8 || st.DecodeErrors != 0 {
+		t.Errorf("%d kernels labelled, %d decode errors; want 8 and 0", st.KernelsLabelled, st.DecodeErrors)
+	}
+}

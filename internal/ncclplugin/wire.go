@@ -47,6 +47,14 @@ const (
 	ActUnavailable Activity = 4 // tracing could not begin; Note says why
 )
 
+// The phases a labelled activity record carries (struct tsnp_label).
+const (
+	PhaseForward  = 1
+	PhaseBackward = 2
+
+	actLabelled = 2 // struct tsnp_activity's flag TSNP_ACT_LABELLED
+)
+
 // MaxNameLen is the longest kernel name the plugin sends (TSNP_NAME_MAX).
 const MaxNameLen = 4096
 
@@ -164,7 +172,9 @@ type Record struct {
 	// Bytes); a kernel's name number (NameID, 0 none), grid and block;
 	// Monotonic: CUPTI took the times on CLOCK_MONOTONIC itself. A
 	// tracing or unavailable record has its time in At and its text in
-	// Note.
+	// Note. Labelled: it was launched inside an NVTX range named as
+	// forward or backward work (PhaseForward, PhaseBackward), of
+	// ActChunk and ActMicrobatch where the name gave them (else −1).
 	What                         Activity
 	CopyKind                     uint8
 	Context, Stream, Correlation uint32
@@ -172,6 +182,10 @@ type Record struct {
 	Grid, Block                  [3]int32
 	Monotonic                    bool
 	Note                         string
+	Labelled                     bool
+	ActPhase                     uint8
+	ActChunk                     int16
+	ActMicrobatch                int32
 
 	// Name: a piece of kernel name NameID, Name at byte NameOffset of a
 	// name NameLen bytes long (Truncated: cut to MaxNameLen).
@@ -467,6 +481,15 @@ func decodeActivity(b []byte) (Record, error) {
 		}
 		if r.Device < 0 {
 			return r, fmt.Errorf("activity record on device %d", r.Device)
+		}
+		if r.Labelled = le.Uint16(b[2:])&actLabelled != 0; r.Labelled {
+			r.ActMicrobatch, r.ActChunk, r.ActPhase = int32(le.Uint32(b[80:])), int16(le.Uint16(b[84:])), b[86]
+			switch {
+			case r.ActPhase != PhaseForward && r.ActPhase != PhaseBackward:
+				return r, fmt.Errorf("activity record labelled with phase %d", r.ActPhase)
+			case r.ActChunk < -1 || r.ActMicrobatch < -1:
+				return r, fmt.Errorf("activity record labelled with chunk %d, microbatch %d", r.ActChunk, r.ActMicrobatch)
+			}
 		}
 	default:
 		return r, fmt.Errorf("activity record of unknown sort %d", r.What)

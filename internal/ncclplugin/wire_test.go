@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,6 +150,7 @@ func TestWireHeaderAgrees(t *testing.T) {
 		"TSNP_COMM_INIT": int(KindCommInit), "TSNP_COLLECTIVE": int(KindCollective), "TSNP_P2P": int(KindP2P),
 		"TSNP_KERNEL_CHANNEL": int(KindKernelChannel), "TSNP_DROPS": int(KindDrops), "TSNP_COMM_FINALIZE": int(KindCommFinalize),
 		"TSNP_PROXY_OP": int(KindProxyOp), "TSNP_RANGE": int(KindRange), "TSNP_RANGE_START": rangeStart, "TSNP_RANGE_TRUNCATED": rangeTruncated,
+		"TSNP_ACT_LABELLED": actLabelled, "TSNP_PHASE_FORWARD": PhaseForward, "TSNP_PHASE_BACKWARD": PhaseBackward,
 	}
 	for name, want := range checks {
 		if got := def(name); got != want {
@@ -179,6 +181,7 @@ func FuzzReader(f *testing.F) {
 	f.Add(stream(helloFrame(wireVersion, 1, "h"), rangeFrame(7, 1, 1, 0, 10, 0, 0, "step"), rangeFrame(7, 2, 1, 3, 10, 20, 0, "step 1")))
 	f.Add(helloFrame(1, 1, "h"))
 	f.Add(stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 5}.frame()[:77]))
+	f.Add(stream(helloFrame(wireVersion, 1, "h"), labelled(activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""), 2, 1, 3)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d := NewReader(bytes.NewReader(in))
 		n := 0
@@ -251,6 +254,43 @@ func TestNamesAreUTF8(t *testing.T) {
 		rec, err := d.Next()
 		if err != nil || !utf8.ValidString(rec.Name) || !strings.HasPrefix(n, strings.TrimSuffix(rec.Name, "\uFFFD")) {
 			t.Errorf("%q read back as %q (%v)", n, rec.Name, err)
+		}
+	}
+}
+
+// TestDecodeLabels: a labelled kernel's phase, chunk and microbatch read
+// back; labels no plugin writes are errors naming their offset.
+func TestDecodeLabels(t *testing.T) {
+	d := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"),
+		labelled(activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""), 2, 1, 3),
+		labelled(activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""), 1, -1, -1),
+		activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""))))
+	var got []string
+	for {
+		r, err := d.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v %d %d %d", r.Labelled, r.ActPhase, r.ActChunk, r.ActMicrobatch))
+	}
+	want := []string{"true 2 1 3", "true 1 -1 -1", "false 0 0 0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("labels %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		name string
+		f    []byte
+		want string
+	}{
+		{"phase 3", labelled(activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""), 3, 0, 0), "byte 128: activity record labelled with phase 3"},
+		{"chunk -2", labelled(activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""), 1, -2, 0), "byte 128: activity record labelled with chunk -2"},
+	} {
+		_, err := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"), tc.f))).Next()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
 }

@@ -25,8 +25,15 @@ enum {
   CUPTI_ACTIVITY_KIND_MEMCPY = 1,
   CUPTI_ACTIVITY_KIND_MEMSET = 2,
   CUPTI_ACTIVITY_KIND_KERNEL = 3,
+  CUPTI_ACTIVITY_KIND_DRIVER = 4,
+  CUPTI_ACTIVITY_KIND_RUNTIME = 5,
   CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL = 10,
+  CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION = 39,
 };
+
+/* CUpti_ExternalCorrelationKind: CUSTOM0 and CUSTOM1 are what PyTorch's
+ * profiler pushes; the plugin takes CUSTOM2. */
+enum { CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 = 5 };
 
 /* CUpti_ActivityFlag: cuptiActivityFlushAll's flag. */
 enum { CUPTI_ACTIVITY_FLAG_FLUSH_FORCED = 1 };
@@ -49,6 +56,8 @@ typedef CUptiResult (*cuptiActivityFlushPeriod_t)(uint32_t ms);
 typedef CUptiResult (*cuptiActivityGetNumDroppedRecords_t)(void* context, uint32_t streamId, size_t* dropped);
 typedef CUptiResult (*cuptiActivityRegisterTimestampCallback_t)(CUpti_TimestampCallbackFunc);
 typedef CUptiResult (*cuptiGetResultString_t)(CUptiResult, const char** str);
+typedef CUptiResult (*cuptiActivityPushExternalCorrelationId_t)(int kind, uint64_t id);
+typedef CUptiResult (*cuptiActivityPopExternalCorrelationId_t)(int kind, uint64_t* last_id);
 
 /* Every record starts with its kind, a uint32_t. */
 enum { CUPTI_REC_KIND = 0 };
@@ -78,6 +87,23 @@ enum {
   CUPTI_MEM_STREAM = 40,      /* uint32_t */
   CUPTI_MEM_CORRELATION = 44, /* uint32_t */
   CUPTI_MEM_MIN_SIZE = 48,
+};
+
+/* CUpti_ActivityAPI (DRIVER, RUNTIME): the API call a kernel, copy or
+ * memset was launched by has the record's correlation id. */
+enum {
+  CUPTI_API_START = 8,        /* uint64_t ns: when the call began */
+  CUPTI_API_CORRELATION = 32, /* uint32_t */
+  CUPTI_API_MIN_SIZE = 40,
+};
+
+/* CUpti_ActivityExternalCorrelation: it comes before the API record whose
+ * call was made while an external id was pushed on its thread. */
+enum {
+  CUPTI_EXT_KIND = 4,         /* uint32_t CUpti_ExternalCorrelationKind */
+  CUPTI_EXT_ID = 8,           /* uint64_t */
+  CUPTI_EXT_CORRELATION = 16, /* uint32_t */
+  CUPTI_EXT_MIN_SIZE = 24,
 };
 
 #endif

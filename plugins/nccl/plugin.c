@@ -56,6 +56,10 @@ enum {
   TS_CUPTI_FLUSH_MS = 50,    /* how often CUPTI hands over the buffers whose records are complete */
   TS_CUPTI_WAIT_MS = 200,    /* how long a delivery waits for room in its ring before it drops */
   TS_NAMES = 8192,           /* kernel names numbered per process; a power of two */
+  TS_CORRELATIONS = 1 << 16, /* launches whose labels are remembered until their kernels come; a power of two */
+  TS_PENDING = 4096,         /* device records waiting for their launch's labels */
+  TS_LABEL_WAIT_MS = 250,    /* how long a device record waits for its launch's API record */
+  TS_LABEL_LOG = 4096,       /* changes of the labels in force remembered; a power of two */
 };
 
 static uint64_t now_ns(clockid_t id) {
@@ -64,6 +68,8 @@ static uint64_t now_ns(clockid_t id) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 static uint64_t mono_ns(void) { return now_ns(CLOCK_MONOTONIC); }
+
+static void cu_pending_tick(void);
 
 /* ---- Per-thread rings: single producer (the thread), single consumer (the drainer). ---- */
 
@@ -74,6 +80,7 @@ struct ts_frame {
   uint64_t t0;
   uint64_t ordinal;
   uint32_t name_len; /* the full length */
+  uint64_t label;    /* the labels the range's name gives (phase_label), pushed to CUPTI; 0: none */
   char name[sizeof(((struct tsnp_range*)0)->name)];
 };
 
@@ -531,6 +538,7 @@ static void* drainer_main(void* arg) {
       send_out(now < deadline ? (int)((deadline - now) / 1000000u) : 0);
     } else {
       drain(TS_SEND_WAIT_MS);
+      cu_pending_tick();
     }
 
     pthread_mutex_lock(&g.mu);
@@ -589,6 +597,8 @@ static void init_conds(void) {
 }
 
 static void cu_after_fork(void);
+static uint64_t cu_label_push(const char* name);
+static void cu_label_pop(uint64_t enclosing);
 
 static void after_fork_child(void) {
   /* The drainer did not come along, and the communicators belong to the parent. */
@@ -1032,6 +1042,7 @@ static int range_push(const char* name) {
     memcpy(f->name, name, n);
     memset(f->name + n, 0, sizeof f->name - n);
   }
+  f->label = cu_label_push(name);
   f->t0 = mono_ns();
   if (depth == 0) range_send(r, f, 0, 0, TSNP_RANGE_START);
   return depth;
@@ -1043,7 +1054,14 @@ static int range_pop(void) {
   if (!r) return tls_ring_failed ? NVTX_NO_PUSH_POP_TRACKING : -1;
   if (r->nvtx_depth <= 0) return -1;
   int32_t depth = --r->nvtx_depth;
-  if (depth < TS_NVTX_LEVELS) range_send(r, &r->nvtx[depth], depth, mono_ns(), 0);
+  if (depth < TS_NVTX_LEVELS) {
+    if (r->nvtx[depth].label) {
+      uint64_t enclosing = 0; /* the labels in force again */
+      for (int32_t d = depth - 1; d >= 0 && !enclosing; d--) enclosing = r->nvtx[d].label;
+      cu_label_pop(enclosing);
+    }
+    range_send(r, &r->nvtx[depth], depth, mono_ns(), 0);
+  }
   return depth;
 }
 
@@ -1174,6 +1192,259 @@ static struct {
     uint64_t epoch;  /* the connection it was last sent on; TS_UNSENT: a piece was lost, send it again */
   } table[TS_NAMES];
 } cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+
+/* ---- Labels: the forward or backward work a kernel was launched for. ----
+ *
+ * A job that names its NVTX ranges after the pipeline work inside them
+ * ("forward chunk 1 microbatch 3", "bwd_mb3": phase_label) has every
+ * kernel, copy and memset launched inside such a range carry its labels,
+ * through CUPTI's external correlation, the way PyTorch's profiler ties
+ * kernels to operators: the push hook pushes the range's labels as an
+ * external id (kind CUSTOM2) on its thread, and CUPTI precedes the API
+ * record of each CUDA call the thread makes before the pop with a record
+ * pairing the call's correlation id with them. The delivering thread keeps
+ * the pairing (lab.corr, by correlation id) until the device record of the
+ * same correlation comes. A call made on a thread without a labelled range
+ * of its own takes the labels in force in the process when it was made
+ * (lab.log): PyTorch's autograd launches a backward pass's kernels on a
+ * thread of its own while the thread that called backward() waits inside
+ * its range. API records are traced (RUNTIME and DRIVER activity) from the
+ * first such range on: a job that names none pays nothing for them. CUPTI hands API and device records over in separate
+ * buffers, in no set order, so a device record whose API record has not
+ * come waits for it (at most TS_PENDING records, TS_LABEL_WAIT_MS each),
+ * then goes unlabelled. TRAINSCOPE_CUPTI_LABELS=0 turns labels off. */
+
+static struct {
+  _Atomic(cuptiActivityPushExternalCorrelationId_t) push; /* set: labels are on */
+  _Atomic(cuptiActivityPopExternalCorrelationId_t) pop;
+  cuptiActivityEnable_t enable;
+  _Atomic int api_once; /* API tracing asked for */
+  _Atomic int api;      /* API tracing on: device records wait for their API record */
+  /* The labels in force in the process from each time on, as labelled
+   * ranges were pushed and popped (on any thread: the latest wins), the
+   * last TS_LABEL_LOG changes; under log_mu. */
+  pthread_mutex_t log_mu;
+  struct ts_change {
+    uint64_t t, label;
+  } log[TS_LABEL_LOG];
+  uint64_t changes;
+  /* Under cu.mu: */
+  struct ts_corr {
+    uint32_t id, known;
+    uint64_t label; /* 0: launched outside any labelled range */
+  } corr[TS_CORRELATIONS];
+  struct {
+    union {
+      struct tsnp_record rec;
+      struct tsnp_activity a;
+    };
+    uint64_t at; /* when it came */
+  } pending[TS_PENDING];
+  size_t npending;
+} lab = {.log_mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Notes that label is in force in the process from now on. */
+static void label_change(uint64_t label) {
+  pthread_mutex_lock(&lab.log_mu);
+  struct ts_change* c = &lab.log[lab.changes++ & (TS_LABEL_LOG - 1)];
+  c->t = mono_ns();
+  c->label = label;
+  pthread_mutex_unlock(&lab.log_mu);
+}
+
+/* The labels in force in the process at t (CLOCK_MONOTONIC ns); 0 where
+ * none were, or t is older than the changes remembered. */
+static uint64_t label_at(uint64_t t) {
+  pthread_mutex_lock(&lab.log_mu);
+  uint64_t n = lab.changes, first = n > TS_LABEL_LOG ? n - TS_LABEL_LOG : 0, label = 0;
+  if (n > first && lab.log[first & (TS_LABEL_LOG - 1)].t <= t) {
+    uint64_t lo = first, hi = n; /* the latest change at or before t is in [lo, hi) */
+    while (hi - lo > 1) {
+      uint64_t mid = lo + (hi - lo) / 2;
+      if (lab.log[mid & (TS_LABEL_LOG - 1)].t <= t)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    label = lab.log[lo & (TS_LABEL_LOG - 1)].label;
+  }
+  pthread_mutex_unlock(&lab.log_mu);
+  return label;
+}
+
+static int lower(int c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; }
+static int is_letter(int c) { return lower(c) >= 'a' && lower(c) <= 'z'; }
+static int is_digit(int c) { return c >= '0' && c <= '9'; }
+
+/* The length of word w (lower case) where s starts with it in any case,
+ * not followed by a letter; else 0. */
+static size_t word_at(const char* s, const char* w) {
+  size_t i = 0;
+  for (; w[i]; i++)
+    if (lower((unsigned char)s[i]) != w[i]) return 0;
+  return is_letter((unsigned char)s[i]) ? 0 : i;
+}
+
+/* The number after a key: separators (space _ - = : #), then digits not
+ * followed by a letter; -1 where there is none. */
+static int64_t number_after(const char* s) {
+  while (*s == ' ' || *s == '_' || *s == '-' || *s == '=' || *s == ':' || *s == '#') s++;
+  if (!is_digit((unsigned char)*s)) return -1;
+  int64_t v = 0;
+  for (; is_digit((unsigned char)*s); s++)
+    if ((v = v * 10 + (*s - '0')) > INT32_MAX) return -1;
+  return is_letter((unsigned char)*s) ? -1 : v;
+}
+
+static const char* const forward_words[] = {"forward", "fwd"};
+static const char* const backward_words[] = {"backward", "bwd"};
+static const char* const chunk_keys[] = {"chunk", "vpp"};
+static const char* const microbatch_keys[] = {"microbatch", "micro_batch", "micro-batch", "mb"};
+
+static size_t any_word(const char* s, const char* const* words, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    size_t k = word_at(s, words[i]);
+    if (k) return k;
+  }
+  return 0;
+}
+
+/* The labels a range's name gives the work inside it, packed as an
+ * external id: bit 63 set, the phase (TSNP_PHASE_*) in bits 48–49, the
+ * chunk in bits 32–47 (0xffff: none), the microbatch in bits 0–31
+ * (0xffffffff: none); 0 where the name names no forward or backward
+ * work. The name starts with forward, fwd, backward or bwd (any case, not
+ * followed by a letter: "forward_step" but not "forwarding") and does not
+ * name the other phase later ("forward_backward_func" is a whole step).
+ * A number after "chunk" or "vpp" is the chunk, one after "microbatch",
+ * "micro_batch", "micro-batch" or "mb" the microbatch; a number right
+ * after the phase ("forward 3", "bwd_3") is the microbatch too where no
+ * key gives it. Keys start a word: after the start or a character that is
+ * neither a letter nor a digit. */
+static uint64_t phase_label(const char* name) {
+  while (*name == ' ') name++;
+  uint64_t phase = TSNP_PHASE_FORWARD;
+  const char* const* other = backward_words;
+  size_t k = any_word(name, forward_words, 2);
+  if (!k) {
+    phase = TSNP_PHASE_BACKWARD;
+    other = forward_words;
+    k = any_word(name, backward_words, 2);
+  }
+  if (!k) return 0;
+  const char* rest = name + k;
+  int64_t chunk = -1, mb = number_after(rest);
+  for (const char* p = rest; *p; p++) {
+    if (p > name && (is_letter((unsigned char)p[-1]) || is_digit((unsigned char)p[-1]))) continue;
+    if (any_word(p, other, 2)) return 0;
+    size_t n = any_word(p, chunk_keys, 2);
+    if (n && number_after(p + n) >= 0) chunk = number_after(p + n);
+    n = any_word(p, microbatch_keys, 4);
+    if (n && number_after(p + n) >= 0) mb = number_after(p + n);
+  }
+  if (chunk > INT16_MAX) chunk = -1;
+  return 1ull << 63 | phase << 48 | (uint64_t)(chunk < 0 ? 0xffffu : (uint16_t)chunk) << 32 |
+         (mb < 0 ? 0xffffffffu : (uint32_t)mb);
+}
+
+/* API records from now on (once): device records then wait for theirs. */
+static void cu_api_start(void) {
+  if (atomic_exchange(&lab.api_once, 1)) return;
+  if (lab.enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) != CUPTI_SUCCESS) {
+    atomic_store(&lab.push, NULL); /* no labels to be had */
+    return;
+  }
+  int runtime = lab.enable(CUPTI_ACTIVITY_KIND_RUNTIME) == CUPTI_SUCCESS;
+  int driver = lab.enable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS;
+  if (runtime && driver) atomic_store_explicit(&lab.api, 1, memory_order_release);
+}
+
+/* For the NVTX push hook: pushes the labels of a range named name, if it
+ * names forward or backward work. Returns them, or 0 where it pushed none
+ * (the pop then pops nothing). */
+static uint64_t cu_label_push(const char* name) {
+  cuptiActivityPushExternalCorrelationId_t push_ext = atomic_load_explicit(&lab.push, memory_order_acquire);
+  if (!push_ext) return 0;
+  uint64_t label = phase_label(name);
+  if (!label) return 0;
+  if (!atomic_load_explicit(&lab.api_once, memory_order_relaxed)) cu_api_start();
+  if (push_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, label) != CUPTI_SUCCESS) return 0;
+  label_change(label);
+  return label;
+}
+
+/* For the NVTX pop hook, popping a range whose labels were pushed:
+ * enclosing are the labels of the thread's range around it (0: none). */
+static void cu_label_pop(uint64_t enclosing) {
+  cuptiActivityPopExternalCorrelationId_t pop_ext = atomic_load_explicit(&lab.pop, memory_order_acquire);
+  uint64_t last;
+  if (!pop_ext) return;
+  pop_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, &last);
+  label_change(enclosing);
+}
+
+/* Notes the labels of the call of correlation id: from an external
+ * correlation record (own: the labels of a range on the call's thread), or
+ * from its API record (the labels in force in the process when it was
+ * made, where the thread had none of its own; 0: none). Called with
+ * cu.mu held. */
+static void corr_note(uint32_t id, uint64_t label, int own) {
+  struct ts_corr* c = &lab.corr[id & (TS_CORRELATIONS - 1)];
+  if (c->known && c->id == id) {
+    if (own || !c->label) c->label = label;
+    return;
+  }
+  c->id = id;
+  c->known = 1;
+  c->label = label;
+}
+
+/* Whether the call that launched a's work has made its API record; if it
+ * was made inside a labelled range, a then carries the labels. Called
+ * with cu.mu held. */
+static int cu_labelled(struct tsnp_activity* a) {
+  const struct ts_corr* c = &lab.corr[a->correlation & (TS_CORRELATIONS - 1)];
+  if (!c->known || c->id != a->correlation) return 0;
+  if (c->label) {
+    uint32_t chunk = (uint32_t)(c->label >> 32) & 0xffffu;
+    uint32_t mb = (uint32_t)c->label;
+    a->flags |= TSNP_ACT_LABELLED;
+    memset(a->note, 0, sizeof a->note);
+    a->label.phase = (uint8_t)(c->label >> 48 & 3);
+    a->label.chunk = chunk == 0xffffu ? -1 : (int16_t)chunk;
+    a->label.microbatch = mb == 0xffffffffu ? -1 : (int32_t)mb;
+  }
+  return 1;
+}
+
+static int push_waiting(struct tsnp_record* rec, uint64_t* deadline);
+
+/* Sends the waiting device records that have their labels, or have waited
+ * long enough, or all of them; waiting for room in the ring where deadline
+ * is given, else dropping (the drainer's call). Called with cu.mu held. */
+static void cu_pending_send(uint64_t now, int all, uint64_t* deadline) {
+  size_t k = 0;
+  for (size_t i = 0; i < lab.npending; i++) {
+    if (cu_labelled(&lab.pending[i].a) || all || now - lab.pending[i].at >= TS_LABEL_WAIT_MS * 1000000ull) {
+      if (deadline)
+        push_waiting(&lab.pending[i].rec, deadline);
+      else
+        push(&lab.pending[i].rec);
+    } else {
+      lab.pending[k++] = lab.pending[i];
+    }
+  }
+  lab.npending = k;
+}
+
+/* For the drainer: device records whose wait is over go, even when CUPTI
+ * has nothing new to hand over (an idle GPU). */
+static void cu_pending_tick(void) {
+  if (pthread_mutex_trylock(&cu.mu) != 0) return;
+  if (lab.npending) cu_pending_send(mono_ns(), 0, NULL);
+  pthread_mutex_unlock(&cu.mu);
+}
 
 static void cu_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = NULL;
@@ -1320,9 +1591,7 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
       const char* name;
       memcpy(&name, p + CUPTI_KERNEL_NAME, sizeof name);
       int skip;
-      pthread_mutex_lock(&cu.mu);
       u.a.name_id = cu_name(name, deadline, &skip);
-      pthread_mutex_unlock(&cu.mu);
       if (skip) return;
       u.a.what = TSNP_ACT_KERNEL;
       start = rd64(p, CUPTI_KERNEL_START);
@@ -1347,13 +1616,27 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
       u.a.stream = rd32(p, CUPTI_MEM_STREAM);
       u.a.correlation = rd32(p, CUPTI_MEM_CORRELATION);
       break;
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+      if (rd32(p, CUPTI_EXT_KIND) == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2)
+        corr_note(rd32(p, CUPTI_EXT_CORRELATION), rd64(p, CUPTI_EXT_ID), 1);
+      return;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      start = rd64(p, CUPTI_API_START);
+      corr_note(rd32(p, CUPTI_API_CORRELATION), start ? label_at((uint64_t)((int64_t)start - realtime_less_mono)) : 0, 0);
+      return;
     default:
       return;
   }
   if (start == 0 || end < start) return; /* CUPTI could not time it */
   u.a.t0 = (uint64_t)((int64_t)start - realtime_less_mono);
   u.a.t1 = (uint64_t)((int64_t)end - realtime_less_mono);
-  push_waiting(&u.rec, deadline);
+  if (cu_labelled(&u.a) || !atomic_load_explicit(&lab.api, memory_order_acquire) || lab.npending == TS_PENDING) {
+    push_waiting(&u.rec, deadline);
+    return;
+  }
+  lab.pending[lab.npending].rec = u.rec;
+  lab.pending[lab.npending++].at = mono_ns();
 }
 
 static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
@@ -1362,7 +1645,10 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
   int64_t off = cu.monotonic ? 0 : (int64_t)now_ns(CLOCK_REALTIME) - (int64_t)mono_ns();
   uint64_t deadline = 0;
   void* rec = NULL;
+  pthread_mutex_lock(&cu.mu);
   while (valid > 0 && cu.next(buffer, valid, &rec) == CUPTI_SUCCESS && rec) cu_record(rec, off, &deadline);
+  if (lab.npending) cu_pending_send(mono_ns(), 0, &deadline);
+  pthread_mutex_unlock(&cu.mu);
   size_t dropped = 0;
   if (cu.dropped && cu.dropped(context, stream, &dropped) == CUPTI_SUCCESS && dropped)
     atomic_fetch_add(&g.act_dropped, dropped);
@@ -1376,12 +1662,22 @@ static void cu_at_exit(void) {
   /* Before the libraries' destructors (the plugin's sends what is left):
    * hand over every buffer, complete or not — in the process that
    * started tracing only. */
-  if (cu.flush && cu.pid == getpid()) cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (!cu.flush || cu.pid != getpid()) return;
+  cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  /* What still waits for its labels goes as it is. */
+  uint64_t deadline = 0;
+  pthread_mutex_lock(&cu.mu);
+  if (lab.npending) cu_pending_send(mono_ns(), 1, &deadline);
+  pthread_mutex_unlock(&cu.mu);
 }
 
 static void cu_after_fork(void) {
   cu.flush = NULL;
   pthread_mutex_init(&cu.mu, NULL);
+  atomic_store(&lab.push, NULL);
+  atomic_store(&lab.pop, NULL);
+  lab.npending = 0; /* the parent's to send */
+  pthread_mutex_init(&lab.log_mu, NULL);
 }
 
 /* The CUPTI library: TRAINSCOPE_CUPTI_PATH, else one the process has
@@ -1430,6 +1726,16 @@ static const char* cu_start(char* which, size_t n) {
   cu.pid = getpid();
   cu.flush = flush;
   atexit(cu_at_exit);
+  const char* labels = getenv("TRAINSCOPE_CUPTI_LABELS");
+  cuptiActivityPushExternalCorrelationId_t push_ext =
+      (cuptiActivityPushExternalCorrelationId_t)dlsym(lib, "cuptiActivityPushExternalCorrelationId");
+  cuptiActivityPopExternalCorrelationId_t pop_ext =
+      (cuptiActivityPopExternalCorrelationId_t)dlsym(lib, "cuptiActivityPopExternalCorrelationId");
+  if (push_ext && pop_ext && !(labels && strcmp(labels, "0") == 0)) {
+    lab.enable = enable;
+    atomic_store(&lab.pop, pop_ext);
+    atomic_store_explicit(&lab.push, push_ext, memory_order_release);
+  }
   return NULL;
 }
 

@@ -1230,10 +1230,83 @@ static void drive_cupti(const char* fake) {
   /* Left for the exit hook's forced flush. */
 }
 
+struct launcher {
+  void (*launch)(const char*, uint64_t, uint64_t);
+  const char* name;
+};
+
+static void* launch_on_thread(void* arg) {
+  const struct launcher* l = arg;
+  l->launch(l->name, 1000, 0);
+  return NULL;
+}
+
+/* --drive-cupti-labels: NVTX ranges named after forward and backward
+ * work, and kernels launched inside them and outside, each kernel named
+ * "k:" and the innermost range's name (internal/ncclplugin's
+ * TestPluginEndToEndLabels says which labels each must carry). The device
+ * records reach the plugin before the API records that label them. */
+static void drive_cupti_labels(const char* fake) {
+  struct nvtx_api a = nvtx_up(0);
+  setenv("TRAINSCOPE_CUPTI_PATH", fake, 1);
+  void* h = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+  int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
+  if (!init || init() != 1) {
+    fprintf(stderr, "InitializeInjection missing from %s or failed\n", lib_path);
+    _exit(2);
+  }
+  void* f = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  void (*launch)(const char*, uint64_t, uint64_t) = f ? (void (*)(const char*, uint64_t, uint64_t))dlsym(f, "fake_cupti_launch") : NULL;
+  void (*skip_api)(void) = f ? (void (*)(void))dlsym(f, "fake_cupti_skip_api") : NULL;
+  CUptiResult (*flush)(uint32_t) = f ? (CUptiResult(*)(uint32_t))dlsym(f, "cuptiActivityFlushAll") : NULL;
+  if (!launch || !skip_api || !flush) {
+    fprintf(stderr, "the plugin did not load %s\n", fake);
+    _exit(2);
+  }
+  launch("k:before any labelled range", 1000, 0);
+  static const char* const alone[] = {
+      "forward chunk 1 microbatch 3", "bwd_mb3_chunk1", "Forward 7",  "backward", "forward_step",
+      "forward_backward_func",        "forwarding",     "fwd vpp=2 mb=5", "optimizer",
+  };
+  /* CUPTI's kernel names stay put: the plugin knows a name by its address. */
+  static char names[sizeof alone / sizeof alone[0]][64];
+  for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++) {
+    a.push_a(alone[i]);
+    snprintf(names[i], sizeof names[i], "k:%s", alone[i]);
+    launch(names[i], 1000, 0);
+    a.pop();
+  }
+  flush(0);
+  a.push_a("forward chunk 0 mb 1");
+  a.push_a("attention");
+  launch("k:attention", 1000, 0);
+  a.pop();
+  launch(NULL, 500, 64); /* a copy inside the forward range */
+  skip_api();
+  launch("k:no API record", 1000, 0);
+  a.pop();
+  launch("k:after", 1000, 0);
+  /* A backward pass whose kernels another thread launches while this one
+   * waits inside its range, as PyTorch's autograd does. */
+  a.push_a("backward microbatch 2");
+  struct launcher l = {launch, "k:autograd thread"};
+  pthread_t t;
+  if (pthread_create(&t, NULL, launch_on_thread, &l) != 0 || pthread_join(t, NULL) != 0) _exit(3);
+  a.pop();
+  l.name = "k:autograd thread, after";
+  if (pthread_create(&t, NULL, launch_on_thread, &l) != 0 || pthread_join(t, NULL) != 0) _exit(3);
+  /* Left for the exit hook's forced flush. */
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "--drive-cupti") == 0) {
     lib_path = argv[2];
     drive_cupti(argv[3]);
+    return failures ? 1 : 0;
+  }
+  if (argc == 4 && strcmp(argv[1], "--drive-cupti-labels") == 0) {
+    lib_path = argv[2];
+    drive_cupti_labels(argv[3]);
     return failures ? 1 : 0;
   }
   if (argc == 3 && strcmp(argv[1], "--bench-nvtx") == 0) {
@@ -1255,7 +1328,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n       %s --drive-cupti path/to/libtrainscope-nccl.so path/to/libfakecupti.so\n", argv[0], argv[0]);
+    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n       %s --drive-cupti[-labels] path/to/libtrainscope-nccl.so path/to/libfakecupti.so\n", argv[0], argv[0]);
     return 2;
   }
   lib_path = argv[1];

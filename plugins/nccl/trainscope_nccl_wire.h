@@ -216,7 +216,20 @@ enum {
   TSNP_ACT_MEMSET = 3,
   TSNP_ACT_UNAVAILABLE = 4, /* tracing could not begin; note says why */
 };
-enum { TSNP_ACT_MONOTONIC = 1 }; /* flags: CUPTI timed on CLOCK_MONOTONIC itself */
+/* flags: CUPTI timed on CLOCK_MONOTONIC itself; LABELLED: a kernel, copy
+ * or memset launched inside an NVTX range named as forward or backward
+ * work, whose labels it carries (struct tsnp_label in place of note). A
+ * reader that does not know LABELLED reads the record as unlabelled. */
+enum { TSNP_ACT_MONOTONIC = 1, TSNP_ACT_LABELLED = 2 };
+
+enum { TSNP_PHASE_FORWARD = 1, TSNP_PHASE_BACKWARD = 2 };
+
+struct tsnp_label {
+  int32_t microbatch; /* 80  the range name's microbatch; -1: none */
+  int16_t chunk;      /* 84  its (virtual pipeline) chunk; -1: none */
+  uint8_t phase;      /* 86  TSNP_PHASE_* */
+  uint8_t reserved;   /* 87  zero */
+};
 
 struct tsnp_activity {
   uint16_t kind;        /* 0   TSNP_ACTIVITY */
@@ -235,7 +248,10 @@ struct tsnp_activity {
   uint8_t reserved0[2]; /* 54  zero */
   int32_t grid[3];      /* 56  a kernel's grid */
   int32_t block[3];     /* 68  a kernel's block */
-  char note[48];        /* 80  TRACING, UNAVAILABLE: text, NUL-padded; else zero */
+  union {
+    char note[48];          /* 80  TRACING, UNAVAILABLE: text, NUL-padded; else zero */
+    struct tsnp_label label; /* 80  LABELLED: the labels, then zero */
+  };
 };
 
 /*
@@ -260,6 +276,7 @@ struct tsnp_name {
 
 _Static_assert(sizeof(struct tsnp_activity) == TSNP_RECORD_SIZE, "activity size");
 _Static_assert(offsetof(struct tsnp_activity, grid) == 56, "activity layout");
+_Static_assert(offsetof(struct tsnp_activity, label.phase) == 86, "activity layout");
 _Static_assert(sizeof(struct tsnp_name) == TSNP_RECORD_SIZE, "name size");
 _Static_assert(offsetof(struct tsnp_name, text) == 24, "name layout");
 _Static_assert(sizeof(struct tsnp_range) == TSNP_RECORD_SIZE, "range size");
