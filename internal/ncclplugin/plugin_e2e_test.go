@@ -168,10 +168,9 @@ func TestPluginEndToEndCUPTI(t *testing.T) {
 
 // TestPluginEndToEndLabels: kernels launched inside NVTX ranges named as
 // forward or backward work carry the range's phase, chunk and
-// microbatch, through CUPTI's external correlation (the stand-in CUPTI
-// hands the device records over before the API records that label them,
-// as the real one may). The driver names each kernel "k:" and the
-// innermost range it was launched in.
+// microbatch, noted by CUPTI's callback as each launch begins (the
+// stand-in CUPTI calls it back at cudaLaunchKernel). The driver names each
+// kernel "k:" and the innermost range it was launched in.
 func TestPluginEndToEndLabels(t *testing.T) {
 	c, sink := drive(t, "--drive-cupti-labels", "libfakecupti.so")
 	type label struct {
@@ -191,7 +190,7 @@ func TestPluginEndToEndLabels(t *testing.T) {
 		"k:fwd vpp=2 mb=5":               {profiler.Forward, 2, 5},
 		"k:optimizer":                    none,
 		"k:attention":                    {profiler.Forward, 0, 1}, // the enclosing labelled range's
-		"k:no API record":                none,                     // no launch to label it by: sent as it is
+		"k:no callback":                  none,                     // a launch CUPTI did not call back: sent as it is
 		"k:after":                        none,
 		// Launched on another thread while this one waits inside its
 		// range, and after it.

@@ -25,15 +25,8 @@ enum {
   CUPTI_ACTIVITY_KIND_MEMCPY = 1,
   CUPTI_ACTIVITY_KIND_MEMSET = 2,
   CUPTI_ACTIVITY_KIND_KERNEL = 3,
-  CUPTI_ACTIVITY_KIND_DRIVER = 4,
-  CUPTI_ACTIVITY_KIND_RUNTIME = 5,
   CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL = 10,
-  CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION = 39,
 };
-
-/* CUpti_ExternalCorrelationKind: CUSTOM0 and CUSTOM1 are what PyTorch's
- * profiler pushes; the plugin takes CUSTOM2. */
-enum { CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 = 5 };
 
 /* CUpti_ActivityFlag: cuptiActivityFlushAll's flag. */
 enum { CUPTI_ACTIVITY_FLAG_FLUSH_FORCED = 1 };
@@ -56,8 +49,14 @@ typedef CUptiResult (*cuptiActivityFlushPeriod_t)(uint32_t ms);
 typedef CUptiResult (*cuptiActivityGetNumDroppedRecords_t)(void* context, uint32_t streamId, size_t* dropped);
 typedef CUptiResult (*cuptiActivityRegisterTimestampCallback_t)(CUpti_TimestampCallbackFunc);
 typedef CUptiResult (*cuptiGetResultString_t)(CUptiResult, const char** str);
-typedef CUptiResult (*cuptiActivityPushExternalCorrelationId_t)(int kind, uint64_t id);
-typedef CUptiResult (*cuptiActivityPopExternalCorrelationId_t)(int kind, uint64_t* last_id);
+/* The callback API (cupti_callbacks.h): a subscriber's function is called
+ * as the API functions it enabled begin and end. */
+typedef void* CUpti_SubscriberHandle;
+typedef void (*CUpti_CallbackFunc)(void* userdata, int domain, uint32_t cbid, const void* cbdata);
+typedef CUptiResult (*cuptiSubscribe_t)(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                                        void* userdata);
+typedef CUptiResult (*cuptiEnableCallback_t)(uint32_t enable, CUpti_SubscriberHandle subscriber, int domain,
+                                             uint32_t cbid);
 
 /* Every record starts with its kind, a uint32_t. */
 enum { CUPTI_REC_KIND = 0 };
@@ -89,21 +88,23 @@ enum {
   CUPTI_MEM_MIN_SIZE = 48,
 };
 
-/* CUpti_ActivityAPI (DRIVER, RUNTIME): the API call a kernel, copy or
- * memset was launched by has the record's correlation id. */
+/* CUpti_CallbackDomain, and CUpti_ApiCallbackSite's "entering". */
+enum { CUPTI_CB_DOMAIN_DRIVER_API = 1, CUPTI_CB_DOMAIN_RUNTIME_API = 2 };
+enum { CUPTI_API_ENTER = 0 };
+
+/* CUpti_CallbackData, what a driver or runtime API callback gets: where
+ * it is called, and the correlation id the call's kernel records carry. */
 enum {
-  CUPTI_API_START = 8,        /* uint64_t ns: when the call began */
-  CUPTI_API_CORRELATION = 32, /* uint32_t */
-  CUPTI_API_MIN_SIZE = 40,
+  CUPTI_CB_SITE = 0,         /* uint32_t CUpti_ApiCallbackSite */
+  CUPTI_CB_CORRELATION = 64, /* uint32_t */
 };
 
-/* CUpti_ActivityExternalCorrelation: it comes before the API record whose
- * call was made while an external id was pushed on its thread. */
-enum {
-  CUPTI_EXT_KIND = 4,         /* uint32_t CUpti_ExternalCorrelationKind */
-  CUPTI_EXT_ID = 8,           /* uint64_t */
-  CUPTI_EXT_CORRELATION = 16, /* uint32_t */
-  CUPTI_EXT_MIN_SIZE = 24,
-};
+/* The callback ids of the calls that launch kernels (cupti_runtime_cbid.h,
+ * cupti_driver_cbid.h): cudaLaunchKernel (_ptsz), cudaLaunchCooperativeKernel
+ * (_ptsz), cudaGraphLaunch (_ptsz), cudaLaunchKernelExC (_ptsz); cuLaunchKernel,
+ * cuLaunchKernel_ptsz, cuLaunchCooperativeKernel (_ptsz), cuGraphLaunch
+ * (_ptsz), cuLaunchKernelEx (_ptsz). */
+#define CUPTI_RUNTIME_LAUNCHES 211, 214, 269, 270, 311, 312, 430, 431
+#define CUPTI_DRIVER_LAUNCHES 307, 442, 477, 478, 514, 515, 652, 653
 
 #endif

@@ -5,12 +5,9 @@
  * (fake_cupti_launch) and hands them to the client in one buffer at each
  * cuptiActivityFlushAll, laid out at the offsets cupti_activity_abi.h
  * reads, timed with the client's timestamp callback. It reports two
- * dropped records once. Once the client enables API and external
- * correlation records, each launch also makes a runtime API record,
- * preceded by an external correlation record while the client has an
- * external id of its pushed; the flush hands those over in a second
- * buffer, after the device records, so that the client sees the device
- * records first (CUPTI keeps no order between its buffers).
+ * dropped records once. A subscriber that enabled the callback of
+ * cudaLaunchKernel is called as each kernel launch begins, on the
+ * launching thread, with the correlation id the kernel's record carries.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,12 +22,11 @@ enum { REC = 144, MAX = 64 };
 static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static CUpti_TimestampCallbackFunc clock_fn;
-static uint8_t pending[MAX][REC], api[2 * MAX][REC];
-static int npending, napi, dropped_once, skip_api;
+static uint8_t pending[MAX][REC];
+static int npending, dropped_once, skip_callback, launch_callback;
 static uint64_t enabled;
 static uint32_t correlation;
-static _Thread_local uint64_t ext_ids[16]; /* CUPTI keeps external ids per thread */
-static _Thread_local int ndepth;
+static CUpti_CallbackFunc subscriber;
 
 EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r, CUpti_BuffersCallbackCompleteFunc c) {
   requested = r;
@@ -61,39 +57,35 @@ EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t* buf, size_t valid, void**
   *rec = next;
   return CUPTI_SUCCESS;
 }
-EXPORT CUptiResult cuptiActivityPushExternalCorrelationId(int kind, uint64_t id) {
-  if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 || ndepth == 16) return 1;
-  ext_ids[ndepth++] = id;
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* handle, CUpti_CallbackFunc f, void* userdata) {
+  (void)userdata;
+  if (subscriber) return 39; /* CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED */
+  subscriber = f;
+  *handle = &subscriber;
   return CUPTI_SUCCESS;
 }
-EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(int kind, uint64_t* last) {
-  if (kind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 || ndepth == 0) return 1;
-  *last = ext_ids[--ndepth];
+EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle handle, int domain, uint32_t cbid) {
+  if (handle != &subscriber) return 1;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == 211) launch_callback = enable != 0; /* cudaLaunchKernel */
   return CUPTI_SUCCESS;
-}
-
-/* Hands n records over in one buffer. */
-static void hand_over(uint8_t (*recs)[REC], int n) {
-  if (!n || !requested || !completed) return;
-  uint8_t* buf = NULL;
-  size_t size = 0, max = 0;
-  requested(&buf, &size, &max);
-  if (!buf || size < (size_t)n * REC) return;
-  memcpy(buf, recs, (size_t)n * REC);
-  completed(NULL, 0, buf, size, (size_t)n * REC);
 }
 
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   (void)flag;
-  int n = npending, m = napi;
-  npending = napi = 0;
-  hand_over(pending, n);
-  hand_over(api, m);
+  if (!npending || !requested || !completed) return CUPTI_SUCCESS;
+  uint8_t* buf = NULL;
+  size_t size = 0, max = 0;
+  requested(&buf, &size, &max);
+  if (!buf || size < (size_t)npending * REC) return CUPTI_SUCCESS;
+  memcpy(buf, pending, (size_t)npending * REC);
+  size_t valid = (size_t)npending * REC;
+  npending = 0;
+  completed(NULL, 0, buf, size, valid);
   return CUPTI_SUCCESS;
 }
 
-/* The next launch makes no API record (its call was not traced). */
-EXPORT void fake_cupti_skip_api(void) { skip_api = 1; }
+/* The next launch calls no callback (a launch CUPTI does not call back). */
+EXPORT void fake_cupti_skip_callback(void) { skip_callback = 1; }
 
 static void put32(uint8_t* r, size_t off, uint32_t v) { memcpy(r + off, &v, sizeof v); }
 static void put64(uint8_t* r, size_t off, uint64_t v) { memcpy(r + off, &v, sizeof v); }
@@ -101,10 +93,17 @@ static void put64(uint8_t* r, size_t off, uint64_t v) { memcpy(r + off, &v, size
 /* A kernel (name set) or a memory copy of bytes (name NULL) that started
  * now on the client's clock and lasted dur_ns, on device 1, stream 13. */
 EXPORT void fake_cupti_launch(const char* name, uint64_t dur_ns, uint64_t bytes) {
-  if (npending == MAX || napi > 2 * MAX - 2 || !clock_fn) return;
+  if (npending == MAX || !clock_fn) return;
   uint8_t* r = pending[npending++];
   memset(r, 0, REC);
   uint64_t t = clock_fn();
+  if (name && subscriber && launch_callback && !skip_callback) {
+    uint8_t data[72] = {0}; /* CUpti_CallbackData at API entry */
+    uint32_t id = correlation + 1;
+    memcpy(data + CUPTI_CB_CORRELATION, &id, sizeof id);
+    subscriber(NULL, CUPTI_CB_DOMAIN_RUNTIME_API, 211, data);
+  }
+  skip_callback = 0;
   if (name) {
     put32(r, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     put64(r, CUPTI_KERNEL_START, t);
@@ -123,24 +122,4 @@ EXPORT void fake_cupti_launch(const char* name, uint64_t dur_ns, uint64_t bytes)
     put32(r, CUPTI_MEM_STREAM, 13);
     put32(r, CUPTI_MEM_CORRELATION, ++correlation);
   }
-  const uint64_t want = 1ull << CUPTI_ACTIVITY_KIND_RUNTIME | 1ull << CUPTI_ACTIVITY_KIND_DRIVER;
-  if ((enabled & want) != want || !(enabled & 1ull << CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) || skip_api) {
-    skip_api = 0;
-    return;
-  }
-  if (ndepth > 0) {
-    uint8_t* x = api[napi++];
-    memset(x, 0, REC);
-    put32(x, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-    put32(x, CUPTI_EXT_KIND, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2);
-    put64(x, CUPTI_EXT_ID, ext_ids[ndepth - 1]);
-    put32(x, CUPTI_EXT_CORRELATION, correlation);
-  }
-  uint8_t* x = api[napi++];
-  memset(x, 0, REC);
-  put32(x, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_RUNTIME);
-  put32(x, 4, 211); /* cbid: cudaLaunchKernel */
-  put64(x, 8, t);
-  put64(x, 16, t + 1000);
-  put32(x, CUPTI_API_CORRELATION, correlation);
 }

@@ -57,9 +57,6 @@ enum {
   TS_CUPTI_WAIT_MS = 200,    /* how long a delivery waits for room in its ring before it drops */
   TS_NAMES = 8192,           /* kernel names numbered per process; a power of two */
   TS_CORRELATIONS = 1 << 16, /* launches whose labels are remembered until their kernels come; a power of two */
-  TS_PENDING = 4096,         /* device records waiting for their launch's labels */
-  TS_LABEL_WAIT_MS = 250,    /* how long a device record waits for its launch's API record */
-  TS_LABEL_LOG = 4096,       /* changes of the labels in force remembered; a power of two */
 };
 
 static uint64_t now_ns(clockid_t id) {
@@ -69,7 +66,6 @@ static uint64_t now_ns(clockid_t id) {
 }
 static uint64_t mono_ns(void) { return now_ns(CLOCK_MONOTONIC); }
 
-static void cu_pending_tick(void);
 
 /* ---- Per-thread rings: single producer (the thread), single consumer (the drainer). ---- */
 
@@ -538,7 +534,6 @@ static void* drainer_main(void* arg) {
       send_out(now < deadline ? (int)((deadline - now) / 1000000u) : 0);
     } else {
       drain(TS_SEND_WAIT_MS);
-      cu_pending_tick();
     }
 
     pthread_mutex_lock(&g.mu);
@@ -1198,80 +1193,31 @@ static struct {
  *
  * A job that names its NVTX ranges after the pipeline work inside them
  * ("forward chunk 1 microbatch 3", "bwd_mb3": phase_label) has every
- * kernel, copy and memset launched inside such a range carry its labels,
- * through CUPTI's external correlation, the way PyTorch's profiler ties
- * kernels to operators: the push hook pushes the range's labels as an
- * external id (kind CUSTOM2) on its thread, and CUPTI precedes the API
- * record of each CUDA call the thread makes before the pop with a record
- * pairing the call's correlation id with them. The delivering thread keeps
- * the pairing (lab.corr, by correlation id) until the device record of the
- * same correlation comes. A call made on a thread without a labelled range
- * of its own takes the labels in force in the process when it was made
- * (lab.log): PyTorch's autograd launches a backward pass's kernels on a
- * thread of its own while the thread that called backward() waits inside
- * its range. API records are traced (RUNTIME and DRIVER activity) from the
- * first such range on: a job that names none pays nothing for them. CUPTI hands API and device records over in separate
- * buffers, in no set order, so a device record whose API record has not
- * come waits for it (at most TS_PENDING records, TS_LABEL_WAIT_MS each),
- * then goes unlabelled. TRAINSCOPE_CUPTI_LABELS=0 turns labels off. */
+ * kernel launched inside such a range carry its labels. From the first
+ * such range on, CUPTI calls the plugin back as each kernel launch (and
+ * CUDA graph launch) begins, on the launching thread, with the call's
+ * correlation id, which the kernel's activity record will carry; the
+ * callback notes the labels in force (lab.corr, by correlation id): those
+ * of the thread's innermost labelled range, or, on a thread with none,
+ * those last pushed or popped in the process (PyTorch's autograd launches
+ * a backward pass's kernels on a thread of its own while the thread that
+ * called backward() waits inside its range). The delivering thread reads
+ * them back as the kernel's record comes, which is after its launch. A job
+ * that names no such range pays nothing: the callbacks are not enabled.
+ * TRAINSCOPE_CUPTI_LABELS=0 turns labels off. */
 
 static struct {
-  _Atomic(cuptiActivityPushExternalCorrelationId_t) push; /* set: labels are on */
-  _Atomic(cuptiActivityPopExternalCorrelationId_t) pop;
-  cuptiActivityEnable_t enable;
-  _Atomic int api_once; /* API tracing asked for */
-  _Atomic int api;      /* API tracing on: device records wait for their API record */
-  /* The labels in force in the process from each time on, as labelled
-   * ranges were pushed and popped (on any thread: the latest wins), the
-   * last TS_LABEL_LOG changes; under log_mu. */
-  pthread_mutex_t log_mu;
-  struct ts_change {
-    uint64_t t, label;
-  } log[TS_LABEL_LOG];
-  uint64_t changes;
-  /* Under cu.mu: */
-  struct ts_corr {
-    uint32_t id, known;
-    uint64_t label; /* 0: launched outside any labelled range */
-  } corr[TS_CORRELATIONS];
-  struct {
-    union {
-      struct tsnp_record rec;
-      struct tsnp_activity a;
-    };
-    uint64_t at; /* when it came */
-  } pending[TS_PENDING];
-  size_t npending;
-} lab = {.log_mu = PTHREAD_MUTEX_INITIALIZER};
+  _Atomic int on;   /* CUPTI took the plugin's callback: labels may be had */
+  _Atomic int once; /* the launch callbacks enabled */
+  cuptiEnableCallback_t enable;
+  CUpti_SubscriberHandle subscriber;
+  _Atomic uint64_t current; /* the labels last pushed or popped in the process (phase_label) */
+  /* correlation id << 32 | the labels of its launch, packed (pack_label) */
+  _Atomic uint64_t corr[TS_CORRELATIONS];
+} lab;
 
-/* Notes that label is in force in the process from now on. */
-static void label_change(uint64_t label) {
-  pthread_mutex_lock(&lab.log_mu);
-  struct ts_change* c = &lab.log[lab.changes++ & (TS_LABEL_LOG - 1)];
-  c->t = mono_ns();
-  c->label = label;
-  pthread_mutex_unlock(&lab.log_mu);
-}
-
-/* The labels in force in the process at t (CLOCK_MONOTONIC ns); 0 where
- * none were, or t is older than the changes remembered. */
-static uint64_t label_at(uint64_t t) {
-  pthread_mutex_lock(&lab.log_mu);
-  uint64_t n = lab.changes, first = n > TS_LABEL_LOG ? n - TS_LABEL_LOG : 0, label = 0;
-  if (n > first && lab.log[first & (TS_LABEL_LOG - 1)].t <= t) {
-    uint64_t lo = first, hi = n; /* the latest change at or before t is in [lo, hi) */
-    while (hi - lo > 1) {
-      uint64_t mid = lo + (hi - lo) / 2;
-      if (lab.log[mid & (TS_LABEL_LOG - 1)].t <= t)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    label = lab.log[lo & (TS_LABEL_LOG - 1)].label;
-  }
-  pthread_mutex_unlock(&lab.log_mu);
-  return label;
-}
+/* The labels in force on this thread: its innermost labelled range's. */
+static __thread uint64_t tls_label;
 
 static int lower(int c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; }
 static int is_letter(int c) { return lower(c) >= 'a' && lower(c) <= 'z'; }
@@ -1348,102 +1294,72 @@ static uint64_t phase_label(const char* name) {
          (mb < 0 ? 0xffffffffu : (uint32_t)mb);
 }
 
-/* API records from now on (once): device records then wait for theirs. */
-static void cu_api_start(void) {
-  if (atomic_exchange(&lab.api_once, 1)) return;
-  if (lab.enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) != CUPTI_SUCCESS) {
-    atomic_store(&lab.push, NULL); /* no labels to be had */
-    return;
-  }
-  int runtime = lab.enable(CUPTI_ACTIVITY_KIND_RUNTIME) == CUPTI_SUCCESS;
-  int driver = lab.enable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS;
-  if (runtime && driver) atomic_store_explicit(&lab.api, 1, memory_order_release);
+/* A label (phase_label) in 32 bits: bit 31 set, the phase in bits 29–30,
+ * the chunk in bits 18–28 (0x7ff: none), the microbatch in bits 0–17
+ * (0x3ffff: none; larger numbers are none too). */
+static uint32_t pack_label(uint64_t label) {
+  if (!label) return 0;
+  uint32_t chunk = (uint32_t)(label >> 32) & 0xffffu, mb = (uint32_t)label;
+  if (chunk >= 0x7ffu) chunk = 0x7ffu;
+  if (mb >= 0x3ffffu) mb = 0x3ffffu;
+  return 1u << 31 | (uint32_t)(label >> 48 & 3) << 29 | chunk << 18 | mb;
 }
 
-/* For the NVTX push hook: pushes the labels of a range named name, if it
- * names forward or backward work. Returns them, or 0 where it pushed none
- * (the pop then pops nothing). */
+/* CUPTI's callback at each kernel or graph launch the plugin enabled. */
+static void cu_callback(void* userdata, int domain, uint32_t cbid, const void* data) {
+  (void)userdata;
+  (void)domain;
+  (void)cbid;
+  uint32_t site, id;
+  memcpy(&site, (const uint8_t*)data + CUPTI_CB_SITE, sizeof site);
+  if (site != CUPTI_API_ENTER) return;
+  memcpy(&id, (const uint8_t*)data + CUPTI_CB_CORRELATION, sizeof id);
+  uint64_t label = tls_label ? tls_label : atomic_load_explicit(&lab.current, memory_order_relaxed);
+  atomic_store_explicit(&lab.corr[id & (TS_CORRELATIONS - 1)], (uint64_t)id << 32 | pack_label(label),
+                        memory_order_release);
+}
+
+/* The launch callbacks from now on (once). */
+static void cu_callbacks_start(void) {
+  if (atomic_exchange(&lab.once, 1)) return;
+  static const uint32_t runtime[] = {CUPTI_RUNTIME_LAUNCHES}, driver[] = {CUPTI_DRIVER_LAUNCHES};
+  for (size_t i = 0; i < sizeof runtime / sizeof runtime[0]; i++)
+    lab.enable(1, lab.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime[i]);
+  for (size_t i = 0; i < sizeof driver / sizeof driver[0]; i++)
+    lab.enable(1, lab.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, driver[i]);
+}
+
+/* For the NVTX push hook: the labels of a range named name, now in force
+ * on this thread and in the process; 0 where it names no forward or
+ * backward work. */
 static uint64_t cu_label_push(const char* name) {
-  cuptiActivityPushExternalCorrelationId_t push_ext = atomic_load_explicit(&lab.push, memory_order_acquire);
-  if (!push_ext) return 0;
+  if (!atomic_load_explicit(&lab.on, memory_order_acquire)) return 0;
   uint64_t label = phase_label(name);
   if (!label) return 0;
-  if (!atomic_load_explicit(&lab.api_once, memory_order_relaxed)) cu_api_start();
-  if (push_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, label) != CUPTI_SUCCESS) return 0;
-  label_change(label);
+  if (!atomic_load_explicit(&lab.once, memory_order_relaxed)) cu_callbacks_start();
+  tls_label = label;
+  atomic_store_explicit(&lab.current, label, memory_order_relaxed);
   return label;
 }
 
-/* For the NVTX pop hook, popping a range whose labels were pushed:
- * enclosing are the labels of the thread's range around it (0: none). */
+/* For the NVTX pop hook, popping a labelled range: enclosing are the
+ * labels of the thread's range around it (0: none), in force again. */
 static void cu_label_pop(uint64_t enclosing) {
-  cuptiActivityPopExternalCorrelationId_t pop_ext = atomic_load_explicit(&lab.pop, memory_order_acquire);
-  uint64_t last;
-  if (!pop_ext) return;
-  pop_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, &last);
-  label_change(enclosing);
+  tls_label = enclosing;
+  atomic_store_explicit(&lab.current, enclosing, memory_order_relaxed);
 }
 
-/* Notes the labels of the call of correlation id: from an external
- * correlation record (own: the labels of a range on the call's thread), or
- * from its API record (the labels in force in the process when it was
- * made, where the thread had none of its own; 0: none). Called with
- * cu.mu held. */
-static void corr_note(uint32_t id, uint64_t label, int own) {
-  struct ts_corr* c = &lab.corr[id & (TS_CORRELATIONS - 1)];
-  if (c->known && c->id == id) {
-    if (own || !c->label) c->label = label;
-    return;
-  }
-  c->id = id;
-  c->known = 1;
-  c->label = label;
-}
-
-/* Whether the call that launched a's work has made its API record; if it
- * was made inside a labelled range, a then carries the labels. Called
- * with cu.mu held. */
-static int cu_labelled(struct tsnp_activity* a) {
-  const struct ts_corr* c = &lab.corr[a->correlation & (TS_CORRELATIONS - 1)];
-  if (!c->known || c->id != a->correlation) return 0;
-  if (c->label) {
-    uint32_t chunk = (uint32_t)(c->label >> 32) & 0xffffu;
-    uint32_t mb = (uint32_t)c->label;
-    a->flags |= TSNP_ACT_LABELLED;
-    memset(a->note, 0, sizeof a->note);
-    a->label.phase = (uint8_t)(c->label >> 48 & 3);
-    a->label.chunk = chunk == 0xffffu ? -1 : (int16_t)chunk;
-    a->label.microbatch = mb == 0xffffffffu ? -1 : (int32_t)mb;
-  }
-  return 1;
-}
-
-static int push_waiting(struct tsnp_record* rec, uint64_t* deadline);
-
-/* Sends the waiting device records that have their labels, or have waited
- * long enough, or all of them; waiting for room in the ring where deadline
- * is given, else dropping (the drainer's call). Called with cu.mu held. */
-static void cu_pending_send(uint64_t now, int all, uint64_t* deadline) {
-  size_t k = 0;
-  for (size_t i = 0; i < lab.npending; i++) {
-    if (cu_labelled(&lab.pending[i].a) || all || now - lab.pending[i].at >= TS_LABEL_WAIT_MS * 1000000ull) {
-      if (deadline)
-        push_waiting(&lab.pending[i].rec, deadline);
-      else
-        push(&lab.pending[i].rec);
-    } else {
-      lab.pending[k++] = lab.pending[i];
-    }
-  }
-  lab.npending = k;
-}
-
-/* For the drainer: device records whose wait is over go, even when CUPTI
- * has nothing new to hand over (an idle GPU). */
-static void cu_pending_tick(void) {
-  if (pthread_mutex_trylock(&cu.mu) != 0) return;
-  if (lab.npending) cu_pending_send(mono_ns(), 0, NULL);
-  pthread_mutex_unlock(&cu.mu);
+/* Labels a with the labels its launch noted, if any. */
+static void cu_label(struct tsnp_activity* a) {
+  uint64_t v = atomic_load_explicit(&lab.corr[a->correlation & (TS_CORRELATIONS - 1)], memory_order_acquire);
+  uint32_t packed = (uint32_t)v;
+  if ((uint32_t)(v >> 32) != a->correlation || !(packed >> 31)) return;
+  uint32_t chunk = packed >> 18 & 0x7ffu, mb = packed & 0x3ffffu;
+  a->flags |= TSNP_ACT_LABELLED;
+  memset(a->note, 0, sizeof a->note);
+  a->label.phase = (uint8_t)(packed >> 29 & 3);
+  a->label.chunk = chunk == 0x7ffu ? -1 : (int16_t)chunk;
+  a->label.microbatch = mb == 0x3ffffu ? -1 : (int32_t)mb;
 }
 
 static void cu_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -1616,27 +1532,14 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
       u.a.stream = rd32(p, CUPTI_MEM_STREAM);
       u.a.correlation = rd32(p, CUPTI_MEM_CORRELATION);
       break;
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
-      if (rd32(p, CUPTI_EXT_KIND) == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2)
-        corr_note(rd32(p, CUPTI_EXT_CORRELATION), rd64(p, CUPTI_EXT_ID), 1);
-      return;
-    case CUPTI_ACTIVITY_KIND_RUNTIME:
-    case CUPTI_ACTIVITY_KIND_DRIVER:
-      start = rd64(p, CUPTI_API_START);
-      corr_note(rd32(p, CUPTI_API_CORRELATION), start ? label_at((uint64_t)((int64_t)start - realtime_less_mono)) : 0, 0);
-      return;
     default:
       return;
   }
   if (start == 0 || end < start) return; /* CUPTI could not time it */
   u.a.t0 = (uint64_t)((int64_t)start - realtime_less_mono);
   u.a.t1 = (uint64_t)((int64_t)end - realtime_less_mono);
-  if (cu_labelled(&u.a) || !atomic_load_explicit(&lab.api, memory_order_acquire) || lab.npending == TS_PENDING) {
-    push_waiting(&u.rec, deadline);
-    return;
-  }
-  lab.pending[lab.npending].rec = u.rec;
-  lab.pending[lab.npending++].at = mono_ns();
+  cu_label(&u.a);
+  push_waiting(&u.rec, deadline);
 }
 
 static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
@@ -1647,7 +1550,6 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
   void* rec = NULL;
   pthread_mutex_lock(&cu.mu);
   while (valid > 0 && cu.next(buffer, valid, &rec) == CUPTI_SUCCESS && rec) cu_record(rec, off, &deadline);
-  if (lab.npending) cu_pending_send(mono_ns(), 0, &deadline);
   pthread_mutex_unlock(&cu.mu);
   size_t dropped = 0;
   if (cu.dropped && cu.dropped(context, stream, &dropped) == CUPTI_SUCCESS && dropped)
@@ -1662,22 +1564,13 @@ static void cu_at_exit(void) {
   /* Before the libraries' destructors (the plugin's sends what is left):
    * hand over every buffer, complete or not — in the process that
    * started tracing only. */
-  if (!cu.flush || cu.pid != getpid()) return;
-  cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  /* What still waits for its labels goes as it is. */
-  uint64_t deadline = 0;
-  pthread_mutex_lock(&cu.mu);
-  if (lab.npending) cu_pending_send(mono_ns(), 1, &deadline);
-  pthread_mutex_unlock(&cu.mu);
+  if (cu.flush && cu.pid == getpid()) cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
 static void cu_after_fork(void) {
   cu.flush = NULL;
   pthread_mutex_init(&cu.mu, NULL);
-  atomic_store(&lab.push, NULL);
-  atomic_store(&lab.pop, NULL);
-  lab.npending = 0; /* the parent's to send */
-  pthread_mutex_init(&lab.log_mu, NULL);
+  atomic_store(&lab.on, 0);
 }
 
 /* The CUPTI library: TRAINSCOPE_CUPTI_PATH, else one the process has
@@ -1727,15 +1620,13 @@ static const char* cu_start(char* which, size_t n) {
   cu.flush = flush;
   atexit(cu_at_exit);
   const char* labels = getenv("TRAINSCOPE_CUPTI_LABELS");
-  cuptiActivityPushExternalCorrelationId_t push_ext =
-      (cuptiActivityPushExternalCorrelationId_t)dlsym(lib, "cuptiActivityPushExternalCorrelationId");
-  cuptiActivityPopExternalCorrelationId_t pop_ext =
-      (cuptiActivityPopExternalCorrelationId_t)dlsym(lib, "cuptiActivityPopExternalCorrelationId");
-  if (push_ext && pop_ext && !(labels && strcmp(labels, "0") == 0)) {
-    lab.enable = enable;
-    atomic_store(&lab.pop, pop_ext);
-    atomic_store_explicit(&lab.push, push_ext, memory_order_release);
-  }
+  cuptiSubscribe_t subscribe = (cuptiSubscribe_t)dlsym(lib, "cuptiSubscribe");
+  lab.enable = (cuptiEnableCallback_t)dlsym(lib, "cuptiEnableCallback");
+  /* One subscriber a process: where another tool has CUPTI's callbacks,
+   * kernels go unlabelled. */
+  if (subscribe && lab.enable && !(labels && strcmp(labels, "0") == 0) &&
+      subscribe(&lab.subscriber, cu_callback, NULL) == CUPTI_SUCCESS)
+    atomic_store_explicit(&lab.on, 1, memory_order_release);
   return NULL;
 }
 

@@ -1244,8 +1244,7 @@ static void* launch_on_thread(void* arg) {
 /* --drive-cupti-labels: NVTX ranges named after forward and backward
  * work, and kernels launched inside them and outside, each kernel named
  * "k:" and the innermost range's name (internal/ncclplugin's
- * TestPluginEndToEndLabels says which labels each must carry). The device
- * records reach the plugin before the API records that label them. */
+ * TestPluginEndToEndLabels says which labels each must carry). */
 static void drive_cupti_labels(const char* fake) {
   struct nvtx_api a = nvtx_up(0);
   setenv("TRAINSCOPE_CUPTI_PATH", fake, 1);
@@ -1257,9 +1256,9 @@ static void drive_cupti_labels(const char* fake) {
   }
   void* f = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
   void (*launch)(const char*, uint64_t, uint64_t) = f ? (void (*)(const char*, uint64_t, uint64_t))dlsym(f, "fake_cupti_launch") : NULL;
-  void (*skip_api)(void) = f ? (void (*)(void))dlsym(f, "fake_cupti_skip_api") : NULL;
+  void (*skip_callback)(void) = f ? (void (*)(void))dlsym(f, "fake_cupti_skip_callback") : NULL;
   CUptiResult (*flush)(uint32_t) = f ? (CUptiResult(*)(uint32_t))dlsym(f, "cuptiActivityFlushAll") : NULL;
-  if (!launch || !skip_api || !flush) {
+  if (!launch || !skip_callback || !flush) {
     fprintf(stderr, "the plugin did not load %s\n", fake);
     _exit(2);
   }
@@ -1282,8 +1281,8 @@ static void drive_cupti_labels(const char* fake) {
   launch("k:attention", 1000, 0);
   a.pop();
   launch(NULL, 500, 64); /* a copy inside the forward range */
-  skip_api();
-  launch("k:no API record", 1000, 0);
+  skip_callback();
+  launch("k:no callback", 1000, 0);
   a.pop();
   launch("k:after", 1000, 0);
   /* A backward pass whose kernels another thread launches while this one
