@@ -28,8 +28,10 @@
 #                reduce-scatters, size by size, against the script's own
 #   kernels.txt  a wrapped one-GPU loop (examples/torch/kernel_steps.py):
 #                its kernels per step and their device time, traced by
-#                CUPTI, against the script's count and CUDA events; the
-#                wall time with kernels traced and not (kernels mode only)
+#                CUPTI, against the script's count and CUDA events, and
+#                each kernel's microbatch against the NVTX range it was
+#                launched in; the wall time with kernels traced, traced
+#                and labelled, and not (kernels mode only)
 #   steps.txt    a wrapped run whose every call is an NVTX "step N" range
 #                (--nvtx-steps): its report's steps per rank against the
 #                script's count
@@ -38,7 +40,9 @@
 #                descriptions; pipeline mode only): the stages the report
 #                gives against the script's, each stage's busy time against
 #                the script's CUDA events, every collective matched within
-#                its own communicator; pipeline-named.txt the same with
+#                its own communicator, the kernels labelled with the
+#                forward or backward NVTX range of each microbatch they
+#                were launched in; pipeline-named.txt the same with
 #                each communicator named by its group's description
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
 # With one GPU the two ranks share it, under MPS where the machine has it
