@@ -35,17 +35,7 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 	if h.PID != 4242 || h.Hostname != "node7" || h.Version != wireVersion || h.UID != 1000 {
 		t.Fatalf("hello %+v", h)
 	}
-	var got []Record
-	for {
-		r, err := d.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r)
-	}
+	got := readAll(t, d)
 	if len(got) != 6 || d.Offset() != 7*128 {
 		t.Fatalf("%d records, offset %d", len(got), d.Offset())
 	}
@@ -266,14 +256,7 @@ func TestDecodeLabels(t *testing.T) {
 		labelled(activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""), 1, -1, -1),
 		activityFrame(1, 10, 20, 0, 7, 0, 0, 0, ""))))
 	var got []string
-	for {
-		r, err := d.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range readAll(t, d) {
 		got = append(got, fmt.Sprintf("%v %d %d %d", r.Labelled, r.ActPhase, r.ActChunk, r.ActMicrobatch))
 	}
 	want := []string{"true 2 1 3", "true 1 -1 -1", "false 0 0 0"}
@@ -292,5 +275,22 @@ func TestDecodeLabels(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// readAll reads d's records to the end of its stream, failing t on an
+// error.
+func readAll(t *testing.T, d *Reader) []Record {
+	t.Helper()
+	var got []Record
+	for {
+		r, err := d.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
 	}
 }
