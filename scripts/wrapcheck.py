@@ -432,12 +432,13 @@ def pipeline(log, report, trace=None):
 
 def phase_labels(runs, text_log, text, trace):
     """A pipeline_steps.py run whose forward and backward work are NVTX
-    ranges "forward microbatch M" and "backward microbatch M": kernels
+    ranges "forward microbatch M" and "backward microbatch M" (or
+    pipelining_steps.py's, with "chunk C" too): kernels
     labelled (the summary's count), the report's pipeline shape from the
     labels, every step of every rank with kernels of each phase and
     microbatch, and each rank's labelled forward and backward kernel time
     against the script's CUDA-event times of its forward and backward."""
-    pp, m = runs[0]["pp"], runs[0]["microbatches"]
+    pp, m, v = runs[0]["pp"], runs[0]["microbatches"], runs[0].get("vpp", 1)
     bad = 0
     lab = re.search(r"kernels: (\d+) kernels .*?, (\d+) kernels launched inside NVTX ranges named as forward or backward work", text_log)
     ok = lab is not None and int(lab.group(2)) > 0
@@ -445,10 +446,10 @@ def phase_labels(runs, text_log, text, trace):
     print("%s phases: %s of %s kernels labelled by the NVTX range they were launched in"
           % ("PASS" if ok else "FAIL", lab.group(2) if lab else "none", lab.group(1) if lab else "?"))
     shape = re.search(r"pipeline: (\d+) stages? × (\d+) chunks? × (\d+) microbatch(?:es)?; ideal bubble \(p−1\)/\(v·m\+p−1\) = ([\d.]+)%", text)
-    ok = shape is not None and (int(shape.group(1)), int(shape.group(2)), int(shape.group(3))) == (pp, 1, m)
+    ok = shape is not None and (int(shape.group(1)), int(shape.group(2)), int(shape.group(3))) == (pp, v, m)
     bad += not ok
-    print("%s phases: report %s (want %d stages × 1 chunk × %d microbatches, from the labels)"
-          % ("PASS" if ok else "FAIL", shape.group(0) if shape else "no pipeline shape line", pp, m))
+    print("%s phases: report %s (want %d stages × %d chunks × %d microbatches, from the labels)"
+          % ("PASS" if ok else "FAIL", shape.group(0) if shape else "no pipeline shape line", pp, v, m))
     events, rank_of = trace_events(trace)
     seen = collections.defaultdict(set)
     busy = collections.defaultdict(list)
@@ -459,7 +460,7 @@ def phase_labels(runs, text_log, text, trace):
         key = (rank_of.get(e["pid"], -1), int(a.get("step", -1)))
         seen[key].add((a["phase"], int(a.get("microbatch", -1)), int(a.get("chunk", -1))))
         busy[key + (a["phase"],)].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
-    want = {(ph, mb, 0) for ph in ("forward", "backward") for mb in range(m)}
+    want = {(ph, mb, c) for ph in ("forward", "backward") for mb in range(m) for c in range(v)}
     inf = float("inf")
     for r in sorted(runs, key=lambda r: r["rank"]):
         rank, n = r["rank"], r["steps"]
@@ -467,8 +468,8 @@ def phase_labels(runs, text_log, text, trace):
         ok = len(whole) == n
         bad += not ok
         odd = [(s, sorted(seen[(rank, s)] ^ want)[:3]) for s in range(n) if s not in whole][:2]
-        print("%s phases rank %d: %d of %d steps with kernels of every phase and microbatch (chunk 0)%s"
-              % ("PASS" if ok else "FAIL", rank, len(whole), n, "; not: %s" % odd if odd else ""))
+        print("%s phases rank %d: %d of %d steps with kernels of every phase, microbatch and chunk (%d)%s"
+              % ("PASS" if ok else "FAIL", rank, len(whole), n, v, "; not: %s" % odd if odd else ""))
         k = r.get("ranks_per_gpu", 1)
         for ph, script in (("forward", r.get("forward_ms")), ("backward", r.get("backward_ms"))):
             if not script:

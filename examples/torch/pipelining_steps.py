@@ -16,6 +16,14 @@ data-parallel replicas: rank = replica × pp + stage; each replica's
 stages make one group, and after the schedule each chunk's gradients are
 all-reduced over the stage's replicas and SGD updates the weights.
 
+Each stage's forward_one_chunk and backward_one_chunk, which the runtime
+calls for every microbatch, run inside an NVTX range "forward chunk C
+microbatch M" or "backward chunk C microbatch M" (C the rank's chunk, M
+the microbatch), so that profile-run labels the kernels launched inside
+with phase, chunk and microbatch (docs/wrap.md, "Forward and backward
+work"); --no-phase-ranges leaves them out. This is how to label a
+pipeline run by torch.distributed.pipelining without changing it.
+
 A chunk is --layers bias-free Linear + tanh layers; the loss is the mean
 square error of the last chunk's output against zero. A step is an NVTX
 range "step N"; step -1, outside any, is the warm-up in which the runtime
@@ -54,6 +62,7 @@ def parse(argv=None):
     p.add_argument("--layers", type=int, default=2, help="layers per chunk")
     p.add_argument("--steps", type=int, default=12, help="training steps after the warm-up")
     p.add_argument("--share-gpu", action="store_true", help="let the ranks share GPUs when there are fewer GPUs than ranks")
+    p.add_argument("--no-phase-ranges", action="store_true", help="no NVTX range around each chunk's forward and backward of a microbatch")
     a = p.parse_args(argv)
     if min(a.pp, a.vpp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
         p.error("every count must be at least 1")
@@ -138,6 +147,25 @@ def main(argv=None):
     n = pp * v
     chunks = [Chunk(k * pp + stage) for k in range(v)]
     stages = [pipelining.PipelineStage(c, k * pp + stage, n, dev, group=pipe) for k, c in enumerate(chunks)]
+    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+
+    def in_range(method, phase, chunk):
+        """method, run inside an NVTX range naming its phase, chunk and
+        microbatch (the runtime passes the microbatch first)."""
+
+        def run(*args, **kwargs):
+            mb = args[0] if args else kwargs.get("fwd_chunk_id", kwargs.get("bwd_chunk_id"))
+            push("%s chunk %d microbatch %s" % (phase, chunk, mb))
+            try:
+                return method(*args, **kwargs)
+            finally:
+                pop()
+        return run
+
+    if not a.no_phase_ranges:
+        for k, st in enumerate(stages):
+            st.forward_one_chunk = in_range(st.forward_one_chunk, "forward", k)
+            st.backward_one_chunk = in_range(st.backward_one_chunk, "backward", k)
 
     def loss_fn(y, target):
         return F.mse_loss(y, target)
@@ -151,7 +179,6 @@ def main(argv=None):
     first, last = stage == 0, stage == pp - 1
     params = [p for c in chunks for p in c.parameters()]
 
-    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     host, compute, losses_seen = [], [], []
     gen = torch.Generator(device=dev)
     gen.manual_seed(99 + replica)
@@ -193,7 +220,7 @@ def main(argv=None):
     print(json.dumps({"tool": "pipeline_steps", "library": "torch.distributed.pipelining", "schedule": a.schedule,
                       "rank": rank, "stage": stage, "replica": replica, "pp": pp, "vpp": v, "dp": dp,
                       "microbatches": a.microbatches, "steps": a.steps, "host_step_s": host, "compute_ms": compute,
-                      "chunk_runs_per_step": len(fwd), "losses": losses_seen,
+                      "chunk_runs_per_step": len(fwd), "losses": losses_seen, "phase_ranges": not a.no_phase_ranges,
                       "ranks_per_gpu": -(-world // torch.cuda.device_count()), "comm_names": False,
                       "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
