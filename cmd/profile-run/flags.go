@@ -36,8 +36,10 @@ type options struct {
 	// given, and chunks and microbatches what it says (0 when not given).
 	pipelineSchedule     string
 	schedChunks, schedMB int
-	// kernels has a wrapped command's kernels traced (CUPTI).
-	kernels bool
+	// kernels has a wrapped command's kernels traced (CUPTI);
+	// kernelLabels has them labelled by the NVTX ranges they were
+	// launched in.
+	kernels, kernelLabels bool
 	// importing is the number of files profile-run import takes records
 	// from (0 for a run): their ranks' clocks may differ.
 	importing int
@@ -136,6 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.pipelineSchedule, "pipeline-schedule", "", `a wrapped pipeline's schedule, "microbatches=M" or "microbatches=M,vpp=V" (V virtual chunks per stage, default 1): the ideal bubble (p−1)/(v·m+p−1) is then reported beside the measured one (docs/wrap.md)`)
 	fs.StringVar(&o.stepRange, "step-range", profiler.StepName, `a wrapped command's NVTX range that brackets one training step ("step 12", "step_12" count too; "" for none): its ranges and NCCL operations are then accounted per step (docs/wrap.md)`)
 	fs.BoolVar(&o.kernels, "kernels", true, "trace a wrapped command's kernels, memory copies and memsets on the GPU (CUPTI, through the plugin as the command's CUDA injection library), for busy and idle time per step; false leaves CUPTI to the command (torch.profiler, Nsight) (docs/wrap.md)")
+	fs.BoolVar(&o.kernelLabels, "kernel-labels", true, `label a wrapped command's kernels with the phase, chunk and microbatch of the NVTX range they were launched in, where its name says ("forward chunk 1 microbatch 3", "bwd_mb3"), for bubbles per chunk and the ideal bubble; costs a CUPTI callback at each launch once such a range is pushed (docs/wrap.md)`)
 	fs.BoolVar(&o.quietSteps, "no-step-lines", false, "do not print each step's loss line (the progress line or log still shows it)")
 	printUsage := func() {
 		fmt.Fprint(stderr, `Usage:
@@ -199,6 +202,9 @@ Flags:
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["kernels"] && !wrapping {
 		return nil, usagef("-kernels traces a wrapped command's kernels: the built-in trainer times its own (-device-depth) (profile-run [flags] -- CMD ARGS…)")
+	}
+	if set["kernel-labels"] && !wrapping {
+		return nil, usagef("-kernel-labels labels a wrapped command's kernels: the built-in trainer labels its own work (profile-run [flags] -- CMD ARGS…)")
 	}
 	if set["pipeline-schedule"] {
 		if !wrapping {

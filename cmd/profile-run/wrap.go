@@ -41,6 +41,8 @@ const (
 	envCUDAInjection = "CUDA_INJECTION64_PATH"
 	// envCUPTI turns the plugin's kernel tracing off ("0").
 	envCUPTI = "TRAINSCOPE_CUPTI"
+	// envCUPTILabels turns the plugin's kernel labels off ("0").
+	envCUPTILabels = "TRAINSCOPE_CUPTI_LABELS"
 	// locateTimeout bounds building the plugin on first use.
 	locateTimeout = 2 * time.Minute
 	// collectorCloseTimeout bounds the wait, once the command has ended,
@@ -174,7 +176,7 @@ func (w *wrapper) environ() []string {
 				out = append(out, kv)
 			}
 			continue
-		case envCUPTI:
+		case envCUPTI, envCUPTILabels:
 			continue
 		case envNVTXInjection:
 			if value != w.plugin.Path && value != "" {
@@ -197,6 +199,9 @@ func (w *wrapper) environ() []string {
 		out = append(out, envCUPTI+"=0")
 	case w.cudaElsewhere == "":
 		out = append(out, envCUDAInjection+"="+w.plugin.Path)
+	}
+	if w.o.kernels && !w.o.kernelLabels {
+		out = append(out, envCUPTILabels+"=0")
 	}
 	return out
 }

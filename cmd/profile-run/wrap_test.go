@@ -106,6 +106,7 @@ func TestWrapUsageErrors(t *testing.T) {
 		{[]string{"-profile", "off", "--", "true"}, []string{"-profile off", "without profile-run"}},
 		{[]string{"-step-range", "iter"}, []string{`-step-range "iter"`, "wrapped command", "-- CMD"}},
 		{[]string{"torchrun", "train.py"}, []string{"-- torchrun train.py"}},
+		{[]string{"-kernel-labels=false"}, []string{"-kernel-labels", "wrapped command", "-- CMD"}},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCmd(t, append([]string{"-out", t.TempDir()}, c.args...)...)
@@ -168,6 +169,36 @@ func TestWrapEnvironmentNVTX(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "/opt/nsight/libToolsInjection64.so") || !strings.Contains(stderr, "no steps") {
 		t.Errorf("keeping the user's NVTX tool is not reported:\n%s", stderr)
+	}
+}
+
+// TestWrapEnvironmentCUPTI: the plugin traces the command's kernels (it
+// is the CUDA injection library) and labels them unless told not to;
+// -kernels=false and -kernel-labels=false turn each off, whatever the
+// user's environment said of the plugin's switches.
+func TestWrapEnvironmentCUPTI(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libtrainscope-nccl.so")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("CUDA_INJECTION64_PATH", "")
+	t.Setenv("TRAINSCOPE_CUPTI", "0")
+	t.Setenv("TRAINSCOPE_CUPTI_LABELS", "0")
+	show := []string{"sh", "-c", `echo "cuda=$CUDA_INJECTION64_PATH cupti=$TRAINSCOPE_CUPTI labels=$TRAINSCOPE_CUPTI_LABELS"`}
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "cuda=" + lib + " cupti= labels=\n"},
+		{[]string{"-kernel-labels=false"}, "cuda=" + lib + " cupti= labels=0\n"},
+		{[]string{"-kernels=false"}, "cuda= cupti=0 labels=\n"},
+	} {
+		args := append(append([]string{"-out", t.TempDir(), "-metrics-addr", "off"}, c.flags...), "--")
+		code, stdout, stderr := runWrap(t, append(args, show...)...)
+		if code != 0 || !strings.Contains(stdout, c.want) {
+			t.Errorf("%q: exit %d; want the command's environment %q in\n%s\n%s", c.flags, code, c.want, stdout, stderr)
+		}
 	}
 }
 
