@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -331,14 +332,48 @@ func TestReportNeverReplacesOtherFiles(t *testing.T) {
 // ranges, traced kernels with no host range (CUPTI's), sends between the
 // stages — read back by `report --html`: every kernel returns (none left
 // out as a device event without a host one), each 1 ms kernel 2 ms from
-// the next is a box of its own, and the browser lays out as many.
+// the next is a box of its own, and the browser lays out as many. The
+// same kernels labelled with the NVTX ranges they were launched in (the
+// first five of a step forward, microbatches 0–4, the rest backward)
+// come back as forward and backward blocks instead, as many of each.
 func TestReportHTMLOfWrappedKernels(t *testing.T) {
 	const ranks, steps, perStep = 2, 2, 10
+	for _, labelled := range []bool{false, true} {
+		dir := t.TempDir()
+		writeTrace(t, filepath.Join(dir, "trace.json"), wrappedKernels(ranks, steps, perStep, labelled))
+		code, stdout, stderr := runCmd(t, "report", dir, "--html")
+		n, half := ranks*steps*perStep, ranks*steps*perStep/2
+		want := fmt.Sprintf("%d traced kernels drawn as %d boxes", n, n)
+		if labelled {
+			want = fmt.Sprintf("%d forward and %d backward blocks, %s", half, half, want)
+		}
+		if code != exitOK || !strings.Contains(stdout, want) || strings.Contains(stderr, "left out") {
+			t.Fatalf("labelled %v: report --html: exit %d, want %q, no warning\nstdout %s\nstderr %s", labelled, code, want, stdout, stderr)
+		}
+		browser := chromium(t)
+		dom, console := browse(t, browser, filepath.Join(dir, "report.html"), "--dump-dom")
+		if len(console) > 0 {
+			t.Errorf("labelled %v: console messages:\n%s", labelled, strings.Join(console, "\n"))
+		}
+		m := regexp.MustCompile(`<output id="drawn"[^>]* data-forward="(\d+)" data-backward="(\d+)" data-kernels="(\d+)"`).FindStringSubmatch(dom)
+		wantDrawn := []string{"0", "0", strconv.Itoa(n)}
+		if labelled {
+			wantDrawn = []string{strconv.Itoa(half), strconv.Itoa(half), "0"}
+		}
+		if m == nil || !slices.Equal(m[1:], wantDrawn) {
+			t.Errorf("labelled %v: the browser drew forward, backward and kernel boxes %v, want %v", labelled, m, wantDrawn)
+		}
+	}
+}
+
+// wrappedKernels is a wrapped two-stage pipeline's records: per rank and
+// step, a step range, perStep kernels of 1 ms 2 ms apart (labelled: the
+// first half forward, microbatch k, the rest backward), and a send from
+// rank 0 to rank 1.
+func wrappedKernels(ranks, steps, perStep int, labelled bool) []profiler.Record {
 	var recs []profiler.Record
-	id := uint64(0)
 	add := func(r profiler.Record) {
-		id++
-		r.ID = id
+		r.ID = uint64(len(recs) + 1)
 		recs = append(recs, r)
 	}
 	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
@@ -351,7 +386,14 @@ func TestReportHTMLOfWrappedKernels(t *testing.T) {
 			add(profiler.Record{Name: profiler.StepName, Kind: profiler.KindHost, Rank: rank, Device: dev, Labels: l, HostStart: base, HostEnd: base + ms(45)})
 			for k := range perStep {
 				at := base + ms(1+2*float64(k)+float64(rank))
-				add(profiler.Record{Name: "sm90_xmma_gemm", Kind: profiler.KindKernel, Rank: rank, Device: dev, Stream: 7, Labels: l,
+				kl := l
+				if labelled {
+					kl.Phase, kl.Chunk, kl.Microbatch = profiler.Forward, 0, int32(k)
+					if k >= perStep/2 {
+						kl.Phase, kl.Microbatch = profiler.Backward, int32(perStep-1-k)
+					}
+				}
+				add(profiler.Record{Name: "sm90_xmma_gemm", Kind: profiler.KindKernel, Rank: rank, Device: dev, Stream: 7, Labels: kl,
 					HostStart: at, HostEnd: at, HasDevice: true, DeviceStart: at, DeviceEnd: at + ms(1)})
 			}
 			op, peer := "Send", 1
@@ -364,8 +406,13 @@ func TestReportHTMLOfWrappedKernels(t *testing.T) {
 				Collective: profiler.Collective{Op: op, Bytes: 1 << 20, Count: 1 << 18, DType: "float32", Peer: int32(peer), Root: -1, Group: "nccl:00000000000000aa", GroupSize: 2, GroupRank: int32(rank), Seq: uint64(step)}})
 		}
 	}
-	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "trace.json"))
+	return recs
+}
+
+// writeTrace writes recs as a Chrome trace to path.
+func writeTrace(t *testing.T, path string, recs []profiler.Record) {
+	t.Helper()
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,19 +421,5 @@ func TestReportHTMLOfWrappedKernels(t *testing.T) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
-	}
-	code, stdout, stderr := runCmd(t, "report", dir, "--html")
-	want := fmt.Sprintf("%d traced kernels drawn as %d boxes", ranks*steps*perStep, ranks*steps*perStep)
-	if code != exitOK || !strings.Contains(stdout, want) || strings.Contains(stderr, "left out") {
-		t.Fatalf("report --html: exit %d, want %q, no warning\nstdout %s\nstderr %s", code, want, stdout, stderr)
-	}
-	browser := chromium(t)
-	dom, console := browse(t, browser, filepath.Join(dir, "report.html"), "--dump-dom")
-	if len(console) > 0 {
-		t.Errorf("console messages:\n%s", strings.Join(console, "\n"))
-	}
-	m := regexp.MustCompile(`<output id="drawn"[^>]* data-kernels="(\d+)"`).FindStringSubmatch(dom)
-	if m == nil || m[1] != strconv.Itoa(ranks*steps*perStep) {
-		t.Errorf("the browser drew %v kernel boxes, want %d", m, ranks*steps*perStep)
 	}
 }
