@@ -57,8 +57,14 @@ EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t* buf, size_t valid, void**
   *rec = next;
   return CUPTI_SUCCESS;
 }
+static int subscriptions;
+
+/* How many times a client subscribed. */
+EXPORT int fake_cupti_subscriptions(void) { return subscriptions; }
+
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* handle, CUpti_CallbackFunc f, void* userdata) {
   (void)userdata;
+  subscriptions++;
   if (subscriber) return 39; /* CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED */
   subscriber = f;
   *handle = &subscriber;

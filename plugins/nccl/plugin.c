@@ -1203,12 +1203,13 @@ static struct {
  * a backward pass's kernels on a thread of its own while the thread that
  * called backward() waits inside its range). The delivering thread reads
  * them back as the kernel's record comes, which is after its launch. A job
- * that names no such range pays nothing: the callbacks are not enabled.
+ * that names no such range pays nothing: the plugin does not subscribe.
  * TRAINSCOPE_CUPTI_LABELS=0 turns labels off. */
 
 static struct {
-  _Atomic int on;   /* CUPTI took the plugin's callback: labels may be had */
-  _Atomic int once; /* the launch callbacks enabled */
+  _Atomic int on;   /* labels may be had: CUPTI has the callback API, and they are not turned off */
+  _Atomic int once; /* the plugin subscribed (or tried to) */
+  cuptiSubscribe_t subscribe;
   cuptiEnableCallback_t enable;
   CUpti_SubscriberHandle subscriber;
   _Atomic uint64_t current; /* the labels last pushed or popped in the process (phase_label) */
@@ -1319,9 +1320,16 @@ static void cu_callback(void* userdata, int domain, uint32_t cbid, const void* d
                         memory_order_release);
 }
 
-/* The launch callbacks from now on (once). */
+/* The launch callbacks from now on (once). The plugin subscribes only
+ * now: CUPTI takes one subscriber a process, and a job that names no
+ * labelled range leaves it to any other tool (torch.profiler). Where
+ * another has it, labels are off. */
 static void cu_callbacks_start(void) {
   if (atomic_exchange(&lab.once, 1)) return;
+  if (lab.subscribe(&lab.subscriber, cu_callback, NULL) != CUPTI_SUCCESS) {
+    atomic_store(&lab.on, 0);
+    return;
+  }
   static const uint32_t runtime[] = {CUPTI_RUNTIME_LAUNCHES}, driver[] = {CUPTI_DRIVER_LAUNCHES};
   for (size_t i = 0; i < sizeof runtime / sizeof runtime[0]; i++)
     lab.enable(1, lab.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime[i]);
@@ -1336,7 +1344,10 @@ static uint64_t cu_label_push(const char* name) {
   if (!atomic_load_explicit(&lab.on, memory_order_acquire)) return 0;
   uint64_t label = phase_label(name);
   if (!label) return 0;
-  if (!atomic_load_explicit(&lab.once, memory_order_relaxed)) cu_callbacks_start();
+  if (!atomic_load_explicit(&lab.once, memory_order_relaxed)) {
+    cu_callbacks_start();
+    if (!atomic_load_explicit(&lab.on, memory_order_acquire)) return 0;
+  }
   tls_label = label;
   atomic_store_explicit(&lab.current, label, memory_order_relaxed);
   return label;
@@ -1620,12 +1631,9 @@ static const char* cu_start(char* which, size_t n) {
   cu.flush = flush;
   atexit(cu_at_exit);
   const char* labels = getenv("TRAINSCOPE_CUPTI_LABELS");
-  cuptiSubscribe_t subscribe = (cuptiSubscribe_t)dlsym(lib, "cuptiSubscribe");
+  lab.subscribe = (cuptiSubscribe_t)dlsym(lib, "cuptiSubscribe");
   lab.enable = (cuptiEnableCallback_t)dlsym(lib, "cuptiEnableCallback");
-  /* One subscriber a process: where another tool has CUPTI's callbacks,
-   * kernels go unlabelled. */
-  if (subscribe && lab.enable && !(labels && strcmp(labels, "0") == 0) &&
-      subscribe(&lab.subscriber, cu_callback, NULL) == CUPTI_SUCCESS)
+  if (lab.subscribe && lab.enable && !(labels && strcmp(labels, "0") == 0))
     atomic_store_explicit(&lab.on, 1, memory_order_release);
   return NULL;
 }

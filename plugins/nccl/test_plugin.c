@@ -1227,6 +1227,10 @@ static void drive_cupti(const char* fake) {
   flush(0);
   launch(gemm, 40000, 0);
   launch(NULL, 3000, 4096);
+  /* No labelled range was pushed: CUPTI's one callback subscriber is
+   * left to other tools. */
+  int (*subscriptions)(void) = (int (*)(void))dlsym(f, "fake_cupti_subscriptions");
+  CHECK(subscriptions && subscriptions() == 0, "the plugin subscribed to CUPTI's callbacks with no labelled range pushed");
   /* Left for the exit hook's forced flush. */
 }
 
@@ -1294,6 +1298,9 @@ static void drive_cupti_labels(const char* fake) {
   a.pop();
   l.name = "k:autograd thread, after";
   if (pthread_create(&t, NULL, launch_on_thread, &l) != 0 || pthread_join(t, NULL) != 0) _exit(3);
+  int (*subscriptions)(void) = (int (*)(void))dlsym(f, "fake_cupti_subscriptions");
+  CHECK(subscriptions && subscriptions() == 1, "the plugin subscribed to CUPTI's callbacks %d times, want once",
+        subscriptions ? subscriptions() : -1);
   /* Left for the exit hook's forced flush. */
 }
 
