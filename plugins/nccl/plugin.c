@@ -66,7 +66,6 @@ static uint64_t now_ns(clockid_t id) {
 }
 static uint64_t mono_ns(void) { return now_ns(CLOCK_MONOTONIC); }
 
-
 /* ---- Per-thread rings: single producer (the thread), single consumer (the drainer). ---- */
 
 enum { RING_OWNED = 1, RING_FREE = 2 };
@@ -76,7 +75,7 @@ struct ts_frame {
   uint64_t t0;
   uint64_t ordinal;
   uint32_t name_len; /* the full length */
-  uint64_t label;    /* the labels the range's name gives (phase_label), pushed to CUPTI; 0: none */
+  uint64_t label;    /* the labels the range's name gives (phase_label), in force while it is open; 0: none */
   char name[sizeof(((struct tsnp_range*)0)->name)];
 };
 
@@ -1188,7 +1187,6 @@ static struct {
   } table[TS_NAMES];
 } cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-
 /* ---- Labels: the forward or backward work a kernel was launched for. ----
  *
  * A job that names its NVTX ranges after the pipeline work inside them
@@ -1257,8 +1255,8 @@ static size_t any_word(const char* s, const char* const* words, size_t n) {
   return 0;
 }
 
-/* The labels a range's name gives the work inside it, packed as an
- * external id: bit 63 set, the phase (TSNP_PHASE_*) in bits 48–49, the
+/* The labels a range's name gives the work inside it, packed in 64 bits:
+ * bit 63 set, the phase (TSNP_PHASE_*) in bits 48–49, the
  * chunk in bits 32–47 (0xffff: none), the microbatch in bits 0–31
  * (0xffffffff: none); 0 where the name names no forward or backward
  * work. The name starts with forward, fwd, backward or bwd (any case, not
@@ -1518,7 +1516,9 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
       const char* name;
       memcpy(&name, p + CUPTI_KERNEL_NAME, sizeof name);
       int skip;
+      pthread_mutex_lock(&cu.mu);
       u.a.name_id = cu_name(name, deadline, &skip);
+      pthread_mutex_unlock(&cu.mu);
       if (skip) return;
       u.a.what = TSNP_ACT_KERNEL;
       start = rd64(p, CUPTI_KERNEL_START);
@@ -1559,9 +1559,7 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
   int64_t off = cu.monotonic ? 0 : (int64_t)now_ns(CLOCK_REALTIME) - (int64_t)mono_ns();
   uint64_t deadline = 0;
   void* rec = NULL;
-  pthread_mutex_lock(&cu.mu);
   while (valid > 0 && cu.next(buffer, valid, &rec) == CUPTI_SUCCESS && rec) cu_record(rec, off, &deadline);
-  pthread_mutex_unlock(&cu.mu);
   size_t dropped = 0;
   if (cu.dropped && cu.dropped(context, stream, &dropped) == CUPTI_SUCCESS && dropped)
     atomic_fetch_add(&g.act_dropped, dropped);
