@@ -121,12 +121,20 @@ func TestWrapUsageErrors(t *testing.T) {
 	}
 }
 
-func TestWrapEnvironment(t *testing.T) {
+// emptyPlugin is an empty file named as the plugin, which profile-run is
+// told to use: enough for a command that never loads NCCL.
+func emptyPlugin(t *testing.T) string {
+	t.Helper()
 	lib := filepath.Join(t.TempDir(), "libtrainscope-nccl.so")
 	if err := os.WriteFile(lib, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	return lib
+}
+
+func TestWrapEnvironment(t *testing.T) {
+	lib := emptyPlugin(t)
 	t.Setenv("NCCL_PROFILER_PLUGIN", "/opt/other/libnccl-profiler.so")
 	t.Setenv("TRAINSCOPE_WRAP_TEST", "kept")
 	code, stdout, stderr := runWrap(t, "-out", t.TempDir(), "-metrics-addr", "off", "--",
@@ -151,11 +159,7 @@ func TestWrapEnvironment(t *testing.T) {
 // unless the user already gave them to another tool (Nsight Systems),
 // which keeps them, and the summary says no steps were accounted.
 func TestWrapEnvironmentNVTX(t *testing.T) {
-	lib := filepath.Join(t.TempDir(), "libtrainscope-nccl.so")
-	if err := os.WriteFile(lib, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	lib := emptyPlugin(t)
 	show := []string{"sh", "-c", `echo "nvtx=$NVTX_INJECTION64_PATH"`}
 	t.Setenv("NVTX_INJECTION64_PATH", "")
 	code, stdout, stderr := runWrap(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "--"}, show...)...)
@@ -177,11 +181,7 @@ func TestWrapEnvironmentNVTX(t *testing.T) {
 // -kernels=false and -kernel-labels=false turn each off, whatever the
 // user's environment said of the plugin's switches.
 func TestWrapEnvironmentCUPTI(t *testing.T) {
-	lib := filepath.Join(t.TempDir(), "libtrainscope-nccl.so")
-	if err := os.WriteFile(lib, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	lib := emptyPlugin(t)
 	t.Setenv("CUDA_INJECTION64_PATH", "")
 	t.Setenv("TRAINSCOPE_CUPTI", "0")
 	t.Setenv("TRAINSCOPE_CUPTI_LABELS", "0")
