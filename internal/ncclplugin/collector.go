@@ -12,12 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/internal/naming"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -57,7 +57,7 @@ func WithLinger(d time.Duration) Option { return optionFunc(func(c *config) { c.
 
 // WithStepRange names the application's NVTX range that brackets one
 // training step (default "step"; "" for none). A top-level range whose
-// name is this, alone or followed as stepNumber says ("step 12",
+// name is this, alone or followed as naming.StepNumber says ("step 12",
 // "step_12", "step: warm-up"), becomes a profiler step range: its number
 // is the integer in its name when that is above the process's previous
 // step, else the previous step's plus one (from 0); the process's NCCL
@@ -70,7 +70,7 @@ func WithStepRange(name string) Option {
 // stages. A process's rank in it is its stage: every record the process
 // delivers after carries it, and the step analysis then has bubbles per
 // stage. By default ("") a process's stage is its rank in the largest
-// communicator it makes whose name says so, as isPipelineName tells
+// communicator it makes whose name says so, as naming.PipelineGroup tells
 // (Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP, a device mesh's "pp");
 // where none does, its sends and receives stage it (stageBySendsLocked),
 // over communicators whose names speak of no other parallel dimension (a
@@ -90,40 +90,6 @@ const NoPipelineGroup = "none"
 // group name, one description).
 func namedAs(name, want string) bool {
 	return name == want || strings.HasPrefix(name, want+":")
-}
-
-// isPipelineName reports whether a communicator's name says it joins a
-// pipeline's stages and nothing else: it holds "pipe", or "pp" as a word
-// of its own ("pp", "mesh_pp", "pp_group"), in any case, and names no
-// other parallel dimension — Megatron-LM's
-// EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP spans tensor, expert and
-// pipeline ranks, and a rank's place in it is not its stage.
-func isPipelineName(name string) bool {
-	pipe, other := dimensions(name)
-	return pipe && !other
-}
-
-// dimensions reports whether a communicator's name speaks of a pipeline
-// ("pipe", or "pp" as a word of its own), and whether it speaks of any
-// other parallel dimension (tensor, expert, data, context, embedding, or
-// the words tp, dp, ep, cp, fsdp), in any case.
-func dimensions(name string) (pipe, other bool) {
-	l := strings.ToLower(name)
-	pipe = strings.Contains(l, "pipe")
-	for _, w := range strings.FieldsFunc(l, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }) {
-		switch w {
-		case "pp":
-			pipe = true
-		case "tp", "dp", "ep", "cp", "fsdp":
-			other = true
-		}
-	}
-	for _, o := range []string{"tensor", "expert", "data", "context", "embedding"} {
-		if strings.Contains(l, o) {
-			other = true
-		}
-	}
-	return pipe, other
 }
 
 // WithLocalSize has the collector call f with the number of processes a
@@ -1105,7 +1071,7 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 	n := int32(profiler.None)
 	if isStep {
 		var ok bool
-		if n, ok = stepNumber(r.Name, c.cfg.stepName, pr.nextStep); !ok {
+		if n, ok = naming.StepNumber(r.Name, c.cfg.stepName, pr.nextStep); !ok {
 			isStep = false
 		}
 	}
@@ -1318,7 +1284,7 @@ func (c *Collector) stageLocked(pr *process, r Record) {
 	if r.Rank < 0 || r.Rank > math.MaxInt16 || r.NRanks < 2 || want == NoPipelineGroup {
 		return
 	}
-	if want != "" && !namedAs(r.CommName, want) || want == "" && !isPipelineName(r.CommName) {
+	if want != "" && !namedAs(r.CommName, want) || want == "" && !naming.PipelineGroup(r.CommName) {
 		return
 	}
 	if r.NRanks == 2 {
@@ -1370,7 +1336,7 @@ func (c *Collector) stageBySendsLocked(pr *process, r Record) {
 		}
 		return
 	}
-	if _, other := dimensions(r.CommName); other {
+	if _, other := naming.Dimensions(r.CommName); other {
 		return
 	}
 	if pr.sends == nil {
@@ -1532,45 +1498,6 @@ func (pr *process) labelsAt(t uint64) profiler.Labels {
 	}
 	return l
 }
-
-// stepNumber reports whether name names a step range, for step "step":
-// "step"; "step12"; "step" then a space, ':', '#' or '=' and anything
-// ("step 12", "step: warm-up"); "step" then '_', '-' or '.' and a digit
-// ("step_12", "step-3"; not "step_fn" or "step.optimizer"). Its number is
-// the integer that follows, else next.
-func stepNumber(name, step string, next int32) (int32, bool) {
-	rest, ok := strings.CutPrefix(name, step)
-	switch {
-	case !ok:
-		return 0, false
-	case rest == "":
-		return next, true
-	case strings.ContainsRune(" :#=", rune(rest[0])):
-		rest = strings.TrimLeft(rest, " :#=")
-	case strings.ContainsRune("_-.", rune(rest[0])) && len(rest) > 1 && isDigit(rest[1]):
-		rest = rest[1:]
-	case isDigit(rest[0]):
-	default:
-		return 0, false // "stepper", "step_fn", "step.optimizer"
-	}
-	i := 0
-	for i < len(rest) && isDigit(rest[i]) {
-		i++
-	}
-	if rest[:i] == "" {
-		return next, true // "step: warm-up"
-	}
-	if i < len(rest) && !strings.ContainsRune(" :#=()[]/,;", rune(rest[i])) && rest[i] != '_' && rest[i] != '-' && rest[i] != '.' {
-		return 0, false // "step2x"
-	}
-	v, err := strconv.ParseInt(rest[:i], 10, 32)
-	if err != nil {
-		return next, true
-	}
-	return int32(v), true
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (c *Collector) ingest(recs []profiler.Record) {
 	if len(recs) == 0 {

@@ -534,25 +534,6 @@ func TestCollectorStepsFromRanges(t *testing.T) {
 	}
 }
 
-func TestStepNumber(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		n    int32
-		ok   bool
-	}{
-		{"step", 5, true}, {"step 12", 12, true}, {"step_3", 3, true}, {"step12", 12, true}, {"step: warmup", 5, true},
-		{"step#4 (bwd)", 4, true}, {"step-7", 7, true}, {"step 3/10", 3, true}, {"step_12_fwd", 12, true},
-		{"stepper", 0, false}, {"step2x", 0, false}, {"train_step", 0, false}, {"Step", 0, false},
-		{"step_fn", 0, false}, {"step-end", 0, false}, {"step.optimizer", 0, false}, {"step_", 0, false},
-		{"step 99999999999", 5, true},
-	} {
-		n, ok := stepNumber(tc.name, "step", 5)
-		if n != tc.n || ok != tc.ok {
-			t.Errorf("stepNumber(%q) = %d, %v; want %d, %v", tc.name, n, ok, tc.n, tc.ok)
-		}
-	}
-}
-
 // TestCollectorHoldsStepsForTheirOperations: the host ends a step while
 // the GPU has yet to run the all-reduce it enqueued; the step range is
 // delivered only after the all-reduce, so that what accounts steps once
@@ -1141,34 +1122,6 @@ func TestCollectorLoneProcessAfterAWhile(t *testing.T) {
 	for _, r := range recs {
 		if r.Rank != 0 || r.Kind != profiler.KindKernel {
 			t.Errorf("%s: rank %d kind %v", r.Name, r.Rank, r.Kind)
-		}
-	}
-}
-
-func TestIsPipelineName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"PIPELINE_MODEL_PARALLEL_GROUP":   true, // Megatron-LM's
-		"PIPELINE_MODEL_PARALLEL_GROUP:3": true, // as PyTorch names it with the group's name
-		"DATA_PARALLEL_GROUP:5":           false,
-		"pp":                              true,
-		"mesh_pp":                         true, // a device mesh's dimension
-		"PP-group":                        true,
-		"pipe":                            true,
-		"DATA_PARALLEL_GROUP":             false,
-		// Megatron-LM's groups that span pipeline ranks and others.
-		"EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": false,
-		"TENSOR_AND_PIPELINE_GROUP":                   false,
-		"EMBEDDING_GROUP":                             false,
-		"mesh_dp_pp":                                  false,
-		"dp":                                          false,
-		"app":                                         false,
-		"ppo":                                         false,
-		"pp3":                                         false,
-		"default_pg":                                  false,
-		"":                                            false,
-	} {
-		if got := isPipelineName(name); got != want {
-			t.Errorf("isPipelineName(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainscope/trainscope/internal/naming"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -220,6 +221,23 @@ func TestPluginEndToEndLabels(t *testing.T) {
 	}
 	if len(got) != len(want) || copies != 1 {
 		t.Errorf("%d kernels, %d copies; want %d and 1", len(got), copies, len(want))
+	}
+	// The plugin's C rule and the Go one (naming.WorkOf, which the Kineto
+	// import applies) agree on every name launched in a range of its own.
+	for _, name := range []string{"forward chunk 1 microbatch 3", "bwd_mb3_chunk1", "Forward 7", "backward",
+		"forward_step", "forward_backward_func", "forwarding", "fwd vpp=2 mb=5", "optimizer"} {
+		g, ok := got["k:"+name]
+		if !ok {
+			continue // missing: said above
+		}
+		w, labelled := naming.WorkOf(name)
+		rule := none
+		if labelled {
+			rule = label{w.Phase, int(max(w.Chunk, 0)), int(w.Microbatch)}
+		}
+		if g != rule {
+			t.Errorf("%q: the plugin labelled it %+v, naming.WorkOf %+v", name, g, rule)
+		}
 	}
 	if st := c.Stats(); st.KernelsLabelled != 8 || st.DecodeErrors != 0 {
 		t.Errorf("%d kernels labelled, %d decode errors; want 8 and 0", st.KernelsLabelled, st.DecodeErrors)
