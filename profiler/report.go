@@ -91,6 +91,12 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 const mib = 1 << 20
 
+// maxNameWidth is the widest a report's Name column is padded to. A
+// longer name (a templated kernel's runs to thousands of characters) is
+// written whole, pushing its row's figures right, rather than widening
+// every row of the table.
+const maxNameWidth = 100
+
 // WriteReport writes the summary tables, one per rank and tag (a row per
 // range name: count, host and device totals and shares, averages), rows
 // ordered by `by`, then a line per name with transfer ends (p2p over a
@@ -107,7 +113,7 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) er
 		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, g.Tag)
 		width := len("Name")
 		for _, n := range g.Names {
-			width = max(width, len(n.Name))
+			width = max(width, min(len(n.Name), maxNameWidth))
 		}
 		fmt.Fprintf(bw, "%-*s %7s %16s %8s %18s %9s %14s %16s\n", width, "Name", "Count",
 			"Host Total(us)", "Host %", "Device Total(us)", "Device %", "Avg Host(us)", "Avg Device(us)")
@@ -141,7 +147,7 @@ func WriteRecords(w io.Writer, records []Record) error {
 	bw := bufio.NewWriter(w)
 	width := len("Name")
 	for i := range records {
-		width = max(width, len(records[i].Name)+2*records[i].Depth)
+		width = max(width, min(len(records[i].Name)+2*records[i].Depth, maxNameWidth))
 	}
 	fmt.Fprintf(bw, "%6s %16s  %-*s %-8s %12s %12s %13s\n", "Idx", "Timestamp(us)", width, "Name", "Device", "Host(us)", "Device(us)", "Peak Mem(MB)")
 	for i := range records {

@@ -213,3 +213,35 @@ func TestReportTransferEnds(t *testing.T) {
 		t.Errorf("a Recv without a transfer end has a transfer line:\n%s", buf.String())
 	}
 }
+
+// TestReportLongNames: a name longer than 100 characters (a templated
+// kernel's) is written whole without widening the Name column of the
+// other rows, which stays 100 wide.
+func TestReportLongNames(t *testing.T) {
+	cpu := runtime.Device{Type: runtime.CPU, Index: 0}
+	long := "void at::native::elementwise_kernel<" + strings.Repeat("float, ", 60) + ">"
+	recs := []profiler.Record{
+		{ID: 1, Name: "aten::mm", Rank: 0, Device: cpu, Labels: profiler.NoLabels, HostStart: 0, HostEnd: 5 * us},
+		{ID: 2, Name: long, Rank: 0, Device: cpu, Labels: profiler.NoLabels, HostStart: 10 * us, HostEnd: 12 * us},
+	}
+	var buf bytes.Buffer
+	if err := profiler.WriteReport(&buf, profiler.Summarize(recs), nil, profiler.SortName); err != nil {
+		t.Fatal(err)
+	}
+	var short, longRow string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "aten::mm "):
+			short = line
+		case strings.HasPrefix(line, long+" "):
+			longRow = line
+		}
+	}
+	// The count follows the padded name: 100 columns, a space, then "%7d".
+	if len(short) < 108 || short[100:108] != "       1" || strings.TrimSpace(short[:100]) != "aten::mm" {
+		t.Errorf("aten::mm row %q: want the name padded to 100 columns, then the count", short)
+	}
+	if f := strings.Fields(strings.TrimPrefix(longRow, long)); len(f) != 7 || f[0] != "1" || f[1] != "2.000" {
+		t.Errorf("long name's row %q: want the whole name, then count 1 and host total 2.000", longRow)
+	}
+}

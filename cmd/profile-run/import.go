@@ -272,6 +272,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 			line += ", " + ranksText(ranks)
 		}
 		line += fmt.Sprintf(", %d ranges", len(p.Records))
+		line += pipelineText(p)
 		line += clockText(o.applied, p, profiles)
 		if len(p.Tables) > 0 {
 			line += fmt.Sprintf(", %d report tables", len(p.Tables))
@@ -387,4 +388,18 @@ func clockText(o *analysis.Offsets, p *importer.Profile, profiles []*importer.Pr
 	}
 	return fmt.Sprintf(", clock %+.3f ms against %s's (from %d %s, residual %.3f ms)",
 		float64(o.Offset[r])/1e6, ref, o.Samples[r], from, float64(res)/1e6)
+}
+
+// pipelineText says what a Kineto trace's names gave its records: the
+// rank's pipeline stage and what staged it, and the kernels labelled with
+// forward or backward work; "" where they gave nothing.
+func pipelineText(p *importer.Profile) string {
+	var s string
+	if p.StagedBy != "" && len(p.Records) > 0 {
+		s += fmt.Sprintf(", stage %d (from its %s)", p.Records[0].Stage, p.StagedBy)
+	}
+	if p.KernelsLabelled > 0 {
+		s += fmt.Sprintf(", %d kernels launched inside ranges named as forward or backward work", p.KernelsLabelled)
+	}
+	return s
 }

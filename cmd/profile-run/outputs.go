@@ -38,8 +38,9 @@ type stepsOrCalls struct {
 	calls *analysis.CallSink
 	// What the step analysis needs, seen in any record: a step range
 	// (profiler.StepName) to measure a step by, and device work labelled
-	// with a pipeline phase to account its busy time. A Kineto trace has
-	// neither: ProfilerStep#N only labels its steps.
+	// with a pipeline phase to account its busy time. A Kineto trace whose
+	// ProfilerStep#N ranges lie inside another range has neither: they
+	// only label its steps.
 	stepRange, phases atomic.Bool
 }
 
@@ -61,7 +62,8 @@ func (a *stepsOrCalls) Consume(batch []profiler.Record) {
 
 // unaccountable says why no labelled step can be accounted when the
 // records carry step labels and nothing else the step analysis needs —
-// no step range and no pipeline phase, as a Kineto trace's — so that one
+// no step range and no pipeline phase, as a Kineto trace's whose steps lie
+// inside another range — so that one
 // line says so, not a "no step range" per step and rank. "" otherwise:
 // the step analysis's own problems then say what went wrong.
 func (a *stepsOrCalls) unaccountable(steps int) string {
@@ -72,7 +74,7 @@ func (a *stepsOrCalls) unaccountable(steps int) string {
 	if steps != 1 {
 		labelled = fmt.Sprintf("%d steps", steps)
 	}
-	return fmt.Sprintf("the steps cannot be accounted: the records label %s but carry no pipeline phase (forward, backward or optimizer) on their device work and no %q range to measure a step by, as in a Kineto trace (its ProfilerStep#N only labels the step)", labelled, profiler.StepName)
+	return fmt.Sprintf("the steps cannot be accounted: the records label %s but carry no pipeline phase (forward, backward or optimizer) on their device work and no %q range to measure a step by, as in a Kineto trace whose ProfilerStep#N ranges lie inside another range (they label the steps; a step range is top-level)", labelled, profiler.StepName)
 }
 
 // ExpectRanks has the step analysis wait for n ranks.

@@ -36,6 +36,14 @@ first and last in the chunk's. It prints one JSON line at the end, shaped
 as pipeline_steps.py's, so that scripts/wrapcheck.py --pipeline checks
 what profile-run reports against figures it did not compute.
 
+With --torch-trace DIR, torch.profiler (CPU and CUDA activities) records
+the steps after the warm-up in each rank's process, on a schedule with
+prof.step() ending each step (its "ProfilerStep#N" ranges, N from 1), and
+each rank writes DIR/rank<R>.json for `profile-run import`. The phase ranges are then record_function
+ranges, which the trace holds, rather than NVTX ones; with
+--no-phase-ranges only the runtime's own ranges remain (its "PP:0F3"
+around every action of a multi-stage schedule).
+
 With fewer GPUs than ranks, --share-gpu runs the ranks on them (each with
 a host id of its own, so NCCL connects them through its network
 transport).
@@ -63,6 +71,8 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=12, help="training steps after the warm-up")
     p.add_argument("--share-gpu", action="store_true", help="let the ranks share GPUs when there are fewer GPUs than ranks")
     p.add_argument("--no-phase-ranges", action="store_true", help="no NVTX range around each chunk's forward and backward of a microbatch")
+    p.add_argument("--torch-trace", default="", metavar="DIR",
+                   help="record the steps with torch.profiler and write DIR/rank<R>.json")
     a = p.parse_args(argv)
     if min(a.pp, a.vpp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
         p.error("every count must be at least 1")
@@ -148,6 +158,16 @@ def main(argv=None):
     chunks = [Chunk(k * pp + stage) for k in range(v)]
     stages = [pipelining.PipelineStage(c, k * pp + stage, n, dev, group=pipe) for k, c in enumerate(chunks)]
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    ranges = []
+    if a.torch_trace:
+        # What torch.profiler sees: record_function ranges.
+        def push(name):
+            r = torch.profiler.record_function(name)
+            r.__enter__()
+            ranges.append(r)
+
+        def pop():
+            ranges.pop().__exit__(None, None, None)
 
     def in_range(method, phase, chunk):
         """method, run inside an NVTX range naming its phase, chunk and
@@ -183,6 +203,18 @@ def main(argv=None):
     gen = torch.Generator(device=dev)
     gen.manual_seed(99 + replica)
     rows = a.rows * a.microbatches
+    prof = None
+    if a.torch_trace:
+        # As a training loop runs it: on a schedule, the warm-up step the
+        # profiler's own warm-up, prof.step() after each step; the steps
+        # recorded are then ProfilerStep#1 to #steps.
+        from torch.profiler import ProfilerActivity, profile, schedule
+        os.makedirs(a.torch_trace, exist_ok=True)
+        path = os.path.join(a.torch_trace, "rank%d.json" % rank)
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                       schedule=schedule(wait=0, warmup=1, active=a.steps, repeat=1),
+                       on_trace_ready=lambda p: p.export_chrome_trace(path))
+        prof.__enter__()
     for step in range(-1, a.steps):
         fwd.clear(), bwd_start.clear(), bwd_end.clear()
         torch.cuda.synchronize()
@@ -203,9 +235,12 @@ def main(argv=None):
                 p -= 1e-3 * p.grad
                 p.grad = None
         torch.cuda.synchronize()  # the step ends when its work is done
+        if step >= 0:
+            pop()
+        if prof is not None:
+            prof.step()
         if step < 0:
             continue
-        pop()
         host.append(time.perf_counter() - h)
         if len(bwd_start) != len(fwd) or len(bwd_end) != len(fwd):
             print("pipelining_steps: rank %d step %d: %d forwards, %d and %d backward marks"
@@ -216,6 +251,8 @@ def main(argv=None):
         compute.append(sum(s.elapsed_time(e) for s, e in fwd) + sum(s.elapsed_time(e) for s, e in zip(bwd_start, bwd_end)))
         if last:
             losses_seen.append(float(sum(x.item() for x in losses) / len(losses)))
+    if prof is not None:
+        prof.__exit__(None, None, None)
     dist.barrier()
     print(json.dumps({"tool": "pipeline_steps", "library": "torch.distributed.pipelining", "schedule": a.schedule,
                       "rank": rank, "stage": stage, "replica": replica, "pp": pp, "vpp": v, "dp": dp,

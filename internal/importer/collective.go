@@ -111,11 +111,13 @@ func collectiveOf(d *kEvent, rank int, unknownDType map[string]bool) (profiler.C
 	} else {
 		c.Seq = noSeq // numbered by numberCollectives
 	}
+	// PyTorch gives the peer's global rank; the peer is its place in the
+	// group, as the rank's own is (GroupRank), and as NCCL numbers it.
 	switch {
 	case c.Op == ccl.OpSend && a.DstRank != nil:
-		c.Peer = int32(a.DstRank.V)
+		c.Peer = peerRank(string(a.GroupRanks), a.DstRank.V)
 	case c.Op == ccl.OpRecv && a.SrcRank != nil:
-		c.Peer = int32(a.SrcRank.V)
+		c.Peer = peerRank(string(a.GroupRanks), a.SrcRank.V)
 	}
 	if a.InNelems != nil || a.OutNelems != nil {
 		var in, out int64
@@ -170,6 +172,21 @@ func groupRank(list string, rank int) int32 {
 		}
 	}
 	return 0
+}
+
+// peerRank is global rank v's position in a "Process Group Ranks" list;
+// v itself where the list does not hold it (absent, or shortened).
+func peerRank(list string, v int64) int32 {
+	if v < 0 || v >= 1<<31 {
+		return -1
+	}
+	list = strings.Trim(strings.TrimSpace(list), "[]")
+	for i, f := range strings.Split(list, ",") {
+		if strings.TrimSpace(f) == strconv.FormatInt(v, 10) {
+			return int32(i)
+		}
+	}
+	return int32(v)
 }
 
 // noSeq marks a collective whose trace gave no sequence number (PyTorch

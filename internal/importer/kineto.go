@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/internal/naming"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -156,6 +156,7 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		base     int64
 		haveBase bool
 		rank     flexInt
+		groups   []processGroup
 		skipped  = map[string]int{}
 	)
 	event := func(off int64, n int) error {
@@ -205,12 +206,14 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			haveBase = true
 		case "distributedInfo":
 			var di struct {
-				Rank flexInt `json:"rank"`
+				Rank     flexInt         `json:"rank"`
+				PGConfig json.RawMessage `json:"pg_config"`
 			}
 			if err := dec.Decode(&di); err != nil {
 				return sc.fail(off, fmt.Errorf("distributedInfo: %w", err))
 			}
 			rank = di.Rank
+			groups = processGroups(p, di.PGConfig)
 		default:
 			return sc.skip(off)
 		}
@@ -234,7 +237,9 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 	for cat, n := range skipped {
 		p.warnf("%s: %d complete events of category %q not imported", path, n, cat)
 	}
-	p.Records = kinetoRecords(p, events, int(rank.V))
+	var actionStage int32
+	p.Records, actionStage = kinetoRecords(p, events, int(rank.V))
+	stageRecords(p, groups, int(rank.V), rank.Set, actionStage)
 	return p, nil
 }
 
@@ -286,13 +291,15 @@ func microsToNanos(n json.Number) (int64, error) {
 	return w*1000 + f, nil
 }
 
-var stepRe = regexp.MustCompile(`^ProfilerStep#(\d+)$`)
-
 // kinetoRecords turns the events into records: host events nested per
 // thread by containment; each GPU activity merged with the runtime call
 // that launched it (same correlation) into one record whose host time is
-// the launch and whose device time is the activity.
-func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
+// the launch and whose device time is the activity. A top-level range
+// named as a step (torch.profiler's ProfilerStep#N, or "step N" as
+// naming.StepNumber reads it) is a step range; kernels launched inside a
+// range named as forward or backward work (naming.WorkOf) carry its
+// phase, chunk and microbatch (labelWork).
+func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, int32) {
 	launches := map[int64][]int{} // correlation → device events
 	for i := range events {
 		if events[i].class == classDevice && events[i].args.Correlation.Set {
@@ -324,14 +331,29 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 		start, end int64
 		id         uint64
 		step       int32
+		work       int // the innermost range named as work, in works; −1: none
 	}
-	var stack []open
+	var (
+		stack []open
+		lab   labeller
+	)
 	thread := ""
+	nextStep := int32(0)
 	unknownDType := map[string]bool{}
+	// The thread's send and receive calls (record_param_comms) since its
+	// last NCCL kernel launch: what a p2p kernel launched without
+	// metadata of its own sent or received (pairP2P).
+	var p2pCalls []*kEvent
+	batched := 0
 	for _, i := range order {
 		ev := &events[i]
 		if ev.thread != thread {
-			thread, stack = ev.thread, stack[:0]
+			thread, stack, p2pCalls = ev.thread, stack[:0], p2pCalls[:0]
+		}
+		if ev.class == classHost && ev.name == "record_param_comms" {
+			if op := collectiveOps[strings.ToLower(string(ev.args.Collective))]; op == ccl.OpSend || op == ccl.OpRecv {
+				p2pCalls = append(p2pCalls, ev)
+			}
 		}
 		for len(stack) > 0 {
 			t := stack[len(stack)-1]
@@ -345,13 +367,34 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 			Device: runtime.Device{Type: runtime.CPU}, Labels: profiler.NoLabels,
 			HostStart: time.Duration(ev.start), HostEnd: time.Duration(ev.end), Depth: len(stack)}
 		nextID++
+		work := -1
 		if len(stack) > 0 {
 			rec.Parent = stack[len(stack)-1].id
 			rec.Step = stack[len(stack)-1].step
+			work = stack[len(stack)-1].work
 		}
-		if m := stepRe.FindStringSubmatch(ev.name); m != nil && rec.Step == profiler.None {
-			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil {
-				rec.Step = int32(n)
+		if ev.class == classHost && rec.Step == profiler.None {
+			n, ok := naming.ProfilerStep(ev.name)
+			if !ok && len(stack) == 0 {
+				n, ok = naming.StepNumber(ev.name, profiler.StepName, nextStep)
+			}
+			switch {
+			case !ok:
+			case len(stack) == 0:
+				// The step range.
+				rec.Name, rec.Step, nextStep = profiler.StepName, n, n+1
+				lab.steps = append(lab.steps, span{ev.start, ev.end, n})
+			default:
+				// ProfilerStep#N inside another range (the loop's own):
+				// it labels the step, but a step range is top-level.
+				rec.Step = n
+				lab.steps = append(lab.steps, span{ev.start, ev.end, n})
+			}
+		}
+		if ev.class == classHost {
+			if w, ok := naming.WorkOf(ev.name); ok {
+				work = len(lab.works)
+				lab.works = append(lab.works, workRange{span{ev.start, ev.end, 0}, ev.thread, w})
 			}
 		}
 		var children []int
@@ -363,10 +406,17 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 			// recorded around a launch is in trainscope.
 			d := &events[children[0]]
 			launched[children[0]] = true
+			if isNCCLKernel(d.name) {
+				if !pairP2P(d, p2pCalls) {
+					batched++
+				}
+				p2pCalls = p2pCalls[:0]
+			}
 			deviceRecord(&rec, d, p.Path, unknownDType)
 		}
 		out = append(out, rec)
-		stack = append(stack, open{start: ev.start, end: ev.end, id: rec.ID, step: rec.Step})
+		lab.add(out, len(out)-1, work)
+		stack = append(stack, open{start: ev.start, end: ev.end, id: rec.ID, step: rec.Step, work: work})
 		if len(children) > 1 {
 			// One launch of many activities (a CUDA graph): each is a
 			// range inside the launch, with no host time of its own.
@@ -379,6 +429,7 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 				nextID++
 				deviceRecord(&dr, d, p.Path, unknownDType)
 				out = append(out, dr)
+				lab.add(out, len(out)-1, work)
 			}
 		}
 	}
@@ -395,13 +446,36 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) []profiler.Record {
 		deviceRecord(&dr, d, p.Path, unknownDType)
 		out = append(out, dr)
 	}
+	if batched > 0 {
+		p.warnf("%s: %d point-to-point kernels each ran a batch of several sends and receives, which the trace does not tell apart: not matched with their peers", p.Path, batched)
+	}
+	actionStage := lab.label(p, out)
 	for dt := range unknownDType {
 		p.warnf("%s: collectives of dtype %q: element size unknown, so their bytes and bandwidths are 0", p.Path, dt)
 	}
 	if n := numberCollectives(out); n > 0 {
 		p.warnf("%s: %d collectives carry no sequence number (\"Seq\"): numbered in their order per process group and step, to match them across ranks", p.Path, n)
 	}
-	return out
+	return out, actionStage
+}
+
+// pairP2P gives NCCL kernel d, launched without metadata of its own (a
+// send or receive PyTorch ran as a batch of one: "nccl:coalesced"), the
+// metadata of the one send or receive call its thread made since its
+// previous NCCL kernel. It reports false for a point-to-point kernel of
+// several calls, which one record cannot stand for: it keeps no peer.
+func pairP2P(d *kEvent, calls []*kEvent) bool {
+	if d.args.Collective != "" || kernelOp(d.name) != "SendRecv" {
+		return true
+	}
+	if len(calls) != 1 {
+		return len(calls) == 0
+	}
+	c := &calls[0].args
+	a := &d.args
+	a.Collective, a.InNelems, a.OutNelems, a.GroupSize, a.DType = c.Collective, c.InNelems, c.OutNelems, c.GroupSize, c.DType
+	a.GroupName, a.GroupRanks, a.SrcRank, a.DstRank, a.Seq = c.GroupName, c.GroupRanks, c.SrcRank, c.DstRank, c.Seq
+	return true
 }
 
 // deviceRecord makes rec the record of GPU activity d.

@@ -36,7 +36,7 @@ func TestKinetoTrace(t *testing.T) {
 	}
 	base := time.Duration(1772000000000000000)
 	us := time.Microsecond
-	step := byName(p.Records, "ProfilerStep#3")
+	step := byName(p.Records, profiler.StepName) // ProfilerStep#3, a step range
 	mm := byName(p.Records, "aten::mm")
 	gemm := byName(p.Records, "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32")
 	if step == nil || mm == nil || gemm == nil {
@@ -124,7 +124,7 @@ func TestKinetoRanksAndCombine(t *testing.T) {
 			t.Errorf("rank %d ID %d twice", r.Rank, r.ID)
 		}
 		ids[[2]uint64{uint64(r.Rank), r.ID}] = true
-		if r.Name == "ProfilerStep#3" {
+		if r.Name == profiler.StepName {
 			if r.Rank == 0 {
 				s0 = r
 			} else {
@@ -196,7 +196,7 @@ func TestRepeatedRank(t *testing.T) {
 			}
 			steps := 0
 			for _, r := range Combine([]*Profile{first, one, tc.second}) {
-				if r.Rank == 0 && strings.HasPrefix(r.Name, "ProfilerStep#") {
+				if r.Rank == 0 && r.Name == profiler.StepName {
 					steps++
 				}
 			}

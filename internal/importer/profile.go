@@ -60,6 +60,14 @@ type Profile struct {
 	// LeftOut are the ranks whose records AssignRanks left out of this
 	// file: an earlier file holds the same rank over the same time.
 	LeftOut []int
+	// KernelsLabelled counts a Kineto trace's kernels launched inside a
+	// range named as forward or backward work (naming.WorkOf), which
+	// carry its phase, chunk and microbatch. StagedBy says what gave the
+	// trace's rank its pipeline stage: "process group" (distributedInfo's
+	// pipeline group), "pipelining actions" (torch.distributed.pipelining's
+	// "PP:…" ranges), or "" where nothing did.
+	KernelsLabelled int
+	StagedBy        string
 	// OtherData holds a trainscope trace's otherData strings (producer,
 	// epoch, the steps it covers, whether the run was partial).
 	OtherData map[string]string

@@ -440,7 +440,7 @@ func writeFigures(w io.Writer, s Summary) error {
 		case !math.IsNaN(p.Ideal):
 			span := "a step's first to last forward/backward"
 			if p.Traced {
-				span = "a step's first to last kernel, the optimizer's included; chunks and microbatches from the NVTX ranges the kernels were launched in"
+				span = "a step's first to last kernel, the optimizer's included; chunks and microbatches from the ranges (NVTX, or record_function in a torch.profiler trace) the kernels were launched in"
 			}
 			fmt.Fprintf(w, "pipeline: %s × %s × %s; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (%s)\n",
 				counted(p.Stages, "stage"), counted(p.Chunks, "chunk"), counted(p.Microbatches, "microbatch"), 100*p.Ideal, span)

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gpipeTraces writes two torch.profiler traces, one per stage, of a GPipe
+// step of 8 microbatches over 2 stages, as PyTorch's pipelining runtime
+// records it: each microbatch's work inside "Forward i" or "Backward i"
+// on the main thread, the backward kernels launched by the autograd
+// thread while the main thread waits in its range, each activation and
+// gradient sent as a batch of one ("nccl:coalesced", the metadata on the
+// send or receive call), ProfilerStep#1 around the step, and the ranks'
+// process groups in distributedInfo. Device times, in µs from the step's
+// start: stage 0's forwards [100i, 100i+100), stage 1's [100i+100,
+// 100i+200); stage 1's backwards (8−1 down to 0) [900+200k, 1100+200k),
+// stage 0's [1100+200k, 1300+200k). The step runs from 0 to 2700 µs, and
+// each stage computes 2400 µs of it: its bubble is 300 µs, 11.1 %, the
+// ideal (p−1)/(m+p−1) = 1/9.
+func gpipeTraces(t *testing.T, dir string) []string {
+	t.Helper()
+	const m = 8
+	var files []string
+	for rank := 0; rank < 2; rank++ {
+		pid, autograd := 1000+rank, 2000+rank
+		var evs []map[string]any
+		corr := 0
+		x := func(cat, name string, tid int, ts, dur float64, args map[string]any) {
+			e := map[string]any{"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+			if args != nil {
+				e["args"] = args
+			}
+			evs = append(evs, e)
+		}
+		// launch: a kernel run at device time [start, end) launched 50 µs
+		// before on thread tid.
+		launch := func(tid int, kernel string, start, end float64, stream int, args map[string]any) {
+			corr++
+			x("cuda_runtime", "cudaLaunchKernel", tid, start-50, 5, map[string]any{"correlation": corr})
+			ka := map[string]any{"correlation": corr, "device": 0, "stream": stream}
+			for k, v := range args {
+				ka[k] = v
+			}
+			x("kernel", kernel, 0, start, end-start, ka)
+		}
+		peer := 1 - rank
+		// p2p: a send or receive ending at device time end, run as a batch
+		// of one (its call's metadata on record_param_comms).
+		p2p := func(op string, end float64) {
+			meta := map[string]any{"Collective name": op, "Process Group Name": "1", "Process Group Description": "PIPELINE_MODEL_PARALLEL_GROUP",
+				"Process Group Ranks": "[0, 1]", "Group size": 2, "dtype": "Float", "In msg nelems": 1024, "Out msg nelems": 1024}
+			if op == "send" {
+				meta["Dst Rank"] = peer
+			} else {
+				meta["Src Rank"] = peer
+			}
+			x("cpu_op", "record_param_comms", pid, end-70, 3, meta)
+			x("user_annotation", "nccl:coalesced", pid, end-62, 10, nil)
+			launch(pid, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", end-5, end, 20, nil)
+		}
+		x("user_annotation", "ProfilerStep#1", pid, -100, 2900, nil)
+		for i := 0; i < m; i++ {
+			start := float64(100*i + 100*rank)
+			x("user_annotation", fmt.Sprintf("Forward %d", i), pid, start-60, 50, nil)
+			if rank == 1 {
+				p2p("recv", start)
+			}
+			launch(pid, "gemm_forward", start, start+100, 7, nil)
+			if rank == 0 {
+				p2p("send", start+100)
+			}
+		}
+		for k := 0; k < m; k++ {
+			i := m - 1 - k
+			start := float64(900 + 200*k + 200*(1-rank))
+			x("user_annotation", fmt.Sprintf("Backward %d", i), pid, start-60, 50, nil)
+			x("cpu_op", "autograd::engine::evaluate_function: MmBackward0", autograd, start-55, 20, nil)
+			if rank == 0 {
+				p2p("recv", start)
+			}
+			launch(autograd, "gemm_backward", start, start+200, 7, nil)
+			if rank == 1 {
+				p2p("send", start+200)
+			}
+		}
+		doc := map[string]any{
+			"schemaVersion": 1, "baseTimeNanoseconds": 1772000000000000000,
+			"distributedInfo": map[string]any{"backend": "nccl", "rank": rank, "world_size": 2, "pg_config": []map[string]any{
+				{"pg_name": "0", "pg_desc": "default_pg", "ranks": []int{0, 1}},
+				{"pg_name": "1", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": []int{0, 1}},
+			}},
+			"traceEvents": evs,
+		}
+		raw, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, filepath.Join(dir, fmt.Sprintf("rank%d.json", rank)))
+		if err := os.WriteFile(files[rank], raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+// TestImportKinetoPipeline: torch.profiler traces of a pipelined step are
+// analysed as a wrapped run's: ProfilerStep#1 is the step range, each
+// rank staged by its pipeline process group, the kernels labelled with
+// the microbatch of the "Forward i" or "Backward i" range they were
+// launched in (the backward ones from the autograd thread), and the sends
+// paired with their receives through the calls' metadata. The bubble is
+// worked out by hand in gpipeTraces.
+func TestImportKinetoPipeline(t *testing.T) {
+	files := gpipeTraces(t, t.TempDir())
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", "-out", out, files[0], files[1])
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"rank0.json: Chrome/Kineto trace, rank 0, 89 ranges, stage 0 (from its process group), 16 kernels launched inside ranges named as forward or backward work, the reference clock",
+		"rank1.json: Chrome/Kineto trace, rank 1, 89 ranges, stage 1 (from its process group), 16 kernels launched inside ranges named as forward or backward work, clock +0.000 ms against",
+		"(from 16 sends matched with their receives: no collective crossed, residual 0.000 ms)",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	report := onlyRunReport(t, out)
+	// Busy: each rank's 2.400 ms of kernels in its 2.900 ms step range.
+	_, went, _ := strings.Cut(report, "=== where the steps went")
+	for _, rank := range []string{"0", "1"} {
+		if got := stageRow(went, rank); strings.Join(got, " ") != rank+" 1 2.900 82.8 17.2" {
+			t.Errorf("rank %s: where the steps went %q, want stage %s, 1 step of 2.900 ms, 82.8%% busy:\n%s", rank, got, rank, went)
+		}
+	}
+	_, section, _ := strings.Cut(report, "=== pipeline analysis")
+	for _, want := range []string{
+		"1 of 1 steps complete",
+		"pipeline: 2 stages × 1 chunk × 8 microbatches; ideal bubble (p−1)/(v·m+p−1) = 11.1% of the span",
+	} {
+		if !strings.Contains(section, want) {
+			t.Errorf("pipeline section lacks %q:\n%s", want, section)
+		}
+	}
+	// Each stage: 0.300 ms of bubble in a 2.700 ms span; stage 0's before
+	// its first backward (the wait for stage 1's), stage 1's before its
+	// first forward and after its last backward (the drain).
+	for stage, want := range map[string][]string{"0": {"1", "0.300", "11.1", "0.300", "0.000"}, "1": {"1", "0.300", "11.1", "0.100", "0.200"}} {
+		got := stageRow(section, stage)
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("stage %s row %q, want %q:\n%s", stage, got, want, section)
+		}
+	}
+}
+
+// stageRow is the fields after the first column of the row for key (a
+// stage or a rank) of the first table in section.
+func stageRow(section, stage string) []string {
+	in := false
+	for _, line := range strings.Split(section, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && (f[0] == "Stage" || f[0] == "Rank" && !in):
+			in = true
+		case in && len(f) > 1 && f[0] == stage:
+			return f[1:]
+		case in && (len(f) == 0 || f[0] == "Rank"):
+			return nil
+		}
+	}
+	return nil
+}
