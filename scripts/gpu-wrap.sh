@@ -43,7 +43,10 @@
 #                its own communicator, the kernels labelled with the
 #                forward or backward NVTX range of each microbatch they
 #                were launched in; pipeline-named.txt the same with
-#                each communicator named by its group's description
+#                each communicator named by its group's description;
+#                PIPELINE_VARIANTS torchpp-kineto and gpipe-kineto import
+#                torch.profiler traces of PyTorch's pipelining runtime
+#                instead (wrapcheck.py --imported-pipeline)
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
 # With one GPU the two ranks share it, under MPS where the machine has it
 # (MPS=0 to run without), which the script starts and stops.
@@ -238,9 +241,34 @@ pipeline() {
 	# torchpp and torchpp4 run PyTorch's own pipelining runtime
 	# (examples/torch/pipelining_steps.py): its interleaved 1F1B with 2
 	# chunks a rank, at pp 2 × dp 2 and at pp 4.
+	# torchpp-kineto and gpipe-kineto run pipelining_steps.py unwrapped,
+	# recorded by torch.profiler in each rank's process (--torch-trace),
+	# and import the traces: interleaved 1F1B at pp 2 × dp 2 labelled by
+	# the runtime's own "PP:…" ranges alone (--no-phase-ranges), and GPipe
+	# at pp 4 by its "Forward i" / "Backward i" ranges.
 	local name flags pp script vpp
 	for name in ${PIPELINE_VARIANTS:-pipeline pipeline-named}; do
 		flags=() pp=2 vpp=1 script=pipeline_steps.py
+		case $name in
+		torchpp-kineto | gpipe-kineto)
+			flags=(--vpp 2 --no-phase-ranges) vpp=2
+			[ $name = gpipe-kineto ] && flags=(--vpp 1 --schedule gpipe --no-phase-ranges) pp=4 vpp=1
+			echo "== $name: pipelining_steps.py pp $pp × vpp $vpp × dp $((4 / pp)), torch.profiler in each rank, imported ${flags[*]}"
+			rm -rf "$OUT/$name-traces"
+			timeout -k 10 300 python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
+				"$root/examples/torch/pipelining_steps.py" "${share[@]}" "${flags[@]}" --pp $pp --microbatches 8 \
+				--torch-trace "$OUT/$name-traces" >"$OUT/$name.log" 2>&1
+			echo "exit $?" >>"$OUT/$name.log"
+			timeout -k 10 300 "$pr" import -out "$OUT/$name" -metrics-addr off -quiet -trace-steps all "$OUT/$name-traces"/rank*.json >>"$OUT/$name.log" 2>&1
+			echo "import exit $?" >>"$OUT/$name.log"
+			cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
+			python3 "$root/scripts/wrapcheck.py" --imported-pipeline "$OUT/$name.log" "$OUT/$name-report.txt" \
+				"$(ls "$OUT"/$name/*/trace.json | head -1)" "$OUT/$name-traces" | tee "$OUT/$name.txt"
+			"$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
+			rm -rf "$OUT/$name-traces" "$OUT"/$name/*/calls.rank*.gz
+			continue
+			;;
+		esac
 		case $name in
 		pipeline-named) flags=(--name-comms) ;;
 		pairs) flags=(--unbatched --lazy-init) pp=4 ;;

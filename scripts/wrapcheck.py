@@ -28,6 +28,16 @@ for every rank, as many steps as the script marked (nvtx_steps), and say
 that busy time was not measured (no compute is timed in a wrapped job);
 profile-run's summary in wrapped.log must count the steps.
 
+    python3 scripts/wrapcheck.py --imported-pipeline run.log report.txt trace.json TRACES
+
+checks the import of examples/torch/pipelining_steps.py --torch-trace
+TRACES (run.log holds the script's JSON lines and the import's output):
+each rank's stage against the script's and its labelled kernels against
+the kernels launched inside forward or backward ranges in its raw trace;
+then, as --pipeline does, the steps, busy time against the script's CUDA
+events, every step's kernels of every phase, microbatch and chunk, the
+pipeline shape, and every step analysed complete.
+
     python3 scripts/wrapcheck.py --ddp wrapped.log report.txt trace.json
 
 checks a run of examples/torch/ddp_steps.py traced with -trace-steps all:
@@ -81,8 +91,10 @@ rank; and every step analysed complete, which needs each collective
 matched within its own communicator though several share a name.
 """
 
+import bisect
 import collections
 import json
+import os
 import re
 import statistics
 import sys
@@ -340,9 +352,60 @@ def p2p_comms(trace):
     return out
 
 
-def pipeline(log, report, trace=None):
+# A range named as forward or backward work, as the examples name theirs:
+# torch.distributed.pipelining's actions ("PP:1F3", "PP:3B0") and
+# "forward chunk C microbatch M" / "Forward M".
+WORK_RANGE = re.compile(r"^(?:PP:\d+[FBIW]\d+|(?:forward|backward)\b.*)$", re.I)
+
+
+def kineto_labelled(path):
+    """The kernels of a torch.profiler trace launched while a range named
+    as forward or backward work was open in the process (on any of its
+    threads), counted from the raw trace: NCCL's kernels left out."""
+    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    works = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+                   if e.get("cat") in ("user_annotation", "cpu_op") and WORK_RANGE.match(e.get("name", "")))
+    launch = {e["args"]["correlation"]: float(e["ts"]) for e in events
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    merged = []
+    for a, b in works:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    starts = [a for a, _ in merged]
+    n = 0
+    for e in events:
+        if e.get("cat") != "kernel" or e.get("name", "").startswith("nccl"):
+            continue
+        t = launch.get(e.get("args", {}).get("correlation"))
+        if t is None:
+            continue
+        i = bisect.bisect_right(starts, t) - 1
+        n += i >= 0 and t <= merged[i][1]
+    return n
+
+
+def imported_files(text_log, runs, traces):
+    """profile-run import's line for each torch.profiler trace: the rank's
+    stage against the script's, and its labelled kernels against
+    kineto_labelled's count from the raw trace."""
+    bad = 0
+    for r in sorted(runs, key=lambda r: r["rank"]):
+        line = re.search(r"rank%d\.json: Chrome/Kineto trace, rank %d, (\d+) ranges, stage (\d+) \(from its ([a-z ]+)\), (\d+) kernels launched inside ranges named as forward or backward work" % (r["rank"], r["rank"]), text_log)
+        want = kineto_labelled(os.path.join(traces, "rank%d.json" % r["rank"]))
+        ok = line is not None and int(line.group(2)) == r["stage"] and int(line.group(4)) == want and want > 0
+        bad += not ok
+        print("%s imported rank %d: stage %s (from its %s), %s kernels labelled; the script's stage %d, %d kernels launched inside forward or backward ranges in its trace"
+              % ("PASS" if ok else "FAIL", r["rank"], line.group(2) if line else "-", line.group(3) if line else "-",
+                 line.group(4) if line else "-", r["stage"], want))
+    return bad
+
+
+def pipeline(log, report, trace=None, traces=None):
     """A wrapped run of examples/torch/pipeline_steps.py or
-    pipelining_steps.py."""
+    pipelining_steps.py; or, with traces (the directory of its
+    torch.profiler traces), their import."""
     text_log = open(log, errors="replace").read()
     runs = tool_lines(log, "pipeline_steps")
     if not runs:
@@ -350,12 +413,16 @@ def pipeline(log, report, trace=None):
         return 1
     pp, dp, m = runs[0]["pp"], runs[0]["dp"], runs[0]["microbatches"]
     bad = 0
+    if traces:
+        bad += imported_files(text_log, runs, traces)
     if trace:
         for rank, comms in sorted(p2p_comms(trace).items()):
             print("INFO pipeline rank %d sends and receives over %s" % (rank, ", ".join(
                 "%s (rank %d of %d): %d to or from %s" % (g, r, n, c, sorted(peers)) for (g, n, r), (c, peers) in sorted(comms.items()))))
     named = bool(runs[0].get("comm_names"))
-    if named:
+    if traces:
+        pass  # staged by the traces' process groups: imported_files checked
+    elif named:
         # PyTorch names the communicator by the group's description, or
         # by "<description>:<group name>" where it passes both.
         # A stage group of 3 or more stages by its name; one of two (or
@@ -366,9 +433,10 @@ def pipeline(log, report, trace=None):
         # No name reaches NCCL: the communicator of the sends stages.
         summ = re.search(r'pipeline: (\d+) process\(es\) staged by their sends and receives \((\d+) stages\)', text_log)
         ok = summ is not None and int(summ.group(1)) == pp * dp and int(summ.group(2)) == pp
-    bad += not ok
-    print("%s pipeline summary (communicators %s): %s (want %d processes, %d stages)"
-          % ("PASS" if ok else "FAIL", "named" if named else "unnamed", summ.group(0) if summ else "no pipeline line", pp * dp, pp))
+    if not traces:
+        bad += not ok
+        print("%s pipeline summary (communicators %s): %s (want %d processes, %d stages)"
+              % ("PASS" if ok else "FAIL", "named" if named else "unnamed", summ.group(0) if summ else "no pipeline line", pp * dp, pp))
     text = open(report, errors="replace").read()
     rows = {r: (f[1], int(number(f[2])), number(f[3]), f[4]) for r, f in table(text, STEP_HEADER).items() if len(f) >= 6}
     for r in sorted(runs, key=lambda r: r["rank"]):
@@ -396,8 +464,8 @@ def pipeline(log, report, trace=None):
         bad += not ok
         print("%s pipeline rank %d: busy %.3f ms a step (%s%% of %.3f ms); its forward and backward by CUDA events %.3f ms (%+.1f%%; %s)"
               % ("PASS" if ok else "FAIL", r["rank"], busy_ms, got[3], got[2], want_ms, 100 * (busy_ms / want_ms - 1), how))
-    if runs[0].get("phase_ranges") and trace:
-        bad += phase_labels(runs, text_log, text, trace)
+    if (runs[0].get("phase_ranges") or traces) and trace:
+        bad += phase_labels(runs, text_log, text, trace, wrapped=not traces)
     stages = {r: (number(f[2]), f[3]) for r, f in table(text, r"\s*Stage\s+Ranks×steps\s+Bubble/step\(ms\)\s+Bubble %").items() if len(f) >= 4}
     ok = sorted(stages) == list(range(pp))
     bad += not ok
@@ -430,7 +498,7 @@ def pipeline(log, report, trace=None):
     return 1 if bad else 0
 
 
-def phase_labels(runs, text_log, text, trace):
+def phase_labels(runs, text_log, text, trace, wrapped=True):
     """A pipeline_steps.py run whose forward and backward work are NVTX
     ranges "forward microbatch M" and "backward microbatch M" (or
     pipelining_steps.py's, with "chunk C" too): kernels
@@ -440,11 +508,12 @@ def phase_labels(runs, text_log, text, trace):
     against the script's CUDA-event times of its forward and backward."""
     pp, m, v = runs[0]["pp"], runs[0]["microbatches"], runs[0].get("vpp", 1)
     bad = 0
-    lab = re.search(r"kernels: (\d+) kernels .*?, (\d+) kernels launched inside NVTX ranges named as forward or backward work", text_log)
-    ok = lab is not None and int(lab.group(2)) > 0
-    bad += not ok
-    print("%s phases: %s of %s kernels labelled by the NVTX range they were launched in"
-          % ("PASS" if ok else "FAIL", lab.group(2) if lab else "none", lab.group(1) if lab else "?"))
+    if wrapped:
+        lab = re.search(r"kernels: (\d+) kernels .*?, (\d+) kernels launched inside NVTX ranges named as forward or backward work", text_log)
+        ok = lab is not None and int(lab.group(2)) > 0
+        bad += not ok
+        print("%s phases: %s of %s kernels labelled by the NVTX range they were launched in"
+              % ("PASS" if ok else "FAIL", lab.group(2) if lab else "none", lab.group(1) if lab else "?"))
     shape = re.search(r"pipeline: (\d+) stages? × (\d+) chunks? × (\d+) microbatch(?:es)?; ideal bubble \(p−1\)/\(v·m\+p−1\) = ([\d.]+)%", text)
     ok = shape is not None and (int(shape.group(1)), int(shape.group(2)), int(shape.group(3))) == (pp, v, m)
     bad += not ok
@@ -464,17 +533,20 @@ def phase_labels(runs, text_log, text, trace):
     inf = float("inf")
     for r in sorted(runs, key=lambda r: r["rank"]):
         rank, n = r["rank"], r["steps"]
-        whole = [s for s in range(n) if seen[(rank, s)] == want]
-        ok = len(whole) == n
+        # The trace's own step numbers: 0 to n-1 from the script's NVTX
+        # ranges, 1 to n from torch.profiler's ProfilerStep#N.
+        steps = sorted({s for (rk, s) in seen if rk == rank and s >= 0}) or list(range(n))
+        whole = [s for s in steps if seen[(rank, s)] == want]
+        ok = len(whole) == n == len(steps)
         bad += not ok
-        odd = [(s, sorted(seen[(rank, s)] ^ want)[:3]) for s in range(n) if s not in whole][:2]
+        odd = [(s, sorted(seen[(rank, s)] ^ want)[:3]) for s in steps if s not in whole][:2]
         print("%s phases rank %d: %d of %d steps with kernels of every phase, microbatch and chunk (%d)%s"
               % ("PASS" if ok else "FAIL", rank, len(whole), n, v, "; not: %s" % odd if odd else ""))
         k = r.get("ranks_per_gpu", 1)
         for ph, script in (("forward", r.get("forward_ms")), ("backward", r.get("backward_ms"))):
             if not script:
                 continue
-            got = statistics.mean(union_us(busy[(rank, s, ph)], -inf, inf) / 1e3 for s in range(n))
+            got = statistics.mean(union_us(busy[(rank, s, ph)], -inf, inf) / 1e3 for s in steps)
             want_ms = statistics.mean(script)
             if k <= 1:
                 ok, how = abs(got - want_ms) <= 0.10 * want_ms, "within 10%"
@@ -578,6 +650,8 @@ def main(argv):
     if len(argv) == 5 and argv[1] == "--kernels":
         return kernels(argv[2], argv[3], argv[4])
     if len(argv) in (4, 5) and argv[1] == "--pipeline":
+        return pipeline(*argv[2:])
+    if len(argv) == 6 and argv[1] == "--imported-pipeline":
         return pipeline(*argv[2:])
     if len(argv) == 5 and argv[1] == "--fsdp":
         return fsdp(argv[2], argv[3], argv[4])
