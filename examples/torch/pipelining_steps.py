@@ -237,11 +237,11 @@ def main(argv=None):
         torch.cuda.synchronize()  # the step ends when its work is done
         if step >= 0:
             pop()
+            host.append(time.perf_counter() - h)
         if prof is not None:
-            prof.step()
+            prof.step()  # after the last step: the trace written
         if step < 0:
             continue
-        host.append(time.perf_counter() - h)
         if len(bwd_start) != len(fwd) or len(bwd_end) != len(fwd):
             print("pipelining_steps: rank %d step %d: %d forwards, %d and %d backward marks"
                   % (rank, step, len(fwd), len(bwd_start), len(bwd_end)), file=sys.stderr)
