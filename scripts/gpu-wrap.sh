@@ -245,14 +245,15 @@ pipeline() {
 	# recorded by torch.profiler in each rank's process (--torch-trace),
 	# and import the traces: interleaved 1F1B at pp 2 × dp 2 labelled by
 	# the runtime's own "PP:…" ranges alone (--no-phase-ranges), and GPipe
-	# at pp 4 by its "Forward i" / "Backward i" ranges.
+	# at pp 4 by its "Forward i" / "Backward i" ranges, with the Python
+	# stack recorded (--torch-stack: its functions enclose the steps).
 	local name flags pp script vpp
 	for name in ${PIPELINE_VARIANTS:-pipeline pipeline-named}; do
 		flags=() pp=2 vpp=1 script=pipeline_steps.py
 		case $name in
 		torchpp-kineto | gpipe-kineto)
 			flags=(--vpp 2 --no-phase-ranges) vpp=2
-			[ $name = gpipe-kineto ] && flags=(--vpp 1 --schedule gpipe --no-phase-ranges) pp=4 vpp=1
+			[ $name = gpipe-kineto ] && flags=(--vpp 1 --schedule gpipe --no-phase-ranges --torch-stack) pp=4 vpp=1
 			echo "== $name: pipelining_steps.py pp $pp × vpp $vpp × dp $((4 / pp)), torch.profiler in each rank, imported ${flags[*]}"
 			rm -rf "$OUT/$name-traces"
 			timeout -k 10 300 python3 -m torch.distributed.run --standalone --nproc_per_node 4 \

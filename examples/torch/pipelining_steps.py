@@ -42,7 +42,9 @@ prof.step() ending each step (its "ProfilerStep#N" ranges, N from 1), and
 each rank writes DIR/rank<R>.json for `profile-run import`. The phase ranges are then record_function
 ranges, which the trace holds, rather than NVTX ones; with
 --no-phase-ranges only the runtime's own ranges remain (its "PP:0F3"
-around every action of a multi-stage schedule).
+around every action of a multi-stage schedule, "Forward 3" and
+"Backward 3" of GPipe). --torch-stack records the Python stack too, whose
+functions then enclose the steps in the trace.
 
 With fewer GPUs than ranks, --share-gpu runs the ranks on them (each with
 a host id of its own, so NCCL connects them through its network
@@ -73,6 +75,7 @@ def parse(argv=None):
     p.add_argument("--no-phase-ranges", action="store_true", help="no NVTX range around each chunk's forward and backward of a microbatch")
     p.add_argument("--torch-trace", default="", metavar="DIR",
                    help="record the steps with torch.profiler and write DIR/rank<R>.json")
+    p.add_argument("--torch-stack", action="store_true", help="with --torch-trace: record Python stacks too (with_stack)")
     a = p.parse_args(argv)
     if min(a.pp, a.vpp, a.microbatches, a.rows, a.width, a.layers, a.steps) < 1:
         p.error("every count must be at least 1")
@@ -211,7 +214,7 @@ def main(argv=None):
         from torch.profiler import ProfilerActivity, profile, schedule
         os.makedirs(a.torch_trace, exist_ok=True)
         path = os.path.join(a.torch_trace, "rank%d.json" % rank)
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=a.torch_stack,
                        schedule=schedule(wait=0, warmup=1, active=a.steps, repeat=1),
                        on_trace_ready=lambda p: p.export_chrome_trace(path))
         prof.__enter__()

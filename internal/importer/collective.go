@@ -165,13 +165,19 @@ func kernelOp(name string) string {
 // groupRank is rank's position in a "Process Group Ranks" list such as
 // "[0, 1, 2, 3]" (PyTorch shortens long lists with "..."); 0 when absent.
 func groupRank(list string, rank int) int32 {
+	return max(listIndex(list, int64(rank)), 0)
+}
+
+// listIndex is v's position in a "Process Group Ranks" list, −1 where
+// the list does not hold it.
+func listIndex(list string, v int64) int32 {
 	list = strings.Trim(strings.TrimSpace(list), "[]")
 	for i, f := range strings.Split(list, ",") {
-		if strings.TrimSpace(f) == strconv.Itoa(rank) {
+		if strings.TrimSpace(f) == strconv.FormatInt(v, 10) {
 			return int32(i)
 		}
 	}
-	return 0
+	return -1
 }
 
 // peerRank is global rank v's position in a "Process Group Ranks" list;
@@ -180,11 +186,8 @@ func peerRank(list string, v int64) int32 {
 	if v < 0 || v >= 1<<31 {
 		return -1
 	}
-	list = strings.Trim(strings.TrimSpace(list), "[]")
-	for i, f := range strings.Split(list, ",") {
-		if strings.TrimSpace(f) == strconv.FormatInt(v, 10) {
-			return int32(i)
-		}
+	if i := listIndex(list, v); i >= 0 {
+		return i
 	}
 	return int32(v)
 }

@@ -130,6 +130,7 @@ type kEvent struct {
 	offset     int64
 	step       int32
 	kernel     bool // a kernel (category "kernel"), not a copy or memset
+	python     bool // a Python function (with_stack's python_function)
 }
 
 // countingReader counts the bytes read, for the offset of a truncated file.
@@ -189,7 +190,8 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			ev.Name = "(unnamed " + ev.Cat + ")"
 		}
 		events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
-			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None, kernel: ev.Cat == "kernel"})
+			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None, kernel: ev.Cat == "kernel",
+			python: strings.HasPrefix(strings.ToLower(ev.Cat), "python_function")})
 		return nil
 	}
 	key := func(off int64, key string) error {
@@ -332,6 +334,10 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		id         uint64
 		step       int32
 		work       int // the innermost range named as work, in works; −1: none
+		depth      int
+		// python: the range and all that enclose it are the Python
+		// stack's (python_function events).
+		python bool
 	}
 	var (
 		stack []open
@@ -365,24 +371,31 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		}
 		rec := profiler.Record{ID: nextID, Name: ev.name, Rank: rank, Kind: profiler.KindHost,
 			Device: runtime.Device{Type: runtime.CPU}, Labels: profiler.NoLabels,
-			HostStart: time.Duration(ev.start), HostEnd: time.Duration(ev.end), Depth: len(stack)}
+			HostStart: time.Duration(ev.start), HostEnd: time.Duration(ev.end)}
 		nextID++
 		work := -1
+		// top: no range encloses ev but the Python stack's (with_stack's
+		// python_function events, which enclose the whole loop).
+		top := true
 		if len(stack) > 0 {
-			rec.Parent = stack[len(stack)-1].id
-			rec.Step = stack[len(stack)-1].step
-			work = stack[len(stack)-1].work
+			t := &stack[len(stack)-1]
+			rec.Parent, rec.Depth = t.id, t.depth+1
+			rec.Step = t.step
+			work = t.work
+			top = t.python
 		}
 		if ev.class == classHost && rec.Step == profiler.None {
 			n, ok := naming.ProfilerStep(ev.name)
-			if !ok && len(stack) == 0 {
+			if !ok && top {
 				n, ok = naming.StepNumber(ev.name, profiler.StepName, nextStep)
 			}
 			switch {
 			case !ok:
-			case len(stack) == 0:
-				// The step range.
+			case top:
+				// The step range: top-level, as a step range is, its
+				// Python callers' ranges left beside it.
 				rec.Name, rec.Step, nextStep = profiler.StepName, n, n+1
+				rec.Parent, rec.Depth = 0, 0
 				lab.steps = append(lab.steps, span{ev.start, ev.end, n})
 			default:
 				// ProfilerStep#N inside another range (the loop's own):
@@ -416,7 +429,8 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		}
 		out = append(out, rec)
 		lab.add(out, len(out)-1, work)
-		stack = append(stack, open{start: ev.start, end: ev.end, id: rec.ID, step: rec.Step, work: work})
+		stack = append(stack, open{start: ev.start, end: ev.end, id: rec.ID, step: rec.Step, work: work,
+			depth: rec.Depth, python: ev.python && top})
 		if len(children) > 1 {
 			// One launch of many activities (a CUDA graph): each is a
 			// range inside the launch, with no host time of its own.

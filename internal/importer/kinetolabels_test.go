@@ -165,3 +165,31 @@ func containsWarning(ws []string, part string) bool {
 	}
 	return false
 }
+
+// TestKinetoStepUnderPythonStack: with_stack's python_function events
+// enclose the whole loop; the ProfilerStep#N inside them is still the
+// step range, top-level, and what it encloses nests under it.
+func TestKinetoStepUnderPythonStack(t *testing.T) {
+	text := strings.Replace(interleavedTrace, `"traceEvents": [`, `"traceEvents": [
+{"ph":"X","cat":"python_function","name":"train.py(10): <module>","pid":1,"tid":10,"ts":-100,"dur":3000},
+{"ph":"X","cat":"python_function","name":"train.py(20): main","pid":1,"tid":10,"ts":-90,"dur":2900},`, 1)
+	p, err := ParseKineto("t.json", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := byName(p.Records, profiler.StepName)
+	if step == nil || step.Step != 4 || step.Depth != 0 || step.Parent != 0 {
+		t.Fatalf("step range %+v; want step 4, top-level", step)
+	}
+	mm := byName(p.Records, "aten::mm")
+	pp := byName(p.Records, "PP:1F0")
+	if pp == nil || mm == nil || pp.Parent != step.ID || pp.Depth != 1 || mm.Parent != pp.ID || mm.Depth != 2 {
+		t.Errorf("PP:1F0 %+v, aten::mm %+v; want them at depths 1 and 2 under the step", pp, mm)
+	}
+	if main := byName(p.Records, "train.py(20): main"); main == nil || main.Depth != 1 || main.Step != profiler.None {
+		t.Errorf("the Python caller %+v: want depth 1 under <module>, no step", main)
+	}
+	if r := byName(p.Records, "gemm_b3"); r == nil || r.Step != 4 || r.Phase != profiler.Backward || r.Chunk != 1 {
+		t.Errorf("gemm_b3: %+v; want step 4, backward, chunk 1", r)
+	}
+}
