@@ -115,8 +115,10 @@ func (w StepWindow) fixed(step int) bool {
 
 // Window is a Sink that keeps the records of the steps its StepWindow
 // chooses, up to maxRecords in all, and counts the rest. Records without a
-// step label are kept too, within the same bound. Its memory is bounded by
-// maxRecords whatever the length of the run. Safe for concurrent use.
+// step label are kept too, within the same bound. A step the bound cut
+// short (some of its records kept, some not) is left out whole: half a
+// step would pass for a whole one. Its memory is bounded by maxRecords
+// whatever the length of the run. Safe for concurrent use.
 type Window struct {
 	w          StepWindow
 	maxRecords int
@@ -127,6 +129,11 @@ type Window struct {
 	recent  []int // steps kept for Last, ascending
 	outside uint64
 	full    uint64
+	// cut holds the kept steps that had records beyond the bound; cutLo
+	// and cutHi span every step that had (None when none did): a map of
+	// each would grow with the run.
+	cut          map[int]bool
+	cutLo, cutHi int
 }
 
 // NewWindow returns a window sink; maxRecords < 1 means 1<<18.
@@ -134,8 +141,11 @@ func NewWindow(w StepWindow, maxRecords int) *Window {
 	if maxRecords < 1 {
 		maxRecords = 1 << 18
 	}
-	return &Window{w: w, maxRecords: maxRecords, steps: map[int][]Record{}}
+	return &Window{w: w, maxRecords: maxRecords, steps: map[int][]Record{}, cut: map[int]bool{}, cutLo: None, cutHi: None}
 }
+
+// Bound is the most records the window keeps.
+func (win *Window) Bound() int { return win.maxRecords }
 
 // Consume implements Sink.
 func (win *Window) Consume(batch []Record) {
@@ -150,6 +160,15 @@ func (win *Window) Consume(batch []Record) {
 		}
 		if win.kept >= win.maxRecords {
 			win.full++
+			if step != None {
+				if _, kept := win.steps[step]; kept {
+					win.cut[step] = true
+				}
+				if win.cutLo == None || step < win.cutLo {
+					win.cutLo = step
+				}
+				win.cutHi = max(win.cutHi, step)
+			}
 			continue
 		}
 		win.steps[step] = append(win.steps[step], *r)
@@ -185,6 +204,7 @@ func (win *Window) wants(step int) bool {
 			win.kept -= len(win.steps[old])
 			win.outside += uint64(len(win.steps[old]))
 			delete(win.steps, old)
+			delete(win.cut, old)
 		}
 	}
 	return true
@@ -196,8 +216,10 @@ func (win *Window) Records() []Record {
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	out := make([]Record, 0, win.kept)
-	for _, rs := range win.steps {
-		out = append(out, rs...)
+	for step, rs := range win.steps {
+		if !win.cut[step] {
+			out = append(out, rs...)
+		}
 	}
 	sortRecords(out)
 	return out
@@ -207,20 +229,40 @@ func (win *Window) Records() []Record {
 type WindowStats struct {
 	Records int    // kept
 	Outside uint64 // records of steps outside the window (or evicted from its most recent steps)
-	Full    uint64 // records of wanted steps beyond the bound
+	Full    uint64 // records of wanted steps beyond the bound, and the rest of the steps it cut short
 	Steps   []int  // step labels kept, ascending (None first when present)
+	// CutFirst and CutLast span the wanted steps the bound cut short or
+	// left out (None when it did not): none of their records are kept.
+	CutFirst, CutLast int
 }
 
 // Stats returns what the window holds now.
 func (win *Window) Stats() WindowStats {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	st := WindowStats{Records: win.kept, Outside: win.outside, Full: win.full}
-	for s := range win.steps {
+	st := WindowStats{Records: win.kept, Outside: win.outside, Full: win.full, CutFirst: win.cutLo, CutLast: win.cutHi}
+	for s, rs := range win.steps {
+		if win.cut[s] {
+			st.Records -= len(rs)
+			st.Full += uint64(len(rs))
+			continue
+		}
 		st.Steps = append(st.Steps, s)
 	}
 	slices.Sort(st.Steps)
 	return st
+}
+
+// CutText says which steps the bound left out, e.g. "steps 10–12" ("" for
+// none).
+func (st WindowStats) CutText() string {
+	switch {
+	case st.CutFirst == None:
+		return ""
+	case st.CutFirst == st.CutLast:
+		return "step " + strconv.Itoa(st.CutFirst)
+	}
+	return fmt.Sprintf("steps %d–%d", st.CutFirst, st.CutLast)
 }
 
 // Covers describes the steps kept, e.g. "steps 1–5, 495–499" ("no steps"

@@ -217,3 +217,30 @@ func TestWindowWithLaggingRanks(t *testing.T) {
 		t.Errorf("kept %d records, want %d", st.Records, want)
 	}
 }
+
+// TestWindowCutsSteps: a step the bound cuts short is left out whole,
+// and the steps after it are named as left out.
+func TestWindowCutsSteps(t *testing.T) {
+	recs := stepRecords(5, 1, 4) // steps 0–4, 4 records each
+	win := profiler.NewWindow(profiler.StepWindow{All: true}, 10)
+	win.Consume(recs)
+	st := win.Stats()
+	// Steps 0 and 1 whole (8 records); step 2 kept 2 of its 4, so it is
+	// left out; steps 3 and 4 kept none, nor the step-less record after
+	// them: 13 not kept.
+	if st.Records != 8 || st.Full != 13 || st.Covers() != "steps 0–1" || st.CutText() != "steps 2–4" {
+		t.Errorf("%+v (covers %q, cut %q); want 8 kept, 13 beyond the bound, steps 0–1 kept, steps 2–4 cut", st, st.Covers(), st.CutText())
+	}
+	got := win.Records()
+	for _, r := range got {
+		if r.Step > 1 {
+			t.Errorf("record of step %d kept", r.Step)
+		}
+	}
+	if len(got) != 8 {
+		t.Errorf("%d records, want 8", len(got))
+	}
+	if st := profiler.NewWindow(profiler.StepWindow{All: true}, 100); st.Stats().CutText() != "" || st.Bound() != 100 {
+		t.Errorf("an empty window: cut %q, bound %d", st.Stats().CutText(), st.Bound())
+	}
+}

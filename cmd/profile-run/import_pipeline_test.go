@@ -22,7 +22,11 @@ import (
 // stage 0's [1100+200k, 1300+200k). The step runs from 0 to 2700 µs, and
 // each stage computes 2400 µs of it: its bubble is 300 µs, 11.1 %, the
 // ideal (p−1)/(m+p−1) = 1/9.
-func gpipeTraces(t *testing.T, dir string) []string {
+func gpipeTraces(t *testing.T, dir string) []string { return gpipeStepTraces(t, dir, 1) }
+
+// gpipeStepTraces writes steps such steps, ProfilerStep#1 to #steps, each
+// 3000 µs after the one before.
+func gpipeStepTraces(t *testing.T, dir string, steps int) []string {
 	t.Helper()
 	const m = 8
 	var files []string
@@ -63,29 +67,32 @@ func gpipeTraces(t *testing.T, dir string) []string {
 			x("user_annotation", "nccl:coalesced", pid, end-62, 10, nil)
 			launch(pid, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", end-5, end, 20, nil)
 		}
-		x("user_annotation", "ProfilerStep#1", pid, -100, 2900, nil)
-		for i := 0; i < m; i++ {
-			start := float64(100*i + 100*rank)
-			x("user_annotation", fmt.Sprintf("Forward %d", i), pid, start-60, 50, nil)
-			if rank == 1 {
-				p2p("recv", start)
+		for step := 1; step <= steps; step++ {
+			at := float64(3000 * (step - 1))
+			x("user_annotation", fmt.Sprintf("ProfilerStep#%d", step), pid, at-100, 2900, nil)
+			for i := 0; i < m; i++ {
+				start := at + float64(100*i+100*rank)
+				x("user_annotation", fmt.Sprintf("Forward %d", i), pid, start-60, 50, nil)
+				if rank == 1 {
+					p2p("recv", start)
+				}
+				launch(pid, "gemm_forward", start, start+100, 7, nil)
+				if rank == 0 {
+					p2p("send", start+100)
+				}
 			}
-			launch(pid, "gemm_forward", start, start+100, 7, nil)
-			if rank == 0 {
-				p2p("send", start+100)
-			}
-		}
-		for k := 0; k < m; k++ {
-			i := m - 1 - k
-			start := float64(900 + 200*k + 200*(1-rank))
-			x("user_annotation", fmt.Sprintf("Backward %d", i), pid, start-60, 50, nil)
-			x("cpu_op", "autograd::engine::evaluate_function: MmBackward0", autograd, start-55, 20, nil)
-			if rank == 0 {
-				p2p("recv", start)
-			}
-			launch(autograd, "gemm_backward", start, start+200, 7, nil)
-			if rank == 1 {
-				p2p("send", start+200)
+			for k := 0; k < m; k++ {
+				i := m - 1 - k
+				start := at + float64(900+200*k+200*(1-rank))
+				x("user_annotation", fmt.Sprintf("Backward %d", i), pid, start-60, 50, nil)
+				x("cpu_op", "autograd::engine::evaluate_function: MmBackward0", autograd, start-55, 20, nil)
+				if rank == 0 {
+					p2p("recv", start)
+				}
+				launch(autograd, "gemm_backward", start, start+200, 7, nil)
+				if rank == 1 {
+					p2p("send", start+200)
+				}
 			}
 		}
 		doc := map[string]any{
@@ -175,4 +182,26 @@ func stageRow(section, stage string) []string {
 		}
 	}
 	return nil
+}
+
+// TestImportTraceBound: a step the trace's bound cuts short is left out
+// of the trace whole, and the summary says so: two steps of 89 records a
+// rank, a bound of 200 records (step 1's 178 and 22 of step 2's): the
+// trace holds step 1 alone, as a one-step import's does (242 events).
+func TestImportTraceBound(t *testing.T) {
+	defer func(b int) { detailBound = b }(detailBound)
+	detailBound = 200
+	files := gpipeStepTraces(t, t.TempDir(), 2)
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", "-out", out, "-trace-steps", "all", files[0], files[1])
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if want := "trace: 242 events, 16 flows (0 unmatched), step 1 (step 2 left out whole: the trace holds 200 records at most; -trace-steps to choose the steps)"; !strings.Contains(stdout, want) {
+		t.Errorf("stdout lacks %q:\n%s", want, stdout)
+	}
+	// Both steps are in the report's analysis, which keeps no records.
+	if report := onlyRunReport(t, out); !strings.Contains(report, "2 of 2 steps complete") {
+		t.Errorf("report lacks both steps:\n%s", report)
+	}
 }

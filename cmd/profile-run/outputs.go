@@ -44,6 +44,10 @@ type stepsOrCalls struct {
 	stepRange, phases atomic.Bool
 }
 
+// detailBound is the most records the trace and the per-step tables
+// keep; 0: the profiler's default (profiler.NewWindow). Tests lower it.
+var detailBound = 0
+
 func (a *stepsOrCalls) Consume(batch []profiler.Record) {
 	if !a.stepRange.Load() || !a.phases.Load() {
 		for i := range batch {
@@ -279,7 +283,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	}
 	var sinks []profiler.Sink
 	if out.traceFile != nil || out.report != nil {
-		out.detail = profiler.NewWindow(o.detail, 0)
+		out.detail = profiler.NewWindow(o.detail, detailBound)
 		sinks = append(sinks, out.detail)
 	}
 	if out.report != nil || !o.quiet {
@@ -503,7 +507,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 				// first records.
 				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations and NVTX ranges: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
 			} else {
-				rankHeader = append(slices.Clone(header), fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full))
+				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full)
+				if st.CutText() != "" {
+					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
+				}
+				rankHeader = append(slices.Clone(header), line)
 			}
 		}
 		out.pipe.Flush() // the last steps wait for no later ones now
@@ -561,7 +569,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 			out.dropTrace()
 			errs = append(errs, fmt.Errorf("-trace: %w", err))
 		default:
-			out.summary = append(out.summary, fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s → %s (open in ui.perfetto.dev)", st.Events, st.Flows, st.Unmatched, covers, out.traceFile.Name()))
+			line := fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s", st.Events, st.Flows, st.Unmatched, covers)
+			if ws := out.detail.Stats(); ws.CutText() != "" {
+				line += fmt.Sprintf(" (%s left out whole: the trace holds %d records at most; -trace-steps to choose the steps)", ws.CutText(), out.detail.Bound())
+			}
+			out.summary = append(out.summary, fmt.Sprintf("%s → %s (open in ui.perfetto.dev)", line, out.traceFile.Name()))
 		}
 	}
 	if out.metrics != nil {
