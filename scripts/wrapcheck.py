@@ -537,11 +537,16 @@ def phase_labels(runs, text_log, text, trace, wrapped=True):
         # ranges, 1 to n from torch.profiler's ProfilerStep#N.
         steps = sorted({s for (rk, s) in seen if rk == rank and s >= 0}) or list(range(n))
         whole = [s for s in steps if seen[(rank, s)] == want]
-        ok = len(whole) == n == len(steps)
+        # A trace may hold fewer steps than ran where its bound left the
+        # last out, which profile-run's trace line then names.
+        cut = re.search(r"\((steps? [\d–]+) left out whole: the trace holds (\d+) records at most", text_log)
+        ok = len(whole) == len(steps) and (len(steps) == n or cut is not None and len(steps) < n)
         bad += not ok
         odd = [(s, sorted(seen[(rank, s)] ^ want)[:3]) for s in steps if s not in whole][:2]
-        print("%s phases rank %d: %d of %d steps with kernels of every phase, microbatch and chunk (%d)%s"
-              % ("PASS" if ok else "FAIL", rank, len(whole), n, v, "; not: %s" % odd if odd else ""))
+        print("%s phases rank %d: %d of the trace's %d steps (of %d run%s) with kernels of every phase, microbatch and chunk (%d)%s"
+              % ("PASS" if ok else "FAIL", rank, len(whole), len(steps), n,
+                 "; %s left out by its bound of %s records" % (cut.group(1), cut.group(2)) if cut and len(steps) < n else "",
+                 v, "; not: %s" % odd if odd else ""))
         k = r.get("ranks_per_gpu", 1)
         for ph, script in (("forward", r.get("forward_ms")), ("backward", r.get("backward_ms"))):
             if not script:
