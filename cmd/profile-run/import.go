@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -53,7 +54,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals), torch.profiler's Chrome trace JSON (one file per rank), or the\ntrace.json of trainscope runs (one per host of a job) — gzipped or not —\nand writes the report, pprof profile and trace a training run writes.\nFormats are told by content. Each file is one clock; the files' clocks are\naligned on the collectives they share. See docs/import.md.\n\nFlags:\n")
+			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE|DIR…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals), torch.profiler's Chrome trace JSON (one file per rank), or the\ntrace.json of trainscope runs (one per host of a job) — gzipped or not —\nand writes the report, pprof profile and trace a training run writes.\nA directory stands for its *.json and *.json.gz files (torch.profiler's\ntensorboard_trace_handler output). Formats are told by content. Each\nfile is one clock; the files' clocks are aligned on the collectives they\nshare. See docs/import.md.\n\nFlags:\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return nil, errHelp
@@ -166,7 +167,43 @@ func sameFileTwice(files []string) error {
 	return nil
 }
 
+// expandDirs replaces each directory among files with the traces in it:
+// its files named *.json or *.json.gz, in name order (torch.profiler's
+// tensorboard_trace_handler writes one per rank into a directory; a
+// trainscope run directory holds its trace.json). Subdirectories are not
+// read.
+func expandDirs(files []string) ([]string, error) {
+	var out []string
+	for _, path := range files {
+		fi, err := os.Stat(path)
+		if err != nil || !fi.IsDir() {
+			out = append(out, path) // loading it says what is wrong
+			continue
+		}
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("import: %w", err)
+		}
+		n := len(out)
+		for _, e := range entries {
+			name := e.Name()
+			if e.Type().IsRegular() && !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".json") || strings.HasSuffix(name, ".json.gz")) {
+				out = append(out, filepath.Join(path, name))
+			}
+		}
+		if len(out) == n {
+			return nil, usagef("import: %s is a directory with no trace in it (no *.json or *.json.gz file): name the files to import", path)
+		}
+	}
+	return out, nil
+}
+
 func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Writer) error {
+	files, err := expandDirs(o.files)
+	if err != nil {
+		return err
+	}
+	o.files = files
 	if err := sameFileTwice(o.files); err != nil {
 		return err
 	}

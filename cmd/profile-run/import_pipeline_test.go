@@ -205,3 +205,33 @@ func TestImportTraceBound(t *testing.T) {
 		t.Errorf("report lacks both steps:\n%s", report)
 	}
 }
+
+// TestImportDirectory: a directory stands for its *.json and *.json.gz
+// files (tensorboard_trace_handler's output), in name order; one with
+// none is a usage error naming it.
+func TestImportDirectory(t *testing.T) {
+	dir := t.TempDir()
+	gpipeTraces(t, dir)
+	for name, text := range map[string]string{"notes.txt": "not a trace", ".hidden.json": "{", "sub/x.json": "{"} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", "-out", out, dir)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "importing 2 file(s), 178 ranges:\n  "+filepath.Join(dir, "rank0.json")+": Chrome/Kineto trace, rank 0") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	empty := t.TempDir()
+	code, _, stderr = runCmd(t, "import", "-out", out, empty)
+	if code != exitUsage || !strings.Contains(stderr, empty+" is a directory with no trace in it (no *.json or *.json.gz file)") {
+		t.Errorf("an empty directory: exit %d, %s", code, stderr)
+	}
+}
