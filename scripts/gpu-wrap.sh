@@ -260,7 +260,7 @@ pipeline() {
 				"$root/examples/torch/pipelining_steps.py" "${share[@]}" "${flags[@]}" --pp $pp --microbatches 8 \
 				--torch-trace "$OUT/$name-traces" >"$OUT/$name.log" 2>&1
 			echo "exit $?" >>"$OUT/$name.log"
-			timeout -k 10 300 "$pr" import -out "$OUT/$name" -metrics-addr off -quiet -trace-steps all "$OUT/$name-traces"/rank*.json >>"$OUT/$name.log" 2>&1
+			timeout -k 10 300 "$pr" import -out "$OUT/$name" -metrics-addr off -quiet -trace-steps all "$OUT/$name-traces" >>"$OUT/$name.log" 2>&1
 			echo "import exit $?" >>"$OUT/$name.log"
 			cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
 			python3 "$root/scripts/wrapcheck.py" --imported-pipeline "$OUT/$name.log" "$OUT/$name-report.txt" \
