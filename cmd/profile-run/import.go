@@ -48,6 +48,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
 	detail := fs.String("trace-steps", "all", "steps the trace and the per-call logs in report.rank<N> cover (A-B, A, last:N or all); records outside ProfilerStep ranges are always kept")
+	fs.StringVar(&o.pipelineSchedule, "pipeline-schedule", "", `the imported pipeline's schedule, "microbatches=M" or "microbatches=M,vpp=V", where its kernels carry no chunk or microbatch (PyTorch's Schedule1F1B): the ideal bubble (p−1)/(v·m+p−1) is then reported beside the measured one`)
 	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's call log (calls.rank<N>.gz); 0 writes none")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -74,6 +75,11 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	}
 	if o.callLogMiB < 0 {
 		return nil, usagef("-call-log-size %d: must not be negative", o.callLogMiB)
+	}
+	if o.pipelineSchedule != "" {
+		if o.schedChunks, o.schedMB, err = parseSchedule(o.pipelineSchedule); err != nil {
+			return nil, usagef("-pipeline-schedule %q: %v", o.pipelineSchedule, err)
+		}
 	}
 	if strings.TrimSpace(o.outDir) == "" {
 		return nil, usagef("-out: empty directory name")

@@ -235,3 +235,51 @@ func TestImportDirectory(t *testing.T) {
 		t.Errorf("an empty directory: exit %d, %s", code, stderr)
 	}
 }
+
+// TestImportPipelineSchedule: traces whose kernels carry no chunk or
+// microbatch (their ranges named as no work: PyTorch's Schedule1F1B
+// names none) get the ideal bubble from -pipeline-schedule; the bubble
+// is the hand-worked 0.300 ms a stage all the same, since their kernels
+// are a staged rank's computation.
+func TestImportPipelineSchedule(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range gpipeTraces(t, dir) {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(strings.ReplaceAll(string(raw), `"name":"Forward `, `"name":"microstep `), `"name":"Backward `, `"name":"microstep `)
+		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "pipeline: 2 stages; the work carries no chunk or microbatch (traced kernels outside any range named as forward or backward work), so there is no ideal bubble to compare with unless the schedule is given (-pipeline-schedule)"},
+		{[]string{"-pipeline-schedule", "microbatches=8"}, "pipeline: 2 stages × 1 chunk × 8 microbatches (chunks and microbatches as given: the work carries stages only); ideal bubble (p−1)/(v·m+p−1) = 11.1% of the span"},
+	} {
+		out := t.TempDir()
+		code, stdout, stderr := runCmd(t, append(append([]string{"import", "-out", out}, tc.flags...), dir)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\n%s\n%s", tc.flags, code, stdout, stderr)
+		}
+		if strings.Contains(stdout, "kernels launched inside ranges named as forward or backward work") {
+			t.Errorf("%v: kernels labelled:\n%s", tc.flags, stdout)
+		}
+		_, section, _ := strings.Cut(onlyRunReport(t, out), "=== pipeline analysis")
+		if !strings.Contains(section, tc.want) {
+			t.Errorf("%v: pipeline section lacks %q:\n%s", tc.flags, tc.want, section)
+		}
+		for _, stage := range []string{"0", "1"} {
+			if got := stageRow(section, stage); len(got) < 3 || got[1] != "0.300" || got[2] != "11.1" {
+				t.Errorf("%v: stage %s row %q, want a bubble of 0.300 ms, 11.1%%", tc.flags, stage, got)
+			}
+		}
+	}
+	code, _, stderr := runCmd(t, "import", "-pipeline-schedule", "microbatches=0", dir)
+	if code != exitUsage || !strings.Contains(stderr, `-pipeline-schedule "microbatches=0"`) {
+		t.Errorf("microbatches=0: exit %d, %s", code, stderr)
+	}
+}

@@ -483,7 +483,7 @@ func TestKernelBubbles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
-		"pipeline: 2 stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with",
+		"pipeline: 2 stages; the work carries no chunk or microbatch (traced kernels outside any range named as forward or backward work), so there is no ideal bubble to compare with",
 		"Stage  Ranks×steps  Bubble/step(ms)  Bubble %\n",
 		"0            1           45.000      52.9\n",
 		"1            1           40.000      47.1\n",

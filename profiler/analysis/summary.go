@@ -445,7 +445,7 @@ func writeFigures(w io.Writer, s Summary) error {
 			fmt.Fprintf(w, "pipeline: %s × %s × %s; ideal bubble (p−1)/(v·m+p−1) = %.1f%% of the span (%s)\n",
 				counted(p.Stages, "stage"), counted(p.Chunks, "chunk"), counted(p.Microbatches, "microbatch"), 100*p.Ideal, span)
 		case p.Stages > 0 && p.Chunks == 0 && p.Microbatches == 0:
-			fmt.Fprintf(w, "pipeline: %d stages; the work carries no chunk or microbatch (a wrapped job's kernels), so there is no ideal bubble to compare with unless the schedule is given (profile-run -pipeline-schedule); the span is a step's first to last kernel, the optimizer's included\n", p.Stages)
+			fmt.Fprintf(w, "pipeline: %d stages; the work carries no chunk or microbatch (traced kernels outside any range named as forward or backward work), so there is no ideal bubble to compare with unless the schedule is given (-pipeline-schedule); the span is a step's first to last kernel, the optimizer's included\n", p.Stages)
 		default:
 			fmt.Fprintln(w, "pipeline: shape unknown or not the same in every step; no ideal bubble to compare with")
 		}
