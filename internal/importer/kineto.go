@@ -300,7 +300,7 @@ func microsToNanos(n json.Number) (int64, error) {
 // named as a step (torch.profiler's ProfilerStep#N, or "step N" as
 // naming.StepNumber reads it) is a step range; kernels launched inside a
 // range named as forward or backward work (naming.WorkOf) carry its
-// phase, chunk and microbatch (labelWork).
+// phase, chunk and microbatch (labeller).
 func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, int32) {
 	launches := map[int64][]int{} // correlation → device events
 	for i := range events {
