@@ -79,7 +79,7 @@ run() {
 	# Only the logs come back, packed into one file: what comes back is
 	# limited in count, and the run directories (traces, profiles, MPS's
 	# pipes) would crowd them out.
-	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/pipeline-named" "$OUT/wrap-pipeline/mps" "$OUT/wrap-fsdp/fsdp" "$OUT/wrap-fsdp/mps"
+	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/ddp-kineto" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/pipeline-named" "$OUT/wrap-pipeline/mps" "$OUT/wrap-fsdp/fsdp" "$OUT/wrap-fsdp/mps"
 	(cd "$OUT" && find . -type f ! -name logs.tgz | sort >files.txt && tar czf logs.tgz -T files.txt && xargs rm -f <files.txt && find . -mindepth 1 -type d -empty -delete)
 	tar tzf "$OUT/logs.tgz"
 }

@@ -21,7 +21,9 @@
 #                statuses and the outputs left
 #   ddp.txt      a wrapped DistributedDataParallel loop with NVTX steps
 #                (examples/torch/ddp_steps.py): steps, step times and the
-#                all-reduces of each step against the script's own counts
+#                all-reduces of each step against the script's own counts;
+#                then the same loop recorded by torch.profiler and
+#                imported, checked alike
 #   fsdp.txt     a wrapped fully sharded (FSDP2) loop with NVTX steps
 #                (examples/torch/fsdp_steps.py, fsdp mode only): steps,
 #                step times, and each step's all-gathers and
@@ -218,6 +220,19 @@ ddp() {
 	echo "exit $?" >>"$OUT/ddp.log"
 	cp "$OUT"/ddp/*/report.txt "$OUT/ddp-report.txt"
 	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp.log" "$OUT/ddp-report.txt" "$OUT"/ddp/*/trace.json | tee "$OUT/ddp.txt"
+	# The same loop recorded by torch.profiler in each rank and imported:
+	# DDP's all-reduces come from the autograd thread, and each must carry
+	# the step of the main thread's ProfilerStep it ran in.
+	echo "== DDP recorded by torch.profiler, imported"
+	rm -rf "$OUT/ddp-kineto-traces"
+	timeout -k 10 300 "${tr[@]}" "$root/examples/torch/ddp_steps.py" "${share[@]}" --steps 20 \
+		--torch-trace "$OUT/ddp-kineto-traces" >"$OUT/ddp-kineto.log" 2>&1
+	echo "exit $?" >>"$OUT/ddp-kineto.log"
+	timeout -k 10 300 "$pr" import -out "$OUT/ddp-kineto" -metrics-addr off -quiet "$OUT/ddp-kineto-traces" >>"$OUT/ddp-kineto.log" 2>&1
+	echo "import exit $?" >>"$OUT/ddp-kineto.log"
+	cp "$OUT"/ddp-kineto/*/report.txt "$OUT/ddp-kineto-report.txt"
+	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp-kineto.log" "$OUT/ddp-kineto-report.txt" "$OUT"/ddp-kineto/*/trace.json | tee -a "$OUT/ddp.txt"
+	rm -rf "$OUT/ddp-kineto-traces" "$OUT"/ddp-kineto/*/calls.rank*.gz
 }
 
 fsdp() {

@@ -279,7 +279,9 @@ def ddp(log, report, trace):
     per_step = collections.Counter()
     for e in events:
         a = e.get("args", {})
-        if e.get("ph") == "X" and e.get("name") == "AllReduce" and "host_us" not in a and a.get("step", -1) >= 0:
+        # A wrapped run's all-reduces are named AllReduce; an imported
+        # trace's keep their NCCL kernel's name, with the operation in op.
+        if e.get("ph") == "X" and "AllReduce" in (e.get("name"), a.get("op")) and "host_us" not in a and a.get("step", -1) >= 0:
             per_step[(rank_of.get(e["pid"], -1), int(a["step"]))] += 1
     bad = 0
     for r in sorted(runs, key=lambda r: r["rank"]):

@@ -20,6 +20,12 @@ its own, so NCCL connects them through its network transport). --cpu
 runs the same loop on the CPU over gloo, NVTX left out where the PyTorch
 build has none: a check of the script itself, with nothing for
 profile-run to see.
+
+With --torch-trace DIR, torch.profiler records the steps in each rank's
+process instead (its ranges record_function ones, each step a
+ProfilerStep#N), and each rank writes DIR/rank<R>.json for `profile-run
+import`: DDP's all-reduces, launched from the autograd thread, carry the
+step of the main thread's ProfilerStep they ran in.
 """
 
 import argparse
@@ -38,6 +44,8 @@ def parse(argv=None):
     p.add_argument("--bucket-mb", type=float, default=4.0, help="DDP bucket size in MiB (more buckets, more all-reduces)")
     p.add_argument("--share-gpu", action="store_true", help="let the ranks share GPUs when there are fewer GPUs than ranks")
     p.add_argument("--cpu", action="store_true", help="run on the CPU over gloo (checks the script; no NCCL)")
+    p.add_argument("--torch-trace", default="", metavar="DIR",
+                   help="record the steps with torch.profiler and write DIR/rank<R>.json")
     a = p.parse_args(argv)
     if a.steps < 1 or a.width < 1 or a.layers < 1 or a.batch < 1 or a.bucket_mb <= 0:
         p.error("--steps, --width, --layers and --batch must be at least 1, --bucket-mb positive")
@@ -89,6 +97,26 @@ def main(argv=None):
             push("check"), pop()
         except RuntimeError:  # a PyTorch built without CUDA has no NVTX
             push, pop = (lambda name: None), (lambda: None)
+    prof = None
+    if a.torch_trace:
+        # What torch.profiler sees: record_function ranges, and a
+        # ProfilerStep#N around each step (N from 0), prof.step() ending it.
+        from torch.profiler import ProfilerActivity, profile, record_function, schedule
+        os.makedirs(a.torch_trace, exist_ok=True)
+        path = os.path.join(a.torch_trace, "rank%d.json" % rank)
+        ranges = []
+
+        def push(name):
+            ranges.append(record_function(name))
+            ranges[-1].__enter__()
+
+        def pop():
+            ranges.pop().__exit__(None, None, None)
+
+        activities = [ProfilerActivity.CPU] + ([] if a.cpu else [ProfilerActivity.CUDA])
+        prof = profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=a.steps, repeat=1),
+                       on_trace_ready=lambda p: p.export_chrome_trace(path))
+        prof.__enter__()
     t0 = time.perf_counter()
     for step in range(a.steps):
         before = calls["n"]
@@ -108,7 +136,11 @@ def main(argv=None):
         pop()
         host.append(time.perf_counter() - h)
         per_step.append(calls["n"] - before)
+        if prof is not None:
+            prof.step()  # after the last step: the trace written
     wall = time.perf_counter() - t0
+    if prof is not None:
+        prof.__exit__(None, None, None)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     print(json.dumps({"tool": "ddp_steps", "rank": rank, "world": world, "steps": a.steps,
                       "allreduces_per_step": per_step, "grad_bytes": grad_bytes,
