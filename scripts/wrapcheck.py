@@ -293,6 +293,10 @@ def ddp(log, report, trace):
         bad += not ok
         print("%s ddp rank %d: all-reduces per step in the trace %s, DDP's hook counted %s" % ("PASS" if ok else "FAIL", rank, seen, want))
     bad += complete_check("ddp", text)
+    # Data parallelism alone is no pipeline: no stage table, no bubble.
+    ok = "pipeline: none" in text and not re.search(r"Stage\s+Ranks×steps\s+Bubble", text)
+    bad += not ok
+    print("%s ddp no pipeline bubble reported (%s)" % ("PASS" if ok else "FAIL", "pipeline: none" if ok else "a stage table or no 'pipeline: none' line"))
     return 1 if bad else 0
 
 

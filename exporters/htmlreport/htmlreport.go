@@ -366,6 +366,13 @@ func px(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 // With window set, s is not a step but a window of operations without
 // steps: its ranks have no step range, and nothing is a bubble.
 func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (chartView, bool) {
+	// A bubble only where the work is a pipeline's (stage-labelled): a
+	// data-parallel job's idle compute is not one.
+	pipelined := s.Pipeline.Stages > 0
+	bubbleSpan := s.Span
+	if !pipelined {
+		bubbleSpan = profiler.Interval{}
+	}
 	// The time range: every rank's step range and every block drawn.
 	var t0, t1 time.Duration
 	first := true
@@ -449,8 +456,11 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			if !rk.Computed {
 				busy = "- (no compute timed)"
 			}
-			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(float64(rk.Wall.Len()) * scale), H: px(height),
-				Title: fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s · bubble %s ms", rk.Rank, s.Step, msText(rk.Wall.Len()), busy, msText(rk.Bubble))}
+			title := fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s", rk.Rank, s.Step, msText(rk.Wall.Len()), busy)
+			if pipelined {
+				title += " · bubble " + msText(rk.Bubble) + " ms"
+			}
+			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(float64(rk.Wall.Len()) * scale), H: px(height), Title: title}
 		} else if window {
 			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d", rk.Rank)}
 		} else {
@@ -465,14 +475,15 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		if len(laneEnds) > 0 {
 			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(rv.xferY0 + float64(len(laneEnds)*xferHeight) - 1), Label: "xfer"})
 		}
-		// Bubbles: the step's span less the rank's forward and backward work.
+		// Bubbles: the step's span less the rank's forward and backward
+		// work, where the work is a pipeline's.
 		var work []profiler.Interval
 		for _, r := range recs {
 			if isBlock(r) || stageKernel(r) {
 				work = append(work, interval(r))
 			}
 		}
-		for _, g := range gaps(s.Span, work) {
+		for _, g := range gaps(bubbleSpan, work) {
 			if float64(g.Len())*scale < 1 {
 				continue // under a pixel: not to be seen, only to weigh the page
 			}

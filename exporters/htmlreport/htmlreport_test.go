@@ -95,6 +95,26 @@ func TestWrite(t *testing.T) {
 	}
 }
 
+// The same work without stage labels is a data-parallel job's, not a
+// pipeline's: blocks and transfers drawn, no bubble shaded or named.
+func TestWriteDataParallel(t *testing.T) {
+	recs := twoStages()
+	for i := range recs {
+		recs[i].Stage = profiler.None
+	}
+	var buf bytes.Buffer
+	st, err := htmlreport.Write(&buf, htmlreport.Input{Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Steps != 1 || st.Forward != 4 || st.Backward != 4 || st.Transfers != 2 || st.Bubbles != 0 {
+		t.Errorf("stats %+v, want 1 step, 4 forward, 4 backward, 2 transfers, no bubble", st)
+	}
+	if page := buf.String(); strings.Contains(page, `class="bubble"`) || strings.Contains(page, "bubble ·") || strings.Contains(page, "· bubble") {
+		t.Error("a data-parallel step's page shows a bubble")
+	}
+}
+
 func TestWriteWithoutSteps(t *testing.T) {
 	recs := []profiler.Record{{ID: 1, Name: "setup", Labels: profiler.NoLabels, HostEnd: time.Millisecond}}
 	if _, err := htmlreport.Write(&bytes.Buffer{}, htmlreport.Input{Records: recs}); !errors.Is(err, htmlreport.ErrNoSteps) {

@@ -78,7 +78,8 @@ func (e *Exporter) AddStep(st *analysis.Step) {
 		if r.Stage != profiler.None {
 			a = append(a, KeyStage.Int64(int64(r.Stage)))
 		}
-		if span := st.Span.Len(); span > 0 {
+		if span := st.Span.Len(); span > 0 && st.Pipeline.Stages > 0 {
+			// A bubble only where the work is a pipeline's (stage-labelled).
 			a = append(a, KeyPipelineBubble.Float64(r.Bubble.Seconds()), KeyPipelineBubbleShare.Float64(float64(r.Bubble)/float64(span)))
 		}
 		if ideal := st.Pipeline.Ideal; !math.IsNaN(ideal) {

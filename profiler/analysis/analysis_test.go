@@ -514,6 +514,53 @@ func TestKernelBubbles(t *testing.T) {
 	}
 }
 
+// TestDataParallelNoBubble: two data-parallel ranks whose work carries
+// phases but no stage (DDP's forward and backward, then an all-reduce of
+// the gradients) are no pipeline. Their idle compute between forward and
+// backward is no bubble: no stage rows, no bubble, and the report says
+// why. Busy by hand (compute only, profiler.BusyDefinition): rank 0
+// computes 10–30 and 40–60 (40 ms); rank 1 10–25 and 45–60 (30 ms).
+func TestDataParallelNoBubble(t *testing.T) {
+	var b build
+	none := profiler.None
+	for r := range 2 {
+		b.step(r, 0, none, 0, 100)
+	}
+	b.dev(0, 0, none, none, none, profiler.Forward, 1, 10, 30)
+	b.dev(0, 0, none, none, none, profiler.Backward, 1, 40, 60)
+	b.coll(0, 0, none, "AllReduce", "dp", 2, 0, -1, 1, 2, 60, 70)
+	b.dev(1, 0, none, none, none, profiler.Forward, 1, 10, 25)
+	b.dev(1, 0, none, none, none, profiler.Backward, 1, 45, 60)
+	b.coll(1, 0, none, "AllReduce", "dp", 2, 1, -1, 1, 2, 65, 70)
+	steps := Analyze(b.recs)
+	if len(steps) != 1 || !steps[0].Complete() {
+		t.Fatalf("steps %+v, want one complete", steps)
+	}
+	st := steps[0]
+	if st.Pipeline.Stages != 0 || len(st.Stages) != 0 {
+		t.Errorf("pipeline %+v, stages %+v; want none", st.Pipeline, st.Stages)
+	}
+	for i, want := range []time.Duration{d(40), d(30)} {
+		r := st.Ranks[i]
+		if r.Bubble != 0 || len(r.Chunks) != 0 || r.Drain != 0 {
+			t.Errorf("rank %d: bubble %v, chunks %v, drain %v; want none", i, r.Bubble, r.Chunks, r.Drain)
+		}
+		if r.Busy != want {
+			t.Errorf("rank %d: busy %v, want %v", i, r.Busy, want)
+		}
+	}
+	var report strings.Builder
+	if err := WriteReport(&report, Summarize(steps)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "pipeline: none (no rank's forward or backward work carries a stage label), so no bubble is counted"; !strings.Contains(report.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, report.String())
+	}
+	if strings.Contains(report.String(), "Bubble") {
+		t.Errorf("report of a data-parallel job shows a bubble:\n%s", report.String())
+	}
+}
+
 // TestLabelledKernelBubbles: a wrapped pipeline's kernels launched inside
 // NVTX ranges named as forward and backward work carry phase, chunk and
 // microbatch (one chunk, two microbatches), and the optimizer's kernel

@@ -16,7 +16,8 @@ type Step struct {
 	Step  int
 	Ranks []Rank // in rank order
 	// Stages pools the ranks of each pipeline stage (data-parallel
-	// replicas of it), in stage order.
+	// replicas of it), in stage order; empty when no rank's work carries a
+	// stage label (a data-parallel job: no pipeline, no bubble).
 	Stages []Stage
 	// Span runs from the step's first forward or backward computation to
 	// its last, over every rank: the interval whose idle part is the
@@ -105,7 +106,8 @@ type Rank struct {
 	// computation in the step to its last; zero without any.
 	Compute profiler.Interval
 	// Bubble is the time within the step's Span that the rank did no
-	// forward or backward computation. Chunks splits it by the VPP chunk
+	// forward or backward computation; 0 when no rank's work in the step
+	// carries a stage label (Pipeline.Stages 0: no pipeline). Chunks splits it by the VPP chunk
 	// of the action each idle gap ended at (a wait for that chunk's
 	// input), indexed by chunk; Drain is the gap after the rank's last
 	// computation, which no action ends. Where the rank's computation
@@ -273,7 +275,10 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		}
 	}
 	st.Pipeline = pipelineShape(items)
-	if st.Span.Len() > 0 {
+	if st.Span.Len() > 0 && st.Pipeline.Stages > 0 {
+		// Without a stage label on any rank's work the job is not
+		// pipelined (data parallel only): its idle compute is no bubble,
+		// and Busy already says how much of the step it is.
 		for i, r := range ranks {
 			bubble(&st.Ranks[i], byRank[r], st.Span)
 		}

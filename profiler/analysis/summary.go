@@ -480,6 +480,8 @@ func writeFigures(w io.Writer, s Summary) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	} else if len(s.Ranks) > 0 {
+		fmt.Fprintln(w, "pipeline: none (no rank's forward or backward work carries a stage label), so no bubble is counted; a rank's idle time is its step less its busy time")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "Rank\tStage\tSteps\tBusy %\tComm/step(ms)\tOverlap %\tWaited/step(ms)\tCaused/step(ms)\tStraggler score\t")
