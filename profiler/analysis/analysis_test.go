@@ -292,6 +292,10 @@ func checkStep(t *testing.T, st *Step) {
 		if r.Busy < 0 || r.Busy > r.Wall.Len() || r.Overlap > r.Comm || r.Overlap > r.Busy {
 			t.Fatalf("step %d rank %d: busy %v of wall %v, overlap %v of comm %v", st.Step, r.Rank, r.Busy, r.Wall.Len(), r.Overlap, r.Comm)
 		}
+		if st.Pipeline.Stages == 0 && (r.Bubble != 0 || len(st.Stages) != 0) {
+			// No stage label on any rank's work: no pipeline, no bubble.
+			t.Fatalf("step %d rank %d: bubble %v, %d stages without a stage label", st.Step, r.Rank, r.Bubble, len(st.Stages))
+		}
 		if r.Bubble < 0 || r.Bubble > st.Span.Len() {
 			t.Fatalf("step %d rank %d: bubble %v outside span %v", st.Step, r.Rank, r.Bubble, st.Span.Len())
 		}
