@@ -563,6 +563,21 @@ func TestDataParallelNoBubble(t *testing.T) {
 	if strings.Contains(report.String(), "Bubble") {
 		t.Errorf("report of a data-parallel job shows a bubble:\n%s", report.String())
 	}
+
+	// Staged ranks with no computation timed (a wrapped pipeline whose
+	// kernels were not traced): stages, but nothing to find a bubble in.
+	var p build
+	for r := range 2 {
+		p.step(r, 0, r, 0, 100)
+		p.coll(r, 0, r, "AllReduce", "dp", 2, r, -1, 1, 2, 60, 70)
+	}
+	report.Reset()
+	if err := WriteReport(&report, Summarize(Analyze(p.recs))); err != nil {
+		t.Fatal(err)
+	}
+	if want := "pipeline: 2 of 2 ranks staged, but no forward or backward computation was timed on the device, so no bubble is counted"; !strings.Contains(report.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, report.String())
+	}
 }
 
 // TestLabelledKernelBubbles: a wrapped pipeline's kernels launched inside

@@ -481,7 +481,18 @@ func writeFigures(w io.Writer, s Summary) error {
 			return err
 		}
 	} else if len(s.Ranks) > 0 {
-		fmt.Fprintln(w, "pipeline: none (no rank's forward or backward work carries a stage label), so no bubble is counted; a rank's idle time is its step less its busy time")
+		staged := 0
+		for _, r := range s.Ranks {
+			if r.Stage != profiler.None {
+				staged++
+			}
+		}
+		if staged > 0 {
+			// A wrapped pipeline's kernels not traced: stages, no compute.
+			fmt.Fprintf(w, "pipeline: %d of %d ranks staged, but no forward or backward computation was timed on the device, so no bubble is counted\n", staged, len(s.Ranks))
+		} else {
+			fmt.Fprintln(w, "pipeline: none (no rank's forward or backward work carries a stage label), so no bubble is counted; a rank's idle time is its step less its busy time")
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "Rank\tStage\tSteps\tBusy %\tComm/step(ms)\tOverlap %\tWaited/step(ms)\tCaused/step(ms)\tStraggler score\t")
