@@ -31,6 +31,20 @@ type RankSteps struct {
 	// CutShort counts the steps whose step range was cut short
 	// (Record.CutShort): they are not in Steps, Wall or Busy.
 	CutShort int
+	// First is the rank's first step (the lowest step label), counted in
+	// Steps, Wall and Busy like the others. It is often a warm-up —
+	// allocation, autotuning, communicator setup — many times longer
+	// than the rest, which WriteStepBreakdown then sets apart (see
+	// WarmUpRatio). Zero where the account was not made step by step.
+	First StepTime
+}
+
+// addFirst keeps st as the rank's first step when it comes before the
+// one kept (by step label; the first seen where labels are missing).
+func (r *RankSteps) addFirst(st StepTime) {
+	if r.Steps == 0 || st.Step != None && r.First.Step != None && st.Step < r.First.Step {
+		r.First = st
+	}
 }
 
 // Idle is Wall − Busy.
@@ -83,6 +97,7 @@ func StepBreakdown(records []Record) []RankSteps {
 		if rs.Stage != st.Stage {
 			rs.Stage = None
 		}
+		rs.addFirst(st)
 		rs.Steps++
 		rs.Wall += st.Wall()
 		rs.Busy += st.Busy
@@ -186,10 +201,94 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
 				100*spread, ms, 100*StandOut)
 		}
 	}
+	if line := warmUpLine(ranks); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	if ideal > 0 {
 		fmt.Fprintf(w, "ideal pipeline bubble for this schedule: %.1f%% of a step (idle above it is communication, optimizer and imbalance)\n", 100*ideal)
 	}
 	return nil
+}
+
+// WarmUpRatio is how many times the mean of a rank's other steps its first
+// step must last, on every rank, for WriteStepBreakdown to set it apart as
+// a warm-up and give the figures without it. Only runs of three steps or
+// more on every rank are judged: with fewer, "the others" is one step.
+const WarmUpRatio = 2.0
+
+// valueRange is the least and greatest of some values.
+type valueRange struct {
+	lo, hi float64
+	n      int
+}
+
+func (s *valueRange) add(v float64) {
+	if s.n == 0 || v < s.lo {
+		s.lo = v
+	}
+	if s.n == 0 || v > s.hi {
+		s.hi = v
+	}
+	s.n++
+}
+
+// text is "lo–hi" in format, or one value where both read the same.
+func (s valueRange) text(format string) string {
+	lo, hi := fmt.Sprintf(format, s.lo), fmt.Sprintf(format, s.hi)
+	if lo == hi {
+		return lo
+	}
+	return lo + "–" + hi
+}
+
+// warmUpLine says, when every rank's first step lasted WarmUpRatio times
+// the mean of its others or more, how long it took and what the mean step
+// and busy share are without it; "" otherwise.
+func warmUpLine(ranks []RankSteps) string {
+	var took, times, mean, busy valueRange
+	step, sameStep := None, true
+	for _, r := range ranks {
+		if r.Steps == 0 {
+			continue
+		}
+		first := r.First.Wall()
+		if r.Steps < 3 || first <= 0 || r.Wall-first <= 0 {
+			return ""
+		}
+		rest := (r.Wall - first) / time.Duration(r.Steps-1)
+		ratio := float64(first) / float64(rest)
+		if ratio < WarmUpRatio {
+			return ""
+		}
+		if took.n == 0 {
+			step = r.First.Step
+		} else if step != r.First.Step {
+			sameStep = false
+		}
+		took.add(float64(first) / float64(time.Millisecond))
+		times.add(ratio)
+		mean.add(float64(rest) / float64(time.Millisecond))
+		if r.Computed {
+			busy.add(100 * float64(r.Busy-r.First.Busy) / float64(r.Wall-first))
+		}
+	}
+	if took.n == 0 {
+		return ""
+	}
+	which := "the first step"
+	if sameStep && step != None {
+		which = fmt.Sprintf("the first step (step %d)", step)
+	}
+	every := "on every rank"
+	if took.n == 1 {
+		every = "on the one rank"
+	}
+	line := fmt.Sprintf("warm-up: %s took %s ms, %s× the mean of the others %s; without it the mean step is %s ms",
+		which, took.text("%.3f"), times.text("%.1f"), every, mean.text("%.3f"))
+	if busy.n > 0 {
+		line += fmt.Sprintf(" and busy %s%%", busy.text("%.1f"))
+	}
+	return line + " (the report's figures include it)"
 }
 
 // intsText is "0, 1, 2".

@@ -264,3 +264,82 @@ func TestStepBreakdownWithoutCompute(t *testing.T) {
 		t.Errorf("no note on rank 0's busy time:\n%s", buf.String())
 	}
 }
+
+// TestStepBreakdownWarmUp: a first step many times longer than the others
+// on every rank is set apart, with the figures without it. Worked by
+// hand, times in milliseconds: rank 0's steps last 100 (step 0), then 10,
+// 10, 10, each busy 5 (a forward of 5), step 0 busy 10; rank 1's step 0
+// lasts 80. Without step 0: mean 10, busy 15/30 = 50 %; step 0 took 10×
+// and 8× the others' mean. Step 2's records come first: the first step
+// is the lowest label, not the first delivered.
+func TestStepBreakdownWarmUp(t *testing.T) {
+	const ms = time.Millisecond
+	records := func(first0, first1 time.Duration, steps int) []profiler.Record {
+		var recs []profiler.Record
+		id := map[int]uint64{}
+		add := func(rank, step int, start, wall, busy time.Duration) {
+			l := profiler.NoLabels
+			l.Step = int32(step)
+			id[rank]++
+			parent := id[rank]
+			recs = append(recs, profiler.Record{ID: parent, Name: profiler.StepName, Rank: rank, Labels: l, HostStart: start, HostEnd: start + wall})
+			l.Phase = profiler.Forward
+			id[rank]++
+			recs = append(recs, profiler.Record{ID: id[rank], Parent: parent, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: rank,
+				Labels: l, Stream: 1, HostStart: start, HostEnd: start + busy, HasDevice: true, DeviceStart: start, DeviceEnd: start + busy})
+		}
+		for rank, first := range []time.Duration{first0, first1} {
+			order := []int{2}
+			for s := range steps {
+				if s != 2 {
+					order = append(order, s)
+				}
+			}
+			for _, s := range order {
+				if s >= steps {
+					continue
+				}
+				start := first + time.Duration(s-1)*10*ms
+				wall, busy := 10*ms, 5*ms
+				if s == 0 {
+					start, wall, busy = 0, first, 10*ms
+				}
+				add(rank, s, start, wall, busy)
+			}
+		}
+		return recs
+	}
+	write := func(ranks []profiler.RankSteps) string {
+		var buf bytes.Buffer
+		if err := profiler.WriteStepBreakdown(&buf, ranks, 0); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	const want = "warm-up: the first step (step 0) took 80.000–100.000 ms, 8.0–10.0× the mean of the others on every rank; without it the mean step is 10.000 ms and busy 50.0% (the report's figures include it)\n"
+	recs := records(100*ms, 80*ms, 4)
+	got := profiler.StepBreakdown(recs)
+	if out := write(got); !strings.Contains(out, want) {
+		t.Errorf("breakdown lacks %q:\n%s", want, out)
+	}
+	if f := got[0].First; f.Step != 0 || f.Wall() != 100*ms || f.Busy != 10*ms {
+		t.Errorf("rank 0's first step %+v, want step 0 of 100 ms, busy 10 ms", f)
+	}
+	// The online summary keeps the same first step.
+	sum := profiler.NewStepSummary(profiler.WithStepDelay(0))
+	sum.Consume(recs)
+	if out := write(sum.Breakdown()); !strings.Contains(out, want) {
+		t.Errorf("StepSummary's breakdown lacks %q:\n%s", want, out)
+	}
+	// Not on every rank (rank 1's step 0 only 1.5× the others), and not
+	// on runs of fewer than three steps: no warm-up line.
+	for name, recs := range map[string][]profiler.Record{
+		"one rank's":  records(100*ms, 15*ms, 4),
+		"two steps'":  records(100*ms, 80*ms, 2),
+		"even steps'": records(10*ms, 10*ms, 4),
+	} {
+		if out := write(profiler.StepBreakdown(recs)); strings.Contains(out, "warm-up") {
+			t.Errorf("%s breakdown sets a warm-up apart:\n%s", name, out)
+		}
+	}
+}

@@ -144,6 +144,7 @@ func (rs *rankStepStats) addStep(st StepTime) {
 	if rs.Steps == 0 || w > rs.max {
 		rs.max = w
 	}
+	rs.addFirst(st)
 	rs.Steps++
 	rs.Wall += w
 	rs.Busy += st.Busy

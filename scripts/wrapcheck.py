@@ -257,6 +257,47 @@ def step_time_check(tool, r, rows):
     return 0 if ok else 1
 
 
+WARM_UP = re.compile(r"warm-up: the first step(?: \(step \d+\))? took ([\d.]+)(?:–([\d.]+))? ms, .*? without it the mean step is ([\d.]+)(?:–([\d.]+))? ms")
+
+
+def warmup_check(tool, runs, text):
+    """The report's warm-up line against the script's own step times:
+    where the script's first step took twice the mean of its others or
+    more on every rank, the line is there, and each rank's first step and
+    mean of the others lie within its ranges (5 %); where it took less
+    than 1.8 times on some rank, the line is not there. 1 when wrong."""
+    m = WARM_UP.search(text)
+    ratios, firsts, rests = [], [], []
+    for r in runs:
+        t = r["host_step_s"]
+        if len(t) < 3:
+            return 0
+        rest = statistics.mean(t[1:])
+        ratios.append(t[0] / rest)
+        firsts.append(1e3 * t[0])
+        rests.append(1e3 * rest)
+    if not ratios:
+        return 0
+    if min(ratios) < 1.8:
+        ok = m is None
+        print("%s %s warm-up: the script's first step %.1f–%.1f× the others' mean, and the report %s"
+              % ("PASS" if ok else "FAIL", tool, min(ratios), max(ratios), "sets none apart" if ok else "sets one apart: " + m.group(0)))
+        return 0 if ok else 1
+    if min(ratios) < 2.2 and m is None:
+        print("PASS %s warm-up: the script's first step %.1f–%.1f× the others' mean, near the threshold, and the report sets none apart" % (tool, min(ratios), max(ratios)))
+        return 0
+    if m is None:
+        print("FAIL %s warm-up: the script's first step %.1f–%.1f× the others' mean, and the report has no warm-up line" % (tool, min(ratios), max(ratios)))
+        return 1
+    lo1, hi1 = float(m.group(1)), float(m.group(2) or m.group(1))
+    lo2, hi2 = float(m.group(3)), float(m.group(4) or m.group(3))
+    inside = lambda v, lo, hi: 0.95 * lo <= v <= 1.05 * hi
+    ok = all(inside(f, lo1, hi1) for f in firsts) and all(inside(x, lo2, hi2) for x in rests)
+    print("%s %s warm-up: the script's first steps %s ms and means of the others %s ms; the report: %s"
+          % ("PASS" if ok else "FAIL", tool, ", ".join("%.3f" % f for f in firsts), ", ".join("%.3f" % x for x in rests), m.group(0)))
+    return 0 if ok else 1
+
+
 def complete_check(tool, text):
     """Every step the report's pipeline analysis saw complete: 1 if not."""
     m = re.search(r"(\d+) of (\d+) steps complete", text)
@@ -293,6 +334,7 @@ def ddp(log, report, trace):
         bad += not ok
         print("%s ddp rank %d: all-reduces per step in the trace %s, DDP's hook counted %s" % ("PASS" if ok else "FAIL", rank, seen, want))
     bad += complete_check("ddp", text)
+    bad += warmup_check("ddp", runs, text)
     # Data parallelism alone is no pipeline: no stage table, no bubble.
     ok = "pipeline: none" in text and not re.search(r"Stage\s+Ranks×steps\s+Bubble", text)
     bad += not ok
@@ -336,6 +378,7 @@ def fsdp(log, report, trace):
                  "" if not wrong else "; steps %s differ, the first (%d): trace %s, script %s"
                  % (wrong, wrong[0], dict(seen.get((rank, wrong[0]), {})), {op: len(b) for op, b in first.items()})))
     bad += complete_check("fsdp", text)
+    bad += warmup_check("fsdp", runs, text)
     # FSDP's streams are busy in turn: CUPTI hands their kernels over out
     # of order, and every one must still reach its step's figures.
     late = re.search(r"(\d+) records came after their step was analysed.*", text)
