@@ -103,7 +103,7 @@ const maxNameWidth = 100
 // network transport in a wrapped run: how long after their kernels
 // started they were done), each rank's section
 // ending with its peak device memory (peak maps rank to bytes; a missing
-// rank prints 0).
+// rank prints "not measured").
 func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) error {
 	if err := checkWriter("WriteReport", w); err != nil {
 		return err
@@ -131,7 +131,13 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) er
 		}
 		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
 		if last {
-			fmt.Fprintf(bw, "Peak device memory (rank %d): %.2f MB\n", g.Rank, float64(peak[g.Rank])/mib)
+			if p, ok := peak[g.Rank]; ok {
+				fmt.Fprintf(bw, "Peak device memory (rank %d): %.2f MB\n", g.Rank, float64(p)/mib)
+			} else {
+				// No record carried a peak (a wrapped command's: its
+				// allocator is not watched): unknown, not 0.
+				fmt.Fprintf(bw, "Peak device memory (rank %d): not measured\n", g.Rank)
+			}
 		}
 		fmt.Fprintln(bw)
 	}

@@ -245,3 +245,23 @@ func TestReportLongNames(t *testing.T) {
 		t.Errorf("long name's row %q: want the whole name, then count 1 and host total 2.000", longRow)
 	}
 }
+
+// A rank whose records carry no peak memory (a wrapped command's: its
+// allocator is not watched) says so; a rank with one gives it in MB.
+func TestReportPeakNotMeasured(t *testing.T) {
+	recs := []profiler.Record{
+		{ID: 1, Name: "step", Rank: 0, Labels: profiler.NoLabels, HostEnd: 5 * us, PeakMemory: 3 << 20},
+		{ID: 1, Name: "step", Rank: 1, Labels: profiler.NoLabels, HostEnd: 5 * us},
+	}
+	s := profiler.NewSummary()
+	s.Consume(recs)
+	var buf bytes.Buffer
+	if err := profiler.WriteReport(&buf, s.Groups(), s.Peaks(), profiler.SortName); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Peak device memory (rank 0): 3.00 MB\n", "Peak device memory (rank 1): not measured\n"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
