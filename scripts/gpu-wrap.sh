@@ -226,7 +226,7 @@ ddp() {
 	echo "== DDP recorded by torch.profiler, imported"
 	rm -rf "$OUT/ddp-kineto-traces"
 	timeout -k 10 300 "${tr[@]}" "$root/examples/torch/ddp_steps.py" "${share[@]}" --steps 20 \
-		--torch-trace "$OUT/ddp-kineto-traces" >"$OUT/ddp-kineto.log" 2>&1
+		--torch-trace "$OUT/ddp-kineto-traces" --profile-memory >"$OUT/ddp-kineto.log" 2>&1
 	echo "exit $?" >>"$OUT/ddp-kineto.log"
 	timeout -k 10 300 "$pr" import -out "$OUT/ddp-kineto" -metrics-addr off -quiet "$OUT/ddp-kineto-traces" >>"$OUT/ddp-kineto.log" 2>&1
 	echo "import exit $?" >>"$OUT/ddp-kineto.log"

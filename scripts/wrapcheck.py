@@ -335,6 +335,18 @@ def ddp(log, report, trace):
         print("%s ddp rank %d: all-reduces per step in the trace %s, DDP's hook counted %s" % ("PASS" if ok else "FAIL", rank, seen, want))
     bad += complete_check("ddp", text)
     bad += warmup_check("ddp", runs, text)
+    # Recorded with profile_memory=True: each rank's peak, from the
+    # allocator's events, against torch.cuda.max_memory_allocated.
+    for r in sorted(runs, key=lambda r: r["rank"]):
+        want = r.get("peak_allocated_bytes")
+        if want is None:
+            continue
+        m = re.search(r"Peak device memory \(rank %d\): ([\d.]+) MB" % r["rank"], text)
+        got = float(m.group(1)) if m else None
+        ok = got is not None and abs(got - want / 2**20) <= max(0.01 * want / 2**20, 0.01)
+        bad += not ok
+        print("%s ddp rank %d: peak device memory %s MB from the trace's memory events; torch.cuda.max_memory_allocated %.2f MB"
+              % ("PASS" if ok else "FAIL", r["rank"], "%.2f" % got if got is not None else "none", want / 2**20))
     # Data parallelism alone is no pipeline: no stage table, no bubble.
     ok = "pipeline: none" in text and not re.search(r"Stage\s+Ranks×steps\s+Bubble", text)
     bad += not ok

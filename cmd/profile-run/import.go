@@ -315,7 +315,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 			line += ", " + ranksText(ranks)
 		}
 		line += fmt.Sprintf(", %d ranges", len(p.Records))
-		line += pipelineText(p)
+		line += pipelineText(p) + memoryText(p)
 		line += clockText(o.applied, p, profiles)
 		if len(p.Tables) > 0 {
 			line += fmt.Sprintf(", %d report tables", len(p.Tables))
@@ -445,4 +445,14 @@ func pipelineText(p *importer.Profile) string {
 		s += fmt.Sprintf(", %d kernels launched inside ranges named as forward or backward work", p.KernelsLabelled)
 	}
 	return s
+}
+
+// memoryText says what a Kineto trace's "[memory]" events gave: the
+// device allocator's peak, allocated and reserved; "" without them.
+func memoryText(p *importer.Profile) string {
+	if p.MemoryEvents == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", peak device memory %.2f MB allocated, %.2f MB reserved (from %d memory events)",
+		float64(p.PeakMemory)/(1<<20), float64(p.PeakReserved)/(1<<20), p.MemoryEvents)
 }

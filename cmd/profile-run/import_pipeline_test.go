@@ -283,3 +283,32 @@ func TestImportPipelineSchedule(t *testing.T) {
 		t.Errorf("microbatches=0: exit %d, %s", code, stderr)
 	}
 }
+
+// TestImportMemory: a torch.profiler trace recorded with
+// profile_memory=True gives the rank's peak device memory in the report
+// (the highest "Total Allocated" of its device inside a step: 6 MiB) and
+// the trace's peaks, allocated and reserved, in the file's line.
+func TestImportMemory(t *testing.T) {
+	const trace = `{"distributedInfo": {"rank": 0}, "traceEvents": [
+ {"ph":"X","cat":"user_annotation","name":"ProfilerStep#4","pid":1,"tid":1,"ts":100,"dur":100},
+ {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":110,"dur":5,"args":{"correlation":9}},
+ {"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":120,"dur":10,"args":{"device":0,"stream":7,"correlation":9}},
+ {"ph":"i","s":"t","name":"[memory]","pid":1,"tid":1,"ts":130,"args":{"Device Type":1,"Device Id":0,"Total Allocated":6291456,"Total Reserved":10485760,"Bytes":6291456}},
+ {"ph":"i","s":"t","name":"[memory]","pid":1,"tid":1,"ts":140,"args":{"Device Type":1,"Device Id":0,"Total Allocated":0,"Total Reserved":10485760,"Bytes":-6291456}}
+]}`
+	dir, out := t.TempDir(), t.TempDir()
+	path := filepath.Join(dir, "rank0.json")
+	if err := os.WriteFile(path, []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, "import", "-out", out, path)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if want := ", peak device memory 6.00 MB allocated, 10.00 MB reserved (from 2 memory events)"; !strings.Contains(stdout, want) {
+		t.Errorf("stdout lacks %q:\n%s", want, stdout)
+	}
+	if report := onlyRunReport(t, out); !strings.Contains(report, "Peak device memory (rank 0): 6.00 MB") {
+		t.Errorf("report lacks rank 0's peak of 6 MB:\n%s", report)
+	}
+}

@@ -46,6 +46,9 @@ def parse(argv=None):
     p.add_argument("--cpu", action="store_true", help="run on the CPU over gloo (checks the script; no NCCL)")
     p.add_argument("--torch-trace", default="", metavar="DIR",
                    help="record the steps with torch.profiler and write DIR/rank<R>.json")
+    p.add_argument("--profile-memory", action="store_true",
+                   help="with --torch-trace: record the allocator's events too (profile_memory=True), and give the peak "
+                        "torch.cuda.max_memory_allocated saw while the profiler recorded")
     a = p.parse_args(argv)
     if a.steps < 1 or a.width < 1 or a.layers < 1 or a.batch < 1 or a.bucket_mb <= 0:
         p.error("--steps, --width, --layers and --batch must be at least 1, --bucket-mb positive")
@@ -115,7 +118,9 @@ def main(argv=None):
 
         activities = [ProfilerActivity.CPU] + ([] if a.cpu else [ProfilerActivity.CUDA])
         prof = profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=a.steps, repeat=1),
-                       on_trace_ready=lambda p: p.export_chrome_trace(path))
+                       on_trace_ready=lambda p: p.export_chrome_trace(path), profile_memory=a.profile_memory)
+        if a.profile_memory and not a.cpu:
+            torch.cuda.reset_peak_memory_stats(dev)
         prof.__enter__()
     t0 = time.perf_counter()
     for step in range(a.steps):
@@ -139,12 +144,15 @@ def main(argv=None):
         if prof is not None:
             prof.step()  # after the last step: the trace written
     wall = time.perf_counter() - t0
+    # The peak while the profiler recorded: its last step ended it.
+    peak = torch.cuda.max_memory_allocated(dev) if a.profile_memory and not a.cpu else None
     if prof is not None:
         prof.__exit__(None, None, None)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     print(json.dumps({"tool": "ddp_steps", "rank": rank, "world": world, "steps": a.steps,
                       "allreduces_per_step": per_step, "grad_bytes": grad_bytes,
-                      "host_step_s": host, "wall_s": wall, "torch": torch.__version__}), flush=True)
+                      "host_step_s": host, "wall_s": wall, "peak_allocated_bytes": peak,
+                      "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -64,6 +64,7 @@ func FuzzKineto(f *testing.F) {
 	addSeeds(f, "testdata/kineto/rank0.json", "testdata/kineto/rank1.json")
 	f.Add([]byte(`[{"ph":"X","cat":"kernel","name":"ncclKernel_SendRecv","args":{"correlation":"3","Collective name":"send","Dst Rank":1}}]`))
 	f.Add([]byte(interleavedTrace))
+	f.Add([]byte(memoryTrace))
 	f.Add([]byte(strings.Replace(interleavedTrace, `{"rank": 5}`, `{"rank": 5, "pg_config": [{"pg_name":"pp","ranks":[5,6]}]}`, 1)))
 	// trainscope's own trace (ParseTrainscope, told by its producer).
 	addSeeds(f, "../../exporters/chrometrace/testdata/fixture.golden.json")

@@ -52,6 +52,12 @@ type kinetoArgs struct {
 	SrcRank     *flexInt   `json:"Src Rank"`
 	DstRank     *flexInt   `json:"Dst Rank"`
 	Seq         *flexInt   `json:"Seq"`
+	// A "[memory]" instant's (profile_memory=True): the allocator's
+	// device (c10::DeviceType: 0 the CPU) and its total after the event.
+	DeviceType     *flexInt `json:"Device Type"`
+	DeviceID       *flexInt `json:"Device Id"`
+	TotalAllocated *flexInt `json:"Total Allocated"`
+	TotalReserved  *flexInt `json:"Total Reserved"`
 }
 
 // flexInt reads a JSON integer, or a string holding one (older writers
@@ -159,11 +165,15 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		rank     flexInt
 		groups   []processGroup
 		skipped  = map[string]int{}
+		mems     []memSample
 	)
 	event := func(off int64, n int) error {
 		var ev kinetoEvent
 		if err := dec.Decode(&ev); err != nil {
 			return sc.fail(off, fmt.Errorf("event %d: %w", n, err))
+		}
+		if (ev.Ph == "i" || ev.Ph == "I") && ev.Name == "[memory]" {
+			return memoryEvent(&ev, &mems, func(err error) error { return sc.fail(off, err) })
 		}
 		if ev.Ph != "X" {
 			return nil
@@ -235,6 +245,9 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			events[i].start += base
 			events[i].end += base
 		}
+		for i := range mems {
+			mems[i].at += base
+		}
 	}
 	for cat, n := range skipped {
 		p.warnf("%s: %d complete events of category %q not imported", path, n, cat)
@@ -242,6 +255,7 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 	var actionStage int32
 	p.Records, actionStage = kinetoRecords(p, events, int(rank.V))
 	stageRecords(p, groups, int(rank.V), rank.Set, actionStage)
+	peakMemory(p, mems)
 	return p, nil
 }
 

@@ -68,6 +68,13 @@ type Profile struct {
 	// "PP:…" ranges), or "" where nothing did.
 	KernelsLabelled int
 	StagedBy        string
+	// PeakMemory and PeakReserved are the highest bytes a Kineto trace's
+	// "[memory]" events (profile_memory=True) say the rank's device
+	// allocator held allocated and reserved; MemoryEvents counts those
+	// events. Each top-level range's PeakMemory is the highest while it
+	// was open.
+	PeakMemory, PeakReserved int64
+	MemoryEvents             int
 	// OtherData holds a trainscope trace's otherData strings (producer,
 	// epoch, the steps it covers, whether the run was partial).
 	OtherData map[string]string
