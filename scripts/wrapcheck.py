@@ -335,6 +335,22 @@ def ddp(log, report, trace):
         print("%s ddp rank %d: all-reduces per step in the trace %s, DDP's hook counted %s" % ("PASS" if ok else "FAIL", rank, seen, want))
     bad += complete_check("ddp", text)
     bad += warmup_check("ddp", runs, text)
+    # A wrapped run's peak is the device memory each process held through
+    # CUDA's allocations (CUPTI's memory activity): every segment
+    # PyTorch's caching allocator reserved is one of them, so the peak is
+    # at least torch.cuda.max_memory_reserved; the rest is NCCL's buffers
+    # and the libraries' own.
+    if "import exit" not in open(log, errors="replace").read():
+        for r in sorted(runs, key=lambda r: r["rank"]):
+            want = r.get("max_reserved_bytes")
+            if not want:
+                continue
+            m = re.search(r"Peak device memory \(rank %d\): ([\d.]+) MB" % r["rank"], text)
+            got = float(m.group(1)) if m else None
+            ok = got is not None and got >= want / 2**20 - 0.01
+            bad += not ok
+            print("%s ddp rank %d: peak device memory %s MB held through CUDA's allocations; torch.cuda.max_memory_reserved %.2f MB (the rest NCCL's and the libraries')"
+                  % ("PASS" if ok else "FAIL", r["rank"], "%.2f" % got if got is not None else "none", want / 2**20))
     # Recorded with profile_memory=True: each rank's peak, from the
     # allocator's events, against torch.cuda.max_memory_allocated.
     for r in sorted(runs, key=lambda r: r["rank"]):

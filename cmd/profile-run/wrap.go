@@ -575,6 +575,12 @@ func (w *wrapper) kernelSummary() string {
 	if st.KernelsLabelled > 0 {
 		line += fmt.Sprintf(", %d kernels launched inside NVTX ranges named as forward or backward work (their phase, chunk and microbatch)", st.KernelsLabelled)
 	}
+	if st.MemoryOps > 0 {
+		// The peaks per rank are the report's: memory each process held
+		// through CUDA's allocations (a framework's reserved segments,
+		// NCCL's buffers, libraries' workspaces), not its tensors alone.
+		line += fmt.Sprintf(", %d device memory allocations and releases (the report's peak device memory: what each process held through them)", st.MemoryOps)
+	}
 	if st.Untraced > 0 {
 		line += fmt.Sprintf("; %d process(es) not traced: %s", st.Untraced, st.UntracedWhy)
 	}

@@ -152,6 +152,7 @@ def main(argv=None):
     print(json.dumps({"tool": "ddp_steps", "rank": rank, "world": world, "steps": a.steps,
                       "allreduces_per_step": per_step, "grad_bytes": grad_bytes,
                       "host_step_s": host, "wall_s": wall, "peak_allocated_bytes": peak,
+                      "max_reserved_bytes": None if a.cpu else torch.cuda.max_memory_reserved(dev),
                       "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
     return 0

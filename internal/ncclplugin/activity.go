@@ -149,6 +149,12 @@ func demangled(mangled string) (s string) {
 	return s
 }
 
+// The names of device memory allocations and releases (ActMemory).
+const (
+	MemAllocatedName = "[device memory allocated]"
+	MemReleasedName  = "[device memory released]"
+)
+
 // copyNames names memory copies by CUPTI's memcpy kind.
 var copyNames = [...]string{"Memcpy", "Memcpy HtoD", "Memcpy DtoH", "Memcpy HtoA", "Memcpy AtoH", "Memcpy AtoA", "Memcpy AtoD", "Memcpy DtoA", "Memcpy DtoD", "Memcpy HtoH", "Memcpy PtoP"}
 
@@ -224,6 +230,23 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 		rec.Kind = profiler.KindDevice
 		rec.Name = "Memset"
 		c.stats.Copies++
+	case ActMemory:
+		// An instant on the host (a call that allocated or released),
+		// not device work: no device time, and nothing busy.
+		rec.Kind, rec.HasDevice, rec.DeviceStart, rec.DeviceEnd = profiler.KindHost, false, 0, 0
+		if pr.memHeld == nil {
+			pr.memHeld = map[int32]int64{}
+		}
+		held := pr.memHeld[int32(r.Device)]
+		if r.CopyKind == MemAllocated {
+			held += int64(r.Bytes)
+			rec.Name, rec.PeakMemory = MemAllocatedName, held
+		} else {
+			held = max(held-int64(r.Bytes), 0)
+			rec.Name = MemReleasedName
+		}
+		pr.memHeld[int32(r.Device)] = held
+		c.stats.MemoryOps++
 	}
 	if pr.rank < 0 && pr.earlyActs >= maxEarlyActivity {
 		out = c.loneLocked(pr, out)

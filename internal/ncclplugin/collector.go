@@ -146,7 +146,12 @@ type Stats struct {
 	UntracedWhy      string
 	Kernels, Copies  uint64
 	KernelsLabelled  uint64
-	ActivityDropped  uint64
+	// MemoryOps counts the device memory allocations and releases
+	// ingested (CUPTI's memory activity); each allocation's record
+	// carries, as its PeakMemory, the bytes its process then held on the
+	// device, so that the report's peak per rank is the highest.
+	MemoryOps       uint64
+	ActivityDropped uint64
 	// PipelineGroup is the largest communicator named as the pipeline's
 	// that gave processes their stage (WithPipelineGroup), "" where none
 	// did; Staged counts the processes that have a stage, and Stages the
@@ -248,6 +253,7 @@ type process struct {
 	devices   map[uint64]int32 // CUDA device by communicator
 	drops     [4]uint64        // ring full, refused, unsent, activity: the latest cumulative report
 	act       activity         // its device activity (CUPTI)
+	memHeld   map[int32]int64  // device memory it holds, by device (CUPTI's allocations less its releases)
 	clock     offsetEstimate
 	// staleComms are the communicators whose kernel-channel timers were
 	// found to run before their operations: none of their channels is

@@ -7,7 +7,7 @@ import "encoding/binary"
 // the decoder.
 
 // wireVersion is TSNP_VERSION.
-const wireVersion = 3
+const wireVersion = 4
 
 func helloFrame(version uint16, pid uint32, host string) []byte {
 	b := make([]byte, 128)

@@ -143,9 +143,19 @@ func drive(t *testing.T, mode string, extra ...string) (*Collector, *capture) {
 // kernel out, and sends the rest when CUPTI hands it over and at exit.
 func TestPluginEndToEndCUPTI(t *testing.T) {
 	c, sink := drive(t, "--drive-cupti", "libfakecupti.so")
-	recs := sink.wait(t, 4)
+	recs := sink.wait(t, 8)
 	var got []string
+	var held []int64
 	for _, r := range recs {
+		if r.Name == MemAllocatedName || r.Name == MemReleasedName {
+			// The driver's device memory: 1, 3, 2, then 6 MiB held; the
+			// pinned host memory between is not the device's.
+			held = append(held, r.PeakMemory>>20)
+			if r.Kind != profiler.KindHost || r.HasDevice || r.Rank != 3 || r.Device != (runtime.Device{Type: runtime.CUDA, Index: 1}) {
+				t.Errorf("%s: kind %v, device-timed %v, rank %d, device %v; want a host instant of rank 3 on cuda:1", r.Name, r.Kind, r.HasDevice, r.Rank, r.Device)
+			}
+			continue
+		}
 		got = append(got, fmt.Sprintf("%s %v %v %d", r.Name, r.Kind, r.DeviceDuration(), r.Stream))
 		if r.Rank != 3 || r.Device.Type != runtime.CUDA || r.Device.Index != 1 || !r.HasDevice || r.HostDuration() != 0 {
 			t.Errorf("%s: rank %d device %v, device-timed %v, host %v", r.Name, r.Rank, r.Device, r.HasDevice, r.HostDuration())
@@ -161,9 +171,18 @@ func TestPluginEndToEndCUPTI(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("records\n got %q\nwant %q", got, want)
 	}
+	// Allocations carry what their process then held; a release none.
+	if !slices.Equal(held, []int64{1, 3, 0, 6}) {
+		t.Errorf("device memory held at each allocation (MiB, 0 for the release) %v, want [1 3 0 6]", held)
+	}
+	sum := profiler.NewSummary()
+	sum.Consume(recs)
+	if peak := sum.Peaks()[3]; peak != 6<<20 {
+		t.Errorf("rank 3's peak %d, want 6 MiB", peak)
+	}
 	st := c.Stats()
-	if st.Kernels != 3 || st.Copies != 1 || st.Traced != 1 || st.PluginActivityDropped != 2 || st.DecodeErrors != 0 {
-		t.Errorf("stats %+v; want 3 kernels, 1 copy, 1 process traced, 2 dropped by CUPTI", st)
+	if st.Kernels != 3 || st.Copies != 1 || st.MemoryOps != 4 || st.Traced != 1 || st.PluginActivityDropped != 2 || st.DecodeErrors != 0 {
+		t.Errorf("stats %+v; want 3 kernels, 1 copy, 4 memory operations, 1 process traced, 2 dropped by CUPTI", st)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // Wire constants (trainscope_nccl_wire.h).
 const (
 	Magic      = "TSNP"
-	Version    = 3
+	Version    = 4
 	RecordSize = 128
 )
 
@@ -45,6 +45,15 @@ const (
 	ActMemcpy      Activity = 2
 	ActMemset      Activity = 3
 	ActUnavailable Activity = 4 // tracing could not begin; Note says why
+	// ActMemory: device memory allocated (CopyKind MemAllocated) or
+	// released (MemReleased), Bytes of it, at RangeBegin = RangeEnd.
+	ActMemory Activity = 5
+)
+
+// The operations of an ActMemory record (its CopyKind).
+const (
+	MemAllocated = 1
+	MemReleased  = 2
 )
 
 // The phases a labelled activity record carries (struct tsnp_label).
@@ -490,6 +499,17 @@ func decodeActivity(b []byte) (Record, error) {
 			case r.ActChunk < -1 || r.ActMicrobatch < -1:
 				return r, fmt.Errorf("activity record labelled with chunk %d, microbatch %d", r.ActChunk, r.ActMicrobatch)
 			}
+		}
+	case ActMemory:
+		switch {
+		case r.RangeEnd != r.RangeBegin:
+			return r, fmt.Errorf("memory record spans %d–%d ns: want one instant", r.RangeBegin, r.RangeEnd)
+		case r.Device < 0:
+			return r, fmt.Errorf("memory record on device %d", r.Device)
+		case r.CopyKind != MemAllocated && r.CopyKind != MemReleased:
+			return r, fmt.Errorf("memory record of operation %d: want 1 (allocated) or 2 (released)", r.CopyKind)
+		case r.Bytes > 1<<62:
+			return r, fmt.Errorf("memory record of %d bytes", r.Bytes)
 		}
 	default:
 		return r, fmt.Errorf("activity record of unknown sort %d", r.What)

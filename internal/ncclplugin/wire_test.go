@@ -68,16 +68,16 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 }
 
 // TestReaderRejectsOtherVersions: a plugin older (version 1, before
-// RANGE records; version 2, before ACTIVITY records) or newer than this
-// decoder is named, with the fix.
+// RANGE records; version 2, before ACTIVITY records; version 3, before
+// memory records) or newer than this decoder is named, with the fix.
 func TestReaderRejectsOtherVersions(t *testing.T) {
-	for _, v := range []uint16{1, 2, 4} {
+	for _, v := range []uint16{1, 2, 3, 5} {
 		d := NewReader(bytes.NewReader(helloFrame(v, 1, "h")))
 		_, err := d.Next()
 		if !errors.Is(err, ErrVersion) {
 			t.Fatalf("version %d: error %v, want ErrVersion", v, err)
 		}
-		for _, want := range []string{fmt.Sprintf("version %d,", v), "reads version 3", "make -C plugins/nccl"} {
+		for _, want := range []string{fmt.Sprintf("version %d,", v), "reads version 4", "make -C plugins/nccl"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("%q lacks %q", err, want)
 			}
@@ -141,6 +141,8 @@ func TestWireHeaderAgrees(t *testing.T) {
 		"TSNP_KERNEL_CHANNEL": int(KindKernelChannel), "TSNP_DROPS": int(KindDrops), "TSNP_COMM_FINALIZE": int(KindCommFinalize),
 		"TSNP_PROXY_OP": int(KindProxyOp), "TSNP_RANGE": int(KindRange), "TSNP_RANGE_START": rangeStart, "TSNP_RANGE_TRUNCATED": rangeTruncated,
 		"TSNP_ACT_LABELLED": actLabelled, "TSNP_PHASE_FORWARD": PhaseForward, "TSNP_PHASE_BACKWARD": PhaseBackward,
+		"TSNP_ACT_KERNEL": int(ActKernel), "TSNP_ACT_MEMCPY": int(ActMemcpy), "TSNP_ACT_MEMSET": int(ActMemset),
+		"TSNP_ACT_UNAVAILABLE": int(ActUnavailable), "TSNP_ACT_MEMORY": int(ActMemory),
 	}
 	for name, want := range checks {
 		if got := def(name); got != want {
@@ -167,7 +169,7 @@ func TestWireHeaderAgrees(t *testing.T) {
 func FuzzReader(f *testing.F) {
 	f.Add(stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 2, task: 1, t0: 1, t1: 2, nch: 1}.frame(),
 		wireRec{kind: 4, task: 1, parent: 2, t0: 5, t1: 6}.frame()))
-	f.Add(helloFrame(3, 1, "h"))
+	f.Add(helloFrame(wireVersion, 1, "h"))
 	f.Add(stream(helloFrame(wireVersion, 1, "h"), rangeFrame(7, 1, 1, 0, 10, 0, 0, "step"), rangeFrame(7, 2, 1, 3, 10, 20, 0, "step 1")))
 	f.Add(helloFrame(1, 1, "h"))
 	f.Add(stream(helloFrame(wireVersion, 1, "h"), wireRec{kind: 5}.frame()[:77]))
@@ -292,5 +294,27 @@ func readAll(t *testing.T, d *Reader) []Record {
 			t.Fatal(err)
 		}
 		got = append(got, r)
+	}
+}
+
+// TestDecodeMemory: a device memory record reads back with its operation
+// and size, and an impossible one is an error naming its offset.
+func TestDecodeMemory(t *testing.T) {
+	r, err := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"), activityFrame(uint8(ActMemory), 50, 50, 1, 0, 0, 3<<20, MemAllocated, "")))).Next()
+	if err != nil || r.What != ActMemory || r.CopyKind != MemAllocated || r.Bytes != 3<<20 || r.Device != 1 || r.RangeBegin != 50 {
+		t.Errorf("memory record %+v, %v", r, err)
+	}
+	for _, tc := range []struct {
+		frame []byte
+		want  string
+	}{
+		{activityFrame(uint8(ActMemory), 50, 60, 1, 0, 0, 1, MemAllocated, ""), "byte 128: memory record spans 50–60 ns: want one instant"},
+		{activityFrame(uint8(ActMemory), 50, 50, 1, 0, 0, 1, 7, ""), "byte 128: memory record of operation 7"},
+		{activityFrame(uint8(ActMemory), 50, 50, 1, 0, 0, 1<<63, MemReleased, ""), "byte 128: memory record of 9223372036854775808 bytes"},
+	} {
+		_, err := NewReader(bytes.NewReader(stream(helloFrame(wireVersion, 1, "h"), tc.frame))).Next()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
 	}
 }

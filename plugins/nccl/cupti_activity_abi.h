@@ -26,6 +26,7 @@ enum {
   CUPTI_ACTIVITY_KIND_MEMSET = 2,
   CUPTI_ACTIVITY_KIND_KERNEL = 3,
   CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL = 10,
+  CUPTI_ACTIVITY_KIND_MEMORY2 = 49,
 };
 
 /* CUpti_ActivityFlag: cuptiActivityFlushAll's flag. */
@@ -87,6 +88,24 @@ enum {
   CUPTI_MEM_CORRELATION = 44, /* uint32_t */
   CUPTI_MEM_MIN_SIZE = 48,
 };
+
+/* CUpti_ActivityMemory3/4 (MEMORY2): an allocation or a release of
+ * memory, timed when the call made it. */
+enum {
+  CUPTI_MEMORY2_OPERATION = 4,   /* uint32_t CUpti_ActivityMemoryOperationType */
+  CUPTI_MEMORY2_KIND = 8,        /* uint32_t CUpti_ActivityMemoryKind */
+  CUPTI_MEMORY2_CORRELATION = 12, /* uint32_t */
+  CUPTI_MEMORY2_BYTES = 24,      /* uint64_t */
+  CUPTI_MEMORY2_TIMESTAMP = 32,  /* uint64_t ns */
+  CUPTI_MEMORY2_DEVICE = 52,     /* uint32_t */
+  CUPTI_MEMORY2_CONTEXT = 56,    /* uint32_t */
+  CUPTI_MEMORY2_STREAM = 60,     /* uint32_t */
+  CUPTI_MEMORY2_MIN_SIZE = 64,
+};
+/* CUpti_ActivityMemoryOperationType and CUpti_ActivityMemoryKind's device
+ * memory. */
+enum { CUPTI_MEMORY_OPERATION_ALLOCATION = 1, CUPTI_MEMORY_OPERATION_RELEASE = 2 };
+enum { CUPTI_MEMORY_KIND_DEVICE = 3 };
 
 /* CUpti_CallbackDomain, and CUpti_ApiCallbackSite's "entering". */
 enum { CUPTI_CB_DOMAIN_DRIVER_API = 1, CUPTI_CB_DOMAIN_RUNTIME_API = 2 };

@@ -96,6 +96,21 @@ EXPORT void fake_cupti_skip_callback(void) { skip_callback = 1; }
 static void put32(uint8_t* r, size_t off, uint32_t v) { memcpy(r + off, &v, sizeof v); }
 static void put64(uint8_t* r, size_t off, uint64_t v) { memcpy(r + off, &v, sizeof v); }
 
+/* Memory of kind (3: the device's) allocated (op 1) or released (op 2)
+ * now on the client's clock, on device 1. */
+EXPORT void fake_cupti_memory(uint32_t op, uint32_t kind, uint64_t bytes) {
+  if (npending == MAX || !clock_fn) return;
+  uint8_t* r = pending[npending++];
+  memset(r, 0, REC);
+  put32(r, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_MEMORY2);
+  put32(r, CUPTI_MEMORY2_OPERATION, op);
+  put32(r, CUPTI_MEMORY2_KIND, kind);
+  put32(r, CUPTI_MEMORY2_CORRELATION, ++correlation);
+  put64(r, CUPTI_MEMORY2_BYTES, bytes);
+  put64(r, CUPTI_MEMORY2_TIMESTAMP, clock_fn());
+  put32(r, CUPTI_MEMORY2_DEVICE, 1);
+}
+
 /* A kernel (name set) or a memory copy of bytes (name NULL) that started
  * now on the client's clock and lasted dur_ns, on device 1, stream 13. */
 EXPORT void fake_cupti_launch(const char* name, uint64_t dur_ns, uint64_t bytes) {

@@ -1543,13 +1543,30 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
       u.a.stream = rd32(p, CUPTI_MEM_STREAM);
       u.a.correlation = rd32(p, CUPTI_MEM_CORRELATION);
       break;
+    case CUPTI_ACTIVITY_KIND_MEMORY2: {
+      /* Device memory only (cudaMalloc, cuMemAlloc, the pools'): the
+       * collector keeps each process's total and its peak. */
+      uint32_t op = rd32(p, CUPTI_MEMORY2_OPERATION);
+      if (rd32(p, CUPTI_MEMORY2_KIND) != CUPTI_MEMORY_KIND_DEVICE ||
+          (op != CUPTI_MEMORY_OPERATION_ALLOCATION && op != CUPTI_MEMORY_OPERATION_RELEASE))
+        return;
+      u.a.what = TSNP_ACT_MEMORY;
+      u.a.copy_kind = (uint8_t)op;
+      u.a.bytes = rd64(p, CUPTI_MEMORY2_BYTES);
+      start = end = rd64(p, CUPTI_MEMORY2_TIMESTAMP);
+      u.a.device = rd32(p, CUPTI_MEMORY2_DEVICE);
+      u.a.context = rd32(p, CUPTI_MEMORY2_CONTEXT);
+      u.a.stream = rd32(p, CUPTI_MEMORY2_STREAM);
+      u.a.correlation = rd32(p, CUPTI_MEMORY2_CORRELATION);
+      break;
+    }
     default:
       return;
   }
   if (start == 0 || end < start) return; /* CUPTI could not time it */
   u.a.t0 = (uint64_t)((int64_t)start - realtime_less_mono);
   u.a.t1 = (uint64_t)((int64_t)end - realtime_less_mono);
-  cu_label(&u.a);
+  if (u.a.what != TSNP_ACT_MEMORY) cu_label(&u.a);
   push_waiting(&u.rec, deadline);
 }
 
@@ -1624,6 +1641,7 @@ static const char* cu_start(char* which, size_t n) {
   if (enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return "cannot enable kernel activity";
   enable(CUPTI_ACTIVITY_KIND_MEMCPY);
   enable(CUPTI_ACTIVITY_KIND_MEMSET);
+  enable(CUPTI_ACTIVITY_KIND_MEMORY2); /* a CUPTI without it: no peak memory */
   if (period) period(TS_CUPTI_FLUSH_MS);
   cu.pid = getpid();
   cu.flush = flush;

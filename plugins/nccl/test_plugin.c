@@ -1227,6 +1227,17 @@ static void drive_cupti(const char* fake) {
   flush(0);
   launch(gemm, 40000, 0);
   launch(NULL, 3000, 4096);
+  /* Device memory: 1, 3, 2 then 6 MiB held (the peak); pinned host
+   * memory (kind 2) is not the device's. */
+  void (*memory)(uint32_t, uint32_t, uint64_t) = (void (*)(uint32_t, uint32_t, uint64_t))dlsym(f, "fake_cupti_memory");
+  CHECK(memory != NULL, "fake_cupti_memory missing");
+  if (memory) {
+    memory(1, 3, 1 << 20);
+    memory(1, 3, 2 << 20);
+    memory(1, 2, 64 << 20);
+    memory(2, 3, 1 << 20);
+    memory(1, 3, 4 << 20);
+  }
   /* No labelled range was pushed: CUPTI's one callback subscriber is
    * left to other tools. */
   int (*subscriptions)(void) = (int (*)(void))dlsym(f, "fake_cupti_subscriptions");

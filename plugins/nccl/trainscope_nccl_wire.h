@@ -1,7 +1,7 @@
 /*
  * The record stream the plugin writes to the profile-run collector, format
- * version 3 (version 1 had no RANGE records, version 2 no ACTIVITY and NAME
- * records). docs/nccl-plugin.md describes it; the Go decoder
+ * version 4 (version 1 had no RANGE records, version 2 no ACTIVITY and NAME
+ * records, version 3 no memory activity). docs/nccl-plugin.md describes it; the Go decoder
  * (internal/ncclplugin) reads it. Every integer is little-endian; every
  * frame is TSNP_RECORD_SIZE bytes.
  *
@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define TSNP_MAGIC "TSNP"
-#define TSNP_VERSION 3
+#define TSNP_VERSION 4
 #define TSNP_RECORD_SIZE 128
 
 /* Hello: the first frame of a connection. */
@@ -215,6 +215,7 @@ enum {
   TSNP_ACT_MEMCPY = 2,
   TSNP_ACT_MEMSET = 3,
   TSNP_ACT_UNAVAILABLE = 4, /* tracing could not begin; note says why */
+  TSNP_ACT_MEMORY = 5,      /* device memory allocated (copy_kind 1) or released (2): bytes, at t0 = t1 */
 };
 /* flags: CUPTI timed on CLOCK_MONOTONIC itself; LABELLED: a kernel, copy
  * or memset launched inside an NVTX range named as forward or backward
