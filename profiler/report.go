@@ -97,6 +97,26 @@ const mib = 1 << 20
 // every row of the table.
 const maxNameWidth = 100
 
+// ReportOption adjusts what WriteReport and WriteRankFiles write.
+type ReportOption interface{ applyReport(*reportConfig) }
+
+type reportConfig struct {
+	peakNote func(rank int) string
+}
+
+type reportOptionFunc func(*reportConfig)
+
+func (f reportOptionFunc) applyReport(c *reportConfig) { f(c) }
+
+// WithPeakNote has each rank's peak device memory line say what the
+// figure measures, note(rank) in parentheses after it ("" for nothing):
+// the same words mean different memory to different sources — tensors a
+// framework's allocator handed out, or everything a process obtained
+// from CUDA, its allocator's cached pool and NCCL's buffers included.
+func WithPeakNote(note func(rank int) string) ReportOption {
+	return reportOptionFunc(func(c *reportConfig) { c.peakNote = note })
+}
+
 // WriteReport writes the summary tables, one per rank and tag (a row per
 // range name: count, host and device totals and shares, averages), rows
 // ordered by `by`, then a line per name with transfer ends (p2p over a
@@ -104,9 +124,13 @@ const maxNameWidth = 100
 // started they were done), each rank's section
 // ending with its peak device memory (peak maps rank to bytes; a missing
 // rank prints "not measured").
-func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) error {
+func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, opts ...ReportOption) error {
 	if err := checkWriter("WriteReport", w); err != nil {
 		return err
+	}
+	var c reportConfig
+	for _, o := range opts {
+		o.applyReport(&c)
 	}
 	bw := bufio.NewWriter(w)
 	for i, g := range groups {
@@ -132,7 +156,13 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey) er
 		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
 		if last {
 			if p, ok := peak[g.Rank]; ok {
-				fmt.Fprintf(bw, "Peak device memory (rank %d): %.2f MB\n", g.Rank, float64(p)/mib)
+				fmt.Fprintf(bw, "Peak device memory (rank %d): %.2f MB", g.Rank, float64(p)/mib)
+				if c.peakNote != nil {
+					if note := c.peakNote(g.Rank); note != "" {
+						fmt.Fprintf(bw, " (%s)", note)
+					}
+				}
+				fmt.Fprintln(bw)
 			} else {
 				// No record carried a peak (a wrapped command's: its
 				// allocator is not watched): unknown, not 0.
@@ -190,10 +220,10 @@ func (p *Profiler) peaks(recs []Record) map[int]int64 {
 }
 
 // WriteRankFiles writes one file per rank, <prefix>.rank<N>, holding the
-// header lines, that rank's summary tables and its per-call log, and
-// returns the paths. A file that exists already is an error (wrapping
-// fs.ErrExist), never replaced.
-func WriteRankFiles(prefix string, records []Record, by SortKey, header ...string) ([]string, error) {
+// header lines, that rank's summary tables (as WriteReport writes them,
+// with opts) and its per-call log, and returns the paths. A file that
+// exists already is an error (wrapping fs.ErrExist), never replaced.
+func WriteRankFiles(prefix string, records []Record, by SortKey, header []string, opts ...ReportOption) ([]string, error) {
 	byRank := map[int][]Record{}
 	var ranks []int
 	for _, r := range records {
@@ -218,7 +248,7 @@ func WriteRankFiles(prefix string, records []Record, by SortKey, header ...strin
 		for _, h := range header {
 			fmt.Fprintln(f, h)
 		}
-		err = WriteReport(f, Summarize(recs), peak, by)
+		err = WriteReport(f, Summarize(recs), peak, by, opts...)
 		if err == nil {
 			err = WriteRecords(f, recs)
 		}

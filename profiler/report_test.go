@@ -144,7 +144,7 @@ func TestParseSortKey(t *testing.T) {
 
 func TestWriteRankFiles(t *testing.T) {
 	prefix := filepath.Join(t.TempDir(), "report")
-	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal)
+	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestWriteRankFiles(t *testing.T) {
 	if !strings.Contains(s, "=== rank 1 · step 1 ===") || strings.Contains(s, "rank 0") || !strings.Contains(s, "backward") {
 		t.Errorf("rank file 1 content:\n%s", s)
 	}
-	if _, err := profiler.WriteRankFiles(filepath.Join(t.TempDir(), "missing", "dir", "r"), fixture(), profiler.SortName); err == nil {
+	if _, err := profiler.WriteRankFiles(filepath.Join(t.TempDir(), "missing", "dir", "r"), fixture(), profiler.SortName, nil); err == nil {
 		t.Error("unwritable prefix accepted")
 	}
 }
@@ -170,7 +170,7 @@ func TestWriteRankFilesNeverReplaces(t *testing.T) {
 	if err := os.WriteFile(prefix+".rank1", []byte("the user's\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal)
+	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal, nil)
 	if !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), prefix+".rank1") {
 		t.Errorf("error %v, want one naming %s.rank1 that wraps fs.ErrExist", err, prefix)
 	}
@@ -260,6 +260,37 @@ func TestReportPeakNotMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Peak device memory (rank 0): 3.00 MB\n", "Peak device memory (rank 1): not measured\n"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestReportPeakNote: each measured peak says what it counts where the
+// caller says; a rank with no words, or no figure, reads as before.
+func TestReportPeakNote(t *testing.T) {
+	recs := []profiler.Record{
+		{ID: 1, Name: "step", Rank: 0, Labels: profiler.NoLabels, HostEnd: 5 * us, PeakMemory: 3 << 20},
+		{ID: 1, Name: "step", Rank: 1, Labels: profiler.NoLabels, HostEnd: 5 * us, PeakMemory: 1 << 19},
+		{ID: 1, Name: "step", Rank: 2, Labels: profiler.NoLabels, HostEnd: 5 * us},
+	}
+	s := profiler.NewSummary()
+	s.Consume(recs)
+	note := profiler.WithPeakNote(func(rank int) string {
+		if rank == 0 {
+			return "tensors"
+		}
+		return ""
+	})
+	var buf bytes.Buffer
+	if err := profiler.WriteReport(&buf, s.Groups(), s.Peaks(), profiler.SortName, note); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Peak device memory (rank 0): 3.00 MB (tensors)\n",
+		"Peak device memory (rank 1): 0.50 MB\n",
+		"Peak device memory (rank 2): not measured\n",
+	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, buf.String())
 		}

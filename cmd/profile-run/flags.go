@@ -49,6 +49,9 @@ type options struct {
 	// applied is the clock alignment import applied to the records before
 	// ingesting them (one estimate over all of them), nil for one clock.
 	applied *analysis.Offsets
+	// peaks says what the report's peak device memory measures, where
+	// the records' source is not the built-in trainer.
+	peaks peakSource
 	// ranks are the ranks whose files (report.rank<N>, calls.rank<N>.gz)
 	// the outputs will hold, where known before they start: none for a
 	// wrapped command.

@@ -271,13 +271,27 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	// a host's ranks are aligned through whichever of them shares
 	// collectives with the other hosts.
 	o.clocks = map[int]int{}
+	kineto := map[int]bool{}
+	o.peaks.atLeast = map[int]int64{}
 	for i, p := range profiles {
 		if len(p.Records) > 0 {
 			o.importing++
 		}
 		for _, r := range p.Ranks() {
 			o.clocks[r] = i
+			if p.MemoryEvents > 0 {
+				kineto[r] = true
+				o.peaks.atLeast[r] = max(o.peaks.atLeast[r], p.PeakMemory)
+			}
 		}
+	}
+	// A trace's memory events count PyTorch's allocated tensors; the
+	// C++ framework's call logs give its own figure.
+	o.peaks.note = func(rank int) string {
+		if kineto[rank] {
+			return importedPeakNote
+		}
+		return ""
 	}
 	if o.importing > 1 {
 		// One estimate over every collective of the files is steadier
@@ -397,6 +411,10 @@ func ranksText(ranks []int) string {
 	}
 	return "ranks " + strings.Join(s, ", ")
 }
+
+// importedPeakNote is what an imported torch.profiler trace's peak device
+// memory is.
+const importedPeakNote = "tensors allocated, as torch.cuda.max_memory_allocated gives it, from the trace's memory events"
 
 // clockText says how import put file p's clock on the others': nothing
 // for one clock.

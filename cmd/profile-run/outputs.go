@@ -502,10 +502,16 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if out.report != nil {
 			detail = out.detail.Records()
 			st := out.detail.Stats()
-			if len(out.o.command) > 0 {
-				// The job's steps are not known ahead: the window keeps the
-				// first records.
-				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations and NVTX ranges: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
+			if covers := st.Covers(); len(out.o.command) > 0 && covers == "no steps" {
+				// A job that marks no steps: the window keeps the first
+				// records, up to its bound.
+				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
+			} else if len(out.o.command) > 0 {
+				line := fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges of %s (-trace-steps %s) and outside every step; %d records of other steps left out", covers, out.o.detail, st.Outside+st.Full)
+				if st.CutText() != "" {
+					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
+				}
+				rankHeader = append(slices.Clone(header), line)
 			} else {
 				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full)
 				if st.CutText() != "" {
@@ -520,7 +526,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if len(out.o.command) > 0 || out.o.importing > 0 {
 			ideal = 0 // the schedule is not the built-in trainer's, nor known
 		}
-		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader)
+		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks)
 		errs = append(errs, err)
 		if out.report != nil {
 			line := fmt.Sprintf("report: %d records → %s", collected, out.report.Name())

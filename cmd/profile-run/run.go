@@ -329,11 +329,34 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, er
 	return done, tr.Close()
 }
 
+// peakSource says what a run's peak device memory figures measure.
+type peakSource struct {
+	// note gives, per rank, what the figure measures ("" or nil for the
+	// built-in trainer's: its buffers, from the runtime's allocator).
+	note func(rank int) string
+	// atLeast holds per rank a peak seen outside every record (an
+	// imported trace's memory events outside its top-level ranges): the
+	// report's all-steps figure is at least this.
+	atLeast map[int]int64
+}
+
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
 // per-step tables and the per-call log of the detail records.
-func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string) ([]string, error) {
+func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string, src peakSource) ([]string, error) {
 	groups, peaks := tables.Groups(), tables.Peaks()
+	if peaks == nil {
+		peaks = map[int]int64{}
+	}
+	for rank, b := range src.atLeast {
+		if _, ok := peaks[rank]; ok || b > 0 {
+			peaks[rank] = max(peaks[rank], b)
+		}
+	}
+	var opts []profiler.ReportOption
+	if src.note != nil {
+		opts = append(opts, profiler.WithPeakNote(src.note))
+	}
 	times := steps.Ranks()
 	breakdown := steps.Breakdown()
 	var ws []io.Writer
@@ -348,7 +371,7 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 		for _, h := range header {
 			fmt.Fprintln(w, h)
 		}
-		if err := profiler.WriteReport(w, groups, peaks, by); err != nil {
+		if err := profiler.WriteReport(w, groups, peaks, by, opts...); err != nil {
 			return nil, fmt.Errorf("report: %w", err)
 		}
 		if len(breakdown) > 0 {
@@ -377,5 +400,5 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	if f == nil {
 		return nil, nil
 	}
-	return profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader...)
+	return profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader, opts...)
 }

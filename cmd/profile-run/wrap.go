@@ -79,12 +79,18 @@ type wrapper struct {
 	started       time.Time
 }
 
+// wrappedPeakNote is what a wrapped process's peak device memory is.
+const wrappedPeakNote = "held through CUDA allocation calls: the framework's cached pool and NCCL's and libraries' buffers, not only tensors"
+
 // runWrapped runs o.command under the profiler and returns the command's
 // exit status (128+N when signal N ended it); what happens to the
 // telemetry never changes it.
 func runWrapped(in *interrupt, o *options, log *zap.Logger, stdout, stderr io.Writer) int {
 	in.wrapping()
 	w := &wrapper{in: in, o: o, log: log, stdout: stdout, stderr: stderr}
+	// CUPTI's memory records count what each process obtained from CUDA,
+	// not its tensors: say so beside the figure.
+	o.peaks.note = func(int) string { return wrappedPeakNote }
 	prof, err := profiler.New(profiler.WithMaxRecords(0))
 	if err != nil {
 		log.Error(err.Error())

@@ -357,9 +357,10 @@ func TestWrapProgressLines(t *testing.T) {
 	}
 }
 
-// buildPlugin builds the NCCL plugin and its C test driver, or skips the
-// test, and returns their directory and the plugin's path.
-func buildPlugin(t *testing.T) (dir, lib string) {
+// buildPlugin builds the NCCL plugin, its C test driver and the more make
+// targets named, or skips the test, and returns their directory and the
+// plugin's path.
+func buildPlugin(t *testing.T, more ...string) (dir, lib string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds C code")
@@ -373,7 +374,8 @@ func buildPlugin(t *testing.T) (dir, lib string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("make", "-C", dir, "libtrainscope-nccl.so", "test_plugin").CombinedOutput(); err != nil {
+	targets := append([]string{"-C", dir, "libtrainscope-nccl.so", "test_plugin"}, more...)
+	if out, err := exec.Command("make", targets...).CombinedOutput(); err != nil {
 		t.Fatalf("make: %v\n%s", err, out)
 	}
 	return dir, filepath.Join(dir, "libtrainscope-nccl.so")
@@ -408,6 +410,10 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	if !strings.Contains(report, "=== rank 2 · whole run ===") {
 		t.Errorf("report has no whole-run table for rank 2:\n%s", report)
 	}
+	// No CUPTI here: no allocation was seen, so no figure either.
+	if !strings.Contains(report, "Peak device memory (rank 2): not measured\n") {
+		t.Errorf("report does not say rank 2's peak memory was not measured:\n%s", report)
+	}
 	for _, name := range []string{"AllReduce", "Broadcast", "Send", "Recv"} {
 		if !strings.Contains(report, name) {
 			t.Errorf("report lacks %s:\n%s", name, report)
@@ -428,6 +434,26 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(filepath.Dir(runs[0]), f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestWrapDeviceMemory wraps the C driver acting as the CUDA driver with
+// a stand-in CUPTI (plugins/nccl/fake_cupti.c): it allocates 1 and 2 MiB
+// of device memory, releases 1 MiB and allocates 4 MiB, so its process
+// held at most 6 MiB, and the report says what that figure counts.
+func TestWrapDeviceMemory(t *testing.T) {
+	dir, lib := buildPlugin(t, "libfakecupti.so")
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("RANK", "3")
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--",
+		filepath.Join(dir, "test_plugin"), "--drive-cupti", lib, filepath.Join(dir, "libfakecupti.so"))
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	want := "Peak device memory (rank 3): 6.00 MB (held through CUDA allocation calls: the framework's cached pool and NCCL's and libraries' buffers, not only tensors)\n"
+	if report := onlyRunReport(t, out); !strings.Contains(report, want) {
+		t.Errorf("report lacks %q:\n%s", want, report)
 	}
 }
 
@@ -612,6 +638,19 @@ func TestWrapAccountsNVTXSteps(t *testing.T) {
 	}
 	if strings.Contains(report, "ideal pipeline bubble") {
 		t.Errorf("an ideal bubble for a wrapped job, whose schedule is not known:\n%s", report)
+	}
+	// The ranks' files list the steps -trace-steps keeps (both, by
+	// default, on a run of 2) and say so.
+	path, _ := oneReport(t, out)
+	for r := range 2 {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(path), fmt.Sprintf("report.rank%d", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "the wrapped command's NCCL operations, kernels and NVTX ranges of steps 0–1 (-trace-steps 1-5,last:5) and outside every step; 0 records of other steps left out\n"
+		if !strings.HasPrefix(string(b), want) {
+			t.Errorf("report.rank%d does not begin %q:\n%.300s", r, want, b)
+		}
 	}
 }
 
