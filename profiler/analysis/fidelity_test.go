@@ -316,7 +316,7 @@ func TestStragglerFidelityPipelined(t *testing.T) {
 	}
 	skipUnderRace(t)
 	const (
-		// Twice TestStragglerFidelity's: a sleep overshoots by a
+		// As TestStragglerFidelity's: a sleep overshoots by a
 		// millisecond or two on loaded cores whatever its length, and
 		// here that overshoot is all of the error.
 		delay = 50 * time.Millisecond
