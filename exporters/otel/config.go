@@ -1,18 +1,19 @@
 package otel
 
 import (
-	"go.uber.org/zap"
-
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/zap"
 )
 
 // OTLP protocols accepted in Config.Protocol and OTEL_EXPORTER_OTLP_PROTOCOL.
@@ -63,8 +64,9 @@ type Config struct {
 	Protocol string
 	// Insecure sends plaintext to a host:port Endpoint.
 	Insecure bool
-	// Headers are sent with every export request, over those of
-	// OTEL_EXPORTER_OTLP_TRACES_HEADERS / OTEL_EXPORTER_OTLP_HEADERS.
+	// Headers are sent with every export request, added to those of
+	// OTEL_EXPORTER_OTLP_TRACES_HEADERS (else OTEL_EXPORTER_OTLP_HEADERS)
+	// and replacing those of the same name.
 	Headers map[string]string
 
 	// ServiceName overrides OTEL_SERVICE_NAME and the default
@@ -114,8 +116,10 @@ type Config struct {
 	// DefaultConcurrency): encoding a request takes as long as building
 	// its spans, so a second sender keeps a second core busy.
 	Concurrency int
-	// ExportTimeout bounds one export request, retries included (default
-	// DefaultExportTimeout).
+	// ExportTimeout bounds one export request, retries included. Zero
+	// means OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, then
+	// OTEL_EXPORTER_OTLP_TIMEOUT (milliseconds), then
+	// DefaultExportTimeout.
 	ExportTimeout time.Duration
 	// RetryTime bounds the retries of one request after retryable errors
 	// (default DefaultRetryTime); negative disables retries.
@@ -200,8 +204,17 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxLinks = DefaultMaxLinks
 	}
 	if c.ExportTimeout == 0 {
-		c.ExportTimeout = DefaultExportTimeout
+		d, err := envTimeout()
+		if err != nil {
+			return c, err
+		}
+		c.ExportTimeout = d
 	}
+	h, err := c.resolveHeaders()
+	if err != nil {
+		return c, err
+	}
+	c.Headers = h
 	if c.ExportTimeout < 0 {
 		return c, invalid("ExportTimeout=%v is negative", c.ExportTimeout)
 	}
@@ -294,6 +307,63 @@ func firstEnv(names ...string) string {
 		}
 	}
 	return ""
+}
+
+// envTimeout is the export timeout the OTLP variables give, in whole
+// milliseconds as the specification has it, else DefaultExportTimeout. The
+// exporters would read them too, but the Config's timeout, which bounds
+// trainscope's own wait for each request, would then override them.
+func envTimeout() (time.Duration, error) {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
+		v := strings.TrimSpace(os.Getenv(name))
+		if v == "" {
+			continue
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > int64(24*time.Hour/time.Millisecond) {
+			return 0, invalid("%s=%q: want a whole number of milliseconds, more than 0 (10000 is 10 s)", name, v)
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	return DefaultExportTimeout, nil
+}
+
+// resolveHeaders gives the headers every request carries: those of
+// OTEL_EXPORTER_OTLP_TRACES_HEADERS, else of OTEL_EXPORTER_OTLP_HEADERS
+// ("k=v,k2=v2", values percent-encoded), then the Config's over them. The
+// exporters read the variables themselves, but their header option
+// replaces the variables' headers rather than adding to them, so they are
+// merged here; a malformed entry is an error, not a header silently left
+// out.
+func (c Config) resolveHeaders() (map[string]string, error) {
+	out := map[string]string{}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"} {
+		v := strings.TrimSpace(os.Getenv(name))
+		if v == "" {
+			continue
+		}
+		for entry := range strings.SplitSeq(v, ",") {
+			if strings.TrimSpace(entry) == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(entry, "=")
+			k = strings.TrimSpace(k)
+			if !ok || k == "" || strings.ContainsAny(k, " \t\"") {
+				return nil, invalid("%s: entry %q is not key=value", name, entry)
+			}
+			dec, err := url.PathUnescape(strings.TrimSpace(val))
+			if err != nil {
+				return nil, invalid("%s: value of %q: %v", name, k, err)
+			}
+			out[k] = dec
+		}
+		break // the traces-specific variable, where set, replaces the general one
+	}
+	maps.Copy(out, c.Headers)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 func invalid(format string, args ...any) error {

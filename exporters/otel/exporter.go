@@ -203,7 +203,7 @@ func baseResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 		resource.WithAttributes(explicit...),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("otel: resource (check OTEL_RESOURCE_ATTRIBUTES): %w", err)
+		return nil, fmt.Errorf("otel: %w: resource (check OTEL_RESOURCE_ATTRIBUTES): %w", ErrInvalidConfig, err)
 	}
 	return res, nil
 }

@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +48,14 @@ func TestConfigErrors(t *testing.T) {
 			want: `OTEL_EXPORTER_OTLP_ENDPOINT="localhost:4317"`},
 		{name: "negative queue", cfg: otelexp.Config{Epoch: epoch, QueueSize: -1}, want: "QueueSize=-1"},
 		{name: "negative timeout", cfg: otelexp.Config{Epoch: epoch, ExportTimeout: -time.Second}, want: "ExportTimeout=-1s"},
+		{name: "env timeout", env: map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"}, cfg: otelexp.Config{Epoch: epoch},
+			want: `OTEL_EXPORTER_OTLP_TIMEOUT="10s": want a whole number of milliseconds`},
+		{name: "env headers", env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "x-team=ml,authorization"}, cfg: otelexp.Config{Epoch: epoch},
+			want: `OTEL_EXPORTER_OTLP_HEADERS: entry "authorization" is not key=value`},
+		{name: "env header value", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=m%zz"}, cfg: otelexp.Config{Epoch: epoch},
+			want: `OTEL_EXPORTER_OTLP_TRACES_HEADERS: value of "x-team"`},
+		{name: "env resource", env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "no-equals-sign"}, cfg: otelexp.Config{Epoch: epoch},
+			want: "OTEL_RESOURCE_ATTRIBUTES"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -146,6 +155,9 @@ func TestEnvironment(t *testing.T) {
 			addr, _ := serveProtocol(t, protocol, c)
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+deadAddr(t))
 			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://"+deadAddr(t))
+			// The Config's headers add to the environment's and replace
+			// those of the same name.
+			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=ml%2Cinfra,x-run=env")
 			for _, ep := range []string{addr, "http://" + addr} {
 				c.spans.Store(0)
 				exp, spans := send(t, otelexp.Config{Protocol: protocol, Endpoint: ep, Insecure: true, Headers: map[string]string{"x-run": "7"}}, 5)
@@ -160,8 +172,52 @@ func TestEnvironment(t *testing.T) {
 					t.Errorf("Endpoint() = %q, want %q", exp.Endpoint(), wantTarget)
 				}
 				if h := c.header("x-run") + c.header("X-Run"); h != "7" {
-					t.Errorf("endpoint %s: header x-run %q", ep, h)
+					t.Errorf("endpoint %s: header x-run %q, want the Config's 7", ep, h)
 				}
+				if h := c.header("x-team") + c.header("X-Team"); h != "ml,infra" {
+					t.Errorf("endpoint %s: header x-team %q, want the environment's ml,infra", ep, h)
+				}
+			}
+		})
+	}
+}
+
+// OTEL_EXPORTER_OTLP_TIMEOUT bounds each request when the Config sets no
+// timeout: against a collector that accepts the connection and never
+// answers, 300 ms, where the default would wait 10 s.
+func TestEnvironmentTimeout(t *testing.T) {
+	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			clearOTLPEnv(t)
+			l := listen(t)
+			var held []net.Conn // open, never answered
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					held = append(held, c)
+				}
+			}()
+			defer func() {
+				_ = l.Close()
+				<-done
+				for _, c := range held {
+					_ = c.Close()
+				}
+			}()
+			t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
+			start := time.Now()
+			exp, spans := send(t, otelexp.Config{Protocol: protocol, Endpoint: l.Addr().String(), Insecure: true, RetryTime: -1}, 3)
+			took := time.Since(start)
+			if st := exp.Stats(); st.Exported != 0 || st.Undelivered() != uint64(spans) {
+				t.Errorf("stats %+v; want all %d spans undelivered", st, spans)
+			}
+			if took > 5*time.Second {
+				t.Errorf("the export gave up after %v; OTEL_EXPORTER_OTLP_TIMEOUT=300 asks for 300 ms (the default is 10 s)", took)
 			}
 		})
 	}

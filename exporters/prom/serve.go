@@ -67,6 +67,9 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 		// OpenMetrics when the scraper asks for it: the only text format
 		// that carries exemplars.
 		EnableOpenMetrics: true,
+		// Prometheus asks for gzip on every scrape; on a training node
+		// the cores are scarcer than the network.
+		DisableCompression: true,
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {

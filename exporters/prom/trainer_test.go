@@ -181,6 +181,19 @@ func TestServeOnLoopbackAndPortInUse(t *testing.T) {
 	if !bytes.Contains(scrape(t, addr2), []byte("trainscope_records_total{")) {
 		t.Error("the second exporter does not serve its records")
 	}
+	// A scrape asking for gzip, as Prometheus's does, gets plain text:
+	// compressing costs the training node's cores.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr2.String()+"/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultTransport.RoundTrip(req) // the client would ask for and undo gzip itself
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" || !bytes.Contains(body, []byte("trainscope_records_total{")) {
+		t.Errorf("a scrape asking for gzip: Content-Encoding %q, body readable as text %v; want no compression", enc, bytes.Contains(body, []byte("trainscope_records_total{")))
+	}
 	for _, x := range []*prom.Exporter{e, other} {
 		if err := x.Shutdown(context.Background()); err != nil {
 			t.Error(err)
