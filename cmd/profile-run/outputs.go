@@ -627,7 +627,15 @@ func (out *outputs) finish(stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
 		st.Collected, st.Dropped, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
 	if len(out.o.command) > 0 {
-		fmt.Fprintln(stdout, "device timing: each NCCL operation from its first kernel channel's start to its last one's stop, on the GPU's timer")
+		// Nothing recorded: the nccl line says why, and there is no
+		// timing to describe.
+		if st.Collected > 0 {
+			line := "device timing: each NCCL operation from its first kernel channel's start to its last one's stop, on the GPU's timer"
+			if out.o.kernels {
+				line += "; kernels, memory copies and memsets from CUPTI's activity records"
+			}
+			fmt.Fprintln(stdout, line)
+		}
 	} else if d := out.o.depth; d > 0 {
 		fmt.Fprintf(stdout, "device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)\n", d)
 	} else {

@@ -69,6 +69,9 @@ func TestWrapExitStatus(t *testing.T) {
 			if c.ran && !strings.Contains(stdout, "nccl: not recorded: ") {
 				t.Errorf("stdout does not say why nothing was recorded:\n%s", stdout)
 			}
+			if strings.Contains(stdout, "device timing:") {
+				t.Errorf("stdout describes the device timing of nothing:\n%s", stdout)
+			}
 			if ents, _ := os.ReadDir(out); len(ents) != 0 {
 				t.Errorf("run directory left behind: %v", ents)
 			}
@@ -397,6 +400,9 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "nccl: 5 collectives and p2p from 1 process(es), 1 timed on the device, 1 p2p with their network transfer's end; 2 dropped in the plugin") {
 		t.Errorf("summary line missing or wrong:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, "device timing: each NCCL operation from its first kernel channel's start to its last one's stop, on the GPU's timer; kernels, memory copies and memsets from CUPTI's activity records\n") {
+		t.Errorf("the device timing line is missing or wrong:\n%s", stdout)
 	}
 	runs, err := filepath.Glob(filepath.Join(out, "*", "report.rank2"))
 	if err != nil || len(runs) != 1 {
