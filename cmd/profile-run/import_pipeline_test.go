@@ -306,6 +306,9 @@ func TestImportMemory(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
+	if want := "device timing: as the imported profiles recorded it"; !strings.Contains(stdout, want) {
+		t.Errorf("stdout lacks %q (an import has no -device-depth):\n%s", want, stdout)
+	}
 	if want := ", peak device memory 8.00 MB allocated, 12.00 MB reserved (from 3 memory events)"; !strings.Contains(stdout, want) {
 		t.Errorf("stdout lacks %q:\n%s", want, stdout)
 	}

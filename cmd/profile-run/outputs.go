@@ -636,6 +636,8 @@ func (out *outputs) finish(stdout io.Writer) error {
 			}
 			fmt.Fprintln(stdout, line)
 		}
+	} else if out.o.importing > 0 {
+		fmt.Fprintln(stdout, "device timing: as the imported profiles recorded it (torch.profiler: CUPTI's kernel, copy and memset records; the C++ framework: its events)")
 	} else if d := out.o.depth; d > 0 {
 		fmt.Fprintf(stdout, "device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)\n", d)
 	} else {
