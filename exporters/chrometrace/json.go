@@ -200,7 +200,7 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 	b = num(b, "group_size", int64(c.GroupSize))
 	b = num(b, "group_rank", int64(c.GroupRank))
 	b = strconv.AppendUint(sep(b, "seq"), c.Seq, 10)
-	if c.TransferEnd > 0 && r.HasDevice {
+	if c.TransferEnd != 0 && r.HasDevice {
 		// How long after the kernel stopped the network transfer ended
 		// (negative: before).
 		b = appendMicros(sep(b, "transfer_end_after_device_us"), int64(c.TransferEnd-r.DeviceEnd))

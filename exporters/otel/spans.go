@@ -276,7 +276,7 @@ func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attr
 		if c.Root >= 0 {
 			a = append(a, KeyRoot.Int64(int64(c.Root)))
 		}
-		if c.TransferEnd > 0 && r.HasDevice {
+		if c.TransferEnd != 0 && r.HasDevice {
 			a = append(a, KeyTransferEnd.Float64((c.TransferEnd - r.DeviceEnd).Seconds()))
 		}
 	}

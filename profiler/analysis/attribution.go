@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"cmp"
+	"container/heap"
 	"slices"
 	"time"
 
@@ -121,7 +122,7 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 		}
 		return cmp.Compare(a.idx, b.idx)
 	})
-	active := map[int32]bool{}
+	active := newActiveSet(items)
 	slicesBy := map[Slice]time.Duration{}
 	bi := 0
 	inBusy := func(t time.Duration) bool {
@@ -146,9 +147,9 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 		}
 		if e := ev[k]; e.idx >= 0 {
 			if e.start {
-				active[e.idx] = true
+				active.add(e.idx)
 			} else {
-				delete(active, e.idx)
+				active.remove(e.idx)
 			}
 		}
 	}
@@ -183,27 +184,77 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 	})
 }
 
+// activeSet holds the items active at an instant of attribute's sweep so
+// that the first computation and the first transfer among them, and
+// whether a wait is among them, cost O(log n) to find: a pass over the
+// active items at every boundary is quadratic in a step of thousands of
+// overlapping items (a wrapped job's kernels on many streams).
+type activeSet struct {
+	items             []item
+	on                []bool
+	compute, transfer idxHeap // lazily pruned of items no longer on
+	waits             int
+}
+
+func newActiveSet(items []item) *activeSet {
+	return &activeSet{items: items, on: make([]bool, len(items))}
+}
+
+// add makes item idx active; an item starts once, ends once.
+func (a *activeSet) add(idx int32) {
+	a.on[idx] = true
+	switch a.items[idx].work.Activity {
+	case profiler.ActivityCompute:
+		heap.Push(&a.compute, idx)
+	case profiler.ActivityTransfer:
+		heap.Push(&a.transfer, idx)
+	case profiler.ActivityWait:
+		a.waits++
+	}
+}
+
+func (a *activeSet) remove(idx int32) {
+	if !a.on[idx] {
+		return
+	}
+	a.on[idx] = false
+	if a.items[idx].work.Activity == profiler.ActivityWait {
+		a.waits--
+	}
+}
+
+// first is the lowest active index in h, -1 for none.
+func (a *activeSet) first(h *idxHeap) int32 {
+	for h.Len() > 0 && !a.on[(*h)[0]] {
+		heap.Pop(h)
+	}
+	if h.Len() == 0 {
+		return -1
+	}
+	return (*h)[0]
+}
+
+// idxHeap is a min-heap of item indices (container/heap).
+type idxHeap []int32
+
+func (h idxHeap) Len() int           { return len(h) }
+func (h idxHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h idxHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *idxHeap) Push(x any)        { *h = append(*h, x.(int32)) }
+func (h *idxHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
 // classify names what holds an instant, given the items active then.
 // Among several computations (or transfers) running at once, the one
 // recorded first names the instant: a stable choice.
-func classify(items []item, active map[int32]bool, at time.Duration, busy, inSpan bool, lastArrival map[collKey]time.Duration) Slice {
+func classify(items []item, active *activeSet, at time.Duration, busy, inSpan bool, lastArrival map[collKey]time.Duration) Slice {
 	s := Slice{Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None}
-	compute, transfer := int32(-1), int32(-1)
-	waiting := false
-	for idx := range active {
-		switch items[idx].work.Activity {
-		case profiler.ActivityCompute:
-			if compute < 0 || idx < compute {
-				compute = idx
-			}
-		case profiler.ActivityTransfer:
-			if transfer < 0 || idx < transfer {
-				transfer = idx
-			}
-		case profiler.ActivityWait:
-			waiting = true
-		}
-	}
+	compute, transfer := active.first(&active.compute), active.first(&active.transfer)
+	waiting := active.waits > 0
 	switch {
 	case busy && compute >= 0:
 		it := &items[compute]

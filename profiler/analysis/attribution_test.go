@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -88,6 +89,39 @@ func checkAttribution(t *testing.T, steps []Step) {
 			if bubble > r.Bubble {
 				t.Errorf("step %d rank %d: idle bubble %v more than the bubble %v", st.Step, r.Rank, bubble, r.Bubble)
 			}
+		}
+	}
+}
+
+// TestAttributionBeforeTheEpoch: records before the profiler's epoch (an
+// imported file whose clock alignment moved it back) are attributed as the
+// same records after it. A collective with no network transfer end once
+// counted as occupying its rank up to time 0, for it compared its
+// transfer end, 0 for none, with a negative device end.
+func TestAttributionBeforeTheEpoch(t *testing.T) {
+	var b build
+	twoRanks(0, &b)
+	want := Analyze(b.recs)[0]
+	shift := -time.Second
+	moved := slices.Clone(b.recs)
+	for i := range moved {
+		r := &moved[i]
+		r.HostStart += shift
+		r.HostEnd += shift
+		if r.HasDevice {
+			r.DeviceStart += shift
+			r.DeviceEnd += shift
+		}
+	}
+	got := Analyze(moved)[0]
+	for rank := range want.Ranks {
+		w, g := want.Ranks[rank], got.Ranks[rank]
+		if !slices.Equal(w.Time, g.Time) {
+			t.Errorf("rank %d: slices %+v a second before the epoch, %+v after it", rank, g.Time, w.Time)
+		}
+		if w.Busy != g.Busy || w.Bubble != g.Bubble || w.Comm != g.Comm || w.Overlap != g.Overlap {
+			t.Errorf("rank %d: busy %v bubble %v comm %v overlap %v a second before the epoch; %v %v %v %v after it",
+				rank, g.Busy, g.Bubble, g.Comm, g.Overlap, w.Busy, w.Bubble, w.Comm, w.Overlap)
 		}
 	}
 }

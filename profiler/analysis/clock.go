@@ -522,7 +522,7 @@ func (o *Offsets) shift(it *item) {
 		it.work.Start -= d
 		it.work.End -= d
 	}
-	if it.transferEnd != 0 {
+	if it.hasTransferEnd {
 		it.transferEnd -= d
 	}
 }

@@ -28,8 +28,9 @@ type item struct {
 	coll     *collInfo // collectives and point-to-point transfers
 	// transferEnd is, for a p2p over a network transport, when its
 	// transfer was done (Collective.TransferEnd) where that is after the
-	// device interval's end; 0 otherwise.
-	transferEnd time.Duration
+	// device interval's end, and hasTransferEnd says so.
+	transferEnd    time.Duration
+	hasTransferEnd bool
 }
 
 type collInfo struct {
@@ -56,8 +57,10 @@ func keep(r *profiler.Record) (item, bool) {
 	if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 		c := r.Collective
 		it.coll = &collInfo{op: c.Op, group: c.Group, gid: c.GroupID, seq: c.Seq, size: c.GroupSize, grank: c.GroupRank, peer: c.Peer}
-		if busy && r.HasDevice && c.TransferEnd > r.DeviceEnd {
-			it.transferEnd = c.TransferEnd
+		// 0 is no transfer end, whatever the clock: a record before the
+		// epoch has negative times, and a 0 there is not later than them.
+		if busy && r.HasDevice && c.TransferEnd != 0 && c.TransferEnd > r.DeviceEnd {
+			it.transferEnd, it.hasTransferEnd = c.TransferEnd, true
 		}
 	}
 	return it, it.isStep || busy || it.coll != nil
@@ -93,7 +96,7 @@ func (it *item) span() profiler.Interval {
 // kernel stops.
 func (it *item) occupied() profiler.Interval {
 	iv := it.work.Interval
-	if it.transferEnd > iv.End {
+	if it.hasTransferEnd && it.transferEnd > iv.End {
 		iv.End = it.transferEnd
 	}
 	return iv
