@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -43,7 +42,7 @@ type Device struct {
 }
 
 // String writes the device as "cuda:1".
-func (d Device) String() string { return fmt.Sprintf("%s:%d", d.Type, d.Index) }
+func (d Device) String() string { return d.Type.String() + ":" + strconv.Itoa(d.Index) }
 
 // EventFlag selects event behaviour at creation; flags combine with |.
 type EventFlag uint32

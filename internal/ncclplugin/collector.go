@@ -686,16 +686,26 @@ func (c *Collector) read(conn *net.UnixConn) {
 		if grew && c.cfg.onWorld != nil {
 			c.cfg.onWorld(int(h.LocalSize))
 		}
-		for {
+		// The time a record came, for how long operations wait: read
+		// after each wait for the socket and every 256 records between
+		// (a clock read per record was a twentieth of the collector's
+		// time at 100,000 records a second).
+		var now time.Time
+		read := true
+		for n := 0; ; n++ {
 			var rec Record
 			rec, err = d.Next()
 			if err != nil {
 				break
 			}
+			if read || n%256 == 0 {
+				now = time.Now()
+			}
 			c.mu.Lock()
-			out = c.handleLocked(pr, rec, time.Now(), out)
+			out = c.handleLocked(pr, rec, now, out)
 			c.mu.Unlock()
-			if br.Buffered() == 0 && len(out) > 0 {
+			read = br.Buffered() == 0
+			if read && len(out) > 0 {
 				c.ingest(out)
 				out = out[:0]
 			}
