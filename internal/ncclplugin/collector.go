@@ -408,6 +408,10 @@ type heldStep struct {
 	at  time.Time // when it was held
 }
 
+// maxBatch bounds the records a connection's reader hands the profiler at
+// once.
+const maxBatch = 4096
+
 // MaxHeldSteps bounds the step ranges a process holds back; beyond it
 // the oldest goes out whatever is still pending. A step analysis fed by
 // the collector should keep as many steps open: the records of the
@@ -704,8 +708,13 @@ func (c *Collector) read(conn *net.UnixConn) {
 			c.mu.Lock()
 			out = c.handleLocked(pr, rec, now, out)
 			c.mu.Unlock()
-			read = br.Buffered() == 0
-			if read && len(out) > 0 {
+			// Hand the records over before the next read may wait, and
+			// every maxBatch records: a socket kept full rarely leaves a
+			// whole number of records buffered, and a batch held until
+			// it did grew to tens of thousands (and every buffer after
+			// it kept that size).
+			read = br.Buffered() < RecordSize
+			if len(out) > 0 && (read || len(out) >= maxBatch) {
 				c.ingest(out)
 				out = out[:0]
 			}

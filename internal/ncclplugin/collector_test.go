@@ -1784,3 +1784,72 @@ func TestCollectorNativeAllToAll(t *testing.T) {
 		t.Errorf("NCCL's all-to-all: %s %+v; want AllToAll of 8000 bytes, bus factor 0.75, sequence 3·16+8", r.Name, col)
 	}
 }
+
+// batchSizes is a sink noting the largest batch it was given.
+type batchSizes struct {
+	mu       sync.Mutex
+	n, large int
+}
+
+func (b *batchSizes) Consume(recs []profiler.Record) {
+	b.mu.Lock()
+	b.n += len(recs)
+	b.large = max(b.large, len(recs))
+	b.mu.Unlock()
+}
+
+// TestCollectorBoundsItsBatches: a process's stream arriving in pieces
+// that are not whole records (as a busy socket delivers it) still reaches
+// the profiler in batches of at most maxBatch records. The reader used to
+// hand records over only when nothing at all was buffered, which a
+// stream cut mid-record rarely was: here 8,171 kernels came as one batch,
+// from eight processes sending flat out 65,300, and every buffer after it
+// kept that size.
+func TestCollectorBoundsItsBatches(t *testing.T) {
+	p, err := profiler.New(profiler.WithMaxRecords(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := &batchSizes{}
+	if err := p.AddSink(sizes); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCollector(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	const kernels = 20000
+	h := helloFrame(wireVersion, 700, "n")
+	binary.LittleEndian.PutUint32(h[96:], 1) // RANK=0
+	parts := [][]byte{h, activityFrame(0, 1_000, 0, 0, 0, 0, 0, 0, "libcupti.so.13")}
+	parts = append(parts, nameFrames(1, "gemm")...)
+	for k := range kernels {
+		at := uint64(2_000 + 10*k)
+		parts = append(parts, activityFrame(1, at, at+5, 0, 7, 1, 0, 0, ""))
+	}
+	data := stream(parts...)
+	conn, err := net.Dial("unix", c.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(data); off += 1000 { // never a whole number of records
+		if _, err := conn.Write(data[off:min(off+1000, len(data))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sizes.mu.Lock()
+	defer sizes.mu.Unlock()
+	if sizes.n != kernels || sizes.large > maxBatch {
+		t.Errorf("%d records, the largest batch %d; want %d records in batches of at most %d", sizes.n, sizes.large, kernels, maxBatch)
+	}
+}

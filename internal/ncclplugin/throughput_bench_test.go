@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,6 +234,75 @@ func BenchmarkCollectorThroughput(b *testing.B) {
 			}
 			b.ReportMetric(float64(frames)*float64(b.N)/b.Elapsed().Seconds(), "frames/s")
 			b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkCollectorLongRun: the memory profile-run's wrapped outputs
+// keep as a job runs on. Eight processes each send steps as in
+// BenchmarkCollectorThroughput (2,000 kernels and 8 all-reduces a step),
+// 30 steps and 240; once every stream is in and dropped, the heap still
+// live ("live-MB", after a collection, before the collector closes) is
+// what the collector and the sinks hold, which must not grow with the
+// steps.
+func BenchmarkCollectorLongRun(b *testing.B) {
+	for _, steps := range []int{30, 240} {
+		b.Run(fmt.Sprintf("steps=%d", steps), func(b *testing.B) {
+			shape := jobShape{procs: 8, steps: steps, kernels: 2000, collectives: 8, step: 20 * time.Millisecond}
+			var live float64
+			for range b.N {
+				b.StopTimer()
+				p, err := profiler.New(profiler.WithMaxRecords(0))
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := &counter{}
+				if err := p.AddSink(n); err != nil {
+					b.Fatal(err)
+				}
+				wrappedSinks(b, p)
+				c, err := NewCollector(p, WithLinger(time.Millisecond))
+				if err != nil {
+					b.Fatal(err)
+				}
+				streams := jobStreams(b, shape)
+				b.StartTimer()
+				var wg sync.WaitGroup
+				for i := range streams {
+					wg.Go(func() {
+						conn, err := net.Dial("unix", c.SocketPath())
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						defer conn.Close()
+						if _, err := conn.Write(streams[i]); err != nil {
+							b.Error(err)
+						}
+						streams[i] = nil
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				goruntime.GC()
+				var ms goruntime.MemStats
+				goruntime.ReadMemStats(&ms)
+				live = max(live, float64(ms.HeapAlloc)/(1<<20))
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				if err := c.Close(ctx); err != nil {
+					b.Error(err)
+				}
+				if err := p.Close(ctx); err != nil {
+					b.Error(err)
+				}
+				cancel()
+				if got, want := n.n.Load(), int64(shape.procs*shape.delivered()); got != want {
+					b.Fatalf("%d records delivered, want %d", got, want)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(live, "live-MB")
+			b.ReportMetric(float64(shape.procs*shape.delivered())*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
 }
