@@ -530,7 +530,9 @@ func (w *wrapper) ncclSummary() string {
 			"its NCCL is older than 2.25 (the plugin speaks profiler interfaces v4 and v5), a launcher did not pass %s and %s on (mpirun needs -x for each), "+
 			"or its processes run on another host (the collector listens on a local socket)", w.plugin.Path, envNCCLPlugin, ncclplugin.EnvSocket)
 	case st.Records == 0:
-		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes)
+		// A job without NCCL (one GPU) wrapped for its kernels and
+		// ranges: what its plugin could not send still counts.
+		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes) + lossText(st)
 	}
 	line := fmt.Sprintf("nccl: %d collectives and p2p from %d process(es), %d timed on the device", st.Records, st.Communicating, st.Records-st.HostOnly)
 	if n := st.Processes - st.Communicating; n > 0 {
@@ -549,13 +551,21 @@ func (w *wrapper) ncclSummary() string {
 	if st.ClockConflicts > 0 {
 		line += fmt.Sprintf("; GPU timer: %d process(es) whose clock bounds crossed, device times may be late (first: %s)", st.ClockConflicts, st.ClockConflict)
 	}
+	return line + lossText(st)
+}
+
+// lossText says what the plugin dropped and the collector could not
+// take, "" for nothing: records of every kind (operations, NVTX ranges,
+// kernels) share the plugin's rings.
+func lossText(st ncclplugin.Stats) string {
+	var s string
 	if d := st.PluginDrops(); d > 0 {
-		line += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %d kernel records by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, st.PluginActivityDropped)
+		s += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %d kernel records by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, st.PluginActivityDropped)
 	}
 	if st.DecodeErrors+st.IngestErrors > 0 {
-		line += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
+		s += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
 	}
-	return line
+	return s
 }
 
 // kernelSummary says what the command's kernel tracing delivered, or why
