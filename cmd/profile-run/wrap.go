@@ -77,6 +77,7 @@ type wrapper struct {
 	// not traced.
 	cudaElsewhere string
 	started       time.Time
+	cpuAtStart    time.Duration // profile-run's own CPU time when the command started
 }
 
 // wrappedPeakNote is what a wrapped process's peak device memory is.
@@ -243,6 +244,7 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 		return code, false
 	}
 	w.started = time.Now()
+	w.cpuAtStart, _, _ = cpuTime()
 	fields := []zap.Field{zap.Int("pid", cmd.Process.Pid)}
 	if w.col != nil {
 		fields = append(fields, zap.String("nccl_plugin", w.plugin.Path))
@@ -507,6 +509,9 @@ func (w *wrapper) finish(code int) {
 	if line := w.nvtxSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
+	if line := costSummary(time.Since(w.started), w.cpuAtStart); line != "" {
+		w.out.summary = append(w.out.summary, line)
+	}
 	fctx, cancel := context.WithTimeout(w.in.abort, flushTimeout)
 	if err := w.prof.Flush(fctx); err != nil {
 		w.log.Warn("flushing the profiler", zap.Error(err))
@@ -516,6 +521,31 @@ func (w *wrapper) finish(code int) {
 		// Telemetry's trouble is reported, never the command's status.
 		w.log.Warn("writing the outputs", zap.Error(err))
 	}
+}
+
+// cpuTime is the CPU time profile-run has used so far (its own, not its
+// children's), and its peak resident memory in KiB; ok false when the
+// system does not say.
+func cpuTime() (cpu time.Duration, maxRSS int64, ok bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Maxrss, true // Maxrss: KiB on Linux
+}
+
+// costSummary says what profile-run itself took of the machine while the
+// command ran for wall, having used cpu0 of CPU before it started: its
+// collector and every output it fed, not the command's processes. ""
+// when the system does not say.
+func costSummary(wall, cpu0 time.Duration) string {
+	cpu, rss, ok := cpuTime()
+	if !ok || wall <= 0 {
+		return ""
+	}
+	cpu -= cpu0
+	return fmt.Sprintf("cost: profile-run used %.1f s of CPU while the command ran for %.1f s (%.1f%% of one core), at most %d MB of memory",
+		cpu.Seconds(), wall.Seconds(), 100*cpu.Seconds()/wall.Seconds(), rss>>10)
 }
 
 // ncclSummary says what the plugin delivered or, when nothing, why not.

@@ -404,6 +404,14 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	if !strings.Contains(stdout, "device timing: each NCCL operation from its first kernel channel's start to its last one's stop, on the GPU's timer; kernels, memory copies and memsets from CUPTI's activity records\n") {
 		t.Errorf("the device timing line is missing or wrong:\n%s", stdout)
 	}
+	// What profile-run itself took: some CPU (it decoded the stream), and
+	// the few MB any Go process holds at least.
+	m := regexp.MustCompile(`cost: profile-run used ([0-9.]+) s of CPU while the command ran for ([0-9.]+) s \(([0-9.]+)% of one core\), at most ([0-9]+) MB of memory\n`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Errorf("no cost line:\n%s", stdout)
+	} else if mb, _ := strconv.Atoi(m[4]); mb < 2 || mb > 4096 {
+		t.Errorf("cost line %q: %d MB of memory is not a Go process's", m[0], mb)
+	}
 	runs, err := filepath.Glob(filepath.Join(out, "*", "report.rank2"))
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("want one report.rank2 (the launcher's rank) in a run directory: %v %v\nstdout %s", runs, err, stdout)
