@@ -544,8 +544,12 @@ func costSummary(wall, cpu0 time.Duration) string {
 		return ""
 	}
 	cpu -= cpu0
-	return fmt.Sprintf("cost: profile-run used %.1f s of CPU while the command ran for %.1f s (%.1f%% of one core), at most %d MB of memory",
-		cpu.Seconds(), wall.Seconds(), 100*cpu.Seconds()/wall.Seconds(), rss>>10)
+	share := ""
+	if wall >= time.Second { // a share of a moment says nothing
+		share = fmt.Sprintf(" (%.1f%% of one core)", 100*cpu.Seconds()/wall.Seconds())
+	}
+	return fmt.Sprintf("cost: profile-run used %.1f s of CPU while the command ran for %.1f s%s, at most %d MB of memory",
+		cpu.Seconds(), wall.Seconds(), share, rss>>10)
 }
 
 // ncclSummary says what the plugin delivered or, when nothing, why not.
