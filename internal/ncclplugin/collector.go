@@ -752,7 +752,13 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 			out = pr.releaseEarly(out)
 		}
 	case KindDrops:
-		pr.drops = [4]uint64{r.RingFull, r.Refused, r.Unsent, r.ActivityDropped}
+		// Counts since the process began, on whichever connection: a
+		// plugin whose stream is stuck at exit sends its last ones over
+		// a connection of their own, which may be read before the older
+		// counts still in the first's backlog.
+		for i, v := range [4]uint64{r.RingFull, r.Refused, r.Unsent, r.ActivityDropped} {
+			pr.drops[i] = max(pr.drops[i], v)
+		}
 	case KindRange:
 		return c.rangeLocked(pr, r, c.endBatchLocked(pr, r.TID, out))
 	case KindName:

@@ -1853,3 +1853,29 @@ func TestCollectorBoundsItsBatches(t *testing.T) {
 		t.Errorf("%d records, the largest batch %d; want %d records in batches of at most %d", sizes.n, sizes.large, kernels, maxBatch)
 	}
 }
+
+// TestCollectorDropsOverConnections: a process's drop counts are counts
+// since it began, whichever connection they come on. A plugin whose
+// stream is stuck at exit sends its last counts over a connection of
+// their own, which may be read before the older counts still queued on
+// the first: the larger count stands.
+func TestCollectorDropsOverConnections(t *testing.T) {
+	c, _, _ := newTestCollector(t)
+	final := stream(helloFrame(wireVersion, 800, "n"), wireRec{kind: 5, a0: 40, a1: 1, a2: 900, seq: 7}.frame())
+	older := stream(helloFrame(wireVersion, 800, "n"), wireRec{kind: 5, a0: 12, a1: 1, a2: 0, seq: 2}.frame())
+	send(t, c, final, false)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().PluginUnsent == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	send(t, c, older, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if st.Processes != 1 || st.PluginRingFull != 40 || st.PluginRefused != 1 || st.PluginUnsent != 900 || st.PluginActivityDropped != 7 {
+		t.Errorf("stats %+v; want one process with 40 ring full, 1 refused, 900 unsent, 7 dropped by CUPTI", st)
+	}
+}

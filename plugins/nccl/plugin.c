@@ -49,6 +49,7 @@ enum {
   TS_SLOTS = 32768,        /* live event slots per pool; a power of two */
   TS_BATCH = 512,          /* records per socket write */
   TS_FLUSH_MS = 200,       /* how long finalize and exit wait for the last records to go */
+  TS_TALLY_MS = 50,        /* and then for the count of those that could not */
   TS_SEND_WAIT_MS = 50,    /* how long one drain cycle waits on a full socket */
   TS_NVTX_LEVELS = 16,     /* NVTX nesting levels tracked per thread; deeper ranges are counted, not sent */
   TS_CUPTI_BUFFER = 64 << 10, /* bytes of one CUPTI activity buffer: a few hundred records, so kernels arrive soon */
@@ -349,9 +350,9 @@ static uint64_t ring_drops(void) {
 static void disconnect(void) {
   if (g.fd >= 0) close(g.fd);
   g.fd = -1;
-  /* Whole records that never went out are lost; a partly sent one
-   * truncates the stream, which the collector reports. */
-  if (g.out_len > g.out_off) g.unsent += (g.out_len - g.out_off) / TSNP_RECORD_SIZE;
+  /* Records that never went out are lost, and one partly sent too: it
+   * truncates the stream, which the collector reports as well. */
+  if (g.out_len > g.out_off) g.unsent += (g.out_len - g.out_off + TSNP_RECORD_SIZE - 1) / TSNP_RECORD_SIZE;
   g.out_len = g.out_off = 0;
   g.next_connect = mono_ns() + 1000000000u;
 }
@@ -382,30 +383,41 @@ static int32_t launcher_local_size(void) {
   return launcher_number(names);
 }
 
-static void try_connect(void) {
-  if (g.fd >= 0 || !g.path[0] || mono_ns() < g.next_connect) return;
-  g.next_connect = mono_ns() + 1000000000u; /* at most one attempt a second */
+static void fill_hello(struct tsnp_hello* h) {
+  memset(h, 0, sizeof *h);
+  memcpy(h->magic, TSNP_MAGIC, 4);
+  h->version = TSNP_VERSION;
+  h->record_size = TSNP_RECORD_SIZE;
+  h->pid = (uint32_t)getpid();
+  h->uid = (uint32_t)getuid();
+  h->mono_ns = mono_ns();
+  h->realtime_ns = now_ns(CLOCK_REALTIME);
+  gethostname(h->hostname, sizeof h->hostname - 1);
+  h->world_rank1 = launcher_rank() + 1;
+  h->local_size1 = launcher_local_size() + 1;
+}
+
+/* A connection to the collector, or -1. */
+static int dial(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
+  if (fd < 0) return -1;
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   memcpy(addr.sun_path, g.path, sizeof addr.sun_path);
   if (connect(fd, (struct sockaddr*)&addr, sizeof addr) != 0) {
     close(fd);
-    return;
+    return -1;
   }
+  return fd;
+}
+
+static void try_connect(void) {
+  if (g.fd >= 0 || !g.path[0] || mono_ns() < g.next_connect) return;
+  g.next_connect = mono_ns() + 1000000000u; /* at most one attempt a second */
+  int fd = dial();
+  if (fd < 0) return;
   g.fd = fd;
   struct tsnp_hello h;
-  memset(&h, 0, sizeof h);
-  memcpy(h.magic, TSNP_MAGIC, 4);
-  h.version = TSNP_VERSION;
-  h.record_size = TSNP_RECORD_SIZE;
-  h.pid = (uint32_t)getpid();
-  h.uid = (uint32_t)getuid();
-  h.mono_ns = mono_ns();
-  h.realtime_ns = now_ns(CLOCK_REALTIME);
-  gethostname(h.hostname, sizeof h.hostname - 1);
-  h.world_rank1 = launcher_rank() + 1;
-  h.local_size1 = launcher_local_size() + 1;
+  fill_hello(&h);
   memcpy(&out[0], &h, sizeof h);
   g.out_len = sizeof h;
   g.out_off = 0;
@@ -503,6 +515,46 @@ static int drain(int wait_ms) {
   return 0;
 }
 
+/* On the drainer, as it stops (finalize of the last communicator, or the
+ * process exiting): what is still in the rings or the batch cannot go out
+ * any more, and is counted as unsent. Where the stream is stuck (a
+ * collector behind), even that count would be lost with it: the final
+ * counts then go over a connection of their own, a hello and a DROPS
+ * record (256 bytes into an empty socket), which the collector reads
+ * apart from the first connection's backlog and adds to the same
+ * process's. */
+static void tally_at_stop(void) {
+  uint64_t left = 0;
+  for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) {
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+    left += h - t;
+    atomic_store_explicit(&r->tail, h, memory_order_release);
+  }
+  if (left == 0 && g.out_len <= g.out_off) return;
+  g.unsent += left;
+  int connected = g.fd >= 0;
+  disconnect(); /* counts the batch's whole records as unsent */
+  if (!connected || !g.path[0]) return;
+  int fd = dial();
+  if (fd < 0) return;
+  struct {
+    struct tsnp_hello h;
+    struct tsnp_record d;
+  } m;
+  fill_hello(&m.h);
+  memset(&m.d, 0, sizeof m.d);
+  m.d.kind = TSNP_DROPS;
+  m.d.tid = gettid_u32();
+  m.d.t0 = mono_ns();
+  m.d.a0 = ring_drops();
+  m.d.a1 = atomic_load(&g.refused);
+  m.d.a2 = g.unsent;
+  m.d.seq = atomic_load(&g.act_dropped);
+  (void)!send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  close(fd);
+}
+
 static void* drainer_main(void* arg) {
   (void)arg;
   pthread_mutex_lock(&g.mu);
@@ -531,6 +583,7 @@ static void* drainer_main(void* arg) {
       queue_drops();
       uint64_t now = mono_ns();
       send_out(now < deadline ? (int)((deadline - now) / 1000000u) : 0);
+      if (stop) tally_at_stop();
     } else {
       drain(TS_SEND_WAIT_MS);
     }
@@ -567,8 +620,11 @@ static void flush_locked(uint64_t deadline, int stop) {
   g.flush_deadline = deadline;
   if (stop) g.stop = 1;
   pthread_cond_broadcast(&g.wake);
-  struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
-  while (g.flush_done < req && mono_ns() < deadline)
+  /* With stop, a little past the deadline: the drainer's sending ends at
+   * it, and its tally of what it could not send comes after. */
+  uint64_t until = deadline + (stop ? TS_TALLY_MS * 1000000u : 0);
+  struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+  while (g.flush_done < req && mono_ns() < until)
     if (pthread_cond_timedwait(&g.done, &g.mu, &ts) == ETIMEDOUT) break;
   if (!stop) return;
   int finished = g.flush_done >= req;
@@ -1178,6 +1234,7 @@ static struct {
   int monotonic;
   pid_t pid;           /* the process that started tracing */
   _Atomic int buffers; /* buffers CUPTI holds */
+  _Atomic uint64_t exit_by; /* at exit: when deliveries stop waiting for room in a ring */
   uint32_t names;      /* numbers given */
   struct ts_name {
     const char* ptr; /* CUPTI's name, shared by every record of the kernel */
@@ -1574,7 +1631,9 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
   (void)size;
   if (!buffer) return;
   int64_t off = cu.monotonic ? 0 : (int64_t)now_ns(CLOCK_REALTIME) - (int64_t)mono_ns();
-  uint64_t deadline = 0;
+  /* At exit every buffer comes at once: together they wait no longer
+   * than the exit's deadline, not TS_CUPTI_WAIT_MS each. */
+  uint64_t deadline = atomic_load(&cu.exit_by);
   void* rec = NULL;
   while (valid > 0 && cu.next(buffer, valid, &rec) == CUPTI_SUCCESS && rec) cu_record(rec, off, &deadline);
   size_t dropped = 0;
@@ -1590,7 +1649,10 @@ static void cu_at_exit(void) {
   /* Before the libraries' destructors (the plugin's sends what is left):
    * hand over every buffer, complete or not — in the process that
    * started tracing only. */
-  if (cu.flush && cu.pid == getpid()) cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (cu.flush && cu.pid == getpid()) {
+    atomic_store(&cu.exit_by, mono_ns() + TS_FLUSH_MS * 1000000u);
+    cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  }
 }
 
 static void cu_after_fork(void) {

@@ -686,6 +686,75 @@ static void test_stuck_collector(void) {
   free(s.buf);
 }
 
+/* A collector behind when the process ends: busy_child's 200,002 records
+ * (init, 200,000 collectives, finalize) cannot all go out, and finalize
+ * waits a bounded time. Whatever did not arrive must be counted: the last
+ * counts come over a second connection, which a collector whose first is
+ * stuck still reads. This one reads nothing until the child has exited,
+ * then everything. */
+static void test_exit_tally(void) {
+  int lfd = listen_unix();
+  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  uint64_t t = mono_ms();
+  pid_t pid = spawn(busy_child);
+  int conns[4], nconn = 0, status = 0, exited = 0;
+  while (mono_ms() - t < 10000) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = 1;
+      break;
+    }
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, 20) > 0) {
+      int c = accept(lfd, NULL, NULL);
+      if (c >= 0 && nconn < 4) conns[nconn++] = c;
+    }
+  }
+  uint64_t took = mono_ms() - t;
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  child_ok(status, "exit with the collector behind");
+  CHECK(took < 5000, "the child took %llu ms to end with the collector behind", (unsigned long long)took);
+  for (;;) { /* the connections made since: the tally's */
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) break;
+    int c = accept(lfd, NULL, NULL);
+    if (c >= 0 && nconn < 4) conns[nconn++] = c;
+  }
+  close(lfd);
+  CHECK(nconn == 2, "%d connections, want 2: the stream, then the count of what it could not carry", nconn);
+  uint64_t received = 0, ring_full = 0, refused = 0, unsent = 0;
+  struct stream s = {0};
+  for (int i = 0; i < nconn; i++) {
+    s.len = 0;
+    for (;;) {
+      if (s.cap - s.len < 65536) s.buf = realloc(s.buf, s.cap = s.cap * 2 + 65536);
+      ssize_t got = read(conns[i], s.buf + s.len, s.cap - s.len);
+      if (got <= 0) break;
+      s.len += (size_t)got;
+    }
+    close(conns[i]);
+    size_t n = s.len / TSNP_RECORD_SIZE; /* a record cut short at the end is not one */
+    for (size_t j = 1; j < n; j++) {
+      const struct tsnp_record* r = rec(&s, j - 1);
+      if (r->kind == TSNP_DROPS) {
+        ring_full = r->a0 > ring_full ? r->a0 : ring_full;
+        refused = r->a1 > refused ? r->a1 : refused;
+        unsent = r->a2 > unsent ? r->a2 : unsent;
+      } else {
+        received++;
+      }
+    }
+  }
+  free(s.buf);
+  CHECK(unsent > 0, "nothing unsent: the collector was not behind enough to test this");
+  CHECK(received + ring_full + refused + unsent == 200002,
+        "%llu records arrived, %llu dropped with the ring full, %llu refused, %llu unsent: %llu, want 200002",
+        (unsigned long long)received, (unsigned long long)ring_full, (unsigned long long)refused,
+        (unsigned long long)unsent, (unsigned long long)(received + ring_full + refused + unsent));
+}
+
 /* ---- NVTX: this process plays an NVTX v3 instance loading the plugin. ---- */
 
 /* What a library built with the NVTX headers holds: its function-pointer
@@ -1357,6 +1426,7 @@ int main(int argc, char** argv) {
   test_api_groups();
   test_no_collector();
   test_stuck_collector();
+  test_exit_tally();
   test_nvtx();
   test_nvtx_race();
   test_drive_nvtx();
