@@ -134,6 +134,10 @@ type Window struct {
 	// each would grow with the run.
 	cut          map[int]bool
 	cutLo, cutHi int
+	// spare holds the records' room of steps evicted from the most
+	// recent, for the next new step: a long run's steps come and go, and
+	// each allocating its own was most of what the window cost.
+	spare [][]Record
 }
 
 // NewWindow returns a window sink; maxRecords < 1 means 1<<18.
@@ -171,7 +175,12 @@ func (win *Window) Consume(batch []Record) {
 			}
 			continue
 		}
-		win.steps[step] = append(win.steps[step], *r)
+		rs, ok := win.steps[step]
+		if !ok && len(win.spare) > 0 {
+			rs = win.spare[len(win.spare)-1]
+			win.spare = win.spare[:len(win.spare)-1]
+		}
+		win.steps[step] = append(rs, *r)
 		win.kept++
 	}
 }
@@ -201,10 +210,15 @@ func (win *Window) wants(step int) bool {
 		old := win.recent[0]
 		win.recent = win.recent[1:]
 		if !win.w.fixed(old) {
-			win.kept -= len(win.steps[old])
-			win.outside += uint64(len(win.steps[old]))
+			rs := win.steps[old]
+			win.kept -= len(rs)
+			win.outside += uint64(len(rs))
 			delete(win.steps, old)
 			delete(win.cut, old)
+			if cap(rs) > 0 && len(win.spare) < win.w.Last {
+				clear(rs) // the records' strings and pointers go
+				win.spare = append(win.spare, rs[:0])
+			}
 		}
 	}
 	return true

@@ -111,6 +111,7 @@ run() {
 	[ "${1:-all}" = fsdp ] && { fsdp; return; }
 	[ "${1:-all}" = pipeline ] && { pipeline; return; }
 	[ "${1:-all}" = kernels ] && { kernels; return; }
+	[ "${1:-all}" = stress ] && { stress; return; }
 	[ "${1:-all}" = overhead ] && { overhead; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
 
@@ -412,6 +413,57 @@ for shape in sorted({s for s, _ in runs}):
 PY
 }
 
+stress() {
+	# Many processes launching small kernels flat out, wrapped by one
+	# profile-run: how many of their kernels it took in (what it could
+	# not is dropped in the processes and counted), what it cost
+	# profile-run itself (its cost line), and what the job paid (each
+	# process's median step, wrapped against unwrapped, fresh runs
+	# interleaved, PAIRS rounds). STRESS_PROCS processes (default 8) of
+	# kernel_steps.py, each its own RANK, on the launch-bound shape.
+	local ks=$root/examples/torch/kernel_steps.py
+	local n=${STRESS_PROCS:-8} steps=${STRESS_STEPS:-150}
+	# Each process's JSON line (6 KB) to a file of its own: lines of
+	# several writers to one pipe could interleave.
+	job() { echo "for r in \$(seq 0 $((n - 1))); do RANK=\$r python3 $ks --steps $steps --gemms 400 --size 128 --idle-ms 0 >$1.rank\$r.json 2>&1 & done; wait"; }
+	echo "== stress: $n processes of 800 small kernels a step, $steps steps each"
+	local i
+	for i in $(seq "${PAIRS:-2}"); do
+		timeout -k 10 300 bash -c "$(job "$OUT/stress-off-$i")" >"$OUT/stress-off-$i.log" 2>&1
+		timeout -k 10 300 "$pr" -out "$OUT/stress" -metrics-addr off -progress off -quiet -- bash -c "$(job "$OUT/stress-on-$i")" >"$OUT/stress-on-$i.log" 2>&1
+		echo "exit $?" >>"$OUT/stress-on-$i.log"
+	done
+	rm -rf "$OUT/stress"
+	python3 - "$OUT" "${PAIRS:-2}" <<'PY' | tee "$OUT/stress.txt"
+import json, re, statistics, sys
+out, pairs = sys.argv[1], int(sys.argv[2])
+import glob
+def runs(path):
+    text = open(path).read()
+    rs = []
+    for f in sorted(glob.glob(path[:-len(".log")] + ".rank*.json")):
+        rs += [json.loads(l[l.index("{"):]) for l in open(f).read().splitlines() if '"tool": "kernel_steps"' in l]
+    return text, rs
+for i in range(1, pairs + 1):
+    _, off = runs("%s/stress-off-%d.log" % (out, i))
+    text, on = runs("%s/stress-on-%d.log" % (out, i))
+    launched = sum(r["steps"] * r["kernels_per_step"] for r in on)
+    wall = max((r["wall_s"] for r in on), default=0)
+    m = re.search(r"kernels: (\d+) kernels and (\d+) copies", text)
+    traced = int(m.group(1)) if m else 0
+    d = re.search(r"; (\d+) dropped in the plugin \((\d+) ring full, (\d+) refused, (\d+) unsent, (\d+) kernel records by CUPTI\)", text)
+    cost = re.search(r"cost: .*", text)
+    step_off = statistics.median(statistics.median(r["host_step_s"][1:]) for r in off) if off else 0
+    step_on = statistics.median(statistics.median(r["host_step_s"][1:]) for r in on) if on else 0
+    print("round %d: %d processes unwrapped, %d wrapped; %d kernels launched over %.1f s (%.0f a second), %d traced (%.2f%%); dropped in the plugin: %s"
+          % (i, len(off), len(on), launched, wall, launched / wall if wall else 0, traced, 100.0 * traced / launched if launched else 0,
+             d.group(0)[2:] if d else "none"))
+    print("round %d: median step %.3f ms unwrapped, %.3f ms wrapped (%.3f×); %s" % (i, 1e3 * step_off, 1e3 * step_on, step_on / step_off if step_off else 0, cost.group(0) if cost else "no cost line"))
+    ok = len(on) == len(off) and launched > 0 and traced + (int(d.group(1)) if d else 0) >= launched
+    print("%s stress round %d: every kernel launched was traced or counted as dropped" % ("PASS" if ok else "FAIL", i))
+PY
+}
+
 case "${1:-}" in
 build) build ;;
 run) run all ;;
@@ -421,11 +473,12 @@ ddp) run ddp ;;
 fsdp) run fsdp ;;
 pipeline) run pipeline ;;
 kernels) run kernels ;;
+stress) run stress ;;
 overhead) run overhead ;;
 check) run check ;;
 imported) run imported ;;
 *)
-	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|fsdp|pipeline|kernels" >&2
+	echo "usage: $0 build|run|check|signals|imported|steps|overhead|ddp|fsdp|pipeline|kernels|stress" >&2
 	exit 2
 	;;
 esac

@@ -37,6 +37,10 @@ type Sink struct {
 	recent    []Step
 	tot       *totals
 	stats     Stats
+	// spare is room for items from steps analysed, for the next steps
+	// opened: allocating each step's anew was the largest of the sink's
+	// allocations.
+	spare [][]item
 }
 
 type pending struct {
@@ -96,8 +100,7 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		}
 		p := s.open[it.step]
 		if p == nil {
-			// Steps are alike: room for as many items as the last one.
-			p = &pending{items: make([]item, 0, s.stepSize)}
+			p = &pending{items: s.room()}
 			s.open[it.step] = p
 		}
 		if s.held >= s.cfg.maxRecords {
@@ -179,7 +182,27 @@ func (s *Sink) advance(flush bool) {
 		delete(s.open, step)
 		s.held -= len(p.items)
 		s.analyse(step, p, forced)
+		if cap(p.items) > 0 && len(s.spare) < maxSpare {
+			clear(p.items) // the collectives' details go
+			s.spare = append(s.spare, p.items[:0])
+		}
 	}
+}
+
+// maxSpare bounds the steps' room a Sink keeps for later steps.
+const maxSpare = 4
+
+// room is where a new step's items go: a spare one, else room for as many
+// items as the last step analysed had (steps are alike), within what
+// WithMaxRecords leaves: many steps open at once (a rank far behind the
+// others) must not each take a whole step's room beyond the bound.
+func (s *Sink) room() []item {
+	if n := len(s.spare); n > 0 {
+		r := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return r
+	}
+	return make([]item, 0, min(s.stepSize, max(s.cfg.maxRecords-s.held, 0)))
 }
 
 func (s *Sink) analyse(step int32, p *pending, forced bool) {
