@@ -599,6 +599,9 @@ func lossText(st ncclplugin.Stats) string {
 	if st.DecodeErrors+st.IngestErrors > 0 {
 		s += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
 	}
+	if st.Cut > 0 {
+		s += fmt.Sprintf("; %d connection(s) still sending were cut when profile-run stopped waiting for them (%v after the command ended): what they still held is lost, and not counted", st.Cut, collectorCloseTimeout)
+	}
 	return s
 }
 

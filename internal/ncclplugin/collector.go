@@ -188,6 +188,11 @@ type Stats struct {
 	// LastError is the latest decode or ingest error.
 	DecodeErrors, IngestErrors uint64
 	LastError                  string
+	// Cut counts connections Close had to close before their process
+	// had sent everything (its deadline passed with the collector still
+	// reading them): what they still held is lost, and not counted
+	// anywhere else.
+	Cut int
 }
 
 // PluginDrops is the sum of the losses the plugins reported.
@@ -228,6 +233,7 @@ type Collector struct {
 
 	readers   sync.WaitGroup
 	bg        sync.WaitGroup
+	accepting chan struct{} // closed when the accept loop has returned
 	stop      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -542,6 +548,7 @@ func NewCollector(p *profiler.Profiler, opts ...Option) (*Collector, error) {
 		stop: make(chan struct{}),
 	}
 	c.bg.Add(2)
+	c.accepting = make(chan struct{})
 	go c.accept()
 	go c.sweeper()
 	return c, nil
@@ -608,6 +615,7 @@ func (c *Collector) Stats() Stats {
 
 func (c *Collector) accept() {
 	defer c.bg.Done()
+	defer close(c.accepting)
 	for {
 		conn, err := c.ln.AcceptUnix()
 		if err != nil {
@@ -1552,8 +1560,22 @@ func (c *Collector) Close(ctx context.Context) error {
 	return c.closeErr
 }
 
+// acceptGrace is how long Close goes on accepting once no connection is
+// waiting: connections already made but not yet accepted (the last counts
+// of a process whose stream was stuck as it exited) must not be dropped
+// with the listener.
+const acceptGrace = 50 * time.Millisecond
+
 func (c *Collector) close(ctx context.Context) error {
 	close(c.stop)
+	// Accept what is waiting; the loop returns at the first deadline
+	// that finds none (the stop is closed).
+	if err := c.ln.SetDeadline(time.Now().Add(acceptGrace)); err == nil {
+		select {
+		case <-c.accepting:
+		case <-ctx.Done():
+		}
+	}
 	c.ln.Close()
 	done := make(chan struct{})
 	go func() { c.readers.Wait(); close(done) }()
@@ -1572,6 +1594,9 @@ func (c *Collector) close(ctx context.Context) error {
 		// ctx may have ended before Close was called, with no connection
 		// ever open, or as the last reader was on its way out: nothing was
 		// cut short then.
+		c.mu.Lock()
+		c.stats.Cut += n
+		c.mu.Unlock()
 		if n > 0 {
 			err = fmt.Errorf("ncclplugin: Close: %d plugin connection(s) still open: %w", n, ctx.Err())
 		}

@@ -329,8 +329,8 @@ func TestCollectorLingerAndClose(t *testing.T) {
 		t.Errorf("record %+v", recs[1])
 	}
 	st := c.Stats()
-	if st.Orphans != 1 || st.HostOnly != 1 || st.Records != 2 {
-		t.Errorf("stats %+v", st)
+	if st.Orphans != 1 || st.HostOnly != 1 || st.Records != 2 || st.Cut != 1 {
+		t.Errorf("stats %+v; want 1 orphan, delivered host-only, of 2 records, and 1 connection cut", st)
 	}
 	if again := c.Close(context.Background()); again == nil || again.Error() != err.Error() {
 		t.Errorf("second Close: %v", again)
@@ -1877,5 +1877,24 @@ func TestCollectorDropsOverConnections(t *testing.T) {
 	st := c.Stats()
 	if st.Processes != 1 || st.PluginRingFull != 40 || st.PluginRefused != 1 || st.PluginUnsent != 900 || st.PluginActivityDropped != 7 {
 		t.Errorf("stats %+v; want one process with 40 ring full, 1 refused, 900 unsent, 7 dropped by CUPTI", st)
+	}
+}
+
+// TestCollectorCloseTakesWaitingConnections: connections made just before
+// Close (a process's last counts, sent as it exited) are read, not
+// dropped with the listener.
+func TestCollectorCloseTakesWaitingConnections(t *testing.T) {
+	c, _, _ := newTestCollector(t)
+	const n = 64
+	for i := range n {
+		send(t, c, stream(helloFrame(wireVersion, uint32(2000+i), "n"), wireRec{kind: 5, a2: 1}.frame()), false)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Processes != n || st.PluginUnsent != n || st.Cut != 0 {
+		t.Errorf("%d processes, %d unsent, %d cut; want %d processes each counting 1 unsent, none cut", st.Processes, st.PluginUnsent, st.Cut, n)
 	}
 }
