@@ -1235,6 +1235,7 @@ static struct {
   pid_t pid;           /* the process that started tracing */
   _Atomic int buffers; /* buffers CUPTI holds */
   _Atomic uint64_t exit_by; /* at exit: when deliveries stop waiting for room in a ring */
+  _Atomic int delivering;   /* buffers being read now */
   uint32_t names;      /* numbers given */
   struct ts_name {
     const char* ptr; /* CUPTI's name, shared by every record of the kernel */
@@ -1462,6 +1463,8 @@ static int push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
       return 1;
     }
     if (*deadline == 0) *deadline = mono_ns() + TS_CUPTI_WAIT_MS * 1000000u;
+    uint64_t exit_by = atomic_load(&cu.exit_by);
+    if (exit_by && exit_by < *deadline) *deadline = exit_by;
     if (mono_ns() >= *deadline) {
       atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
       return 0;
@@ -1630,6 +1633,7 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
 static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
   (void)size;
   if (!buffer) return;
+  atomic_fetch_add(&cu.delivering, 1);
   int64_t off = cu.monotonic ? 0 : (int64_t)now_ns(CLOCK_REALTIME) - (int64_t)mono_ns();
   /* At exit every buffer comes at once: together they wait no longer
    * than the exit's deadline, not TS_CUPTI_WAIT_MS each. */
@@ -1641,6 +1645,7 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
     atomic_fetch_add(&g.act_dropped, dropped);
   free(buffer);
   atomic_fetch_sub(&cu.buffers, 1);
+  atomic_fetch_sub(&cu.delivering, 1);
 }
 
 static uint64_t cu_timestamp(void) { return mono_ns(); }
@@ -1650,8 +1655,16 @@ static void cu_at_exit(void) {
    * hand over every buffer, complete or not — in the process that
    * started tracing only. */
   if (cu.flush && cu.pid == getpid()) {
-    atomic_store(&cu.exit_by, mono_ns() + TS_FLUSH_MS * 1000000u);
+    uint64_t by = mono_ns() + TS_FLUSH_MS * 1000000u;
+    atomic_store(&cu.exit_by, by);
     cu.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    /* CUPTI's own thread may still be handing buffers over: until it
+     * has, what they hold is neither sent nor counted, and the drainer's
+     * last count must come after it (a little past the deadline: past
+     * it a delivery only counts what finds no room). */
+    struct timespec ts = {0, 1000000};
+    while ((atomic_load(&cu.delivering) > 0 || atomic_load(&cu.buffers) > 0) && mono_ns() < by + TS_TALLY_MS * 1000000u)
+      nanosleep(&ts, NULL);
   }
 }
 
