@@ -146,7 +146,6 @@ func BenchmarkCollectorThroughput(b *testing.B) {
 	shape := jobShape{procs: 8, steps: 30, kernels: 2000, collectives: 8, step: 20 * time.Millisecond}
 	streams := jobStreams(b, shape)
 	frames := shape.procs * shape.frames()
-	want := int64(shape.procs * shape.delivered())
 	b.Run("decode", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -179,63 +178,85 @@ func BenchmarkCollectorThroughput(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
-			var records int64
 			for range b.N {
-				b.StopTimer()
-				p, err := profiler.New(profiler.WithMaxRecords(0))
-				if err != nil {
-					b.Fatal(err)
-				}
-				// The job starts after the profiler, as a wrapped one does:
-				// its times fall after the epoch.
-				streams := jobStreams(b, shape)
-				b.StartTimer()
-				n := &counter{}
-				if err := p.AddSink(n); err != nil {
-					b.Fatal(err)
-				}
-				if outputs {
-					wrappedSinks(b, p)
-				}
-				c, err := NewCollector(p, WithLinger(time.Millisecond))
-				if err != nil {
-					b.Fatal(err)
-				}
-				var wg sync.WaitGroup
-				for _, s := range streams {
-					wg.Go(func() {
-						conn, err := net.Dial("unix", c.SocketPath())
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						defer conn.Close()
-						if _, err := conn.Write(s); err != nil {
-							b.Error(err)
-						}
-					})
-				}
-				wg.Wait()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				if err := c.Close(ctx); err != nil {
-					b.Error(err)
-				}
-				if err := p.Close(ctx); err != nil {
-					b.Error(err)
-				}
-				cancel()
-				if got := n.n.Load(); got != want {
-					b.Fatalf("%d records delivered, want %d (8 processes × 30 steps × (1 step + 2000 kernels + 8 all-reduces))", got, want)
-				}
-				if st := c.Stats(); st.DecodeErrors != 0 || st.Kernels != uint64(shape.procs*shape.steps*shape.kernels) {
-					b.Fatalf("collector stats %+v", st)
-				}
-				records += want
+				runJob(b, shape, outputs, false)
 			}
 			b.ReportMetric(float64(frames)*float64(b.N)/b.Elapsed().Seconds(), "frames/s")
-			b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(shape.procs*shape.delivered())*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
+}
+
+// runJob sends shape's streams, one connection a process and all at once,
+// into a new collector and profiler (with the sinks profile-run gives a
+// wrapped command where outputs), timed from the first write until the
+// collector has closed, and checks that every record came. With live it
+// returns the heap still live, in MiB, once every stream is in and
+// dropped (after a collection, before the collector closes; the close is
+// then not timed).
+func runJob(b *testing.B, shape jobShape, outputs, live bool) float64 {
+	b.StopTimer()
+	p, err := profiler.New(profiler.WithMaxRecords(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := &counter{}
+	if err := p.AddSink(n); err != nil {
+		b.Fatal(err)
+	}
+	if outputs {
+		wrappedSinks(b, p)
+	}
+	c, err := NewCollector(p, WithLinger(time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The job starts after the profiler, as a wrapped one does: its times
+	// fall after the epoch.
+	streams := jobStreams(b, shape)
+	b.StartTimer()
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			conn, err := net.Dial("unix", c.SocketPath())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer conn.Close()
+			if _, err := conn.Write(streams[i]); err != nil {
+				b.Error(err)
+			}
+			streams[i] = nil
+		})
+	}
+	wg.Wait()
+	var mb float64
+	if live {
+		b.StopTimer()
+		goruntime.GC()
+		var ms goruntime.MemStats
+		goruntime.ReadMemStats(&ms)
+		mb = float64(ms.HeapAlloc) / (1 << 20)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		b.Error(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		b.Error(err)
+	}
+	b.StopTimer()
+	if got, want := n.n.Load(), int64(shape.procs*shape.delivered()); got != want {
+		b.Fatalf("%d records delivered, want %d (%d processes × %d steps × (1 step + %d kernels + %d all-reduces))",
+			got, want, shape.procs, shape.steps, shape.kernels, shape.collectives)
+	}
+	if st := c.Stats(); st.DecodeErrors != 0 || st.Kernels != uint64(shape.procs*shape.steps*shape.kernels) {
+		b.Fatalf("collector stats %+v", st)
+	}
+	b.StartTimer()
+	return mb
 }
 
 // BenchmarkCollectorLongRun: the memory profile-run's wrapped outputs
@@ -251,55 +272,7 @@ func BenchmarkCollectorLongRun(b *testing.B) {
 			shape := jobShape{procs: 8, steps: steps, kernels: 2000, collectives: 8, step: 20 * time.Millisecond}
 			var live float64
 			for range b.N {
-				b.StopTimer()
-				p, err := profiler.New(profiler.WithMaxRecords(0))
-				if err != nil {
-					b.Fatal(err)
-				}
-				n := &counter{}
-				if err := p.AddSink(n); err != nil {
-					b.Fatal(err)
-				}
-				wrappedSinks(b, p)
-				c, err := NewCollector(p, WithLinger(time.Millisecond))
-				if err != nil {
-					b.Fatal(err)
-				}
-				streams := jobStreams(b, shape)
-				b.StartTimer()
-				var wg sync.WaitGroup
-				for i := range streams {
-					wg.Go(func() {
-						conn, err := net.Dial("unix", c.SocketPath())
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						defer conn.Close()
-						if _, err := conn.Write(streams[i]); err != nil {
-							b.Error(err)
-						}
-						streams[i] = nil
-					})
-				}
-				wg.Wait()
-				b.StopTimer()
-				goruntime.GC()
-				var ms goruntime.MemStats
-				goruntime.ReadMemStats(&ms)
-				live = max(live, float64(ms.HeapAlloc)/(1<<20))
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				if err := c.Close(ctx); err != nil {
-					b.Error(err)
-				}
-				if err := p.Close(ctx); err != nil {
-					b.Error(err)
-				}
-				cancel()
-				if got, want := n.n.Load(), int64(shape.procs*shape.delivered()); got != want {
-					b.Fatalf("%d records delivered, want %d", got, want)
-				}
-				b.StartTimer()
+				live = max(live, runJob(b, shape, true, true))
 			}
 			b.ReportMetric(live, "live-MB")
 			b.ReportMetric(float64(shape.procs*shape.delivered())*float64(b.N)/b.Elapsed().Seconds(), "records/s")
