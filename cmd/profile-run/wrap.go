@@ -596,6 +596,9 @@ func lossText(st ncclplugin.Stats) string {
 	if d := st.PluginDrops(); d > 0 {
 		s += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %d kernel records by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, st.PluginActivityDropped)
 	}
+	if st.PluginBuffersUnreturned > 0 {
+		s += fmt.Sprintf("; %d CUPTI activity buffers still out as their processes exited (the kernels in them, up to a few hundred each, never came and are not counted)", st.PluginBuffersUnreturned)
+	}
 	if st.DecodeErrors+st.IngestErrors > 0 {
 		s += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
 	}

@@ -203,8 +203,10 @@ type Record struct {
 	// Comm-init, comm-finalize, drops: when (CLOCK_MONOTONIC ns).
 	At uint64
 	// Drops, cumulative for the process; ActivityDropped: device
-	// activity records CUPTI dropped.
-	RingFull, Refused, Unsent, ActivityDropped uint64
+	// activity records CUPTI dropped; BuffersUnreturned: once the
+	// process is exiting, the activity buffers CUPTI had not handed back
+	// (their records are in no count).
+	RingFull, Refused, Unsent, ActivityDropped, BuffersUnreturned uint64
 }
 
 // Op is the operation's name ("AllReduce"), or "unknown".
@@ -416,7 +418,7 @@ func decode(b []byte) (Record, error) {
 			return r, fmt.Errorf("proxy-op record stops (%d ns) before it starts (%d ns)", t1, t0)
 		}
 	case KindDrops:
-		r.At, r.RingFull, r.Refused, r.Unsent, r.ActivityDropped = t0, a0, a1, a2, seq
+		r.At, r.RingFull, r.Refused, r.Unsent, r.ActivityDropped, r.BuffersUnreturned = t0, a0, a1, a2, seq, t1
 	default:
 		return r, fmt.Errorf("unknown record kind %d", uint16(k))
 	}

@@ -468,12 +468,14 @@ static void send_out(int wait_ms) {
 
 static int out_room(void) { return (int)(TS_BATCH - (g.out_len + TSNP_RECORD_SIZE - 1) / TSNP_RECORD_SIZE); }
 
+static uint64_t cupti_unreturned(void);
+
 static void queue_drops(void) {
   uint64_t now[4] = {ring_drops(), atomic_load(&g.refused), g.unsent, atomic_load(&g.act_dropped)};
   if (!g.drops_dirty && memcmp(now, g.last_drops, sizeof now) == 0) return;
   if (g.fd < 0 || out_room() < 1) return;
   struct tsnp_record r = {
-      .kind = TSNP_DROPS, .tid = gettid_u32(), .t0 = mono_ns(), .a0 = now[0], .a1 = now[1], .a2 = now[2], .seq = now[3]};
+      .kind = TSNP_DROPS, .tid = gettid_u32(), .t0 = mono_ns(), .t1 = cupti_unreturned(), .a0 = now[0], .a1 = now[1], .a2 = now[2], .seq = now[3]};
   memcpy((char*)out + g.out_len, &r, sizeof r);
   g.out_len += sizeof r;
   memcpy(g.last_drops, now, sizeof now);
@@ -551,6 +553,7 @@ static void tally_at_stop(void) {
   m.d.a1 = atomic_load(&g.refused);
   m.d.a2 = g.unsent;
   m.d.seq = atomic_load(&g.act_dropped);
+  m.d.t1 = cupti_unreturned();
   (void)!send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
   close(fd);
 }
@@ -1649,6 +1652,12 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
 }
 
 static uint64_t cu_timestamp(void) { return mono_ns(); }
+
+/* After the exit's hand-over: the activity buffers CUPTI still holds,
+ * whose records (up to a few hundred each) will never come; 0 before. */
+static uint64_t cupti_unreturned(void) {
+  return atomic_load(&cu.exit_by) ? (uint64_t)atomic_load(&cu.buffers) : 0;
+}
 
 static void cu_at_exit(void) {
   /* Before the libraries' destructors (the plugin's sends what is left):

@@ -133,7 +133,9 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  *   slot, or a kernel channel whose parent was no longer known), a2 =
  *   records discarded while no collector was connected, seq = device
  *   activity records CUPTI dropped (no buffer free, or a buffer that
- *   filled).
+ *   filled); t1 = once the process is exiting, the activity buffers
+ *   CUPTI had not handed back (their records never come, and are in no
+ *   count), 0 before.
  */
 struct tsnp_record {
   uint16_t kind;        /* 0   TSNP_* kind */
