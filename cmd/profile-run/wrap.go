@@ -641,7 +641,7 @@ func (w *wrapper) kernelSummary() string {
 		line += fmt.Sprintf("; %d process(es) not traced: %s", st.Untraced, st.UntracedWhy)
 	}
 	if st.PluginActivityDropped+st.ActivityDropped > 0 {
-		line += fmt.Sprintf("; %d dropped (%d by CUPTI, its buffers full; %d before their process had a rank)", st.PluginActivityDropped+st.ActivityDropped, st.PluginActivityDropped, st.ActivityDropped)
+		line += fmt.Sprintf("; %d dropped (%d by CUPTI: its buffers full, or records it could not time; %d before their process had a rank)", st.PluginActivityDropped+st.ActivityDropped, st.PluginActivityDropped, st.ActivityDropped)
 	}
 	return line
 }

@@ -132,7 +132,7 @@ type Stats struct {
 	// Losses the plugins reported (the latest cumulative counts of every
 	// process, summed): records lost to a full ring, events refused,
 	// records discarded while no collector was connected, and device
-	// activity records CUPTI dropped.
+	// activity records CUPTI dropped or could not time.
 	PluginRingFull, PluginRefused, PluginUnsent, PluginActivityDropped uint64
 	// PluginBuffersUnreturned counts the CUPTI activity buffers the
 	// processes' plugins saw still out as they exited: records that never

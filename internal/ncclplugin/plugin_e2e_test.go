@@ -181,8 +181,8 @@ func TestPluginEndToEndCUPTI(t *testing.T) {
 		t.Errorf("rank 3's peak %d, want 6 MiB", peak)
 	}
 	st := c.Stats()
-	if st.Kernels != 3 || st.Copies != 1 || st.MemoryOps != 4 || st.Traced != 1 || st.PluginActivityDropped != 2 || st.PluginBuffersUnreturned != 0 || st.DecodeErrors != 0 {
-		t.Errorf("stats %+v; want 3 kernels, 1 copy, 4 memory operations, 1 process traced, 2 dropped by CUPTI, every buffer handed back at exit", st)
+	if st.Kernels != 3 || st.Copies != 1 || st.MemoryOps != 4 || st.Traced != 1 || st.PluginActivityDropped != 3 || st.PluginBuffersUnreturned != 0 || st.DecodeErrors != 0 {
+		t.Errorf("stats %+v; want 3 kernels, 1 copy, 4 memory operations, 1 process traced, 3 lost by CUPTI (2 dropped, 1 it could not time), every buffer handed back at exit", st)
 	}
 }
 

@@ -203,7 +203,7 @@ type Record struct {
 	// Comm-init, comm-finalize, drops: when (CLOCK_MONOTONIC ns).
 	At uint64
 	// Drops, cumulative for the process; ActivityDropped: device
-	// activity records CUPTI dropped; BuffersUnreturned: once the
+	// activity records CUPTI dropped or could not time; BuffersUnreturned: once the
 	// process is exiting, the activity buffers CUPTI had not handed back
 	// (their records are in no count).
 	RingFull, Refused, Unsent, ActivityDropped, BuffersUnreturned uint64

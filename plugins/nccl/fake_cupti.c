@@ -111,6 +111,20 @@ EXPORT void fake_cupti_memory(uint32_t op, uint32_t kind, uint64_t bytes) {
   put32(r, CUPTI_MEMORY2_DEVICE, 1);
 }
 
+/* A kernel CUPTI could not time: its start, no end (CUPTI's records of
+ * work that had not finished when they were flushed). */
+EXPORT void fake_cupti_untimed(const char* name) {
+  if (npending == MAX || !clock_fn) return;
+  uint8_t* r = pending[npending++];
+  memset(r, 0, REC);
+  put32(r, CUPTI_REC_KIND, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  put64(r, CUPTI_KERNEL_START, clock_fn());
+  put32(r, CUPTI_KERNEL_DEVICE, 1);
+  put32(r, CUPTI_KERNEL_STREAM, 13);
+  put32(r, CUPTI_KERNEL_CORRELATION, ++correlation);
+  memcpy(r + CUPTI_KERNEL_NAME, &name, sizeof name);
+}
+
 /* A kernel (name set) or a memory copy of bytes (name NULL) that started
  * now on the client's clock and lasted dur_ns, on device 1, stream 13. */
 EXPORT void fake_cupti_launch(const char* name, uint64_t dur_ns, uint64_t bytes) {

@@ -1626,7 +1626,10 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
     default:
       return;
   }
-  if (start == 0 || end < start) return; /* CUPTI could not time it */
+  if (start == 0 || end < start) { /* CUPTI could not time it: counted as CUPTI's drops are */
+    atomic_fetch_add(&g.act_dropped, 1);
+    return;
+  }
   u.a.t0 = (uint64_t)((int64_t)start - realtime_less_mono);
   u.a.t1 = (uint64_t)((int64_t)end - realtime_less_mono);
   if (u.a.what != TSNP_ACT_MEMORY) cu_label(&u.a);

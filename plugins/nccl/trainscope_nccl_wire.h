@@ -133,7 +133,7 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  *   slot, or a kernel channel whose parent was no longer known), a2 =
  *   records discarded while no collector was connected, seq = device
  *   activity records CUPTI dropped (no buffer free, or a buffer that
- *   filled); t1 = once the process is exiting, the activity buffers
+ *   filled) or could not time (a start of 0, an end before it); t1 = once the process is exiting, the activity buffers
  *   CUPTI had not handed back (their records never come, and are in no
  *   count), 0 before.
  */
