@@ -470,12 +470,23 @@ static int out_room(void) { return (int)(TS_BATCH - (g.out_len + TSNP_RECORD_SIZ
 
 static uint64_t cupti_unreturned(void);
 
+/* The process's loss counts now, as a DROPS record. */
+static struct tsnp_record drops_record(void) {
+  return (struct tsnp_record){.kind = TSNP_DROPS,
+                              .tid = gettid_u32(),
+                              .t0 = mono_ns(),
+                              .t1 = cupti_unreturned(),
+                              .a0 = ring_drops(),
+                              .a1 = atomic_load(&g.refused),
+                              .a2 = g.unsent,
+                              .seq = atomic_load(&g.act_dropped)};
+}
+
 static void queue_drops(void) {
   uint64_t now[4] = {ring_drops(), atomic_load(&g.refused), g.unsent, atomic_load(&g.act_dropped)};
   if (!g.drops_dirty && memcmp(now, g.last_drops, sizeof now) == 0) return;
   if (g.fd < 0 || out_room() < 1) return;
-  struct tsnp_record r = {
-      .kind = TSNP_DROPS, .tid = gettid_u32(), .t0 = mono_ns(), .t1 = cupti_unreturned(), .a0 = now[0], .a1 = now[1], .a2 = now[2], .seq = now[3]};
+  struct tsnp_record r = drops_record();
   memcpy((char*)out + g.out_len, &r, sizeof r);
   g.out_len += sizeof r;
   memcpy(g.last_drops, now, sizeof now);
@@ -536,7 +547,7 @@ static void tally_at_stop(void) {
   if (left == 0 && g.out_len <= g.out_off) return;
   g.unsent += left;
   int connected = g.fd >= 0;
-  disconnect(); /* counts the batch's whole records as unsent */
+  disconnect(); /* counts the batch's records as unsent */
   if (!connected || !g.path[0]) return;
   int fd = dial();
   if (fd < 0) return;
@@ -545,15 +556,7 @@ static void tally_at_stop(void) {
     struct tsnp_record d;
   } m;
   fill_hello(&m.h);
-  memset(&m.d, 0, sizeof m.d);
-  m.d.kind = TSNP_DROPS;
-  m.d.tid = gettid_u32();
-  m.d.t0 = mono_ns();
-  m.d.a0 = ring_drops();
-  m.d.a1 = atomic_load(&g.refused);
-  m.d.a2 = g.unsent;
-  m.d.seq = atomic_load(&g.act_dropped);
-  m.d.t1 = cupti_unreturned();
+  m.d = drops_record();
   (void)!send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
   close(fd);
 }
