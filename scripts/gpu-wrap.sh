@@ -430,7 +430,7 @@ stress() {
 	local i
 	for i in $(seq "${PAIRS:-2}"); do
 		timeout -k 10 300 bash -c "$(job "$OUT/stress-off-$i")" >"$OUT/stress-off-$i.log" 2>&1
-		timeout -k 10 300 "$pr" -out "$OUT/stress" -metrics-addr off -progress off -quiet -- bash -c "$(job "$OUT/stress-on-$i")" >"$OUT/stress-on-$i.log" 2>&1
+		TRAINSCOPE_NCCL_DEBUG=1 timeout -k 10 300 "$pr" -out "$OUT/stress" -metrics-addr off -progress off -quiet -- bash -c "$(job "$OUT/stress-on-$i")" >"$OUT/stress-on-$i.log" 2>&1
 		echo "exit $?" >>"$OUT/stress-on-$i.log"
 	done
 	rm -rf "$OUT/stress"
@@ -442,7 +442,13 @@ def runs(path):
     text = open(path).read()
     rs = []
     for f in sorted(glob.glob(path[:-len(".log")] + ".rank*.json")):
-        rs += [json.loads(l[l.index("{"):]) for l in open(f).read().splitlines() if '"tool": "kernel_steps"' in l]
+        lines = open(f).read().splitlines()
+        r = [json.loads(l[l.index("{"):]) for l in lines if '"tool": "kernel_steps"' in l]
+        # The plugin's TRAINSCOPE_NCCL_DEBUG line: where this process's records went.
+        dbg = [l for l in lines if l.startswith("trainscope-nccl: pid")]
+        if r:
+            r[0]["plugin"] = " / ".join(dbg) if dbg else "no debug line"
+        rs += r
     return text, rs
 for i in range(1, pairs + 1):
     _, off = runs("%s/stress-off-%d.log" % (out, i))
@@ -460,6 +466,8 @@ for i in range(1, pairs + 1):
              d.group(0)[2:] if d else "none"))
     print("round %d: median step %.3f ms unwrapped, %.3f ms wrapped (%.3f×); %s" % (i, 1e3 * step_off, 1e3 * step_on, step_on / step_off if step_off else 0, cost.group(0) if cost else "no cost line"))
     ok = len(on) == len(off) and launched > 0 and traced + (int(d.group(1)) if d else 0) >= launched
+    for r in on:
+        print("  launched %d kernels; %s" % (r["steps"] * r["kernels_per_step"], r["plugin"]))
     print("%s stress round %d: every kernel launched was traced or counted as dropped" % ("PASS" if ok else "FAIL", i))
 PY
 }

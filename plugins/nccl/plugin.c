@@ -203,6 +203,9 @@ static struct {
   int fd;
   uint64_t next_connect;
   uint64_t unsent;
+  uint64_t sent_bytes; /* for TRAINSCOPE_NCCL_DEBUG, with tally and detached */
+  int tally;           /* how the stop's tally went: see tally_how */
+  int detached;        /* the stop's flush gave up waiting for the drainer */
   uint64_t last_drops[4];
   int drops_dirty;
   char path[sizeof(((struct sockaddr_un*)0)->sun_path)];
@@ -351,8 +354,13 @@ static void disconnect(void) {
   if (g.fd >= 0) close(g.fd);
   g.fd = -1;
   /* Records that never went out are lost, and one partly sent too: it
-   * truncates the stream, which the collector reports as well. */
-  if (g.out_len > g.out_off) g.unsent += (g.out_len - g.out_off + TSNP_RECORD_SIZE - 1) / TSNP_RECORD_SIZE;
+   * truncates the stream, which the collector reports as well. Not the
+   * hello and the counts themselves, which are no record of the job's. */
+  for (size_t off = g.out_off / TSNP_RECORD_SIZE * TSNP_RECORD_SIZE; off < g.out_len; off += TSNP_RECORD_SIZE) {
+    uint16_t kind;
+    memcpy(&kind, (char*)out + off, sizeof kind);
+    if (kind != TSNP_DROPS && memcmp((char*)out + off, TSNP_MAGIC, 4) != 0) g.unsent++;
+  }
   g.out_len = g.out_off = 0;
   g.next_connect = mono_ns() + 1000000000u;
 }
@@ -439,6 +447,7 @@ static void send_out(int wait_ms) {
     ssize_t n = send(g.fd, (char*)out + g.out_off, g.out_len - g.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       g.out_off += (size_t)n;
+      g.sent_bytes += (uint64_t)n;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -494,9 +503,12 @@ static void queue_drops(void) {
 }
 
 /* Moves records from the rings to the socket (or discards them when there
- * is no collector) until the rings are empty or the socket is full.
- * Returns whether the rings were left empty. */
+ * is no collector) until the rings are empty, the socket is full, or
+ * wait_ms have passed: a collector reading steadily but slower than the
+ * rings fill would otherwise keep the drainer here, deaf to a flush and
+ * to the exit's deadline. Returns whether the rings were left empty. */
 static int drain(int wait_ms) {
+  uint64_t end = mono_ns() + (uint64_t)wait_ms * 1000000u;
   for (int round = 0; round < 256; round++) {
     int more = 0;
     for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) {
@@ -519,11 +531,13 @@ static int drain(int wait_ms) {
       atomic_store_explicit(&r->tail, t + n, memory_order_release);
     }
     queue_drops();
-    send_out(wait_ms);
+    uint64_t now = mono_ns();
+    send_out(now < end ? (int)((end - now + 999999) / 1000000u) : 0);
     /* A socket that stays full leaves records in the rings, where the
      * producers count what no longer fits: NCCL never waits on us. */
     if (g.out_len > g.out_off) return 0;
     if (!more) return 1;
+    if (mono_ns() >= end) return 0;
   }
   return 0;
 }
@@ -544,12 +558,15 @@ static void tally_at_stop(void) {
     left += h - t;
     atomic_store_explicit(&r->tail, h, memory_order_release);
   }
+  g.tally = 1;
   if (left == 0 && g.out_len <= g.out_off) return;
   g.unsent += left;
   int connected = g.fd >= 0;
   disconnect(); /* counts the batch's records as unsent */
+  g.tally = 2;
   if (!connected || !g.path[0]) return;
   int fd = dial();
+  g.tally = 3;
   if (fd < 0) return;
   struct {
     struct tsnp_hello h;
@@ -557,7 +574,7 @@ static void tally_at_stop(void) {
   } m;
   fill_hello(&m.h);
   m.d = drops_record();
-  (void)!send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  g.tally = send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof m ? 5 : 4;
   close(fd);
 }
 
@@ -638,7 +655,10 @@ static void flush_locked(uint64_t deadline, int stop) {
   g.running = 0;
   pthread_mutex_unlock(&g.mu);
   if (finished) pthread_join(t, NULL);
-  else pthread_detach(t); /* stuck past the deadline: leave it; it exits when its wait ends */
+  else {
+    pthread_detach(t); /* stuck past the deadline: leave it; it exits when its wait ends */
+    g.detached = 1;
+  }
   pthread_mutex_lock(&g.mu);
 }
 
@@ -712,11 +732,14 @@ static void set_up(void) {
   memset(&kernel_pool, 0, sizeof kernel_pool);
 }
 
+static void debug_line(void);
+
 __attribute__((destructor)) static void at_unload(void) {
   /* Process exit without ncclCommDestroy (common): send what is left. */
   pthread_mutex_lock(&g.mu);
   flush_locked(mono_ns() + TS_FLUSH_MS * 1000000u, 1);
   pthread_mutex_unlock(&g.mu);
+  debug_line();
 }
 
 /* ---- The NCCL interface. ---- */
@@ -1243,6 +1266,8 @@ static struct {
   _Atomic uint64_t exit_by; /* at exit: when deliveries stop waiting for room in a ring */
   _Atomic int delivering;   /* buffers being read now */
   uint32_t names;      /* numbers given */
+  /* Counts for TRAINSCOPE_NCCL_DEBUG's line at exit: where records went. */
+  _Atomic uint64_t n_read, n_kernels, n_untimed, n_queued, n_full, n_reported, n_refused, n_delivered;
   struct ts_name {
     const char* ptr; /* CUPTI's name, shared by every record of the kernel */
     uint64_t hash;   /* of the text: a module unloaded and another loaded may reuse the address */
@@ -1441,6 +1466,7 @@ static void cu_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_reco
   *max_records = 0;
   if (atomic_fetch_add(&cu.buffers, 1) >= TS_CUPTI_BUFFERS) {
     atomic_fetch_sub(&cu.buffers, 1);
+    atomic_fetch_add(&cu.n_refused, 1);
     return; /* CUPTI drops what this buffer would have held, and counts it */
   }
   uint8_t* b = aligned_alloc(CUPTI_BUFFER_ALIGN, TS_CUPTI_BUFFER);
@@ -1629,14 +1655,17 @@ static void cu_record(const uint8_t* p, int64_t realtime_less_mono, uint64_t* de
     default:
       return;
   }
+  atomic_fetch_add_explicit(&cu.n_read, 1, memory_order_relaxed);
+  if (u.a.what == TSNP_ACT_KERNEL) atomic_fetch_add_explicit(&cu.n_kernels, 1, memory_order_relaxed);
   if (start == 0 || end < start) { /* CUPTI could not time it: counted as CUPTI's drops are */
     atomic_fetch_add(&g.act_dropped, 1);
+    atomic_fetch_add_explicit(&cu.n_untimed, 1, memory_order_relaxed);
     return;
   }
   u.a.t0 = (uint64_t)((int64_t)start - realtime_less_mono);
   u.a.t1 = (uint64_t)((int64_t)end - realtime_less_mono);
   if (u.a.what != TSNP_ACT_MEMORY) cu_label(&u.a);
-  push_waiting(&u.rec, deadline);
+  atomic_fetch_add_explicit(push_waiting(&u.rec, deadline) ? &cu.n_queued : &cu.n_full, 1, memory_order_relaxed);
 }
 
 static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
@@ -1650,8 +1679,11 @@ static void cu_buffer_completed(void* context, uint32_t stream, uint8_t* buffer,
   void* rec = NULL;
   while (valid > 0 && cu.next(buffer, valid, &rec) == CUPTI_SUCCESS && rec) cu_record(rec, off, &deadline);
   size_t dropped = 0;
-  if (cu.dropped && cu.dropped(context, stream, &dropped) == CUPTI_SUCCESS && dropped)
+  if (cu.dropped && cu.dropped(context, stream, &dropped) == CUPTI_SUCCESS && dropped) {
     atomic_fetch_add(&g.act_dropped, dropped);
+    atomic_fetch_add(&cu.n_reported, dropped);
+  }
+  atomic_fetch_add(&cu.n_delivered, 1);
   free(buffer);
   atomic_fetch_sub(&cu.buffers, 1);
   atomic_fetch_sub(&cu.delivering, 1);
@@ -1681,6 +1713,32 @@ static void cu_at_exit(void) {
     while ((atomic_load(&cu.delivering) > 0 || atomic_load(&cu.buffers) > 0) && mono_ns() < by + TS_TALLY_MS * 1000000u)
       nanosleep(&ts, NULL);
   }
+}
+
+/* TRAINSCOPE_NCCL_DEBUG=1: at exit, one line on stderr saying where the
+ * process's records went, for checking the loss counts against what a
+ * job knows it launched. */
+static void debug_line(void) {
+  const char* d = getenv("TRAINSCOPE_NCCL_DEBUG");
+  if (!d || strcmp(d, "1") != 0) return;
+  static const char* const tally_how[] = {"none",
+                                          "the stream's",
+                                          "none: no connection",
+                                          "lost: no connection for it",
+                                          "lost: not sent whole",
+                                          "over a connection of its own"};
+  fprintf(stderr, "trainscope-nccl: pid %d: last counts: %s%s\n", (int)getpid(), tally_how[g.tally],
+          g.detached ? "; the drainer missed the exit's deadline" : "");
+  fprintf(stderr,
+          "trainscope-nccl: pid %d: cupti records read %llu (kernels %llu, untimed %llu), queued %llu, "
+          "ring full %llu, buffers delivered %llu, refused %llu, unreturned %llu, dropped by cupti %llu; "
+          "records sent %llu, unsent %llu, ring drops %llu, refused events %llu\n",
+          (int)getpid(), (unsigned long long)cu.n_read, (unsigned long long)cu.n_kernels,
+          (unsigned long long)cu.n_untimed, (unsigned long long)cu.n_queued, (unsigned long long)cu.n_full,
+          (unsigned long long)cu.n_delivered, (unsigned long long)cu.n_refused,
+          (unsigned long long)atomic_load(&cu.buffers), (unsigned long long)cu.n_reported,
+          (unsigned long long)(g.sent_bytes / TSNP_RECORD_SIZE), (unsigned long long)g.unsent,
+          (unsigned long long)ring_drops(), (unsigned long long)atomic_load(&g.refused));
 }
 
 static void cu_after_fork(void) {

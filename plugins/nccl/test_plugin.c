@@ -40,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -686,6 +688,47 @@ static void test_stuck_collector(void) {
   free(s.buf);
 }
 
+/* Reads every connection to its end (first, where given, holds what was
+ * already read of the first) and checks that the records that arrived
+ * and those the process's last counts say it lost add up to want. */
+static void check_tally_from(struct stream* first, int* conns, int nconn, uint64_t want, const char* what) {
+  uint64_t received = 0, ring_full = 0, refused = 0, unsent = 0;
+  struct stream s = {0};
+  for (int i = 0; i < nconn; i++) {
+    struct stream* cur = i == 0 && first ? first : &s;
+    if (cur == &s) s.len = 0;
+    for (;;) {
+      if (cur->cap - cur->len < 65536) cur->buf = realloc(cur->buf, cur->cap = cur->cap * 2 + 65536);
+      ssize_t got = read(conns[i], cur->buf + cur->len, cur->cap - cur->len);
+      if (got <= 0) break;
+      cur->len += (size_t)got;
+    }
+    close(conns[i]);
+    size_t n = cur->len / TSNP_RECORD_SIZE; /* a record cut short at the end is not one */
+    for (size_t j = 1; j < n; j++) {
+      const struct tsnp_record* r = rec(cur, j - 1);
+      if (r->kind == TSNP_DROPS) {
+        ring_full = r->a0 > ring_full ? r->a0 : ring_full;
+        refused = r->a1 > refused ? r->a1 : refused;
+        unsent = r->a2 > unsent ? r->a2 : unsent;
+      } else {
+        received++;
+      }
+    }
+  }
+  free(s.buf);
+  CHECK(ring_full + unsent > 0, "%s: nothing lost: the collector was not behind enough to test this", what);
+  CHECK(received + ring_full + refused + unsent == want,
+        "%s: %llu records arrived, %llu dropped with the ring full, %llu refused, %llu unsent: %llu, want %llu", what,
+        (unsigned long long)received, (unsigned long long)ring_full, (unsigned long long)refused,
+        (unsigned long long)unsent, (unsigned long long)(received + ring_full + refused + unsent),
+        (unsigned long long)want);
+}
+
+static void check_tally(int* conns, int nconn, uint64_t want, const char* what) {
+  check_tally_from(NULL, conns, nconn, want, what);
+}
+
 /* A collector behind when the process ends: busy_child's 200,002 records
  * (init, 200,000 collectives, finalize) cannot all go out, and finalize
  * waits a bounded time. Whatever did not arrive must be counted: the last
@@ -724,35 +767,88 @@ static void test_exit_tally(void) {
   }
   close(lfd);
   CHECK(nconn == 2, "%d connections, want 2: the stream, then the count of what it could not carry", nconn);
-  uint64_t received = 0, ring_full = 0, refused = 0, unsent = 0;
-  struct stream s = {0};
-  for (int i = 0; i < nconn; i++) {
-    s.len = 0;
-    for (;;) {
-      if (s.cap - s.len < 65536) s.buf = realloc(s.buf, s.cap = s.cap * 2 + 65536);
-      ssize_t got = read(conns[i], s.buf + s.len, s.cap - s.len);
-      if (got <= 0) break;
-      s.len += (size_t)got;
-    }
-    close(conns[i]);
-    size_t n = s.len / TSNP_RECORD_SIZE; /* a record cut short at the end is not one */
-    for (size_t j = 1; j < n; j++) {
-      const struct tsnp_record* r = rec(&s, j - 1);
-      if (r->kind == TSNP_DROPS) {
-        ring_full = r->a0 > ring_full ? r->a0 : ring_full;
-        refused = r->a1 > refused ? r->a1 : refused;
-        unsent = r->a2 > unsent ? r->a2 : unsent;
-      } else {
-        received++;
-      }
+  check_tally(conns, nconn, 200002, "the collector reading nothing until the child exited");
+}
+
+/* The same with a collector that reads steadily, but slower than the
+ * process records (4 KB a millisecond): the drainer, forever finding a
+ * full batch to send and room on the socket soon after, must still hear
+ * the stop and make its tally in time. Before it did, it sent batch after
+ * batch past the stop's deadline, was left behind as the process exited,
+ * and the last ring's worth of records went uncounted. */
+static _Atomic uint64_t* produced; /* shared with the child */
+
+static void steady_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 9, &mask, NULL, 1, 2, 0, NULL) != ncclSuccess || mask == 0) _exit(3);
+  uint64_t n = 0, t = mono_ms();
+  while (mono_ms() - t < 800) {
+    for (int i = 0; i < 1000; i++, n++) {
+      ncclProfilerEventDescr_v5_t c = {0};
+      c.type = ncclProfileColl;
+      c.coll.func = "AllGather";
+      c.coll.count = 8;
+      c.coll.datatype = "ncclFloat32";
+      void* h = NULL;
+      p->startEvent(ctx, &h, &c);
+      p->stopEvent(h);
     }
   }
-  free(s.buf);
-  CHECK(unsent > 0, "nothing unsent: the collector was not behind enough to test this");
-  CHECK(received + ring_full + refused + unsent == 200002,
-        "%llu records arrived, %llu dropped with the ring full, %llu refused, %llu unsent: %llu, want 200002",
-        (unsigned long long)received, (unsigned long long)ring_full, (unsigned long long)refused,
-        (unsigned long long)unsent, (unsigned long long)(received + ring_full + refused + unsent));
+  atomic_store(produced, n + 2); /* and the communicator's init and finalize */
+  p->finalize(ctx);
+}
+
+static void test_slow_collector(void) {
+  produced = mmap(NULL, sizeof *produced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(produced != MAP_FAILED, "mmap: %s", strerror(errno));
+  if (produced == MAP_FAILED) return;
+  int lfd = listen_unix();
+  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  uint64_t t = mono_ms();
+  pid_t pid = spawn(steady_child);
+  int conns[4], nconn = 0, status = 0, exited = 0;
+  char* buf = malloc(4096);
+  struct stream first = {0}; /* what is read of the first connection here, counted with the rest below */
+  while (mono_ms() - t < 10000) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = 1;
+      break;
+    }
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, 0) > 0) {
+      int c = accept(lfd, NULL, NULL);
+      if (c >= 0 && nconn < 4) conns[nconn++] = c;
+    }
+    if (nconn > 0) {
+      ssize_t got = recv(conns[0], buf, 4096, MSG_DONTWAIT);
+      if (got > 0) {
+        if (first.cap - first.len < (size_t)got) first.buf = realloc(first.buf, first.cap = first.cap * 2 + 65536);
+        memcpy(first.buf + first.len, buf, (size_t)got);
+        first.len += (size_t)got;
+      }
+    }
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  free(buf);
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  child_ok(status, "exit with the collector reading slowly");
+  for (;;) {
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) break;
+    int c = accept(lfd, NULL, NULL);
+    if (c >= 0 && nconn < 4) conns[nconn++] = c;
+  }
+  close(lfd);
+  CHECK(first.len > (size_t)1 << 20, "only %zu bytes read while the child ran", first.len);
+  check_tally_from(&first, conns, nconn, atomic_load(produced), "the collector reading slowly");
+  free(first.buf);
+  munmap((void*)produced, sizeof *produced);
 }
 
 /* ---- NVTX: this process plays an NVTX v3 instance loading the plugin. ---- */
@@ -1431,6 +1527,7 @@ int main(int argc, char** argv) {
   test_no_collector();
   test_stuck_collector();
   test_exit_tally();
+  test_slow_collector();
   test_nvtx();
   test_nvtx_race();
   test_drive_nvtx();
