@@ -466,8 +466,15 @@ for i in range(1, pairs + 1):
              d.group(0)[2:] if d else "none"))
     print("round %d: median step %.3f ms unwrapped, %.3f ms wrapped (%.3f×); %s" % (i, 1e3 * step_off, 1e3 * step_on, step_on / step_off if step_off else 0, cost.group(0) if cost else "no cost line"))
     ok = len(on) == len(off) and launched > 0 and traced + (int(d.group(1)) if d else 0) >= launched
+    own = [0, 0, 0]  # ring full, unsent, CUPTI's: the sums of the processes' own last counts
     for r in on:
         print("  launched %d kernels; %s" % (r["steps"] * r["kernels_per_step"], r["plugin"]))
+        m2 = re.search(r"dropped by cupti (\d+); records sent \d+, unsent (\d+), ring drops (\d+)", r["plugin"])
+        if m2:
+            own = [own[0] + int(m2.group(3)), own[1] + int(m2.group(2)), own[2] + int(m2.group(1))]
+    got = [int(d.group(2)), int(d.group(4)), int(d.group(5))] if d else [0, 0, 0]
+    print("%s stress round %d: profile-run has every process's last counts (ring full, unsent, CUPTI's: %s; the processes say %s)"
+          % ("PASS" if got == own else "FAIL", i, got, own))
     print("%s stress round %d: every kernel launched was traced or counted as dropped" % ("PASS" if ok else "FAIL", i))
 PY
 }
