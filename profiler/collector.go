@@ -3,6 +3,7 @@ package profiler
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/trainscope/trainscope/runtime"
@@ -208,14 +209,25 @@ func finishBandwidth(rec *Record) {
 	rec.BusBandwidth = rec.AlgBandwidth * rec.Collective.BusFactor
 }
 
-// deliverLocked hands the pass's records to every sink, in registration
-// order.
+// deliverLocked hands the pass's records to every sink: in registration
+// order, or (WithConcurrentSinks) to all at once, the first on this
+// goroutine, returning when every sink has consumed them.
 func (p *Profiler) deliverLocked() {
 	if len(p.batch) == 0 {
 		return
 	}
-	for _, s := range p.sinks {
-		s.Consume(p.batch)
+	if p.cfg.concurrent && len(p.sinks) > 1 {
+		batch := p.batch
+		var wg sync.WaitGroup
+		for _, s := range p.sinks[1:] {
+			wg.Go(func() { s.Consume(batch) })
+		}
+		p.sinks[0].Consume(batch)
+		wg.Wait()
+	} else {
+		for _, s := range p.sinks {
+			s.Consume(p.batch)
+		}
 	}
 	clear(p.batch)
 	p.batch = p.batch[:0]

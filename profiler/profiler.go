@@ -58,6 +58,7 @@ type config struct {
 	noAdjacent  bool
 	deviceDepth int
 	recalibrate time.Duration
+	concurrent  bool
 }
 
 type optionFunc func(*config)
@@ -75,6 +76,15 @@ func WithBufferSize(n int) Option { return optionFunc(func(c *config) { c.buffer
 // sinks hold what is wanted (summaries, a window of detail) in bounded
 // memory.
 func WithMaxRecords(n int) Option { return optionFunc(func(c *config) { c.maxRecords = n }) }
+
+// WithConcurrentSinks has the sinks consume each batch at the same time,
+// one goroutine each, rather than one after another: a delivery then
+// takes as long as the slowest sink, not the sum of them, where cores
+// allow. Each sink still sees every batch once, in order, one at a time,
+// and every sink has consumed a batch before the next is delivered and
+// before Snapshot, Flush, Ingest or Close return; but sinks that share
+// state (one calling another from its Consume) must guard it.
+func WithConcurrentSinks() Option { return optionFunc(func(c *config) { c.concurrent = true }) }
 
 // WithEventPool bounds the timing events one recorder may hold (default
 // 4096); a device range that finds none is timed on the host only, and

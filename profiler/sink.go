@@ -9,9 +9,12 @@ import (
 // Sink receives every finished record exactly once, in batches, in the
 // order the collector finishes them: host ranges when collected, device
 // ranges once their times are resolved. Consume runs on whichever goroutine
-// collects (the background collector, or a Snapshot, Flush or Reset caller)
-// with the profiler's lock held: it must return quickly, must not call back
-// into the Profiler, and must copy what it keeps, since the batch is reused.
+// collects (the background collector, or a Snapshot, Flush, Reset or Ingest
+// caller) with the profiler's lock held, the sinks one after another in the
+// order they were added; with WithConcurrentSinks, each batch goes to every
+// sink at once, each on a goroutine of its own, and all have consumed it
+// before the next. Consume must return quickly, must not call back into the
+// Profiler, and must copy what it keeps, since the batch is reused.
 // Exporters implement it.
 //
 // A sink that holds resources (a connection, a queue, a server) also

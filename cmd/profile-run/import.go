@@ -254,7 +254,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	if err := windowKeepsAny(o.detail, recs); err != nil {
 		return err
 	}
-	prof, err := profiler.New(profiler.WithMaxRecords(0))
+	prof, err := profiler.New(profiler.WithMaxRecords(0), profiler.WithConcurrentSinks())
 	if err != nil {
 		return err
 	}

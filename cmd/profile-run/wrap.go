@@ -92,7 +92,10 @@ func runWrapped(in *interrupt, o *options, log *zap.Logger, stdout, stderr io.Wr
 	// CUPTI's memory records count what each process obtained from CUDA,
 	// not its tensors: say so beside the figure.
 	o.peaks.note = func(int) string { return wrappedPeakNote }
-	prof, err := profiler.New(profiler.WithMaxRecords(0))
+	// The outputs take the records in at once, each on a core of its own
+	// where there are cores: at the rates of a launch-bound job on eight
+	// GPUs, one after another they were the collector's bound.
+	prof, err := profiler.New(profiler.WithMaxRecords(0), profiler.WithConcurrentSinks())
 	if err != nil {
 		log.Error(err.Error())
 		return exitFail

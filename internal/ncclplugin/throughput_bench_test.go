@@ -171,15 +171,19 @@ func BenchmarkCollectorThroughput(b *testing.B) {
 		}
 		b.ReportMetric(float64(frames)*float64(b.N)/b.Elapsed().Seconds(), "frames/s")
 	})
-	for _, outputs := range []bool{false, true} {
-		name := "count"
-		if outputs {
-			name = "outputs"
+	for _, v := range []struct {
+		name       string
+		outputs    bool
+		concurrent bool
+	}{{"count", false, false}, {"outputs", true, false}, {"outputs-concurrent", true, true}} {
+		var opts []profiler.Option
+		if v.concurrent {
+			opts = append(opts, profiler.WithConcurrentSinks())
 		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(v.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				runJob(b, shape, outputs, false)
+				runJob(b, shape, v.outputs, false, opts...)
 			}
 			b.ReportMetric(float64(frames)*float64(b.N)/b.Elapsed().Seconds(), "frames/s")
 			b.ReportMetric(float64(shape.procs*shape.delivered())*float64(b.N)/b.Elapsed().Seconds(), "records/s")
@@ -194,9 +198,9 @@ func BenchmarkCollectorThroughput(b *testing.B) {
 // returns the heap still live, in MiB, once every stream is in and
 // dropped (after a collection, before the collector closes; the close is
 // then not timed).
-func runJob(b *testing.B, shape jobShape, outputs, live bool) float64 {
+func runJob(b *testing.B, shape jobShape, outputs, live bool, opts ...profiler.Option) float64 {
 	b.StopTimer()
-	p, err := profiler.New(profiler.WithMaxRecords(0))
+	p, err := profiler.New(append([]profiler.Option{profiler.WithMaxRecords(0)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
