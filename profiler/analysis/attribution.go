@@ -68,14 +68,13 @@ type useEvent struct {
 // it exactly: at each instant the first of computing (the busy intervals,
 // named by a computation running then), a transfer, or idling (bubble
 // inside span, other outside it, marked waiting where a wait ran).
-func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[collKey]time.Duration) {
+func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[collKey]time.Duration, sc *scratch) {
 	wall := rk.Wall
 	if wall.Len() <= 0 {
 		return
 	}
-	var work []profiler.StreamWork
-	var ev []useEvent
-	var cuts []time.Duration
+	work, ev, cuts := sc.work[:0], sc.ev[:0], sc.cuts[:0]
+	defer func() { sc.work, sc.ev, sc.cuts = work, ev, cuts }()
 	for i := range items {
 		it := &items[i]
 		if it.isStep || it.work.Activity == profiler.ActivityNone {
@@ -123,7 +122,11 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 		return cmp.Compare(a.idx, b.idx)
 	})
 	active := newActiveSet(items)
-	slicesBy := map[Slice]time.Duration{}
+	if sc.slicesBy == nil {
+		sc.slicesBy = map[Slice]time.Duration{}
+	}
+	slicesBy := sc.slicesBy
+	defer clear(slicesBy)
 	bi := 0
 	inBusy := func(t time.Duration) bool {
 		for bi < len(busy) && busy[bi].End <= t {

@@ -41,6 +41,7 @@ type Sink struct {
 	// opened: allocating each step's anew was the largest of the sink's
 	// allocations.
 	spare [][]item
+	sc    scratch // the analysis's working room, from step to step
 }
 
 type pending struct {
@@ -229,7 +230,7 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 		}
 	}
 	s.stepSize = len(p.items)
-	st := analyzeStep(int(step), p.items, sortedKeys(s.ranks))
+	st := analyzeStep(int(step), p.items, sortedKeys(s.ranks), &s.sc)
 	st.Pipeline = st.Pipeline.withSchedule(s.cfg.chunks, s.cfg.microbatches)
 	if off != nil {
 		st.Clock = off

@@ -209,8 +209,9 @@ func Analyze(records []profiler.Record, opts ...Option) []Step {
 	expected := sortedKeys(ranks)
 	steps := sortedKeys(bySteps)
 	out := make([]Step, 0, len(steps))
+	var sc scratch
 	for _, s := range steps {
-		st := analyzeStep(int(s), bySteps[s], expected)
+		st := analyzeStep(int(s), bySteps[s], expected, &sc)
 		st.Pipeline = st.Pipeline.withSchedule(cfg.chunks, cfg.microbatches)
 		if off != nil {
 			st.Clock = off
@@ -232,14 +233,16 @@ func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 
 // analyzeStep analyses one step's items; expected are the ranks the run
 // has (a rank among them without items is missing).
-func analyzeStep(step int, items []item, expected []int) Step {
+func analyzeStep(step int, items []item, expected []int, sc *scratch) Step {
 	st := Step{Step: step, Straggler: profiler.None}
 	// Each rank's items, in their order of arrival, in one allocation.
 	count := map[int]int{}
 	for i := range items {
 		count[items[i].rank]++
 	}
-	backing := make([]item, 0, len(items))
+	backing := slices.Grow(sc.backing[:0], len(items))
+	sc.backing = backing
+	defer clear(backing[:len(items)]) // let go of what the items point to
 	byRank := make(map[int][]item, len(count))
 	for _, r := range sortedKeys(count) {
 		start := len(backing)
@@ -264,7 +267,7 @@ func analyzeStep(step int, items []item, expected []int) Step {
 	first := true
 	for i, r := range ranks {
 		rk := &st.Ranks[i]
-		st.Problems = rankAccount(rk, r, byRank[r], st.Problems)
+		st.Problems = rankAccount(rk, r, byRank[r], st.Problems, sc)
 		if rk.Compute.Len() > 0 {
 			if first {
 				st.Span, first = rk.Compute, false
@@ -280,7 +283,7 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		// pipelined (data parallel only): its idle compute is no bubble,
 		// and Busy already says how much of the step it is.
 		for i, r := range ranks {
-			bubble(&st.Ranks[i], byRank[r], st.Span)
+			bubble(&st.Ranks[i], byRank[r], st.Span, sc)
 		}
 		st.Stages = stages(st.Ranks, st.Span)
 	}
@@ -293,7 +296,7 @@ func analyzeStep(step int, items []item, expected []int) Step {
 		}
 	}
 	for i, r := range ranks {
-		attribute(&st.Ranks[i], byRank[r], st.Span, lastArrival)
+		attribute(&st.Ranks[i], byRank[r], st.Span, lastArrival, sc)
 	}
 	for _, c := range st.Collectives {
 		if !c.Complete {
@@ -311,9 +314,10 @@ func analyzeStep(step int, items []item, expected []int) Step {
 
 // rankAccount fills the rank's busy, stream and communication figures
 // from its items and returns problems with any found.
-func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
+func rankAccount(rk *Rank, rank int, items []item, problems []string, sc *scratch) []string {
 	rk.Rank, rk.Stage = rank, profiler.None
-	var work []profiler.StreamWork
+	work := sc.work[:0]
+	defer func() { sc.work = work }()
 	haveStep, cutShort := false, false
 	for i := range items {
 		it := &items[i]
@@ -360,12 +364,13 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 	wall := rk.Wall
 	busy := profiler.BusyIntervals(nil, work)
 	rk.Busy = clippedLen(busy, wall)
-	var transfers []profiler.Interval
+	transfers := sc.intervals[:0]
 	for i := range items {
 		if it := &items[i]; !it.isStep && it.work.Activity == profiler.ActivityTransfer {
 			transfers = append(transfers, it.occupied())
 		}
 	}
+	sc.intervals = transfers
 	comm := union(transfers)
 	rk.Comm = clippedLen(comm, wall)
 	rk.Overlap = clippedLen(intersect(busy, comm), wall)
@@ -399,9 +404,12 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string) []string {
 // bubble fills the rank's bubble within the step's span: the busy
 // definition applied to its forward and backward computation (less the
 // transfers and waits on the same streams), and the gaps between.
-func bubble(rk *Rank, items []item, span profiler.Interval) {
-	var work []profiler.StreamWork
-	var acts []*item
+func bubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
+	work, acts := sc.work[:0], sc.acts[:0]
+	defer func() {
+		clear(acts)
+		sc.work, sc.acts = work, acts
+	}()
 	maxChunk := -1
 	for i := range items {
 		it := &items[i]
@@ -527,4 +535,18 @@ func intList(v []int) string {
 		s += fmt.Sprint(x)
 	}
 	return s
+}
+
+// scratch is working room reused from one analysed step to the next: a
+// Sink analyses a step at a time for as long as a run lasts, and the
+// slices each step's analysis built and dropped were half of what it
+// allocated. Nothing a Step keeps points into it.
+type scratch struct {
+	backing   []item                // analyzeStep: the items by rank
+	work      []profiler.StreamWork // rankAccount, bubble, attribute, one after another
+	intervals []profiler.Interval   // rankAccount's transfers
+	acts      []*item               // bubble's actions
+	ev        []useEvent            // attribute's boundaries
+	cuts      []time.Duration       // attribute's cuts
+	slicesBy  map[Slice]time.Duration
 }
