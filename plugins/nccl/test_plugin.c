@@ -641,21 +641,26 @@ static void test_api_groups(void) {
 
 /* ---- No collector, and a collector that never reads. ---- */
 
+/* Starts and stops n collectives of func on ctx, as fast as it can. */
+static void issue(ncclProfiler_v5_t* p, void* ctx, const char* func, size_t count, const char* dtype, int n) {
+  for (int i = 0; i < n; i++) {
+    ncclProfilerEventDescr_v5_t c = {0};
+    c.type = ncclProfileColl;
+    c.coll.func = func;
+    c.coll.count = count;
+    c.coll.datatype = dtype;
+    void* h = NULL;
+    p->startEvent(ctx, &h, &c);
+    p->stopEvent(h);
+  }
+}
+
 static void busy_child(void) {
   ncclProfiler_v5_t* p = load();
   void* ctx = NULL;
   int mask;
   if (p->init(&ctx, 7, &mask, NULL, 1, 2, 0, NULL) != ncclSuccess || mask == 0) _exit(3);
-  for (int i = 0; i < 200000; i++) {
-    ncclProfilerEventDescr_v5_t c = {0};
-    c.type = ncclProfileColl;
-    c.coll.func = "ReduceScatter";
-    c.coll.count = 4;
-    c.coll.datatype = "ncclFloat16";
-    void* h = NULL;
-    p->startEvent(ctx, &h, &c);
-    p->stopEvent(h);
-  }
+  issue(p, ctx, "ReduceScatter", 4, "ncclFloat16", 200000);
   uint64_t t = mono_ms();
   p->finalize(ctx);
   if (mono_ms() - t > 1000) _exit(20); /* finalize must not wait on the collector */
@@ -735,37 +740,63 @@ static void check_tally(int* conns, int nconn, uint64_t want, const char* what) 
  * counts come over a second connection, which a collector whose first is
  * stuck still reads. This one reads nothing until the child has exited,
  * then everything. */
-static void test_exit_tally(void) {
+/* Runs body in a child against a collector here that accepts every
+ * connection and, with rate (bytes a millisecond), reads the first at that
+ * rate into first; without, reads nothing until the child has exited.
+ * Then accepts the connections made since (the tally's), for the caller
+ * to read to their end. Returns how long the child took. */
+static uint64_t run_behind(void (*body)(void), size_t rate, struct stream* first, int* conns, int* nconn,
+                           const char* what) {
   int lfd = listen_unix();
   setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
   uint64_t t = mono_ms();
-  pid_t pid = spawn(busy_child);
-  int conns[4], nconn = 0, status = 0, exited = 0;
+  pid_t pid = spawn(body);
+  int status = 0, exited = 0;
+  char* buf = rate ? malloc(rate) : NULL;
+  *nconn = 0;
   while (mono_ms() - t < 10000) {
     if (waitpid(pid, &status, WNOHANG) == pid) {
       exited = 1;
       break;
     }
     struct pollfd p = {.fd = lfd, .events = POLLIN};
-    if (poll(&p, 1, 20) > 0) {
+    if (poll(&p, 1, rate ? 0 : 20) > 0) {
       int c = accept(lfd, NULL, NULL);
-      if (c >= 0 && nconn < 4) conns[nconn++] = c;
+      if (c >= 0 && *nconn < 4) conns[(*nconn)++] = c;
+    }
+    if (rate && *nconn > 0) {
+      ssize_t got = recv(conns[0], buf, rate, MSG_DONTWAIT);
+      if (got > 0) {
+        if (first->cap - first->len < (size_t)got)
+          first->buf = realloc(first->buf, first->cap = first->cap * 2 + 65536);
+        memcpy(first->buf + first->len, buf, (size_t)got);
+        first->len += (size_t)got;
+      }
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
     }
   }
   uint64_t took = mono_ms() - t;
+  free(buf);
   if (!exited) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
   }
-  child_ok(status, "exit with the collector behind");
-  CHECK(took < 5000, "the child took %llu ms to end with the collector behind", (unsigned long long)took);
+  child_ok(status, what);
   for (;;) { /* the connections made since: the tally's */
     struct pollfd p = {.fd = lfd, .events = POLLIN};
     if (poll(&p, 1, 200) <= 0) break;
     int c = accept(lfd, NULL, NULL);
-    if (c >= 0 && nconn < 4) conns[nconn++] = c;
+    if (c >= 0 && *nconn < 4) conns[(*nconn)++] = c;
   }
   close(lfd);
+  return took;
+}
+
+static void test_exit_tally(void) {
+  int conns[4], nconn;
+  uint64_t took = run_behind(busy_child, 0, NULL, conns, &nconn, "exit with the collector behind");
+  CHECK(took < 5000, "the child took %llu ms to end with the collector behind", (unsigned long long)took);
   CHECK(nconn == 2, "%d connections, want 2: the stream, then the count of what it could not carry", nconn);
   check_tally(conns, nconn, 200002, "the collector reading nothing until the child exited");
 }
@@ -784,18 +815,7 @@ static void steady_child(void) {
   int mask;
   if (p->init(&ctx, 9, &mask, NULL, 1, 2, 0, NULL) != ncclSuccess || mask == 0) _exit(3);
   uint64_t n = 0, t = mono_ms();
-  while (mono_ms() - t < 800) {
-    for (int i = 0; i < 1000; i++, n++) {
-      ncclProfilerEventDescr_v5_t c = {0};
-      c.type = ncclProfileColl;
-      c.coll.func = "AllGather";
-      c.coll.count = 8;
-      c.coll.datatype = "ncclFloat32";
-      void* h = NULL;
-      p->startEvent(ctx, &h, &c);
-      p->stopEvent(h);
-    }
-  }
+  for (; mono_ms() - t < 800; n += 1000) issue(p, ctx, "AllGather", 8, "ncclFloat32", 1000);
   atomic_store(produced, n + 2); /* and the communicator's init and finalize */
   p->finalize(ctx);
 }
@@ -804,47 +824,9 @@ static void test_slow_collector(void) {
   produced = mmap(NULL, sizeof *produced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(produced != MAP_FAILED, "mmap: %s", strerror(errno));
   if (produced == MAP_FAILED) return;
-  int lfd = listen_unix();
-  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
-  uint64_t t = mono_ms();
-  pid_t pid = spawn(steady_child);
-  int conns[4], nconn = 0, status = 0, exited = 0;
-  char* buf = malloc(4096);
-  struct stream first = {0}; /* what is read of the first connection here, counted with the rest below */
-  while (mono_ms() - t < 10000) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      exited = 1;
-      break;
-    }
-    struct pollfd p = {.fd = lfd, .events = POLLIN};
-    if (poll(&p, 1, 0) > 0) {
-      int c = accept(lfd, NULL, NULL);
-      if (c >= 0 && nconn < 4) conns[nconn++] = c;
-    }
-    if (nconn > 0) {
-      ssize_t got = recv(conns[0], buf, 4096, MSG_DONTWAIT);
-      if (got > 0) {
-        if (first.cap - first.len < (size_t)got) first.buf = realloc(first.buf, first.cap = first.cap * 2 + 65536);
-        memcpy(first.buf + first.len, buf, (size_t)got);
-        first.len += (size_t)got;
-      }
-    }
-    struct timespec ms = {0, 1000000};
-    nanosleep(&ms, NULL);
-  }
-  free(buf);
-  if (!exited) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  child_ok(status, "exit with the collector reading slowly");
-  for (;;) {
-    struct pollfd p = {.fd = lfd, .events = POLLIN};
-    if (poll(&p, 1, 200) <= 0) break;
-    int c = accept(lfd, NULL, NULL);
-    if (c >= 0 && nconn < 4) conns[nconn++] = c;
-  }
-  close(lfd);
+  int conns[4], nconn;
+  struct stream first = {0}; /* what is read of the first connection meanwhile, counted with the rest */
+  run_behind(steady_child, 4096, &first, conns, &nconn, "exit with the collector reading slowly");
   CHECK(first.len > (size_t)1 << 20, "only %zu bytes read while the child ran", first.len);
   check_tally_from(&first, conns, nconn, atomic_load(produced), "the collector reading slowly");
   free(first.buf);
