@@ -602,6 +602,9 @@ func lossText(st ncclplugin.Stats) string {
 	if st.PluginBuffersUnreturned > 0 {
 		s += fmt.Sprintf("; %d CUPTI activity buffers still out as their processes exited (the kernels in them, up to a few hundred each, never came and are not counted)", st.PluginBuffersUnreturned)
 	}
+	if st.CutShort > 0 {
+		s += fmt.Sprintf("; %d stream(s) ended inside a record, their process exiting or killed mid-send (a plugin that cut its stream at exit counted the record as unsent)", st.CutShort)
+	}
 	if st.DecodeErrors+st.IngestErrors > 0 {
 		s += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
 	}

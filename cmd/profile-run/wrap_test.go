@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
 )
@@ -922,5 +923,19 @@ func TestCostSummary(t *testing.T) {
 	short := costSummary(300*time.Millisecond, cpu)
 	if strings.Contains(short, "of one core") || !strings.HasPrefix(short, "cost: profile-run used ") {
 		t.Errorf("%q", short)
+	}
+}
+
+func TestLossTextCutShortIsNoBadStream(t *testing.T) {
+	cut := lossText(ncclplugin.Stats{CutShort: 2, PluginUnsent: 5})
+	if !strings.Contains(cut, "2 stream(s) ended inside a record") || strings.Contains(cut, "bad streams") {
+		t.Errorf("streams cut short: %q", cut)
+	}
+	bad := lossText(ncclplugin.Stats{DecodeErrors: 1, LastError: "version 9"})
+	if !strings.Contains(bad, "1 bad streams, 0 records refused (last: version 9)") || strings.Contains(bad, "inside a record") {
+		t.Errorf("a malformed stream: %q", bad)
+	}
+	if got := lossText(ncclplugin.Stats{}); got != "" {
+		t.Errorf("nothing lost: %q", got)
 	}
 }

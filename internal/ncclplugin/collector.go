@@ -188,9 +188,12 @@ type Stats struct {
 	// disagree.
 	ClockConflicts int
 	ClockConflict  string
-	// DecodeErrors counts connections that ended in a malformed stream;
-	// LastError is the latest decode or ingest error.
+	// DecodeErrors counts connections that ended in a malformed stream,
+	// CutShort those that ended inside a record (ErrCutShort: their
+	// process exited or was killed mid-send); LastError is the latest
+	// decode or ingest error.
 	DecodeErrors, IngestErrors uint64
+	CutShort                   uint64
 	LastError                  string
 	// Cut counts connections Close had to close before their process
 	// had sent everything (its deadline passed with the collector still
@@ -736,7 +739,11 @@ func (c *Collector) read(conn *net.UnixConn) {
 	conn.Close()
 	c.mu.Lock()
 	delete(c.conns, conn)
-	if err != nil && !errors.Is(err, io.EOF) && !c.closing {
+	switch {
+	case err == nil || errors.Is(err, io.EOF) || c.closing:
+	case errors.Is(err, ErrCutShort):
+		c.stats.CutShort++
+	default:
 		c.stats.DecodeErrors++
 		c.stats.LastError = err.Error()
 	}

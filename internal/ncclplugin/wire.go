@@ -228,6 +228,11 @@ func (r *Record) ProtoName() string { return name(protoNames[:], r.Proto) }
 // version gives, a *VersionError.
 var ErrVersion = errors.New("ncclplugin: unsupported record stream version")
 
+// ErrCutShort matches (errors.Is) the error of a stream that ends inside
+// a record: its process exited, or was killed, while sending it. A plugin
+// that cut its own stream as it exited counts the record as unsent.
+var ErrCutShort = errors.New("stream ends inside a record")
+
 // VersionError is the error for a stream whose hello names a format
 // version this decoder does not read: the plugin and profile-run were
 // built from different sources.
@@ -326,7 +331,7 @@ func (d *Reader) Next() (Record, error) {
 		d.err = io.EOF
 		return Record{}, io.EOF
 	case err == io.ErrUnexpectedEOF:
-		d.err = fmt.Errorf("ncclplugin: byte %d: stream ends inside a record (%d of %d bytes)", d.off, n, RecordSize)
+		d.err = fmt.Errorf("ncclplugin: byte %d: %w (%d of %d bytes)", d.off, ErrCutShort, n, RecordSize)
 		return Record{}, d.err
 	case err != nil:
 		d.err = fmt.Errorf("ncclplugin: byte %d: %w", d.off+int64(n), err)
