@@ -511,24 +511,36 @@ static int drain(int wait_ms) {
   uint64_t end = mono_ns() + (uint64_t)wait_ms * 1000000u;
   for (int round = 0; round < 256; round++) {
     int more = 0;
-    for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) {
-      uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
-      uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
-      uint64_t n = h - t;
-      if (g.fd < 0) {
-        g.unsent += n;
-      } else {
-        uint64_t room = (uint64_t)out_room();
-        if (n > room) {
-          n = room;
-          more = 1;
+    /* The batch's room is shared: each ring with records first gets an
+     * equal part, then what is left goes to the rings in turn. Filled in
+     * list order alone, a ring that always had a batch to give (CUPTI's
+     * under a flood of kernels) starved those after it: a job's NVTX
+     * ranges and NCCL operations were what it lost. */
+    uint64_t busy = 0;
+    for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next)
+      busy += atomic_load_explicit(&r->head, memory_order_acquire) != atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t share = busy ? (uint64_t)out_room() / busy : 0;
+    for (int pass = 0; pass < 2; pass++) {
+      for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) {
+        uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+        uint64_t n = h - t;
+        if (g.fd < 0) {
+          g.unsent += n;
+        } else {
+          uint64_t room = (uint64_t)out_room();
+          uint64_t take = pass == 0 && share < room ? share : room;
+          if (n > take) {
+            n = take;
+            more |= pass == 1;
+          }
+          for (uint64_t i = 0; i < n; i++) {
+            memcpy((char*)out + g.out_len, &r->recs[(t + i) & (g.ring_cap - 1)], TSNP_RECORD_SIZE);
+            g.out_len += TSNP_RECORD_SIZE;
+          }
         }
-        for (uint64_t i = 0; i < n; i++) {
-          memcpy((char*)out + g.out_len, &r->recs[(t + i) & (g.ring_cap - 1)], TSNP_RECORD_SIZE);
-          g.out_len += TSNP_RECORD_SIZE;
-        }
+        atomic_store_explicit(&r->tail, t + n, memory_order_release);
       }
-      atomic_store_explicit(&r->tail, t + n, memory_order_release);
     }
     queue_drops();
     uint64_t now = mono_ns();

@@ -695,8 +695,11 @@ static void test_stuck_collector(void) {
 
 /* Reads every connection to its end (first, where given, holds what was
  * already read of the first) and checks that the records that arrived
- * and those the process's last counts say it lost add up to want. */
-static void check_tally_from(struct stream* first, int* conns, int nconn, uint64_t want, const char* what) {
+ * and those the process's last counts say it lost add up to want (not
+ * without what); broadcasts, where given, counts the Broadcasts among
+ * them. */
+static void check_tally_from(struct stream* first, int* conns, int nconn, uint64_t want, const char* what,
+                             uint64_t* broadcasts) {
   uint64_t received = 0, ring_full = 0, refused = 0, unsent = 0;
   struct stream s = {0};
   for (int i = 0; i < nconn; i++) {
@@ -718,10 +721,12 @@ static void check_tally_from(struct stream* first, int* conns, int nconn, uint64
         unsent = r->a2 > unsent ? r->a2 : unsent;
       } else {
         received++;
+        if (broadcasts && r->kind == TSNP_COLLECTIVE && r->func == TSNP_FUNC_BROADCAST) ++*broadcasts;
       }
     }
   }
   free(s.buf);
+  if (!what) return; /* the caller counts only the broadcasts */
   CHECK(ring_full + unsent > 0, "%s: nothing lost: the collector was not behind enough to test this", what);
   CHECK(received + ring_full + refused + unsent == want,
         "%s: %llu records arrived, %llu dropped with the ring full, %llu refused, %llu unsent: %llu, want %llu", what,
@@ -731,7 +736,7 @@ static void check_tally_from(struct stream* first, int* conns, int nconn, uint64
 }
 
 static void check_tally(int* conns, int nconn, uint64_t want, const char* what) {
-  check_tally_from(NULL, conns, nconn, want, what);
+  check_tally_from(NULL, conns, nconn, want, what, NULL);
 }
 
 /* A collector behind when the process ends: busy_child's 200,002 records
@@ -828,7 +833,57 @@ static void test_slow_collector(void) {
   struct stream first = {0}; /* what is read of the first connection meanwhile, counted with the rest */
   run_behind(steady_child, 4096, &first, conns, &nconn, "exit with the collector reading slowly");
   CHECK(first.len > (size_t)1 << 20, "only %zu bytes read while the child ran", first.len);
-  check_tally_from(&first, conns, nconn, atomic_load(produced), "the collector reading slowly");
+  check_tally_from(&first, conns, nconn, atomic_load(produced), "the collector reading slowly", NULL);
+  free(first.buf);
+  munmap((void*)produced, sizeof *produced);
+}
+
+/* A thread that records little beside one that floods its ring, with the
+ * collector behind: the few must all arrive, the flood's excess being
+ * what is dropped. The drainer had filled each batch from the rings in
+ * list order, the newest ring first, and a ring that always had a batch
+ * to give starved those after it: under a flood of kernels, a job's NVTX
+ * step ranges and NCCL operations were what it lost. */
+static _Atomic int flooding;
+
+static void* flood(void* ctx) {
+  ncclProfiler_v5_t* p = load();
+  while (atomic_load(&flooding)) issue(p, ctx, "AllGather", 8, "ncclFloat32", 1000);
+  return NULL;
+}
+
+static void sparse_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 11, &mask, NULL, 1, 2, 0, NULL) != ncclSuccess || mask == 0) _exit(3);
+  issue(p, ctx, "Broadcast", 4, "ncclInt8", 1); /* this thread's ring first: the flood's is newer */
+  atomic_store(&flooding, 1);
+  pthread_t t;
+  if (pthread_create(&t, NULL, flood, ctx) != 0) _exit(4);
+  uint64_t n = 1, start = mono_ms();
+  for (; mono_ms() - start < 800; n++) {
+    issue(p, ctx, "Broadcast", 4, "ncclInt8", 1);
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  atomic_store(&flooding, 0);
+  pthread_join(t, NULL);
+  atomic_store(produced, n);
+  p->finalize(ctx);
+}
+
+static void test_sparse_beside_flood(void) {
+  produced = mmap(NULL, sizeof *produced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(produced != MAP_FAILED, "mmap: %s", strerror(errno));
+  if (produced == MAP_FAILED) return;
+  int conns[4], nconn;
+  struct stream first = {0};
+  run_behind(sparse_child, 4096, &first, conns, &nconn, "a sparse thread beside a flood");
+  uint64_t broadcasts = 0, want = atomic_load(produced);
+  check_tally_from(&first, conns, nconn, 0, NULL, &broadcasts);
+  CHECK(want > 100 && broadcasts == want, "%llu of the sparse thread's %llu collectives arrived beside the flood",
+        (unsigned long long)broadcasts, (unsigned long long)want);
   free(first.buf);
   munmap((void*)produced, sizeof *produced);
 }
@@ -1510,6 +1565,7 @@ int main(int argc, char** argv) {
   test_stuck_collector();
   test_exit_tally();
   test_slow_collector();
+  test_sparse_beside_flood();
   test_nvtx();
   test_nvtx_race();
   test_drive_nvtx();
