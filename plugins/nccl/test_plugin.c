@@ -814,6 +814,13 @@ static void test_exit_tally(void) {
  * and the last ring's worth of records went uncounted. */
 static _Atomic uint64_t* produced; /* shared with the child */
 
+/* Maps produced where parent and child share it; 0 where it cannot. */
+static int map_produced(void) {
+  produced = mmap(NULL, sizeof *produced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(produced != MAP_FAILED, "mmap: %s", strerror(errno));
+  return produced != MAP_FAILED;
+}
+
 static void steady_child(void) {
   ncclProfiler_v5_t* p = load();
   void* ctx = NULL;
@@ -826,9 +833,7 @@ static void steady_child(void) {
 }
 
 static void test_slow_collector(void) {
-  produced = mmap(NULL, sizeof *produced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  CHECK(produced != MAP_FAILED, "mmap: %s", strerror(errno));
-  if (produced == MAP_FAILED) return;
+  if (!map_produced()) return;
   int conns[4], nconn;
   struct stream first = {0}; /* what is read of the first connection meanwhile, counted with the rest */
   run_behind(steady_child, 4096, &first, conns, &nconn, "exit with the collector reading slowly");
@@ -874,9 +879,7 @@ static void sparse_child(void) {
 }
 
 static void test_sparse_beside_flood(void) {
-  produced = mmap(NULL, sizeof *produced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  CHECK(produced != MAP_FAILED, "mmap: %s", strerror(errno));
-  if (produced == MAP_FAILED) return;
+  if (!map_produced()) return;
   int conns[4], nconn;
   struct stream first = {0};
   run_behind(sparse_child, 4096, &first, conns, &nconn, "a sparse thread beside a flood");
