@@ -140,7 +140,15 @@ func collective(k collKey, its []*item) Collective {
 		}
 		seen[it.rank] = true
 	}
-	slices.SortStableFunc(c.Members, func(a, b Member) int { return cmp.Compare(a.Arrive, b.Arrive) })
+	// Members arriving at the same instant go in rank order, so that
+	// which of them is the last arrival does not depend on the order the
+	// records came in.
+	slices.SortFunc(c.Members, func(a, b Member) int {
+		if c := cmp.Compare(a.Arrive, b.Arrive); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Rank, b.Rank)
+	})
 	if c.Problem == "" && len(c.Members) != c.Size {
 		var have []int
 		for _, m := range c.Members {

@@ -105,12 +105,12 @@ func newGraph(items []item) *graph {
 			continue
 		}
 		g.byRank[it.rank] = append(g.byRank[it.rank], a)
-		if g.last == nil || a.span.End > g.last.span.End {
+		if g.last == nil || byEnd(a, g.last) > 0 {
 			g.last = a
 		}
 	}
 	for _, as := range g.byRank {
-		slices.SortFunc(as, func(a, b *activity) int { return cmp.Compare(a.span.End, b.span.End) })
+		slices.SortFunc(as, byEnd)
 	}
 	g.recvs = pairP2P(g.byRank)
 	g.lastArrival = map[collKey]*activity{}
@@ -119,7 +119,9 @@ func newGraph(items []item) *graph {
 		for _, a := range as {
 			if c := a.it.coll; c != nil && a.it.kind == profiler.KindCollective {
 				k := collKey{c.group, c.gid, c.seq}
-				if prev := g.lastArrival[k]; prev == nil || a.span.Start > prev.span.Start {
+				// Arrivals at the same instant: the higher rank is the
+				// last, as in Collective.Members.
+				if prev := g.lastArrival[k]; prev == nil || a.span.Start > prev.span.Start || a.span.Start == prev.span.Start && r > prev.it.rank {
 					g.lastArrival[k] = a
 				}
 				g.members[memberKey{k, r}] = a
@@ -127,6 +129,52 @@ func newGraph(items []item) *graph {
 		}
 	}
 	return g
+}
+
+// byEnd orders activities by their end, then their start, then what else
+// their records say (tiebreak). Ranges that share a timing event end
+// together; a total order on what the records hold keeps the walks from
+// depending on the order the records came in.
+func byEnd(a, b *activity) int {
+	if a.span.End != b.span.End {
+		return cmp.Compare(a.span.End, b.span.End)
+	}
+	if a.span.Start != b.span.Start {
+		return cmp.Compare(a.span.Start, b.span.Start)
+	}
+	return tiebreak(a.it, b.it)
+}
+
+// byStart orders activities by their start, then their end, then
+// tiebreak.
+func byStart(a, b *activity) int {
+	if a.span.Start != b.span.Start {
+		return cmp.Compare(a.span.Start, b.span.Start)
+	}
+	if a.span.End != b.span.End {
+		return cmp.Compare(a.span.End, b.span.End)
+	}
+	return tiebreak(a.it, b.it)
+}
+
+// tiebreak orders items with the same span by their host interval, rank,
+// kind and labels. Items equal in all of these are alike to every walk.
+func tiebreak(a, b *item) int {
+	switch {
+	case a.host.Start != b.host.Start:
+		return cmp.Compare(a.host.Start, b.host.Start)
+	case a.host.End != b.host.End:
+		return cmp.Compare(a.host.End, b.host.End)
+	case a.rank != b.rank:
+		return cmp.Compare(a.rank, b.rank)
+	case a.kind != b.kind:
+		return cmp.Compare(a.kind, b.kind)
+	case a.mb != b.mb:
+		return cmp.Compare(a.mb, b.mb)
+	case a.chunk != b.chunk:
+		return cmp.Compare(a.chunk, b.chunk)
+	}
+	return cmp.Compare(a.phase, b.phase)
 }
 
 // before is the latest-ending activity of rank that ended by t, other
@@ -272,7 +320,6 @@ func pairP2P(byRank map[int][]*activity) map[*activity]*activity {
 		}
 	}
 	recvs := map[*activity]*activity{}
-	byStart := func(a, b *activity) int { return cmp.Compare(a.span.Start, b.span.Start) }
 	for k, ss := range s {
 		rs := r[k]
 		slices.SortFunc(ss, byStart)

@@ -2,6 +2,9 @@ package analysis
 
 import (
 	"context"
+	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,6 +76,42 @@ func TestTrainerRuns(t *testing.T) {
 			for _, rs := range profiler.StepBreakdown(recs) {
 				if busy[rs.Rank] != rs.Busy {
 					t.Errorf("rank %d: busy %v, StepBreakdown %v", rs.Rank, busy[rs.Rank], rs.Busy)
+				}
+			}
+		})
+	}
+}
+
+// TestAnalysisIgnoresRecordOrder analyses the trainer's records as they
+// came and in other orders: the figures are the same. Ranges that share a
+// timing event (a range and the last range nested in it, back-to-back
+// ranges) start or end at the same instant, and ties must not leave the
+// critical path, the last arrival of a collective or the pairing of sends
+// and receives to the order the records arrived in.
+func TestAnalysisIgnoresRecordOrder(t *testing.T) {
+	for _, l := range trainrun.Layouts() {
+		t.Run(l.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			tape, _, err := trainrun.Run(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := tape.Records()
+			want := Summarize(Analyze(recs))
+			if want.Complete == 0 {
+				t.Fatal("no complete step to compare")
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(len(recs))))
+			for try := range 4 {
+				other := slices.Clone(recs)
+				if try == 0 {
+					slices.Reverse(other)
+				} else {
+					rng.Shuffle(len(other), func(i, j int) { other[i], other[j] = other[j], other[i] })
+				}
+				if got := Summarize(Analyze(other)); !reflect.DeepEqual(got, want) {
+					t.Fatalf("order %d: analysis\n%+v\nof the records as they came:\n%+v", try, got, want)
 				}
 			}
 		})
