@@ -17,7 +17,8 @@
 #      while the budget lasts), each round in a rotating order: profile-run
 #      -profile off / on at device depth 1 / on at depth 0 / sync, and
 #      benchmarks/torch/twin.py (the same model in eager PyTorch) without and
-#      with torch.profiler;
+#      with torch.profiler (VARIANTS may add torch-cuda: torch.profiler with
+#      the CUDA activity alone);
 #      launch-bound: profile-run's default model on one rank (width 128, 16
 #      layers, 8 microbatches of 16 rows, pp 1 vpp 1);
 #      compute-bound: width 4096, 8 layers, 8 microbatches of 256 rows, pp 2
@@ -289,7 +290,11 @@ run_variant() {
 		tool=torch skip=0
 		cmd=("$PYTHON" "$root/benchmarks/torch/twin.py" --device "$TWIN_DEVICE" --width "$w" --layers "$l" --microbatches "$m" --microbatch-size "$r"
 			--steps "$steps" --warmup "$WARMUP" --dtype "$dtype")
-		if [ "$variant" = torch-off ]; then cmd+=(--profile off); else cmd+=(--profile torch); fi
+		case $variant in
+		torch-off) cmd+=(--profile off) ;;
+		torch-cuda) cmd+=(--profile cuda) ;;
+		*) cmd+=(--profile torch) ;;
+		esac
 		;;
 	esac
 	local secs

@@ -50,6 +50,7 @@ VARIANTS = [
     ("trainscope-sync", "trainscope", "profile-run -profile sync (stream synchronised around every range)"),
     ("torch-off", "torch", "twin.py --profile off"),
     ("torch-profiler", "torch", "twin.py --profile torch (torch.profiler, CPU and CUDA activities)"),
+    ("torch-cuda", "torch", "twin.py --profile cuda (torch.profiler, the CUDA activity alone: CUPTI's kernel records)"),
 ]
 BASELINE = {"trainscope": "trainscope-off", "torch": "torch-off"}
 

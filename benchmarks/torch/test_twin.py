@@ -119,7 +119,7 @@ class TrainingTest(unittest.TestCase):
 
     def test_every_dtype_and_profiler(self):
         for argv in (["--dtype", "tf32"], ["--dtype", "bf16"], ["--dtype", "bf16", "--grad", "autograd"],
-                     ["--profile", "torch", "--table-rows", "0"]):
+                     ["--profile", "torch", "--table-rows", "0"], ["--profile", "cuda", "--table-rows", "0"]):
             with self.subTest(argv=argv):
                 j, _ = self.run_twin("--steps", "3", "--warmup", "1", *argv)
                 self.assertTrue(math.isfinite(j["loss_last"]))
@@ -127,6 +127,9 @@ class TrainingTest(unittest.TestCase):
         j, _ = self.run_twin("--steps", "2", "--profile", "torch", "--table-rows", "0")
         self.assertEqual(j["activities"], ["CPU"])
         self.assertIn("profiler_post_s", j)
+        # Without a GPU there is no CUDA activity: CPU stands in for it.
+        j, _ = self.run_twin("--steps", "2", "--profile", "cuda", "--table-rows", "0")
+        self.assertEqual((j["profile"], j["activities"]), ("cuda", ["CPU"]))
 
 
 if __name__ == "__main__":

@@ -66,11 +66,13 @@ and zero_grad(set_to_none=True)): the same FLOPs, a few more kernels
 --profile torch runs the steps (warm-up included, as trainscope's profiler
 covers every step of profile-run) inside torch.profiler.profile with the CPU
 and CUDA activities, record_shapes off and no schedule; nothing is exported
-while steps run. After the last timed step it prints the profiler's table on
+while steps run. --profile cuda does the same with the CUDA activity alone:
+CUPTI's kernel, copy and memset records without the operators' host ranges,
+what a kernel tracer without host instrumentation costs. After the last timed step it prints the profiler's table on
 stderr (and writes a Chrome trace with --torch-trace).
 
 Output: a line per step on stderr, and on stdout ONE JSON line at the end:
-  {"tool": "torch", "profile": "off"|"torch", "steps": N,
+  {"tool": "torch", "profile": "off"|"torch"|"cuda", "steps": N,
    "median_step_s": ..., "mean_step_s": ..., "loss_first": ...,
    "loss_last": ..., "model_flops_per_step": ..., ...}
 over the N timed steps, which follow --warmup untimed steps; loss_first is
@@ -113,8 +115,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before them (default 3)")
     p.add_argument("--lr", type=float, default=2.0, help="SGD learning rate (default 2, as the trainer)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="GEMM precision (default float32)")
-    p.add_argument("--profile", choices=("off", "torch"), default="off",
-                   help="off, or torch: the steps inside torch.profiler.profile (CPU and CUDA activities)")
+    p.add_argument("--profile", choices=("off", "torch", "cuda"), default="off",
+                   help="off; torch: the steps inside torch.profiler.profile (CPU and CUDA activities); "
+                   "cuda: the same with the CUDA activity alone")
     p.add_argument("--grad", choices=("explicit", "autograd"), default="explicit",
                    help="explicit: the trainer's kernels one for one (default); autograd: loss.backward() and torch.optim.SGD")
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
@@ -122,7 +125,7 @@ def parse_args(argv=None):
     p.add_argument("--dataset-steps", type=int, default=4,
                    help="the data set is drawn once, this many steps' rows; step s uses rows "
                    "[s*B mod D, ...) (default 4; the step time does not depend on it)")
-    p.add_argument("--torch-trace", default="", help="with --profile torch: write a Chrome trace here after timing")
+    p.add_argument("--torch-trace", default="", help="with --profile torch or cuda: write a Chrome trace here after timing")
     p.add_argument("--table-rows", type=int, default=15, help="rows of the profiler's table printed on stderr (0: none)")
     p.add_argument("--quiet", action="store_true", help="no per-step lines on stderr")
     p.add_argument("--dry-run", action="store_true", help="print the configuration as JSON and exit (torch not imported)")
@@ -134,8 +137,8 @@ def parse_args(argv=None):
         p.error("--warmup %d: must not be negative" % args.warmup)
     if not (args.lr > 0 and math.isfinite(args.lr)):
         p.error("--lr %r: must be positive and finite" % args.lr)
-    if args.torch_trace and args.profile != "torch":
-        p.error("--torch-trace needs --profile torch")
+    if args.torch_trace and args.profile == "off":
+        p.error("--torch-trace needs --profile torch or cuda")
     return args
 
 
@@ -400,9 +403,9 @@ def main(argv=None):
     prof = None
     ctx = _NoContext()
     activities = []
-    if args.profile == "torch":
+    if args.profile != "off":
         from torch.profiler import ProfilerActivity, profile
-        acts = [ProfilerActivity.CPU]
+        acts = [ProfilerActivity.CPU] if args.profile == "torch" or not twin.cuda else []
         if twin.cuda:
             acts.append(ProfilerActivity.CUDA)
         activities = [str(a).split(".")[-1] for a in acts]
