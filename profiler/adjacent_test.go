@@ -121,6 +121,66 @@ func TestAdjacentRangesOff(t *testing.T) {
 	}
 }
 
+// A range and the ranges nested in it share the events where nothing is
+// enqueued between them: the outer range's start is its first inner
+// range's, its end its last inner range's. A range with nothing enqueued
+// in it takes the stream's latest event at both ends and lasts nothing.
+// Stats count the events recorded and those shared.
+func TestNestedRangesShareEvents(t *testing.T) {
+	const a, between, c = 20 * time.Millisecond, 15 * time.Millisecond, 10 * time.Millisecond
+	run := func(t *testing.T, adjacent bool) (map[string]profiler.Record, profiler.Stats) {
+		p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithAdjacentRanges(adjacent))
+		r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 15})
+		s := cpuStream(t, 15)
+		gate := make(chan struct{})
+		if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+			t.Fatal(err)
+		}
+		r.StartDevice("outer", s)
+		r.StartDevice("inner1", s)
+		sleepOn(t, s, a)
+		r.End()
+		sleepOn(t, s, between) // the outer range's own work
+		r.StartDevice("inner2", s)
+		sleepOn(t, s, c)
+		r.End()
+		r.End()
+		r.StartDevice("empty", s)
+		r.End()
+		close(gate)
+		return deviceRanges(t, p), p.Stats()
+	}
+
+	recs, st := run(t, true)
+	slack := 8 * time.Millisecond
+	for name, want := range map[string]time.Duration{"inner1": a, "inner2": c, "outer": a + between + c} {
+		rec := recs[name]
+		if got := rec.DeviceDuration(); got < want || got > want+slack {
+			t.Errorf("%s: device time %v, want %v (+%v)", name, got, want, slack)
+		}
+	}
+	if recs["outer"].DeviceStart != recs["inner1"].DeviceStart || recs["outer"].DeviceEnd != recs["inner2"].DeviceEnd {
+		t.Errorf("outer %v–%v, inner1 from %v, inner2 to %v: want the outer range's ends shared with its first and last inner ranges",
+			recs["outer"].DeviceStart, recs["outer"].DeviceEnd, recs["inner1"].DeviceStart, recs["inner2"].DeviceEnd)
+	}
+	if e := recs["empty"]; e.DeviceDuration() != 0 || e.DeviceStart != recs["outer"].DeviceEnd {
+		t.Errorf("empty range %v–%v, want no time at the outer range's end %v", e.DeviceStart, e.DeviceEnd, recs["outer"].DeviceEnd)
+	}
+	// Recorded: the start of outer and inner1, the end of inner1, the
+	// start of inner2, the end of inner2 and outer (and empty's both).
+	if st.Events != 4 || st.Adjacent != 4 {
+		t.Errorf("Stats: %d events recorded, %d starts and ends shared; want 4 and 4", st.Events, st.Adjacent)
+	}
+
+	recs, st = run(t, false)
+	if st.Events != 8 || st.Adjacent != 0 {
+		t.Errorf("without sharing: %d events recorded, %d shared; want 8 and 0", st.Events, st.Adjacent)
+	}
+	if outer := recs["outer"]; outer.DeviceDuration() < a+between+c {
+		t.Errorf("without sharing: outer's device time %v, want at least %v", outer.DeviceDuration(), a+between+c)
+	}
+}
+
 // Many adjacent ranges while the collector resolves and recycles events
 // concurrently: every range keeps its own device interval, in stream
 // order, with no event handed out twice (which would show as overlapping
@@ -173,6 +233,9 @@ func TestAdjacentRangesRecycle(t *testing.T) {
 	}
 	for range 15 {
 		r.StartDevice("z", s)
+		if err := cpu.Enqueue(s, func() {}); err != nil {
+			t.Fatal(err)
+		}
 		r.End()
 	}
 	close(gate)

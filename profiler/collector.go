@@ -66,6 +66,8 @@ func (p *Profiler) collectLocked() {
 			if pd.hasExtra() {
 				x = xq.at(xh)
 				xh++
+				p.eventsRecorded += uint64(x.recorded)
+				p.eventsShared += uint64(x.shared)
 			}
 			if x != nil && x.end != nil {
 				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt}

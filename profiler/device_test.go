@@ -148,10 +148,11 @@ func TestSyncEachRangeWaitsForDevice(t *testing.T) {
 
 func TestEventPoolBound(t *testing.T) {
 	// Five ranges back to back on a held stream with a pool of four
-	// events. Each range records its own start and end: two ranges hold
-	// the four events until the stream moves on. Adjacent ranges share an
-	// event (the next starts from the previous end): three ranges fit.
-	// The others are timed on the host only, and counted.
+	// events, each enqueuing work. Each range records its own start and
+	// end: two ranges hold the four events until the stream moves on.
+	// Adjacent ranges share an event (the next starts from the previous
+	// end): three ranges fit. The others are timed on the host only, and
+	// counted.
 	for _, c := range []struct {
 		adjacent          bool
 		withDevice, drops int
@@ -164,6 +165,7 @@ func TestEventPoolBound(t *testing.T) {
 			_ = cpu.Enqueue(s, func() { <-gate })
 			for range 5 {
 				r.StartDevice("x", s)
+				_ = cpu.Enqueue(s, func() {})
 				r.End()
 			}
 			close(gate)

@@ -8,7 +8,7 @@ import (
 
 // pooledEvent is a timing event of a recorder's pool and the number of
 // references to it: the records that use it as their start or end, the
-// recorder while a next range may start from it (Recorder.last), and
+// recorder while a range may start or end on it (Recorder.latest), and
 // whoever has just taken it from the pool. It goes back to the pool when
 // the last one is dropped.
 type pooledEvent struct {

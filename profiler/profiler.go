@@ -38,6 +38,9 @@ type Profiler struct {
 	batch       []Record                     // records finished in this pass, for the sinks
 	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
 	kick        chan struct{}                // a recorder running short asks for a collection
+	// Timing events the collected device ranges recorded, and their
+	// starts and ends that took the stream's latest event (Stats).
+	eventsRecorded, eventsShared uint64
 
 	storeDrops   atomic.Uint64
 	collected    atomic.Uint64 // records finished: stored, delivered to sinks, or over the bound
@@ -116,14 +119,15 @@ func WithSyncEachRange() Option { return optionFunc(func(c *config) { c.syncEach
 // Deprecated: use WithSyncEachRange.
 func WithSeedStyleSync() Option { return WithSyncEachRange() }
 
-// WithAdjacentRanges(false) gives every device range a start event of its
-// own. By default a device range that starts on the stream where the
-// previous one ended, with nothing enqueued on the stream in between
-// (runtime.Stream.Ops) and that end event not yet reached by the device,
-// starts from that end event instead of recording another: a start event
-// recorded then would complete at the same device time, one record later.
-// Back-to-back ranges then cost one event record each instead of two, on
-// the host and on the device.
+// WithAdjacentRanges(false) gives every device range events of its own.
+// By default a range's start or end takes the last event the recorder
+// recorded on the same stream when nothing has been enqueued on the stream
+// since (runtime.Stream.Ops) — and, for a start, the device has not yet
+// reached that event — instead of recording another: one recorded then
+// would mark the same point of the stream. Back-to-back ranges then cost
+// one event record each instead of two, a range and the first range nested
+// in it one start event, a range and the last range nested in it one end
+// event, on the host and on the device.
 func WithAdjacentRanges(on bool) Option { return optionFunc(func(c *config) { c.noAdjacent = !on }) }
 
 // WithDeviceDepth(n) times on the device only the device ranges opened
@@ -256,6 +260,7 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 		labels:  NoLabels,
 		pending: newRing[pending](p.cfg.buffer),
 		extras:  newRing[extra](p.cfg.buffer),
+		sharing: !p.cfg.syncEach && !p.cfg.noAdjacent,
 	}
 	r.step.Store(None)
 	if impl, err := runtime.Available(dev.Type); err == nil {
@@ -397,7 +402,11 @@ type Stats struct {
 	Dropped    uint64 // ranges lost on the recording side: a full recorder buffer or too deep nesting
 	Overflow   uint64 // records lost to the profiler's record bound (WithMaxRecords)
 	EventDrops uint64 // device ranges timed on the host only for want of pooled events
-	Adjacent   uint64 // device ranges that started from the previous range's end event (WithAdjacentRanges)
+	// Events counts the timing events the device ranges collected so far
+	// recorded on their streams, and Adjacent their starts and ends that
+	// took the stream's latest event instead (WithAdjacentRanges).
+	Events     uint64
+	Adjacent   uint64
 	Unbalanced uint64 // End calls with no open range
 	Errors     uint64 // events the backend refused to record or resolve
 }
@@ -416,11 +425,12 @@ func (p *Profiler) Stats() Stats {
 		Overflow:  p.storeDrops.Load(),
 		Collected: p.collected.Load(),
 		Errors:    p.resolveErrs.Load(),
+		Events:    p.eventsRecorded,
+		Adjacent:  p.eventsShared,
 	}
 	for _, r := range p.recorders {
 		s.Dropped += r.dropped.Load()
 		s.EventDrops += r.eventDrops.Load()
-		s.Adjacent += r.adjacentStarts.Load()
 		s.Unbalanced += r.unbalanced.Load()
 		s.Errors += r.recordErrs.Load()
 	}

@@ -41,7 +41,11 @@ type Recorder struct {
 	step     atomic.Int32   // settable from any goroutine
 	cache    []*pooledEvent // pooled events only the owner touches
 	grouped  []frame        // scratch for Grouped
-	last     lastEnd        // the latest device range's end, while a next range may start from it
+	// latest holds, per stream recently timed on, the last timing event
+	// recorded there, while a range may start or end on it (Share).
+	latest     [latestStreams]latestEvent
+	latestNext int  // the slot to reuse when every one holds a stream
+	sharing    bool // ranges may share events (not WithAdjacentRanges(false) nor WithSyncEachRange)
 
 	// Completed ranges, and the device details of those that have them,
 	// in the same order, handed to the collector through lock-free
@@ -54,12 +58,11 @@ type Recorder struct {
 	free   []*pooledEvent // timing events ready for reuse
 	events int            // events this recorder created
 
-	dropped        atomic.Uint64 // records lost to a full queue or depth
-	eventDrops     atomic.Uint64 // device ranges recorded host-only for want of events
-	adjacentStarts atomic.Uint64 // device ranges started from the previous range's end
-	unbalanced     atomic.Uint64 // End without Start
-	recordErrs     atomic.Uint64 // event records the backend refused
-	peakMemory     atomic.Int64
+	dropped    atomic.Uint64 // records lost to a full queue or depth
+	eventDrops atomic.Uint64 // device ranges recorded host-only for want of events
+	unbalanced atomic.Uint64 // End without Start
+	recordErrs atomic.Uint64 // event records the backend refused
+	peakMemory atomic.Int64
 }
 
 // pending is a completed range in compact form, one cache line, as End
@@ -99,17 +102,27 @@ type extra struct {
 	peak          int64
 	hasCollective bool
 	nested        bool // Record.DeviceNested
-	collective    Collective
+	// Of the range's start and end events, how many it recorded and how
+	// many it took from the stream's latest (Stats.Events, Stats.Adjacent;
+	// counted by the collector, off the recording path).
+	recorded, shared uint8
+	collective       Collective
 }
 
-// lastEnd is the end event of the latest device range, held by the
-// recorder (one reference) until the next device range starts.
-type lastEnd struct {
+// latestEvent is the last timing event the recorder recorded on a
+// stream, held by the recorder (one reference) while a range may start or
+// end on it instead of recording another.
+type latestEvent struct {
 	stream *runtime.Stream
 	ev     *pooledEvent
 	ops    uint64        // stream.Ops() right after ev was recorded
 	at     time.Duration // host time of the record
 }
+
+// latestStreams is how many streams a recorder keeps a latest event for:
+// a rank times ranges on its compute stream and on a communication stream
+// or two.
+const latestStreams = 4
 
 // frame is an open range.
 type frame struct {
@@ -296,6 +309,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
+	x.recorded, x.shared = 0, 0
 	x.nested = r.devTimed > 0
 	if s != nil {
 		if r.p.cfg.syncEach {
@@ -303,18 +317,11 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 				r.recordErrs.Add(1)
 			}
 		}
-		if r.last.ev != nil {
-			x.start, x.startAt = r.adjacent(s)
-		}
-		if x.start == nil {
-			if ev := r.event(s); ev != nil {
-				if err := ev.Record(s); err == nil {
-					x.start = ev
-				} else {
-					r.recordErrs.Add(1)
-					r.drop(ev)
-				}
-			}
+		x.start, x.startAt = r.share(s, true)
+		if x.start != nil {
+			x.shared++
+		} else if x.start = r.record(s); x.start != nil {
+			x.recorded++
 		}
 	}
 	if x.start != nil {
@@ -323,21 +330,79 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	f.hostStart = r.p.now()
 }
 
-// adjacent decides what becomes of the previous range's end event as a
-// range starts on s. When the new range is adjacent to it — same stream,
-// nothing enqueued since (Stream.Ops), and the device not yet at the event
-// — the event is the new range's start: one recorded now would complete at
-// the same device time. The recorder's reference passes to the new range.
-// Otherwise the reference is dropped and adjacent returns nil.
-func (r *Recorder) adjacent(s *runtime.Stream) (*pooledEvent, time.Duration) {
-	l := r.last
-	r.last = lastEnd{}
-	if l.stream == s && s.Ops() == l.ops && runtime.StatusOf(l.ev.Query()) == runtime.StatusNotReady {
-		r.adjacentStarts.Add(1)
+// record records a new timing event on s and makes it the stream's latest
+// (see share); nil when there is no event or the backend refuses it.
+func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
+	ev := r.event(s)
+	if ev == nil {
+		return nil
+	}
+	if err := ev.Record(s); err != nil {
+		r.recordErrs.Add(1)
+		r.drop(ev)
+		return nil
+	}
+	if r.sharing {
+		r.keepLatest(s, ev)
+	}
+	return ev
+}
+
+// share returns the last event recorded on s, with a reference for the
+// caller, when a range's start (start) or end can take it instead of a new
+// one: nothing has been enqueued on s since it was recorded
+// (Stream.Ops), so an event recorded now would mark the same point of the
+// stream. A start also needs the device not to have reached it yet: on a
+// stream gone idle, a start recorded now completes later, when the range's
+// work is enqueued, and the old event would count the idle time as the
+// range's. An end needs no such check: its range's work ended where the
+// stream's latest event stands. Back-to-back ranges thus share their
+// boundary, and a range and the first (or last) range nested in it their
+// start (or end). It returns nil, 0 otherwise.
+func (r *Recorder) share(s *runtime.Stream, start bool) (*pooledEvent, time.Duration) {
+	if !r.sharing {
+		return nil, 0
+	}
+	for i := range r.latest {
+		l := &r.latest[i]
+		if l.stream != s {
+			continue
+		}
+		if s.Ops() != l.ops || start && runtime.StatusOf(l.ev.Query()) != runtime.StatusNotReady {
+			// Nothing later can take it either.
+			r.drop(l.ev)
+			*l = latestEvent{}
+			return nil, 0
+		}
+		l.ev.refs.Add(1)
 		return l.ev, l.at
 	}
-	r.drop(l.ev)
 	return nil, 0
+}
+
+// keepLatest makes ev, just recorded on s, the stream's latest event, in
+// the stream's slot, else a free one, else the next in turn.
+func (r *Recorder) keepLatest(s *runtime.Stream, ev *pooledEvent) {
+	slot := -1
+	for i := range r.latest {
+		if r.latest[i].stream == s {
+			slot = i
+			break
+		}
+		if slot < 0 && r.latest[i].stream == nil {
+			slot = i
+		}
+	}
+	if slot < 0 {
+		slot = r.latestNext
+		r.latestNext = (r.latestNext + 1) % len(r.latest)
+	}
+	l := &r.latest[slot]
+	if l.ev != nil {
+		r.drop(l.ev)
+	}
+	ev.refs.Add(1)
+	*l = latestEvent{stream: s, ev: ev, ops: s.Ops(), at: r.p.now()}
 }
 
 // End closes the innermost open range. An End with no open range is
@@ -420,13 +485,11 @@ func (r *Recorder) publish(f *frame) bool {
 // device's memory mark.
 func (r *Recorder) endDevice(f *frame) {
 	x := &f.extra
-	end := r.event(x.stream)
+	end, _ := r.share(x.stream, false)
 	if end != nil {
-		if err := end.Record(x.stream); err != nil {
-			r.recordErrs.Add(1)
-			r.drop(end)
-			end = nil
-		}
+		x.shared++
+	} else if end = r.record(x.stream); end != nil {
+		x.recorded++
 	}
 	if end == nil {
 		r.drop(x.start)
@@ -434,14 +497,6 @@ func (r *Recorder) endDevice(f *frame) {
 		return
 	}
 	x.end = end
-	if !r.p.cfg.syncEach && !r.p.cfg.noAdjacent {
-		// Hold the end while the next range may start from it.
-		if r.last.ev != nil {
-			r.drop(r.last.ev)
-		}
-		end.refs.Add(1)
-		r.last = lastEnd{stream: x.stream, ev: end, ops: x.stream.Ops(), at: r.p.now()}
-	}
 	if r.p.cfg.syncEach {
 		if err := end.Synchronize(context.Background()); err != nil {
 			r.recordErrs.Add(1)

@@ -352,14 +352,17 @@ func TestSummariesCoverRecordsBeyondTheStore(t *testing.T) {
 	if !reflect.DeepEqual(got, whole) || got[0].Steps != 12 {
 		t.Errorf("step summary %+v, whole run %+v: want 12 steps per rank", got, whole)
 	}
-	// Which rank's steps the bound cuts depends on how the ranks were
-	// scheduled (one may run all its steps ahead of the others); the
-	// last records delivered are some rank's last step ranges.
+	// What the bound cuts depends on how the ranks and the collector were
+	// scheduled: one rank may run all its steps ahead of the others, and
+	// step ranges (host ranges) are delivered before device ranges whose
+	// events are still to be resolved, so the store may hold every step
+	// range but not the work inside them. Either way its breakdown is not
+	// the run's.
 	stored := 0
 	for _, r := range fromStore {
 		stored += r.Steps
 	}
-	if stored >= 12*len(whole) {
-		t.Errorf("the store's breakdown has %d steps over %d ranks: the bound did not cut the run", stored, len(whole))
+	if stored >= 12*len(whole) && reflect.DeepEqual(fromStore, whole) {
+		t.Errorf("the store's breakdown (%d steps over %d ranks) is the whole run's: the bound did not cut the run", stored, len(whole))
 	}
 }

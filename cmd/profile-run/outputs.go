@@ -638,10 +638,14 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 	} else if out.o.importing > 0 {
 		fmt.Fprintln(stdout, "device timing: as the imported profiles recorded it (torch.profiler: CUPTI's kernel, copy and memset records; the C++ framework: its events)")
-	} else if d := out.o.depth; d > 0 {
-		fmt.Fprintf(stdout, "device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)\n", d)
 	} else {
-		fmt.Fprintln(stdout, "device timing: every device range (-device-depth 0)")
+		line := "device timing: every device range (-device-depth 0)"
+		if d := out.o.depth; d > 0 {
+			line = fmt.Sprintf("device timing: device ranges up to %d deep and every collective; ranges inside them (kernels) on the host only (-device-depth 0 times them all)", d)
+		}
+		// What the timing put on the streams: each event is a command the
+		// device runs between kernels.
+		fmt.Fprintf(stdout, "%s; %d timing events recorded on the streams, %d range starts and ends shared the stream's latest\n", line, st.Events, st.Adjacent)
 	}
 	if out.o.profile == "sync" {
 		fmt.Fprintln(stdout, "synchronised: the stream was synchronised around every device range (-profile sync), so host times include the waits")
