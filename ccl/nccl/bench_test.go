@@ -96,8 +96,9 @@ var collectiveSizes = []struct {
 // reports for each call (its records' device times) beside an
 // independent timing of the same calls, raw events recorded on the
 // communication stream around the loop. Run with a fixed count, e.g.
-// -test.benchtime=20x. ranges-adjacent is how many of the calls started
-// from the previous call's end event (profiler.WithAdjacentRanges).
+// -test.benchtime=20x. ranges-adjacent is how many of the calls' starts
+// and ends took the stream's latest event instead of recording one
+// (profiler.Stats.Adjacent, profiler.WithAdjacentRanges).
 func BenchmarkCollective(b *testing.B) {
 	rt, be := gpus(b, 2)
 	const n = 2
