@@ -177,13 +177,18 @@ func tiebreak(a, b *item) int {
 	return cmp.Compare(a.phase, b.phase)
 }
 
-// before is the latest-ending activity of rank that ended by t, other
-// than self.
+// before is the latest-ending activity of rank that ended by t (within
+// criticalTolerance) and started before it, other than self. An activity
+// that started at t or later is never what came before: within the
+// tolerance, a short one (a send or receive that did not wait, under a
+// microsecond) can end just after t, and taking it made the walk loop
+// back to an activity it had passed and stop there, leaving the rest of
+// the path, and the blame for its time, out.
 func (g *graph) before(rank int, t time.Duration, self *activity) *activity {
 	as := g.byRank[rank]
 	i, _ := slices.BinarySearchFunc(as, t+criticalTolerance+1, func(a *activity, t time.Duration) int { return cmp.Compare(a.span.End, t) })
 	for i--; i >= 0; i-- {
-		if as[i] != self {
+		if as[i] != self && as[i].span.Start < t {
 			return as[i]
 		}
 	}

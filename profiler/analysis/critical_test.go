@@ -99,3 +99,41 @@ func TestCriticalPathOfNothing(t *testing.T) {
 		t.Errorf("a step without activity has a critical path: %+v", cp)
 	}
 }
+
+// A send that did not wait, started just after a receive that did not
+// either and ending within criticalTolerance of the receive's start, is
+// not what came before the receive: the walk back from the later compute
+// goes on through the receive to the compute before it. Taking the send
+// (it ends "by" the receive's start, within the tolerance) looped back to
+// an activity already passed, and the path stopped there: it missed the
+// first 10 ms, and in the straggler scores the time of the ranks behind.
+func TestCriticalPathPastShortTransfers(t *testing.T) {
+	var b build
+	for r := range 2 {
+		b.step(r, 0, r, 0, 30)
+	}
+	// Rank 0: compute, then a receive and a send of well under a
+	// microsecond each, the send starting 0.4 µs after the receive and
+	// ending 0.9 µs after it began, then compute again.
+	b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 10)
+	b.coll(0, 0, 0, "Recv", "pp", 2, 0, 1, 0, 2, 10, 10.0003)
+	b.coll(0, 0, 0, "Send", "pp", 2, 0, 1, 0, 2, 10.0004, 10.0009)
+	b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 10.001, 20)
+	// Rank 1 sent long before rank 0 received, and receives after rank 0
+	// sent: no wait either way.
+	b.coll(1, 0, 1, "Send", "pp", 2, 1, 0, 0, 3, 1, 2)
+	b.coll(1, 0, 1, "Recv", "pp", 2, 1, 0, 0, 3, 11, 12)
+	st := Analyze(b.recs)[0]
+	cp := st.Critical
+	if cp == nil {
+		t.Fatalf("no critical path: %q", st.Problems)
+	}
+	got := pathOf(cp)
+	c := float64(SegmentCompute)
+	if len(got) == 0 || got[0] != [4]float64{c, 0, 0, 10} || cp.Span.Start != 0 || cp.Span.End != d(20) {
+		t.Fatalf("path %v over %v, want it to start with rank 0's compute [0,10) and span 0–20 ms", got, cp.Span)
+	}
+	if cp.Compute < d(19.99) {
+		t.Errorf("compute on the path %v, want both computations (about 19.999 ms)", cp.Compute)
+	}
+}

@@ -291,16 +291,11 @@ func scores(st Step) []float64 {
 // waiting rank, all of it by s; and each of the pp all-reduces held up
 // by m·delay (the next-latest member is in a replica not slowed).
 //
-// s is named in most of the steps, and the run's summary must name it.
-// Not in every step: in some, the blame goes to s's pipeline neighbour,
-// or is split evenly with it, though its records show no host gap — its
-// receives from s are fused with sends of its own in one group, the
-// group's calls share one device interval, and which of them the walk
-// back from its arrival takes depends on how ties are broken
-// (docs/analysis.md, Limits). Over 16 runs of 7 steps that happened in 2
-// steps unloaded and more often under load, where two such steps in one
-// run failed this test's earlier bound of all steps but one in 3 runs of
-// 20 (2026-12-04).
+// s is named in at least all but one of the steps: the injected delay
+// dwarfs everything else in a step, so every step should name it; one
+// step may fall to a rank goroutine descheduled for a long while on the
+// loaded cores, which shows as a gap on that rank's path — its own doing.
+// The run's summary must name s.
 //
 // A third run has every action sleep fidelityDelay too, so that the
 // neighbours' own computation is as long as the slowed rank's: s must
@@ -380,8 +375,8 @@ func TestStragglerFidelityPipelined(t *testing.T) {
 				caused = append(caused, float64(r.Caused)/float64(waiting))
 				heldUp = append(heldUp, float64(r.HeldUp)/float64(tc.p))
 			}
-			if named <= len(all)/2 {
-				t.Errorf("rank %d named the straggler in %d of %d steps, want more than half", tc.straggler, named, len(all))
+			if named < len(all)-1 {
+				t.Errorf("rank %d named the straggler in %d of %d steps, want at least %d", tc.straggler, named, len(all), len(all)-1)
 			}
 			sum := Summarize(all)
 			var runScores []float64
