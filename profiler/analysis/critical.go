@@ -136,23 +136,23 @@ func newGraph(items []item) *graph {
 // together; a total order on what the records hold keeps the walks from
 // depending on the order the records came in.
 func byEnd(a, b *activity) int {
-	if a.span.End != b.span.End {
-		return cmp.Compare(a.span.End, b.span.End)
-	}
-	if a.span.Start != b.span.Start {
-		return cmp.Compare(a.span.Start, b.span.Start)
-	}
-	return tiebreak(a.it, b.it)
+	return bySpan(a.span.End, b.span.End, a.span.Start, b.span.Start, a, b)
 }
 
 // byStart orders activities by their start, then their end, then
 // tiebreak.
 func byStart(a, b *activity) int {
-	if a.span.Start != b.span.Start {
-		return cmp.Compare(a.span.Start, b.span.Start)
+	return bySpan(a.span.Start, b.span.Start, a.span.End, b.span.End, a, b)
+}
+
+// bySpan orders a and b by first (fa, fb), then second (sa, sb), then
+// tiebreak.
+func bySpan(fa, fb, sa, sb time.Duration, a, b *activity) int {
+	if fa != fb {
+		return cmp.Compare(fa, fb)
 	}
-	if a.span.End != b.span.End {
-		return cmp.Compare(a.span.End, b.span.End)
+	if sa != sb {
+		return cmp.Compare(sa, sb)
 	}
 	return tiebreak(a.it, b.it)
 }
