@@ -3,6 +3,7 @@ package profiler
 import (
 	"cmp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/trainscope/trainscope/runtime"
@@ -114,6 +115,8 @@ type StepAccountant struct {
 	free  []*openStep
 	seq   uint64
 	out   []interval
+	// scratch is busy time's working room, from step to step.
+	scratch busyScratch
 }
 
 type rankKey struct {
@@ -311,9 +314,6 @@ func (a *StepAccountant) retire(s *openStep) {
 	a.free = append(a.free, s)
 }
 
-// busy computes a step's busy time from its intervals (sorted in place):
-// per stream, compute less transfers and waits; then the union across
-// streams, clipped to [lo, hi].
 // computed reports whether work holds a compute interval.
 func computed(work []streamInterval) bool {
 	for _, w := range work {
@@ -324,17 +324,32 @@ func computed(work []streamInterval) bool {
 	return false
 }
 
+// busy computes a step's busy time from its intervals (sorted in place):
+// per stream, compute less transfers and waits; then the union across
+// streams, clipped to [lo, hi].
 func (a *StepAccountant) busy(work []streamInterval, lo, hi time.Duration) time.Duration {
-	out := busyParts(a.out[:0], work)
+	out := busyParts(a.out[:0], work, &a.scratch)
 	busy := unionLength(out, lo, hi)
 	a.out = out[:0]
 	return busy
 }
 
+// busyScratch is working room for busy time, reused from call to call.
+type busyScratch struct {
+	work           []streamInterval
+	parts          []interval
+	compute, other []interval
+}
+
+// busyPool holds BusyIntervals' working room: the pipeline analysis calls
+// it several times a step, and allocating its slices anew each time was a
+// third of the analysis's allocated bytes.
+var busyPool = sync.Pool{New: func() any { return new(busyScratch) }}
+
 // busyParts appends to out, per stream, the parts of its compute
 // intervals that no transfer or wait on the same stream covers: the
 // pieces whose union is busy time. It sorts work in place.
-func busyParts(out []interval, work []streamInterval) []interval {
+func busyParts(out []interval, work []streamInterval, sc *busyScratch) []interval {
 	slices.SortFunc(work, func(x, y streamInterval) int {
 		if c := cmp.Compare(x.stream, y.stream); c != 0 {
 			return c
@@ -346,7 +361,7 @@ func busyParts(out []interval, work []streamInterval) []interval {
 		for j < len(work) && work[j].stream == work[i].stream {
 			j++
 		}
-		out = computeLessOther(out, work[i:j])
+		out = computeLessOther(out, work[i:j], sc)
 		i = j
 	}
 	return out
@@ -383,13 +398,17 @@ func (r *Record) Work() (StreamWork, bool) {
 // clipped to a step's host interval is that step's StepTime.Busy; work
 // with ActivityNone entries is ignored. work is not modified.
 func BusyIntervals(dst []Interval, work []StreamWork) []Interval {
-	w := make([]streamInterval, 0, len(work))
+	sc := busyPool.Get().(*busyScratch)
+	defer busyPool.Put(sc)
+	w := sc.work[:0]
 	for _, x := range work {
 		if x.Activity != ActivityNone {
 			w = append(w, streamInterval{stream: x.Stream, act: x.Activity, interval: interval{x.Start, x.End}})
 		}
 	}
-	parts := busyParts(nil, w)
+	sc.work = w
+	parts := busyParts(sc.parts[:0], w, sc)
+	sc.parts = parts
 	slices.SortFunc(parts, func(a, b interval) int { return cmp.Compare(a.start, b.start) })
 	n0 := len(dst)
 	for _, x := range parts {
@@ -407,9 +426,9 @@ func BusyIntervals(dst []Interval, work []StreamWork) []Interval {
 
 // computeLessOther appends to out the parts of one stream's compute
 // intervals that no transfer or wait on that stream covers. work is
-// sorted by start.
-func computeLessOther(out []interval, work []streamInterval) []interval {
-	var compute, other []interval
+// sorted by start; sc lends the merged lists' room.
+func computeLessOther(out []interval, work []streamInterval, sc *busyScratch) []interval {
+	compute, other := sc.compute[:0], sc.other[:0]
 	for _, w := range work {
 		if w.act == ActivityCompute {
 			compute = appendMerged(compute, w.interval)
@@ -434,6 +453,7 @@ func computeLessOther(out []interval, work []streamInterval) []interval {
 			out = append(out, interval{s, c.end})
 		}
 	}
+	sc.compute, sc.other = compute[:0], other[:0]
 	return out
 }
 

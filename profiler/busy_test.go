@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -293,5 +294,59 @@ func TestBusyIntervals(t *testing.T) {
 	}
 	if !slices.Equal(work, orig) {
 		t.Errorf("BusyIntervals modified its input")
+	}
+}
+
+// BusyIntervals reuses its working room from call to call (a pool): calls
+// on other goroutines, with other work, in between or at once, change
+// nothing of what each returns.
+func TestBusyIntervalsConcurrent(t *testing.T) {
+	ms := func(a, b int) profiler.Interval {
+		return profiler.Interval{Start: time.Duration(a) * time.Millisecond, End: time.Duration(b) * time.Millisecond}
+	}
+	cases := []struct {
+		work []profiler.StreamWork
+		want []profiler.Interval
+	}{
+		{
+			// Two streams, each with compute cut by its own transfer.
+			work: []profiler.StreamWork{
+				{Stream: 1, Activity: profiler.ActivityCompute, Interval: ms(0, 10)},
+				{Stream: 1, Activity: profiler.ActivityTransfer, Interval: ms(3, 5)},
+				{Stream: 2, Activity: profiler.ActivityCompute, Interval: ms(20, 30)},
+				{Stream: 2, Activity: profiler.ActivityWait, Interval: ms(22, 28)},
+			},
+			want: []profiler.Interval{ms(0, 3), ms(5, 10), ms(20, 22), ms(28, 30)},
+		},
+		{
+			// One stream, compute only, overlapping.
+			work: []profiler.StreamWork{
+				{Stream: 7, Activity: profiler.ActivityCompute, Interval: ms(40, 50)},
+				{Stream: 7, Activity: profiler.ActivityCompute, Interval: ms(45, 60)},
+			},
+			want: []profiler.Interval{ms(40, 60)},
+		},
+		{work: nil, want: nil},
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				c := cases[(g+i)%len(cases)]
+				if got := profiler.BusyIntervals(nil, c.work); !slices.Equal(got, c.want) {
+					select {
+					case errs <- fmt.Sprintf("goroutine %d call %d: %v, want %v", g, i, got, c.want):
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
