@@ -42,7 +42,7 @@ type Recorder struct {
 	cache    []*pooledEvent // pooled events only the owner touches
 	grouped  []frame        // scratch for Grouped
 	// latest holds, per stream recently timed on, the last timing event
-	// recorded there, while a range may start or end on it (Share).
+	// recorded there, while a range may start or end on it (see share).
 	latest     [latestStreams]latestEvent
 	latestNext int  // the slot to reuse when every one holds a stream
 	sharing    bool // ranges may share events (not WithAdjacentRanges(false) nor WithSyncEachRange)
