@@ -17,7 +17,9 @@
 // track would overlap without nesting (device work of two streams, two
 // recorders of one rank, or the operations of one GroupStart/GroupEnd
 // group, which run at once), the later one goes to an extra lane of the
-// track, "host (2)", "cpu:0 compute (2)", "cpu:0 communication (2)". Events carry the record's
+// track, "host (2)", "cpu:0 compute (2)", "cpu:0 communication (2)". A
+// group's calls timed with one pair of events (ccl times a group around
+// its launch) share their interval and nest. Events carry the record's
 // labels, collective fields and bandwidths as args, and device-timed
 // records their stream ("stream", runtime.Stream.ID) and the other
 // timeline's duration ("device_us" on the host event, "host_us" on the
