@@ -792,3 +792,47 @@ func TestCallLogLine(t *testing.T) {
 		}
 	}
 }
+
+// fullWriter takes n bytes, then fails as a full disk does.
+type fullWriter struct{ n int }
+
+func (w *fullWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		k := w.n
+		w.n = 0
+		return k, syscall.ENOSPC
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// A stdout that fails (redirected to a full disk) loses the summary, not
+// the files: the report and each rank's file are written whole, and the
+// run exits 1 naming stdout.
+func TestFailingStdoutKeepsTheFiles(t *testing.T) {
+	for _, room := range []int{0, 200, 4000} {
+		out := t.TempDir()
+		var errb bytes.Buffer
+		code := run(context.Background(), append([]string{"-out", out, "-metrics-addr", "off", "-progress", "off"}, small...), &fullWriter{n: room}, &errb)
+		if code != exitFail {
+			t.Errorf("room %d: exit %d, want %d; stderr %s", room, code, exitFail, errb.String())
+		}
+		if !strings.Contains(errb.String(), "summary on stdout") || !strings.Contains(errb.String(), "no space left on device") {
+			t.Errorf("room %d: stderr does not name stdout and the error:\n%s", room, errb.String())
+		}
+		dirs, err := os.ReadDir(out)
+		if err != nil || len(dirs) != 1 {
+			t.Fatalf("room %d: run directories %v, %v; want one", room, dirs, err)
+		}
+		for _, f := range []string{"report.txt", "report.rank0", "report.rank1"} {
+			b, err := os.ReadFile(filepath.Join(out, dirs[0].Name(), f))
+			if err != nil {
+				t.Errorf("room %d: %v", room, err)
+				continue
+			}
+			if !bytes.Contains(b, []byte("Host Total(us)")) || bytes.Contains(b, []byte("INCOMPLETE")) {
+				t.Errorf("room %d: %s is not a whole report:\n%s", room, f, b)
+			}
+		}
+	}
+}

@@ -526,8 +526,8 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if len(out.o.command) > 0 || out.o.importing > 0 {
 			ideal = 0 // the schedule is not the built-in trainer's, nor known
 		}
-		paths, err := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks)
-		errs = append(errs, err)
+		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks)
+		errs = append(errs, err, screenErr)
 		if out.report != nil {
 			line := fmt.Sprintf("report: %d records → %s", collected, out.report.Name())
 			if err != nil {

@@ -343,7 +343,7 @@ type peakSource struct {
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
 // per-step tables and the per-call log of the detail records.
-func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string, src peakSource) ([]string, error) {
+func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string, src peakSource) (paths []string, fileErr, screenErr error) {
 	groups, peaks := tables.Groups(), tables.Peaks()
 	if peaks == nil {
 		peaks = map[int]int64{}
@@ -359,46 +359,53 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	}
 	times := steps.Ranks()
 	breakdown := steps.Breakdown()
-	var ws []io.Writer
-	if stdout != nil {
-		fmt.Fprintln(stdout)
-		ws = append(ws, stdout)
-	}
-	if f != nil {
-		ws = append(ws, f)
-	}
-	for _, w := range ws {
+	write := func(w io.Writer) error {
 		for _, h := range header {
 			fmt.Fprintln(w, h)
 		}
 		if err := profiler.WriteReport(w, groups, peaks, by, opts...); err != nil {
-			return nil, fmt.Errorf("report: %w", err)
+			return fmt.Errorf("report: %w", err)
 		}
 		if len(breakdown) > 0 {
 			fmt.Fprintf(w, "\n=== where the steps went (%s) ===\n", profiler.BusyDefinition)
 			if err := profiler.WriteStepBreakdown(w, breakdown, ideal); err != nil {
-				return nil, fmt.Errorf("report: %w", err)
+				return fmt.Errorf("report: %w", err)
 			}
 			fmt.Fprintf(w, "\n=== step times, all steps (nearest-rank quantiles within %.0f%%) ===\n", 100*profiler.StepQuantileAccuracy)
 			if err := profiler.WriteStepTimes(w, times); err != nil {
-				return nil, fmt.Errorf("report: %w", err)
+				return fmt.Errorf("report: %w", err)
 			}
 		}
 		switch {
 		case pipe != nil && pipe.Stepless && pipe.Collectives.Matched+pipe.Collectives.Incomplete > 0:
 			fmt.Fprintln(w, "\n=== collectives across ranks: skew, waiting, stragglers, clocks (docs/analysis.md) ===")
 			if err := analysis.WriteReport(w, *pipe); err != nil {
-				return nil, fmt.Errorf("report: %w", err)
+				return fmt.Errorf("report: %w", err)
 			}
 		case pipe != nil && pipe.Steps > 0:
 			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")
 			if err := analysis.WriteReport(w, *pipe); err != nil {
-				return nil, fmt.Errorf("report: %w", err)
+				return fmt.Errorf("report: %w", err)
 			}
+		}
+		return nil
+	}
+	// The summary on stdout and the files are independent: a stdout that
+	// fails (a full disk under a redirect, a closed pipe) loses the
+	// summary, never the files.
+	if stdout != nil {
+		if _, err := fmt.Fprintln(stdout); err != nil {
+			screenErr = fmt.Errorf("summary on stdout: %w", err)
+		} else if err := write(stdout); err != nil {
+			screenErr = fmt.Errorf("summary on stdout: %w", err)
 		}
 	}
 	if f == nil {
-		return nil, nil
+		return nil, nil, screenErr
 	}
-	return profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader, opts...)
+	if err := write(f); err != nil {
+		return nil, err, screenErr
+	}
+	paths, fileErr = profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader, opts...)
+	return paths, fileErr, screenErr
 }
