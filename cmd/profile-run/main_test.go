@@ -836,3 +836,41 @@ func TestFailingStdoutKeepsTheFiles(t *testing.T) {
 		}
 	}
 }
+
+// Two outputs on one path are a usage error before anything runs — a
+// wrapped command included — and leave nothing behind.
+func TestOutputsOnOnePathAreAUsageError(t *testing.T) {
+	dir := t.TempDir()
+	in := func(name string) string { return filepath.Join(dir, name) }
+	marker := in("ran")
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-trace", in("x.json"), "-pprof", in("x.json")}, []string{"-pprof " + in("x.json"), "-trace " + in("x.json"), "name the same file"}},
+		{[]string{"-report", in("r.txt"), "-trace", dir + "/./r.txt"}, []string{"name the same file"}},
+		{[]string{"-report", in("r.txt"), "-trace", in("r.rank0")}, []string{"-trace " + in("r.rank0"), "rank 0's report"}},
+		{[]string{"-report", in("r.txt"), "-pprof", in("r.rank12")}, []string{"rank 12's report"}},
+		{[]string{"-report", in("r.txt"), "-pprof", in("calls.rank1.gz")}, []string{"rank 1's call log", "-call-log-size 0"}},
+		{[]string{"-report", in("r.txt"), "-trace", in("r.rank0"), "--", "sh", "-c", "touch " + marker}, []string{"rank 0's report"}},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCmd(t, append([]string{"-out", dir, "-metrics-addr", "off"}, c.args...)...)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d; stderr %s", c.args, code, exitUsage, stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%q: error %q does not mention %q", c.args, stderr, w)
+			}
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Fatalf("%q left %v behind", c.args, left)
+		}
+	}
+	// Outputs that only look alike are not refused.
+	code, _, stderr := runCmd(t, append([]string{"-out", in("runs"), "-metrics-addr", "off", "-report", in("r.txt"), "-trace", in("r.rank0.json"), "-pprof", in("calls.rank1.gz"), "-call-log-size", "0"}, small...)...)
+	if code != exitOK {
+		t.Errorf("distinct outputs refused: exit %d: %s", code, stderr)
+	}
+}

@@ -233,6 +233,64 @@ func checkRankFiles(o *options, report string) error {
 	return nil
 }
 
+// checkClashes refuses, before any file is made, two outputs on one
+// path: -report, -pprof and -trace, and the files beside the report
+// (<report without extension>.rank<N>, calls.rank<N>.gz), whatever the
+// ranks turn out to be. Each file is created exclusively, so a clash
+// would otherwise surface as "the file exists", for a file profile-run
+// had just made, or — for a rank's file, written at the end — after the
+// whole run.
+func checkClashes(o *options, report, pprofPath, tracePath string) error {
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return filepath.Clean(p)
+	}
+	named := []struct{ what, path string }{{"-report", report}, {"-pprof", pprofPath}, {"-trace", tracePath}}
+	for i, a := range named {
+		if a.path == "" {
+			continue
+		}
+		for _, b := range named[i+1:] {
+			if b.path != "" && abs(a.path) == abs(b.path) {
+				return usagef("%s %s and %s %s name the same file; give each output its own path", a.what, a.path, b.what, b.path)
+			}
+		}
+	}
+	if report == "" {
+		return nil
+	}
+	rankPrefix := abs(rankReportPrefix(report)) + ".rank"
+	callPrefix := abs(callLogPrefix(report)) + ".rank"
+	for _, x := range named[1:] {
+		if x.path == "" {
+			continue
+		}
+		p := abs(x.path)
+		if n, ok := strings.CutPrefix(p, rankPrefix); ok && digits(n) {
+			return usagef("%s %s is where rank %s's report goes beside -report %s (<report without extension>.rank<N>); give each output its own path", x.what, x.path, n, report)
+		}
+		if n, ok := strings.CutPrefix(p, callPrefix); ok && o.callLogMiB > 0 && digits(strings.TrimSuffix(n, ".gz")) && strings.HasSuffix(n, ".gz") {
+			return usagef("%s %s is where rank %s's call log goes beside -report %s (calls.rank<N>.gz); give each output its own path, or -call-log-size 0", x.what, x.path, strings.TrimSuffix(n, ".gz"), report)
+		}
+	}
+	return nil
+}
+
+// digits reports whether s is a non-empty run of decimal digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 func fileExists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
@@ -268,6 +326,10 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		{&out.report, "-report", resolvePath(o.report, out.runDir, "report.txt")},
 		{&out.pprofFile, "-pprof", resolvePath(o.pprofPath, out.runDir, "profile.pb.gz")},
 		{&out.traceFile, "-trace", resolvePath(o.tracePath, out.runDir, "trace.json")},
+	}
+	if err := checkClashes(o, files[0].path, files[1].path, files[2].path); err != nil {
+		out.discard()
+		return nil, err
 	}
 	for _, f := range files {
 		if *f.dst, err = createFile(f.what, f.path); err != nil {
