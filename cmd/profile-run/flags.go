@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -180,6 +181,10 @@ Flags:
 	switch {
 	case wrapping && len(o.command) == 0:
 		return nil, usagef("nothing after --: name the command to profile (profile-run [flags] -- CMD ARGS…)")
+	case !wrapping && len(o.command) > 0 && (o.command[0] == "import" || o.command[0] == "report"):
+		return nil, usagef("%s is a subcommand and comes first, before any flag: profile-run %s %s", o.command[0], o.command[0], commandLine(append(args[:rest:rest], o.command[1:]...)))
+	case wrapping && o.command[0] == "":
+		return nil, usagef("an empty command after --: name the command to profile (profile-run [flags] -- CMD ARGS…)")
 	case !wrapping && len(o.command) > 0:
 		return nil, usagef("unexpected arguments %q: to profile a command, put it after --: profile-run [flags] -- %s", o.command, commandLine(o.command))
 	}
@@ -310,11 +315,34 @@ func checkOutputFlags(o *options) error {
 	default:
 		return usagef("-otlp-protocol: unknown protocol %q (one of: %s, %s)", o.otlpProtocol, otel.ProtocolGRPC, otel.ProtocolHTTP)
 	}
+	if o.metricsAddr != "off" {
+		if err := checkListenAddr(o.metricsAddr); err != nil {
+			return usagef("-metrics-addr %q: %v (HOST:PORT, :PORT for loopback, or off)", o.metricsAddr, err)
+		}
+	}
 	if o.metricsLinger < 0 {
 		return usagef("-metrics-linger %v: must not be negative", o.metricsLinger)
 	}
 	if o.metricsLinger > 0 && o.metricsAddr == "off" {
 		return usagef("-metrics-linger %v keeps /metrics up, but -metrics-addr is off", o.metricsLinger)
+	}
+	return nil
+}
+
+// checkListenAddr checks the form of an address to serve on: HOST:PORT
+// with a port number (or a service name the system knows). Whether it can
+// be listened on — a port in use — is found when serving, and is no
+// usage error.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if ae := (*net.AddrError)(nil); errors.As(err, &ae) {
+			return errors.New(ae.Err)
+		}
+		return err
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q is not a port number", port)
 	}
 	return nil
 }

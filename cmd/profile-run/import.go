@@ -53,7 +53,9 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
+	// Flags may come before or after the files (import a.json b.json -quiet).
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE|DIR…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals), torch.profiler's Chrome trace JSON (one file per rank), or the\ntrace.json of trainscope runs (one per host of a job) — gzipped or not —\nand writes the report, pprof profile and trace a training run writes.\nA directory stands for its *.json and *.json.gz files (torch.profiler's\ntensorboard_trace_handler output). Formats are told by content. Each\nfile is one clock; the files' clocks are aligned on the collectives they\nshare. See docs/import.md.\n\nFlags:\n")
 			fs.SetOutput(stderr)
@@ -62,11 +64,10 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 		}
 		return nil, usagef("import: %v", err)
 	}
-	o.files = fs.Args()
+	o.files = files
 	if len(o.files) == 0 {
 		return nil, usagef("import: no files to import")
 	}
-	var err error
 	if o.sortBy, err = profiler.ParseSortKey(*sortBy); err != nil {
 		return nil, usagef("-sort: %v", err)
 	}

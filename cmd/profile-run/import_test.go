@@ -373,3 +373,23 @@ func TestImportNeverReplacesInputs(t *testing.T) {
 		}
 	}
 }
+
+// Flags may follow the files, as with report RUN_DIR --html; after --
+// every argument is a file, even one named like a flag.
+func TestImportFlagsAfterFiles(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", seedDir+"calls.rank0", "-out", out, seedDir+"calls.rank1", "-quiet")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if strings.Contains(stdout, "Host Total(us)") {
+		t.Errorf("-quiet after the files was not taken: the tables are on stdout:\n%s", stdout)
+	}
+	if report := onlyRunReport(t, out); !strings.Contains(report, "=== rank 1") {
+		t.Errorf("the report in -out %s lacks rank 1, the file after -out:\n%s", out, report)
+	}
+	code, _, stderr = runCmd(t, "import", "-out", out, "--", "-quiet")
+	if code != exitFail || !strings.Contains(stderr, "-quiet") {
+		t.Errorf("a file named -quiet after --: exit %d, stderr %q; want exit %d naming the file", code, stderr, exitFail)
+	}
+}

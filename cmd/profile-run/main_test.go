@@ -72,6 +72,13 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"unknown log level", []string{"-log-level", "loud"}, []string{"-log-level", "loud"}},
 		{"unknown progress", []string{"-progress", "spinner"}, []string{"-progress", "spinner"}},
 		{"unknown dtype", []string{"-dtype", "fp16"}, []string{"-dtype", `"fp16"`, "float32", "fp32", "tf32", "bf16"}},
+		{"metrics address without a port", []string{"-metrics-addr", "9464"}, []string{`-metrics-addr "9464"`, "missing port", "HOST:PORT"}},
+		{"metrics address out of range", []string{"-metrics-addr", "127.0.0.1:99999"}, []string{`"99999" is not a port number`}},
+		{"metrics address as a URL", []string{"-metrics-addr", "http://127.0.0.1:9464/metrics"}, []string{"-metrics-addr", "HOST:PORT"}},
+		{"empty metrics address", []string{"-metrics-addr", ""}, []string{`-metrics-addr ""`, "or off"}},
+		{"flag before import", []string{"-quiet", "import", "a.json"}, []string{"import is a subcommand and comes first", "profile-run import -out ", " -quiet a.json"}},
+		{"flag before report", []string{"-quiet", "report", "dir"}, []string{"report is a subcommand and comes first"}},
+		{"empty command", []string{"--", ""}, []string{"an empty command after --"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

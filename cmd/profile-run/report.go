@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,22 +49,15 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 	fs.StringVar(&o.out, "o", "", "the page's path (default <RUN_DIR>/report.html)")
 	fs.Usage = func() {}
 	// Flags may come before or after RUN_DIR (report RUN_DIR --html).
-	var dirs []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stderr, reportUsage)
-				fs.SetOutput(stderr)
-				fs.PrintDefaults()
-				return nil, errHelp
-			}
-			return nil, usagef("report: %v", err)
+	dirs, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, reportUsage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return nil, errHelp
 		}
-		if fs.NArg() == 0 {
-			break
-		}
-		dirs = append(dirs, fs.Arg(0))
-		args = fs.Args()[1:]
+		return nil, usagef("report: %v", err)
 	}
 	switch {
 	case len(dirs) == 0:
@@ -157,8 +151,11 @@ func openRunFile(dir, name, flags, why string) (*os.File, string, error) {
 
 // printTextReport copies the run's report.txt to stdout.
 func printTextReport(ctx context.Context, o *reportOptions, stdout, _ io.Writer) error {
-	f, _, err := openRunFile(o.runDir, "report.txt", "",
-		"the run wrote no text report (was it made with -report off, or -report PATH?); profile-run report "+o.runDir+" --html draws its trace")
+	why := "the run wrote no text report (was it made with -report off, or -report PATH?); profile-run report " + o.runDir + " --html draws its trace"
+	if !fileExists(filepath.Join(o.runDir, "trace.json")) {
+		why = "the directory holds neither report.txt nor trace.json, so it is no run directory profile-run wrote (or its run wrote neither: -report and -trace off or elsewhere)"
+	}
+	f, _, err := openRunFile(o.runDir, "report.txt", "", why)
 	if err != nil {
 		return err
 	}
@@ -212,7 +209,11 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	// failure leaves no half page.
 	tmp, err := os.CreateTemp(filepath.Dir(o.out), ".report-*.html")
 	if err != nil {
-		return err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary file's name is not the user's
+		}
+		return fmt.Errorf("%s: cannot write the page in %s: %w", o.out, filepath.Dir(o.out), err)
 	}
 	defer os.Remove(tmp.Name())
 	st, err := htmlreport.Write(tmp, in)
@@ -377,4 +378,26 @@ func stepsText(recs []profiler.Record) string {
 		parts[i] = fmt.Sprint(s)
 	}
 	return "steps " + strings.Join(parts, ", ")
+}
+
+// parseInterleaved parses fs's flags wherever they stand among the
+// arguments (import a.json b.json -quiet, report RUN_DIR --html) and
+// returns the other arguments in order; after "--" every argument is one
+// of those, so a file named like a flag can still be given.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if used := len(args) - len(left); used > 0 && args[used-1] == "--" {
+			return append(rest, left...), nil
+		}
+		if len(left) == 0 {
+			return rest, nil
+		}
+		rest = append(rest, left[0])
+		args = left[1:]
+	}
 }

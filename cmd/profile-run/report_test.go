@@ -227,7 +227,8 @@ func TestReportErrors(t *testing.T) {
 		want string // regexp on stderr
 	}{
 		{"no run directory", []string{"--html"}, exitUsage, `no run directory \(profile-run report RUN_DIR \[--html\]\) \(see profile-run report -h\)`},
-		{"no text report", []string{empty}, exitFail, `empty/report\.txt: no such file: the run wrote no text report \(was it made with -report off, or -report PATH\?\); profile-run report \S+/empty --html draws its trace$`},
+		{"no text report", []string{blank}, exitFail, `blank/report\.txt: no such file: the run wrote no text report \(was it made with -report off, or -report PATH\?\); profile-run report \S+/blank --html draws its trace$`},
+		{"no report, no trace", []string{empty}, exitFail, `empty/report\.txt: no such file: the directory holds neither report\.txt nor trace\.json`},
 		{"-o without --html", []string{empty, "-o", filepath.Join(tmp, "page.html")}, exitUsage, `-o names the HTML page: add --html`},
 		{"an -out directory, text", []string{outdir}, exitFail,
 			`outdir is an output directory holding 2 run directories \(latest first: 20260101-000000-aaaaaa, 20260101-000000-ffffff\), not a run directory: name one, e\.g\. the latest: profile-run report \S+/outdir/20260101-000000-aaaaaa$`},
@@ -421,5 +422,24 @@ func writeTrace(t *testing.T, path string, recs []profiler.Record) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A page whose -o directory is missing: the error names the page, not
+// the temporary file it is written through.
+func TestReportPageInAMissingDirectory(t *testing.T) {
+	out := t.TempDir()
+	if code, _, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-quiet"}, small...)...); code != exitOK {
+		t.Fatalf("training: exit %d: %s", code, stderr)
+	}
+	runs, err := os.ReadDir(out)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("run directories %v, %v", runs, err)
+	}
+	page := filepath.Join(out, "absent", "page.html")
+	code, _, stderr := runCmd(t, "report", filepath.Join(out, runs[0].Name()), "--html", "-o", page)
+	want := page + ": cannot write the page in " + filepath.Dir(page) + ": no such file or directory\n"
+	if code != exitFail || !strings.HasSuffix(stderr, want) || strings.Contains(stderr, ".report-") {
+		t.Errorf("exit %d, stderr %q; want exit %d ending %q", code, stderr, exitFail, want)
 	}
 }

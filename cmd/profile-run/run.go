@@ -168,7 +168,7 @@ func newRunID() string {
 // its run ID, so no run overwrites another's outputs.
 func makeRunDir(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("output directory: %w", err)
+		return "", fmt.Errorf("output directory -out %s: %w", dir, err)
 	}
 	for range 10 {
 		path := filepath.Join(dir, newRunID())

@@ -243,6 +243,9 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
 		}
+		if fi, serr := os.Stat(cmd.Path); serr == nil && fi.IsDir() {
+			err = errors.New("it is a directory")
+		}
 		fmt.Fprintf(w.stderr, "profile-run: cannot run %s: %v\n", w.o.command[0], err)
 		return code, false
 	}
