@@ -104,6 +104,7 @@ func (p *Profiler) collectLocked() {
 	for _, cs := range p.calib {
 		if err := cs.maybeRecalibrate(p.cfg.recalibrate, p.now); err != nil {
 			p.resolveErrs.Add(1)
+			p.backendError(err)
 		}
 	}
 }
@@ -141,6 +142,7 @@ func (p *Profiler) resolveLocked(wait bool) {
 		}
 		if err != nil && !errors.Is(err, ErrClosed) {
 			p.resolveErrs.Add(1)
+			p.backendError(err)
 		}
 		finishBandwidth(&rec)
 		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,5 +268,43 @@ func TestUseAfterClose(t *testing.T) {
 	}
 	if err := p.Close(ctx); !errors.Is(err, profiler.ErrClosed) {
 		t.Errorf("second Close = %v, want ErrClosed", err)
+	}
+}
+
+// A backend that refuses an event record is counted in Stats.Errors, and
+// the first such error is kept to say what went wrong; the range is
+// still recorded, on the host clock.
+func TestFirstBackendErrorKept(t *testing.T) {
+	ctx := context.Background()
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if st := p.Stats(); st.Errors != 0 || st.FirstError != nil {
+		t.Fatalf("a new profiler has errors: %d, %v", st.Errors, st.FirstError)
+	}
+	cpu0 := runtime.Device{Type: runtime.CPU, Index: 0}
+	s := cpuStream(t, 0)
+	r, err := p.NewRecorder(0, cpu0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r.StartDevice("on a destroyed stream", s)
+		r.End()
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	if st.Errors < 2 || st.FirstError == nil || !strings.Contains(st.FirstError.Error(), "EventRecord") || !strings.Contains(st.FirstError.Error(), "Destroy") {
+		t.Errorf("Errors %d, FirstError %v; want at least 2 and the record refused on a destroyed stream", st.Errors, st.FirstError)
+	}
+	if recs := p.Snapshot(); len(recs) != 2 || recs[0].HasDevice {
+		t.Errorf("records %+v; want both ranges, without device times", recs)
 	}
 }

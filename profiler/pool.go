@@ -62,6 +62,7 @@ func (r *Recorder) event(s *runtime.Stream) *pooledEvent {
 			r.events--
 			r.mu.Unlock()
 			r.recordErrs.Add(1)
+			r.p.backendError(err)
 			return nil
 		}
 		ev := &pooledEvent{Event: rev}

@@ -45,6 +45,7 @@ type Profiler struct {
 	storeDrops   atomic.Uint64
 	collected    atomic.Uint64 // records finished: stored, delivered to sinks, or over the bound
 	resolveErrs  atomic.Uint64
+	firstErr     atomic.Pointer[error] // the first backend error counted in Stats.Errors
 	closeOnce    sync.Once
 	stop, closed chan struct{}
 }
@@ -409,6 +410,9 @@ type Stats struct {
 	Adjacent   uint64
 	Unbalanced uint64 // End calls with no open range
 	Errors     uint64 // events the backend refused to record or resolve
+	// FirstError is the first of those errors, to say what went wrong;
+	// nil when Errors is 0.
+	FirstError error
 }
 
 // Stats returns current counts.
@@ -428,6 +432,9 @@ func (p *Profiler) Stats() Stats {
 		Events:    p.eventsRecorded,
 		Adjacent:  p.eventsShared,
 	}
+	if e := p.firstErr.Load(); e != nil {
+		s.FirstError = *e
+	}
 	for _, r := range p.recorders {
 		s.Dropped += r.dropped.Load()
 		s.EventDrops += r.eventDrops.Load()
@@ -435,6 +442,15 @@ func (p *Profiler) Stats() Stats {
 		s.Errors += r.recordErrs.Load()
 	}
 	return s
+}
+
+// backendError keeps err when it is the first backend error, for
+// Stats.FirstError. Errors are rare: the store is off every normal path.
+func (p *Profiler) backendError(err error) {
+	if err != nil {
+		e := err
+		p.firstErr.CompareAndSwap(nil, &e)
+	}
 }
 
 // PeakMemory returns the highest device memory mark seen by rank's

@@ -315,6 +315,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 		if r.p.cfg.syncEach {
 			if err := s.Synchronize(context.Background()); err != nil {
 				r.recordErrs.Add(1)
+				r.p.backendError(err)
 			}
 		}
 		x.start, x.startAt = r.share(s, true)
@@ -339,6 +340,7 @@ func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
 	}
 	if err := ev.Record(s); err != nil {
 		r.recordErrs.Add(1)
+		r.p.backendError(err)
 		r.drop(ev)
 		return nil
 	}
@@ -500,6 +502,7 @@ func (r *Recorder) endDevice(f *frame) {
 	if r.p.cfg.syncEach {
 		if err := end.Synchronize(context.Background()); err != nil {
 			r.recordErrs.Add(1)
+			r.p.backendError(err)
 		}
 		f.hostEnd = r.p.now()
 	}

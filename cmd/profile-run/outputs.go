@@ -688,6 +688,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 	st := out.prof.Stats()
 	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
 		st.Collected, st.Dropped, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
+	if st.FirstError != nil {
+		fmt.Fprintf(stdout, "backend errors: the first was %v\n", st.FirstError)
+	}
 	if len(out.o.command) > 0 {
 		// Nothing recorded: the nccl line says why, and there is no
 		// timing to describe.
