@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -36,6 +37,8 @@ type progress struct {
 	every     time.Duration
 	live      func() liveCounts
 	stepLines bool
+	lr        float64 // the learning rate, for the divergence warning
+	diverged  bool    // a loss was NaN or infinite: warned once
 
 	container *mpb.Progress
 	bar       *mpb.Bar
@@ -74,7 +77,7 @@ func newProgress(mode string, out io.Writer, log *zap.Logger, cfg pipeline.Confi
 	now := time.Now()
 	pr := &progress{
 		mode: mode, out: out, log: log, steps: cfg.Steps, every: every, live: live, stepLines: stepLines,
-		rows:  cfg.Microbatches * cfg.MicrobatchSize * cfg.Replicas,
+		rows: cfg.Microbatches * cfg.MicrobatchSize * cfg.Replicas, lr: cfg.LearningRate,
 		start: now, lastAt: now, lastLog: now,
 	}
 	if mode == "bar" {
@@ -106,6 +109,10 @@ func (pr *progress) stepDone(sr pipeline.StepResult) {
 	if pr.stepLines {
 		fmt.Fprintf(pr.lines(), "step %d: loss %.6f, %v\n", sr.Step, sr.Loss, sr.Wall.Round(time.Microsecond))
 	}
+	if !pr.diverged && (math.IsNaN(sr.Loss) || math.IsInf(sr.Loss, 0)) {
+		pr.diverged = true
+		pr.log.Warn(fmt.Sprintf("step %d: the loss is %v: training diverged (-lr %g too high for this model?); it goes on, and the timings stay valid", sr.Step, sr.Loss, pr.lr))
+	}
 	now := time.Now()
 	c := pr.live()
 	pr.mu.Lock()
@@ -134,7 +141,7 @@ func (pr *progress) eta(elapsed time.Duration) time.Duration {
 	if pr.done == 0 {
 		return 0
 	}
-	return time.Duration(float64(elapsed) / float64(pr.done) * float64(pr.steps-pr.done))
+	return time.Duration(min(float64(elapsed)/float64(pr.done)*float64(pr.steps-pr.done), math.MaxInt64))
 }
 
 // status is the status line's text.

@@ -140,3 +140,22 @@ func TestProgressSteps(t *testing.T) {
 		t.Errorf("progressSteps = %q, want %q (60 ms over 5 steps)", got, want)
 	}
 }
+
+// A learning rate that makes the loss NaN is warned about once, naming
+// the step and the rate; training goes on to the last step.
+func TestDivergedLossWarnsOnce(t *testing.T) {
+	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-progress", "off", "-quiet"}, append(small, "-lr", "1e308", "-steps", "4")...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "step 3: loss NaN") {
+		t.Fatalf("the loss did not become NaN, or training stopped:\n%s", stdout)
+	}
+	if n := strings.Count(stderr, "the loss is NaN: training diverged (-lr 1e+308"); n != 1 {
+		t.Errorf("the divergence is warned %d times, want once:\n%s", n, stderr)
+	}
+	code, _, stderr = runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-progress", "off", "-quiet"}, small...)...)
+	if code != exitOK || strings.Contains(stderr, "diverged") {
+		t.Errorf("a run that converges: exit %d, stderr:\n%s", code, stderr)
+	}
+}
