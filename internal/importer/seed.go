@@ -111,7 +111,8 @@ type seedCall struct {
 // wrote, or several such files concatenated.
 func ParseSeed(path string, r io.Reader) (*Profile, error) {
 	p := &Profile{Path: path, Format: FormatSeed, RankKnown: true}
-	sc := bufio.NewScanner(r)
+	tail := &lastByte{r: r}
+	sc := bufio.NewScanner(tail)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	var (
 		section seedSection
@@ -122,6 +123,7 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 		table   *Table
 		calls   []seedCall
 		line    int
+		rowAt   int // the line of the last table or call log row
 	)
 	fail := func(format string, args ...any) error {
 		return &ParseError{Path: path, Line: line, Err: fmt.Errorf(format, args...)}
@@ -192,7 +194,7 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 			if warn != "" {
 				p.warnf("%s:%d: %s", path, line, warn)
 			}
-			row.Line = line
+			row.Line, rowAt = line, line
 			table.Rows = append(table.Rows, row)
 		case sectionLog:
 			if !header {
@@ -207,6 +209,7 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 				return nil, fail("%v", err)
 			}
 			c.rank, c.tag, c.order, c.line = rank, tag, len(calls), line
+			rowAt = line
 			calls = append(calls, c)
 		}
 	}
@@ -216,6 +219,12 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 			return nil, fail("line longer than 1 MiB")
 		}
 		return nil, fail("%v", err)
+	}
+	if rowAt == line && tail.n > 0 && tail.last != '\n' {
+		// The profiler ends every row with a line end: a last row
+		// without one was cut short, maybe inside a number, which
+		// would read as a smaller one.
+		return nil, fail("the file ends inside this row, with no line end after it: was the file cut short? (if it is whole, end it with a line end)")
 	}
 	flush()
 	if line == 0 {
@@ -435,4 +444,20 @@ func placeSeedCalls(p *Profile, calls []seedCall) []profiler.Record {
 		}
 	}
 	return out
+}
+
+// lastByte passes r through and remembers the last byte read from it.
+type lastByte struct {
+	r    io.Reader
+	n    int64
+	last byte
+}
+
+func (l *lastByte) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if n > 0 {
+		l.n += int64(n)
+		l.last = p[n-1]
+	}
+	return n, err
 }

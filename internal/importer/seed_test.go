@@ -235,3 +235,42 @@ func TestLoadMakesNamesUTF8(t *testing.T) {
 		t.Error("no record named matmul_b\uFFFDckward")
 	}
 }
+
+// A call log or report cut short inside its last row is an error naming
+// that row's line, wherever the cut falls — inside a number too, which
+// would otherwise read as a smaller one (Peak Mem "6" of "640") — and a
+// file cut at a line end reads as the rows before it.
+func TestSeedCutShort(t *testing.T) {
+	for _, name := range []string{"calls.rank0", "report.rank0"} {
+		good, err := os.ReadFile("testdata/seed/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := bytes.TrimRight(good, "\n")
+		lastRow := bytes.LastIndexByte(body, '\n') + 1
+		wantLine := bytes.Count(body, []byte("\n")) + 1
+		for cut := lastRow + 1; cut <= len(body); cut++ {
+			_, err := ParseSeed(name, bytes.NewReader(body[:cut]))
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Line != wantLine {
+				t.Errorf("%s cut after byte %d (%q): error %v; want one at line %d", name, cut, body[lastRow:cut], err, wantLine)
+			}
+		}
+		if _, err := ParseSeed(name, bytes.NewReader(body[:lastRow])); err != nil {
+			t.Errorf("%s cut at the line end before its last row: %v", name, err)
+		}
+	}
+	good, err := os.ReadFile("testdata/seed/calls.rank0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(good, []byte("2950        640"))
+	if at < 0 {
+		t.Fatal("testdata/seed/calls.rank0 lacks the row this test cuts")
+	}
+	cut := good[:at+len("2950        6")]
+	_, err = ParseSeed("c", bytes.NewReader(cut))
+	if err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Errorf("a row cut inside Peak Mem 640: error %v, want one saying the file was cut short", err)
+	}
+}
