@@ -298,6 +298,10 @@ func TestImportErrors(t *testing.T) {
 	truncated := write("cut.json", string(full[:2000]))
 	badLog := write("calls.txt", "=== Kernel Call Log for Rank 0 ===\n\nTag: a\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\n0 2026-02-25 13:05:07 matmul cpu x 0 0\n")
 	unknown := write("notes.txt", "hello\n")
+	empty := write("empty.json", "")
+	numbers := write("numbers.json", "[1, 2]")
+	ownLog := write("calls.rank0", "# end_us step rank depth kind name device host_us device_us peak_mb (one line per range, in the order ranges finished)\n10.5 0 0 1 host linear cpu:0 2.2 - 0.00\n")
+	ownReport := write("report.txt", "=== rank 0 · all steps ===\nName Count\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -313,6 +317,10 @@ func TestImportErrors(t *testing.T) {
 		{"bad call log row", []string{badLog}, exitFail, `calls\.txt:5: not a call log row`},
 		{"report alone", []string{seedDir + "report.rank1"}, exitFail, `report\.rank1:4: rank 1's summary report holds totals.*Kernel Call Log for Rank 1`},
 		{"unknown format", []string{unknown}, exitFail, `notes\.txt:1: not a profile`},
+		{"empty file", []string{empty}, exitFail, `empty\.json:1: empty file\n$`},
+		{"JSON of the wrong shape", []string{numbers}, exitFail, `numbers\.json: byte 1: want an object, found number\n$`},
+		{"trainscope's call log", []string{ownLog}, exitFail, `calls\.rank0:1: not a profile .*: this is a trainscope call log .*import its run's trace\.json instead`},
+		{"trainscope's report", []string{ownReport}, exitFail, `report\.txt:1: not a profile .*: this is a trainscope report`},
 		{"missing file", []string{filepath.Join(dir, "absent.json")}, exitFail, `absent\.json: no such file`},
 		{"trace steps match none", []string{"-trace-steps", "99", kinetoDir + "rank0.json"}, exitFail, `-trace-steps 99 keeps none of the steps the files hold \(step 3\)`},
 		{"trace steps match none, trace off", []string{"-trace", "off", "-trace-steps", "0-2,4", kinetoDir + "rank0.json"}, exitFail, `-trace-steps 0-2,4 keeps none of the steps the files hold \(step 3\)`},

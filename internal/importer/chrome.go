@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 )
 
@@ -36,8 +37,12 @@ func (s *chromeScanner) fail(off int64, err error) error {
 	switch {
 	case errors.As(err, &se):
 	case errors.As(err, &te):
-		off += te.Offset
-		err = fmt.Errorf("%s: want %s, found %s", strings.TrimPrefix(te.Field, "."), te.Type, te.Value)
+		if field := strings.TrimPrefix(te.Field, "."); field != "" {
+			off += te.Offset // near the field's value
+			err = fmt.Errorf("%s: want %s, found %s", field, jsonKind(te.Type), te.Value)
+		} else {
+			err = fmt.Errorf("want %s, found %s", jsonKind(te.Type), te.Value) // the value at off
+		}
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		off = s.cr.n
 		err = errors.New("unexpected end of input (truncated?)")
@@ -123,4 +128,26 @@ func (s *chromeScanner) skip(off int64) error {
 		return s.fail(off, err)
 	}
 	return nil
+}
+
+// jsonKind names the JSON a Go type is decoded from, for messages: an
+// event is an object, not an importer.kinetoEvent.
+func jsonKind(t reflect.Type) string {
+	if t == reflect.TypeFor[json.Number]() {
+		return "a number"
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return t.String()
 }

@@ -118,6 +118,24 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // ErrUnknownFormat is returned for content Detect does not recognise.
 var ErrUnknownFormat = errors.New("not a profile this command reads (want the framework profiler's report or call log, or a Chrome/Kineto trace JSON)")
 
+// unknownFormat says why head is no format Load reads: empty, or one of
+// trainscope's own text outputs, or anything else (ErrUnknownFormat).
+func unknownFormat(head []byte) error {
+	t := bytes.TrimLeft(bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")), " \t\r\n")
+	switch {
+	case len(head) == 0:
+		return errors.New("empty file")
+	case len(t) == 0:
+		return errors.New("nothing but white space")
+	case bytes.HasPrefix(t, []byte("# end_us step rank ")):
+		return fmt.Errorf("%w: this is a trainscope call log (calls.rank<N>.gz); import its run's trace.json instead", ErrUnknownFormat)
+	case bytes.HasPrefix(t, []byte("=== rank ")), bytes.HasPrefix(t, []byte("partial run: ")),
+		bytes.HasPrefix(t, []byte("per-step tables and calls cover ")), bytes.HasPrefix(t, []byte("the wrapped command's NCCL operations")):
+		return fmt.Errorf("%w: this is a trainscope report; import its run's trace.json instead (profile-run report RUN_DIR prints the report)", ErrUnknownFormat)
+	}
+	return ErrUnknownFormat
+}
+
 // Detect tells the format from the first bytes of a (decompressed) file.
 // A JSON object whose head names trainscope as its producer is
 // trainscope's own trace; any other JSON is read as Kineto's.
@@ -160,7 +178,7 @@ func Load(path string, r io.Reader) (*Profile, error) {
 	case FormatTrainscope:
 		p, err = ParseTrainscope(path, br)
 	default:
-		return nil, &ParseError{Path: path, Line: 1, Err: ErrUnknownFormat}
+		return nil, &ParseError{Path: path, Line: 1, Err: unknownFormat(head)}
 	}
 	if p != nil {
 		p.validUTF8()
