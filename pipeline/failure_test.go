@@ -5,6 +5,7 @@ import (
 	"errors"
 	goruntime "runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,4 +232,50 @@ func TestCommTimeoutWrapping(t *testing.T) {
 	if err := sharedTimeout(true, cfg, failed); errors.Is(err, ErrCommTimeout) {
 		t.Errorf("a failure taken for a timeout: %v", err)
 	}
+}
+
+// Cancelling the caller's context once every rank has enqueued the whole
+// step lets that step finish — its queued work completes — with the loss
+// of an uncancelled run; the next step is refused.
+func TestCancelAfterTheStepIsQueued(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	cfg := smallConfig(2, 2, 2, Schedule1F1B)
+	cfg.Steps = 2
+	want, err := Train(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var queued atomic.Int32
+	ranks := int32(cfg.Stages * cfg.Replicas)
+	tr, err := newTrainer(context.Background(), cfg, func(_ context.Context, _, step, round int) error {
+		if step == 1 && round == queuedRound && queued.Add(1) == ranks {
+			cancel() // every rank has enqueued all of step 1
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for step := range 2 {
+		sr, err := tr.Step(ctx)
+		if err != nil {
+			t.Fatalf("step %d: %v; want it to finish: its work was all queued when the context ended", step, err)
+		}
+		if sr.Loss != want.Losses[step] {
+			t.Errorf("step %d: loss %v, want %v as uncancelled", step, sr.Loss, want.Losses[step])
+		}
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the context was never cancelled: the hook after the last round did not run")
+	}
+	if _, err := tr.Step(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("the step after the cancellation: %v, want context.Canceled", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGoroutines(t, before)
 }

@@ -43,9 +43,13 @@ type rank struct {
 	lossScale, negLR float32
 }
 
-// faultFunc, set by tests, runs before each round of a step and fails the
-// rank with the error it returns.
+// faultFunc, set by tests, runs before each round of a step (and with
+// round queuedRound once the whole step is enqueued) and fails the rank
+// with the error it returns.
 type faultFunc func(ctx context.Context, rank, step, round int) error
+
+// queuedRound is the round faultFunc is given after the last one.
+const queuedRound = -1
 
 // chunk is one model chunk (virtual stage) of a rank, with its weights,
 // gradients and per-microbatch buffers.

@@ -22,7 +22,11 @@ import (
 // compute stream waits for received data through Work.StreamWait. The
 // host waits only at the end, for the step's communication and device
 // work, because the loss must be read.
-func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
+//
+// A cancelled ctx stops the step at its next action; once every action
+// is enqueued, only failed (another rank's failure) and the timeout end
+// the wait for them: work already queued finishes, and the step with it.
+func (r *rank) step(ctx, failed context.Context, step int) (sse float64, err error) {
 	rec := r.rec
 	rec.SetStep(step)
 	rec.SetLabels(profiler.NoLabels)
@@ -84,7 +88,12 @@ func (r *rank) step(ctx context.Context, step int) (sse float64, err error) {
 	if err := r.optimize(cctx); err != nil {
 		return 0, err
 	}
-	return r.finish(ctx)
+	if f := r.fault; f != nil {
+		if err := f(ctx, r.id, step, queuedRound); err != nil {
+			return 0, err
+		}
+	}
+	return r.finish(failed)
 }
 
 // labels sets the recorder's context for an action or a transfer.

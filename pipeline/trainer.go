@@ -56,8 +56,13 @@ type rankWorker struct {
 }
 
 type stepCmd struct {
-	ctx  context.Context
-	step int
+	// ctx ends when the caller's context does or a rank fails: the step
+	// stops at its next action. failed ends only when a rank fails: once
+	// a rank has enqueued all its actions, its wait for them is bounded
+	// by it and the timeout, not by the caller's context, so a step whose
+	// work is all queued completes.
+	ctx, failed context.Context
+	step        int
 }
 
 type rankResult struct {
@@ -242,7 +247,7 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 	setup <- err
 	if err == nil {
 		for cmd := range w.cmds {
-			sse, err := r.step(cmd.ctx, cmd.step)
+			sse, err := r.step(cmd.ctx, cmd.failed, cmd.step)
 			if err != nil {
 				err = fmt.Errorf("pipeline: rank %d (replica %d, stage %d) on %s: step %d: %w", r.id, r.replica, r.stage, r.dev, cmd.step, sharedTimeout(w.shared, r.cfg, err))
 			}
@@ -253,7 +258,10 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 }
 
 // Step runs the next training step on every rank and returns its loss and
-// wall time. The first rank to fail cancels the others and aborts the
+// wall time. A ctx that ends stops each rank at its next action; a rank
+// that had queued the whole step waits for that work (within the
+// communication timeout), so when every rank had, the step completes.
+// The first rank to fail cancels the others and aborts the
 // process groups so that no rank waits for a peer that will not come; its
 // error, which names the rank, is returned.
 func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
@@ -266,11 +274,13 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 	if err := ctx.Err(); err != nil {
 		return StepResult{}, fmt.Errorf("pipeline: step %d: %w", t.step, err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancelStep := context.WithCancel(ctx)
+	failed, cancelFailed := context.WithCancel(context.WithoutCancel(ctx))
+	cancel := func() { cancelStep(); cancelFailed() }
 	defer cancel()
 	start := time.Now()
 	for _, w := range t.ranks {
-		w.cmds <- stepCmd{ctx: sctx, step: t.step}
+		w.cmds <- stepCmd{ctx: sctx, failed: failed, step: t.step}
 	}
 	var (
 		sse   float64
