@@ -75,11 +75,13 @@ func TestAdjacentRanges(t *testing.T) {
 	r.End()
 
 	recs := deviceRanges(t, p)
-	slack := 8 * time.Millisecond
+	// Device times hold their work, and more when the stream's goroutine
+	// is kept waiting (a loaded machine): only lower bounds are sure. What
+	// sharing decides — which events are one — is checked exactly below.
 	within := func(name string, want time.Duration) {
 		rec := recs[name]
-		if got := rec.DeviceDuration(); got < want || got > want+slack {
-			t.Errorf("%s: device time %v, want %v (+%v)", name, got, want, slack)
+		if got := rec.DeviceDuration(); got < want {
+			t.Errorf("%s: device time %v, want at least %v", name, got, want)
 		}
 	}
 	within("a", a)
@@ -152,11 +154,12 @@ func TestNestedRangesShareEvents(t *testing.T) {
 	}
 
 	recs, st := run(t, true)
-	slack := 8 * time.Millisecond
+	// Lower bounds only (see TestAdjacentRanges); the sharing is checked
+	// exactly.
 	for name, want := range map[string]time.Duration{"inner1": a, "inner2": c, "outer": a + between + c} {
 		rec := recs[name]
-		if got := rec.DeviceDuration(); got < want || got > want+slack {
-			t.Errorf("%s: device time %v, want %v (+%v)", name, got, want, slack)
+		if got := rec.DeviceDuration(); got < want {
+			t.Errorf("%s: device time %v, want at least %v", name, got, want)
 		}
 	}
 	if recs["outer"].DeviceStart != recs["inner1"].DeviceStart || recs["outer"].DeviceEnd != recs["inner2"].DeviceEnd {
