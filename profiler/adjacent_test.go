@@ -297,3 +297,39 @@ func TestDeviceDepth(t *testing.T) {
 		t.Errorf("host-timed by depth counted as lost: %+v", st)
 	}
 }
+
+// A host range dropped for a full buffer, in a stack slot a device range
+// used before, returned that range's events to the pool although its
+// record still needed them: the next range recorded one of them again,
+// and the first range's device time came out wrong (negative).
+func TestDroppedHostRangeKeepsOthersEvents(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithBufferSize(1))
+	r, _ := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 21})
+	s := cpuStream(t, 21)
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	const first, second = 20 * time.Millisecond, 50 * time.Millisecond
+	r.StartDevice("first", s)
+	sleepOn(t, s, first)
+	r.End() // the buffer of one range is full now
+	r.Start("host")
+	r.End()      // dropped
+	p.Snapshot() // takes "first", which waits for its events
+	r.StartDevice("second", s)
+	sleepOn(t, s, second)
+	r.End()
+	close(gate)
+	recs := deviceRanges(t, p)
+	a, b := recs["first"], recs["second"]
+	if got := a.DeviceDuration(); got < first || a.DeviceEnd > b.DeviceStart {
+		t.Errorf("first: device time %v (%v–%v), want at least %v, ending before second starts (%v)", got, a.DeviceStart, a.DeviceEnd, first, b.DeviceStart)
+	}
+	if got := b.DeviceDuration(); got < second {
+		t.Errorf("second: device time %v, want at least %v", got, second)
+	}
+	if st := p.Stats(); st.Dropped != 1 {
+		t.Errorf("Stats.Dropped = %d, want 1 (host)", st.Dropped)
+	}
+}

@@ -450,8 +450,12 @@ func (r *Recorder) end(flags uint8) {
 	}
 	if !r.publish(f) {
 		r.dropped.Add(1)
-		r.drop(f.extra.start)
-		r.drop(f.extra.end)
+		if f.hasExtra() {
+			// A host range's slot still holds the events of the device
+			// range that last used it, now a published record's.
+			r.drop(f.extra.start)
+			r.drop(f.extra.end)
+		}
 	}
 }
 
