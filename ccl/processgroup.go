@@ -202,7 +202,11 @@ func (pg *ProcessGroup) GroupEnd() error {
 	}
 	err := launchTimed(flush, pg.impl.GroupEnd)
 	for _, w := range flush {
-		w.record()
+		if err != nil {
+			w.fail(err) // never launched: nothing would complete it
+		} else {
+			w.record()
+		}
 	}
 	return err
 }
@@ -211,7 +215,17 @@ func (pg *ProcessGroup) GroupEnd() error {
 // of its calls: every recorder that issued calls in the group times them
 // around the launch (Recorder.Grouped), since that is when the group's
 // kernels are enqueued.
-func launchTimed(works []*Work, launch func() error) error {
+func launchTimed(works []*Work, groupEnd func() error) error {
+	// The backend launches on the streams' handles (NCCL), which the
+	// runtime does not see: mark them, inside the ranges, so that their
+	// ends are new events after the launch and not their starts again.
+	launch := func() error {
+		err := groupEnd()
+		for _, w := range works {
+			w.r.stream.MarkEnqueued()
+		}
+		return err
+	}
 	var order []*profiler.Recorder
 	calls := map[*profiler.Recorder][]profiler.GroupedCollective{}
 	for _, w := range works {

@@ -2,10 +2,13 @@ package ccl_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cpu"
@@ -194,5 +197,134 @@ func TestGroupedCallsAreTimedAtLaunch(t *testing.T) {
 		if rec.Rank == 1 && rec.DeviceDuration() < delay*2/3 {
 			t.Errorf("grouped Recv device time %v: the wait for the delayed Send (%v) is missing", rec.DeviceDuration(), delay)
 		}
+	}
+}
+
+// launchingImpl launches a group's kernels as NCCL does: at GroupEnd,
+// straight onto the stream's handle, which the runtime does not see
+// (Stream.Ops does not move). Here the kernel is a sleep of kernel; the
+// operations themselves run when issued (the local backend, ungrouped).
+type launchingImpl struct {
+	ccl.Impl
+	mu     sync.Mutex
+	stream any // the handle GroupEnd launches on
+	kernel time.Duration
+}
+
+func (l *launchingImpl) GroupStart() error { return nil }
+
+func (l *launchingImpl) GroupEnd() error {
+	l.mu.Lock()
+	h := l.stream
+	l.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	return cpu.EnqueueHandle(h, func() { time.Sleep(l.kernel) })
+}
+
+// A group's operations are timed around its launch: a backend that puts
+// their kernels on the stream's handle at GroupEnd (NCCL) gives them
+// their device time, not the zero of a range whose end took its start
+// event for want of anything enqueued.
+func TestGroupedRangesTimeTheLaunch(t *testing.T) {
+	noLeaks(t)
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	const kernel = 30 * time.Millisecond
+	impl := &launchingImpl{Impl: local.New(local.WithTimeout(5 * time.Second)), kernel: kernel}
+	f := ccl.NewProcessGroupFactory(impl, cpuRuntime(t))
+	t.Cleanup(func() {
+		if err := f.Destroy(); err != nil {
+			t.Errorf("factory Destroy: %v", err)
+		}
+	})
+	devs := cpuDevs(0, 1)
+	pg, err := f.GetOrCreate("grouped", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	impl.mu.Lock()
+	impl.stream = pg.Stream(devs[0]).Handle()
+	impl.mu.Unlock()
+	rec, err := p.NewRecorder(0, devs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := profiler.NewContext(context.Background(), rec)
+	buf := floats(t, devs[0], values(0, 4))
+	var w *ccl.Work
+	if err := pg.Group(func() error {
+		var err error
+		w, err = pg.AllReduce(ctx, pg.Stream(devs[0]), buf, runtime.Float32, ccl.Sum)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, r := range p.Snapshot() {
+		if r.Name != "AllReduce" {
+			continue
+		}
+		found = true
+		if !r.HasDevice || r.DeviceDuration() < kernel {
+			t.Errorf("grouped AllReduce: device time %v (timed %v), want at least the %v its launch put on the stream", r.DeviceDuration(), r.HasDevice, kernel)
+		}
+	}
+	if !found {
+		t.Fatal("no AllReduce record")
+	}
+}
+
+// failingLaunchImpl's GroupEnd fails without launching anything; the
+// operations themselves run when issued (the local backend, ungrouped).
+type failingLaunchImpl struct{ ccl.Impl }
+
+var errLaunch = errors.New("injected launch failure")
+
+func (failingLaunchImpl) GroupStart() error { return nil }
+func (failingLaunchImpl) GroupEnd() error   { return errLaunch }
+
+// The Works of a group whose launch failed fail too: Wait and StreamWait
+// return the launch's error rather than success.
+func TestGroupLaunchFailureFailsItsWorks(t *testing.T) {
+	noLeaks(t)
+	f := ccl.NewProcessGroupFactory(failingLaunchImpl{local.New(local.WithTimeout(5 * time.Second))}, cpuRuntime(t))
+	t.Cleanup(func() { _ = f.Destroy() })
+	devs := cpuDevs(0, 1)
+	pg, err := f.GetOrCreate("failing", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pg.Stream(devs[0])
+	buf := floats(t, devs[0], values(0, 4))
+	var w *ccl.Work
+	err = pg.Group(func() error {
+		var err error
+		w, err = pg.AllReduce(context.Background(), s, buf, runtime.Float32, ccl.Sum)
+		return err
+	})
+	if !errors.Is(err, errLaunch) {
+		t.Fatalf("Group = %v, want the launch failure", err)
+	}
+	if err := w.Wait(time.Second); !errors.Is(err, errLaunch) {
+		t.Errorf("Wait = %v, want the launch failure", err)
+	}
+	if !w.Done() {
+		t.Error("Done = false for a Work whose launch failed")
+	}
+	if err := w.StreamWait(s); !errors.Is(err, errLaunch) {
+		t.Errorf("StreamWait = %v, want the launch failure", err)
 	}
 }

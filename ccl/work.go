@@ -48,6 +48,13 @@ func (w *Work) record() {
 	close(w.recorded)
 }
 
+// fail marks the operation failed without a completion point: its
+// group's launch failed, so nothing on the stream completes it.
+func (w *Work) fail(launch error) {
+	w.recordErr = fmt.Errorf("ccl: %s: group %q rank %d: the group's launch failed: %w", w.op, w.pg.name, w.r.rank, launch)
+	close(w.recorded)
+}
+
 // poll looks once: finished reports completion or failure, err the
 // failure.
 func (w *Work) poll() (finished bool, err error) {
