@@ -55,10 +55,13 @@ func (p *Profiler) loop() {
 // collectLocked gathers every recorder's completed ranges and resolves the
 // device times that are ready, without waiting for any device.
 func (p *Profiler) collectLocked() {
-	tags := *p.tags.Load()
 	for _, r := range p.recorders {
 		q, xq := r.pending, r.extras
 		h, t := q.head.Load(), q.tail.Load()
+		// The tag table after the tail: a range published by then was
+		// tagged from this table or an older one (SetTag stores the
+		// table before the index), never a newer one.
+		tags := *p.tags.Load()
 		xh := xq.head.Load()
 		for i := h; i < t; i++ {
 			pd := q.at(i)

@@ -2,6 +2,7 @@ package profiler_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -335,5 +336,75 @@ func TestNilArgumentsDoNotPanic(t *testing.T) {
 	}
 	if err := np.Close(context.Background()); err != nil {
 		t.Errorf("nil Profiler: Close = %v", err)
+	}
+}
+
+// tagSink records each record's name and tag.
+type tagSink struct {
+	mu   sync.Mutex
+	tags map[string]string
+}
+
+func (s *tagSink) Consume(batch []profiler.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range batch {
+		s.tags[r.Name] = r.Tag
+	}
+}
+
+// A tag set while a collection runs reaches the ranges recorded under it:
+// the collector read the tag table before the recorders' queues, and a
+// range tagged with a newer entry came out untagged.
+func TestTagSetDuringCollection(t *testing.T) {
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithMaxRecords(0)) // the sink takes every record
+	sink := &tagSink{tags: map[string]string{}}
+	if err := p.AddSink(sink); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := p.NewRecorder(0, hostDevice)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // collections, as fast as they come
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p.Snapshot()
+			}
+		}
+	}()
+	const n = 5000
+	for i := range n {
+		name := strconv.Itoa(i)
+		p.SetTag("tag " + name)
+		r.Start(name)
+		r.End()
+		if i%256 == 255 {
+			p.Snapshot() // keep the buffer from filling
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	dropped := p.Stats().Dropped
+	wrong := 0
+	for i := range n {
+		name := strconv.Itoa(i)
+		if tag, ok := sink.tags[name]; ok && tag != "tag "+name {
+			if wrong++; wrong <= 3 {
+				t.Errorf("range %s: tag %q, want %q", name, tag, "tag "+name)
+			}
+		}
+	}
+	if wrong > 0 || uint64(len(sink.tags))+dropped != n {
+		t.Errorf("%d of %d ranges mistagged; %d delivered, %d dropped", wrong, n, len(sink.tags), dropped)
 	}
 }
