@@ -3,6 +3,8 @@ package profiler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -226,16 +228,46 @@ func (p *Profiler) deliverLocked() {
 	if p.cfg.concurrent && len(p.sinks) > 1 {
 		batch := p.batch
 		var wg sync.WaitGroup
-		for _, s := range p.sinks[1:] {
-			wg.Go(func() { s.Consume(batch) })
+		ok := make([]bool, len(p.sinks))
+		for i, s := range p.sinks[1:] {
+			wg.Go(func() { ok[i+1] = p.consume(s, batch) })
 		}
-		p.sinks[0].Consume(batch)
+		ok[0] = p.consume(p.sinks[0], batch)
 		wg.Wait()
+		kept := p.sinks[:0]
+		for i, s := range p.sinks {
+			if ok[i] {
+				kept = append(kept, s)
+			}
+		}
+		clear(p.sinks[len(kept):])
+		p.sinks = kept
 	} else {
-		for _, s := range p.sinks {
-			s.Consume(p.batch)
+		for i := 0; i < len(p.sinks); {
+			if p.consume(p.sinks[i], p.batch) {
+				i++
+				continue
+			}
+			p.sinks = slices.Delete(p.sinks, i, i+1)
 		}
 	}
 	clear(p.batch)
 	p.batch = p.batch[:0]
+}
+
+// consume hands batch to s. A sink that panics is a broken exporter, not
+// a reason to end the training run or to deliver the batch again: the
+// panic is kept (Stats.SinkFailures, SinkError) and consume reports false,
+// and the caller drops the sink.
+func (p *Profiler) consume(s Sink, batch []Record) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.sinkFailures.Add(1)
+			err := fmt.Errorf("profiler: sink %T panicked in Consume and was removed: %v", s, v)
+			p.sinkErr.CompareAndSwap(nil, &err)
+			ok = false
+		}
+	}()
+	s.Consume(batch)
+	return true
 }

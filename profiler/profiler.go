@@ -46,6 +46,8 @@ type Profiler struct {
 	collected    atomic.Uint64 // records finished: stored, delivered to sinks, or over the bound
 	resolveErrs  atomic.Uint64
 	firstErr     atomic.Pointer[error] // the first backend error counted in Stats.Errors
+	sinkFailures atomic.Uint64
+	sinkErr      atomic.Pointer[error] // the first sink's panic
 	closeOnce    sync.Once
 	stop, closed chan struct{}
 }
@@ -413,6 +415,11 @@ type Stats struct {
 	// FirstError is the first of those errors, to say what went wrong;
 	// nil when Errors is 0.
 	FirstError error
+	// SinkFailures counts sinks removed because Consume panicked; they
+	// get nothing more, the other sinks everything. SinkError is the
+	// first such panic.
+	SinkFailures uint64
+	SinkError    error
 }
 
 // Stats returns current counts.
@@ -435,6 +442,10 @@ func (p *Profiler) Stats() Stats {
 	if e := p.firstErr.Load(); e != nil {
 		s.FirstError = *e
 	}
+	s.SinkFailures = p.sinkFailures.Load()
+	if e := p.sinkErr.Load(); e != nil {
+		s.SinkError = *e
+	}
 	for _, r := range p.recorders {
 		s.Dropped += r.dropped.Load()
 		s.EventDrops += r.eventDrops.Load()
@@ -442,6 +453,21 @@ func (p *Profiler) Stats() Stats {
 		s.Errors += r.recordErrs.Load()
 	}
 	return s
+}
+
+// lockBy takes p.mu unless ctx ends first: a sink stuck in Consume holds
+// it. It polls, backing off to 5 ms; only Close waits this way.
+func (p *Profiler) lockBy(ctx context.Context) bool {
+	for pause := 50 * time.Microsecond; !p.mu.TryLock(); pause = min(2*pause, 5*time.Millisecond) {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // backendError keeps err when it is the first backend error, for
@@ -478,7 +504,9 @@ var ErrClosed = errors.New("profiler: already closed")
 // completed, shuts the sinks down (SinkShutdowner, in the order they were
 // added) and releases the calibration state; records kept remain readable
 // through Snapshot. Everything waits at most until ctx ends: the
-// collector's last pass, and each sink's Shutdown. Call Flush first to
+// collector's last pass, and each sink's Shutdown (a sink that never
+// returns from Consume leaves the last pass and the sinks' Shutdown out,
+// and Close returns when ctx ends, saying so). Call Flush first to
 // include device ranges whose events are still outstanding.
 //
 // After Close, recorders still accept Start and End, which cost what they
@@ -508,7 +536,13 @@ func (p *Profiler) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
 		}
 	}
-	p.mu.Lock()
+	if !p.lockBy(ctx) {
+		// The collector is stuck in a sink's Consume, holding the lock:
+		// what it has not delivered stays undelivered, and the sinks are
+		// not shut down (one of them would not return).
+		errs = append(errs, fmt.Errorf("profiler: close: a sink has not returned from Consume: the last records and the sinks' shutdown are left out: %w", ctx.Err()))
+		return errors.Join(errs...)
+	}
 	p.collectLocked()
 	for _, c := range p.calib {
 		c.close()

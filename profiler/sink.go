@@ -15,7 +15,9 @@ import (
 // sink at once, each on a goroutine of its own, and all have consumed it
 // before the next. Consume must return quickly, must not call back into the
 // Profiler, and must copy what it keeps, since the batch is reused.
-// Exporters implement it.
+// Exporters implement it. A sink whose Consume panics is removed (it gets
+// nothing more, nor a Shutdown) and counted in Stats.SinkFailures; the
+// other sinks and the run go on.
 //
 // A sink that holds resources (a connection, a queue, a server) also
 // implements SinkShutdowner; Profiler.Close calls it once after the last

@@ -691,6 +691,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 	if st.FirstError != nil {
 		fmt.Fprintf(stdout, "backend errors: the first was %v\n", st.FirstError)
 	}
+	if st.SinkFailures > 0 {
+		fmt.Fprintf(stdout, "outputs failed: %d removed after a panic, their files or series incomplete; the first: %v\n", st.SinkFailures, st.SinkError)
+	}
 	if len(out.o.command) > 0 {
 		// Nothing recorded: the nccl line says why, and there is no
 		// timing to describe.
