@@ -173,6 +173,9 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	if s.Device().Type != pg.backend {
 		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q is on %s devices, the stream is on %s", pg.name, pg.backend, s.Device())
 	}
+	if pg.destroyed.Load() { // at once, not after Destroy's wait for the rank (checked again below)
+		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q used after Destroy", pg.name)
+	}
 	done, err := runtime.NewEventWith(pg.rt, r.dev, runtime.EventDisableTiming)
 	if err != nil {
 		return nil, err

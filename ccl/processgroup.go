@@ -62,8 +62,15 @@ type localRank struct {
 	comm   Comm
 	stream *runtime.Stream
 
-	mu       sync.Mutex // makes issue order and Seq agree
-	seq      uint64
+	mu  sync.Mutex // makes issue order and Seq agree
+	seq uint64
+
+	// commMu guards the communicator's life against asyncError's query:
+	// Destroy holds it only to take finalErr and destroy the
+	// communicator, not while it waits for the rank's work (mu), so a
+	// Work's Wait, Done and Err keep their own deadlines meanwhile.
+	commMu   sync.RWMutex
+	final    bool  // the communicator is gone: finalErr is its last word
 	finalErr error // the comm's async error when the group was destroyed
 }
 
@@ -295,7 +302,8 @@ func (pg *ProcessGroup) Destroy() error {
 			ctx, cancel := context.WithTimeout(context.Background(), DestroyTimeout)
 			err := r.stream.Synchronize(ctx)
 			cancel()
-			r.finalErr = pg.impl.GetAsyncError(r.comm)
+			r.commMu.Lock()
+			r.finalErr, r.final = pg.impl.GetAsyncError(r.comm), true
 			if err != nil {
 				// Work still pending past the deadline (a peer that never
 				// came, say): abort rather than wait on it for ever.
@@ -304,6 +312,7 @@ func (pg *ProcessGroup) Destroy() error {
 			} else {
 				errs = append(errs, pg.impl.CommDestroy(r.comm))
 			}
+			r.commMu.Unlock()
 			errs = append(errs, r.stream.Destroy())
 			r.mu.Unlock()
 		}
@@ -318,14 +327,12 @@ func (pg *ProcessGroup) Destroy() error {
 // asyncError returns rank r's communicator failure, or nil while it is
 // healthy or still being set up.
 func (pg *ProcessGroup) asyncError(r *localRank) error {
-	var err error
-	if pg.destroyed.Load() {
-		r.mu.Lock()
-		err = r.finalErr
-		r.mu.Unlock()
-	} else {
+	r.commMu.RLock()
+	err := r.finalErr
+	if !r.final {
 		err = pg.impl.GetAsyncError(r.comm)
 	}
+	r.commMu.RUnlock()
 	// InProgress means "still being set up", not a failure; Timeout,
 	// though non-negative, is one.
 	if st := StatusOf(err); err == nil || st == StatusSuccess || st == StatusInProgress {

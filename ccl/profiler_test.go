@@ -328,3 +328,37 @@ func TestGroupLaunchFailureFailsItsWorks(t *testing.T) {
 		t.Errorf("StreamWait = %v, want the launch failure", err)
 	}
 }
+
+// While Destroy waits for a rank's pending work (a peer that never
+// arrives, up to the backend's timeout), that work's Wait keeps its own
+// deadline and Done answers at once: they used to wait on the lock
+// Destroy held for its whole wait.
+func TestWaitDuringDestroy(t *testing.T) {
+	noLeaks(t)
+	const backendTimeout = 4 * time.Second
+	f, _ := newFactory(t, backendTimeout)
+	devs := cpuDevs(0, 2)
+	pg, err := f.GetOrCreate("abandoned", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := floats(t, devs[0], values(0, 4))
+	w, err := pg.AllReduce(context.Background(), pg.Stream(devs[0]), buf, runtime.Float32, ccl.Sum) // rank 1 never comes
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyed := make(chan struct{})
+	go func() {
+		_ = pg.Destroy() // waits for rank 0's stream until the backend gives up
+		close(destroyed)
+	}()
+	time.Sleep(200 * time.Millisecond) // Destroy is in its wait now
+	_ = w.Wait(100 * time.Millisecond)
+	_ = w.Done()
+	select {
+	case <-destroyed:
+		t.Errorf("Wait(100ms) and Done returned only after Destroy's wait of up to %v ended", backendTimeout)
+	default:
+	}
+	<-destroyed
+}
