@@ -22,6 +22,8 @@ type ProcessGroupFactory struct {
 
 	mu     sync.Mutex
 	groups map[string]*groupEntry
+
+	open *groupTable // the backend's GroupStart regions, shared by the groups
 }
 
 // groupEntry is a group being created or created. ready is closed when
@@ -56,7 +58,32 @@ func (s groupSpec) equal(o groupSpec) bool {
 // type; the groups' creation checks it. With either nil, every call of
 // the factory returns an error saying so.
 func NewProcessGroupFactory(c Impl, rt runtime.Impl) *ProcessGroupFactory {
-	return &ProcessGroupFactory{impl: c, rt: rt, groups: make(map[string]*groupEntry)}
+	return &ProcessGroupFactory{impl: c, rt: rt, groups: make(map[string]*groupEntry), open: newGroupTable()}
+}
+
+// GroupStart opens a group of operations on the backend for the calling
+// goroutine, as ProcessGroup.GroupStart does: the operations of any of
+// the factory's process groups issued inside it are launched together by
+// the outermost GroupEnd.
+func (f *ProcessGroupFactory) GroupStart() error {
+	if f == nil || f.impl == nil {
+		return Errorf("GroupStart", StatusInvalidArgument, "factory without a backend")
+	}
+	return f.open.start(f.impl)
+}
+
+// GroupEnd closes the calling goroutine's innermost group (see GroupStart).
+func (f *ProcessGroupFactory) GroupEnd() error {
+	if f == nil || f.impl == nil {
+		return Errorf("GroupEnd", StatusInvalidArgument, "factory without a backend")
+	}
+	return f.open.end(f.impl, "factory")
+}
+
+// Group runs fn between GroupStart and GroupEnd; GroupEnd is called even
+// when fn fails, and the errors are joined.
+func (f *ProcessGroupFactory) Group(fn func() error) error {
+	return group(f, fn)
 }
 
 // Backend returns the device type the factory's groups use (the zero
@@ -116,7 +143,7 @@ func (f *ProcessGroupFactory) GetOrCreate(name string, devices []runtime.Device)
 			f.destroyComms(comms)
 			return nil, Errorf(op, StatusInternal, "group %q: CommInitAll returned %d communicators for %d devices", name, len(comms), len(spec.devices))
 		}
-		pg, err := newProcessGroup(name, f.impl, f.rt, len(comms), comms)
+		pg, err := newProcessGroup(name, f.impl, f.rt, len(comms), comms, f.open)
 		if err != nil {
 			f.destroyComms(comms)
 		}
@@ -179,7 +206,7 @@ func (f *ProcessGroupFactory) GetOrCreateRank(ctx context.Context, name string, 
 		if err != nil {
 			return nil, err
 		}
-		pg, err := newProcessGroup(name, f.impl, f.rt, nranks, []Comm{comm})
+		pg, err := newProcessGroup(name, f.impl, f.rt, nranks, []Comm{comm}, f.open)
 		if err != nil {
 			f.destroyComms([]Comm{comm})
 		}

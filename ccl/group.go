@@ -8,6 +8,12 @@ import (
 // Group runs fn between impl.GroupStart and impl.GroupEnd. GroupEnd is
 // called whenever GroupStart succeeded, even when fn fails or panics; the
 // errors of fn and GroupEnd are joined.
+//
+// Group, like GroupGuard, is for calls made on the backend itself. A
+// ProcessGroup does not see a group opened here: the Works of its
+// operations issued inside would report completion before the group's
+// GroupEnd launched them. Group those with ProcessGroup.Group or
+// ProcessGroupFactory.Group.
 func Group(impl Impl, fn func() error) error {
 	if impl == nil {
 		return Errorf("Group", StatusInvalidArgument, "nil backend")
@@ -34,7 +40,8 @@ func group(impl grouper, fn func() error) (err error) {
 	return fn()
 }
 
-// GroupGuard holds a GroupStart/GroupEnd region open until End:
+// GroupGuard holds a GroupStart/GroupEnd region open until End (on the
+// backend itself: see Group for ProcessGroup operations):
 //
 //	g, err := ccl.NewGroupGuard(impl)
 //	if err != nil { return err }

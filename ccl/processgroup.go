@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,16 +39,28 @@ type ProcessGroup struct {
 	ranks   []*localRank // in rank order
 	release func()       // forgets the group in its factory
 
-	// Open GroupStart regions, per goroutine as the backends scope them
-	// (NCCL per thread), with the Works each holds back until its GroupEnd.
-	mu         sync.Mutex
-	groups     map[uint64]*openGroup
-	openGroups atomic.Int64 // len(groups), read without the lock
+	// Open GroupStart regions, shared with the other groups of the
+	// factory: one backend's group, whichever of them opened it.
+	gt *groupTable
 
 	destroyed   atomic.Bool
 	destroyOnce sync.Once
 	destroyErr  error
 }
+
+// groupTable is a backend's open GroupStart regions, per goroutine as the
+// backends scope them (NCCL per thread), with the Works each holds back
+// until its GroupEnd. A factory's process groups share one: an operation
+// of one group issued inside another's GroupStart region (or the
+// factory's) is held back and launched by that region's GroupEnd, as the
+// backend does.
+type groupTable struct {
+	mu   sync.Mutex
+	open map[uint64]*openGroup
+	n    atomic.Int64 // len(open), read without the lock
+}
+
+func newGroupTable() *groupTable { return &groupTable{open: make(map[uint64]*openGroup)} }
 
 // openGroup is one goroutine's open group.
 type openGroup struct {
@@ -77,8 +90,8 @@ type localRank struct {
 // newProcessGroup wraps created communicators and makes a communication
 // stream per local device. On error the streams are gone and the caller
 // still owns comms.
-func newProcessGroup(name string, impl Impl, rt runtime.Impl, size int, comms []Comm) (*ProcessGroup, error) {
-	pg := &ProcessGroup{name: name, backend: impl.Type(), impl: impl, rt: rt, size: size, groups: make(map[uint64]*openGroup)}
+func newProcessGroup(name string, impl Impl, rt runtime.Impl, size int, comms []Comm, gt *groupTable) (*ProcessGroup, error) {
+	pg := &ProcessGroup{name: name, backend: impl.Type(), impl: impl, rt: rt, size: size, gt: gt}
 	for _, c := range comms {
 		if c == nil {
 			pg.destroyStreams()
@@ -162,52 +175,57 @@ func (pg *ProcessGroup) Stream(dev runtime.Device) *runtime.Stream {
 
 // GroupStart opens a group of operations on the backend (see Impl) for
 // the calling goroutine, as NCCL opens one for the calling thread. The
-// Works of operations the goroutine issues inside its group complete only
-// after its outermost GroupEnd; waiting on one before then times out.
-func (pg *ProcessGroup) GroupStart() error {
+// Works of operations the goroutine issues inside its group — on this
+// process group or another of its factory — complete only after its
+// outermost GroupEnd; waiting on one before then times out.
+func (pg *ProcessGroup) GroupStart() error { return pg.gt.start(pg.impl) }
+
+// GroupEnd closes the calling goroutine's innermost group; at the
+// outermost level it launches the operations issued inside and marks
+// their completion points.
+func (pg *ProcessGroup) GroupEnd() error { return pg.gt.end(pg.impl, "group "+strconv.Quote(pg.name)) }
+
+func (gt *groupTable) start(impl Impl) error {
 	id := goid.Get()
-	// The backend is called without pg.mu: its group calls may wait for
+	// The backend is called without gt.mu: its group calls may wait for
 	// peers (NCCL's GroupEnd does), and the peers may be local ranks of
 	// this very group, on other goroutines.
-	if err := pg.impl.GroupStart(); err != nil {
+	if err := impl.GroupStart(); err != nil {
 		return err
 	}
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	g := pg.groups[id]
+	gt.mu.Lock()
+	defer gt.mu.Unlock()
+	g := gt.open[id]
 	if g == nil {
 		g = &openGroup{}
-		pg.groups[id] = g
-		pg.openGroups.Add(1)
+		gt.open[id] = g
+		gt.n.Add(1)
 	}
 	g.depth++
 	return nil
 }
 
-// GroupEnd closes the calling goroutine's innermost group; at the
-// outermost level it marks the completion points of the operations issued
-// inside.
-func (pg *ProcessGroup) GroupEnd() error {
+func (gt *groupTable) end(impl Impl, who string) error {
 	id := goid.Get()
-	pg.mu.Lock()
-	g := pg.groups[id]
+	gt.mu.Lock()
+	g := gt.open[id]
 	if g == nil {
-		pg.mu.Unlock()
-		return Errorf("GroupEnd", StatusInvalidArgument, "group %q: GroupEnd without GroupStart on this goroutine", pg.name)
+		gt.mu.Unlock()
+		return Errorf("GroupEnd", StatusInvalidArgument, "%s: GroupEnd without GroupStart on this goroutine", who)
 	}
 	g.depth--
 	outermost := g.depth == 0
 	var flush []*Work
 	if outermost {
 		flush = g.pending
-		delete(pg.groups, id)
-		pg.openGroups.Add(-1)
+		delete(gt.open, id)
+		gt.n.Add(-1)
 	}
-	pg.mu.Unlock()
+	gt.mu.Unlock()
 	if !outermost {
-		return pg.impl.GroupEnd()
+		return impl.GroupEnd()
 	}
-	err := launchTimed(flush, pg.impl.GroupEnd)
+	err := launchTimed(flush, impl.GroupEnd)
 	for _, w := range flush {
 		if err != nil {
 			w.fail(err) // never launched: nothing would complete it
@@ -253,25 +271,27 @@ func launchTimed(works []*Work, groupEnd func() error) error {
 
 // groupOpen reports whether the calling goroutine has a group open.
 func (pg *ProcessGroup) groupOpen() bool {
-	if pg.openGroups.Load() == 0 {
+	gt := pg.gt
+	if gt.n.Load() == 0 {
 		return false
 	}
 	id := goid.Get()
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	return pg.groups[id] != nil
+	gt.mu.Lock()
+	defer gt.mu.Unlock()
+	return gt.open[id] != nil
 }
 
 // hold keeps w back when the calling goroutine has a group open; it
 // reports whether it did.
 func (pg *ProcessGroup) hold(w *Work) bool {
-	if pg.openGroups.Load() == 0 {
+	gt := pg.gt
+	if gt.n.Load() == 0 {
 		return false
 	}
 	id := goid.Get()
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	g := pg.groups[id]
+	gt.mu.Lock()
+	defer gt.mu.Unlock()
+	g := gt.open[id]
 	if g == nil {
 		return false
 	}

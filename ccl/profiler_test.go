@@ -362,3 +362,42 @@ func TestWaitDuringDestroy(t *testing.T) {
 	}
 	<-destroyed
 }
+
+// A group opened on one process group, or on the factory, holds back the
+// operations of another process group of the same factory: the backend's
+// group is one. Their Works are not done before the group's GroupEnd
+// launched them, and are once it has.
+func TestGroupAcrossProcessGroups(t *testing.T) {
+	noLeaks(t)
+	f, _ := newFactory(t, 5*time.Second)
+	devs := cpuDevs(0, 1)
+	a, err := f.GetOrCreate("a", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.GetOrCreate("b", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := floats(t, devs[0], values(0, 4))
+	for name, group := range map[string]func(func() error) error{"another process group": a.Group, "the factory": f.Group} {
+		var w *ccl.Work
+		err := group(func() error {
+			var err error
+			if w, err = b.AllReduce(context.Background(), b.Stream(devs[0]), buf, runtime.Float32, ccl.Sum); err != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond)
+			if w.Done() {
+				t.Errorf("inside a group of %s: the Work is done before the group's GroupEnd launched it", name)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("group of %s: %v", name, err)
+		}
+		if err := w.Wait(5 * time.Second); err != nil {
+			t.Errorf("group of %s: Wait after GroupEnd: %v", name, err)
+		}
+	}
+}
