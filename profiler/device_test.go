@@ -308,3 +308,34 @@ func TestFirstBackendErrorKept(t *testing.T) {
 		t.Errorf("records %+v; want both ranges, without device times", recs)
 	}
 }
+
+// Reset discards device ranges still waiting for their events before any
+// sink saw them: it counts them in Stats.Dropped.
+func TestResetCountsUnresolvedRanges(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	s := cpuStream(t, 22)
+	r, err := p.NewRecorder(0, runtime.Device{Type: runtime.CPU, Index: 22})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r.StartDevice("waiting", s)
+		r.End()
+	}
+	p.Reset()
+	close(gate)
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Dropped != 3 || len(p.Snapshot()) != 0 {
+		t.Errorf("Dropped %d, %d records after Reset; want 3 dropped and none kept", st.Dropped, len(p.Snapshot()))
+	}
+}

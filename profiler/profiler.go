@@ -43,6 +43,7 @@ type Profiler struct {
 	eventsRecorded, eventsShared uint64
 
 	storeDrops   atomic.Uint64
+	resetDrops   atomic.Uint64 // device ranges Reset discarded unresolved
 	collected    atomic.Uint64 // records finished: stored, delivered to sinks, or over the bound
 	resolveErrs  atomic.Uint64
 	firstErr     atomic.Pointer[error] // the first backend error counted in Stats.Errors
@@ -375,8 +376,10 @@ func (p *Profiler) Flush(ctx context.Context) error {
 }
 
 // Reset discards every record kept and every completed range not yet
-// collected; ranges open now are kept and recorded when they end. Drop
-// counters are not reset.
+// collected; ranges open now are kept and recorded when they end. Device
+// ranges still waiting for their events are discarded too, before any
+// sink saw them, and counted in Stats.Dropped. Drop counters are not
+// reset.
 func (p *Profiler) Reset() {
 	if p == nil {
 		return
@@ -384,6 +387,7 @@ func (p *Profiler) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.collectLocked()
+	p.resetDrops.Add(uint64(len(p.unresolved)))
 	for _, u := range p.unresolved {
 		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
 	}
@@ -402,7 +406,7 @@ type Stats struct {
 	Records    int    // records kept for Snapshot
 	Collected  uint64 // records finished so far: kept, over the bound, or delivered to sinks only
 	Pending    int    // device ranges whose times are not resolved yet
-	Dropped    uint64 // ranges lost on the recording side: a full recorder buffer or too deep nesting
+	Dropped    uint64 // ranges lost: a full recorder buffer, too deep nesting, or unresolved at Reset
 	Overflow   uint64 // records lost to the profiler's record bound (WithMaxRecords)
 	EventDrops uint64 // device ranges timed on the host only for want of pooled events
 	// Events counts the timing events the device ranges collected so far
@@ -435,6 +439,7 @@ func (p *Profiler) Stats() Stats {
 		Pending:   len(p.unresolved),
 		Overflow:  p.storeDrops.Load(),
 		Collected: p.collected.Load(),
+		Dropped:   p.resetDrops.Load(),
 		Errors:    p.resolveErrs.Load(),
 		Events:    p.eventsRecorded,
 		Adjacent:  p.eventsShared,
