@@ -339,3 +339,39 @@ func TestResetCountsUnresolvedRanges(t *testing.T) {
 		t.Errorf("Dropped %d, %d records after Reset; want 3 dropped and none kept", st.Dropped, len(p.Snapshot()))
 	}
 }
+
+// A launch that panics inside Grouped (a backend's panic) ends the
+// group's ranges, cut short, before the panic goes on: the ranges after
+// it are device-timed as before, at the depth WithDeviceDepth allows.
+func TestGroupedLaunchPanics(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(0), profiler.WithDeviceDepth(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	dev := runtime.Device{Type: runtime.CPU, Index: 23}
+	s := cpuStream(t, 23)
+	r, err := p.NewRecorder(0, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []profiler.GroupedCollective{{Name: "Send", Stream: s, Collective: profiler.Collective{Op: "Send", Peer: 1}}}
+	func() {
+		defer func() {
+			if v := recover(); v != "backend bug" {
+				t.Errorf("recovered %v, want the launch's panic", v)
+			}
+		}()
+		_ = r.Grouped(calls, func() error { panic("backend bug") })
+	}()
+	r.StartDevice("after", s)
+	sleepOn(t, s, time.Millisecond)
+	r.End()
+	recs := deviceRanges(t, p)
+	if send := recs["Send"]; !send.CutShort {
+		t.Errorf("the panicked group's Send: %+v, want it cut short", send)
+	}
+	if after := recs["after"]; after.DeviceDuration() < time.Millisecond {
+		t.Errorf("the range after the panic: device time %v, want it timed on the device", after.DeviceDuration())
+	}
+}

@@ -603,11 +603,31 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		r.startDevice(f, c.Stream)
 		f.extra.nested = nested
 	}
-	err := launch()
+	err := r.launchGrouped(frames, launch)
+	r.endGrouped(frames, 0)
+	return err
+}
+
+// launchGrouped runs launch; should it panic (a backend's), the group's
+// ranges are ended, cut short, before the panic goes on, so the recorder's
+// device counts and events stay right for the ranges after it.
+func (r *Recorder) launchGrouped(frames []frame, launch func() error) error {
+	defer func() {
+		if v := recover(); v != nil {
+			r.endGrouped(frames, flagCutShort)
+			panic(v)
+		}
+	}()
+	return launch()
+}
+
+// endGrouped ends and publishes Grouped's ranges.
+func (r *Recorder) endGrouped(frames []frame, flags uint8) {
 	now := r.p.now()
 	for i := range frames {
 		f := &frames[i]
 		f.hostEnd = now
+		f.flags |= flags
 		r.devOpen--
 		if f.extra.start != nil {
 			r.devTimed--
@@ -621,5 +641,4 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 	}
 	clear(frames)
 	r.grouped = frames[:0]
-	return err
 }
