@@ -58,7 +58,7 @@ run() {
 
 	echo "== 2. losses sharing a GPU against NCCL; NCCL tests"
 	(cd "$bin" && timeout -k 10 300 ./nccl.test -test.v -test.count=1 -test.timeout=290s \
-		-test.run 'TestSharedDeviceTrainer|TestTrainerMatchesCPU|TestCollectives|TestProcessGroupProfiled' >"$OUT/nccl.log" 2>&1)
+		-test.run 'TestSharedDeviceTrainer|TestTrainerMatchesCPU|TestCollectives|TestProcessGroupProfiled|TestGroupedOnOneGPU' >"$OUT/nccl.log" 2>&1)
 	echo "exit $?" >>"$OUT/nccl.log"
 	grep -E '^(--- |ok|FAIL|PASS|exit)|no NCCL layout|relative difference' "$OUT/nccl.log" | head -40
 

@@ -238,8 +238,17 @@ func TestProcessGroupProfiled(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var all int
+	var all, p2p int
 	for _, rec := range p.Snapshot() {
+		if rec.Collective.Op == ccl.OpSend || rec.Collective.Op == ccl.OpRecv {
+			// Launched by the group's GroupEnd on the stream's handle:
+			// timed around that launch, never at zero.
+			p2p++
+			if !rec.HasDevice || rec.DeviceDuration() <= 0 {
+				t.Errorf("grouped %s of rank %d: device time %v (timed %v), want the transfer's", rec.Collective.Op, rec.Rank, rec.DeviceDuration(), rec.HasDevice)
+			}
+			continue
+		}
 		if rec.Collective.Op != ccl.OpAllReduce {
 			continue
 		}
@@ -249,11 +258,85 @@ func TestProcessGroupProfiled(t *testing.T) {
 		}
 		t.Logf("rank %d AllReduce 64 MiB: device %v, busbw %.1f GB/s", rec.Rank, rec.DeviceDuration(), rec.BusBandwidth/1e9)
 	}
-	if all != 3*n {
-		t.Errorf("%d AllReduce records, want %d", all, 3*n)
+	if all != 3*n || p2p != 2*n {
+		t.Errorf("%d AllReduce and %d Send or Recv records, want %d and %d", all, p2p, 3*n, 2*n)
 	}
 	if st := p.Stats(); st.Errors != 0 || st.Dropped != 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// On one GPU, a one-rank communicator's collectives issued inside a group
+// are launched by GroupEnd on the stream's handle, which the runtime does
+// not see; their ranges are timed around that launch and hold the
+// kernels' time, not the zero of an end that took the start's event. An
+// all-gather from one buffer into another is a copy on one rank (an
+// in-place all-reduce would be nothing at all).
+func TestGroupedOnOneGPU(t *testing.T) {
+	rt, b := gpus(t, 1)
+	pg := rankGroups(t, b, rt, "solo", 1)[0]
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	d := devices(1)[0]
+	rec, err := p.NewRecorder(0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := profiler.NewContext(context.Background(), rec)
+	const bytes = 256 << 20
+	send, err := runtime.Malloc(d, bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.Free(send)
+	recv, err := runtime.Malloc(d, bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.Free(recv)
+	s := pg.Stream(d)
+	var ws []*ccl.Work
+	for range 3 {
+		if err := pg.Group(func() error {
+			for range 2 {
+				w, err := pg.AllGather(ctx, s, send, recv, runtime.Float32)
+				if err != nil {
+					return err
+				}
+				ws = append(ws, w)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range ws {
+		if err := w.Wait(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range p.Snapshot() {
+		if r.Collective.Op != ccl.OpAllGather {
+			continue
+		}
+		n++
+		// 2 × 256 MiB moved at most at the H200's 4.8 TB/s: over 100 µs.
+		if !r.HasDevice || r.DeviceDuration() < 50*time.Microsecond {
+			t.Errorf("grouped AllGather of 256 MiB on one rank: device time %v (timed %v), want the copy's", r.DeviceDuration(), r.HasDevice)
+		}
+		t.Logf("grouped AllGather 256 MiB, one rank: device %v", r.DeviceDuration())
+	}
+	if n != len(ws) {
+		t.Errorf("%d AllGather records, want %d", n, len(ws))
 	}
 }
 
