@@ -46,6 +46,7 @@
 enum {
   TS_MASK = ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileProxyOp,
   TS_DEFAULT_RING = 16384, /* records per thread ring */
+  TS_MAX_RING = 1u << 20,  /* TRAINSCOPE_NCCL_RING_RECORDS at most: 128 MiB a thread */
   TS_SLOTS = 32768,        /* live event slots per pool; a power of two */
   TS_BATCH = 512,          /* records per socket write */
   TS_FLUSH_MS = 200,       /* how long finalize and exit wait for the last records to go */
@@ -184,7 +185,12 @@ static struct {
   pthread_cond_t wake, done;
   int set_up;
   int ncomms;
-  int running, stop;
+  /* running: a drainer is in its loop and drains. alive: a drainer
+   * thread exists (running, or on its way out after a stop): never two,
+   * since the rings' tails, the batch and the socket are the drainer's
+   * alone. Drainers are detached: nothing joins them. */
+  int running, alive, stop;
+  int32_t world_rank1, local_size1; /* launcher_rank() + 1 and launcher_local_size() + 1, read at set-up */
   uint64_t flush_req, flush_done, flush_deadline;
   pthread_t thread;
   pthread_key_t key;
@@ -366,7 +372,8 @@ static void disconnect(void) {
 }
 
 /* The process's rank as its launcher numbered it (torchrun, mpirun, srun),
-   or -1. Read on the draining thread, never on NCCL's. */
+   or -1. Read once, at set-up (getenv on the drainer could race an
+   application's setenv). */
 static int32_t launcher_number(const char* const names[4]) {
   for (size_t i = 0; i < 4; i++) {
     const char* s = getenv(names[i]);
@@ -401,8 +408,8 @@ static void fill_hello(struct tsnp_hello* h) {
   h->mono_ns = mono_ns();
   h->realtime_ns = now_ns(CLOCK_REALTIME);
   gethostname(h->hostname, sizeof h->hostname - 1);
-  h->world_rank1 = launcher_rank() + 1;
-  h->local_size1 = launcher_local_size() + 1;
+  h->world_rank1 = g.world_rank1;
+  h->local_size1 = g.local_size1;
 }
 
 /* A connection to the collector, or -1. */
@@ -602,11 +609,11 @@ static void* drainer_main(void* arg) {
     while (!g.stop && g.flush_req == g.flush_done && mono_ns() < wake)
       if (pthread_cond_timedwait(&g.wake, &g.mu, &ts) == ETIMEDOUT) break;
     uint64_t req = g.flush_req, deadline = g.flush_deadline;
-    int stop = g.stop;
     pthread_mutex_unlock(&g.mu);
 
     try_connect();
-    if (req != g.flush_done) {
+    int flush = req != g.flush_done;
+    if (flush) {
       /* A flush: drain until empty or the deadline. */
       for (;;) {
         uint64_t now = mono_ns();
@@ -618,37 +625,67 @@ static void* drainer_main(void* arg) {
       queue_drops();
       uint64_t now = mono_ns();
       send_out(now < deadline ? (int)((deadline - now) / 1000000u) : 0);
-      if (stop) tally_at_stop();
     } else {
       drain(TS_SEND_WAIT_MS);
     }
 
+    /* Stop after a flush when a stop is still asked for and no newer
+     * flush is: a start since took it back (drainer_start), and then the
+     * drainer goes on, its rings kept for the new communicator. Once
+     * running is 0 a start waits for this thread to be gone. */
     pthread_mutex_lock(&g.mu);
-    if (req != g.flush_done) {
+    int stopping = flush && g.stop && g.flush_req == req;
+    if (stopping) g.running = 0;
+    pthread_mutex_unlock(&g.mu);
+    if (stopping) tally_at_stop();
+    pthread_mutex_lock(&g.mu);
+    if (flush) {
       g.flush_done = req;
       pthread_cond_broadcast(&g.done);
     }
-    if (stop) break;
+    if (stopping) break;
   }
   pthread_mutex_unlock(&g.mu);
   disconnect();
+  pthread_mutex_lock(&g.mu);
+  g.alive = 0;
+  pthread_cond_broadcast(&g.done);
+  pthread_mutex_unlock(&g.mu);
   return NULL;
 }
 
 /* Called with g.mu held. */
 static void drainer_start(void) {
-  if (g.running) return;
+  if (g.running) {
+    g.stop = 0; /* a stop asked for meanwhile is off: the drainer goes on */
+    return;
+  }
+  /* A drainer still on its way out (a stop's flush that ran late) goes
+   * first, within a bound; if it is still there, none starts now and the
+   * next start tries again. */
+  uint64_t until = mono_ns() + TS_FLUSH_MS * 1000000u;
+  struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+  while (g.alive && mono_ns() < until)
+    if (pthread_cond_timedwait(&g.done, &g.mu, &ts) == ETIMEDOUT) break;
+  if (g.alive) return;
   g.stop = 0;
   g.next_connect = 0;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the application's threads */
-  if (pthread_create(&g.thread, NULL, drainer_main, NULL) == 0) g.running = 1;
+  if (pthread_create(&g.thread, &attr, drainer_main, NULL) == 0) g.running = g.alive = 1;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
 }
 
 /* Asks the drainer to send what is left, waiting until deadline; with
- * stop, the drainer exits afterwards. Called with g.mu held. */
+ * stop, the drainer exits afterwards (on its own: it is detached, and a
+ * start before it has stopped takes the stop back). Several callers at
+ * once (the last finalize and the exit hook) each wait for their own
+ * flush; none joins or detaches a thread. Called with g.mu held. */
 static void flush_locked(uint64_t deadline, int stop) {
   if (!g.running) return;
   uint64_t req = ++g.flush_req;
@@ -661,17 +698,7 @@ static void flush_locked(uint64_t deadline, int stop) {
   struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
   while (g.flush_done < req && mono_ns() < until)
     if (pthread_cond_timedwait(&g.done, &g.mu, &ts) == ETIMEDOUT) break;
-  if (!stop) return;
-  int finished = g.flush_done >= req;
-  pthread_t t = g.thread;
-  g.running = 0;
-  pthread_mutex_unlock(&g.mu);
-  if (finished) pthread_join(t, NULL);
-  else {
-    pthread_detach(t); /* stuck past the deadline: leave it; it exits when its wait ends */
-    g.detached = 1;
-  }
-  pthread_mutex_lock(&g.mu);
+  if (stop && g.flush_done < req) g.detached = 1; /* it missed the deadline: it stops when its wait ends */
 }
 
 /* Condition variables that time out on CLOCK_MONOTONIC, as every deadline here is. */
@@ -693,14 +720,22 @@ static void after_fork_child(void) {
   g.pid = getpid();
   pthread_mutex_init(&g.mu, NULL);
   init_conds();
-  g.running = 0;
+  g.running = g.alive = g.stop = 0;
+  g.detached = 0;
   g.ncomms = 0;
   g.flush_req = g.flush_done = 0;
+  /* The losses so far are the parent's, and it reports them. */
+  atomic_store(&g.refused, 0);
+  atomic_store(&g.act_dropped, 0);
+  g.unsent = 0;
+  memset(g.last_drops, 0, sizeof g.last_drops);
   if (g.fd >= 0) close(g.fd);
   g.fd = -1;
   g.out_len = g.out_off = 0;
-  for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next)
+  for (struct ts_ring* r = atomic_load(&g.rings); r; r = r->next) {
     atomic_store(&r->tail, atomic_load(&r->head)); /* the parent sends its own records */
+    atomic_store(&r->dropped, 0);
+  }
   /* The forking thread goes on in the child, under another thread id,
    * keeping its ring and its open NVTX ranges (the child pops them). The
    * NVTX hooks stay installed (g.nvtx stays set), but the child has no
@@ -712,12 +747,15 @@ static void after_fork_child(void) {
   cu_after_fork();
 }
 
-static uint64_t env_u64(const char* name, uint64_t def) {
+/* A whole number from 1 to max in the environment, or def: a sign, a
+ * value out of range or anything but digits is def, not wrapped. */
+static uint64_t env_u64(const char* name, uint64_t def, uint64_t max) {
   const char* s = getenv(name);
-  if (!s || !*s) return def;
+  if (!s || *s < '0' || *s > '9') return def;
+  errno = 0;
   char* end;
   unsigned long long v = strtoull(s, &end, 10);
-  return *end || v == 0 ? def : (uint64_t)v;
+  return *end || errno || v == 0 || v > max ? def : (uint64_t)v;
 }
 
 /* Called with g.mu held, once per load of the library. */
@@ -725,10 +763,12 @@ static void set_up(void) {
   if (g.set_up) return;
   g.set_up = 1;
   init_conds();
-  uint64_t cap = env_u64("TRAINSCOPE_NCCL_RING_RECORDS", TS_DEFAULT_RING), p = 16;
-  while (p < cap && p < (1u << 24)) p <<= 1;
+  uint64_t cap = env_u64("TRAINSCOPE_NCCL_RING_RECORDS", TS_DEFAULT_RING, TS_MAX_RING), p = 16;
+  while (p < cap) p <<= 1;
   g.ring_cap = (uint32_t)p;
-  g.interval_ns = env_u64("TRAINSCOPE_NCCL_DRAIN_MS", 5) * 1000000u;
+  g.interval_ns = env_u64("TRAINSCOPE_NCCL_DRAIN_MS", 5, 1000) * 1000000u;
+  g.world_rank1 = launcher_rank() + 1;
+  g.local_size1 = launcher_local_size() + 1;
   const char* path = getenv("TRAINSCOPE_NCCL_SOCKET");
   if (path && strlen(path) < sizeof g.path) strcpy(g.path, path);
   g.pid = getpid();

@@ -32,6 +32,7 @@
  * plugin attached (ns per pair, a recorded range and an ignored one).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
@@ -115,12 +116,12 @@ struct stream {
  * connections close) or timeout_ms pass; with no_read, accepts but never
  * reads, as a stuck collector would. */
 static void collect(int lfd, pid_t child, struct stream* s, int timeout_ms, int no_read, int* status) {
-  int conns[8], nconn = 0, exited = 0;
+  int conns[32], nconn = 0, exited = 0;
   uint64_t end = mono_ms() + (uint64_t)timeout_ms;
   memset(s, 0, sizeof *s);
   while (mono_ms() < end) {
     if (!exited && waitpid(child, status, WNOHANG) == child) exited = 1;
-    struct pollfd p[9];
+    struct pollfd p[33];
     int n = 0;
     p[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
     for (int i = 0; i < nconn; i++)
@@ -129,7 +130,7 @@ static void collect(int lfd, pid_t child, struct stream* s, int timeout_ms, int 
     if (poll(p, (nfds_t)n, 20) <= 0) continue;
     if (p[0].revents & POLLIN) {
       int c = accept(lfd, NULL, NULL);
-      if (c >= 0 && nconn < 8) conns[nconn++] = c, s->connections++;
+      if (c >= 0 && nconn < 32) conns[nconn++] = c, s->connections++;
     }
     for (int i = 1; i < n; i++) {
       if (!(p[i].revents & (POLLIN | POLLHUP))) continue;
@@ -891,6 +892,103 @@ static void test_sparse_beside_flood(void) {
   munmap((void*)produced, sizeof *produced);
 }
 
+/* ---- Tuning values out of range. ---- */
+
+/* This process's threads. */
+static int tasks(void) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* TRAINSCOPE_NCCL_DRAIN_MS=-5 wrapped to a negative interval, and the
+ * drainer spun a core; TRAINSCOPE_NCCL_RING_RECORDS=-1 gave a ring of
+ * 2 GiB, every page touched. Both are the defaults now. */
+static void env_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 11, &mask, "env", 1, 2, 0, NULL) != ncclSuccess || mask == 0) _exit(3);
+  issue(p, ctx, "AllReduce", 4, "ncclFloat32", 10); /* this thread's ring exists now */
+  double before = cpu_seconds();
+  struct timespec pause = {0, 300 * 1000000};
+  nanosleep(&pause, NULL);
+  double used = cpu_seconds() - before;
+  long pages = 0, resident = 0;
+  FILE* f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  double rss_mib = (double)resident * (double)sysconf(_SC_PAGESIZE) / (1 << 20);
+  CHECK(used < 0.1, "idle for 0.3 s with DRAIN_MS=-5: %.3f s of CPU used (a spinning drainer)", used);
+  CHECK(rss_mib < 256, "resident %.0f MiB with RING_RECORDS=-1 (a ring past its bound)", rss_mib);
+  p->finalize(ctx);
+  exit(failures ? 40 : 0);
+}
+
+static void test_env_bounds(void) {
+  unsetenv("TRAINSCOPE_NCCL_SOCKET");
+  setenv("TRAINSCOPE_NCCL_DRAIN_MS", "-5", 1);
+  setenv("TRAINSCOPE_NCCL_RING_RECORDS", "-1", 1);
+  pid_t pid = spawn(env_child);
+  unsetenv("TRAINSCOPE_NCCL_DRAIN_MS");
+  unsetenv("TRAINSCOPE_NCCL_RING_RECORDS");
+  int status;
+  waitpid(pid, &status, 0);
+  child_ok(status, "tuning values out of range");
+}
+
+/* ---- The drainer stopped and started again. ---- */
+
+/* The last communicator's finalize stops the drainer; one made at once
+ * after starts it again. Never two drainers (they would share the rings
+ * and the socket), and the second communicator's records arrive. */
+static void restart_child(void) {
+  failures = 0; /* the parent's are its own */
+  ncclProfiler_v5_t* p = load();
+  int mask;
+  for (int round = 0; round < 12; round++) { /* a connection each, at most: collect takes 32 */
+    void* ctx = NULL;
+    if (p->init(&ctx, 100 + (uint64_t)round, &mask, "restart", 1, 2, 0, NULL) != ncclSuccess || mask == 0) _exit(3);
+    /* A drainer runs: this thread and it (a stopped one may still be
+     * on its way out of the process, never draining). */
+    CHECK(tasks() >= 2, "round %d: %d threads with a communicator open: no drainer", round, tasks());
+    issue(p, ctx, "Broadcast", 4, "ncclFloat32", 5);
+    p->finalize(ctx);
+  }
+  exit(failures ? 40 : 0);
+}
+
+static void test_restart(void) {
+  int lfd = listen_unix();
+  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
+  pid_t pid = spawn(restart_child);
+  struct stream s;
+  int status = 0;
+  collect(lfd, pid, &s, 20000, 0, &status);
+  close(lfd);
+  child_ok(status, "drainer restarted");
+  /* Each drainer connects anew: a hello, then records, per connection. */
+  size_t casts = 0;
+  for (size_t off = 0; off + TSNP_RECORD_SIZE <= s.len; off += TSNP_RECORD_SIZE) {
+    const struct tsnp_record* r = (const struct tsnp_record*)(s.buf + off);
+    if (memcmp(r, TSNP_MAGIC, 4) != 0 && r->kind == TSNP_COLLECTIVE) casts++;
+  }
+  CHECK(casts == 12 * 5, "%zu Broadcasts arrived over %d connections, want %d", casts, s.connections, 12 * 5);
+  free(s.buf);
+}
+
 /* ---- NVTX: this process plays an NVTX v3 instance loading the plugin. ---- */
 
 /* What a library built with the NVTX headers holds: its function-pointer
@@ -1569,6 +1667,8 @@ int main(int argc, char** argv) {
   test_exit_tally();
   test_slow_collector();
   test_sparse_beside_flood();
+  test_env_bounds();
+  test_restart();
   test_nvtx();
   test_nvtx_race();
   test_drive_nvtx();
