@@ -138,10 +138,8 @@ func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) [
 		tid := b.ids.traceID(a.step)
 		s := &spans[i]
 		*s = span{
-			name: AnalysisSpanName,
-			// Record IDs count from 1 upwards; the top bit keeps these
-			// ids apart from every record's.
-			sc:     spanContext(tid, b.ids.spanID(a.rank, 1<<63|uint64(uint32(a.step)), false)),
+			name:   AnalysisSpanName,
+			sc:     spanContext(tid, b.ids.analysisSpanID(a.rank, a.step)),
 			parent: spanContext(tid, b.ids.spanID(a.rank, a.stepRange, false)),
 			start:  b.epoch.Add(a.start),
 			end:    b.epoch.Add(a.end),

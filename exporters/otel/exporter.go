@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -61,7 +62,8 @@ type Exporter struct {
 
 	stopOnce     sync.Once
 	shutdownOnce sync.Once
-	shutdownErr  error
+	shutdownErr  error       // written once, before shut is set
+	shut         atomic.Bool // the first Shutdown has finished
 
 	log         *zap.Logger
 	failing     bool // the last request failed (under mu), for logging changes only
@@ -550,6 +552,10 @@ var ErrShutdownDeadline = errors.New("spans still queued when the shutdown deadl
 // counted. It is idempotent: later calls wait for the first and return its
 // result.
 func (e *Exporter) Shutdown(ctx context.Context) error {
+	if e.shut.Load() {
+		return e.shutdownErr // the first call's, whatever this ctx
+	}
+	failed := e.Stats().Failed
 	e.stopOnce.Do(func() { close(e.stop) })
 	var err error
 	select {
@@ -557,7 +563,12 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		e.cancelExport()
 		<-e.done // every request watches the cancelled context
-		err = fmt.Errorf("otel: shutdown: %w (%w)", ErrShutdownDeadline, ctx.Err())
+		// Only a deadline that cut spans short is news: an exporter with
+		// nothing queued ends as soon as it sees the stop, and a select
+		// with both ready picks either.
+		if e.Stats().Failed > failed {
+			err = fmt.Errorf("otel: shutdown: %w (%w)", ErrShutdownDeadline, ctx.Err())
+		}
 	}
 	e.shutdownOnce.Do(func() {
 		sctx := ctx
@@ -574,6 +585,7 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 		}
 		e.shutdownErr = errors.Join(err, serr)
 		e.cancelExport()
+		e.shut.Store(true)
 	})
 	if err != nil {
 		return err

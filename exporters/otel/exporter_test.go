@@ -429,3 +429,38 @@ func TestNamesNotUTF8(t *testing.T) {
 		})
 	}
 }
+
+// A Shutdown whose context has already ended reports lost spans only
+// when spans were lost: not for an exporter with nothing queued, and not
+// on a later call after a first that exported everything (later calls
+// return the first's result).
+func TestShutdownExpiredContextLosesNothing(t *testing.T) {
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		idle, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch}, otelexp.WithSpanExporter(&stub{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := idle.Shutdown(expired); errors.Is(err, otelexp.ErrShutdownDeadline) {
+			t.Fatalf("an idle exporter: Shutdown with an ended context = %v, want no lost spans", err)
+		}
+	}
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch}, otelexp.WithSpanExporter(&stub{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, spans := records(7)
+	exp.Consume(recs)
+	if err := exp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := exp.Stats(); st.Exported != uint64(spans) {
+		t.Fatalf("exported %d of %d", st.Exported, spans)
+	}
+	for range 100 {
+		if err := exp.Shutdown(expired); err != nil {
+			t.Fatalf("Shutdown after one that exported everything = %v, want its result (nil)", err)
+		}
+	}
+}

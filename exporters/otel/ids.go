@@ -65,6 +65,17 @@ func (s ids) spanID(rank int, id uint64, device bool) trace.SpanID {
 	return toSpanID(mix64(key ^ s.span))
 }
 
+// analysisSalt keeps analysisSpanID's keys apart from spanID's.
+const analysisSalt = 0x9e3779b97f4a7c15
+
+// analysisSpanID is the pipeline analysis span of a step on a rank. A
+// record's key already uses all 64 bits (rank, id, device bit), so the
+// analysis span cannot take a key of its own there: it is derived apart,
+// as collectiveSpanID is, and meets a record's id only by a 64-bit chance.
+func (s ids) analysisSpanID(rank int, step int32) trace.SpanID {
+	return toSpanID(mix64(mix64(s.span^analysisSalt^uint64(uint32(step))) ^ uint64(uint32(rank))))
+}
+
 // collectiveSpanID is the span of a collective on the group rank that
 // issued it: every rank of the group computes its peers' ids from the
 // group name and the call's sequence number, which agree across ranks.

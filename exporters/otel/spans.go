@@ -326,10 +326,19 @@ func utf8Text(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
+// maxCached bounds the builder's caches of names and group hashes: they
+// save work for the names a run repeats, and a run whose names never
+// repeat ("matmul step N") must not grow them without end. A full cache
+// starts over.
+const maxCached = 4096
+
 func (b *builder) deviceName(name string) string {
 	s, ok := b.deviceNames[name]
 	if !ok {
 		s = utf8Text(name) + DeviceSuffix
+		if len(b.deviceNames) >= maxCached {
+			clear(b.deviceNames)
+		}
 		b.deviceNames[name] = s
 	}
 	return s
@@ -339,6 +348,9 @@ func (b *builder) groupHash(g string) uint64 {
 	h, ok := b.groups[g]
 	if !ok {
 		h = groupHash(g)
+		if len(b.groups) >= maxCached {
+			clear(b.groups)
+		}
 		b.groups[g] = h
 	}
 	return h

@@ -2,6 +2,7 @@ package otel
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -454,5 +455,54 @@ func TestSameNamedCommunicatorsSpans(t *testing.T) {
 	n0, n1 := coll(0, 0, 0), coll(1, 0, 0)
 	if b.spanID(n0) != b.spanID(n1) {
 		t.Error("one name, no communicator id: the span ids differ")
+	}
+}
+
+// The analysis span of step s on rank r took the id of record s's host
+// span on rank r (a flag bit of its key fell outside the bits the key
+// keeps): in a step holding that record the trace had two spans of one
+// id. Now no record of the step's ranks shares an analysis span's id.
+func TestAnalysisSpanIDsApartFromRecords(t *testing.T) {
+	b := testBuilder(t, "run")
+	const step = 1010
+	var recs []profiler.Record
+	for rank := range 2 {
+		for id := uint64(1); id <= 2000; id++ {
+			recs = append(recs, profiler.Record{ID: id, Rank: rank, Name: "r", Labels: profiler.Labels{Step: step}, HostStart: time.Duration(id), HostEnd: time.Duration(id + 1)})
+		}
+	}
+	ids := map[trace.SpanID]string{}
+	for _, s := range b.build(recs, nil) {
+		ids[s.SpanContext().SpanID()] = s.Name()
+	}
+	var q []analysisSpan
+	for rank := range 2 {
+		q = append(q, analysisSpan{rank: rank, step: step, stepRange: 1, end: time.Millisecond})
+	}
+	for _, s := range b.analysisSpans(q, nil) {
+		if name, ok := ids[s.SpanContext().SpanID()]; ok {
+			t.Errorf("analysis span %v has the id of a record's span %q", s.SpanContext().SpanID(), name)
+		}
+		ids[s.SpanContext().SpanID()] = s.Name()
+	}
+	if len(ids) != 2*2000+2 {
+		t.Errorf("%d distinct span ids, want %d", len(ids), 2*2000+2)
+	}
+}
+
+// Names that never repeat keep the builder's caches bounded.
+func TestBuilderCachesBounded(t *testing.T) {
+	b := testBuilder(t, "run")
+	for i := range 3 * maxCached {
+		name := fmt.Sprintf("matmul step %d", i)
+		if got := b.deviceName(name); got != name+DeviceSuffix {
+			t.Fatalf("deviceName(%q) = %q", name, got)
+		}
+		if got := b.groupHash(name); got != groupHash(name) {
+			t.Fatalf("groupHash(%q) differs from the uncached hash", name)
+		}
+	}
+	if len(b.deviceNames) > maxCached || len(b.groups) > maxCached {
+		t.Errorf("caches hold %d device names and %d groups, want at most %d each", len(b.deviceNames), len(b.groups), maxCached)
 	}
 }
