@@ -32,6 +32,7 @@ type Exporter struct {
 	devs   map[runtime.Device]deviceLabels
 	names  map[string]struct{} // distinct range names seen, up to cfg.maxNames
 	groups map[string]struct{} // distinct group names seen, up to cfg.maxGroups
+	ops    map[string]struct{} // distinct operation names seen, up to MaxOps
 	acct   *profiler.StepAccountant
 
 	deliveries *deliveryCollector
@@ -166,9 +167,14 @@ func WithStepTraces(f func(step int32, stepTime time.Duration) (traceID string, 
 // their own (default 256); further groups are counted as "other".
 func WithMaxGroups(n int) Option { return optionFunc(func(c *config) { c.maxGroups = n }) }
 
-// OtherLabel is the name or group value that records beyond WithMaxNames
-// or WithMaxGroups are counted under.
+// OtherLabel is the name, group or op value that records beyond
+// WithMaxNames, WithMaxGroups or MaxOps are counted under.
 const OtherLabel = "other"
+
+// MaxOps bounds the distinct collective operation names (the op label)
+// that get series of their own; ccl and NCCL have a dozen, and further
+// ones (an imported trace's own names) are counted as "other".
+const MaxOps = 32
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
@@ -262,6 +268,7 @@ func New(p *profiler.Profiler, opts ...Option) (*Exporter, error) {
 		devs:       make(map[runtime.Device]deviceLabels),
 		names:      make(map[string]struct{}),
 		groups:     make(map[string]struct{}),
+		ops:        make(map[string]struct{}),
 		deliveries: newDeliveryCollector(),
 	}
 	e.acct = profiler.NewStepAccountant()

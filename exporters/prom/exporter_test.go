@@ -516,3 +516,45 @@ func TestNamesNotUTF8(t *testing.T) {
 		t.Errorf("hostname not UTF-8: %v", err)
 	}
 }
+
+// Collective operation names come from outside (an imported trace's own,
+// Ingest's): beyond prom.MaxOps they are counted as "other", so the
+// per-rank series budget holds whatever names come.
+func TestCollectiveOpsBounded(t *testing.T) {
+	e, err := prom.New(nil, prom.WithMaxGroups(4), prom.WithMaxNames(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []profiler.Record
+	for i := range 1000 {
+		op := fmt.Sprintf("op-%d", i)
+		recs = append(recs, profiler.Record{ID: uint64(i + 1), Name: op, Kind: profiler.KindCollective, Rank: 0,
+			Device:    runtime.Device{Type: runtime.CPU},
+			HostStart: 0, HostEnd: time.Millisecond,
+			Collective: profiler.Collective{Op: op, Group: "dp", GroupSize: 2, Peer: -1, Root: -1, Bytes: 1024, BusFactor: 1}})
+	}
+	e.Consume(recs)
+	if n := testutil.CollectAndCount(e.Registry(), "trainscope_collective_bytes_total"); n != prom.MaxOps+1 {
+		t.Errorf("%d collective_bytes series for 1000 op names, want %d (MaxOps and other)", n, prom.MaxOps+1)
+	}
+	mfs, err := e.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other float64
+	for _, mf := range mfs {
+		if mf.GetName() != "trainscope_collective_bytes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == prom.OtherLabel {
+					other += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if want := float64(1000-prom.MaxOps) * 1024; other != want {
+		t.Errorf("bytes under op %q: %v, want %v (every op past the bound)", prom.OtherLabel, other, want)
+	}
+}

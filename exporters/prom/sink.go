@@ -197,6 +197,19 @@ func (e *Exporter) newCollSeries(k collKey) *collSeries {
 			return s
 		}
 	}
+	if _, known := e.ops[k.op]; !known {
+		// Operation names come from outside too (an imported trace's,
+		// Ingest's): bounded like names and groups.
+		if len(e.ops) >= MaxOps {
+			k.op = OtherLabel
+			if s, ok := e.colls[k]; ok {
+				e.aliasColl(orig, s)
+				return s
+			}
+		} else {
+			e.ops[k.op] = struct{}{}
+		}
+	}
 	if _, known := e.groups[k.group]; !known {
 		if len(e.groups) >= e.cfg.maxGroups {
 			k.group = OtherLabel
