@@ -302,7 +302,22 @@ type topRow struct {
 // however many there are.
 func hue(mb int) int { return mb * 137 % 360 }
 
+// paletteSize bounds the microbatch colours: a page's styles and legend
+// grow with it, and a label's value (a run that numbers its microbatches
+// across steps) must not make them grow. Past it, colours repeat;
+// highlighting a microbatch (data-mb) still tells them apart.
+const paletteSize = 64
+
+// mbClass is the colour class of microbatch mb.
+func mbClass(mb int) string {
+	return "m" + strconv.Itoa((mb%paletteSize+paletteSize)%paletteSize)
+}
+
 func (v *view) palette(n int) {
+	if n > paletteSize {
+		v.Notes = append(v.Notes, fmt.Sprintf("microbatches up to %d: their colours repeat every %d (hover a block to pick out its microbatch)", n-1, paletteSize))
+		n = paletteSize
+	}
 	var css strings.Builder
 	for mb := range n {
 		h := hue(mb)
@@ -391,17 +406,24 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			extend(rk.Wall)
 		}
 	}
-	chunks := 1
+	// A lane per chunk the step has work of (not per value up to the
+	// largest: a label's value must not make lanes).
+	laneOf := map[int]int{}
 	byRank := map[int][]*profiler.Record{}
 	for _, r := range recs {
 		if isBlock(r) || isOptimizer(r) || isTransfer(r) || isKernel(r) && !window {
 			extend(interval(r))
 			byRank[r.Rank] = append(byRank[r.Rank], r)
-			if (isBlock(r) || phaseKernel(r)) && r.Chunk != profiler.None {
-				chunks = max(chunks, int(r.Chunk)+1)
+			if isBlock(r) || phaseKernel(r) {
+				laneOf[max(int(r.Chunk), 0)] = 0
 			}
 		}
 	}
+	chunkList := slices.Sorted(maps.Keys(laneOf))
+	for i, ch := range chunkList {
+		laneOf[ch] = i
+	}
+	chunks := max(len(chunkList), 1)
 	if first || t1 <= t0 {
 		return chartView{}, false
 	}
@@ -466,11 +488,14 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		} else {
 			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d: no step range in step %d", rk.Rank, s.Step)}
 		}
-		for ch := range chunks {
+		for i, ch := range chunkList {
 			if window {
 				break
 			}
-			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(y + float64(ch*laneHeight) + 11), Label: "c" + strconv.Itoa(ch)})
+			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(y + float64(i*laneHeight) + 11), Label: "c" + strconv.Itoa(ch)})
+		}
+		if len(chunkList) == 0 && !window {
+			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(y + 11), Label: "c0"})
 		}
 		if len(laneEnds) > 0 {
 			rv.Lanes = append(rv.Lanes, laneLabel{X: px(labelWidth - 3), Y: px(rv.xferY0 + float64(len(laneEnds)*xferHeight) - 1), Label: "xfer"})
@@ -524,9 +549,9 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 				phase = "bwd"
 			}
 			if k.microbatch != profiler.None {
-				mb, mbText = "m"+strconv.Itoa(k.microbatch), "microbatch "+strconv.Itoa(k.microbatch)
+				mb, mbText = mbClass(k.microbatch), "microbatch "+strconv.Itoa(k.microbatch)
 			}
-			top := y + float64(k.chunk*laneHeight) + 1
+			top := y + float64(laneOf[k.chunk]*laneHeight) + 1
 			for _, m := range mergeNear(labelled[k], time.Duration(1/scale)) {
 				st.KernelBoxes++
 				if k.phase == profiler.Backward {
@@ -554,8 +579,7 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			when := fmt.Sprintf("%s–%s ms (%s ms)", msText(iv.Start-t0), msText(iv.End-t0), msText(iv.Len()))
 			switch {
 			case isBlock(r):
-				ch := max(int(r.Chunk), 0)
-				top := y + float64(ch*laneHeight) + 1
+				top := y + float64(laneOf[max(int(r.Chunk), 0)]*laneHeight) + 1
 				b.Y, b.H = px(top), px(laneHeight-2)
 				phase := "fwd"
 				if r.Phase == profiler.Backward {
@@ -564,7 +588,7 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 				} else {
 					st.Forward++
 				}
-				b.Class = fmt.Sprintf("blk %s m%d", phase, r.Microbatch)
+				b.Class = "blk " + phase + " " + mbClass(int(r.Microbatch))
 				b.MB = strconv.Itoa(int(r.Microbatch))
 				b.Title = fmt.Sprintf("%s · rank %d · step %d · chunk %d · microbatch %d · %s", r.Phase, r.Rank, s.Step, r.Chunk, r.Microbatch, when)
 				if float64(iv.Len())*scale >= 9 {

@@ -315,3 +315,44 @@ func TestHoverNamesTheCommunicator(t *testing.T) {
 		}
 	}
 }
+
+// A label's value does not size the page: a microbatch numbered 100,000
+// (a run numbering them across steps) gets a colour of the bounded
+// palette, and a chunk numbered 20,000 one lane, not 20,000. Before, the
+// page grew to 19 MB and 40,000 lane labels.
+func TestLabelValuesDoNotSizeThePage(t *testing.T) {
+	var small bytes.Buffer
+	if _, err := htmlreport.Write(&small, htmlreport.Input{Records: twoStages()}); err != nil {
+		t.Fatal(err)
+	}
+	recs := twoStages()
+	for i := range recs {
+		r := &recs[i]
+		if r.Microbatch == 1 {
+			r.Microbatch = 100000
+		}
+		if r.Rank == 1 && r.Chunk == 0 {
+			r.Chunk = 20000
+		}
+	}
+	var big bytes.Buffer
+	st, err := htmlreport.Write(&big, htmlreport.Input{Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Forward != 4 || st.Backward != 4 {
+		t.Errorf("stats %+v, want every block drawn", st)
+	}
+	if big.Len() > 2*small.Len() {
+		t.Errorf("page %d bytes with large label values, %d without: it grew with a label's value", big.Len(), small.Len())
+	}
+	page := big.String()
+	for _, want := range []string{`data-mb="100000"`, ">c20000<", "microbatch 100000"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, ">c"); n > 8 {
+		t.Errorf("%d lane labels, want one per chunk with work per rank", n)
+	}
+}

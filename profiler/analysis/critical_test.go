@@ -186,3 +186,34 @@ func TestCriticalPathThroughAFusedGroup(t *testing.T) {
 		}
 	}
 }
+
+// A chunk label that is no VPP chunk index (20,000) leaves the bubble
+// unsplit rather than splitting it into 20,001 chunks; the bubble itself
+// is measured as ever.
+func TestLargeChunkLabelLeavesBubbleUnsplit(t *testing.T) {
+	for _, chunk := range []int{1, MaxChunkLabel, 20000} {
+		var b build
+		b.step(0, 0, 0, 0, 40)
+		b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 10)
+		b.dev(0, 0, 0, chunk, 0, profiler.Forward, 1, 20, 30)
+		st := Analyze(b.recs)[0]
+		var rk *Rank
+		for i := range st.Ranks {
+			if st.Ranks[i].Rank == 0 {
+				rk = &st.Ranks[i]
+			}
+		}
+		if rk == nil {
+			t.Fatalf("chunk %d: no rank 0 in %+v", chunk, st)
+		}
+		if rk.Bubble != d(10) {
+			t.Errorf("chunk %d: bubble %v, want 10ms (the gap between the forwards)", chunk, rk.Bubble)
+		}
+		switch {
+		case chunk < MaxChunkLabel && (len(rk.Chunks) != chunk+1 || rk.Chunks[chunk] != d(10)):
+			t.Errorf("chunk %d: split %v, want the 10ms gap on chunk %d", chunk, rk.Chunks, chunk)
+		case chunk >= MaxChunkLabel && len(rk.Chunks) != 0:
+			t.Errorf("chunk %d: split into %d chunks, want none", chunk, len(rk.Chunks))
+		}
+	}
+}

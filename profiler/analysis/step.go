@@ -112,7 +112,8 @@ type Rank struct {
 	// input), indexed by chunk; Drain is the gap after the rank's last
 	// computation, which no action ends. Where the rank's computation
 	// carries no chunk labels (a wrapped job's kernels), or it has none,
-	// the bubble is not split: Chunks is empty and Drain zero.
+	// or a label of MaxChunkLabel or more, the bubble is not split:
+	// Chunks is empty and Drain zero.
 	Bubble time.Duration
 	Chunks []time.Duration
 	Drain  time.Duration
@@ -424,9 +425,10 @@ func bubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
 	}
 	busy := profiler.BusyIntervals(nil, work)
 	rk.Bubble = span.Len() - clippedLen(busy, span)
-	if maxChunk < 0 {
-		// No chunk labels (a wrapped job's kernels): no split of the
-		// bubble by chunk, and no tail told from it.
+	if maxChunk < 0 || maxChunk >= MaxChunkLabel {
+		// No chunk labels (a wrapped job's kernels), or labels that are
+		// no VPP chunk indices (a split would be as long as the largest):
+		// no split of the bubble by chunk, and no tail told from it.
 		return
 	}
 	rk.Chunks = make([]time.Duration, maxChunk+1)
@@ -497,6 +499,12 @@ func stages(ranks []Rank, span profiler.Interval) []Stage {
 	}
 	return out
 }
+
+// MaxChunkLabel bounds the chunk labels the bubble is split by (Rank.Chunks
+// is indexed by chunk): VPP has a handful of chunks a stage, and a larger
+// label — a job numbering its work some other way — would make the split,
+// and every table and page drawn from it, as long as the label is large.
+const MaxChunkLabel = 64
 
 // pipelineShape counts the distinct stage, chunk and microbatch labels of
 // the step's forward and backward computation.
