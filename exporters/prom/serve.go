@@ -78,7 +78,10 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 		}
 		fmt.Fprintln(w, "trainscope: metrics at /metrics")
 	})
-	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	// WriteTimeout: a scraper that stops reading must not hold a
+	// connection, and a page, for ever (Prometheus's own scrape timeout
+	// defaults to 10 s).
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute}
 	e.srvErr = make(chan error, 1)
 	go func(srv *http.Server, errc chan<- error) {
 		err := srv.Serve(ln)
