@@ -435,6 +435,7 @@ func (b *Backend) CommAbort(c ccl.Comm) error {
 	}
 	if !nc.tryLock(grace) {
 		if !b.cfg.blocking {
+			nc.aborting.Store(false) // not aborted: a later abort (or destroy) may try again
 			return ccl.Errorf(op, ccl.StatusTimeout, "%s still in use by an operation or an open group after %v", nc, grace)
 		}
 		err := b.abortHandle(nc.h)

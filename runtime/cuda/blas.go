@@ -149,6 +149,16 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 			return err
 		}
 	}
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"LDA", g.LDA}, {"LDB", g.LDB}, {"LDC", g.LDC}} {
+		if d.v > math.MaxInt32 {
+			// cuBLAS takes C ints: a larger value would be cut short in
+			// silence.
+			return runtime.Errorf(op, runtime.StatusInvalidArgument, "%s %d is beyond cuBLAS's 32-bit dimensions", d.name, d.v)
+		}
+	}
 	ta, tb := blasOp(g.TransA), blasOp(g.TransB)
 	mm, nn, kk := uintptr(g.M), uintptr(g.N), uintptr(g.K)
 	lda, ldb, ldc := uintptr(max(g.LDA, 1)), uintptr(max(g.LDB, 1)), uintptr(g.LDC)
@@ -231,11 +241,23 @@ func (m *Impl) Axpy(sh any, alpha float32, x, y runtime.Buffer, n int) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
-		f.Out[0] = uint64(math.Float32bits(alpha))
-		return int32(f.Call(b.saxpy, h, uintptr(n), f.OutPtr(0), p[0], 1, p[1], 1))
-	})
+	// cuBLAS takes the length as a C int: longer vectors go in parts.
+	for off := 0; off < n; off += maxBlasLen {
+		k := min(n-off, maxBlasLen)
+		x0, y0 := p[0]+uintptr(off)*4, p[1]+uintptr(off)*4
+		if err := m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
+			f.Out[0] = uint64(math.Float32bits(alpha))
+			return int32(f.Call(b.saxpy, h, uintptr(k), f.OutPtr(0), x0, 1, y0, 1))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// maxBlasLen is the longest vector one cuBLAS level-1 call takes (its
+// length is a C int).
+const maxBlasLen = math.MaxInt32
 
 // Scale enqueues x[i] *= alpha for n float32s (cublasSscal).
 func (m *Impl) Scale(sh any, alpha float32, x runtime.Buffer, n int) error {
@@ -244,8 +266,15 @@ func (m *Impl) Scale(sh any, alpha float32, x runtime.Buffer, n int) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
-		f.Out[0] = uint64(math.Float32bits(alpha))
-		return int32(f.Call(b.sscal, h, uintptr(n), f.OutPtr(0), p[0], 1))
-	})
+	for off := 0; off < n; off += maxBlasLen {
+		k := min(n-off, maxBlasLen)
+		x0 := p[0] + uintptr(off)*4
+		if err := m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
+			f.Out[0] = uint64(math.Float32bits(alpha))
+			return int32(f.Call(b.sscal, h, uintptr(k), f.OutPtr(0), x0, 1))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -264,6 +264,7 @@ type scope struct {
 	m       *Impl
 	prev    int32
 	changed bool
+	noCtx   bool // the thread had no current context: exit leaves it none
 }
 
 // enter locks the calling goroutine to its OS thread and makes dev the
@@ -282,15 +283,30 @@ func (m *Impl) enter(op string, dev int) (scope, error) {
 	if int(prev) == dev {
 		return scope{m: m, prev: prev}, nil
 	}
+	// A thread with no context reports device 0; setting 0 back on exit
+	// would make a context on GPU 0 in a process that uses another one
+	// (CUDA 12 initialises the primary context at cudaSetDevice). Such a
+	// thread gets no context back instead.
+	noCtx := false
+	if drv, err := m.driverAPI(op); err == nil {
+		g := dl.Get()
+		if int32(g.Call(drv.ctxGetCurrent, g.OutPtr(0))) == 0 && g.Out[0] == 0 {
+			noCtx = true
+		}
+		g.Put()
+	}
 	if rc := int32(dl.Call(m.rt.setDevice, uintptr(dev))); rc != 0 {
 		goruntime.UnlockOSThread()
 		return scope{}, m.cudaErr(op, rc)
 	}
-	return scope{m: m, prev: prev, changed: true}, nil
+	return scope{m: m, prev: prev, changed: true, noCtx: noCtx}, nil
 }
 
 func (s scope) exit() {
-	if s.changed {
+	switch {
+	case s.noCtx:
+		dl.Call(s.m.drv.ctxSetCurrent, 0)
+	case s.changed:
 		dl.Call(s.m.rt.setDevice, uintptr(s.prev))
 	}
 	goruntime.UnlockOSThread()

@@ -233,7 +233,12 @@ func (m *Impl) copyCall(op string, dev int, sh any, dst, src uintptr, n int64, k
 	defer sc.exit()
 	var rc int32
 	if s == nil {
-		rc = int32(dl.Call(m.rt.memcpy, dst, src, uintptr(n), kind))
+		// cudaMemcpy returns before a device-to-device copy is done, on
+		// the legacy stream, which the backend's non-blocking streams do
+		// not wait for: wait for it, as a nil stream promises.
+		if rc = int32(dl.Call(m.rt.memcpy, dst, src, uintptr(n), kind)); rc == 0 {
+			rc = int32(dl.Call(m.rt.streamSynchronize, 0))
+		}
 	} else {
 		rc = int32(dl.Call(m.rt.memcpyAsync, dst, src, uintptr(n), kind, s.h))
 	}
@@ -308,7 +313,11 @@ func (m *Impl) Memset(dst runtime.Buffer, value byte, sh any) error {
 	defer sc.exit()
 	var rc int32
 	if s == nil {
-		rc = int32(dl.Call(m.rt.memset, p, uintptr(value), uintptr(n)))
+		// cudaMemset of device memory returns before it is done (see
+		// the copy above): wait for the legacy stream.
+		if rc = int32(dl.Call(m.rt.memset, p, uintptr(value), uintptr(n))); rc == 0 {
+			rc = int32(dl.Call(m.rt.streamSynchronize, 0))
+		}
 	} else {
 		rc = int32(dl.Call(m.rt.memsetAsync, p, uintptr(value), uintptr(n), s.h))
 	}
@@ -381,11 +390,10 @@ func (m *Impl) HostAlloc(size int64) ([]byte, error) {
 	if size <= 0 {
 		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "size %d", size)
 	}
-	sc, err := m.enter(op, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer sc.exit()
+	// On the calling thread's current device (a rank's goroutine has its
+	// own): selecting device 0 made a context there in every process.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	f := dl.Get()
 	defer f.Put()
 	if rc := int32(f.Call(m.rt.hostAlloc, f.OutPtr(0), uintptr(size), cudaHostAllocPortable)); rc != 0 {
