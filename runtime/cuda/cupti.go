@@ -158,7 +158,6 @@ type ActivityTrace struct {
 	opts ActivityOptions
 
 	mu       sync.Mutex
-	lent     map[uintptr][]byte // buffers CUPTI holds, kept alive here
 	free     [][]byte
 	done     []Activity
 	external map[uint32]uint64 // correlation id → pushed id
@@ -180,7 +179,7 @@ func (m *Impl) StartActivityTrace(opts ActivityOptions) (*ActivityTrace, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &ActivityTrace{api: a, opts: opts, lent: map[uintptr][]byte{}, external: map[uint32]uint64{}}
+	t := &ActivityTrace{api: a, opts: opts, external: map[uint32]uint64{}}
 	if !active.CompareAndSwap(nil, t) {
 		return nil, runtime.Errorf("ActivityTrace", runtime.StatusAlreadyExists, "an activity trace is already running in this process")
 	}
@@ -305,36 +304,25 @@ func bufferRequested(buf, size, maxRecords uintptr) {
 		b = make([]byte, activityBuffer)
 	}
 	p := uintptr(unsafe.Pointer(&b[0]))
-	if t != nil {
-		t.mu.Lock()
-		t.lent[p] = b
-		t.mu.Unlock()
-	} else {
-		orphans.Store(p, b)
-	}
+	lent.Store(p, b)
 	*(*uintptr)(cPointer(buf)) = p
 	*(*uintptr)(cPointer(size)) = activityBuffer
 	*(*uintptr)(cPointer(maxRecords)) = 0
 }
 
-// orphans keeps buffers lent while no trace was active alive.
-var orphans sync.Map
+// lent keeps every buffer CUPTI holds alive until it hands it back,
+// whatever becomes of the trace that lent it: CUPTI writes into it after
+// Stop too, and a buffer kept only by a trace the program dropped would
+// be freed under it.
+var lent sync.Map
 
 // bufferCompleted is CUPTI's return of a filled buffer, on its own thread
 // or on the one that flushes.
 func bufferCompleted(ctx, streamID, buf, size, valid uintptr) {
 	t := active.Load()
 	var b []byte
-	if t != nil {
-		t.mu.Lock()
-		b = t.lent[buf]
-		delete(t.lent, buf)
-		t.mu.Unlock()
-	}
-	if b == nil {
-		if v, ok := orphans.LoadAndDelete(buf); ok {
-			b = v.([]byte)
-		}
+	if v, ok := lent.LoadAndDelete(buf); ok {
+		b = v.([]byte)
 	}
 	if t == nil || b == nil || valid > uintptr(len(b)) {
 		return
