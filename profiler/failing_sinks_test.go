@@ -20,20 +20,6 @@ func (s *panicSink) Consume([]profiler.Record) {
 	}
 }
 
-// countSink counts the records of each name it is given.
-type countSink struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (s *countSink) Consume(batch []profiler.Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range batch {
-		s.n[r.Name]++
-	}
-}
-
 // A sink that panics is removed, and the panic kept in Stats: the run
 // goes on (on the background collector too, where a panic would end the
 // process), and the other sinks get every record once — the batch the
@@ -49,7 +35,7 @@ func TestPanickingSinkIsRemoved(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := newProfiler(t, append([]profiler.Option{profiler.WithCollectInterval(0), profiler.WithMaxRecords(0)}, c.opts...)...)
-			before, after := &countSink{n: map[string]int{}}, &countSink{n: map[string]int{}}
+			before, after := newNameSink(), newNameSink()
 			bad := &panicSink{}
 			for _, s := range []profiler.Sink{before, bad, after} {
 				if err := p.AddSink(s); err != nil {
@@ -65,7 +51,7 @@ func TestPanickingSinkIsRemoved(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, s := range []*countSink{before, after} {
+			for _, s := range []*nameSink{before, after} {
 				s.mu.Lock()
 				for _, name := range names {
 					if s.n[name] != 1 {

@@ -339,16 +339,21 @@ func TestNilArgumentsDoNotPanic(t *testing.T) {
 	}
 }
 
-// tagSink records each record's name and tag.
-type tagSink struct {
+// nameSink counts the records of each name it is given and keeps the
+// last one's tag.
+type nameSink struct {
 	mu   sync.Mutex
+	n    map[string]int
 	tags map[string]string
 }
 
-func (s *tagSink) Consume(batch []profiler.Record) {
+func newNameSink() *nameSink { return &nameSink{n: map[string]int{}, tags: map[string]string{}} }
+
+func (s *nameSink) Consume(batch []profiler.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range batch {
+		s.n[r.Name]++
 		s.tags[r.Name] = r.Tag
 	}
 }
@@ -358,7 +363,7 @@ func (s *tagSink) Consume(batch []profiler.Record) {
 // range tagged with a newer entry came out untagged.
 func TestTagSetDuringCollection(t *testing.T) {
 	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithMaxRecords(0)) // the sink takes every record
-	sink := &tagSink{tags: map[string]string{}}
+	sink := newNameSink()
 	if err := p.AddSink(sink); err != nil {
 		t.Fatal(err)
 	}

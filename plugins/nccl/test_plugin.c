@@ -596,15 +596,21 @@ static void api_groups_child(void) {
   p4->finalize(ctx);
 }
 
-static void test_api_groups(void) {
+/* Runs body in a child against a collector here, for at most timeout_ms,
+ * and checks it exited 0; s gets what it sent. */
+static void run_collected(void (*body)(void), int timeout_ms, const char* what, struct stream* s) {
   int lfd = listen_unix();
   setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
-  pid_t pid = spawn(api_groups_child);
-  struct stream s;
+  pid_t pid = spawn(body);
   int status = 0;
-  collect(lfd, pid, &s, 10000, 0, &status);
+  collect(lfd, pid, s, timeout_ms, 0, &status);
   close(lfd);
-  child_ok(status, "api groups");
+  child_ok(status, what);
+}
+
+static void test_api_groups(void) {
+  struct stream s;
+  run_collected(api_groups_child, 10000, "api groups", &s);
   size_t n = s.len / TSNP_RECORD_SIZE - 1;
   uint64_t blocks[8] = {0};
   int nb = 0, v4 = 0;
@@ -971,14 +977,8 @@ static void restart_child(void) {
 }
 
 static void test_restart(void) {
-  int lfd = listen_unix();
-  setenv("TRAINSCOPE_NCCL_SOCKET", sock_path, 1);
-  pid_t pid = spawn(restart_child);
   struct stream s;
-  int status = 0;
-  collect(lfd, pid, &s, 20000, 0, &status);
-  close(lfd);
-  child_ok(status, "drainer restarted");
+  run_collected(restart_child, 20000, "drainer restarted", &s);
   /* Each drainer connects anew: a hello, then records, per connection. */
   size_t casts = 0;
   for (size_t off = 0; off + TSNP_RECORD_SIZE <= s.len; off += TSNP_RECORD_SIZE) {
