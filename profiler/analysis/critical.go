@@ -77,7 +77,6 @@ type activity struct {
 type graph struct {
 	byRank      map[int][]*activity // by end
 	recvs       map[*activity]*activity
-	fused       map[*activity]*activity
 	lastArrival map[collKey]*activity
 	members     map[memberKey]*activity
 	last        *activity
@@ -114,7 +113,6 @@ func newGraph(items []item) *graph {
 		slices.SortFunc(as, byEnd)
 	}
 	g.recvs = pairP2P(g.byRank)
-	g.fused = fusedGroups(g.byRank, g.recvs)
 	g.lastArrival = map[collKey]*activity{}
 	g.members = map[memberKey]*activity{}
 	for r, as := range g.byRank {
@@ -203,13 +201,7 @@ func (g *graph) before(rank int, t time.Duration, self *activity) *activity {
 // has no earlier link.
 func (g *graph) walk(cur *activity, end time.Duration, visit func(Segment, *activity) bool) {
 	g.walks++
-	for cur != nil {
-		if r := g.fused[cur]; r != nil {
-			cur = r
-		}
-		if cur.seen == g.walks {
-			return
-		}
+	for cur != nil && cur.seen != g.walks {
 		cur.seen = g.walks
 		start := cur.span.Start
 		next := g.before(cur.it.rank, start, cur)
@@ -342,36 +334,4 @@ func pairP2P(byRank map[int][]*activity) map[*activity]*activity {
 		}
 	}
 	return recvs
-}
-
-// fusedGroups maps each member of a fused point-to-point group to the
-// group's receive whose send started last. A rank's sends and receives
-// issued together (between GroupStart and GroupEnd) run as one operation
-// and are recorded with one interval; the group ends no earlier than its
-// last-served receive, so whichever member a walk reaches — the one
-// issued last, by the tie-break — it goes on from that receive. Members
-// of groups without a paired receive are not mapped.
-func fusedGroups(byRank map[int][]*activity, recvs map[*activity]*activity) map[*activity]*activity {
-	fused := map[*activity]*activity{}
-	for _, as := range byRank { // by end, then start: a group is a run
-		for i := 0; i < len(as); {
-			j := i + 1
-			for j < len(as) && as[j].span == as[i].span {
-				j++
-			}
-			var bound *activity
-			for _, a := range as[i:j] {
-				if s, ok := recvs[a]; ok && (bound == nil || byStart(s, recvs[bound]) > 0) {
-					bound = a
-				}
-			}
-			for _, a := range as[i:j] {
-				if j-i > 1 && bound != nil && a != bound && a.it.kind == profiler.KindP2P {
-					fused[a] = bound
-				}
-			}
-			i = j
-		}
-	}
-	return fused
 }

@@ -138,55 +138,6 @@ func TestCriticalPathPastShortTransfers(t *testing.T) {
 	}
 }
 
-// A send and a receive issued together (between GroupStart and GroupEnd)
-// run as one operation and share one interval. Rank 0's group waits for
-// rank 1, whose send comes only after 45 ms of compute; the walk back
-// from rank 0's backward reaches the group through whichever member was
-// issued last — here the send — and must still go on at rank 1's send,
-// not at rank 0's own forward, which would put 40 ms of rank 1's compute
-// on rank 0 as a transfer. Worked out by hand: rank 1's compute [0,45),
-// the receive's transfer [45,50) on rank 0, rank 0's backward [50,60).
-func TestCriticalPathThroughAFusedGroup(t *testing.T) {
-	for _, sendLast := range []bool{true, false} {
-		var b build
-		for r := range 2 {
-			b.step(r, 0, r, 0, 60)
-		}
-		// host issues a fused pair: the later one 1 µs after the earlier.
-		fused := func(rank, peer int, seq uint64, sendFirst bool, from, to float64) {
-			ops := []string{"Recv", "Send"}
-			if sendFirst {
-				ops = []string{"Send", "Recv"}
-			}
-			for i, op := range ops {
-				b.coll(rank, 0, rank, op, "pp", 2, rank, peer, seq, 2, from, to)
-				b.recs[len(b.recs)-1].HostStart = d(from + float64(i)*0.001)
-				b.recs[len(b.recs)-1].HostEnd = d(from + float64(i)*0.001)
-			}
-		}
-		b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 10)
-		fused(0, 1, 0, !sendLast, 10, 50)
-		b.dev(0, 0, 0, 0, 0, profiler.Backward, 1, 50, 60)
-		b.dev(1, 0, 1, 0, 0, profiler.Forward, 1, 0, 45)
-		fused(1, 0, 0, sendLast, 45, 50)
-		st := Analyze(b.recs)[0]
-		cp := st.Critical
-		if cp == nil {
-			t.Fatalf("send issued last %v: no critical path: %q", sendLast, st.Problems)
-		}
-		c, x := float64(SegmentCompute), float64(SegmentTransfer)
-		want := [][4]float64{{c, 1, 0, 45}, {x, 0, 45, 50}, {c, 0, 50, 60}}
-		got := pathOf(cp)
-		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
-			t.Errorf("send issued last %v: path %v, want %v", sendLast, got, want)
-			continue
-		}
-		if s := cp.Segments[1]; s.Op != "Recv" {
-			t.Errorf("send issued last %v: segment 1 op %q, want the receive that waited", sendLast, s.Op)
-		}
-	}
-}
-
 // A chunk label that is no VPP chunk index (20,000) leaves the bubble
 // unsplit rather than splitting it into 20,001 chunks; the bubble itself
 // is measured as ever.
