@@ -310,7 +310,8 @@ func TestFirstBackendErrorKept(t *testing.T) {
 }
 
 // Reset discards device ranges still waiting for their events before any
-// sink saw them: it counts them in Stats.Dropped.
+// sink saw them: it counts them in Stats.Discarded (not Dropped, the
+// recording side's losses).
 func TestResetCountsUnresolvedRanges(t *testing.T) {
 	p, err := profiler.New(profiler.WithCollectInterval(0))
 	if err != nil {
@@ -335,8 +336,8 @@ func TestResetCountsUnresolvedRanges(t *testing.T) {
 	if err := p.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := p.Stats(); st.Dropped != 3 || len(p.Snapshot()) != 0 {
-		t.Errorf("Dropped %d, %d records after Reset; want 3 dropped and none kept", st.Dropped, len(p.Snapshot()))
+	if st := p.Stats(); st.Discarded != 3 || st.Dropped != 0 || len(p.Snapshot()) != 0 {
+		t.Errorf("Discarded %d, Dropped %d, %d records after Reset; want 3 discarded, none dropped or kept", st.Discarded, st.Dropped, len(p.Snapshot()))
 	}
 }
 

@@ -378,7 +378,7 @@ func (p *Profiler) Flush(ctx context.Context) error {
 // Reset discards every record kept and every completed range not yet
 // collected; ranges open now are kept and recorded when they end. Device
 // ranges still waiting for their events are discarded too, before any
-// sink saw them, and counted in Stats.Dropped. Drop counters are not
+// sink saw them, and counted in Stats.Discarded. Drop counters are not
 // reset.
 func (p *Profiler) Reset() {
 	if p == nil {
@@ -406,7 +406,7 @@ type Stats struct {
 	Records    int    // records kept for Snapshot
 	Collected  uint64 // records finished so far: kept, over the bound, or delivered to sinks only
 	Pending    int    // device ranges whose times are not resolved yet
-	Dropped    uint64 // ranges lost: a full recorder buffer, too deep nesting, or unresolved at Reset
+	Dropped    uint64 // ranges lost on the recording side: a full recorder buffer or too deep nesting
 	Overflow   uint64 // records lost to the profiler's record bound (WithMaxRecords)
 	EventDrops uint64 // device ranges timed on the host only for want of pooled events
 	// Events counts the timing events the device ranges collected so far
@@ -415,7 +415,10 @@ type Stats struct {
 	Events     uint64
 	Adjacent   uint64
 	Unbalanced uint64 // End calls with no open range
-	Errors     uint64 // events the backend refused to record or resolve
+	// Discarded counts device ranges Reset discarded while they still
+	// waited for their events: no sink saw them.
+	Discarded uint64
+	Errors    uint64 // events the backend refused to record or resolve
 	// FirstError is the first of those errors, to say what went wrong;
 	// nil when Errors is 0.
 	FirstError error
@@ -439,7 +442,7 @@ func (p *Profiler) Stats() Stats {
 		Pending:   len(p.unresolved),
 		Overflow:  p.storeDrops.Load(),
 		Collected: p.collected.Load(),
-		Dropped:   p.resetDrops.Load(),
+		Discarded: p.resetDrops.Load(),
 		Errors:    p.resolveErrs.Load(),
 		Events:    p.eventsRecorded,
 		Adjacent:  p.eventsShared,
