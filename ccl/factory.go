@@ -77,7 +77,7 @@ func (f *ProcessGroupFactory) GroupEnd() error {
 	if f == nil || f.impl == nil {
 		return Errorf("GroupEnd", StatusInvalidArgument, "factory without a backend")
 	}
-	return f.open.end(f.impl, "factory")
+	return f.open.end(f.impl, nil)
 }
 
 // Group runs fn between GroupStart and GroupEnd; GroupEnd is called even

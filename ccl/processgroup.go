@@ -183,7 +183,7 @@ func (pg *ProcessGroup) GroupStart() error { return pg.gt.start(pg.impl) }
 // GroupEnd closes the calling goroutine's innermost group; at the
 // outermost level it launches the operations issued inside and marks
 // their completion points.
-func (pg *ProcessGroup) GroupEnd() error { return pg.gt.end(pg.impl, "group "+strconv.Quote(pg.name)) }
+func (pg *ProcessGroup) GroupEnd() error { return pg.gt.end(pg.impl, &pg.name) }
 
 func (gt *groupTable) start(impl Impl) error {
 	id := goid.Get()
@@ -205,12 +205,19 @@ func (gt *groupTable) start(impl Impl) error {
 	return nil
 }
 
-func (gt *groupTable) end(impl Impl, who string) error {
+// end closes the calling goroutine's innermost group of the table; group
+// names the process group called, nil for the factory (for the error
+// only: nothing is formatted on the way).
+func (gt *groupTable) end(impl Impl, group *string) error {
 	id := goid.Get()
 	gt.mu.Lock()
 	g := gt.open[id]
 	if g == nil {
 		gt.mu.Unlock()
+		who := "factory"
+		if group != nil {
+			who = "group " + strconv.Quote(*group)
+		}
 		return Errorf("GroupEnd", StatusInvalidArgument, "%s: GroupEnd without GroupStart on this goroutine", who)
 	}
 	g.depth--
