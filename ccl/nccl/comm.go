@@ -45,13 +45,18 @@ func asComm(op string, c ccl.Comm) (*comm, error) {
 	return nc, nil
 }
 
-// acquire read-locks a live communicator for a call.
+// acquire read-locks a live communicator for a call. The abort flag is
+// read under the lock: a blocking-mode CommAbort that cannot take the
+// write lock frees the handle while readers hold it, and a call that
+// read the flag before the abort began and locked after it would use
+// the freed handle.
 func (c *comm) acquire(op string) error {
-	if c.aborting.Load() {
-		return ccl.Errorf(op, ccl.StatusError, "%s was aborted", c)
-	}
 	c.mu.RLock()
-	if c.freed {
+	switch {
+	case c.aborting.Load():
+		c.mu.RUnlock()
+		return ccl.Errorf(op, ccl.StatusError, "%s was aborted", c)
+	case c.freed:
 		c.mu.RUnlock()
 		return ccl.Errorf(op, ccl.StatusInvalidArgument, "%s used after CommDestroy or CommAbort", c)
 	}
