@@ -173,7 +173,9 @@ signals() {
 	# Each leaves the operations seen up to then in its outputs.
 	echo "== signals"
 	local long=("${share[@]}" --iters 1000000 --warmup 0 --sizes-mib 1)
-	local launch="RANK=0 LOCAL_RANK=0 python3 $ex ${long[*]} & RANK=1 LOCAL_RANK=0 python3 $ex ${long[*]} & wait"
+	# Rank 1 on GPU 1 where there is one (allreduce_pp.py takes LOCAL_RANK
+	# modulo the GPUs it sees, so with one GPU both share it).
+	local launch="RANK=0 LOCAL_RANK=0 python3 $ex ${long[*]} & RANK=1 LOCAL_RANK=1 python3 $ex ${long[*]} & wait"
 	: >"$OUT/signals.txt"
 	export MASTER_ADDR=127.0.0.1 WORLD_SIZE=2
 	MASTER_PORT=29561 "$pr" -out "$OUT/sig-term" -metrics-addr off -quiet -- bash -c "$launch" >>"$OUT/signals.txt" 2>&1 &
