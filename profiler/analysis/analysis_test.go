@@ -3,6 +3,7 @@ package analysis
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -652,5 +653,94 @@ func TestCounted(t *testing.T) {
 		if got := counted(c.n, c.noun); got != c.want {
 			t.Errorf("counted(%d, %q) = %q, want %q", c.n, c.noun, got, c.want)
 		}
+	}
+}
+
+// TestComputeSpanIgnoresEmptyWork: a forward range of no device time
+// (its start and end events at one instant) or an inverted one did no
+// computation, so it neither starts nor ends a rank's Compute nor the
+// step's Span, whichever order the records come in. The one real
+// computation runs 0–50 ms: the span is [0, 50) and nothing in it idles.
+func TestComputeSpanIgnoresEmptyWork(t *testing.T) {
+	for _, empty := range [][2]float64{{100, 100}, {120, 110}} {
+		for _, emptyFirst := range []bool{false, true} {
+			var b build
+			b.step(0, 0, 0, 0, 200)
+			add := []func(){
+				func() { b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 50) },
+				func() { b.dev(0, 0, 0, 0, 1, profiler.Forward, 1, empty[0], empty[1]) },
+			}
+			if emptyFirst {
+				add[0], add[1] = add[1], add[0]
+			}
+			add[0]()
+			add[1]()
+			st := Analyze(b.recs)[0]
+			want := profiler.Interval{Start: 0, End: d(50)}
+			r := st.Ranks[0]
+			if st.Span != want || r.Compute != want || r.Bubble != 0 {
+				t.Errorf("empty forward %v, first %v: span %v, compute %v, bubble %v; want [0, 50ms), [0, 50ms), 0",
+					empty, emptyFirst, st.Span, r.Compute, r.Bubble)
+			}
+		}
+	}
+}
+
+// TestDataParallelTimeHasNoBubble: without stage labels there is no
+// pipeline, so a rank's idle time between the step's first and last
+// forward or backward computation is no bubble in its time slices either
+// (Rank.Bubble is 0). Rank 0 computes 10–20 ms, rank 1 30–40 ms, in
+// steps of 100 ms: each has 10 ms of compute and 90 ms of other idle time.
+func TestDataParallelTimeHasNoBubble(t *testing.T) {
+	var b build
+	none := profiler.None
+	for r := range 2 {
+		b.step(r, 0, none, 0, 100)
+	}
+	b.dev(0, 0, none, none, none, profiler.Forward, 1, 10, 20)
+	b.dev(1, 0, none, none, none, profiler.Forward, 1, 30, 40)
+	st := Analyze(b.recs)[0]
+	checkAttribution(t, []Step{st})
+	for _, r := range st.Ranks {
+		var compute, idle, bubble time.Duration
+		for _, s := range r.Time {
+			switch s.Use {
+			case UseCompute:
+				compute += s.Time
+			case UseIdle:
+				idle += s.Time
+			case UseBubble:
+				bubble += s.Time
+			}
+		}
+		if compute != d(10) || idle != d(90) || bubble != 0 {
+			t.Errorf("rank %d: compute %v, other idle %v, bubble %v; want 10ms, 90ms, 0", r.Rank, compute, idle, bubble)
+		}
+	}
+}
+
+// TestSummaryProblemsDistinct: a problem that recurs in every step is
+// listed once, with the first step it was found in, so that it does not
+// crowd out the others. Steps 1 to 19 lack rank 1's step range; step 19
+// also lacks its receive.
+func TestSummaryProblemsDistinct(t *testing.T) {
+	var b build
+	for s := range 20 {
+		twoRanks(s, &b)
+	}
+	var recs []profiler.Record
+	for _, r := range b.recs {
+		if r.Step > 0 && r.Rank == 1 && r.Name == profiler.StepName || r.Step == 19 && r.Collective.Op == "Recv" {
+			continue
+		}
+		recs = append(recs, r)
+	}
+	sum := Summarize(Analyze(recs))
+	want := []string{
+		"step 1: rank 1: no step range (the step was cut short or its end never arrived); its busy and idle time are left out",
+		"step 19: 1 point-to-point transfers without their other side",
+	}
+	if sum.ProblemSteps != 19 || !slices.Equal(sum.Problems, want) {
+		t.Errorf("%d steps with problems, problems %q; want 19 and %q", sum.ProblemSteps, sum.Problems, want)
 	}
 }

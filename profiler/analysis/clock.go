@@ -337,16 +337,16 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 			break
 		}
 		var diffs []time.Duration
-		coarse := p2p
+		// Joined on collectives, but only to clocks that were themselves
+		// aligned on sends alone: as coarse. One collective with a clock
+		// aligned on collectives makes it fine.
+		coarse := true
 		for _, i := range l.in[c] {
 			if len(l.aligned[i]) == 0 {
 				continue
 			}
 			diffs = append(diffs, l.deps[i][c]-l.median(i))
-			if !coarse {
-				// Joined on collectives, but to clocks that were
-				// themselves aligned on sends alone: as coarse.
-				coarse = true
+			if !p2p && coarse {
 				for c2 := range l.deps[i] {
 					if _, done := off[c2]; done && !viaP2P[c2] {
 						coarse = false

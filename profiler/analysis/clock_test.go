@@ -585,3 +585,30 @@ func TestOneClock(t *testing.T) {
 		t.Errorf("summary one clock %v; report:\n%s", sum.OneClock, w.String())
 	}
 }
+
+// TestClockJoinedByACollectiveIsNotOnSends: at a minimum of 2 samples,
+// rank 1 joins rank 0 through two sends matched with their receives (it
+// shares no collective with rank 0). Rank 2 then joins through two
+// collectives: one with rank 0, one with rank 1. A collective joins rank
+// 2's clock to the reference's directly, so only rank 1 was aligned on
+// sends and receives.
+func TestClockJoinedByACollectiveIsNotOnSends(t *testing.T) {
+	var b build
+	for r := range 3 {
+		b.step(r, 0, r, 0, 100)
+	}
+	for k, at := range []float64{10, 20} {
+		b.coll(0, 0, 0, "Send", "pp", 2, 0, 1, uint64(k), 2, at, at+1)
+		b.coll(1, 0, 1, "Recv", "pp", 2, 1, 0, uint64(k), 2, at, at+1)
+	}
+	b.coll(0, 0, 0, "AllReduce", "a", 2, 0, -1, 0, 3, 30, 40)
+	b.coll(2, 0, 2, "AllReduce", "a", 2, 1, -1, 0, 3, 31, 40)
+	b.coll(1, 0, 1, "AllReduce", "b", 2, 0, -1, 0, 3, 50, 60)
+	b.coll(2, 0, 2, "AllReduce", "b", 2, 1, -1, 0, 3, 51, 60)
+	for range 20 { // the collectives come out of a map: any order
+		o := EstimateOffsets(b.recs, WithMinClockSamples(2))
+		if len(o.Unaligned) != 0 || o.Joined != 2 || !slices.Equal(o.P2P, []int{1}) {
+			t.Fatalf("unaligned %v, joined %d, aligned on sends and receives %v; want none, 2, [1]", o.Unaligned, o.Joined, o.P2P)
+		}
+	}
+}

@@ -206,13 +206,16 @@ func (g *graph) walk(cur *activity, end time.Duration, visit func(Segment, *acti
 		start := cur.span.Start
 		next := g.before(cur.it.rank, start, cur)
 		// A receive whose send started after the receiving rank was ready
-		// waited for the sender: the path goes on at the sender.
-		if s, ok := g.recvs[cur]; ok && s.span.Start > readyAt(next) {
+		// waited for the sender: the path goes on at the sender. A send
+		// done before the receive began kept nothing waiting: the path
+		// stays on the receiving rank, whose gap held the receive back.
+		if s, ok := g.recvs[cur]; ok && s.span.Start > readyAt(next) && s.span.End > cur.span.Start {
 			start, next = max(s.span.Start, cur.span.Start), s
 		}
-		// A collective waits for its last arrival.
+		// A collective waits for its last arrival (one that had left
+		// before this member came kept it from nothing).
 		if c := cur.it.coll; c != nil && cur.it.kind == profiler.KindCollective {
-			if la := g.lastArrival[collKey{c.group, c.gid, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) {
+			if la := g.lastArrival[collKey{c.group, c.gid, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) && la.span.End > cur.span.Start {
 				start, next = max(la.span.Start, cur.span.Start), la
 			}
 		}

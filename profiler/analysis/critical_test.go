@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,5 +167,33 @@ func TestLargeChunkLabelLeavesBubbleUnsplit(t *testing.T) {
 		case chunk >= MaxChunkLabel && len(rk.Chunks) != 0:
 			t.Errorf("chunk %d: split into %d chunks, want none", chunk, len(rk.Chunks))
 		}
+	}
+}
+
+// TestCriticalPathReceivePostedLate: rank 0's send is done at 11 ms
+// (buffered), but rank 1, idle since 5 ms, posts its receive only at
+// 15 ms: the receive waited for nobody, so the path stays on rank 1 —
+// its computation to 5, its gap to 15, the receive, the forward — and its
+// segments add up to its span. Worked out by hand.
+func TestCriticalPathReceivePostedLate(t *testing.T) {
+	var b build
+	b.step(0, 0, 0, 0, 30)
+	b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 10)
+	b.coll(0, 0, 0, "Send", "pp", 2, 0, 1, 0, 2, 10, 11)
+	b.step(1, 0, 1, 0, 30)
+	b.dev(1, 0, 1, 0, 1, profiler.Backward, 3, 0, 5)
+	b.coll(1, 0, 1, "Recv", "pp", 2, 1, 0, 0, 4, 15, 16)
+	b.dev(1, 0, 1, 0, 0, profiler.Forward, 3, 16, 26)
+	cp := Analyze(b.recs)[0].Critical
+	if cp == nil {
+		t.Fatal("no critical path")
+	}
+	c, x, g := float64(SegmentCompute), float64(SegmentTransfer), float64(SegmentGap)
+	want := [][4]float64{{c, 1, 0, 5}, {g, 1, 5, 15}, {x, 1, 15, 16}, {c, 1, 16, 26}}
+	if got := pathOf(cp); !slices.Equal(got, want) {
+		t.Errorf("path %v, want %v", got, want)
+	}
+	if cp.Compute != d(15) || cp.Transfer != d(1) || cp.Gap != d(10) || cp.Span.Len() != d(26) {
+		t.Errorf("compute %v transfer %v gap %v span %v; want 15ms 1ms 10ms over 26ms", cp.Compute, cp.Transfer, cp.Gap, cp.Span.Len())
 	}
 }

@@ -296,8 +296,14 @@ func analyzeStep(step int, items []item, expected []int, sc *scratch) Step {
 			lastArrival[collKey{c.Group, c.GroupID, c.Seq}] = c.Members[len(c.Members)-1].Arrive
 		}
 	}
+	// Idle time within the span is the bubble only in a pipeline, as
+	// Rank.Bubble is.
+	var bubbleSpan profiler.Interval
+	if st.Pipeline.Stages > 0 {
+		bubbleSpan = st.Span
+	}
 	for i, r := range ranks {
-		attribute(&st.Ranks[i], byRank[r], st.Span, lastArrival, sc)
+		attribute(&st.Ranks[i], byRank[r], bubbleSpan, lastArrival, sc)
 	}
 	for _, c := range st.Collectives {
 		if !c.Complete {
@@ -343,7 +349,9 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string, sc *scratc
 		}
 	}
 	for i := range items {
-		if it := &items[i]; it.pipelineCompute() {
+		// Work of no device time (or inverted) computed nothing: it ends
+		// no Compute, whatever the order the records came in.
+		if it := &items[i]; it.pipelineCompute() && it.work.Len() > 0 {
 			if rk.Compute.Len() == 0 {
 				rk.Compute = it.work.Interval
 			} else {

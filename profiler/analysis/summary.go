@@ -175,7 +175,7 @@ func (t *totals) add(st *Step) {
 	if !st.Complete() {
 		t.s.ProblemSteps++
 		for _, p := range st.Problems {
-			t.problem(fmt.Sprintf("step %d: %s", st.Step, p))
+			t.problem(st.Step, p)
 		}
 		return
 	}
@@ -255,11 +255,13 @@ func (t *totals) add(st *Step) {
 	}
 }
 
-// problem lists p once, up to maxProblems distinct ones.
-func (t *totals) problem(p string) {
+// problem lists p once, with the first step it was found in, up to
+// maxProblems distinct ones: a problem that recurs in every step must not
+// crowd out the others.
+func (t *totals) problem(step int, p string) {
 	if !t.seen[p] && len(t.seen) < maxProblems {
 		t.seen[p] = true
-		t.s.Problems = append(t.s.Problems, p)
+		t.s.Problems = append(t.s.Problems, fmt.Sprintf("step %d: %s", step, p))
 	}
 }
 
