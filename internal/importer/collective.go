@@ -105,7 +105,7 @@ func collectiveOf(d *kEvent, rank int, unknownDType map[string]bool) (profiler.C
 		c.GroupSize = int32(a.GroupSize.V)
 	}
 	c.Group = string(a.GroupName)
-	c.GroupRank = groupRank(string(a.GroupRanks), rank)
+	c.GroupRank = groupRank(string(a.GroupRanks), c.GroupSize, rank)
 	if a.Seq != nil && a.Seq.V >= 0 {
 		c.Seq = uint64(a.Seq.V)
 	} else {
@@ -115,9 +115,9 @@ func collectiveOf(d *kEvent, rank int, unknownDType map[string]bool) (profiler.C
 	// group, as the rank's own is (GroupRank), and as NCCL numbers it.
 	switch {
 	case c.Op == ccl.OpSend && a.DstRank != nil:
-		c.Peer = peerRank(string(a.GroupRanks), a.DstRank.V)
+		c.Peer = peerRank(string(a.GroupRanks), c.GroupSize, a.DstRank.V)
 	case c.Op == ccl.OpRecv && a.SrcRank != nil:
-		c.Peer = peerRank(string(a.GroupRanks), a.SrcRank.V)
+		c.Peer = peerRank(string(a.GroupRanks), c.GroupSize, a.SrcRank.V)
 	}
 	if a.InNelems != nil || a.OutNelems != nil {
 		var in, out int64
@@ -163,30 +163,42 @@ func kernelOp(name string) string {
 }
 
 // groupRank is rank's position in a "Process Group Ranks" list such as
-// "[0, 1, 2, 3]" (PyTorch shortens long lists with "..."); 0 when absent.
-func groupRank(list string, rank int) int32 {
-	return max(listIndex(list, int64(rank)), 0)
+// "[0, 1, 2, 3]" of a group of size ranks (0: not known); 0 when absent.
+func groupRank(list string, size int32, rank int) int32 {
+	return max(listIndex(list, size, int64(rank)), 0)
 }
 
-// listIndex is v's position in a "Process Group Ranks" list, −1 where
-// the list does not hold it.
-func listIndex(list string, v int64) int32 {
+// listIndex is v's position in a "Process Group Ranks" list of a group of
+// size ranks (0: not known), −1 where the list does not hold it. PyTorch
+// shortens a long list to its first ranks and "...", which newer versions
+// follow with the last rank: the group's last, at size−1.
+func listIndex(list string, size int32, v int64) int32 {
 	list = strings.Trim(strings.TrimSpace(list), "[]")
-	for i, f := range strings.Split(list, ",") {
-		if strings.TrimSpace(f) == strconv.FormatInt(v, 10) {
+	want := strconv.FormatInt(v, 10)
+	fields := strings.Split(list, ",")
+	for i, f := range fields {
+		f = strings.TrimSpace(f)
+		if f == "..." {
+			if i == len(fields)-2 && size > int32(i) && strings.TrimSpace(fields[i+1]) == want {
+				return size - 1
+			}
+			return -1
+		}
+		if f == want {
 			return int32(i)
 		}
 	}
 	return -1
 }
 
-// peerRank is global rank v's position in a "Process Group Ranks" list;
-// v itself where the list does not hold it (absent, or shortened).
-func peerRank(list string, v int64) int32 {
+// peerRank is global rank v's position in a "Process Group Ranks" list of
+// a group of size ranks; v itself where the list does not hold it
+// (absent, or shortened).
+func peerRank(list string, size int32, v int64) int32 {
 	if v < 0 || v >= 1<<31 {
 		return -1
 	}
-	if i := listIndex(list, v); i >= 0 {
+	if i := listIndex(list, size, v); i >= 0 {
 		return i
 	}
 	return int32(v)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -187,11 +188,11 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		if err != nil {
 			return sc.fail(off, fmt.Errorf("event %q: ts: %w", ev.Name, err))
 		}
-		dur := int64(0)
-		if len(ev.Dur) > 0 && string(ev.Dur) != "null" {
-			if dur, err = microsToNanos(numberText(ev.Dur)); err != nil {
-				return sc.fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
-			}
+		// A complete event states its duration: one without is malformed,
+		// not an instant (the trace-event format's "i").
+		dur, err := microsToNanos(numberText(ev.Dur))
+		if err != nil {
+			return sc.fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
 		}
 		if dur < 0 || ts > math.MaxInt64/2 || dur > math.MaxInt64/4 || ts < -math.MaxInt64/4 {
 			return sc.fail(off, fmt.Errorf("event %q: ts %s, dur %s out of range", ev.Name, ev.Ts, ev.Dur))
@@ -242,6 +243,11 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 	}
 	if haveBase {
 		for i := range events {
+			// Within what the records' times hold (Combine subtracts
+			// the earliest start, which may be −2^61 ns).
+			if events[i].end > math.MaxInt64/4*3-base {
+				return nil, sc.fail(events[i].offset, fmt.Errorf("event %q: ts + dur + baseTimeNanoseconds %d out of range", events[i].name, base))
+			}
 			events[i].start += base
 			events[i].end += base
 		}
@@ -249,8 +255,8 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			mems[i].at += base
 		}
 	}
-	for cat, n := range skipped {
-		p.warnf("%s: %d complete events of category %q not imported", path, n, cat)
+	for _, cat := range slices.Sorted(maps.Keys(skipped)) {
+		p.warnf("%s: %d complete events of category %q not imported", path, skipped[cat], cat)
 	}
 	var actionStage int32
 	p.Records, actionStage = kinetoRecords(p, events, int(rank.V))
@@ -270,8 +276,11 @@ func expectDelim(dec *json.Decoder, d json.Delim) error {
 	return nil
 }
 
-// numberText is a JSON number's text, or a quoted one's.
+// numberText is a JSON number's text, or a quoted one's; "" for null.
 func numberText(raw json.RawMessage) json.Number {
+	if string(raw) == "null" {
+		return ""
+	}
 	return json.Number(bytes.Trim(raw, `"`))
 }
 
@@ -426,7 +435,10 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		}
 		var children []int
 		if ev.class == classRuntime && ev.args.Correlation.Set {
+			// An activity is launched once: a later call with the same
+			// correlation (a malformed trace) stays a host range.
 			children = launches[ev.args.Correlation.V]
+			delete(launches, ev.args.Correlation.V)
 		}
 		if len(children) == 1 {
 			// The launch and what it launched are one range, as a range
@@ -478,7 +490,7 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		p.warnf("%s: %d point-to-point kernels each ran a batch of several sends and receives, which the trace does not tell apart: not matched with their peers", p.Path, batched)
 	}
 	actionStage := lab.label(p, out)
-	for dt := range unknownDType {
+	for _, dt := range slices.Sorted(maps.Keys(unknownDType)) {
 		p.warnf("%s: collectives of dtype %q: element size unknown, so their bytes and bandwidths are 0", p.Path, dt)
 	}
 	if n := numberCollectives(out); n > 0 {

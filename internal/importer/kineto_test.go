@@ -2,6 +2,7 @@ package importer
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -223,7 +224,14 @@ func TestKinetoErrors(t *testing.T) {
 		{"wrong type", `{"traceEvents": [{"ph": "X", "name": 5}]}`, 38, "name"},
 		{"bad ts", `{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "soon"}]}`, 17, "ts"},
 		{"negative dur", `{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": -3}]}`, 17, "out of range"},
+		// A complete event without its duration is malformed, not an
+		// instant of no length.
+		{"no dur", `{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1}]}`, 17, `event "k": dur: missing`},
+		{"null dur", `{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": null}]}`, 17, `event "a": dur: missing`},
 		{"no events", `{"schemaVersion": 1}`, 20, "no traceEvents"},
+		// 4611686018427387 µs after a base of 2^62−1 ns, lasting 10^12 µs:
+		// it would end past 2^63−1 ns.
+		{"end past int64", `{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 4611686018427387, "dur": 1000000000000}], "baseTimeNanoseconds": 4611686018427387903}`, 17, "out of range"},
 		{"trailing", `{"traceEvents": []} x`, 20, "invalid character"},
 		{"not an object", `"trace"`, 0, "want a JSON object"},
 	} {
@@ -245,6 +253,80 @@ func TestMicrosToNanos(t *testing.T) {
 		got, err := microsToNanos(jsonNumber(in))
 		if err != nil || got != want {
 			t.Errorf("%s µs: %d ns, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+// TestKinetoCorrelationClaimedOnce: a GPU activity is launched once. Where
+// several runtime calls carry its correlation (a malformed trace), the
+// first claims it and the others stay host ranges: the activity's device
+// time is counted once, and the records stay as many as the events, not
+// launches × activities.
+func TestKinetoCorrelationClaimedOnce(t *testing.T) {
+	p, err := ParseKineto("t.json", strings.NewReader(`[
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":10,"dur":5,"args":{"correlation":1}},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":20,"dur":5,"args":{"correlation":1}},
+{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":30,"dur":10,"args":{"correlation":1,"device":0,"stream":7}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := time.Microsecond
+	if len(p.Records) != 2 {
+		t.Fatalf("%d records, want 2: %+v", len(p.Records), p.Records)
+	}
+	k, launch := p.Records[0], p.Records[1]
+	if k.Name != "k" || !k.HasDevice || k.HostStart != 10*us || k.HostEnd != 15*us || k.DeviceStart != 30*us || k.DeviceEnd != 40*us {
+		t.Errorf("the kernel: %+v; want host 10–15 µs, device 30–40 µs", k)
+	}
+	if launch.Name != "cudaLaunchKernel" || launch.HasDevice || launch.HostStart != 20*us || launch.HostEnd != 25*us {
+		t.Errorf("the second launch: %+v; want a host range at 20–25 µs", launch)
+	}
+
+	// 200 launches and 200 kernels of one correlation: the first launch
+	// holds the 200 kernels (as a CUDA graph's does), the other 199 are
+	// host ranges: 400 records.
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range 200 {
+		fmt.Fprintf(&b, `{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":%d,"dur":1,"args":{"correlation":1}},`, 2*i)
+		fmt.Fprintf(&b, `{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":%d,"dur":1,"args":{"correlation":1}},`, 1000+2*i)
+	}
+	b.WriteString(`{"ph":"M","name":"process_name","pid":1}]`)
+	p, err = ParseKineto("t.json", strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Records) != 400 {
+		t.Errorf("%d records from 400 events, want 400", len(p.Records))
+	}
+}
+
+// TestKinetoWarningsInOrder: the warnings about categories not imported
+// and dtypes not known come in the same order every time (by name), so
+// that two imports of one trace say the same.
+func TestKinetoWarningsInOrder(t *testing.T) {
+	trace := `[
+{"ph":"X","cat":"overhead","name":"a","pid":1,"tid":1,"ts":1,"dur":1},
+{"ph":"X","cat":"Trace","name":"b","pid":1,"tid":1,"ts":1,"dur":1},
+{"ph":"X","cat":"cuda_sync","name":"c","pid":1,"tid":1,"ts":1,"dur":1},
+{"ph":"X","cat":"gpu_user_annotation","name":"d","pid":1,"tid":1,"ts":1,"dur":1},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","pid":0,"tid":7,"ts":1,"dur":1,"args":{"Collective name":"allreduce","In msg nelems":1,"dtype":"Zeta","Seq":1}},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","pid":0,"tid":7,"ts":2,"dur":1,"args":{"Collective name":"allreduce","In msg nelems":1,"dtype":"Alpha","Seq":2}},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","pid":0,"tid":7,"ts":3,"dur":1,"args":{"Collective name":"allreduce","In msg nelems":1,"dtype":"Mu","Seq":3}}]`
+	want := []string{`category "Trace"`, `category "cuda_sync"`, `category "gpu_user_annotation"`, `category "overhead"`,
+		`dtype "Alpha"`, `dtype "Mu"`, `dtype "Zeta"`}
+	for range 20 {
+		p, err := ParseKineto("t.json", strings.NewReader(trace))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Warnings) != len(want) {
+			t.Fatalf("warnings %q, want %d", p.Warnings, len(want))
+		}
+		for i, w := range want {
+			if !strings.Contains(p.Warnings[i], w) {
+				t.Fatalf("warnings %q, want them in the order %q", p.Warnings, want)
+			}
 		}
 	}
 }

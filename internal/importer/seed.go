@@ -369,9 +369,10 @@ func parseSeedReportRow(text string) (Row, string, error) {
 		}
 		return row, warn, nil
 	}
-	// The name ran into the count: it is at least seedNameWidth bytes.
+	// The name ran into the count: it is at least seedNameWidth bytes,
+	// and the count at most 19 digits (an int64).
 	var found []int
-	for k := max(start, seedNameWidth); k < end; k++ {
+	for k := max(start, seedNameWidth, end-19); k < end; k++ {
 		if rest[k] == '0' {
 			continue // a count has no leading zero
 		}

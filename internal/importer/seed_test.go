@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -272,5 +273,31 @@ func TestSeedCutShort(t *testing.T) {
 	_, err = ParseSeed("c", bytes.NewReader(cut))
 	if err == nil || !strings.Contains(err.Error(), "cut short") {
 		t.Errorf("a row cut inside Peak Mem 640: error %v, want one saying the file was cut short", err)
+	}
+}
+
+// TestSeedReportLongNameRunsIntoCount: a row whose long name ends in
+// digits and runs into its count is split without trying every digit as
+// the start of the count: a count has at most 19 digits (int64), and
+// each failed try copied the rest of the line (strconv's error keeps the
+// text), so a line of 100,000 digits cost gigabytes.
+func TestSeedReportLongNameRunsIntoCount(t *testing.T) {
+	name := "blk" + strings.Repeat("1", 100000)
+	text := "=== Profiler Report for Rank 0 ===\n\nTag: Forward\nPeak Device Memory Usage: 1 MB\n" +
+		"Name                                    Count     Host Total(us)    Host %    Device Total(us)    Device %  Avg Host(us)    Avg Device(us)\n" +
+		name + "3         450               100.00    360                 100.00    150             120\n"
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	p, err := ParseSeed("report.rank0", strings.NewReader(text))
+	goruntime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 450/3 = 150 and 360/3 = 120: the count is 3, the name the rest.
+	if row := p.Tables[0].Rows[0]; row.Name != name || row.Count != 3 {
+		t.Errorf("row: name of %d bytes, count %d; want %d bytes, count 3", len(row.Name), row.Count, len(name))
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+		t.Errorf("parsing a line of %d bytes allocated %d MiB", len(text), n>>20)
 	}
 }

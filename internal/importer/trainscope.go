@@ -282,6 +282,11 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		if err != nil {
 			return nil, &ParseError{Path: path, Offset: 0, Err: fmt.Errorf("otherData.epoch %q: %w", e, err)}
 		}
+		// The events' ts and dur are each within ±2^61 ns: from an epoch
+		// within 2^62 ns of 1970, every time fits in an int64.
+		if latest := time.Unix(0, math.MaxInt64/2); t.Before(time.Unix(0, 0)) || t.After(latest) {
+			return nil, &ParseError{Path: path, Offset: 0, Err: fmt.Errorf("otherData.epoch %q out of range (1970 to %s)", e, latest.UTC().Format(time.RFC3339))}
+		}
 		base = t.UnixNano()
 	}
 	unpairedHost, unpairedDev := pairDevice(hosts, pending, devs)

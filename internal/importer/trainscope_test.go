@@ -245,6 +245,10 @@ func TestTrainscopeErrors(t *testing.T) {
 		{"bad phase", head + meta + `{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":1,"args":{"phase":"sideways"}}]}`, int64(len(head+meta)) - 1, "sideways"},
 		{"wrong type", head + meta + `{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":1,"args":{"step":"three"}}]}`, int64(len(head+meta)) - 1 + int64(len(`,{"ph":"X","name":"a","cat":"host","ts":1,"dur":1,"pid":1,"tid":1,"args":{"step":"three`)), "step"}, // within the value, as encoding/json counts
 		{"not ours", `{"otherData":{"producer":"someone"},"traceEvents":[]}`, 0, "not a trace trainscope wrote"},
+		// 2262-04-11T23:47:16Z is 9223372036 s after 1970: a range of 1 s
+		// from then would end past 2^63−1 ns; 3000 is past it already.
+		{"epoch too late", `{"otherData":{"producer":"trainscope","epoch":"2262-04-11T23:47:16Z"},"traceEvents":[` + meta + `{"ph":"X","name":"a","cat":"host","ts":0,"dur":1000000,"pid":1,"tid":1,"args":{}}]}`, 0, "out of range"},
+		{"epoch far too late", `{"otherData":{"producer":"trainscope","epoch":"3000-01-01T00:00:00Z"},"traceEvents":[]}`, 0, "out of range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTrainscope("t.json", strings.NewReader(tc.text))
