@@ -296,6 +296,11 @@ func TestWorkWaitTimeout(t *testing.T) {
 			t.Errorf("%q does not say %q", err, s)
 		}
 	}
+	// Wait(0) only asks: its error says the operation is not complete,
+	// not that it was waited for.
+	if err := w0.Wait(0); !errors.Is(err, ccl.StatusTimeout) || !strings.HasSuffix(err.Error(), "operation #0 not complete") {
+		t.Errorf("Wait(0): %v, want a timeout ending %q", err, "operation #0 not complete")
+	}
 	if w0.Done() || w0.Err() != nil {
 		t.Errorf("pending Work: Done %v Err %v", w0.Done(), w0.Err())
 	}

@@ -115,7 +115,10 @@ func (w *Work) Wait(timeout time.Duration) error {
 }
 
 func (w *Work) timeoutError(timeout time.Duration) error {
-	detail := fmt.Sprintf("group %q rank %d: operation #%d not complete after %v", w.pg.name, w.r.rank, w.seq, timeout)
+	detail := fmt.Sprintf("group %q rank %d: operation #%d not complete", w.pg.name, w.r.rank, w.seq)
+	if timeout > 0 { // Wait(0) only asked
+		detail += fmt.Sprintf(" after %v", timeout)
+	}
 	select {
 	case <-w.recorded:
 	default:

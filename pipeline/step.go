@@ -153,6 +153,9 @@ func waitWork(ctx context.Context, w *ccl.Work, deadline time.Time, timeout time
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			if w.Done() { // finished (or failed) just now: no timeout
+				return w.Err()
+			}
 			if err := w.Wait(0); err != nil {
 				return &CommTimeoutError{Timeout: timeout, Err: err}
 			}
