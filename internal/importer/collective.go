@@ -75,6 +75,9 @@ var dtypes = map[string]struct {
 	"Float8_e4m3fn":   {"float8_e4m3fn", 1},
 	"Float8_e5m2fnuz": {"float8_e5m2fnuz", 1},
 	"Float8_e4m3fnuz": {"float8_e4m3fnuz", 1},
+	"Float8_e8m0fnu":  {"float8_e8m0fnu", 1},
+	// Two float4 values packed in each element's byte.
+	"Float4_e2m1fn_x2": {"float4_e2m1fn_x2", 1},
 }
 
 // isNCCLKernel reports a kernel NCCL launched.

@@ -330,3 +330,24 @@ func TestKinetoWarningsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestKinetoNewerDTypes: PyTorch's MX scale type and packed float4 are a
+// byte an element (Float4_e2m1fn_x2 holds two values in its byte), so
+// 8 elements of each are 8 bytes, with no warning.
+func TestKinetoNewerDTypes(t *testing.T) {
+	trace := `[
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllGather","pid":0,"tid":7,"ts":1,"dur":1,"args":{"Collective name":"allgather","In msg nelems":8,"Out msg nelems":8,"dtype":"Float8_e8m0fnu","Seq":1}},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllGather","pid":0,"tid":7,"ts":3,"dur":1,"args":{"Collective name":"allgather","In msg nelems":8,"Out msg nelems":8,"dtype":"Float4_e2m1fn_x2","Seq":2}}]`
+	p, err := ParseKineto("t.json", strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Warnings) != 0 || len(p.Records) != 2 {
+		t.Fatalf("%d records, warnings %q; want 2 and none", len(p.Records), p.Warnings)
+	}
+	for i, want := range []string{"float8_e8m0fnu", "float4_e2m1fn_x2"} {
+		if c := p.Records[i].Collective; c.DType != want || c.Bytes != 8 {
+			t.Errorf("record %d: dtype %q, %d bytes; want %q, 8", i, c.DType, c.Bytes, want)
+		}
+	}
+}
