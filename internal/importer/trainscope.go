@@ -246,6 +246,9 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			if err != nil {
 				return bad("transfer_end_after_device_us: %v", err)
 			}
+			if ns < -math.MaxInt64/4 || ns > math.MaxInt64/4 { // within what dur may be (before the device's end too)
+				return bad("transfer_end_after_device_us %s out of range", *a)
+			}
 			he.transferAfter = &ns
 		}
 		hosts = append(hosts, he)

@@ -248,6 +248,8 @@ func TestTrainscopeErrors(t *testing.T) {
 		// 2262-04-11T23:47:16Z is 9223372036 s after 1970: a range of 1 s
 		// from then would end past 2^63−1 ns; 3000 is past it already.
 		{"epoch too late", `{"otherData":{"producer":"trainscope","epoch":"2262-04-11T23:47:16Z"},"traceEvents":[` + meta + `{"ph":"X","name":"a","cat":"host","ts":0,"dur":1000000,"pid":1,"tid":1,"args":{}}]}`, 0, "out of range"},
+		{"transfer end far before the device's", head + meta + `{"ph":"X","name":"Send","cat":"p2p","ts":1,"dur":1,"pid":1,"tid":1,"args":{"op":"Send","transfer_end_after_device_us":-9000000000000000}}]}`, int64(len(head+meta)) - 1, "out of range"},
+		{"transfer end past int64", head + meta + `{"ph":"X","name":"Send","cat":"p2p","ts":1,"dur":1,"pid":1,"tid":1,"args":{"op":"Send","transfer_end_after_device_us":9000000000000000}}]}`, int64(len(head+meta)) - 1, "out of range"},
 		{"epoch far too late", `{"otherData":{"producer":"trainscope","epoch":"3000-01-01T00:00:00Z"},"traceEvents":[]}`, 0, "out of range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
