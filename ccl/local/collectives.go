@@ -1,6 +1,7 @@
 package local
 
 import (
+	"math"
 	"sync"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -165,6 +166,13 @@ func (b *Backend) prepare(p *part, c ccl.Comm, s *runtime.Stream) (*comm, int64,
 	if es == 0 {
 		return nil, 0, ccl.Errorf(p.op, ccl.StatusInvalidArgument, "%s", p.dtype)
 	}
+	blocks := 1 // a rank's buffer holds this many blocks of count elements
+	if p.op == ccl.OpAllGather || p.op == ccl.OpReduceScatter {
+		blocks = lc.w.n
+	}
+	if err := checkBytes(p.op, p.count, es, blocks); err != nil {
+		return nil, 0, err
+	}
 	if reduces(p.op) {
 		check := checkReduction
 		if b.shared {
@@ -180,6 +188,15 @@ func (b *Backend) prepare(p *part, c ccl.Comm, s *runtime.Stream) (*comm, int64,
 		}
 	}
 	return lc, int64(p.count) * int64(es), nil
+}
+
+// checkBytes refuses a count whose buffer of blocks·count elements of es
+// bytes would hold more bytes than an int64 counts.
+func checkBytes(op string, count, es, blocks int) error {
+	if int64(count) > math.MaxInt64/int64(es)/int64(blocks) {
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "count %d: %d elements of %d bytes do not fit any buffer", count, count, es*blocks)
+	}
+	return nil
 }
 
 // issue numbers the collective and submits it on s.

@@ -79,6 +79,7 @@ type comm struct {
 	scratchMu     sync.Mutex
 	scratchBuf    runtime.Buffer
 	scratchStream *runtime.Stream
+	scratchHeld   bool // a round's result is in scratchBuf until its release
 }
 
 func newComm(w *world, rank int, dev runtime.Device, timeout time.Duration) *comm {

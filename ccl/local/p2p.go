@@ -109,6 +109,9 @@ func prepareP2P(op string, buf runtime.Buffer, count int, dtype runtime.DataType
 	if es == 0 {
 		return nil, nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "%s", dtype)
 	}
+	if err := checkBytes(op, count, es, 1); err != nil {
+		return nil, nil, err
+	}
 	if peer < 0 || peer >= lc.w.n || peer == lc.rank {
 		return nil, nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "peer %d: %s needs another rank in [0, %d)", peer, lc, lc.w.n)
 	}

@@ -192,6 +192,7 @@ type sharedRound struct {
 	arrived  int
 	exec     *sharedPart
 	acc      runtime.Buffer // the result, in the executor's scratch
+	private  runtime.Buffer // scratch of this round alone, when the endpoint's was held
 	done     *runtime.Event // recorded on the executor's stream after acc
 	executed chan struct{}  // closed once done is recorded (or on failure)
 	taken    int            // ranks other than the executor that have taken
@@ -303,9 +304,12 @@ func (sp *sharedPart) execute() error {
 	if cross {
 		need *= 2 // a staging copy of a send on another device
 	}
-	scratch, err := sp.c.scratch(need, s)
+	scratch, private, err := sp.c.scratch(need, s)
 	if err != nil {
 		return err
+	}
+	if private {
+		rd.private = scratch
 	}
 	acc, err := scratch.Slice(0, block)
 	if err != nil {
@@ -460,29 +464,58 @@ func (sp *sharedPart) release() {
 		}
 	}
 	destroyEvents(evs...)
+	if err := sp.c.releaseScratch(rd, sp.s); err != nil {
+		w.fail(&ccl.Error{Op: sp.p.op, Status: ccl.StatusError, Detail: describe(sp.p.op, sp.seq, w) + ": free scratch", Err: err})
+	}
 }
 
 // scratch returns the endpoint's scratch buffer, grown to at least n
-// bytes; an outgrown one is freed in s's order, after the work that used
-// it (every use is ordered on the stream that executes, and the copies
-// out of it are waited for there).
-func (c *comm) scratch(n int64, s *runtime.Stream) (runtime.Buffer, error) {
+// bytes, and holds it until releaseScratch; an outgrown one is freed in
+// s's order, after the work that used it (every use is ordered on the
+// stream that executes, and the copies out of it are waited for there).
+// While a round executed earlier (in the same group) still holds it, the
+// peers may not have copied their results out yet: scratch then returns
+// a new buffer for this round alone, and private true.
+func (c *comm) scratch(n int64, s *runtime.Stream) (buf runtime.Buffer, private bool, err error) {
 	c.scratchMu.Lock()
 	defer c.scratchMu.Unlock()
-	if c.scratchBuf.Size() >= n && c.scratchStream == s {
-		return c.scratchBuf, nil
+	if c.scratchHeld {
+		buf, err := runtime.MallocAsync(n, s)
+		return buf, true, err
 	}
-	if !c.scratchBuf.IsZero() {
-		if err := c.freeScratchLocked(); err != nil {
-			return runtime.Buffer{}, err
+	if c.scratchBuf.Size() < n || c.scratchStream != s {
+		if !c.scratchBuf.IsZero() {
+			if err := c.freeScratchLocked(); err != nil {
+				return runtime.Buffer{}, false, err
+			}
 		}
+		buf, err := runtime.MallocAsync(n, s)
+		if err != nil {
+			return runtime.Buffer{}, false, err
+		}
+		c.scratchBuf, c.scratchStream = buf, s
 	}
-	buf, err := runtime.MallocAsync(n, s)
-	if err != nil {
-		return runtime.Buffer{}, err
+	c.scratchHeld = true
+	return c.scratchBuf, false, nil
+}
+
+// releaseScratch gives back the scratch rd used, once s waits for every
+// copy out of it: a round's own buffer is freed in s's order, the
+// endpoint's is free for the next round.
+func (c *comm) releaseScratch(rd *sharedRound, s *runtime.Stream) error {
+	if !rd.private.IsZero() {
+		if err := runtime.FreeAsync(rd.private, s); err != nil {
+			return runtime.Free(rd.private)
+		}
+		return nil
 	}
-	c.scratchBuf, c.scratchStream = buf, s
-	return buf, nil
+	if rd.acc.IsZero() {
+		return nil // count 0: no scratch
+	}
+	c.scratchMu.Lock()
+	c.scratchHeld = false
+	c.scratchMu.Unlock()
+	return nil
 }
 
 // freeScratchLocked frees the scratch in its stream's order.
@@ -543,6 +576,9 @@ func (b *Backend) deviceP2P(opName string, buf runtime.Buffer, count int, dtype 
 	es := dtype.Size()
 	if es == 0 {
 		return ccl.Errorf(opName, ccl.StatusInvalidArgument, "%s", dtype)
+	}
+	if err := checkBytes(opName, count, es, 1); err != nil {
+		return err
 	}
 	if peer < 0 || peer >= lc.w.n || peer == lc.rank {
 		return ccl.Errorf(opName, ccl.StatusInvalidArgument, "peer %d: %s needs another rank in [0, %d)", peer, lc, lc.w.n)

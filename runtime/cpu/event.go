@@ -26,6 +26,29 @@ type event struct {
 	cond sync.Cond     // waiters for a generation
 	done atomic.Uint64 // highest completed generation; written under mu
 	ts   int64         // completion time of generation done, ns since epoch; under mu
+	// The most recent record's stream and its place in that stream's
+	// queue (its ticket, see stream.reached); under mu. Records on
+	// different streams complete in any order, so done alone cannot say
+	// whether an older record has completed.
+	src    *stream
+	ticket uint64
+}
+
+// noteRecord numbers a record enqueued on s as item ticket and makes it
+// the most recent; the caller holds s.mu.
+func (e *event) noteRecord(s *stream, ticket uint64) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.src, e.ticket = s, ticket
+	return e.recorded.Add(1)
+}
+
+// lastRecord returns the stream and ticket of the most recent record, or
+// a nil stream if the event was never recorded.
+func (e *event) lastRecord() (*stream, uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.src, e.ticket
 }
 
 // EventCreate makes an event on device.

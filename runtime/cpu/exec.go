@@ -7,7 +7,7 @@ type opKind uint8
 
 const (
 	opRecord       opKind = iota + 1 // complete generation gen of ev
-	opWait                           // block until generation gen of ev has completed
+	opWait                           // block until src has run its item number gen
 	opRelease                        // account mem as freed (FreeAsync)
 	opCopy                           // copy b into a
 	opSet                            // set every byte of a to val
@@ -27,6 +27,7 @@ type item struct {
 	alpha float32
 	gen   uint64
 	ev    *event
+	src   *stream
 	mem   *allocation
 	a     []byte
 	b     []byte
@@ -42,7 +43,7 @@ func (it *item) exec() {
 	case opRecord:
 		it.ev.complete(it.gen)
 	case opWait:
-		it.ev.wait(it.gen)
+		it.src.reached(it.gen)
 	case opRelease:
 		it.mem.owner.release(it.mem)
 	case opCopy:

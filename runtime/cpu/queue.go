@@ -65,7 +65,7 @@ func (s *stream) push(op string, it *item) error {
 	slot := &s.ring[(s.head+s.n)&(len(s.ring)-1)]
 	*slot = *it
 	if slot.kind == opRecord {
-		slot.gen = slot.ev.recorded.Add(1)
+		slot.gen = slot.ev.noteRecord(s, s.enqueued+1)
 	}
 	s.n++
 	s.enqueued++
@@ -116,6 +116,16 @@ func (s *stream) run() {
 func (s *stream) synchronize() {
 	s.mu.Lock()
 	for target := s.enqueued; s.completed < target; {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// reached blocks until the stream has finished its first ticket items
+// (the item enqueued as number ticket, from 1, and all before it).
+func (s *stream) reached(ticket uint64) {
+	s.mu.Lock()
+	for s.completed < ticket {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()

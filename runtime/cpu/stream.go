@@ -101,14 +101,14 @@ func (m *Impl) StreamWaitEvent(sh, eh any) error {
 	if err != nil {
 		return err
 	}
-	gen := e.recorded.Load()
-	if gen == 0 {
+	src, ticket := e.lastRecord()
+	if src == nil {
 		if s.isClosed() {
 			return errDestroyed("StreamWaitEvent")
 		}
 		return nil
 	}
-	return s.push("StreamWaitEvent", &item{kind: opWait, ev: e, gen: gen})
+	return s.push("StreamWaitEvent", &item{kind: opWait, src: src, gen: ticket})
 }
 
 // Enqueue runs fn on s's goroutine after the work already enqueued there,
