@@ -183,7 +183,11 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 	pr.act.state = tracing // its first record may have been lost
 	pr.act.records++
 	pr.act.last = time.Now()
-	pr.act.arrived(r.RangeBegin, r.RangeEnd)
+	if r.What != ActMemory {
+		// An allocation's time is the host's, when the call made it:
+		// ahead of the GPU, it says nothing of how far its kernels came.
+		pr.act.arrived(r.RangeBegin, r.RangeEnd)
+	}
 	if pr.device < 0 {
 		// A process without a communicator (a one-GPU job) has its
 		// device from its kernels: its steps must carry it to be
@@ -205,10 +209,13 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 		DeviceStart: start,
 		DeviceEnd:   end,
 	}
+	// What it counts as, once it is kept.
+	var counted *uint64
+	labelled := false
 	switch r.What {
 	case ActKernel:
 		rec.Name = pr.act.kernel(r.NameID)
-		c.stats.Kernels++
+		counted = &c.stats.Kernels
 		if r.Labelled {
 			// Launched inside an NVTX range named as forward or
 			// backward work: a stage's single chunk where the name
@@ -217,7 +224,7 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 			if r.ActPhase == PhaseBackward {
 				rec.Phase = profiler.Backward
 			}
-			c.stats.KernelsLabelled++
+			labelled = true
 		}
 	case ActMemcpy:
 		rec.Kind = profiler.KindDevice
@@ -225,11 +232,11 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 		if int(r.CopyKind) < len(copyNames) {
 			rec.Name = copyNames[r.CopyKind]
 		}
-		c.stats.Copies++
+		counted = &c.stats.Copies
 	case ActMemset:
 		rec.Kind = profiler.KindDevice
 		rec.Name = "Memset"
-		c.stats.Copies++
+		counted = &c.stats.Copies
 	case ActMemory:
 		// An instant on the host (a call that allocated or released),
 		// not device work: no device time, and nothing busy.
@@ -246,16 +253,22 @@ func (c *Collector) activityLocked(pr *process, r Record, out []profiler.Record)
 			rec.Name = MemReleasedName
 		}
 		pr.memHeld[int32(r.Device)] = held
-		c.stats.MemoryOps++
+		counted = &c.stats.MemoryOps
 	}
 	if pr.rank < 0 && pr.earlyActs >= maxEarlyActivity {
 		out = c.loneLocked(pr, out)
 	}
+	if pr.rank < 0 && pr.earlyActs >= maxEarlyActivity {
+		c.stats.ActivityDropped++
+		return out
+	}
+	if counted != nil {
+		*counted++
+	}
+	if labelled {
+		c.stats.KernelsLabelled++
+	}
 	if pr.rank < 0 {
-		if pr.earlyActs >= maxEarlyActivity {
-			c.stats.ActivityDropped++
-			return out
-		}
 		pr.early = append(pr.early, rec)
 		pr.earlyActs++
 		return out

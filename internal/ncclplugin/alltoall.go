@@ -31,14 +31,16 @@ type batchKey struct{ comm, group uint64 }
 // block's, and after that while operations of a whole all-to-all are
 // still to run.
 type batch struct {
-	key      batchKey
-	tid      uint32
-	n        int32
-	dirs     []uint8 // per peer rank: 1 sent to, 2 received from
-	members  int     // operations in it so far
-	complete bool    // a send to and a receive from every rank
-	broken   bool    // not an all-to-all: its operations go as they are
-	merged   bool    // delivered as one AllToAll
+	key batchKey
+	tid uint32
+	n   int32
+	// dirs is, per peer rank of its operations so far, 1 sent to, 2
+	// received from: as large as what came, not as the communicator says.
+	dirs     map[int32]uint8
+	members  int  // operations in it so far
+	complete bool // a send to and a receive from every rank
+	broken   bool // not an all-to-all: its operations go as they are
+	merged   bool // delivered as one AllToAll
 	held     []batchPart
 	since    time.Time // when the first operation was held
 	// selves are the tasks of its operations with the process's own
@@ -79,7 +81,7 @@ func (c *Collector) noteBatchLocked(pr *process, r Record, o *op, out []profiler
 		if len(pr.batches) >= maxBatches {
 			return out
 		}
-		b = &batch{key: key, tid: r.TID, n: r.NRanks, dirs: make([]uint8, r.NRanks)}
+		b = &batch{key: key, tid: r.TID, n: r.NRanks, dirs: make(map[int32]uint8)}
 		if pr.batches == nil {
 			pr.batches = make(map[batchKey]*batch)
 			pr.openBatch = make(map[uint32]*batch)

@@ -654,7 +654,7 @@ func (c *Collector) accept() {
 
 func (c *Collector) sweeper() {
 	defer c.bg.Done()
-	t := time.NewTicker(c.cfg.linger / 4)
+	t := time.NewTicker(max(c.cfg.linger/4, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -1161,16 +1161,22 @@ func (c *Collector) rangeLocked(pr *process, r Record, out []profiler.Record) []
 		// range (-step-range names another): it must not be taken for one.
 		rec.Name = profiler.StepName + " (nvtx)"
 	}
-	return c.rangeOutLocked(pr, rec, isStep, r.RangeEnd, out)
+	at := r.RangeBegin
+	if isStep {
+		at = r.RangeEnd
+	}
+	return c.rangeOutLocked(pr, rec, isStep, at, out)
 }
 
 // unnamedRange names an NVTX range pushed with an empty name.
 const unnamedRange = "(unnamed)"
 
 // rangeOutLocked delivers a range record of pr's: held back until the
-// process's rank is known, and a step range until its operations have
-// arrived (releaseSteps).
-func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool, end uint64, out []profiler.Record) []profiler.Record {
+// process's rank is known, a step range until its operations have
+// arrived (releaseSteps; at is its end), and any other range until its
+// step is known for good (labelOut; at is its start: a thread other than
+// the step thread's may report it before that thread's step records).
+func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool, at uint64, out []profiler.Record) []profiler.Record {
 	if pr.rank < 0 && len(pr.early)-pr.earlyActs >= maxEarly {
 		out = c.loneLocked(pr, out)
 	}
@@ -1190,10 +1196,10 @@ func (c *Collector) rangeOutLocked(pr *process, rec profiler.Record, isStep bool
 	}
 	rec.Rank = pr.rank
 	if isStep {
-		pr.held = append(pr.held, heldStep{rec, end, time.Now()})
+		pr.held = append(pr.held, heldStep{rec, at, time.Now()})
 		return pr.releaseSteps(out, false)
 	}
-	return append(out, pr.stamp(rec))
+	return pr.labelOut(pr.stamp(rec), at, out)
 }
 
 // stepLocked returns pr's step opened by the push (tid, ordinal), opening
@@ -1572,10 +1578,9 @@ func (c *Collector) Close(ctx context.Context) error {
 	return c.closeErr
 }
 
-// acceptGrace is how long Close goes on accepting once no connection is
-// waiting: connections already made but not yet accepted (the last counts
-// of a process whose stream was stuck as it exited) must not be dropped
-// with the listener.
+// acceptGrace is how long Close goes on accepting: connections already
+// made but not yet accepted (the last counts of a process whose stream
+// was stuck as it exited) must not be dropped with the listener.
 const acceptGrace = 50 * time.Millisecond
 
 func (c *Collector) close(ctx context.Context) error {
@@ -1589,6 +1594,9 @@ func (c *Collector) close(ctx context.Context) error {
 		}
 	}
 	c.ln.Close()
+	// The accept loop may still be starting a reader (ctx ended first):
+	// every reader must be counted before the wait for them begins.
+	<-c.accepting
 	done := make(chan struct{})
 	go func() { c.readers.Wait(); close(done) }()
 	var err error

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"reflect"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1898,5 +1899,183 @@ func TestCollectorCloseTakesWaitingConnections(t *testing.T) {
 	}
 	if st := c.Stats(); st.Processes != n || st.PluginUnsent != n || st.Cut != 0 {
 		t.Errorf("%d processes, %d unsent, %d cut; want %d processes each counting 1 unsent, none cut", st.Processes, st.PluginUnsent, st.Cut, n)
+	}
+}
+
+// TestCollectorCloseWhileAccepting: Close under a context already done,
+// just as a process connects (profile-run cancelled while the command's
+// processes are still starting), leaves no reader behind: the
+// connection is read or closed, never left to a goroutine Close did not
+// wait for.
+func TestCollectorCloseWhileAccepting(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 100 {
+		c, _, _ := newTestCollector(t)
+		conn, err := net.Dial("unix", c.SocketPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close(done)
+		c.mu.Lock()
+		open := len(c.conns)
+		c.mu.Unlock()
+		conn.Close()
+		if open != 0 {
+			t.Fatalf("Close #%d returned with %d connection(s) still being read", i, open)
+		}
+	}
+}
+
+// TestCollectorMemoryRecordsAreNoKernels: a device memory allocation is
+// an instant on the host, when the call made it, which runs ahead of the
+// GPU. It says nothing of how far the process's kernels have come: a
+// step must not go out because an allocation made after it has arrived.
+func TestCollectorMemoryRecordsAreNoKernels(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 5_000_000_000
+	us := func(n uint64) uint64 { return host + n*1000 }
+	lag := kernelLag / 1000 // µs
+	h := helloFrame(wireVersion, 630, "n")
+	binary.LittleEndian.PutUint32(h[96:], 1) // RANK=0
+	end1 := 100 + 3*lag
+	conn := send(t, c, stream(h, activityFrame(0, us(0), 0, 0, 0, 0, 0, 0, "libcupti.so.13"),
+		rangeFrame(10, 1, 1, 0, us(0), 0, 0, "step 0"),
+		rangeFrame(10, 0, 1, 0, us(0), us(100), 0, "step 0"),
+		rangeFrame(10, 1, 2, 0, us(100), 0, 0, "step 1"),
+		// In step 1, two lags past step 0's end on the host; no kernel
+		// has come yet.
+		activityFrame(uint8(ActMemory), us(100+2*lag), us(100+2*lag), 0, 0, 0, 1<<20, MemAllocated, ""),
+		rangeFrame(10, 0, 2, 0, us(100), us(end1), 0, "step 1"),
+		rangeFrame(10, 1, 3, 0, us(end1), 0, 0, "step 2"),
+		rangeFrame(10, 0, 4, 0, us(end1+1), us(end1+2), 1, "marker"),
+	), true)
+	t.Cleanup(func() { conn.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		recs := sink.records()
+		if slices.ContainsFunc(recs, func(r profiler.Record) bool { return r.Name == "marker" }) {
+			for _, r := range recs {
+				if r.Name == "step" {
+					t.Fatalf("step %d went out with no kernel of the process past its end, only an allocation: %v", r.Step, names(recs))
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no marker range: %v", names(recs))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCollectorDroppedActivityIsNotIngested: kernels and copies a process
+// sent before it had a rank, beyond those kept until then, are counted
+// as dropped, and not among those ingested as well.
+func TestCollectorDroppedActivityIsNotIngested(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	other := send(t, c, helloFrame(wireVersion, 671, "n"), true)
+	t.Cleanup(func() { other.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().Processes < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	parts := [][]byte{helloFrame(wireVersion, 672, "n")}
+	for i := range maxEarlyActivity {
+		parts = append(parts, activityFrame(1, uint64(1000+2*i), uint64(1001+2*i), 0, 7, 0, 0, 0, ""))
+	}
+	// Beyond the bound: a labelled kernel, a copy, a memset and an
+	// allocation.
+	parts = append(parts,
+		labelled(activityFrame(1, 900_000, 900_001, 0, 7, 0, 0, 0, ""), 1, 0, 0),
+		activityFrame(2, 900_002, 900_003, 0, 7, 0, 64, 1, ""),
+		activityFrame(3, 900_004, 900_005, 0, 7, 0, 64, 0, ""),
+		activityFrame(uint8(ActMemory), 900_006, 900_006, 0, 0, 0, 64, MemAllocated, ""),
+		wireRec{kind: 1, hash: 9, rank: 1, nranks: 2, nnodes: 1, peer: 0, name: "g"}.frame())
+	send(t, c, stream(parts...), false)
+	sink.wait(t, maxEarlyActivity)
+	deadline = time.Now().Add(5 * time.Second)
+	for c.Stats().ActivityDropped < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := c.Stats()
+	if st.ActivityDropped != 4 || st.Kernels != maxEarlyActivity || st.KernelsLabelled != 0 || st.Copies != 0 || st.MemoryOps != 0 {
+		t.Errorf("%d dropped, %d kernels (%d labelled), %d copies and memsets, %d memory operations ingested; want 4 dropped, %d kernels, none labelled, no copy, memset or memory operation",
+			st.ActivityDropped, st.Kernels, st.KernelsLabelled, st.Copies, st.MemoryOps, maxEarlyActivity)
+	}
+}
+
+// TestCollectorGroupBlockOfAHugeCommunicator: a p2p of a group block
+// names its communicator's size, which the collector must not take as
+// the memory to set aside for the block: a corrupt record claiming 2^27
+// ranks costs what the records of the block do, not 2^27 bytes.
+func TestCollectorGroupBlockOfAHugeCommunicator(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	h := helloFrame(wireVersion, 680, "n")
+	binary.LittleEndian.PutUint32(h[96:], 1) // RANK=0
+	const nranks = 1 << 27
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	send(t, c, stream(h,
+		wireRec{kind: 3, tid: 5, hash: 9, task: 1, t0: 100, t1: 200, a0: 4, a1: 16, a2: 1, rank: 0, nranks: nranks, peer: 1, fn: 6, dtype: 8, nch: 1, name: "g"}.frame(),
+		wireRec{kind: 3, tid: 5, hash: 9, task: 2, t0: 300, t1: 400, a0: 4, a1: 16, a2: 1, rank: 0, nranks: nranks, peer: 1, fn: 7, dtype: 8, nch: 1, name: "g"}.frame(),
+	), false)
+	recs := sink.wait(t, 2)
+	goruntime.ReadMemStats(&after)
+	for _, r := range recs {
+		if r.Kind != profiler.KindP2P || r.Collective.Peer != 1 {
+			t.Errorf("record %+v, want a send and a receive as they are", r)
+		}
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > nranks/4 {
+		t.Errorf("%d bytes allocated for two records of a block", grew)
+	}
+}
+
+// TestCollectorShortestLinger: any positive linger is accepted, the
+// shortest included (the sweeps come every quarter linger).
+func TestCollectorShortestLinger(t *testing.T) {
+	c, sink, _ := newTestCollector(t, WithLinger(time.Nanosecond))
+	conn := send(t, c, stream(helloFrame(wireVersion, 690, "n"),
+		wireRec{kind: 2, task: 1, t0: 10, t1: 20, rank: 0, nranks: 2, peer: -1, fn: 1, nch: 2, name: "g"}.frame(),
+		wireRec{kind: 4, task: 1, parent: 2, channel: 0, t0: 100, t1: 130, a0: 30, a1: 40}.frame(),
+	), true)
+	t.Cleanup(func() { conn.Close() })
+	// Its second channel never comes: the sweep delivers it with the
+	// connection still open.
+	if recs := sink.wait(t, 1); recs[0].Name != "AllReduce" || recs[0].DeviceDuration() != 30 {
+		t.Errorf("record %+v", recs[0])
+	}
+}
+
+// TestCollectorRangesWaitForTheStepThread: as an operation's record, a
+// range another thread pushed just after the main thread began step 1
+// (the autograd thread's, say) can arrive before that thread's end of
+// step 0 and start of step 1. It is in step 1, not in step 0 that looked
+// open when it came; one pushed between the steps is in none.
+func TestCollectorRangesWaitForTheStepThread(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const host = 4_000_000_000
+	us := func(n uint64) uint64 { return host + n*1000 }
+	h := helloFrame(wireVersion, 611, "n")
+	binary.LittleEndian.PutUint32(h[96:], 1) // RANK=0
+	send(t, c, stream(h,
+		rangeFrame(10, 1, 1, 0, us(0), 0, 0, "step 0"),
+		rangeFrame(20, 0, 1, 0, us(5), us(6), 0, "in step 0"),
+		rangeFrame(20, 0, 2, 0, us(20), us(21), 0, "between"),
+		rangeFrame(20, 0, 3, 0, us(25), us(30), 0, "in step 1"),
+		rangeFrame(10, 0, 1, 0, us(0), us(19), 0, "step 0"),
+		rangeFrame(10, 1, 2, 0, us(22), 0, 0, "step 1"),
+		rangeFrame(10, 0, 2, 0, us(22), us(40), 0, "step 1"),
+	), false)
+	got := map[string]int32{}
+	for _, r := range sink.wait(t, 5) {
+		if r.Name != "step" {
+			got[r.Name] = r.Step
+		}
+	}
+	want := map[string]int32{"in step 0": 0, "between": profiler.None, "in step 1": 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ranges' steps %v, want %v", got, want)
 	}
 }
