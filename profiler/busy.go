@@ -115,6 +115,9 @@ type StepAccountant struct {
 	free  []*openStep
 	seq   uint64
 	out   []interval
+	// oversized lists the open steps whose work passed maxStepWork
+	// before their step range arrived; FinishAfter gives them up.
+	oversized []stepKey
 	// scratch is busy time's working room, from step to step.
 	scratch busyScratch
 }
@@ -139,6 +142,13 @@ const (
 	maxOpenSteps = 4096
 	doneSteps    = 64
 )
+
+// maxStepWork bounds the device intervals kept for one step whose step
+// range has not arrived. Records whose step range never comes under the
+// same label — a run without step ranges, where none carries a step
+// label — would otherwise all be kept for the whole run; such a step is
+// given up (abandoned) once it holds more.
+const maxStepWork = 1 << 20
 
 type stepKey struct {
 	dev  runtime.Device
@@ -245,12 +255,16 @@ func (a *StepAccountant) Add(r *Record) (late bool) {
 	}
 	s := a.get(k)
 	s.work = append(s.work, streamInterval{stream: r.Stream, act: act, interval: interval{r.DeviceStart, r.DeviceEnd}})
+	if !s.haveStep && len(s.work) == maxStepWork+1 {
+		a.oversized = append(a.oversized, k)
+	}
 	return false
 }
 
 // Finish accounts the steps whose step range has arrived, calling emit
 // for each, and gives up on the oldest steps that never got one once too
-// many wait, calling abandoned for each (nil to ignore).
+// many wait, and on a step still without one that holds more than 2^20
+// device intervals, calling abandoned for each (nil to ignore).
 func (a *StepAccountant) Finish(emit func(StepTime), abandoned func(dev runtime.Device, rank int)) {
 	a.FinishAfter(0, emit, abandoned)
 }
@@ -276,6 +290,15 @@ func (a *StepAccountant) FinishAfter(later int, emit func(StepTime), abandoned f
 	}
 	clear(a.ready[len(held):])
 	a.ready = held
+	for _, k := range a.oversized {
+		if s, ok := a.open[k]; ok && !s.haveStep && len(s.work) > maxStepWork {
+			if abandoned != nil {
+				abandoned(k.dev, int(k.rank))
+			}
+			a.retire(s)
+		}
+	}
+	a.oversized = a.oversized[:0]
 	if len(a.open) > maxOpenSteps {
 		cut := a.seq - maxOpenSteps/2
 		for k, s := range a.open {

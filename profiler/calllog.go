@@ -10,7 +10,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode"
 )
 
 // CallLog is a Sink that writes the per-call log as records arrive: one
@@ -145,7 +147,11 @@ func appendCall(b []byte, r *Record) []byte {
 	b = append(b, ' ')
 	b = append(b, r.Kind.String()...)
 	b = append(b, ' ')
-	b = append(b, r.Name...)
+	if strings.IndexFunc(r.Name, unicode.IsControl) < 0 {
+		b = append(b, r.Name...)
+	} else {
+		b = strconv.AppendQuote(b, r.Name) // a line break would split the call's line
+	}
 	b = append(b, ' ')
 	b = append(b, r.Device.String()...)
 	b = append(b, ' ')

@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // SortKey orders the rows of a report table.
@@ -89,6 +91,16 @@ func sortNames(rows []NameStats, by SortKey) {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
+// oneLine is a range name as a line of a table or log holds it: a name
+// with a line break or another control character is written Go-quoted,
+// so it stays on its row.
+func oneLine(name string) string {
+	if strings.IndexFunc(name, unicode.IsControl) < 0 {
+		return name
+	}
+	return strconv.Quote(name)
+}
+
 const mib = 1 << 20
 
 // maxNameWidth is the widest a report's Name column is padded to. A
@@ -137,12 +149,15 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, g.Tag)
 		width := len("Name")
 		for _, n := range g.Names {
-			width = max(width, min(len(n.Name), maxNameWidth))
+			width = max(width, min(len(oneLine(n.Name)), maxNameWidth))
 		}
 		fmt.Fprintf(bw, "%-*s %7s %16s %8s %18s %9s %14s %16s\n", width, "Name", "Count",
 			"Host Total(us)", "Host %", "Device Total(us)", "Device %", "Avg Host(us)", "Avg Device(us)")
 		rows := slices.Clone(g.Names)
 		sortNames(rows, by)
+		for i := range rows {
+			rows[i].Name = oneLine(rows[i].Name)
+		}
 		for _, n := range rows {
 			fmt.Fprintf(bw, "%-*s %7d %16.3f %8.2f %18.3f %9.2f %14.3f %16.3f\n", width, n.Name, n.Count,
 				us(n.HostTotal), n.HostPercent, us(n.DeviceTotal), n.DevicePercent, us(n.AvgHost()), us(n.AvgDevice()))
@@ -183,7 +198,7 @@ func WriteRecords(w io.Writer, records []Record) error {
 	bw := bufio.NewWriter(w)
 	width := len("Name")
 	for i := range records {
-		width = max(width, min(len(records[i].Name)+2*records[i].Depth, maxNameWidth))
+		width = max(width, min(len(oneLine(records[i].Name))+2*max(records[i].Depth, 0), maxNameWidth))
 	}
 	fmt.Fprintf(bw, "%6s %16s  %-*s %-8s %12s %12s %13s\n", "Idx", "Timestamp(us)", width, "Name", "Device", "Host(us)", "Device(us)", "Peak Mem(MB)")
 	for i := range records {
@@ -192,7 +207,7 @@ func WriteRecords(w io.Writer, records []Record) error {
 		if r.HasDevice {
 			dev = fmt.Sprintf("%.3f", us(r.DeviceDuration()))
 		}
-		name := strings.Repeat("  ", r.Depth) + r.Name
+		name := strings.Repeat("  ", max(r.Depth, 0)) + oneLine(r.Name)
 		fmt.Fprintf(bw, "%6d %16.3f  %-*s %-8s %12.3f %12s %13.2f\n", i, us(r.HostStart), width, name,
 			r.Device.String(), us(r.HostDuration()), dev, float64(r.PeakMemory)/mib)
 	}
@@ -208,13 +223,18 @@ func (p *Profiler) Report(w io.Writer, by SortKey) error {
 		return nil
 	}
 	recs := p.Snapshot()
-	return WriteReport(w, Summarize(recs), p.peaks(recs), by)
+	return WriteReport(w, Summarize(recs), recordPeaks(recs), by)
 }
 
-func (p *Profiler) peaks(recs []Record) map[int]int64 {
+// recordPeaks is each rank's highest Record.PeakMemory; a rank none of
+// whose records carries one is left out, so the report says "not
+// measured" rather than 0 MB.
+func recordPeaks(recs []Record) map[int]int64 {
 	out := map[int]int64{}
 	for i := range recs {
-		out[recs[i].Rank] = max(out[recs[i].Rank], recs[i].PeakMemory)
+		if pm := recs[i].PeakMemory; pm > 0 {
+			out[recs[i].Rank] = max(out[recs[i].Rank], pm)
+		}
 	}
 	return out
 }
@@ -241,10 +261,7 @@ func WriteRankFiles(prefix string, records []Record, by SortKey, header []string
 		if err != nil {
 			return paths, fmt.Errorf("profiler: report for rank %d: %w", rank, err)
 		}
-		peak := map[int]int64{}
-		for i := range recs {
-			peak[rank] = max(peak[rank], recs[i].PeakMemory)
-		}
+		peak := recordPeaks(recs)
 		for _, h := range header {
 			fmt.Fprintln(f, h)
 		}

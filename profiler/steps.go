@@ -255,8 +255,9 @@ func warmUpLine(ranks []RankSteps) string {
 		if r.Steps < 3 || first <= 0 || r.Wall-first <= 0 {
 			return ""
 		}
-		rest := (r.Wall - first) / time.Duration(r.Steps-1)
-		ratio := float64(first) / float64(rest)
+		// In float: a mean truncated to whole nanoseconds may be 0.
+		rest := float64(r.Wall-first) / float64(r.Steps-1)
+		ratio := float64(first) / rest
 		if ratio < WarmUpRatio {
 			return ""
 		}
@@ -267,7 +268,7 @@ func warmUpLine(ranks []RankSteps) string {
 		}
 		took.add(float64(first) / float64(time.Millisecond))
 		times.add(ratio)
-		mean.add(float64(rest) / float64(time.Millisecond))
+		mean.add(rest / float64(time.Millisecond))
 		if r.Computed {
 			busy.add(100 * float64(r.Busy-r.First.Busy) / float64(r.Wall-first))
 		}

@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,7 +130,7 @@ type Window struct {
 	recent  []int // steps kept for Last, ascending
 	outside uint64
 	full    uint64
-	// cut holds the kept steps that had records beyond the bound; cutLo
+	// cut holds the wanted steps that had records beyond the bound; cutLo
 	// and cutHi span every step that had (None when none did): a map of
 	// each would grow with the run.
 	cut          map[int]bool
@@ -165,7 +166,12 @@ func (win *Window) Consume(batch []Record) {
 		if win.kept >= win.maxRecords {
 			win.full++
 			if step != None {
-				if _, kept := win.steps[step]; kept {
+				// A step with no record kept yet is cut too: room made
+				// later, when older steps leave the most recent, must not
+				// take the rest of it. Without All the steps wanted are
+				// the fixed ranges' and the most recent, so the map stays
+				// bounded; with All nothing ever makes room.
+				if _, kept := win.steps[step]; kept || !win.w.All {
 					win.cut[step] = true
 				}
 				if win.cutLo == None || step < win.cutLo {
@@ -230,9 +236,12 @@ func (win *Window) Records() []Record {
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	out := make([]Record, 0, win.kept)
-	for step, rs := range win.steps {
+	// Steps in order, so records that tie in sortRecords' order (rank,
+	// start, depth) come out the same way every time.
+	steps := slices.Sorted(maps.Keys(win.steps))
+	for _, step := range steps {
 		if !win.cut[step] {
-			out = append(out, rs...)
+			out = append(out, win.steps[step]...)
 		}
 	}
 	sortRecords(out)
