@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -391,5 +392,38 @@ func TestImportAndReportInterrupted(t *testing.T) {
 	}
 	if tmps, _ := filepath.Glob(filepath.Join(run, ".report-*")); len(tmps) != 0 {
 		t.Errorf("report left %v", tmps)
+	}
+}
+
+// A profile-run started with SIGHUP and SIGINT ignored (nohup, a
+// background job of a script) leaves them ignored: the command inherits
+// that, as it would unwrapped, and profile-run passes on no hang-up the
+// user meant nothing to get.
+func TestIgnoredSignalsStayIgnored(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skipf("no /proc here (%v): cannot read a process's ignored signals", err)
+	}
+	noPlugin(t)
+	cmd := exec.Command("sh", "-c", `trap "" HUP INT; exec "$0" "$@"`, os.Args[0],
+		"-out", t.TempDir(), "-metrics-addr", "off", "--", "sh", "-c", `grep '^SigIgn:' /proc/self/status`)
+	cmd.Env = append(os.Environ(), "PROFILE_RUN_AS_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\nstdout %s\nstderr %s", err, out, stderr.String())
+	}
+	m := regexp.MustCompile(`(?m)^SigIgn:\s*([0-9a-f]+)$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("the command did not say which signals it ignores:\n%s", out)
+	}
+	mask, err := strconv.ParseUint(string(m[1]), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if mask&(1<<(uint(sig)-1)) == 0 {
+			t.Errorf("the command does not ignore %s, which profile-run was started ignoring (SigIgn %s)", signalName(sig), m[1])
+		}
 	}
 }

@@ -16,7 +16,14 @@ const abortGrace = 2 * time.Second
 
 func main() {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	// A signal profile-run was started ignoring (SIGHUP under nohup,
+	// SIGINT in a script's background job) stays ignored: catching it
+	// would undo that for a wrapped command too, and pass it on.
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
+		if !signal.Ignored(s) {
+			signal.Notify(sigs, s)
+		}
+	}
 	in := newInterrupt(context.Background())
 	go in.watch(sigs)
 	go exitAfterAbort(in, abortGrace, os.Exit)

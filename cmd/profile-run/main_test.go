@@ -165,6 +165,30 @@ func loseDeviceAtStep(t *testing.T, at int) {
 	t.Cleanup(func() { stepFault = nil })
 }
 
+// A run cut short before the steps its trace covers, with the trace the
+// only file of its run directory, leaves no empty run directory behind:
+// the trace is not written, and the directory is removed again.
+func TestNoEmptyRunDirectoryWhenTheTraceIsNotWritten(t *testing.T) {
+	loseDeviceAtStep(t, 2)
+	out := t.TempDir()
+	args := append([]string{"-out", out, "-metrics-addr", "off", "-report", "off", "-pprof", "off"}, small...)
+	code, stdout, stderr := runCmd(t, append(args, "-steps", "8", "-trace-steps", "6")...)
+	if code != exitFail {
+		t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, exitFail, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "trace: not written") {
+		t.Fatalf("the summary does not say the trace was not written:\n%s", stdout)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		var left []string
+		for _, e := range ents {
+			files, _ := os.ReadDir(filepath.Join(out, e.Name()))
+			left = append(left, fmt.Sprintf("%s (%d files)", e.Name(), len(files)))
+		}
+		t.Errorf("run directory left behind: %v\n%s", left, stdout)
+	}
+}
+
 // A run whose device fails mid-run (a fault injected before step 1, as a
 // lost GPU would fail it) ends with the error, and every output is still
 // written from what was recorded, marked as a partial run.

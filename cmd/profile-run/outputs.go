@@ -644,6 +644,12 @@ func (out *outputs) finish(stdout io.Writer) error {
 			out.summary = append(out.summary, fmt.Sprintf("%s → %s (open in ui.perfetto.dev)", line, out.traceFile.Name()))
 		}
 	}
+	if collected > 0 && out.runDir != "" && os.Remove(out.runDir) == nil {
+		// Every file meant for the run directory was left out (a trace
+		// without records in its steps): removed only when empty, it
+		// would otherwise only look like a result.
+		out.summary = append(out.summary, "files: none was written into the run directory "+out.runDir+", so it was removed")
+	}
 	if out.metrics != nil {
 		out.pushAndLinger()
 	}

@@ -220,25 +220,48 @@ func (w *wrapper) environ() []string {
 // signals to that group, reports progress, and waits for it. ran is
 // false when it could not be started.
 func (w *wrapper) runCommand() (code int, ran bool) {
-	cmd := exec.Command(w.o.command[0], w.o.command[1:]...)
-	cmd.Env = w.environ()
-	cmd.Stdout, cmd.Stderr = childOutput(w.stdout), childOutput(w.stderr)
-	// A terminal stays profile-run's: the command's group is not in the
-	// foreground, and reading the terminal would stop it.
-	if !isTerminal(os.Stdin) {
-		cmd.Stdin = os.Stdin
+	env := w.environ()
+	newCmd := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = childOutput(w.stdout), childOutput(w.stderr)
+		// A terminal stays profile-run's: the command's group is not in
+		// the foreground, and reading the terminal would stop it.
+		if !isTerminal(os.Stdin) {
+			cmd.Stdin = os.Stdin
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.WaitDelay = waitDelay
+		return cmd
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := newCmd(w.o.command[0], w.o.command[1:]...)
 	if err := becomeSubreaper(); err != nil {
 		w.log.Warn("processes the command orphans will not be ended with it", zap.Error(err))
 	}
-	cmd.WaitDelay = waitDelay
 	// Caught before the command starts, so that no Ctrl-Z stops
 	// profile-run alone (forwardStops).
 	stops := make(chan os.Signal, 4)
 	signal.Notify(stops, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(stops)
-	if err := cmd.Start(); err != nil {
+	// Caught before the command starts, so that no orphan's exit is
+	// missed (reapOrphans).
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+	if w.in.stop.Err() != nil {
+		// A signal before the start (while the plugin was built, say):
+		// the user no longer wants the command run.
+		fmt.Fprintf(w.stderr, "profile-run: %v before %s started: not running it\n", context.Cause(w.in.stop), w.o.command[0])
+		return w.in.exitCode(), false
+	}
+	err := cmd.Start()
+	if errors.Is(err, syscall.ENOEXEC) {
+		// A script without a #! line: /bin/sh runs it, as a shell or
+		// execvp would.
+		cmd = newCmd("/bin/sh", append([]string{cmd.Path}, w.o.command[1:]...)...)
+		err = cmd.Start()
+	}
+	if err != nil {
 		code := exitCannotExecute
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
@@ -262,11 +285,12 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 
 	exited := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); w.forwardSignals(cmd.Process.Pid, exited) }()
 	go func() { defer wg.Done(); w.forwardStops(cmd.Process.Pid, stops, exited) }()
+	go func() { defer wg.Done(); reapOrphans(cmd.Process.Pid, chld, exited) }()
 	go func() { defer wg.Done(); w.progress(exited) }()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(exited)
 	wg.Wait()
 	w.endLeftovers(cmd.Process.Pid)
@@ -278,7 +302,8 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 // profile-run (a subreaper, see runCommand) — torchrun starts each worker
 // in a session of its own, and when torchrun is killed by SIGKILL they
 // would go on holding their GPUs with nobody to wait for them. They get
-// SIGTERM, then SIGKILL after leftoverGrace, and are reaped.
+// SIGTERM, then SIGKILL after leftoverGrace (at once after a second
+// signal), and are reaped.
 func (w *wrapper) endLeftovers(pgid int) {
 	groupAlive := func() bool { return syscall.Kill(-pgid, 0) == nil }
 	orphans := children()
@@ -305,7 +330,9 @@ func (w *wrapper) endLeftovers(pgid int) {
 		if len(children()) == 0 && !groupAlive() {
 			return
 		}
-		if time.Now().After(deadline) {
+		// A second signal (abort) cuts the grace short: profile-run exits
+		// soon after it, and must not leave them running.
+		if time.Now().After(deadline) || (!killed && w.in.abort.Err() != nil) {
 			if killed {
 				w.log.Warn("processes the command left behind did not end after SIGKILL", zap.Ints("pids", children()))
 				return
@@ -314,6 +341,26 @@ func (w *wrapper) endLeftovers(pgid int) {
 			killed, deadline = true, time.Now().Add(leftoverGrace)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reapOrphans reaps, while the command runs, the processes it orphaned
+// that have exited: profile-run is their subreaper (becomeSubreaper), and
+// nobody else waits for them. Each exit of a child of profile-run comes
+// as a SIGCHLD on chld; the command itself, pid, is left to its Wait.
+func reapOrphans(pid int, chld <-chan os.Signal, exited <-chan struct{}) {
+	for {
+		select {
+		case <-exited:
+			return
+		case <-chld:
+		}
+		for _, c := range children() {
+			if c != pid {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(c, &ws, syscall.WNOHANG, nil)
+			}
+		}
 	}
 }
 

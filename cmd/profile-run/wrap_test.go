@@ -44,6 +44,12 @@ func TestWrapExitStatus(t *testing.T) {
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A script without a #! line runs under /bin/sh, as a shell or
+	// execvp runs it.
+	noShebang := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(noShebang, []byte("exit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name     string
 		cmd      []string
@@ -57,6 +63,7 @@ func TestWrapExitStatus(t *testing.T) {
 		{"killed by SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, 128 + 9, "SIGKILL", true},
 		{"not found", []string{"trainscope-no-such-command"}, exitNotFound, "", false},
 		{"not executable", []string{notExec}, exitCannotExecute, "", false},
+		{"script without #!", []string{noShebang}, 3, "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -937,5 +944,125 @@ func TestLossTextCutShortIsNoBadStream(t *testing.T) {
 	}
 	if got := lossText(ncclplugin.Stats{}); got != "" {
 		t.Errorf("nothing lost: %q", got)
+	}
+}
+
+// A process the command orphans (a daemon started with a double fork)
+// becomes profile-run's child, profile-run being the subreaper: when it
+// exits while the command still runs, profile-run reaps it then, not only
+// once the command has ended, so that a long job that orphans processes
+// again and again does not fill the process table with zombies.
+func TestWrapReapsOrphansWhileTheCommandRuns(t *testing.T) {
+	noPlugin(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	done := pidFile + ".done"
+	stdout, stderr := newWatchWriter(""), newWatchWriter("")
+	res := make(chan int, 1)
+	go func() {
+		res <- runWith(newInterrupt(context.Background()), []string{"-out", t.TempDir(), "-metrics-addr", "off", "--", "sh", "-c",
+			`( sh -c 'echo $$ > "$0.tmp" && mv "$0.tmp" "$0"' "$0" & )
+			 while [ ! -e "$0.done" ]; do sleep 0.01; done`, pidFile}, stdout, stderr)
+	}()
+	defer func() {
+		_ = os.WriteFile(done, nil, 0o644)
+		if code := waitCode(t, res, stdout, stderr); code != 0 {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+		}
+	}()
+	var pid int
+	for deadline := time.Now().Add(30 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the orphan did not write its pid in 30 s\nstdout %s\nstderr %s", stdout, stderr)
+		}
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// It exits right after writing its pid; a zombie still answers kill 0.
+	deadline := time.Now().Add(20 * time.Second)
+	for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d, exited (state %c), was not reaped while the command ran", pid, procState(pid))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A second signal stops every wait at once, the wait for the processes
+// the command left behind included: they are killed then, not after the
+// grace a first ending gives them, which profile-run would not live to
+// see (it exits abortGrace after the second signal), leaving them
+// running.
+func TestWrapSecondSignalKillsLeftoversAtOnce(t *testing.T) {
+	noPlugin(t)
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skipf("no setsid here (%v): cannot start a process in a session of its own", err)
+	}
+	grace := leftoverGrace
+	leftoverGrace = 10 * time.Minute
+	t.Cleanup(func() { leftoverGrace = grace })
+	// The launcher ignores SIGINT; its worker, in a session of its own
+	// as torchrun's are, ignores SIGTERM.
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	in := newInterrupt(context.Background())
+	_, res, stdout, stderr := wrapUntilReady(t, in, fmt.Sprintf(`trap '' INT
+		setsid sh -c 'trap "" TERM; echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; exec sleep 300' '%s' >/dev/null 2>&1 </dev/null &
+		while [ ! -s '%s' ]; do sleep 0.01; done
+		echo "ready $$"
+		while :; do sleep 0.05; done`, pidFile, pidFile))
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.deliver(os.Interrupt)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), "passing SIGINT on") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	in.deliver(os.Interrupt)
+	select {
+	case code := <-res:
+		if code != 128+9 {
+			t.Errorf("exit %d, want %d (killed)\nstdout %s\nstderr %s", code, 128+9, stdout, stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("profile-run did not end 30 s after the second signal: it waits for the worker left behind\nstderr %s", stderr)
+		_ = syscall.Kill(worker, syscall.SIGKILL)
+		<-res
+	}
+	if err := syscall.Kill(worker, 0); !errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(worker, syscall.SIGKILL)
+		t.Errorf("worker %d left running: kill(0) = %v", worker, err)
+	}
+}
+
+// A signal that comes before the command has started (while the plugin is
+// being built, say) means the user does not want it run: it is not
+// started, and profile-run ends as the signal asks.
+func TestWrapSignalBeforeTheCommandStarts(t *testing.T) {
+	noPlugin(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	out := t.TempDir()
+	in := newInterrupt(context.Background())
+	in.deliver(syscall.SIGTERM)
+	stdout, stderr := newWatchWriter(""), newWatchWriter("")
+	code := runWith(in, []string{"-out", out, "-metrics-addr", "off", "--", "sh", "-c", `trap '' TERM; touch "$0"`, marker}, stdout, stderr)
+	if code != 128+15 {
+		t.Errorf("exit %d, want %d\nstdout %s\nstderr %s", code, 128+15, stdout, stderr)
+	}
+	if strings.Contains(stderr.String(), "profiling sh") {
+		t.Errorf("the command was started after the signal:\n%s", stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the command ran after the signal")
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("run directory left behind: %v", ents)
 	}
 }
