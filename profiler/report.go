@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -241,8 +242,10 @@ func recordPeaks(recs []Record) map[int]int64 {
 
 // WriteRankFiles writes one file per rank, <prefix>.rank<N>, holding the
 // header lines, that rank's summary tables (as WriteReport writes them,
-// with opts) and its per-call log, and returns the paths. A file that
-// exists already is an error (wrapping fs.ErrExist), never replaced.
+// with opts) and its per-call log, and returns the paths written. A file
+// that exists already is an error (wrapping fs.ErrExist), never
+// replaced; the other ranks' files are still written, and the errors
+// joined. Any other error (a missing directory, a full disk) ends it.
 func WriteRankFiles(prefix string, records []Record, by SortKey, header []string, opts ...ReportOption) ([]string, error) {
 	byRank := map[int][]Record{}
 	var ranks []int
@@ -253,13 +256,20 @@ func WriteRankFiles(prefix string, records []Record, by SortKey, header []string
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
 	slices.Sort(ranks)
-	var paths []string
+	var (
+		paths []string
+		errs  []error
+	)
 	for _, rank := range ranks {
 		recs := byRank[rank]
 		path := fmt.Sprintf("%s.rank%d", prefix, rank)
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) // never over an existing file
-		if err != nil {
-			return paths, fmt.Errorf("profiler: report for rank %d: %w", rank, err)
+		if errors.Is(err, fs.ErrExist) {
+			errs = append(errs, fmt.Errorf("profiler: report for rank %d: %w", rank, err))
+			continue
+		}
+		if err != nil { // the directory or the disk: the next ranks' would fail alike
+			return paths, errors.Join(append(errs, fmt.Errorf("profiler: report for rank %d: %w", rank, err))...)
 		}
 		peak := recordPeaks(recs)
 		for _, h := range header {
@@ -273,11 +283,11 @@ func WriteRankFiles(prefix string, records []Record, by SortKey, header []string
 			err = cerr
 		}
 		if err != nil {
-			return paths, fmt.Errorf("profiler: report for rank %d: %w", rank, err)
+			return paths, errors.Join(append(errs, fmt.Errorf("profiler: report for rank %d: %w", rank, err))...)
 		}
 		paths = append(paths, path)
 	}
-	return paths, nil
+	return paths, errors.Join(errs...)
 }
 
 // checkWriter refuses a nil writer, which would panic at the first write.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -164,21 +165,29 @@ func TestWriteRankFiles(t *testing.T) {
 	}
 }
 
-// A rank file that exists is an error, and is left as it was.
+// A rank file that exists is an error, and is left as it was; the other
+// ranks' files are still written (what they recorded is not lost).
 func TestWriteRankFilesNeverReplaces(t *testing.T) {
-	prefix := filepath.Join(t.TempDir(), "report")
-	if err := os.WriteFile(prefix+".rank1", []byte("the user's\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal, nil)
-	if !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), prefix+".rank1") {
-		t.Errorf("error %v, want one naming %s.rank1 that wraps fs.ErrExist", err, prefix)
-	}
-	if len(paths) != 1 || paths[0] != prefix+".rank0" {
-		t.Errorf("paths %v, want rank 0's only", paths)
-	}
-	if b, _ := os.ReadFile(prefix + ".rank1"); string(b) != "the user's\n" {
-		t.Errorf("rank 1's file was replaced: %q", b)
+	for _, taken := range []int{0, 1} {
+		prefix := filepath.Join(t.TempDir(), "report")
+		mine := fmt.Sprintf("%s.rank%d", prefix, taken)
+		other := fmt.Sprintf("%s.rank%d", prefix, 1-taken)
+		if err := os.WriteFile(mine, []byte("the user's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths, err := profiler.WriteRankFiles(prefix, fixture(), profiler.SortHostTotal, nil)
+		if !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), mine) {
+			t.Errorf("error %v, want one naming %s that wraps fs.ErrExist", err, mine)
+		}
+		if len(paths) != 1 || paths[0] != other {
+			t.Errorf("paths %v, want %s only", paths, other)
+		}
+		if b, _ := os.ReadFile(mine); string(b) != "the user's\n" {
+			t.Errorf("%s was replaced: %q", mine, b)
+		}
+		if b, err := os.ReadFile(other); err != nil || !strings.Contains(string(b), "Name") {
+			t.Errorf("%s: %v, %d bytes; want the rank's report", other, err, len(b))
+		}
 	}
 }
 
