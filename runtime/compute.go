@@ -16,7 +16,7 @@ func Gemm(s *Stream, g GemmArgs) error {
 	if err := s.live("Gemm"); err != nil {
 		return err
 	}
-	if err := checkGemm(g); err != nil {
+	if err := checkGemm(g, s.dev); err != nil {
 		return err
 	}
 	if _, ok := s.impl.(MathModes); !ok && g.Math != MathDefault {
@@ -26,7 +26,7 @@ func Gemm(s *Stream, g GemmArgs) error {
 	return s.impl.Gemm(s.h, g)
 }
 
-func checkGemm(g GemmArgs) error {
+func checkGemm(g GemmArgs, dev Device) error {
 	if g.M < 0 || g.N < 0 || g.K < 0 {
 		return Errorf("Gemm", StatusInvalidArgument, "negative shape M=%d N=%d K=%d", g.M, g.N, g.K)
 	}
@@ -48,6 +48,9 @@ func checkGemm(g GemmArgs) error {
 		}
 		if err := b.check("Gemm"); err != nil {
 			return Errorf("Gemm", StatusInvalidArgument, "matrix %s: zero Buffer", name)
+		}
+		if b.dev != dev {
+			return Errorf("Gemm", StatusInvalidArgument, "matrix %s on %s, stream on %s", name, b.dev, dev)
 		}
 		if ld < max(1, rows) {
 			return Errorf("Gemm", StatusInvalidArgument, "ld%s=%d smaller than %d rows", name, ld, rows)
@@ -105,6 +108,9 @@ func elementwise(s *Stream, op string, n int, bufs ...Buffer) (Elementwise, erro
 	for _, b := range bufs {
 		if err := b.check(op); err != nil {
 			return nil, err
+		}
+		if b.dev != s.dev {
+			return nil, Errorf(op, StatusInvalidArgument, "buffer on %s, stream on %s", b.dev, s.dev)
 		}
 		if int64(n) > b.size/4 { // not n·4, which may overflow
 			return nil, Errorf(op, StatusInvalidArgument, "%d float32 elements in a %d-byte buffer", n, b.size)

@@ -27,6 +27,9 @@ func NewEvent(dev Device, flags EventFlag) (*Event, error) {
 
 // NewEventWith is NewEvent on a given backend, bypassing the registry.
 func NewEventWith(impl Impl, dev Device, flags EventFlag) (*Event, error) {
+	if isNilImpl(impl) {
+		return nil, Errorf("NewEvent", StatusInvalidArgument, "nil backend for device %s", dev)
+	}
 	const known = EventBlockingSync | EventDisableTiming | EventInterprocess
 	if flags&^known != 0 {
 		return nil, Errorf("NewEvent", StatusInvalidArgument, "unknown event flags %#x", uint32(flags&^known))
@@ -56,6 +59,9 @@ func (e *Event) Handle() any { return e.h }
 func (e *Event) live(op string) error {
 	if e == nil {
 		return Errorf(op, StatusInvalidArgument, "nil event")
+	}
+	if e.impl == nil {
+		return Errorf(op, StatusInvalidArgument, "zero Event (not made by NewEvent)")
 	}
 	if e.destroyed.Load() {
 		return Errorf(op, StatusInvalidArgument, "event on %s used after Destroy", e.dev)
@@ -104,6 +110,9 @@ func (e *Event) Synchronize(ctx context.Context) error {
 func (e *Event) Destroy() error {
 	if e == nil {
 		return Errorf("EventDestroy", StatusInvalidArgument, "nil event")
+	}
+	if e.impl == nil {
+		return Errorf("EventDestroy", StatusInvalidArgument, "zero Event (not made by NewEvent)")
 	}
 	if e.destroyed.Swap(true) {
 		return Errorf("EventDestroy", StatusInvalidArgument, "event on %s destroyed twice", e.dev)

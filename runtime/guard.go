@@ -1,5 +1,7 @@
 package runtime
 
+import "sync/atomic"
+
 // Guard sets a current device and restores the previous one on Release
 // (a scoped device guard). For CUDA the current device belongs to the
 // OS thread, so a goroutine that relies on it should hold
@@ -8,7 +10,7 @@ package runtime
 type Guard struct {
 	impl     Impl
 	previous int
-	released bool
+	released atomic.Bool
 }
 
 // NewGuard makes dev current and remembers the device that was.
@@ -35,9 +37,14 @@ func (g *Guard) Previous() int { return g.previous }
 
 // Release restores the previous device; calling it again does nothing.
 func (g *Guard) Release() error {
-	if g == nil || g.released {
+	if g == nil {
 		return nil
 	}
-	g.released = true
+	if g.impl == nil {
+		return Errorf("GuardRelease", StatusInvalidArgument, "zero Guard (not made by NewGuard)")
+	}
+	if g.released.Swap(true) {
+		return nil
+	}
 	return g.impl.SetDevice(g.previous)
 }

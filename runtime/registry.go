@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 
 	"github.com/trainscope/trainscope/internal/registry"
@@ -26,6 +27,9 @@ func DefaultRegistry() *Registry { return defaultRegistry }
 // Register adds impl for device type t. It is an error to register nil, to
 // register a type twice, or to register an impl whose Type is not t.
 func (r *Registry) Register(t DeviceType, impl Impl) error {
+	if r == nil || r.table == nil {
+		return Errorf("Register", StatusInvalidArgument, "registry not made by NewRegistry")
+	}
 	switch err := r.table.Add(t, impl); {
 	case errors.Is(err, registry.ErrNil):
 		return Errorf("Register", StatusInvalidArgument, "nil backend for device type %s", t)
@@ -40,15 +44,39 @@ func (r *Registry) Register(t DeviceType, impl Impl) error {
 // Lookup returns the backend for t. The error for an unregistered type
 // lists what is registered and hints at the missing import.
 func (r *Registry) Lookup(t DeviceType) (Impl, error) {
-	if impl, ok := r.table.Get(t); ok {
-		return impl, nil
+	if r != nil && r.table != nil {
+		if impl, ok := r.table.Get(t); ok {
+			return impl, nil
+		}
+	}
+	if int(t) < 0 || int(t) >= len(deviceTypeNames) {
+		// No backend package exists to import.
+		return nil, Errorf("Lookup", StatusUnavailable, "no backend registered for %s (registered: %s)", t, typeList(r.Types()))
 	}
 	return nil, Errorf("Lookup", StatusUnavailable,
 		"no backend registered for device type %s (registered: %s; forgotten import of github.com/trainscope/trainscope/runtime/%s?)", t, typeList(r.Types()), t)
 }
 
 // Types returns the registered device types, sorted.
-func (r *Registry) Types() []DeviceType { return r.table.Keys() }
+func (r *Registry) Types() []DeviceType {
+	if r == nil || r.table == nil {
+		return nil
+	}
+	return r.table.Keys()
+}
+
+// isNilImpl reports a nil Impl, or a nil pointer (map, func…) inside one,
+// whose methods would crash.
+func isNilImpl(impl Impl) bool {
+	if impl == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(impl); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
 
 // typeList writes device types as "cpu, cuda", or "none".
 func typeList(ts []DeviceType) string {

@@ -50,6 +50,9 @@ func NewStream(dev Device, opts ...StreamOption) (*Stream, error) {
 
 // NewStreamWith is NewStream on a given backend, bypassing the registry.
 func NewStreamWith(impl Impl, dev Device, opts ...StreamOption) (*Stream, error) {
+	if isNilImpl(impl) {
+		return nil, Errorf("NewStream", StatusInvalidArgument, "nil backend for device %s", dev)
+	}
 	var cfg streamConfig
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -113,6 +116,9 @@ func (s *Stream) live(op string) error {
 	if s == nil {
 		return Errorf(op, StatusInvalidArgument, "nil stream")
 	}
+	if s.impl == nil {
+		return Errorf(op, StatusInvalidArgument, "zero Stream (not made by NewStream)")
+	}
 	if s.destroyed.Load() {
 		return Errorf(op, StatusInvalidArgument, "stream on %s used after Destroy", s.dev)
 	}
@@ -174,6 +180,9 @@ func (s *Stream) WaitEvent(ev *Event) error {
 func (s *Stream) Destroy() error {
 	if s == nil {
 		return Errorf("StreamDestroy", StatusInvalidArgument, "nil stream")
+	}
+	if s.impl == nil {
+		return Errorf("StreamDestroy", StatusInvalidArgument, "zero Stream (not made by NewStream)")
 	}
 	if s.destroyed.Swap(true) {
 		return Errorf("StreamDestroy", StatusInvalidArgument, "stream on %s destroyed twice", s.dev)
