@@ -221,24 +221,18 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 // decimal could come out a nanosecond short and make a child end after
 // its parent.
 func appendTime(b []byte, ns int64) []byte {
-	if ns < 0 {
-		b = append(b, '-')
-		ns = -ns
-	}
-	b = strconv.AppendInt(b, ns/1000, 10)
-	frac := ns % 1000
+	b, u := appendSign(b, ns)
+	b = strconv.AppendUint(b, u/1000, 10)
+	frac := u % 1000
 	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10), '5')
 }
 
 // appendMicros appends ns nanoseconds as exact microseconds, with no
 // trailing zeros after the point: "1234.567", "12.5", "3".
 func appendMicros(b []byte, ns int64) []byte {
-	if ns < 0 {
-		b = append(b, '-')
-		ns = -ns
-	}
-	b = strconv.AppendInt(b, ns/1000, 10)
-	frac := ns % 1000
+	b, u := appendSign(b, ns)
+	b = strconv.AppendUint(b, u/1000, 10)
+	frac := u % 1000
 	if frac == 0 {
 		return b
 	}
@@ -249,6 +243,15 @@ func appendMicros(b []byte, ns int64) []byte {
 	}
 	b = append(b, '.')
 	return append(b, digits[:n]...)
+}
+
+// appendSign appends a minus sign for a negative ns and returns ns's
+// magnitude, which for math.MinInt64 only an unsigned value holds.
+func appendSign(b []byte, ns int64) ([]byte, uint64) {
+	if ns < 0 {
+		return append(b, '-'), -uint64(ns)
+	}
+	return b, uint64(ns)
 }
 
 // appendString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.

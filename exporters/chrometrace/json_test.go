@@ -59,3 +59,23 @@ func TestAppendString(t *testing.T) {
 		}
 	}
 }
+
+// The most negative duration (an inverted interval's difference, a time
+// at the bottom of the range) is still a JSON number, with its digits.
+func TestAppendMinInt64(t *testing.T) {
+	const minNs = -1 << 63 // -9223372036854775808 ns
+	for _, c := range []struct {
+		got, want string
+	}{
+		{string(appendTime(nil, minNs)), "-9223372036854775.8085"},
+		{string(appendMicros(nil, minNs)), "-9223372036854775.808"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+		var n json.Number
+		if err := json.Unmarshal([]byte(c.got), &n); err != nil {
+			t.Errorf("%q is not a JSON number: %v", c.got, err)
+		}
+	}
+}

@@ -3,7 +3,9 @@ package pprof
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/google/pprof/profile"
@@ -145,7 +147,10 @@ func (a *Aggregate) Profile(opts ...Option) (*profile.Profile, error) {
 	if st.records == 0 {
 		return nil, ErrNoRecords
 	}
-	for _, rt := range st.ranks {
+	// In rank order: placing makes stacks and samples, whose order is
+	// the file's.
+	for _, r := range slices.Sorted(maps.Keys(st.ranks)) {
+		rt := st.ranks[r]
 		for rt.waiting > 0 {
 			st.giveUpOldest(rt)
 		}

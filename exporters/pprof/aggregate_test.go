@@ -420,3 +420,32 @@ func TestAggregateSteadyStateAllocs(t *testing.T) {
 		t.Errorf("%v allocations per step of %d records, want 0", n, len(steps[0]))
 	}
 }
+
+// The same records give the same file: records still waiting for a
+// parent on several ranks are placed in rank order when the profile is
+// written, not in map order.
+func TestAggregateWriteDeterministic(t *testing.T) {
+	var recs []profiler.Record
+	for rank := range 16 {
+		// A child whose parent (ID 99) never arrives, under a name of
+		// its own, so each rank's placement makes a new stack and sample.
+		recs = append(recs,
+			profiler.Record{ID: 1, Parent: 99, Depth: 1, Name: fmt.Sprintf("op%d", rank), Rank: rank, Labels: profiler.NoLabels,
+				HostStart: 0, HostEnd: 10},
+			profiler.Record{ID: 2, Name: "step", Rank: rank, Labels: profiler.NoLabels, HostStart: 0, HostEnd: 100})
+	}
+	var first []byte
+	for i := range 8 {
+		a := pprof.NewAggregate()
+		a.Consume(recs)
+		var buf bytes.Buffer
+		if _, err := a.Write(&buf, pprof.WithEpoch(epoch)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = buf.Bytes()
+		} else if !bytes.Equal(buf.Bytes(), first) {
+			t.Fatalf("write %d differs from the first for the same records", i)
+		}
+	}
+}
