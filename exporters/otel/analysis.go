@@ -85,7 +85,8 @@ func (e *Exporter) AddStep(st *analysis.Step) {
 		if ideal := st.Pipeline.Ideal; !math.IsNaN(ideal) {
 			a = append(a, KeyPipelineIdealBubble.Float64(ideal))
 		}
-		if ratio, ok := r.OverlapRatio(); ok {
+		if ratio, ok := r.OverlapRatio(); ok && r.Computed {
+			// Without compute timed on the device, overlap is unknown too.
 			a = append(a, KeyPipelineOverlap.Float64(ratio))
 		}
 		if len(st.Collectives) > 0 {

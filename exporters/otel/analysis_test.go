@@ -109,3 +109,48 @@ func TestAnalysisSpans(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// A step whose ranks timed no compute on the device (a wrapped job whose
+// kernels were not traced) has its transfers but no measure of the
+// computation that hid them: its analysis spans carry neither busy time
+// nor an overlap ratio, which would read as 0.
+func TestAnalysisSpanOverlapUnknownWithoutCompute(t *testing.T) {
+	ctx := context.Background()
+	mem := tracetest.NewInMemoryExporter()
+	exp, err := otelexp.New(ctx, nil, otelexp.Config{Epoch: epoch, RunID: "no-compute"}, otelexp.WithSpanExporter(mem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := analysis.NewSink(analysis.WithStepFunc(exp.AddStep))
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	var recs []profiler.Record
+	for rank := range 2 {
+		l := profiler.Labels{Step: 0, Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None}
+		recs = append(recs, profiler.Record{ID: 1, Name: profiler.StepName, Rank: rank, Labels: l, HostEnd: ms(100)})
+		recs = append(recs, profiler.Record{ID: 2, Parent: 1, Depth: 1, Name: "AllReduce", Kind: profiler.KindCollective, Rank: rank,
+			Stream: 2, Labels: l, HasDevice: true, DeviceStart: ms(30 + 5*rank), DeviceEnd: ms(40),
+			Collective: profiler.Collective{Op: "AllReduce", Group: "dp", GroupSize: 2, GroupRank: int32(rank), Peer: -1, Root: -1}})
+	}
+	pipe.Consume(recs)
+	pipe.Flush()
+	defer exp.Shutdown(ctx)
+	if err := exp.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range mem.GetSpans() {
+		if s.Name != otelexp.AnalysisSpanName {
+			continue
+		}
+		n++
+		for _, kv := range s.Attributes {
+			switch kv.Key {
+			case otelexp.KeyPipelineOverlap, otelexp.KeyPipelineBusy:
+				t.Errorf("analysis span has %s = %v with no compute timed", kv.Key, kv.Value.Emit())
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d analysis spans, want 2", n)
+	}
+}

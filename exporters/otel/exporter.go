@@ -67,6 +67,7 @@ type Exporter struct {
 
 	log         *zap.Logger
 	failing     bool // the last request failed (under mu), for logging changes only
+	overflowed  bool // the queue has overflowed (under mu); the export goroutine logs it
 	droppedOnce sync.Once
 }
 
@@ -263,7 +264,9 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 
 // enqueueLocked queues the records of kept steps, as many as fit (the
 // oldest, in order), counting their spans as sampled and the rest as
-// dropped; under e.mu. It reports whether it queued any.
+// dropped; under e.mu. It reports whether the export goroutine has work:
+// records queued, or a first overflow to log (never logged here, on the
+// caller's goroutine and under the lock).
 func (e *Exporter) enqueueLocked(batch []profiler.Record) bool {
 	if len(batch) == 0 {
 		return false
@@ -293,13 +296,11 @@ func (e *Exporter) enqueueLocked(batch []profiler.Record) bool {
 	e.held += spans
 	e.stats.Queued += uint64(spans)
 	e.stats.Dropped += uint64(n - spans)
+	first := spans < n && !e.overflowed
 	if spans < n {
-		e.droppedOnce.Do(func() {
-			e.log.Warn("OTLP span queue full: dropping spans (counted; raise QueueSize or check the endpoint)",
-				zap.String("endpoint", e.target), zap.Int("queue_size", e.cfg.QueueSize))
-		})
+		e.overflowed = true
 	}
-	return took > 0
+	return took > 0 || first
 }
 
 // enqueueStepsLocked queues the analysis spans of a kept step, as many as
@@ -380,6 +381,15 @@ func (e *Exporter) run() {
 // BatchSize spans, at most Concurrency at once; with wait it returns when
 // every request has its outcome.
 func (e *Exporter) drain(wait bool) {
+	e.mu.Lock()
+	overflowed := e.overflowed
+	e.mu.Unlock()
+	if overflowed {
+		e.droppedOnce.Do(func() {
+			e.log.Warn("OTLP span queue full: dropping spans (counted; raise QueueSize or check the endpoint)",
+				zap.String("endpoint", e.target), zap.Int("queue_size", e.cfg.QueueSize))
+		})
+	}
 	for {
 		e.mu.Lock()
 		if len(e.queue) == 0 && len(e.steps) == 0 {
@@ -450,7 +460,6 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 		}
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.held -= int(n)
 	st := &e.stats
 	st.Exported += ok
@@ -465,15 +474,20 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 	case ok < n && st.LastError == nil:
 		st.LastError = errAbandoned
 	}
-	// Log changes of state, not every request.
-	switch failing := sent && err != nil; {
-	case failing && !e.failing:
-		e.log.Warn("OTLP endpoint is not taking spans; counting them as failed", zap.String("endpoint", e.target), zap.Error(err))
-	case sent && !failing && e.failing:
-		e.log.Info("OTLP endpoint is taking spans again", zap.String("endpoint", e.target), zap.Uint64("failed_so_far", st.Failed))
-	}
+	// Log changes of state, not every request; after unlocking, so that a
+	// slow log holds up neither Consume nor Stats.
+	failing := sent && err != nil
+	down, up := failing && !e.failing, sent && !failing && e.failing
+	failed := st.Failed
 	if sent {
-		e.failing = err != nil
+		e.failing = failing
+	}
+	e.mu.Unlock()
+	switch {
+	case down:
+		e.log.Warn("OTLP endpoint is not taking spans; counting them as failed", zap.String("endpoint", e.target), zap.Error(err))
+	case up:
+		e.log.Info("OTLP endpoint is taking spans again", zap.String("endpoint", e.target), zap.Uint64("failed_so_far", failed))
 	}
 }
 

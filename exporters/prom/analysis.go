@@ -72,7 +72,8 @@ func (c *AnalysisCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range s.Ranks {
 		rank := strconv.Itoa(r.Rank)
-		if r.Comm > 0 {
+		if r.Comm > 0 && r.Computed {
+			// Without compute timed on the device, overlap is unknown, not 0.
 			ch <- prometheus.MustNewConstMetric(c.overlap, prometheus.GaugeValue, float64(r.Overlap)/float64(r.Comm), rank)
 		}
 		ch <- prometheus.MustNewConstMetric(c.score, prometheus.GaugeValue, r.Score, rank)

@@ -125,3 +125,32 @@ trainscope_pipeline_straggler_score{rank="2"} 1
 		t.Errorf("%d skew series, want 1", n)
 	}
 }
+
+// Without compute timed on the device (a wrapped job's steps whose
+// kernels were not traced) a rank's overlap of computation with its
+// transfers is unknown, not 0: no overlap series, as the report shows
+// "-"; the straggler score, from transfers alone, is there.
+func TestAnalysisCollectorOverlapUnknownWithoutCompute(t *testing.T) {
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	var recs []profiler.Record
+	for rank := range 2 {
+		l := profiler.Labels{Step: 0, Stage: profiler.None, Chunk: profiler.None, Microbatch: profiler.None}
+		recs = append(recs, profiler.Record{ID: 1, Name: profiler.StepName, Rank: rank, Labels: l, HostEnd: ms(100)})
+		recs = append(recs, profiler.Record{ID: 2, Parent: 1, Depth: 1, Name: "AllReduce", Kind: profiler.KindCollective, Rank: rank,
+			Stream: 2, Labels: l, HasDevice: true, DeviceStart: ms(30 + 5*rank), DeviceEnd: ms(40),
+			Collective: profiler.Collective{Op: "AllReduce", Group: "dp", GroupSize: 2, GroupRank: int32(rank), Peer: -1, Root: -1}})
+	}
+	s := analysis.NewSink()
+	s.Consume(recs)
+	s.Flush()
+	if sum := s.Summary(); len(sum.Ranks) != 2 || sum.Ranks[0].Comm <= 0 || sum.Ranks[0].Computed {
+		t.Fatalf("the test needs ranks with transfers and no compute: %+v", sum.Ranks)
+	}
+	c := prom.NewAnalysisCollector(s)
+	if n := testutil.CollectAndCount(c, "trainscope_pipeline_overlap_ratio"); n != 0 {
+		t.Errorf("%d overlap series for ranks with no compute timed, want none", n)
+	}
+	if n := testutil.CollectAndCount(c, "trainscope_pipeline_straggler_score"); n != 2 {
+		t.Errorf("%d straggler score series, want 2", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -37,6 +38,9 @@ func (f DeliveryFunc) Delivery() Delivery { return f() }
 func (e *Exporter) AddDelivery(name string, c DeliveryCounter) error {
 	if name == "" || c == nil {
 		return fmt.Errorf("prom: AddDelivery: want a name and a counter")
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("prom: AddDelivery: name %q is not valid UTF-8, which a label value must be", name)
 	}
 	return e.deliveries.add(name, c)
 }

@@ -1,6 +1,7 @@
 package prom
 
 import (
+	"math"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -75,12 +76,12 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 		r := &batch[i]
 		rs := e.rangeSeries(r)
 		rs.records.Inc()
-		rs.host.Observe(r.HostDuration().Seconds())
+		rs.host.Observe(seconds(r.HostDuration()))
 		if r.HasDevice {
 			if rs.device == nil {
 				rs.device = e.m.rangeDevice.WithLabelValues(rs.labels...)
 			}
-			rs.device.Observe(r.DeviceDuration().Seconds())
+			rs.device.Observe(seconds(r.DeviceDuration()))
 		}
 		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 			e.collective(r)
@@ -101,12 +102,33 @@ func (e *Exporter) observe(o prometheus.Observer, v time.Duration, step int32, s
 	if e.cfg.stepTrace != nil && step != profiler.None {
 		if id, ok := e.cfg.stepTrace(step, stepTime); ok {
 			if eo, ok := o.(prometheus.ExemplarObserver); ok {
-				eo.ObserveWithExemplar(v.Seconds(), prometheus.Labels{ExemplarTraceID: id})
+				eo.ObserveWithExemplar(seconds(v), prometheus.Labels{ExemplarTraceID: id})
 				return
 			}
 		}
 	}
-	o.Observe(v.Seconds())
+	o.Observe(seconds(v))
+}
+
+// seconds is d in seconds, and 0 for a range whose end precedes its
+// start: a histogram's sum must not go down, Prometheus reading it as a
+// counter.
+func seconds(d time.Duration) float64 { return max(d, 0).Seconds() }
+
+// addCount adds v to a counter when it is a positive number: a counter
+// cannot take a negative value (client_golang panics), and NaN or +Inf
+// would stay in it for good.
+func addCount(c prometheus.Counter, v float64) {
+	if v > 0 && !math.IsInf(v, 1) {
+		c.Add(v)
+	}
+}
+
+// observeRate observes a bandwidth that is a number, 0 or more.
+func observeRate(o prometheus.Observer, v float64) {
+	if v >= 0 && !math.IsInf(v, 1) {
+		o.Observe(v)
+	}
 }
 
 func (e *Exporter) collective(r *profiler.Record) {
@@ -123,12 +145,12 @@ func (e *Exporter) collective(r *profiler.Record) {
 	if !r.HasDevice {
 		d = r.HostDuration()
 	}
-	s.bytes.Add(float64(c.Bytes))
-	s.busBytes.Add(float64(c.Bytes) * c.BusFactor)
+	addCount(s.bytes, float64(c.Bytes))
+	addCount(s.busBytes, float64(c.Bytes)*c.BusFactor)
 	e.observe(s.seconds, d, r.Step, 0)
 	if d > 0 {
-		s.alg.Observe(r.AlgBandwidth)
-		s.busBW.Observe(r.BusBandwidth)
+		observeRate(s.alg, r.AlgBandwidth)
+		observeRate(s.busBW, r.BusBandwidth)
 	}
 }
 
@@ -279,8 +301,8 @@ func (e *Exporter) accountStep(st profiler.StepTime) {
 		return
 	}
 	s := e.stepSeries(st.Device, st.Rank, int16(st.Stage))
-	s.busy.Add(st.Busy.Seconds())
-	s.idle.Add(st.Idle().Seconds())
+	addCount(s.busy, st.Busy.Seconds())
+	addCount(s.idle, st.Idle().Seconds())
 }
 
 func (e *Exporter) unaccounted(dev runtime.Device, rank int) {

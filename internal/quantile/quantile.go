@@ -14,8 +14,15 @@ func NearestRank(s *ddsketch.DDSketch, q float64) (float64, error) {
 	at := 0.0
 	if n > 1 {
 		// The sketch answers for rank ⌊at·(n−1)⌋ (0-based): ask for the
-		// middle of the wanted rank's interval, clear of rounding.
-		at = min((max(math.Ceil(q*n)-1, 0)+0.5)/(n-1), 1)
+		// middle of the wanted rank's interval, clear of rounding. Values
+		// below zero it ranks from the other end, in a store of their
+		// own, so there rank k is ⌈at·(n−1)⌉: ask just below it.
+		k := max(math.Ceil(q*n)-1, 0)
+		r := k + 0.5
+		if k < s.GetNegativeValueStore().TotalCount() {
+			r = max(k-0.5, 0)
+		}
+		at = min(r/(n-1), 1)
 	}
 	return s.GetValueAtQuantile(at)
 }

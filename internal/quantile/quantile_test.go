@@ -73,3 +73,40 @@ func TestNearestRankEmpty(t *testing.T) {
 		t.Error("an empty sketch gave a quantile")
 	}
 }
+
+// Values below zero (the sketch keeps them in a store of their own,
+// mirrored) and zeros are ranked as the others: the ⌈q·n⌉-th smallest.
+func TestNearestRankNegativeAndZero(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{2, 3, 10, 101} {
+		s, err := ddsketch.NewDefaultDDSketch(0.01)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := make([]float64, n)
+		for i := range vals {
+			switch i % 3 {
+			case 0:
+				vals[i] = -1 - rng.ExpFloat64()*100
+			case 1:
+				vals[i] = 1 + rng.ExpFloat64()*100
+			}
+			if err := s.Add(vals[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slices.Sort(vals)
+		for k := 1; k <= n; k++ {
+			// q in the middle of the k-th value's share, clear of rounding.
+			q := (float64(k) - 0.5) / float64(n)
+			want := vals[k-1]
+			got, err := quantile.NearestRank(s, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got-want) > 0.01*math.Abs(want) {
+				t.Errorf("n %d q %v (value %d of %d): %v, want %v within 1%%", n, q, k, n, got, want)
+			}
+		}
+	}
+}
