@@ -194,6 +194,7 @@ static struct {
   uint64_t flush_req, flush_done, flush_deadline;
   pthread_t thread;
   pthread_key_t key;
+  int key_ok; /* key was made: without it a ring could not be handed back at thread exit */
   uint32_t ring_cap;
   uint64_t interval_ns;
   _Atomic(struct ts_ring*) rings;
@@ -237,11 +238,16 @@ static void ring_release(void* p) {
 }
 
 /* The calling thread's ring: the first call of a thread adopts the ring of
- * a thread that has exited, or allocates one; later calls are a TLS load. */
+ * a thread that has exited, or allocates one; later calls are a TLS load.
+ * NULL where the thread has none (its caller counts what it loses). */
 static struct ts_ring* ring_get(void) {
   struct ts_ring* r = tls_ring;
   if (__builtin_expect(r != NULL, 1)) return r;
   if (tls_ring_failed) return NULL;
+  if (!g.key_ok) { /* no thread-exit hook: every new thread's ring would leak */
+    tls_ring_failed = 1;
+    return NULL;
+  }
   for (r = atomic_load_explicit(&g.rings, memory_order_acquire); r; r = r->next) {
     int expect = RING_FREE;
     if (atomic_compare_exchange_strong(&r->state, &expect, RING_OWNED)) break;
@@ -251,7 +257,6 @@ static struct ts_ring* ring_get(void) {
     r = aligned_alloc(64, (size + 63) & ~(size_t)63);
     if (!r) {
       tls_ring_failed = 1;
-      atomic_fetch_add(&g.refused, 1);
       return NULL;
     }
     memset(r, 0, size); /* touch every page now, not on the event path */
@@ -270,7 +275,10 @@ static struct ts_ring* ring_get(void) {
 
 static void push(struct tsnp_record* rec) {
   struct ts_ring* r = ring_get();
-  if (!r) return;
+  if (!r) {
+    atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
+    return;
+  }
   rec->tid = r->tid;
   uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
   uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
@@ -357,8 +365,11 @@ static uint64_t ring_drops(void) {
 }
 
 static void disconnect(void) {
-  if (g.fd >= 0) close(g.fd);
+  /* -1 first: a fork between the two must not leave the child an fd
+   * number the application may reuse meanwhile. */
+  int fd = g.fd;
   g.fd = -1;
+  if (fd >= 0) close(fd);
   /* Records that never went out are lost, and one partly sent too: it
    * truncates the stream, which the collector reports as well. Not the
    * hello and the counts themselves, which are no record of the job's. */
@@ -665,8 +676,11 @@ static void drainer_start(void) {
    * next start tries again. */
   uint64_t until = mono_ns() + TS_FLUSH_MS * 1000000u;
   struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+  int cancel;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* see flush_locked */
   while (g.alive && mono_ns() < until)
     if (pthread_cond_timedwait(&g.done, &g.mu, &ts) == ETIMEDOUT) break;
+  pthread_setcancelstate(cancel, NULL);
   if (g.alive) return;
   g.stop = 0;
   g.next_connect = 0;
@@ -696,8 +710,14 @@ static void flush_locked(uint64_t deadline, int stop) {
    * it, and its tally of what it could not send comes after. */
   uint64_t until = deadline + (stop ? TS_TALLY_MS * 1000000u : 0);
   struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+  /* The wait is no cancellation point: a thread the application cancels
+   * here would end holding g.mu, and the exit hook would wait for it
+   * forever. A pending cancel acts later, in the application's code. */
+  int cancel;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
   while (g.flush_done < req && mono_ns() < until)
     if (pthread_cond_timedwait(&g.done, &g.mu, &ts) == ETIMEDOUT) break;
+  pthread_setcancelstate(cancel, NULL);
   if (stop && g.flush_done < req) g.detached = 1; /* it missed the deadline: it stops when its wait ends */
 }
 
@@ -777,7 +797,7 @@ static void set_up(void) {
   const char* proxy = getenv("TRAINSCOPE_NCCL_PROXY");
   g.mask = TS_MASK;
   if (proxy && strcmp(proxy, "0") == 0) g.mask &= ~ncclProfileProxyOp;
-  pthread_key_create(&g.key, ring_release);
+  g.key_ok = pthread_key_create(&g.key, ring_release) == 0;
   pthread_atfork(NULL, NULL, after_fork_child);
   /* Touch the slot pools now rather than on the event path. */
   memset(&task_pool, 0, sizeof task_pool);
@@ -1154,7 +1174,10 @@ static void range_send(struct ts_ring* r, const struct ts_frame* f, int32_t dept
 static int range_push(const char* name) {
   if (!atomic_load_explicit(&nvtx_ready, memory_order_acquire)) return NVTX_NO_PUSH_POP_TRACKING;
   struct ts_ring* r = ring_get();
-  if (!r) return NVTX_NO_PUSH_POP_TRACKING;
+  if (!r) { /* the range goes unrecorded: counted */
+    atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
+    return NVTX_NO_PUSH_POP_TRACKING;
+  }
   int32_t depth = r->nvtx_depth;
   if (depth == INT32_MAX) return -1;
   r->nvtx_depth = depth + 1;
@@ -1536,7 +1559,7 @@ static void cu_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_reco
  * Returns whether the record went into the ring. */
 static int push_waiting(struct tsnp_record* rec, uint64_t* deadline) {
   struct ts_ring* r = ring_get();
-  if (!r) return 0;
+  if (!r) return 0; /* the caller counts it (a kernel record as ring-full) */
   rec->tid = r->tid;
   for (;;) {
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);

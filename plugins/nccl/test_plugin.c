@@ -989,6 +989,165 @@ static void test_restart(void) {
   free(s.buf);
 }
 
+/* ---- No thread-specific key left for the plugin. ---- */
+
+/* A process that has used up its pthread keys (PTHREAD_KEYS_MAX) before
+ * the plugin sets up: the plugin's pthread_key_create fails, and it must
+ * not then store its ring in key 0, which belongs to someone else (here
+ * this process; under AddressSanitizer, ASan's own thread key): that
+ * owner would find a ring where its value was, and its destructor would
+ * get the ring at thread exit. Whatever it cannot record is counted. */
+struct key_args {
+  ncclProfiler_v5_t* p;
+  void* ctx;
+  void* before; /* key 0's value in the thread before the event, and after */
+  void* after;
+};
+
+static void* key_thread(void* arg) {
+  struct key_args* k = arg;
+  k->before = pthread_getspecific(0);
+  issue(k->p, k->ctx, "AllReduce", 4, "ncclFloat32", 1);
+  k->after = pthread_getspecific(0);
+  if (k->after != k->before) pthread_setspecific(0, k->before); /* for the owner's destructor */
+  return NULL;
+}
+
+static void no_key_child(void) {
+  failures = 0;
+  pthread_key_t k;
+  int made = 0;
+  while (pthread_key_create(&k, NULL) == 0) made++;
+  CHECK(made > 0, "no pthread key could be made: nothing to test");
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 12, &mask, "nokey", 1, 2, 0, NULL) != ncclSuccess || !ctx) _exit(3);
+  struct key_args a = {p, ctx, NULL, NULL};
+  pthread_t t;
+  if (pthread_create(&t, NULL, key_thread, &a) != 0) _exit(4);
+  pthread_join(t, NULL);
+  CHECK(a.after == a.before, "the plugin stored %p in pthread key 0, another's (it held %p)", a.after, a.before);
+  p->finalize(ctx);
+  exit(failures ? 40 : 0);
+}
+
+static void test_no_key(void) {
+  struct stream s;
+  run_collected(no_key_child, 10000, "no pthread key left", &s);
+  size_t n = s.len >= TSNP_RECORD_SIZE ? s.len / TSNP_RECORD_SIZE - 1 : 0;
+  uint64_t received = 0, refused = 0, ring_full = 0, unsent = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind == TSNP_DROPS) {
+      ring_full = r->a0, refused = r->a1, unsent = r->a2;
+    } else {
+      received++;
+    }
+  }
+  /* The communicator's init, the AllReduce, the finalize. */
+  CHECK(received + ring_full + refused + unsent == 3,
+        "no pthread key: %llu records arrived, %llu dropped, %llu refused, %llu unsent: want 3 in all",
+        (unsigned long long)received, (unsigned long long)ring_full, (unsigned long long)refused,
+        (unsigned long long)unsent);
+  free(s.buf);
+}
+
+/* ---- A thread cancelled while it waits on the drainer. ---- */
+
+/* The application cancels a thread (pthread_cancel, deferred) that is
+ * destroying the last communicator: the finalize's wait for the drainer
+ * is a cancellation point, where the thread would end holding the
+ * plugin's lock, and the exit hook, taking it, would hang the process
+ * at exit. */
+static _Atomic int cancel_go;
+
+static void* cancelled_thread(void* arg) {
+  void** a = arg;
+  ncclProfiler_v5_t* p = a[0];
+  while (!atomic_load(&cancel_go)) {
+  }
+  p->finalize(a[1]); /* the cancel is pending: the first cancellation point acts on it */
+  return NULL;
+}
+
+static void cancel_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 13, &mask, "cancel", 1, 2, 0, NULL) != ncclSuccess || !ctx) _exit(3);
+  /* More than the socket holds, with the collector not reading: the
+   * finalize's flush waits for the drainer, blocked on the socket. */
+  issue(p, ctx, "AllReduce", 4, "ncclFloat32", 200000);
+  void* a[2] = {p, ctx};
+  pthread_t t;
+  if (pthread_create(&t, NULL, cancelled_thread, a) != 0) _exit(4);
+  pthread_cancel(t);
+  atomic_store(&cancel_go, 1);
+  void* ret = NULL;
+  pthread_join(t, &ret);
+  exit(0); /* the exit hook runs */
+}
+
+static void test_cancelled_finalize(void) {
+  int conns[4], nconn;
+  uint64_t took = run_behind(cancel_child, 0, NULL, conns, &nconn, "a thread cancelled in finalize");
+  CHECK(took < 5000, "the child took %llu ms to exit after a thread was cancelled in finalize",
+        (unsigned long long)took);
+  for (int i = 0; i < nconn; i++) close(conns[i]);
+}
+
+/* ---- An event from a thread's exit, after its ring has gone back. ---- */
+
+/* A thread-specific destructor that runs after the plugin's (its key made
+ * later) and makes an NCCL call: the thread's ring is no longer its own,
+ * so nothing is recorded, and the record lost is counted. */
+struct late_args {
+  ncclProfiler_v5_t* p;
+  void* ctx;
+};
+static pthread_key_t late_key;
+
+static void late_destructor(void* arg) {
+  struct late_args* a = arg;
+  issue(a->p, a->ctx, "AllReduce", 4, "ncclFloat32", 1);
+}
+
+static void* late_thread(void* arg) {
+  struct late_args* a = arg;
+  issue(a->p, a->ctx, "AllReduce", 4, "ncclFloat32", 1);
+  pthread_setspecific(late_key, a);
+  return NULL;
+}
+
+static void late_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 14, &mask, "late", 1, 2, 0, NULL) != ncclSuccess || !ctx) _exit(3);
+  if (pthread_key_create(&late_key, late_destructor) != 0) _exit(4);
+  struct late_args a = {p, ctx};
+  pthread_t t;
+  if (pthread_create(&t, NULL, late_thread, &a) != 0) _exit(5);
+  pthread_join(t, NULL);
+  p->finalize(ctx);
+}
+
+static void test_late_destructor(void) {
+  struct stream s;
+  run_collected(late_child, 10000, "an event from a thread's exit", &s);
+  size_t n = s.len >= TSNP_RECORD_SIZE ? s.len / TSNP_RECORD_SIZE - 1 : 0;
+  uint64_t colls = 0, refused = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind == TSNP_DROPS) refused = r->a1;
+    colls += r->kind == TSNP_COLLECTIVE;
+  }
+  CHECK(colls == 1 && refused == 1, "an event at thread exit: %llu collectives arrived (want 1), %llu refused (want 1)",
+        (unsigned long long)colls, (unsigned long long)refused);
+  free(s.buf);
+}
+
 /* ---- NVTX: this process plays an NVTX v3 instance loading the plugin. ---- */
 
 /* What a library built with the NVTX headers holds: its function-pointer
@@ -1669,6 +1828,9 @@ int main(int argc, char** argv) {
   test_sparse_beside_flood();
   test_env_bounds();
   test_restart();
+  test_no_key();
+  test_cancelled_finalize();
+  test_late_destructor();
   test_nvtx();
   test_nvtx_race();
   test_drive_nvtx();
