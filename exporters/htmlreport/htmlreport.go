@@ -330,12 +330,13 @@ func (v *view) palette(n int) {
 }
 
 // isBlock reports a pipeline action: device-timed forward or backward
-// work of a chunk and microbatch, not inside another device-timed range
-// (with every kernel device-timed, the kernels of an action are inside
-// it).
+// work (of a chunk and microbatch where labelled), not inside another
+// device-timed range (with every kernel device-timed, the kernels of an
+// action are inside it). Work without a microbatch label is drawn too:
+// the analysis counts it as work, so it must not show as bubble.
 func isBlock(r *profiler.Record) bool {
 	return r.HasDevice && r.Kind == profiler.KindDevice && !r.DeviceNested &&
-		(r.Phase == profiler.Forward || r.Phase == profiler.Backward) && r.Microbatch != profiler.None
+		(r.Phase == profiler.Forward || r.Phase == profiler.Backward)
 }
 
 // isKernel reports a traced kernel (a wrapped run's, through CUPTI). One
@@ -588,10 +589,14 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 				} else {
 					st.Forward++
 				}
-				b.Class = "blk " + phase + " " + mbClass(int(r.Microbatch))
-				b.MB = strconv.Itoa(int(r.Microbatch))
-				b.Title = fmt.Sprintf("%s · rank %d · step %d · chunk %d · microbatch %d · %s", r.Phase, r.Rank, s.Step, r.Chunk, r.Microbatch, when)
-				if float64(iv.Len())*scale >= 9 {
+				mb, mbText := "nomb", "no microbatch"
+				if r.Microbatch != profiler.None {
+					b.MB = strconv.Itoa(int(r.Microbatch))
+					mb, mbText = mbClass(int(r.Microbatch)), "microbatch "+b.MB
+				}
+				b.Class = "blk " + phase + " " + mb
+				b.Title = fmt.Sprintf("%s · rank %d · step %d · chunk %d · %s · %s", r.Phase, r.Rank, s.Step, r.Chunk, mbText, when)
+				if b.MB != "" && float64(iv.Len())*scale >= 9 {
 					b.Label, b.LX, b.LY = b.MB, px(x(iv.Start)+float64(iv.Len())*scale/2), px(top+laneHeight/2+1)
 				}
 			case isOptimizer(r):
@@ -624,8 +629,15 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 	}
 	c.AxisY = int(math.Ceil(y))
 	c.Height = c.AxisY + axisHeight
-	for _, tk := range ticks(t1 - t0) {
-		c.Ticks = append(c.Ticks, tick{X: px(x(t0 + tk)), Y: px(float64(c.AxisY) + 12), Label: msText(tk) + " ms"})
+	at, every := ticks(t1 - t0)
+	// Milliseconds to the nanosecond where ticks are under a microsecond
+	// apart: rounded to the microsecond, two would read the same.
+	decimals := 3
+	for d := time.Microsecond; every < d && decimals < 6; d /= 10 {
+		decimals++
+	}
+	for _, tk := range at {
+		c.Ticks = append(c.Ticks, tick{X: px(x(t0 + tk)), Y: px(float64(c.AxisY) + 12), Label: strconv.FormatFloat(float64(tk)/1e6, 'f', decimals, 64) + " ms"})
 	}
 	return c, true
 }
@@ -639,8 +651,8 @@ func gaps(span profiler.Interval, work []profiler.Interval) []profiler.Interval 
 	var out []profiler.Interval
 	at := span.Start
 	for _, w := range work {
-		if w.End <= at {
-			continue
+		if w.End <= at || w.End <= w.Start {
+			continue // inverted or empty work computed nothing, as the analysis counts it
 		}
 		if w.Start > at {
 			out = append(out, profiler.Interval{Start: at, End: min(w.Start, span.End)})
@@ -656,10 +668,11 @@ func gaps(span profiler.Interval, work []profiler.Interval) []profiler.Interval 
 	return slices.DeleteFunc(out, func(iv profiler.Interval) bool { return iv.Len() <= 0 })
 }
 
-// ticks chooses about eight round tick positions over [0, d].
-func ticks(d time.Duration) []time.Duration {
+// ticks chooses about eight round tick positions over [0, d], a whole
+// number of nanoseconds apart, and returns them with their spacing.
+func ticks(d time.Duration) ([]time.Duration, time.Duration) {
 	if d <= 0 {
-		return nil
+		return nil, 0
 	}
 	raw := float64(d) / 8
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
@@ -670,11 +683,12 @@ func ticks(d time.Duration) []time.Duration {
 			break
 		}
 	}
+	step = max(step, 1)
 	var out []time.Duration
 	for t := 0.0; t <= float64(d); t += step {
 		out = append(out, time.Duration(t))
 	}
-	return out
+	return out, time.Duration(step)
 }
 
 func (v *view) stepTable(steps []analysis.Step) {
