@@ -290,12 +290,6 @@ Flags:
 	if err := checkOutputFlags(o); err != nil {
 		return nil, err
 	}
-	if o.pushgateway != "" {
-		u, err := url.Parse(o.pushgateway)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, usagef("-pushgateway: %q is not an http(s) URL", o.pushgateway)
-		}
-	}
 	if o.profile == "off" {
 		for name, v := range map[string]string{"-pprof": o.pprofPath, "-trace": o.tracePath, "-report": o.report, "-pushgateway": o.pushgateway, "-otlp-endpoint": o.otlpEndpoint} {
 			if v != "" && v != "off" {
@@ -325,6 +319,15 @@ func checkOutputFlags(o *options) error {
 	}
 	if o.metricsLinger > 0 && o.metricsAddr == "off" {
 		return usagef("-metrics-linger %v keeps /metrics up, but -metrics-addr is off", o.metricsLinger)
+	}
+	if o.metricsDetail && o.metricsAddr == "off" && o.pushgateway == "" {
+		return usagef("-metrics-detail shapes the metrics served or pushed, but -metrics-addr is off and there is no -pushgateway")
+	}
+	if o.pushgateway != "" {
+		u, err := url.Parse(o.pushgateway)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("-pushgateway: %q is not an http(s) URL", o.pushgateway)
+		}
 	}
 	return nil
 }

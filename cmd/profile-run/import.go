@@ -125,6 +125,11 @@ func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profile-run: import: %v\n", err)
 		return exitFail
 	}
+	if in.signal() != nil {
+		// A signal after the outputs were written (during -metrics-linger,
+		// say) ended the import early all the same, as it does a run.
+		return in.exitCode()
+	}
 	return exitOK
 }
 
@@ -192,11 +197,33 @@ func expandDirs(files []string) ([]string, error) {
 			return nil, fmt.Errorf("import: %w", err)
 		}
 		n := len(out)
+		type entry struct {
+			file string
+			fi   os.FileInfo
+			link bool
+		}
+		var traces []entry
 		for _, e := range entries {
 			name := e.Name()
-			if e.Type().IsRegular() && !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".json") || strings.HasSuffix(name, ".json.gz")) {
-				out = append(out, filepath.Join(path, name))
+			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".json") || strings.HasSuffix(name, ".json.gz")) {
+				continue
 			}
+			file := filepath.Join(path, name)
+			// A link to a trace is that trace (one gathered from another
+			// host's directory, say).
+			if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() && (e.Type().IsRegular() || e.Type()&os.ModeSymlink != 0) {
+				traces = append(traces, entry{file, fi, e.Type()&os.ModeSymlink != 0})
+			}
+		}
+		for _, t := range traces {
+			// A link to another trace of the directory (latest.json, say)
+			// is not one more file.
+			if t.link && slices.ContainsFunc(traces, func(u entry) bool {
+				return u.file != t.file && (!u.link || u.file < t.file) && os.SameFile(u.fi, t.fi)
+			}) {
+				continue
+			}
+			out = append(out, t.file)
 		}
 		if len(out) == n {
 			return nil, usagef("import: %s is a directory with no trace in it (no *.json or *.json.gz file): name the files to import", path)
@@ -254,6 +281,9 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	}
 	if err := windowKeepsAny(o.detail, recs); err != nil {
 		return err
+	}
+	if o.schedMB > 0 && !slices.ContainsFunc(recs, func(r profiler.Record) bool { return r.Stage != profiler.None }) {
+		log.Warn("-pipeline-schedule " + o.pipelineSchedule + " has no effect: no imported record carries a pipeline stage (docs/import.md, \"Stage\"), so there is no pipeline to give the schedule of")
 	}
 	prof, err := profiler.New(profiler.WithMaxRecords(0), profiler.WithConcurrentSinks())
 	if err != nil {

@@ -141,7 +141,7 @@ func openRunFile(dir, name, flags, why string) (*os.File, string, error) {
 	path := filepath.Join(dir, name)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		if runs := runsUnder(dir); len(runs) > 0 {
+		if runs := runsUnder(dir, name, "trace.json"); len(runs) > 0 {
 			return nil, path, outDirError(dir, runs, flags)
 		}
 		return nil, path, fmt.Errorf("%s: no such file: %s", path, why)
@@ -155,11 +155,15 @@ func printTextReport(ctx context.Context, o *reportOptions, stdout, _ io.Writer)
 	if !fileExists(filepath.Join(o.runDir, "trace.json")) {
 		why = "the directory holds neither report.txt nor trace.json, so it is no run directory profile-run wrote (or its run wrote neither: -report and -trace off or elsewhere)"
 	}
-	f, _, err := openRunFile(o.runDir, "report.txt", "", why)
+	f, path, err := openRunFile(o.runDir, "report.txt", "", why)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		// Made when the run began, written at its end.
+		return fmt.Errorf("%s: empty file: the run wrote no report (it was killed, or is still running)", path)
+	}
 	_, err = io.Copy(stdout, ctxReader{ctx, f})
 	return err
 }
@@ -306,11 +310,13 @@ func placeReport(tmp, path string) error {
 	return os.Rename(tmp, path)
 }
 
-// runsUnder lists the subdirectories of dir that hold a trace.json,
-// oldest first (by when the trace was written, then by name: run IDs
-// begin with the second the run began). dir is then an -out directory,
-// not a run directory.
-func runsUnder(dir string) []string {
+// runsUnder lists the subdirectories of dir that hold one of the files
+// names (report.txt, trace.json), not empty, oldest first (by when the
+// first of them found was written, then by name: run IDs begin with the
+// second the run began). dir is then an -out directory, not a run
+// directory. A run whose files are still empty (one being made, or
+// killed) has nothing to read yet.
+func runsUnder(dir string, names ...string) []string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
@@ -324,8 +330,11 @@ func runsUnder(dir string) []string {
 		if !e.IsDir() {
 			continue
 		}
-		if fi, err := os.Stat(filepath.Join(dir, e.Name(), "trace.json")); err == nil && fi.Mode().IsRegular() {
-			runs = append(runs, run{e.Name(), fi.ModTime()})
+		for _, name := range names {
+			if fi, err := os.Stat(filepath.Join(dir, e.Name(), name)); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+				runs = append(runs, run{e.Name(), fi.ModTime()})
+				break
+			}
 		}
 	}
 	slices.SortFunc(runs, func(a, b run) int {
@@ -334,11 +343,11 @@ func runsUnder(dir string) []string {
 		}
 		return strings.Compare(a.name, b.name)
 	})
-	names := make([]string, len(runs))
+	list := make([]string, len(runs))
 	for i, r := range runs {
-		names[i] = r.name
+		list[i] = r.name
 	}
-	return names
+	return list
 }
 
 // outDirError says that dir holds runs, and which, so the user picks one;
