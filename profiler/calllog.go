@@ -25,13 +25,24 @@ import (
 // A file is created only where none exists: an existing one is never
 // replaced (the rank's log is then not written, and Files says why).
 // Training is never slowed by waiting on it beyond the write itself.
+//
+// At most MaxOpenCallLogs files are open at once (each holds a file
+// descriptor and about a megabyte of compressor state): past that, the
+// rank's least recently written file is closed, ending its gzip member,
+// and reopened for appending, as a new member, when its rank writes
+// again. Concatenated gzip members are one gzip file to zcat, Python's
+// gzip module and compress/gzip alike.
 type CallLog struct {
-	prefix string
-	limit  int64
+	prefix  string
+	limit   int64
+	maxOpen int
 
 	mu    sync.Mutex
 	ranks map[int]*rankLog
-	err   error // the first error, returned by Close
+	open  []*rankLog // the ranks whose file is open
+	clock uint64     // counts writes, for the least recently written
+	spare []*rankLog // the writers of closed files, to reuse
+	err   error      // the first error, returned by Close
 	// stopped is the first write error: it stops every rank's log (the
 	// disk is full, say).
 	stopped error
@@ -39,13 +50,19 @@ type CallLog struct {
 	line    []byte
 }
 
+// MaxOpenCallLogs is how many ranks' call log files a CallLog keeps open
+// at once.
+const MaxOpenCallLogs = 64
+
 type rankLog struct {
 	path     string
-	err      error    // the first error that cut this file short
-	f        *os.File // nil when it could not be created
-	zw       *gzip.Writer
+	err      error // the first error that cut this file short
+	created  bool  // the file was made (false: it could not be)
+	f        *os.File
+	zw       *gzip.Writer // with bw, set while the file is open
 	bw       *bufio.Writer
-	written  int64 // uncompressed bytes
+	used     uint64 // CallLog.clock at its last write
+	written  int64  // uncompressed bytes
 	lines    uint64
 	skipped  uint64
 	minStep  int
@@ -59,7 +76,7 @@ const CallLogHeader = "# end_us step rank depth kind name device host_us device_
 // NewCallLog returns a call log writing <prefix>.rank<N>.gz files, each
 // capped at limit uncompressed bytes (limit < 1: no cap).
 func NewCallLog(prefix string, limit int64) *CallLog {
-	return &CallLog{prefix: prefix, limit: limit, ranks: map[int]*rankLog{}}
+	return &CallLog{prefix: prefix, limit: limit, maxOpen: MaxOpenCallLogs, ranks: map[int]*rankLog{}}
 }
 
 // Consume implements Sink.
@@ -72,7 +89,7 @@ func (c *CallLog) Consume(batch []Record) {
 	for i := range batch {
 		r := &batch[i]
 		rl := c.rank(r.Rank)
-		if rl.f == nil || c.stopped != nil {
+		if !rl.created || c.stopped != nil {
 			// Not created, or the log stopped at a write error.
 			if rl.err == nil {
 				rl.err = c.stopped
@@ -85,12 +102,15 @@ func (c *CallLog) Consume(batch []Record) {
 			rl.skipped++
 			continue
 		}
-		if _, err := rl.bw.Write(c.line); err != nil {
-			c.stopped = fmt.Errorf("profiler: call log of rank %d: %w", r.Rank, err)
-			rl.err = c.stopped
-			if c.err == nil {
-				c.err = c.stopped
+		err := c.reopen(rl)
+		if err == nil {
+			_, err = rl.bw.Write(c.line)
+		}
+		if err != nil {
+			if c.stopped == nil { // (makeRoom sets it for the file it closed)
+				c.stop(fmt.Errorf("profiler: call log of rank %d: %w", r.Rank, err))
 			}
+			rl.err = c.stopped
 			rl.skipped++
 			continue
 		}
@@ -112,22 +132,103 @@ func (c *CallLog) rank(rank int) *rankLog {
 	if rl, ok := c.ranks[rank]; ok {
 		return rl
 	}
-	path := c.Path(rank)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	rl := &rankLog{path: c.Path(rank)}
+	c.ranks[rank] = rl
+	err := c.makeRoom()
+	var f *os.File
+	if err == nil {
+		f, err = os.OpenFile(rl.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	}
 	if err != nil {
-		rl := &rankLog{path: path, err: fmt.Errorf("profiler: call log of rank %d: %w", rank, err)}
+		rl.err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
 		if c.err == nil {
 			c.err = rl.err
 		}
-		c.ranks[rank] = rl
 		return rl
 	}
-	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	rl := &rankLog{path: path, f: f, zw: zw, bw: bufio.NewWriterSize(zw, 64<<10)}
+	rl.created = true
+	c.attach(rl, f)
 	n, _ := io.WriteString(rl.bw, CallLogHeader)
 	rl.written = int64(n)
-	c.ranks[rank] = rl
 	return rl
+}
+
+// reopen opens rl's file again for appending, a new gzip member, when
+// makeRoom closed it, and marks it as the most recently written.
+func (c *CallLog) reopen(rl *rankLog) error {
+	c.clock++
+	rl.used = c.clock
+	if rl.bw != nil {
+		return nil
+	}
+	if err := c.makeRoom(); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(rl.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	c.attach(rl, f)
+	return nil
+}
+
+// attach gives rl, whose file f has just been opened, a compressor and a
+// buffer (reused from a closed file where there is one).
+func (c *CallLog) attach(rl *rankLog, f *os.File) {
+	rl.f = f
+	if n := len(c.spare); n > 0 {
+		w := c.spare[n-1]
+		c.spare = c.spare[:n-1]
+		rl.zw, rl.bw = w.zw, w.bw
+		rl.zw.Reset(f)
+		rl.bw.Reset(rl.zw)
+	} else {
+		rl.zw, _ = gzip.NewWriterLevel(f, gzip.BestSpeed)
+		rl.bw = bufio.NewWriterSize(rl.zw, 64<<10)
+	}
+	c.clock++
+	rl.used = c.clock
+	c.open = append(c.open, rl)
+}
+
+// makeRoom closes the least recently written open file when maxOpen are
+// open.
+func (c *CallLog) makeRoom() error {
+	if len(c.open) < c.maxOpen || len(c.open) == 0 {
+		return nil
+	}
+	oldest := 0
+	for i, rl := range c.open {
+		if rl.used < c.open[oldest].used {
+			oldest = i
+		}
+	}
+	rl := c.open[oldest]
+	c.open = slices.Delete(c.open, oldest, oldest+1)
+	if err := c.detach(rl); err != nil {
+		// Its buffered lines are lost: it is cut short, and, the disk
+		// failing, so is every log.
+		rl.err = fmt.Errorf("profiler: call log %s: %w", rl.path, err)
+		c.stop(rl.err)
+		return err
+	}
+	return nil
+}
+
+// stop records err as the write error that stops every rank's log.
+func (c *CallLog) stop(err error) {
+	c.stopped = err
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// detach flushes and closes rl's file, keeping its writers for reuse.
+func (c *CallLog) detach(rl *rankLog) error {
+	err := errors.Join(rl.bw.Flush(), rl.zw.Close(), rl.f.Close())
+	c.spare = append(c.spare, &rankLog{zw: rl.zw, bw: rl.bw})
+	rl.f, rl.zw, rl.bw = nil, nil, nil
+	return err
 }
 
 // Path is the file of rank's log.
@@ -209,15 +310,16 @@ func (c *CallLog) Close() error {
 	c.closed = true
 	errs := []error{c.err}
 	for rank, rl := range c.ranks {
-		if rl.f == nil {
+		if rl.bw == nil {
 			continue
 		}
-		err := errors.Join(rl.bw.Flush(), rl.zw.Close(), rl.f.Close())
+		err := c.detach(rl)
 		if err != nil && rl.err == nil {
 			rl.err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
 		}
 		errs = append(errs, err)
 	}
+	c.open, c.spare = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -232,7 +334,7 @@ func (c *CallLog) Remove() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rl := range c.ranks {
-		if rl.f != nil { // never a file it did not create
+		if rl.created { // never a file it did not create
 			_ = os.Remove(rl.path)
 		}
 	}

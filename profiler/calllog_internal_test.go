@@ -1,0 +1,96 @@
+package profiler
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// TestCallLogKeepsFewFilesOpen: with room for 2 open files, 5 ranks
+// writing in turn close and reopen their files over and over (a new gzip
+// member each time); each file still reads back, in one gzip stream, as
+// the header and its rank's 40 calls in order, and never more than 2 are
+// open.
+func TestCallLogKeepsFewFilesOpen(t *testing.T) {
+	const ranks, calls = 5, 40
+	c := NewCallLog(filepath.Join(t.TempDir(), "calls"), 0)
+	c.maxOpen = 2
+	cpu := runtime.Device{Type: runtime.CPU}
+	for i := range calls {
+		for r := range ranks {
+			c.Consume([]Record{{Name: fmt.Sprintf("op%d", i), Rank: r, Device: cpu, Labels: NoLabels,
+				HostStart: time.Duration(i) * time.Microsecond, HostEnd: time.Duration(i+1) * time.Microsecond}})
+			if n := len(c.open); n > 2 {
+				t.Fatalf("%d files open, want at most 2", n)
+			}
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := c.Files()
+	if len(files) != ranks {
+		t.Fatalf("%d files, want %d", len(files), ranks)
+	}
+	for _, f := range files {
+		if f.Lines != calls || f.Err != nil {
+			t.Errorf("rank %d: %d lines, error %v; want %d, none", f.Rank, f.Lines, f.Err, calls)
+		}
+		fh, err := os.Open(f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(fh) // reads every member
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		sc := bufio.NewScanner(zr)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+		fh.Close()
+		if err := sc.Err(); err != nil {
+			t.Fatalf("%s: %v", f.Path, err)
+		}
+		if len(lines) != calls+1 || lines[0]+"\n" != CallLogHeader {
+			t.Fatalf("%s: %d lines, first %q; want the header and %d calls", f.Path, len(lines), lines[0], calls)
+		}
+		for i, l := range lines[1:] {
+			fields := strings.Fields(l)
+			if want := fmt.Sprintf("op%d", i); len(fields) < 6 || fields[2] != fmt.Sprint(f.Rank) || fields[5] != want {
+				t.Errorf("%s line %d: %q, want rank %d's %s", f.Path, i+1, l, f.Rank, want)
+			}
+		}
+	}
+}
+
+// TestCallLogOpenFilesBounded: 200 ranks' logs hold at most
+// MaxOpenCallLogs file descriptors at once, counted by the process's own
+// /proc/self/fd.
+func TestCallLogOpenFilesBounded(t *testing.T) {
+	fds := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skipf("skipped: no /proc/self/fd to count open files: %v", err)
+		}
+		return len(es)
+	}
+	before := fds()
+	c := NewCallLog(filepath.Join(t.TempDir(), "calls"), 0)
+	defer c.Close()
+	cpu := runtime.Device{Type: runtime.CPU}
+	for r := range 200 {
+		c.Consume([]Record{{Name: "op", Rank: r, Device: cpu, Labels: NoLabels}})
+	}
+	if n := fds() - before; n > MaxOpenCallLogs {
+		t.Errorf("%d more files open for 200 ranks' call logs, want at most %d", n, MaxOpenCallLogs)
+	}
+}
