@@ -146,7 +146,7 @@ func TestAnalysisSpanOverlapUnknownWithoutCompute(t *testing.T) {
 		for _, kv := range s.Attributes {
 			switch kv.Key {
 			case otelexp.KeyPipelineOverlap, otelexp.KeyPipelineBusy:
-				t.Errorf("analysis span has %s = %v with no compute timed", kv.Key, kv.Value.Emit())
+				t.Errorf("analysis span has %s = %v with no compute timed", kv.Key, kv.Value.String())
 			}
 		}
 	}

@@ -1,8 +1,6 @@
-package profiler
+package profiler_test
 
 import (
-	"bufio"
-	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -20,14 +19,14 @@ import (
 // open.
 func TestCallLogKeepsFewFilesOpen(t *testing.T) {
 	const ranks, calls = 5, 40
-	c := NewCallLog(filepath.Join(t.TempDir(), "calls"), 0)
-	c.maxOpen = 2
+	c := profiler.NewCallLog(filepath.Join(t.TempDir(), "calls"), 0)
+	profiler.SetCallLogMaxOpen(c, 2)
 	cpu := runtime.Device{Type: runtime.CPU}
 	for i := range calls {
 		for r := range ranks {
-			c.Consume([]Record{{Name: fmt.Sprintf("op%d", i), Rank: r, Device: cpu, Labels: NoLabels,
+			c.Consume([]profiler.Record{{Name: fmt.Sprintf("op%d", i), Rank: r, Device: cpu, Labels: profiler.NoLabels,
 				HostStart: time.Duration(i) * time.Microsecond, HostEnd: time.Duration(i+1) * time.Microsecond}})
-			if n := len(c.open); n > 2 {
+			if n := profiler.CallLogOpen(c); n > 2 {
 				t.Fatalf("%d files open, want at most 2", n)
 			}
 		}
@@ -43,25 +42,9 @@ func TestCallLogKeepsFewFilesOpen(t *testing.T) {
 		if f.Lines != calls || f.Err != nil {
 			t.Errorf("rank %d: %d lines, error %v; want %d, none", f.Rank, f.Lines, f.Err, calls)
 		}
-		fh, err := os.Open(f.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		zr, err := gzip.NewReader(fh) // reads every member
-		if err != nil {
-			t.Fatal(err)
-		}
-		var lines []string
-		sc := bufio.NewScanner(zr)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-		fh.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatalf("%s: %v", f.Path, err)
-		}
-		if len(lines) != calls+1 || lines[0]+"\n" != CallLogHeader {
-			t.Fatalf("%s: %d lines, first %q; want the header and %d calls", f.Path, len(lines), lines[0], calls)
+		lines := readCallLog(t, f.Path) // compress/gzip reads every member
+		if len(lines) != calls+1 || lines[0]+"\n" != profiler.CallLogHeader {
+			t.Fatalf("%s: %d lines; want the header and %d calls", f.Path, len(lines), calls)
 		}
 		for i, l := range lines[1:] {
 			fields := strings.Fields(l)
@@ -84,13 +67,13 @@ func TestCallLogOpenFilesBounded(t *testing.T) {
 		return len(es)
 	}
 	before := fds()
-	c := NewCallLog(filepath.Join(t.TempDir(), "calls"), 0)
+	c := profiler.NewCallLog(filepath.Join(t.TempDir(), "calls"), 0)
 	defer c.Close()
 	cpu := runtime.Device{Type: runtime.CPU}
 	for r := range 200 {
-		c.Consume([]Record{{Name: "op", Rank: r, Device: cpu, Labels: NoLabels}})
+		c.Consume([]profiler.Record{{Name: "op", Rank: r, Device: cpu, Labels: profiler.NoLabels}})
 	}
-	if n := fds() - before; n > MaxOpenCallLogs {
-		t.Errorf("%d more files open for 200 ranks' call logs, want at most %d", n, MaxOpenCallLogs)
+	if n := fds() - before; n > profiler.MaxOpenCallLogs {
+		t.Errorf("%d more files open for 200 ranks' call logs, want at most %d", n, profiler.MaxOpenCallLogs)
 	}
 }

@@ -1,0 +1,12 @@
+package profiler
+
+// SetCallLogMaxOpen sets how many files c keeps open (MaxOpenCallLogs
+// by default), for tests of closing and reopening them.
+func SetCallLogMaxOpen(c *CallLog, n int) { c.maxOpen = n }
+
+// CallLogOpen is how many of c's files are open.
+func CallLogOpen(c *CallLog) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.open)
+}
