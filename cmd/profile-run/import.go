@@ -194,7 +194,7 @@ func expandDirs(files []string) ([]string, error) {
 		}
 		entries, err := os.ReadDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("import: %w", err)
+			return nil, err // "open DIR: …"; the caller says "import:"
 		}
 		n := len(out)
 		type entry struct {
