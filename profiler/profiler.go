@@ -214,8 +214,10 @@ func (p *Profiler) Epoch() time.Time {
 }
 
 // SetTag sets the tag that ranges started from now on carry (a label such
-// as a step name, that the report groups ranges by); safe from any
-// goroutine.
+// as a phase of training, that the report groups ranges by); safe from
+// any goroutine. Each distinct tag is kept for the profiler's lifetime,
+// and the report has a table per tag: a tag per step grows with the run
+// (the step is a record's own label already: Recorder.SetStep).
 func (p *Profiler) SetTag(tag string) {
 	if p == nil {
 		return
