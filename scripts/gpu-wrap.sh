@@ -50,8 +50,9 @@
 #                torch.profiler traces of PyTorch's pipelining runtime
 #                instead (wrapcheck.py --imported-pipeline)
 # Every step is bounded by `timeout`. NCCL_NVLS_ENABLE=0 is exported.
-# With one GPU the two ranks share it, under MPS where the machine has it
-# (MPS=0 to run without), which the script starts and stops.
+# With fewer GPUs than ranks (one GPU; fewer than four for the pipeline
+# job) the ranks share them, under MPS where the machine has it (MPS=0 to
+# run without), which the script starts and stops.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/.bin
@@ -74,7 +75,14 @@ run() {
 	# them). Single-rank communicators show nothing: NCCL 2.28 runs their
 	# collectives as local copies without telling the plugin.
 	local ngpu np=2 share=()
-	ngpu=$(nvidia-smi -L | wc -l)
+	# The GPUs the jobs see: those of CUDA_VISIBLE_DEVICES where it is set
+	# (PyTorch counts no others), else nvidia-smi's "GPU n:" lines (not
+	# its MIG lines).
+	if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+		ngpu=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+	else
+		ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+	fi
 	[ "$ngpu" -lt 2 ] && share=(--share-gpu)
 	# The pipeline job has four ranks.
 	[ "${1:-all}" = pipeline ] && [ "$ngpu" -lt 4 ] && share=(--share-gpu)
@@ -115,10 +123,15 @@ run() {
 	[ "${1:-all}" = overhead ] && { overhead; return; }
 	[ "${1:-all}" = imported ] && { imported; return; }
 
-	# 1. One wrapped run, NCCL talking: counts, sizes and times.
+	# 1. One wrapped run, NCCL talking: counts, sizes and times. With a
+	#    GPU a rank, NVLink moves 16 MiB in tens of µs, too short for the
+	#    gaps between calls to vanish from the script's loop time: 256 MiB
+	#    too (wrapcheck.py checks times of calls of 200 µs or more).
+	local sizes=1,16
+	[ ${#share[@]} -eq 0 ] && sizes=1,16,256
 	echo "== wrapped run ($np ranks)"
 	NCCL_DEBUG=INFO timeout -k 10 300 "$pr" -out "$OUT/runs" -metrics-addr off -progress log -progress-every 5s -quiet -- \
-		"${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib 1,16 >"$OUT/wrapped.log" 2>&1
+		"${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib "$sizes" >"$OUT/wrapped.log" 2>&1
 	echo "exit $?" >>"$OUT/wrapped.log"
 	python3 "$root/scripts/wrapcheck.py" "$OUT/wrapped.log" "$OUT"/runs/*/trace.json >"$OUT/check.txt" 2>&1
 	sed -n '/=== collectives across ranks/,/^$/p' "$OUT"/runs/*/report.txt >>"$OUT/check.txt"
