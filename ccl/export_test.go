@@ -1,6 +1,10 @@
 package ccl
 
-import "github.com/trainscope/trainscope/runtime"
+import (
+	"time"
+
+	"github.com/trainscope/trainscope/runtime"
+)
 
 // ResetFactories forgets the process-wide factories, for tests that need
 // a fresh state.
@@ -11,4 +15,12 @@ func AddFactory(t runtime.DeviceType, f *ProcessGroupFactory) {
 	factories.mu.Lock()
 	factories.m[t] = f
 	factories.mu.Unlock()
+}
+
+// SetDestroyTimeout shortens how long Destroy waits for a rank's pending
+// work before it aborts; the returned function restores it.
+func SetDestroyTimeout(d time.Duration) (restore func()) {
+	saved := destroyTimeout
+	destroyTimeout = d
+	return func() { destroyTimeout = saved }
 }

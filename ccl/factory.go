@@ -257,8 +257,14 @@ func (f *ProcessGroupFactory) getOrCreate(ctx context.Context, op, name string, 
 		}
 		select {
 		case <-e.ready:
-		case <-ctx.Done():
-			return nil, &Error{Op: op, Status: StatusTimeout, Detail: fmt.Sprintf("group %q: gave up waiting for its creation by another caller", name), Err: ctx.Err()}
+		default:
+			// Still being created: wait, bounded by ctx. A select over
+			// both would pick at random when both are ready.
+			select {
+			case <-e.ready:
+			case <-ctx.Done():
+				return nil, &Error{Op: op, Status: StatusTimeout, Detail: fmt.Sprintf("group %q: gave up waiting for its creation by another caller", name), Err: ctx.Err()}
+			}
 		}
 		return e.pg, e.err
 	}

@@ -202,7 +202,8 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	c.Group = pg.name
 	c.GroupSize = int32(pg.size)
 	c.GroupRank = int32(r.rank)
-	c.Seq = r.seq
+	seq := r.seqOf(&c, pg.size)
+	c.Seq = *seq
 	c.BusFactor = BusFactor(c.Op, pg.size)
 	rec := profiler.FromContext(ctx)
 	// Inside a group the call is only queued: its kernel is launched by
@@ -211,7 +212,7 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	if !grouped {
 		rec.StartCollective(c.Op, r.stream, c)
 	}
-	err = enqueue()
+	err = enqueueIn(rec, !grouped, enqueue)
 	r.stream.MarkEnqueued() // the backend enqueues on the handle (see Stream.Ops)
 	if err != nil {
 		if !grouped {
@@ -221,6 +222,7 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	}
 	w := &Work{pg: pg, r: r, op: c.Op, seq: r.seq, done: done, recorded: make(chan struct{})}
 	r.seq++
+	*seq++
 	if grouped {
 		w.rec, w.call = rec, profiler.GroupedCollective{Name: c.Op, Stream: r.stream, Collective: c, Labels: rec.Labels()}
 	}
@@ -234,6 +236,21 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 		rec.End()
 	}
 	return w, nil
+}
+
+// enqueueIn runs enqueue; with a range of rec open for it (ranged), a
+// panic of the backend ends the range, cut short, before it goes on, so
+// that the recorder's later ranges do not nest under it.
+func enqueueIn(rec *profiler.Recorder, ranged bool, enqueue func() error) error {
+	if ranged {
+		defer func() {
+			if v := recover(); v != nil {
+				rec.EndCutShort()
+				panic(v)
+			}
+		}()
+	}
+	return enqueue()
 }
 
 // follow makes r's communication stream wait for what is enqueued on s.

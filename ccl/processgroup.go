@@ -76,7 +76,14 @@ type localRank struct {
 	stream *runtime.Stream
 
 	mu  sync.Mutex // makes issue order and Seq agree
-	seq uint64
+	seq uint64     // operations issued (Work's number)
+	// The profiler's Seq, which matches a call across ranks: collectives
+	// are numbered in the group, as every rank issues them; a Send by
+	// peer it goes to and a Recv by peer it comes from (sent[p],
+	// received[p]), as the k-th Send from a to b matches b's k-th Recv
+	// from a. Made at the first Send or Recv.
+	collectives    uint64
+	sent, received []uint64
 
 	// commMu guards the communicator's life against asyncError's query:
 	// Destroy holds it only to take finalErr and destroy the
@@ -306,6 +313,29 @@ func (pg *ProcessGroup) hold(w *Work) bool {
 	return true
 }
 
+// drop fails and forgets pg's Works held in open groups, once pg is
+// destroyed.
+func (gt *groupTable) drop(pg *ProcessGroup) {
+	gt.mu.Lock()
+	var dropped []*Work
+	for _, g := range gt.open {
+		kept := g.pending[:0]
+		for _, w := range g.pending {
+			if w.pg == pg {
+				dropped = append(dropped, w)
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		clear(g.pending[len(kept):])
+		g.pending = kept
+	}
+	gt.mu.Unlock()
+	for _, w := range dropped {
+		w.abandon(Errorf(w.op, StatusInvalidArgument, "group %q rank %d: operation #%d was held in a group that had not ended when the process group was destroyed (Destroy)", pg.name, w.r.rank, w.seq))
+	}
+}
+
 // Group runs fn between GroupStart and GroupEnd; GroupEnd is called even
 // when fn fails, and the errors are joined.
 func (pg *ProcessGroup) Group(fn func() error) error {
@@ -316,17 +346,27 @@ func (pg *ProcessGroup) Group(fn func() error) error {
 // before it aborts the rank's communicator.
 const DestroyTimeout = 60 * time.Second
 
-// Destroy waits for the work on the communication streams (at most
-// DestroyTimeout per rank, then it aborts), destroys the communicators and the
-// streams, and removes the group from its factory. Later calls return the
-// first call's result; operations issued after Destroy fail.
+// destroyTimeout is DestroyTimeout; tests shorten it.
+var destroyTimeout = DestroyTimeout
+
+// Destroy removes the group from its factory, waits for the work on the
+// communication streams (at most DestroyTimeout per rank, then it aborts,
+// and the Works of that rank fail), and destroys the communicators and the
+// streams. Works still held in a group that has not ended fail. Later
+// calls return the first call's result; operations issued after Destroy
+// fail.
 func (pg *ProcessGroup) Destroy() error {
 	pg.destroyOnce.Do(func() {
 		pg.destroyed.Store(true)
+		// The name is free at once: the factory must not hand out a group
+		// being torn down.
+		if pg.release != nil {
+			pg.release()
+		}
 		var errs []error
 		for _, r := range pg.ranks {
 			r.mu.Lock() // let an operation being issued finish
-			ctx, cancel := context.WithTimeout(context.Background(), DestroyTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
 			err := r.stream.Synchronize(ctx)
 			cancel()
 			r.commMu.Lock()
@@ -334,8 +374,13 @@ func (pg *ProcessGroup) Destroy() error {
 			if err != nil {
 				// Work still pending past the deadline (a peer that never
 				// came, say): abort rather than wait on it for ever.
-				errs = append(errs, fmt.Errorf("ccl: group %q rank %d: work still pending after %v, aborting: %w", pg.name, r.rank, DestroyTimeout, err),
-					pg.impl.CommAbort(r.comm))
+				err = fmt.Errorf("ccl: group %q rank %d: work still pending after %v, aborting: %w", pg.name, r.rank, destroyTimeout, err)
+				errs = append(errs, err, pg.impl.CommAbort(r.comm))
+				if !isFailure(r.finalErr) {
+					// The abandoned work did not succeed, whatever the
+					// communicator said before the abort.
+					r.finalErr = &Error{Op: "Destroy", Status: StatusError, Detail: "communicator aborted", Err: err}
+				}
 			} else {
 				errs = append(errs, pg.impl.CommDestroy(r.comm))
 			}
@@ -343,9 +388,10 @@ func (pg *ProcessGroup) Destroy() error {
 			errs = append(errs, r.stream.Destroy())
 			r.mu.Unlock()
 		}
-		if pg.release != nil {
-			pg.release()
-		}
+		// Every operation issued has returned: fail those still held in a
+		// group that was never ended (its goroutine gone, say), which
+		// nothing can launch now.
+		pg.gt.drop(pg)
 		pg.destroyErr = errors.Join(errs...)
 	})
 	return pg.destroyErr
@@ -360,10 +406,34 @@ func (pg *ProcessGroup) asyncError(r *localRank) error {
 		err = pg.impl.GetAsyncError(r.comm)
 	}
 	r.commMu.RUnlock()
-	// InProgress means "still being set up", not a failure; Timeout,
-	// though non-negative, is one.
-	if st := StatusOf(err); err == nil || st == StatusSuccess || st == StatusInProgress {
+	if !isFailure(err) {
 		return nil
 	}
 	return err
+}
+
+// isFailure reports whether a communicator's asynchronous error is a
+// failure. InProgress means "still being set up", not a failure; Timeout,
+// though non-negative, is one.
+func isFailure(err error) bool {
+	st := StatusOf(err)
+	return err != nil && st != StatusSuccess && st != StatusInProgress
+}
+
+// seqOf returns the counter that numbers c's calls on r (see localRank);
+// the caller holds r.mu.
+func (r *localRank) seqOf(c *profiler.Collective, size int) *uint64 {
+	switch c.Op {
+	case OpSend:
+		if r.sent == nil {
+			r.sent = make([]uint64, size)
+		}
+		return &r.sent[c.Peer]
+	case OpRecv:
+		if r.received == nil {
+			r.received = make([]uint64, size)
+		}
+		return &r.received[c.Peer]
+	}
+	return &r.collectives
 }

@@ -51,7 +51,13 @@ func (w *Work) record() {
 // fail marks the operation failed without a completion point: its
 // group's launch failed, so nothing on the stream completes it.
 func (w *Work) fail(launch error) {
-	w.recordErr = fmt.Errorf("ccl: %s: group %q rank %d: the group's launch failed: %w", w.op, w.pg.name, w.r.rank, launch)
+	w.abandon(fmt.Errorf("ccl: %s: group %q rank %d: the group's launch failed: %w", w.op, w.pg.name, w.r.rank, launch))
+}
+
+// abandon marks the operation failed with err, without a completion
+// point; it is called once, instead of record.
+func (w *Work) abandon(err error) {
+	w.recordErr = err
 	close(w.recorded)
 }
 

@@ -20,7 +20,7 @@ type Collective struct {
 	GroupID   uint64
 	GroupSize int32  // ranks in the group
 	GroupRank int32  // this rank's position in the group
-	Seq       uint64 // per-group, per-rank call number: equal on every rank for one collective
+	Seq       uint64 // the call's number in the group: a collective's equal on every rank; a Send's equal to its Recv's (numbered per peer)
 	BusFactor float64
 	// TransferEnd is, for a p2p or an all-to-all over a network
 	// transport, when this rank's part of the transfer was done (NCCL's

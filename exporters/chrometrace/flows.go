@@ -26,12 +26,12 @@ type groupMember struct {
 // arrows and of ranges left without a partner.
 //
 // A Send carries the group ranks of both ends (GroupRank → Peer), a Recv
-// too (Peer → GroupRank). Seq numbers every operation of a rank in a
-// group, so a Send and its Recv have different ones; but a rank issues
-// its sends to one peer in order and the peer receives them in order, so
-// the k-th Send from a to b in a group (by Seq) matches the k-th Recv on b
-// from a. A collective is one call with the same Seq on every rank of its
-// group.
+// too (Peer → GroupRank). A rank issues its sends to one peer in order and
+// the peer receives them in order, so the k-th Send from a to b in a group
+// (by Seq) matches the k-th Recv on b from a, whatever the Seqs are (a
+// ccl.ProcessGroup numbers Sends and Recvs per peer, older traces every
+// operation of the rank). A collective is one call with the same Seq on
+// every rank of its group.
 func (tr *trace) link(records []profiler.Record) (flows, unmatched int) {
 	type p2pKey struct {
 		group    string
