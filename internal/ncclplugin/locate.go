@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -41,10 +42,14 @@ func Locate(ctx context.Context, cacheDir string) (Located, error) {
 	var tried []string
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), plugins.NCCLLibrary)
-		if _, err := os.Stat(p); err == nil {
+		switch err := sharedLibrary(p); {
+		case err == nil:
 			return Located{Path: p, How: "beside profile-run"}, nil
+		case os.IsNotExist(err):
+			tried = append(tried, "none beside profile-run ("+p+")")
+		default:
+			tried = append(tried, "none usable beside profile-run ("+err.Error()+")")
 		}
-		tried = append(tried, "none beside profile-run ("+p+")")
 	}
 	if cacheDir == "" {
 		d, err := os.UserCacheDir()
@@ -59,10 +64,15 @@ func Locate(ctx context.Context, cacheDir string) (Located, error) {
 	}
 	dir := filepath.Join(cacheDir, "nccl-plugin-"+sum)
 	p := filepath.Join(dir, plugins.NCCLLibrary)
-	if _, err := os.Stat(p); err == nil {
+	switch err := sharedLibrary(p); {
+	case err == nil:
 		return Located{Path: p, How: "cached"}, nil
+	case os.IsNotExist(err):
+		tried = append(tried, "none cached ("+p+")")
+	default: // damaged (a disk that filled, say): built again in its place
+		tried = append(tried, "none usable cached ("+err.Error()+")")
+		_ = os.RemoveAll(dir)
 	}
-	tried = append(tried, "none cached ("+p+")")
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
@@ -75,6 +85,24 @@ func Locate(ctx context.Context, cacheDir string) (Located, error) {
 		return Located{}, fmt.Errorf("no NCCL profiler plugin: %s, and building one failed: %w", strings.Join(tried, ", "), err)
 	}
 	return Located{Path: p, How: "built"}, nil
+}
+
+// sharedLibrary checks that p is an ELF file, as a library the dynamic
+// loader can open must be: an empty or truncated file found by name (a
+// copy cut short) would leave every process of the job without the
+// plugin, and the run saying only that none loaded it. A library named
+// by EnvPluginPath is taken as it is.
+func sharedLibrary(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || string(magic[:]) != "\x7fELF" {
+		return fmt.Errorf("%s is not a shared library (no ELF header)", p)
+	}
+	return nil
 }
 
 // sourcesHash names a version of the embedded sources.
@@ -129,7 +157,7 @@ func build(ctx context.Context, cc, dir string) error {
 		return fmt.Errorf("%s %s: %w\n%s", cc, strings.Join(plugins.NCCLBuildArgs, " "), err, out)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, plugins.NCCLLibrary)); serr == nil {
+		if sharedLibrary(filepath.Join(dir, plugins.NCCLLibrary)) == nil {
 			return nil // another build got there first
 		}
 		return err

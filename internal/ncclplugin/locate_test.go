@@ -85,3 +85,43 @@ func TestLocateWithoutCompilerSaysWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// A cached library that is no shared library (an empty file: a copy cut
+// short) is not taken: Locate builds the plugin again in its place.
+func TestLocateRebuildsADamagedCache(t *testing.T) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("skipped: no C compiler (%s) to build the plugin with", cc)
+	}
+	t.Setenv(EnvPluginPath, "")
+	cache := t.TempDir()
+	sum, err := sourcesHash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(cache, "nccl-plugin-"+sum, "libtrainscope-nccl.so")
+	if err := os.MkdirAll(filepath.Dir(bad), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Locate(context.Background(), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.How == "beside profile-run" {
+		t.Skipf("skipped: a plugin lies beside the test binary (%s)", got.Path)
+	}
+	if got.How != "built" || got.Path != bad {
+		t.Fatalf("Locate = %+v, want %s built again", got, bad)
+	}
+	f, err := elf.Open(got.Path)
+	if err != nil {
+		t.Fatalf("%s: %v", got.Path, err)
+	}
+	f.Close()
+}
