@@ -13,6 +13,7 @@ import (
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/ccl/local"
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cpu"
 )
@@ -165,4 +166,41 @@ func bytesFloat32(b []byte) []float32 {
 		out[i] = math.Float32frombits(binary.NativeEndian.Uint32(b[4*i:]))
 	}
 	return out
+}
+
+// profiled is a process group of cpu ranks with a profiler (closed at
+// cleanup, its error reported), a recorder and a stream per rank.
+type profiled struct {
+	p       *profiler.Profiler
+	pg      *ccl.ProcessGroup
+	devs    []runtime.Device
+	recs    []*profiler.Recorder
+	streams []*runtime.Stream
+}
+
+func newProfiled(t *testing.T, name string, n int) *profiled {
+	t.Helper()
+	p, err := profiler.New(profiler.WithCollectInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	f, _ := newFactory(t, 5*time.Second)
+	x := &profiled{p: p, devs: cpuDevs(0, n), recs: make([]*profiler.Recorder, n), streams: make([]*runtime.Stream, n)}
+	if x.pg, err = f.GetOrCreate(name, x.devs); err != nil {
+		t.Fatal(err)
+	}
+	for r := range n {
+		if x.recs[r], err = p.NewRecorder(r, x.devs[r]); err != nil {
+			t.Fatal(err)
+		}
+		x.streams[r] = stream(t, x.devs[r])
+	}
+	return x
 }

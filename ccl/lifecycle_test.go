@@ -3,6 +3,7 @@ package ccl_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,23 +22,8 @@ import (
 func TestCollectiveSeqAcrossRanks(t *testing.T) {
 	noLeaks(t)
 	const n = 3
-	p, err := profiler.New(profiler.WithCollectInterval(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close(context.Background()) })
-	f, _ := newFactory(t, 5*time.Second)
-	devs := cpuDevs(0, n)
-	pg, err := f.GetOrCreate("seq", devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := make([]*profiler.Recorder, n)
-	for r := range n {
-		if recs[r], err = p.NewRecorder(r, devs[r]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x := newProfiled(t, "seq", n)
+	p, pg, devs, recs := x.p, x.pg, x.devs, x.recs
 	ranks(t, n, func(r int) error {
 		ctx := profiler.NewContext(context.Background(), recs[r])
 		s := pg.Stream(devs[r])
@@ -101,22 +87,10 @@ func TestCollectiveSeqAcrossRanks(t *testing.T) {
 		t.Errorf("records %v, want %v", got, want)
 	}
 	for k, w := range want {
-		if g := got[k]; !slicesEqual(g, w) {
+		if g := got[k]; !slices.Equal(g, w) {
 			t.Errorf("rank %d %s: Seq %v, want %v", k.rank, k.op, g, w)
 		}
 	}
-}
-
-func slicesEqual(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDestroyAbortFailsPendingWork: when Destroy gives up waiting for a

@@ -19,31 +19,8 @@ import (
 func TestProfiledRanges(t *testing.T) {
 	noLeaks(t)
 	const n, count = 2, 6
-	p, err := profiler.New(profiler.WithCollectInterval(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	f, _ := newFactory(t, 5*time.Second)
-	devs := cpuDevs(0, n)
-	pg, err := f.GetOrCreate("prof", devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := make([]*profiler.Recorder, n)
-	streams := make([]*runtime.Stream, n)
-	for r := range n {
-		if recs[r], err = p.NewRecorder(r, devs[r]); err != nil {
-			t.Fatal(err)
-		}
-		streams[r] = stream(t, devs[r])
-	}
+	x := newProfiled(t, "prof", n)
+	p, pg, devs, recs, streams := x.p, x.pg, x.devs, x.recs, x.streams
 	ranks(t, n, func(r int) error {
 		ctx := profiler.NewContext(context.Background(), recs[r])
 		dev, s := devs[r], streams[r]
@@ -142,25 +119,8 @@ func TestProfiledRanges(t *testing.T) {
 func TestGroupedCallsAreTimedAtLaunch(t *testing.T) {
 	noLeaks(t)
 	const n, count, delay = 2, 4, 30 * time.Millisecond
-	p, err := profiler.New(profiler.WithCollectInterval(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close(context.Background()) })
-	f, _ := newFactory(t, 5*time.Second)
-	devs := cpuDevs(0, n)
-	pg, err := f.GetOrCreate("grouped", devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := make([]*profiler.Recorder, n)
-	streams := make([]*runtime.Stream, n)
-	for r := range n {
-		if recs[r], err = p.NewRecorder(r, devs[r]); err != nil {
-			t.Fatal(err)
-		}
-		streams[r] = stream(t, devs[r])
-	}
+	x := newProfiled(t, "grouped", n)
+	p, pg, devs, recs, streams := x.p, x.pg, x.devs, x.recs, x.streams
 	ranks(t, n, func(r int) error {
 		ctx := profiler.NewContext(context.Background(), recs[r])
 		recs[r].SetMicrobatch(7)

@@ -30,13 +30,7 @@ func TestLocateNamedByEnvironment(t *testing.T) {
 // embedded sources into the cache, then finds it there; the library
 // exports the data symbols NCCL looks for.
 func TestLocateBuildsIntoTheCache(t *testing.T) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("skipped: no C compiler (%s) to build the plugin with", cc)
-	}
+	needCompiler(t)
 	t.Setenv(EnvPluginPath, "")
 	cache := t.TempDir()
 	got, err := Locate(context.Background(), cache)
@@ -89,13 +83,7 @@ func TestLocateWithoutCompilerSaysWhatToDo(t *testing.T) {
 // A cached library that is no shared library (an empty file: a copy cut
 // short) is not taken: Locate builds the plugin again in its place.
 func TestLocateRebuildsADamagedCache(t *testing.T) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("skipped: no C compiler (%s) to build the plugin with", cc)
-	}
+	needCompiler(t)
 	t.Setenv(EnvPluginPath, "")
 	cache := t.TempDir()
 	sum, err := sourcesHash()
@@ -124,4 +112,17 @@ func TestLocateRebuildsADamagedCache(t *testing.T) {
 		t.Fatalf("%s: %v", got.Path, err)
 	}
 	f.Close()
+}
+
+// needCompiler skips t where no C compiler ($CC, else cc) can build the
+// plugin.
+func needCompiler(t *testing.T) {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("skipped: no C compiler (%s) to build the plugin with", cc)
+	}
 }
