@@ -67,13 +67,20 @@ func (c *countingImpl) CommInitRank(n int, id ccl.UniqueID, rank int, dev runtim
 func newFactory(t *testing.T, timeout time.Duration) (*ccl.ProcessGroupFactory, *countingImpl) {
 	t.Helper()
 	impl := &countingImpl{Impl: local.New(local.WithTimeout(timeout))}
+	return factoryOn(t, impl), impl
+}
+
+// factoryOn makes a factory over impl on the cpu runtime, destroyed (and
+// its error reported) at cleanup.
+func factoryOn(t *testing.T, impl ccl.Impl) *ccl.ProcessGroupFactory {
+	t.Helper()
 	f := ccl.NewProcessGroupFactory(impl, cpuRuntime(t))
 	t.Cleanup(func() {
 		if err := f.Destroy(); err != nil {
 			t.Errorf("factory Destroy: %v", err)
 		}
 	})
-	return f, impl
+	return f
 }
 
 // floats allocates a float32 buffer on dev holding vals.

@@ -188,12 +188,7 @@ func (s *slowDestroyImpl) CommDestroy(c ccl.Comm) error {
 func TestGetOrCreateDuringDestroy(t *testing.T) {
 	noLeaks(t)
 	impl := &slowDestroyImpl{Impl: local.New(local.WithTimeout(5 * time.Second)), entered: make(chan struct{}), proceed: make(chan struct{})}
-	f := ccl.NewProcessGroupFactory(impl, cpuRuntime(t))
-	t.Cleanup(func() {
-		if err := f.Destroy(); err != nil {
-			t.Errorf("factory Destroy: %v", err)
-		}
-	})
+	f := factoryOn(t, impl)
 	devs := cpuDevs(0, 2)
 	old, err := f.GetOrCreate("reborn", devs)
 	if err != nil {

@@ -202,12 +202,7 @@ func TestGroupedRangesTimeTheLaunch(t *testing.T) {
 	defer p.Close(context.Background())
 	const kernel = 30 * time.Millisecond
 	impl := &launchingImpl{Impl: local.New(local.WithTimeout(5 * time.Second)), kernel: kernel}
-	f := ccl.NewProcessGroupFactory(impl, cpuRuntime(t))
-	t.Cleanup(func() {
-		if err := f.Destroy(); err != nil {
-			t.Errorf("factory Destroy: %v", err)
-		}
-	})
+	f := factoryOn(t, impl)
 	devs := cpuDevs(0, 1)
 	pg, err := f.GetOrCreate("grouped", devs)
 	if err != nil {
