@@ -547,3 +547,43 @@ func TestOwnStreamNeedsNoWait(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupLeftOpenByExitedGoroutine: a goroutine that exits with a group
+// open takes the group with it; later goroutines, which the runtime may
+// give the exited one's descriptor, start with no group.
+func TestGroupLeftOpenByExitedGoroutine(t *testing.T) {
+	noLeaks(t)
+	f, _ := newFactory(t, 5*time.Second)
+	devs := cpuDevs(0, 2)
+	pg, err := f.GetOrCreate("abandoned", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := []runtime.Buffer{floats(t, devs[0], []float32{1}), floats(t, devs[1], []float32{2})}
+	opened := make(chan error)
+	go func() { opened <- pg.GroupStart() }()
+	if err := <-opened; err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		errc := make(chan error, 1)
+		go func() {
+			var errs []error
+			var works []*ccl.Work
+			for r := range 2 {
+				w, err := pg.AllReduce(context.Background(), pg.Stream(devs[r]), bufs[r], runtime.Float32, ccl.Sum)
+				errs = append(errs, err)
+				if w != nil {
+					works = append(works, w)
+				}
+			}
+			for _, w := range works {
+				errs = append(errs, w.Wait(5*time.Second))
+			}
+			errc <- errors.Join(errs...)
+		}()
+		if err := <-errc; err != nil {
+			t.Fatalf("goroutine %d: %v", i, err)
+		}
+	}
+}

@@ -1,6 +1,5 @@
 // Package goid identifies the calling goroutine. ccl uses it to give
 // GroupStart/GroupEnd regions the scope NCCL gives them, the calling
 // thread, which in Go is the calling goroutine; it is asked only while a
-// region is open, so the cost (a short stack trace) stays off the common
-// path.
+// region is open.
 package goid

@@ -1,8 +1,10 @@
 package goid
 
-// Get returns an identifier of the calling goroutine, unique among the
-// goroutines alive at the same time (an exited goroutine's identifier may
-// be reused). On amd64 and arm64 it is the address of the runtime's
-// goroutine descriptor, read in a few instructions; elsewhere it is parsed
-// from the header of a stack trace, which is far slower.
-func Get() uint64 { return get() }
+import "github.com/petermattis/goid"
+
+// Get returns the runtime's number for the calling goroutine, the one a
+// stack trace prints ("goroutine 18 [running]"). Numbers are never reused,
+// so a goroutine that exits with a group open cannot pass that group on to
+// a later goroutine. On the common platforms it is read from the
+// goroutine's descriptor in a few instructions.
+func Get() uint64 { return uint64(goid.Get()) }

@@ -1,6 +1,9 @@
 package goid
 
 import (
+	"bytes"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -40,4 +43,56 @@ func TestGet(t *testing.T) {
 		}
 		seen[id] = true
 	}
+}
+
+// TestNotReused: an exited goroutine's identifier is never handed to a
+// later goroutine. ccl keys open groups by it, so a reused identifier
+// would put a new goroutine's operations into a group some goroutine
+// left open when it exited.
+func TestNotReused(t *testing.T) {
+	seen := map[uint64]bool{Get(): true}
+	for range 2000 {
+		ch := make(chan uint64)
+		go func() { ch <- Get() }()
+		id := <-ch
+		if seen[id] {
+			t.Fatalf("identifier %d handed to two goroutines", id)
+		}
+		seen[id] = true
+	}
+}
+
+// TestMatchesStackHeader checks the fast path against the number the
+// runtime prints in a stack trace's header: a Go release that moves the
+// field the fast path reads fails here, not in a group's bookkeeping.
+func TestMatchesStackHeader(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			var buf [64]byte
+			b := buf[:runtime.Stack(buf[:], false)]
+			b = bytes.TrimPrefix(b, []byte("goroutine "))
+			if i := bytes.IndexByte(b, ' '); i > 0 {
+				b = b[:i]
+			}
+			want, err := strconv.ParseUint(string(b), 10, 64)
+			if err != nil {
+				t.Errorf("stack header %q: %v", buf[:], err)
+				return
+			}
+			if got := Get(); got != want {
+				t.Errorf("Get() = %d, stack header says goroutine %d", got, want)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func BenchmarkGet(b *testing.B) {
+	b.ReportAllocs()
+	var sum uint64
+	for b.Loop() {
+		sum += Get()
+	}
+	_ = sum
 }
