@@ -23,7 +23,8 @@
 // a Work to wait on. With a profiler.Recorder in the context, every
 // operation is recorded as a collective range carrying its size, peers and
 // bus-bandwidth factor. A ProcessGroup's GroupStart/GroupEnd regions
-// belong to the calling goroutine, as NCCL's belong to the calling thread.
+// belong to the calling goroutine, as NCCL's belong to the calling thread,
+// and span every process group on the backend, whichever factory made it.
 // ProcessGroupFactory creates groups once per name; Instance(backend)
 // returns the process-wide factory of a backend.
 package ccl

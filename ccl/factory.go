@@ -23,7 +23,7 @@ type ProcessGroupFactory struct {
 	mu     sync.Mutex
 	groups map[string]*groupEntry
 
-	open *groupTable // the backend's GroupStart regions, shared by the groups
+	open groupTable // the backend's GroupStart regions, shared by the groups
 }
 
 // groupEntry is a group being created or created. ready is closed when
@@ -58,12 +58,14 @@ func (s groupSpec) equal(o groupSpec) bool {
 // type; the groups' creation checks it. With either nil, every call of
 // the factory returns an error saying so.
 func NewProcessGroupFactory(c Impl, rt runtime.Impl) *ProcessGroupFactory {
-	return &ProcessGroupFactory{impl: c, rt: rt, groups: make(map[string]*groupEntry), open: newGroupTable()}
+	f := &ProcessGroupFactory{impl: c, rt: rt, groups: make(map[string]*groupEntry)}
+	f.open = newGroupTable(c, f)
+	return f
 }
 
 // GroupStart opens a group of operations on the backend for the calling
-// goroutine, as ProcessGroup.GroupStart does: the operations of any of
-// the factory's process groups issued inside it are launched together by
+// goroutine, as ProcessGroup.GroupStart does: the operations of any
+// process group on the backend issued inside it are launched together by
 // the outermost GroupEnd.
 func (f *ProcessGroupFactory) GroupStart() error {
 	if f == nil || f.impl == nil {

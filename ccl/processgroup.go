@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -39,9 +40,9 @@ type ProcessGroup struct {
 	ranks   []*localRank // in rank order
 	release func()       // forgets the group in its factory
 
-	// Open GroupStart regions, shared with the other groups of the
-	// factory: one backend's group, whichever of them opened it.
-	gt *groupTable
+	// Open GroupStart regions, shared with every group and factory on
+	// the backend: one backend's group, whichever of them opened it.
+	gt groupTable
 
 	destroyed   atomic.Bool
 	destroyOnce sync.Once
@@ -50,17 +51,41 @@ type ProcessGroup struct {
 
 // groupTable is a backend's open GroupStart regions, per goroutine as the
 // backends scope them (NCCL per thread), with the Works each holds back
-// until its GroupEnd. A factory's process groups share one: an operation
-// of one group issued inside another's GroupStart region (or the
-// factory's) is held back and launched by that region's GroupEnd, as the
-// backend does.
+// until its GroupEnd. The backend groups a goroutine's operations on all
+// its communicators, so every process group and factory over one backend
+// shares its regions: an operation of one group issued inside another's
+// GroupStart region (or a factory's, any factory's) is held back and
+// launched by that region's GroupEnd, as the backend launches it.
+//
+// A groupTable value names the backend; the regions themselves are kept
+// in openGroups, and only while they are open.
 type groupTable struct {
-	mu   sync.Mutex
-	open map[uint64]*openGroup
-	n    atomic.Int64 // len(open), read without the lock
+	backend any // the Impl; the factory when the Impl's type is not comparable
 }
 
-func newGroupTable() *groupTable { return &groupTable{open: make(map[uint64]*openGroup)} }
+// openGroups is every goroutine's open GroupStart regions, by backend.
+var openGroups = struct {
+	mu   sync.Mutex
+	open map[groupKey]*openGroup
+	n    atomic.Int64 // len(open), read without the lock
+}{open: make(map[groupKey]*openGroup)}
+
+// groupKey is one goroutine's region on one backend.
+type groupKey struct {
+	backend any
+	g       uint64 // goid.Get
+}
+
+// newGroupTable returns the table of impl's regions; f stands for the
+// backend when impl's type cannot be a map key.
+func newGroupTable(impl Impl, f *ProcessGroupFactory) groupTable {
+	if impl == nil || !reflect.TypeOf(impl).Comparable() {
+		return groupTable{backend: f}
+	}
+	return groupTable{backend: impl}
+}
+
+func (gt groupTable) key() groupKey { return groupKey{backend: gt.backend, g: goid.Get()} }
 
 // openGroup is one goroutine's open group.
 type openGroup struct {
@@ -97,7 +122,7 @@ type localRank struct {
 // newProcessGroup wraps created communicators and makes a communication
 // stream per local device. On error the streams are gone and the caller
 // still owns comms.
-func newProcessGroup(name string, impl Impl, rt runtime.Impl, size int, comms []Comm, gt *groupTable) (*ProcessGroup, error) {
+func newProcessGroup(name string, impl Impl, rt runtime.Impl, size int, comms []Comm, gt groupTable) (*ProcessGroup, error) {
 	pg := &ProcessGroup{name: name, backend: impl.Type(), impl: impl, rt: rt, size: size, gt: gt}
 	for _, c := range comms {
 		if c == nil {
@@ -183,7 +208,8 @@ func (pg *ProcessGroup) Stream(dev runtime.Device) *runtime.Stream {
 // GroupStart opens a group of operations on the backend (see Impl) for
 // the calling goroutine, as NCCL opens one for the calling thread. The
 // Works of operations the goroutine issues inside its group — on this
-// process group or another of its factory — complete only after its
+// process group or any other on the same backend, whichever factory made
+// it — complete only after its
 // outermost GroupEnd; waiting on one before then times out.
 func (pg *ProcessGroup) GroupStart() error { return pg.gt.start(pg.impl) }
 
@@ -192,21 +218,22 @@ func (pg *ProcessGroup) GroupStart() error { return pg.gt.start(pg.impl) }
 // their completion points.
 func (pg *ProcessGroup) GroupEnd() error { return pg.gt.end(pg.impl, &pg.name) }
 
-func (gt *groupTable) start(impl Impl) error {
-	id := goid.Get()
+func (gt groupTable) start(impl Impl) error {
+	id := gt.key()
 	// The backend is called without gt.mu: its group calls may wait for
 	// peers (NCCL's GroupEnd does), and the peers may be local ranks of
 	// this very group, on other goroutines.
 	if err := impl.GroupStart(); err != nil {
 		return err
 	}
-	gt.mu.Lock()
-	defer gt.mu.Unlock()
-	g := gt.open[id]
+	og := &openGroups
+	og.mu.Lock()
+	defer og.mu.Unlock()
+	g := og.open[id]
 	if g == nil {
 		g = &openGroup{}
-		gt.open[id] = g
-		gt.n.Add(1)
+		og.open[id] = g
+		og.n.Add(1)
 	}
 	g.depth++
 	return nil
@@ -215,12 +242,13 @@ func (gt *groupTable) start(impl Impl) error {
 // end closes the calling goroutine's innermost group of the table; group
 // names the process group called, nil for the factory (for the error
 // only: nothing is formatted on the way).
-func (gt *groupTable) end(impl Impl, group *string) error {
-	id := goid.Get()
-	gt.mu.Lock()
-	g := gt.open[id]
+func (gt groupTable) end(impl Impl, group *string) error {
+	id := gt.key()
+	og := &openGroups
+	og.mu.Lock()
+	g := og.open[id]
 	if g == nil {
-		gt.mu.Unlock()
+		og.mu.Unlock()
 		who := "factory"
 		if group != nil {
 			who = "group " + strconv.Quote(*group)
@@ -232,10 +260,10 @@ func (gt *groupTable) end(impl Impl, group *string) error {
 	var flush []*Work
 	if outermost {
 		flush = g.pending
-		delete(gt.open, id)
-		gt.n.Add(-1)
+		delete(og.open, id)
+		og.n.Add(-1)
 	}
-	gt.mu.Unlock()
+	og.mu.Unlock()
 	if !outermost {
 		return impl.GroupEnd()
 	}
@@ -285,27 +313,27 @@ func launchTimed(works []*Work, groupEnd func() error) error {
 
 // groupOpen reports whether the calling goroutine has a group open.
 func (pg *ProcessGroup) groupOpen() bool {
-	gt := pg.gt
-	if gt.n.Load() == 0 {
+	og := &openGroups
+	if og.n.Load() == 0 {
 		return false
 	}
-	id := goid.Get()
-	gt.mu.Lock()
-	defer gt.mu.Unlock()
-	return gt.open[id] != nil
+	id := pg.gt.key()
+	og.mu.Lock()
+	defer og.mu.Unlock()
+	return og.open[id] != nil
 }
 
 // hold keeps w back when the calling goroutine has a group open; it
 // reports whether it did.
 func (pg *ProcessGroup) hold(w *Work) bool {
-	gt := pg.gt
-	if gt.n.Load() == 0 {
+	og := &openGroups
+	if og.n.Load() == 0 {
 		return false
 	}
-	id := goid.Get()
-	gt.mu.Lock()
-	defer gt.mu.Unlock()
-	g := gt.open[id]
+	id := pg.gt.key()
+	og.mu.Lock()
+	defer og.mu.Unlock()
+	g := og.open[id]
 	if g == nil {
 		return false
 	}
@@ -315,10 +343,14 @@ func (pg *ProcessGroup) hold(w *Work) bool {
 
 // drop fails and forgets pg's Works held in open groups, once pg is
 // destroyed.
-func (gt *groupTable) drop(pg *ProcessGroup) {
-	gt.mu.Lock()
+func (gt groupTable) drop(pg *ProcessGroup) {
+	og := &openGroups
+	og.mu.Lock()
 	var dropped []*Work
-	for _, g := range gt.open {
+	for k, g := range og.open {
+		if k.backend != gt.backend {
+			continue
+		}
 		kept := g.pending[:0]
 		for _, w := range g.pending {
 			if w.pg == pg {
@@ -330,7 +362,7 @@ func (gt *groupTable) drop(pg *ProcessGroup) {
 		clear(g.pending[len(kept):])
 		g.pending = kept
 	}
-	gt.mu.Unlock()
+	og.mu.Unlock()
 	for _, w := range dropped {
 		w.abandon(Errorf(w.op, StatusInvalidArgument, "group %q rank %d: operation #%d was held in a group that had not ended when the process group was destroyed (Destroy)", pg.name, w.r.rank, w.seq))
 	}

@@ -587,3 +587,58 @@ func TestGroupLeftOpenByExitedGoroutine(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupSpansFactoriesOfOneBackend: the backend groups a goroutine's
+// operations whichever factory opened the group, so an operation of one
+// factory's process group issued inside another factory's GroupStart
+// region on the same backend is held back until that region's GroupEnd,
+// not reported complete before the backend has launched it.
+func TestGroupSpansFactoriesOfOneBackend(t *testing.T) {
+	noLeaks(t)
+	const n = 2
+	impl := local.New(local.WithTimeout(5 * time.Second))
+	fa, fb := factoryOn(t, impl), factoryOn(t, impl)
+	devs := cpuDevs(0, n)
+	pg, err := fb.GetOrCreate("other-factory", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ins := make([]runtime.Buffer, n)
+	var works []*ccl.Work
+	if err := fa.GroupStart(); err != nil {
+		t.Fatal(err)
+	}
+	for r := range n {
+		s := stream(t, devs[r])
+		ins[r] = floats(t, devs[r], make([]float32, 2))
+		rw, err := pg.Recv(ctx, s, ins[r], runtime.Float32, (r+1)%n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw, err := pg.Send(ctx, s, floats(t, devs[r], values(r, 2)), runtime.Float32, (r+n-1)%n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		works = append(works, rw, sw)
+	}
+	if works[0].Done() {
+		t.Error("a Recv issued inside the other factory's group is done before its GroupEnd")
+	}
+	if err := works[0].Wait(10 * time.Millisecond); !errors.Is(err, ccl.StatusTimeout) {
+		t.Errorf("Wait inside the group: %v", err)
+	}
+	if err := fa.GroupEnd(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range works {
+		if err := w.Wait(5 * time.Second); err != nil {
+			t.Fatalf("work %d: %v", i, err)
+		}
+	}
+	for r := range n {
+		if got, want := read(t, ins[r]), values((r+1)%n, 2); !equal(got, want) {
+			t.Errorf("rank %d received %v, want %v", r, got, want)
+		}
+	}
+}
