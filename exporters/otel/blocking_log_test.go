@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -102,5 +103,38 @@ func TestStuckLogDoesNotBlockOverflowingConsume(t *testing.T) {
 	}
 	if st := exp.Stats(); st.Exported+st.Dropped != uint64(spans) || st.Dropped == 0 {
 		t.Errorf("exported %d, dropped %d, want %d in all, some dropped", st.Exported, st.Dropped, spans)
+	}
+}
+
+// Nor does it hold up a Shutdown past its deadline: the counts are final
+// (every span failed, none pending) when Shutdown returns, the log line
+// still unwritten.
+func TestStuckLogDoesNotHoldUpShutdown(t *testing.T) {
+	l := newStuckLog()
+	defer close(l.release)
+	f := &flaky{}
+	f.down.Store(true)
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, BatchSize: 4, RetryTime: -1},
+		otelexp.WithSpanExporter(f), otelexp.WithLogger(l.logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, spans := records(30)
+	exp.Consume(recs)
+	<-l.entered // the failure is being logged
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- exp.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, otelexp.ErrShutdownDeadline) {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown waited for the log past its deadline")
+	}
+	if st := exp.Stats(); st.Failed != uint64(spans) || st.Pending != 0 || st.Exported != 0 {
+		t.Errorf("stats %+v; want all %d spans failed, none pending", st, spans)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -60,16 +59,27 @@ type Exporter struct {
 	exportCtx    context.Context
 	cancelExport context.CancelFunc
 
-	stopOnce     sync.Once
-	shutdownOnce sync.Once
-	shutdownErr  error       // written once, before shut is set
-	shut         atomic.Bool // the first Shutdown has finished
+	// The first Shutdown does the work; later ones only wait for it.
+	stopOnce    sync.Once
+	shutDone    chan struct{} // closed when the first Shutdown has finished
+	shutdownErr error         // the first Shutdown's result, written before shutDone closes
 
 	log         *zap.Logger
 	failing     bool // the last request failed (under mu), for logging changes only
 	overflowed  bool // the queue has overflowed (under mu); the export goroutine logs it
 	droppedOnce sync.Once
+	// logs carries what the exporter logs to the one goroutine that
+	// writes it (logLoop), in order, so that a log that stops taking
+	// writes holds up neither the export nor Shutdown; nil without a
+	// logger. A line that finds it full is left out: the counts are in
+	// Stats either way.
+	logs    chan func()
+	logDone chan struct{} // closed when logLoop has returned, or at once without one
 }
+
+// logQueue bounds the lines waiting for a slow log. The exporter logs
+// changes of state only, a few lines a run.
+const logQueue = 16
 
 var _ profiler.SinkShutdowner = (*Exporter)(nil)
 
@@ -103,21 +113,27 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	if o.log == nil {
+	logged := o.log != nil
+	if !logged {
 		o.log = zap.NewNop()
 	}
 	e := &Exporter{
-		log:     o.log,
-		cfg:     cfg,
-		spans:   o.spanExporter,
-		build:   newBuilder(cfg.RunID, cfg.Epoch, cfg.MaxLinks, base),
-		sampler: sampler,
-		tail:    tail,
-		wake:    make(chan struct{}, 1),
-		senders: make(chan struct{}, cfg.Concurrency),
-		flushes: make(chan chan struct{}),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		log:      o.log,
+		cfg:      cfg,
+		spans:    o.spanExporter,
+		build:    newBuilder(cfg.RunID, cfg.Epoch, cfg.MaxLinks, base),
+		sampler:  sampler,
+		tail:     tail,
+		wake:     make(chan struct{}, 1),
+		senders:  make(chan struct{}, cfg.Concurrency),
+		flushes:  make(chan chan struct{}),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		shutDone: make(chan struct{}),
+		logDone:  make(chan struct{}),
+	}
+	if logged {
+		e.logs = make(chan func(), logQueue)
 	}
 	if e.spans == nil {
 		ep, err := cfg.resolveEndpoint()
@@ -131,6 +147,11 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 	}
 	e.exportCtx, e.cancelExport = context.WithCancel(context.WithoutCancel(ctx))
 	go e.run()
+	if e.logs != nil {
+		go e.logLoop()
+	} else {
+		close(e.logDone)
+	}
 	if p != nil {
 		if err := p.AddSink(e); err != nil {
 			_ = e.Shutdown(ctx)
@@ -386,8 +407,10 @@ func (e *Exporter) drain(wait bool) {
 	e.mu.Unlock()
 	if overflowed {
 		e.droppedOnce.Do(func() {
-			e.log.Warn("OTLP span queue full: dropping spans (counted; raise QueueSize or check the endpoint)",
-				zap.String("endpoint", e.target), zap.Int("queue_size", e.cfg.QueueSize))
+			e.logLater(func() {
+				e.log.Warn("OTLP span queue full: dropping spans (counted; raise QueueSize or check the endpoint)",
+					zap.String("endpoint", e.target), zap.Int("queue_size", e.cfg.QueueSize))
+			})
 		})
 	}
 	for {
@@ -474,20 +497,73 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 	case ok < n && st.LastError == nil:
 		st.LastError = errAbandoned
 	}
-	// Log changes of state, not every request; after unlocking, so that a
-	// slow log holds up neither Consume nor Stats.
+	// Log changes of state, not every request, handed to logLoop under the
+	// lock so that the lines keep the order of the changes.
 	failing := sent && err != nil
 	down, up := failing && !e.failing, sent && !failing && e.failing
 	failed := st.Failed
 	if sent {
 		e.failing = failing
 	}
-	e.mu.Unlock()
 	switch {
 	case down:
-		e.log.Warn("OTLP endpoint is not taking spans; counting them as failed", zap.String("endpoint", e.target), zap.Error(err))
+		e.logLater(func() {
+			e.log.Warn("OTLP endpoint is not taking spans; counting them as failed", zap.String("endpoint", e.target), zap.Error(err))
+		})
 	case up:
-		e.log.Info("OTLP endpoint is taking spans again", zap.String("endpoint", e.target), zap.Uint64("failed_so_far", failed))
+		e.logLater(func() {
+			e.log.Info("OTLP endpoint is taking spans again", zap.String("endpoint", e.target), zap.Uint64("failed_so_far", failed))
+		})
+	}
+	e.mu.Unlock()
+}
+
+// logLater hands a line to logLoop without waiting; when lines are
+// already waiting for a slow log as far as logQueue, it is left out.
+func (e *Exporter) logLater(line func()) {
+	select {
+	case e.logs <- line:
+	default:
+	}
+}
+
+// logLoop writes the lines logged, in order; it returns once the export
+// goroutine and every request have ended (nothing logs after them) and
+// what they logged is written.
+func (e *Exporter) logLoop() {
+	defer close(e.logDone)
+	for {
+		select {
+		case line := <-e.logs:
+			line()
+		case <-e.done:
+			for {
+				select {
+				case line := <-e.logs:
+					line()
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// awaitLogs waits until the lines logged before the call are written, or
+// ctx ends.
+func (e *Exporter) awaitLogs(ctx context.Context) {
+	mark := make(chan struct{})
+	select {
+	case e.logs <- func() { close(mark) }:
+	case <-e.logDone:
+		return
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-mark:
+	case <-e.logDone: // returned before reaching the mark: nothing is left
+	case <-ctx.Done():
 	}
 }
 
@@ -537,22 +613,36 @@ func rejected(err error, n uint64) uint64 {
 }
 
 // ForceFlush waits until every span queued before the call has been
-// exported or has failed, or ctx ends.
+// exported or has failed, or ctx ends; then, within ctx, until what the
+// exporter logged about them is written.
 func (e *Exporter) ForceFlush(ctx context.Context) error {
 	ack := make(chan struct{})
 	select {
 	case e.flushes <- ack:
 	case <-e.done:
-		return nil
+		ack = nil
 	case <-ctx.Done():
-		return fmt.Errorf("otel: flush: %w", ctx.Err())
+		return fmt.Errorf("%s: %w", e.op("flush"), ctx.Err())
 	}
-	select {
-	case <-ack:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("otel: flush: %w", ctx.Err())
+	if ack != nil {
+		select {
+		case <-ack:
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", e.op("flush"), ctx.Err())
+		}
 	}
+	e.awaitLogs(ctx)
+	return nil
+}
+
+// op names an operation in messages, with the endpoint where there is
+// one: a run may send to several, and a log line is read far from the
+// configuration.
+func (e *Exporter) op(name string) string {
+	if e.target == "" {
+		return "otel: " + name
+	}
+	return "otel: " + name + " (OTLP " + e.protocol + " to " + e.target + ")"
 }
 
 // ErrShutdownDeadline is wrapped by Shutdown's error when its context
@@ -563,14 +653,45 @@ var ErrShutdownDeadline = errors.New("spans still queued when the shutdown deadl
 // exporter down. When ctx ends first, the request in flight is cancelled
 // and whatever is still queued is counted as failed; Shutdown returns once
 // the counts are final. Records consumed afterwards are dropped and
-// counted. It is idempotent: later calls wait for the first and return its
-// result.
+// counted.
+//
+// Only the first call does this, and only its ctx can cut the export
+// short. A later call, or one made while the first is under way, waits
+// for the first and returns its result; when its own ctx ends first, it
+// returns that context's error at once and leaves the first to finish.
 func (e *Exporter) Shutdown(ctx context.Context) error {
-	if e.shut.Load() {
-		return e.shutdownErr // the first call's, whatever this ctx
+	first := false
+	e.stopOnce.Do(func() { first = true })
+	if !first {
+		return e.awaitShutdown(ctx)
 	}
+	defer close(e.shutDone)
+	e.shutdownErr = e.shutdown(ctx)
+	return e.shutdownErr
+}
+
+// awaitShutdown is a Shutdown after the first: it waits for the first's
+// result until ctx ends, and touches nothing the first is doing.
+func (e *Exporter) awaitShutdown(ctx context.Context) error {
+	select {
+	case <-e.shutDone: // the first's result, even when ctx has ended too
+		return e.shutdownErr
+	default:
+	}
+	select {
+	case <-e.shutDone:
+		return e.shutdownErr
+	case <-ctx.Done():
+		return fmt.Errorf("%s: the first Shutdown has not finished: %w", e.op("shutdown"), ctx.Err())
+	}
+}
+
+// shutdown is the first Shutdown's work: it stops the export goroutine,
+// waits for it within ctx (cancelling the requests when ctx ends), and
+// shuts the span exporter down.
+func (e *Exporter) shutdown(ctx context.Context) error {
 	failed := e.Stats().Failed
-	e.stopOnce.Do(func() { close(e.stop) })
+	close(e.stop)
 	var err error
 	select {
 	case <-e.done:
@@ -581,30 +702,27 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 		// nothing queued ends as soon as it sees the stop, and a select
 		// with both ready picks either.
 		if e.Stats().Failed > failed {
-			err = fmt.Errorf("otel: shutdown: %w (%w)", ErrShutdownDeadline, ctx.Err())
+			err = fmt.Errorf("%s: %w (%w)", e.op("shutdown"), ErrShutdownDeadline, ctx.Err())
 		}
 	}
-	e.shutdownOnce.Do(func() {
-		sctx := ctx
-		if ctx.Err() != nil {
-			// Still close the connection; the exporter cuts its own
-			// waits short with this context.
-			var cancel context.CancelFunc
-			sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 0)
-			defer cancel()
-		}
-		serr := e.spans.Shutdown(sctx)
-		if serr != nil && errors.Is(serr, context.DeadlineExceeded) && ctx.Err() != nil {
-			serr = nil // already reported above
-		}
-		e.shutdownErr = errors.Join(err, serr)
-		e.cancelExport()
-		e.shut.Store(true)
-	})
-	if err != nil {
-		return err
+	sctx := ctx
+	if ctx.Err() != nil {
+		// Still close the connection; the exporter cuts its own waits
+		// short with this context.
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 0)
+		defer cancel()
 	}
-	return e.shutdownErr
+	serr := e.spans.Shutdown(sctx)
+	if serr != nil && errors.Is(serr, context.DeadlineExceeded) && ctx.Err() != nil {
+		serr = nil // already reported above
+	}
+	if serr != nil {
+		serr = fmt.Errorf("%s: %w", e.op("shutdown"), serr)
+	}
+	e.cancelExport()
+	e.awaitLogs(ctx) // within ctx: the counts are final, the log may be stuck
+	return errors.Join(err, serr)
 }
 
 // Stats counts spans by what became of them. At any time Spans = Sampled +
