@@ -652,6 +652,9 @@ func lossText(st ncclplugin.Stats) string {
 	if st.PluginBuffersUnreturned > 0 {
 		s += fmt.Sprintf("; %d CUPTI activity buffers still out as their processes exited (the kernels in them, up to a few hundred each, never came and are not counted)", st.PluginBuffersUnreturned)
 	}
+	if st.PluginForeignProxyOps > 0 {
+		s += fmt.Sprintf("; %d proxy operations of other processes (PXN) ran on these processes' proxy threads and are not recorded (NCCL reports them only there; their own processes' p2p have no transfer end for them)", st.PluginForeignProxyOps)
+	}
 	if st.CutShort > 0 {
 		s += fmt.Sprintf("; %d stream(s) ended inside a record, their process exiting or killed mid-send (a plugin that cut its stream at exit counted the record as unsent)", st.CutShort)
 	}

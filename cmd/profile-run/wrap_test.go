@@ -945,6 +945,10 @@ func TestLossTextCutShortIsNoBadStream(t *testing.T) {
 	if got := lossText(ncclplugin.Stats{}); got != "" {
 		t.Errorf("nothing lost: %q", got)
 	}
+	pxn := lossText(ncclplugin.Stats{PluginForeignProxyOps: 12})
+	if !strings.Contains(pxn, "12 proxy operations of other processes (PXN)") || strings.Contains(pxn, "dropped in the plugin") {
+		t.Errorf("other processes' proxy operations: %q", pxn)
+	}
 }
 
 // A process the command orphans (a daemon started with a double fork)

@@ -138,6 +138,12 @@ type Stats struct {
 	// processes' plugins saw still out as they exited: records that never
 	// came and are in no count above (up to a few hundred kernels each).
 	PluginBuffersUnreturned uint64
+	// PluginForeignProxyOps counts the proxy operations of other
+	// processes (PXN) that the processes' proxy threads ran: NCCL
+	// reports them to the thread's process, which does not record them,
+	// and never to their own, whose p2p then have no transfer ends for
+	// them. Not a loss of the plugin, and not in PluginDrops.
+	PluginForeignProxyOps uint64
 	// Device activity (CUPTI, through the plugin): Traced counts the
 	// processes that sent kernels, copies or memsets, Untraced those whose plugin
 	// could not (UntracedWhy: the first reason given); Kernels and
@@ -264,7 +270,7 @@ type process struct {
 	open      int              // connections open
 	ops       map[uint64]*op   // by task
 	devices   map[uint64]int32 // CUDA device by communicator
-	drops     [5]uint64        // ring full, refused, unsent, activity, buffers unreturned: the latest cumulative report
+	drops     [6]uint64        // ring full, refused, unsent, activity, buffers unreturned, foreign proxy ops: the latest cumulative report
 	act       activity         // its device activity (CUPTI)
 	memHeld   map[int32]int64  // device memory it holds, by device (CUPTI's allocations less its releases)
 	clock     offsetEstimate
@@ -592,7 +598,7 @@ func (c *Collector) Stats() Stats {
 		}
 	}
 	s.PairName = c.pairName
-	s.PluginRingFull, s.PluginRefused, s.PluginUnsent, s.PluginActivityDropped, s.PluginBuffersUnreturned = 0, 0, 0, 0, 0
+	s.PluginRingFull, s.PluginRefused, s.PluginUnsent, s.PluginActivityDropped, s.PluginBuffersUnreturned, s.PluginForeignProxyOps = 0, 0, 0, 0, 0, 0
 	s.ClockConflicts = 0
 	for _, pr := range c.procs {
 		s.PluginRingFull += pr.drops[0]
@@ -600,6 +606,7 @@ func (c *Collector) Stats() Stats {
 		s.PluginUnsent += pr.drops[2]
 		s.PluginActivityDropped += pr.drops[3]
 		s.PluginBuffersUnreturned += pr.drops[4]
+		s.PluginForeignProxyOps += pr.drops[5]
 		switch {
 		case pr.act.state == tracing && pr.act.records > 0:
 			s.Traced++
@@ -776,7 +783,7 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		// plugin whose stream is stuck at exit sends its last ones over
 		// a connection of their own, which may be read before the older
 		// counts still in the first's backlog.
-		for i, v := range [5]uint64{r.RingFull, r.Refused, r.Unsent, r.ActivityDropped, r.BuffersUnreturned} {
+		for i, v := range [6]uint64{r.RingFull, r.Refused, r.Unsent, r.ActivityDropped, r.BuffersUnreturned, r.ForeignProxyOps} {
 			pr.drops[i] = max(pr.drops[i], v)
 		}
 	case KindRange:

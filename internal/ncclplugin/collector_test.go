@@ -1864,8 +1864,8 @@ func TestCollectorBoundsItsBatches(t *testing.T) {
 // the first: the larger count stands.
 func TestCollectorDropsOverConnections(t *testing.T) {
 	c, _, _ := newTestCollector(t)
-	final := stream(helloFrame(wireVersion, 800, "n"), wireRec{kind: 5, t1: 2, a0: 40, a1: 1, a2: 900, seq: 7}.frame())
-	older := stream(helloFrame(wireVersion, 800, "n"), wireRec{kind: 5, a0: 12, a1: 1, a2: 0, seq: 2}.frame())
+	final := stream(helloFrame(wireVersion, 800, "n"), wireRec{kind: 5, t1: 2, a0: 40, a1: 1, a2: 900, seq: 7, task: 5}.frame())
+	older := stream(helloFrame(wireVersion, 800, "n"), wireRec{kind: 5, a0: 12, a1: 1, a2: 0, seq: 2, task: 3}.frame())
 	send(t, c, final, false)
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Stats().PluginUnsent == 0 && time.Now().Before(deadline) {
@@ -1878,8 +1878,8 @@ func TestCollectorDropsOverConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := c.Stats()
-	if st.Processes != 1 || st.PluginRingFull != 40 || st.PluginRefused != 1 || st.PluginUnsent != 900 || st.PluginActivityDropped != 7 || st.PluginBuffersUnreturned != 2 {
-		t.Errorf("stats %+v; want one process with 40 ring full, 1 refused, 900 unsent, 7 dropped by CUPTI, 2 CUPTI buffers unreturned", st)
+	if st.Processes != 1 || st.PluginRingFull != 40 || st.PluginRefused != 1 || st.PluginUnsent != 900 || st.PluginActivityDropped != 7 || st.PluginBuffersUnreturned != 2 || st.PluginForeignProxyOps != 5 {
+		t.Errorf("stats %+v; want one process with 40 ring full, 1 refused, 900 unsent, 7 dropped by CUPTI, 2 CUPTI buffers unreturned, 5 proxy operations of other processes", st)
 	}
 }
 

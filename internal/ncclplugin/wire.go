@@ -207,6 +207,10 @@ type Record struct {
 	// process is exiting, the activity buffers CUPTI had not handed back
 	// (their records are in no count).
 	RingFull, Refused, Unsent, ActivityDropped, BuffersUnreturned uint64
+	// Drops: proxy operations of other processes (PXN) that this
+	// process's proxy threads ran and did not record (0 from a plugin
+	// before this count).
+	ForeignProxyOps uint64
 }
 
 // Op is the operation's name ("AllReduce"), or "unknown".
@@ -424,6 +428,7 @@ func decode(b []byte) (Record, error) {
 		}
 	case KindDrops:
 		r.At, r.RingFull, r.Refused, r.Unsent, r.ActivityDropped, r.BuffersUnreturned = t0, a0, a1, a2, seq, t1
+		r.ForeignProxyOps = task
 	default:
 		return r, fmt.Errorf("unknown record kind %d", uint16(k))
 	}

@@ -24,7 +24,7 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 		wireRec{kind: 3, hash: 0xfeed, task: 12, seq: 1, t0: 300, t1: 310, a0: 3, a1: 24, rank: 2, nranks: 8, peer: 5, fn: 6, dtype: 5, nch: 1}.frame(),
 		wireRec{kind: 4, tid: 77, hash: 0xfeed, task: 11, seq: 4, t0: 9000, t1: 9500, a0: 400, a1: 450, rank: 2, nranks: 8, peer: -1,
 			fn: 1, channel: 3, parent: 2}.frame(),
-		wireRec{kind: 5, t0: 500, t1: 3, a0: 7, a1: 8, a2: 9, seq: 4}.frame(),
+		wireRec{kind: 5, t0: 500, t1: 3, a0: 7, a1: 8, a2: 9, seq: 4, task: 6}.frame(),
 		wireRec{kind: 6, hash: 0xfeed, t0: 600, rank: 2, nranks: 8}.frame(),
 	)
 	d := NewReader(bytes.NewReader(in))
@@ -59,7 +59,7 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 		t.Errorf("kernel channel %+v", k)
 	}
 	dr := got[4]
-	if dr.Kind != KindDrops || dr.RingFull != 7 || dr.Refused != 8 || dr.Unsent != 9 || dr.ActivityDropped != 4 || dr.BuffersUnreturned != 3 || dr.At != 500 {
+	if dr.Kind != KindDrops || dr.RingFull != 7 || dr.Refused != 8 || dr.Unsent != 9 || dr.ActivityDropped != 4 || dr.BuffersUnreturned != 3 || dr.ForeignProxyOps != 6 || dr.At != 500 {
 		t.Errorf("drops %+v", dr)
 	}
 	if got[5].Kind != KindCommFinalize || got[5].At != 600 {

@@ -102,16 +102,33 @@ struct ts_ring {
 
 /* ---- Event slots: what an event handle names between start and stop. ----
  * A handle is not a pointer but (generation, slot, tag) packed into a
- * pointer-sized integer, so a stale or foreign parent handle is recognised
- * by its generation instead of being dereferenced. Slots are written under
- * a sequence lock because a slot can be reused (after TS_SLOTS later
- * events) while another thread still reads it. */
+ * pointer-sized integer, so a stale or foreign handle is recognised by its
+ * generation instead of being dereferenced. A slot is reused after
+ * TS_SLOTS later events of its pool whether or not its event has stopped,
+ * and NCCL may still call on the old handle then (a kernel channel or a
+ * proxy operation in flight that long, a CUDA graph replaying a collective
+ * captured long ago): such a call is refused and counted, as is one on a
+ * handle whose event has stopped.
+ *
+ * seq is the slot's generation and state, gen << 2 | SLOT_*: LIVE from
+ * the event's start to its stop, STOPPED after it, BUSY while one thread
+ * has the slot to itself. pool_put writes a slot under BUSY of its new
+ * generation. A task slot is written by nothing else, so readers (its
+ * stop, and its kernel channels and proxy operations looking up their
+ * parent, after its stop too) use seq as a sequence lock. A kernel slot
+ * is also written by its event's recordEventState and read by its
+ * stopEvent, and each takes it (LIVE to BUSY, a compare-and-swap) rather
+ * than check and then write: a late call whose slot was reused in between
+ * wrote over the next event's record (a channel's start with another's
+ * stop, or the new event lost without a count). No one waits on BUSY: a
+ * late call finding it is refused, and pool_put takes the next slot. */
 
 enum { TAG_COLL = 1, TAG_P2P = 2, TAG_KERNEL = 3, TAG_PROXY = 4, TAG_GROUP_API = 5, TAG_P2P_API = 6 };
 enum { SLOT_WORDS = TSNP_RECORD_SIZE / 8 };
+enum { SLOT_LIVE = 0, SLOT_BUSY = 1, SLOT_STOPPED = 2 };
 
 struct ts_slot {
-  _Atomic uint64_t seq; /* 2·gen while valid, odd while being written */
+  _Atomic uint64_t seq; /* gen << 2 | SLOT_* */
   _Atomic uint64_t w[SLOT_WORDS];
 };
 
@@ -123,51 +140,85 @@ struct ts_pool {
 static struct ts_pool task_pool;   /* collectives and p2p operations */
 static struct ts_pool kernel_pool; /* kernel channels and proxy operations between their start and stop */
 
-static void slot_write(struct ts_slot* s, uint64_t gen, const struct tsnp_record* r) {
+/* Writes r into a slot the caller holds (BUSY) and leaves it in state seq. */
+static void slot_fill(struct ts_slot* s, uint64_t seq, const struct tsnp_record* r) {
   uint64_t w[SLOT_WORDS];
   memcpy(w, r, sizeof w);
-  atomic_store_explicit(&s->seq, 2 * gen - 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   for (int i = 0; i < SLOT_WORDS; i++) atomic_store_explicit(&s->w[i], w[i], memory_order_relaxed);
-  atomic_store_explicit(&s->seq, 2 * gen, memory_order_release);
+  atomic_store_explicit(&s->seq, seq, memory_order_release);
 }
 
-static int slot_read(struct ts_slot* s, uint64_t gen, struct tsnp_record* r) {
+/* Reads a task slot of generation gen, live or (with stopped) stopped; 0
+ * if it is another generation's or being written. A stop in between
+ * changes the state, not the record. */
+static int slot_read(struct ts_slot* s, uint64_t gen, int stopped, struct tsnp_record* r) {
   uint64_t w[SLOT_WORDS];
   uint64_t s1 = atomic_load_explicit(&s->seq, memory_order_acquire);
-  if (s1 != 2 * gen) return 0;
+  if (s1 != (gen << 2 | SLOT_LIVE) && !(stopped && s1 == (gen << 2 | SLOT_STOPPED))) return 0;
   for (int i = 0; i < SLOT_WORDS; i++) w[i] = atomic_load_explicit(&s->w[i], memory_order_relaxed);
   atomic_thread_fence(memory_order_acquire);
-  if (atomic_load_explicit(&s->seq, memory_order_relaxed) != s1) return 0;
+  uint64_t s2 = atomic_load_explicit(&s->seq, memory_order_relaxed);
+  if (s2 >> 2 != gen || (s2 & SLOT_BUSY)) return 0;
+  memcpy(r, w, sizeof w);
+  return 1;
+}
+
+/* Takes a kernel slot whose event of generation gen is live (BUSY) and
+ * copies its record; 0 if the slot moved on, the event stopped, or
+ * another call has it. The caller leaves it with slot_fill, or marks it
+ * STOPPED. */
+static int slot_take(struct ts_slot* s, uint64_t gen, struct tsnp_record* r) {
+  uint64_t w[SLOT_WORDS];
+  uint64_t live = gen << 2 | SLOT_LIVE;
+  if (!atomic_compare_exchange_strong_explicit(&s->seq, &live, gen << 2 | SLOT_BUSY, memory_order_acquire,
+                                               memory_order_relaxed))
+    return 0;
+  for (int i = 0; i < SLOT_WORDS; i++) w[i] = atomic_load_explicit(&s->w[i], memory_order_relaxed);
   memcpy(r, w, sizeof w);
   return 1;
 }
 
 /* Stores r in the next slot of p and returns its handle; with number,
- * r->task becomes the slot's sequence number (from 1). */
+ * r->task becomes the slot's sequence number (from 1). A slot that a late
+ * call on its previous event holds is skipped, not waited for; NULL (the
+ * caller counts it) if four in a row were. */
 static void* pool_put(struct ts_pool* p, int tag, struct tsnp_record* r, int number) {
-  uint64_t n = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-  uint64_t idx = n & (TS_SLOTS - 1), gen = n / TS_SLOTS + 1;
-  if (number) r->task = n + 1;
-  slot_write(&p->slots[idx], gen, r);
-  return (void*)(uintptr_t)(gen << 20 | idx << 4 | (uint64_t)tag);
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t n = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+    uint64_t idx = n & (TS_SLOTS - 1), gen = n / TS_SLOTS + 1;
+    struct ts_slot* s = &p->slots[idx];
+    uint64_t cur = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    if ((cur & SLOT_BUSY) || cur >> 2 >= gen ||
+        !atomic_compare_exchange_strong_explicit(&s->seq, &cur, gen << 2 | SLOT_BUSY, memory_order_acquire,
+                                                 memory_order_relaxed))
+      continue;
+    if (number) r->task = n + 1;
+    slot_fill(s, gen << 2 | SLOT_LIVE, r);
+    return (void*)(uintptr_t)(gen << 20 | idx << 4 | (uint64_t)tag);
+  }
+  return NULL;
 }
 
-/* Reads the slot a handle names; 0 if the handle is not one of ours with
- * a tag in tags (a bit set of TAG_*), or the slot moved on. */
-static int pool_get(struct ts_pool* p, const void* h, unsigned tags, struct tsnp_record* r, int* tag) {
+/* The slot and generation a handle names: 0 if it is not one of ours
+ * with a tag in tags (a bit set of TAG_*): NULL, an API group's, a
+ * pointer of NCCL's or another process's. */
+static int handle_slot(const void* h, unsigned tags, uint64_t* idx, uint64_t* gen, int* tag) {
   uint64_t v = (uint64_t)(uintptr_t)h;
   int t = (int)(v & 15);
-  uint64_t idx = (v >> 4) & 0xffff, gen = v >> 20;
-  if (v == 0 || !(tags & (1u << t)) || idx >= TS_SLOTS || gen == 0) return 0;
+  *idx = (v >> 4) & 0xffff;
+  *gen = v >> 20;
+  if (v == 0 || !(tags & (1u << t)) || *idx >= TS_SLOTS || *gen == 0) return 0;
   if (tag) *tag = t;
-  return slot_read(&p->slots[idx], gen, r);
+  return 1;
 }
 
-static struct ts_slot* pool_slot(struct ts_pool* p, const void* h, uint64_t* gen) {
-  uint64_t v = (uint64_t)(uintptr_t)h;
-  *gen = v >> 20;
-  return &p->slots[(v >> 4) & (TS_SLOTS - 1)];
+/* Reads the task slot a parent handle names, its event live or stopped; 0
+ * if the handle is not one of ours with a tag in tags, or the slot moved
+ * on. */
+static int task_get(const void* h, unsigned tags, struct tsnp_record* r, int* tag) {
+  uint64_t idx, gen;
+  return handle_slot(h, tags, &idx, &gen, tag) && slot_read(&task_pool.slots[idx], gen, 1, r);
 }
 
 /* ---- Global state. ---- */
@@ -198,7 +249,9 @@ static struct {
   uint32_t ring_cap;
   uint64_t interval_ns;
   _Atomic(struct ts_ring*) rings;
-  _Atomic uint64_t refused; /* events refused: no slot, or a parent no longer known */
+  _Atomic uint64_t refused; /* events refused: no slot, a parent no longer known, or a call on a handle no longer live */
+  _Atomic uint64_t stale;   /* of those, the calls on a handle whose slot moved on or whose event stopped */
+  _Atomic uint64_t foreign; /* other processes' proxy operations (PXN) a proxy thread here ran: not recorded */
   pid_t pid;                /* this process, for proxy operations (PXN runs other processes' too) */
   int mask;                 /* the events asked of NCCL */
   int nvtx;                 /* InitializeInjectionNvtx2 succeeded: the drainer outlives the communicators */
@@ -213,7 +266,7 @@ static struct {
   uint64_t sent_bytes; /* for TRAINSCOPE_NCCL_DEBUG, with tally and detached */
   int tally;           /* how the stop's tally went: see tally_how */
   int detached;        /* the stop's flush gave up waiting for the drainer */
-  uint64_t last_drops[4];
+  uint64_t last_drops[5];
   int drops_dirty;
   char path[sizeof(((struct sockaddr_un*)0)->sun_path)];
   size_t out_len, out_off; /* bytes of out */
@@ -288,6 +341,13 @@ static void push(struct tsnp_record* rec) {
   }
   r->recs[h & (g.ring_cap - 1)] = *rec;
   atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+/* A call on an event handle of ours whose slot has moved on (reused by a
+ * later event) or whose event has stopped: refused, and counted. */
+static void refuse_stale(void) {
+  atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g.stale, 1, memory_order_relaxed);
 }
 
 /* ---- NCCL's names to wire codes. ---- */
@@ -506,11 +566,13 @@ static struct tsnp_record drops_record(void) {
                               .a0 = ring_drops(),
                               .a1 = atomic_load(&g.refused),
                               .a2 = g.unsent,
-                              .seq = atomic_load(&g.act_dropped)};
+                              .seq = atomic_load(&g.act_dropped),
+                              .task = atomic_load(&g.foreign)};
 }
 
 static void queue_drops(void) {
-  uint64_t now[4] = {ring_drops(), atomic_load(&g.refused), g.unsent, atomic_load(&g.act_dropped)};
+  uint64_t now[5] = {ring_drops(), atomic_load(&g.refused), g.unsent, atomic_load(&g.act_dropped),
+                     atomic_load(&g.foreign)};
   if (!g.drops_dirty && memcmp(now, g.last_drops, sizeof now) == 0) return;
   if (g.fd < 0 || out_room() < 1) return;
   struct tsnp_record r = drops_record();
@@ -746,6 +808,8 @@ static void after_fork_child(void) {
   g.flush_req = g.flush_done = 0;
   /* The losses so far are the parent's, and it reports them. */
   atomic_store(&g.refused, 0);
+  atomic_store(&g.stale, 0);
+  atomic_store(&g.foreign, 0);
   atomic_store(&g.act_dropped, 0);
   g.unsent = 0;
   memset(g.last_drops, 0, sizeof g.last_drops);
@@ -914,6 +978,7 @@ static void start_coll(struct ts_comm* c, void** handle, uint64_t seq, const cha
   r.proto = proto_code(proto);
   ring_get(); /* a thread's first event allocates its ring here, not at the stop */
   *handle = pool_put(&task_pool, TAG_COLL, &r, 1);
+  if (!*handle) atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
 }
 
 /* ---- API groups: which ncclGroupStart/ncclGroupEnd block a p2p came from. ----
@@ -956,6 +1021,7 @@ static void start_p2p(struct ts_comm* c, void** handle, const char* func, size_t
   r.seq = atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
   ring_get();
   *handle = pool_put(&task_pool, TAG_P2P, &r, 1);
+  if (!*handle) atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
 }
 
 /* A kernel channel's parent is the handle we returned for its collective
@@ -965,7 +1031,7 @@ static void start_p2p(struct ts_comm* c, void** handle, const char* func, size_t
 static void start_kernel(void** handle, void* parent, uint8_t channel, uint64_t gpu_start) {
   struct tsnp_record r;
   int tag;
-  if (!pool_get(&task_pool, parent, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
+  if (!task_get(parent, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
     atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
     return;
   }
@@ -978,6 +1044,7 @@ static void start_kernel(void** handle, void* parent, uint8_t channel, uint64_t 
   r.a1 = 0;
   ring_get();
   *handle = pool_put(&kernel_pool, TAG_KERNEL, &r, 0);
+  if (!*handle) atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
 }
 
 /* A proxy operation moves a p2p's data over a network transport on a
@@ -987,13 +1054,19 @@ static void start_kernel(void** handle, void* parent, uint8_t channel, uint64_t 
  * the kernel, so its start times nothing; the start is still sent, so
  * that the collector knows to wait for the stop. With PXN a proxy runs
  * other processes' operations too, whose parent pointers mean nothing
- * here: only this process's are taken. Collectives' proxy operations are
- * not needed (their kernels wait for the data) and are left out. */
+ * here: only this process's are taken, and the others are counted apart
+ * (foreign: their own process never sees them). Collectives' proxy
+ * operations are not needed (their kernels wait for the data) and are
+ * left out, no loss. The start goes out only once the operation has its
+ * slot, so that a stop can follow it. */
 static void start_proxy(void** handle, void* parent, pid_t pid, uint8_t channel, int is_send) {
   struct tsnp_record r;
   int tag;
-  if (pid != g.pid) return;
-  if (!pool_get(&task_pool, parent, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
+  if (pid != g.pid) {
+    atomic_fetch_add_explicit(&g.foreign, 1, memory_order_relaxed);
+    return;
+  }
+  if (!task_get(parent, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
     atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
     return;
   }
@@ -1005,8 +1078,12 @@ static void start_proxy(void** handle, void* parent, pid_t pid, uint8_t channel,
   r.t1 = 0;
   r.a0 = is_send != 0;
   r.a1 = 0;
-  push(&r);
   *handle = pool_put(&kernel_pool, TAG_PROXY, &r, 0);
+  if (!*handle) {
+    atomic_fetch_add_explicit(&g.refused, 1, memory_order_relaxed);
+    return;
+  }
+  push(&r);
 }
 
 static ncclResult_t ts_start_v5(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) {
@@ -1066,13 +1143,32 @@ static ncclResult_t ts_start_v4(void* context, void** handle, ncclProfilerEventD
   return ncclSuccess;
 }
 
+/* A stop sends the event's record. A task slot, once stopped, still
+ * serves as its kernel channels' and proxy operations' parent; a kernel
+ * slot is done with. A handle whose slot moved on, or whose event already
+ * stopped, is refused and counted: its record is lost, or was sent. */
 static ncclResult_t ts_stop(void* handle) {
   struct tsnp_record r;
+  uint64_t idx, gen;
   int tag;
-  if (pool_get(&task_pool, handle, 1u << TAG_COLL | 1u << TAG_P2P, &r, &tag)) {
+  if (handle_slot(handle, 1u << TAG_COLL | 1u << TAG_P2P, &idx, &gen, &tag)) {
+    struct ts_slot* s = &task_pool.slots[idx];
+    uint64_t live = gen << 2 | SLOT_LIVE;
+    if (!slot_read(s, gen, 0, &r) ||
+        !atomic_compare_exchange_strong_explicit(&s->seq, &live, gen << 2 | SLOT_STOPPED, memory_order_relaxed,
+                                                 memory_order_relaxed)) {
+      refuse_stale();
+      return ncclSuccess;
+    }
     r.t1 = mono_ns();
     push(&r);
-  } else if (pool_get(&kernel_pool, handle, 1u << TAG_KERNEL | 1u << TAG_PROXY, &r, &tag)) {
+  } else if (handle_slot(handle, 1u << TAG_KERNEL | 1u << TAG_PROXY, &idx, &gen, &tag)) {
+    struct ts_slot* s = &kernel_pool.slots[idx];
+    if (!slot_take(s, gen, &r)) {
+      refuse_stale();
+      return ncclSuccess;
+    }
+    atomic_store_explicit(&s->seq, gen << 2 | SLOT_STOPPED, memory_order_release);
     if (tag == TAG_PROXY) r.t1 = mono_ns();
     push(&r);
   }
@@ -1081,13 +1177,18 @@ static ncclResult_t ts_stop(void* handle) {
 
 static ncclResult_t ts_record_state(void* handle, ncclProfilerEventState_t state, ncclProfilerEventStateArgs_v5_t* args) {
   struct tsnp_record r;
+  uint64_t idx, gen;
   if (state != ncclProfilerKernelChStop || !args) return ncclSuccess;
-  if (!pool_get(&kernel_pool, handle, 1u << TAG_KERNEL, &r, NULL)) return ncclSuccess;
+  if (!handle_slot(handle, 1u << TAG_KERNEL, &idx, &gen, NULL)) return ncclSuccess;
+  uint64_t seen = mono_ns();
+  struct ts_slot* s = &kernel_pool.slots[idx];
+  if (!slot_take(s, gen, &r)) {
+    refuse_stale();
+    return ncclSuccess;
+  }
   r.t1 = args->kernelCh.pTimer;
-  r.a1 = mono_ns();
-  uint64_t gen;
-  struct ts_slot* s = pool_slot(&kernel_pool, handle, &gen);
-  slot_write(s, gen, &r);
+  r.a1 = seen;
+  slot_fill(s, gen << 2 | SLOT_LIVE, &r);
   return ncclSuccess;
 }
 
@@ -1807,13 +1908,15 @@ static void debug_line(void) {
   fprintf(stderr,
           "trainscope-nccl: pid %d: cupti records read %llu (kernels %llu, untimed %llu), queued %llu, "
           "ring full %llu, buffers delivered %llu, refused %llu, unreturned %llu, dropped by cupti %llu; "
-          "records sent %llu, unsent %llu, ring drops %llu, refused events %llu\n",
+          "records sent %llu, unsent %llu, ring drops %llu, refused events %llu (stale handles %llu), "
+          "other processes' proxy operations %llu\n",
           (int)getpid(), (unsigned long long)cu.n_read, (unsigned long long)cu.n_kernels,
           (unsigned long long)cu.n_untimed, (unsigned long long)cu.n_queued, (unsigned long long)cu.n_full,
           (unsigned long long)cu.n_delivered, (unsigned long long)cu.n_refused,
           (unsigned long long)atomic_load(&cu.buffers), (unsigned long long)cu.n_reported,
           (unsigned long long)(g.sent_bytes / TSNP_RECORD_SIZE), (unsigned long long)g.unsent,
-          (unsigned long long)ring_drops(), (unsigned long long)atomic_load(&g.refused));
+          (unsigned long long)ring_drops(), (unsigned long long)atomic_load(&g.refused),
+          (unsigned long long)atomic_load(&g.stale), (unsigned long long)atomic_load(&g.foreign));
 }
 
 static void cu_after_fork(void) {

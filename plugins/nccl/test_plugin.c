@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -473,8 +474,9 @@ static void check_main_records(const struct stream* s, pid_t pid, int ranges) {
   CHECK(colls == 2 && p2ps == 3 && kernels == 2, "collectives %d p2p %d kernel channels %d", colls, p2ps, kernels);
   CHECK(last_drops != NULL, "no drops record");
   if (last_drops)
-    CHECK(last_drops->a0 == 0 && last_drops->a1 == 2 && last_drops->a2 == 0, "drops ring %llu refused %llu unsent %llu",
-          (unsigned long long)last_drops->a0, (unsigned long long)last_drops->a1, (unsigned long long)last_drops->a2);
+    CHECK(last_drops->a0 == 0 && last_drops->a1 == 2 && last_drops->a2 == 0 && last_drops->task == 1,
+          "drops ring %llu refused %llu unsent %llu other processes' proxy operations %llu", (unsigned long long)last_drops->a0,
+          (unsigned long long)last_drops->a1, (unsigned long long)last_drops->a2, (unsigned long long)last_drops->task);
 }
 
 static void test_main(void) {
@@ -643,6 +645,257 @@ static void test_api_groups(void) {
   }
   CHECK(nl == 2 && lone[0]->a2 != 0 && lone[1]->a2 != 0 && lone[0]->a2 != lone[1]->a2,
         "calls outside a group: want a fresh block number each");
+  free(s.buf);
+}
+
+/* ---- Event handles whose slot moved on, and proxy operations left out. ---- */
+
+enum { SLOTS = 32768 }; /* the plugin's event slots per pool (TS_SLOTS) */
+
+static void* start_channel(ncclProfiler_v5_t* p, void* ctx, void* parent, uint8_t ch, uint64_t gpu_start) {
+  ncclProfilerEventDescr_v5_t d = {0};
+  d.type = ncclProfileKernelCh;
+  d.parentObj = parent;
+  d.kernelCh.channelId = ch;
+  d.kernelCh.pTimer = gpu_start;
+  void* h = NULL;
+  p->startEvent(ctx, &h, &d);
+  return h;
+}
+
+/* What NCCL's proxy does when it sees a channel's stop. */
+static void stop_channel(ncclProfiler_v5_t* p, void* h, uint64_t gpu_stop) {
+  ncclProfilerEventStateArgs_v5_t a = {0};
+  a.kernelCh.pTimer = gpu_stop;
+  p->recordEventState(h, ncclProfilerKernelChStop, &a);
+  p->stopEvent(h);
+}
+
+static void* start_proxy_op(ncclProfiler_v5_t* p, void* ctx, void* parent, pid_t pid, uint8_t ch) {
+  ncclProfilerEventDescr_v5_t d = {0};
+  d.type = ncclProfileProxyOp;
+  d.parentObj = parent;
+  d.proxyOp.pid = pid;
+  d.proxyOp.channelId = ch;
+  d.proxyOp.peer = 1;
+  d.proxyOp.isSend = 1;
+  void* h = (void*)1;
+  p->startEvent(ctx, &h, &d);
+  return h;
+}
+
+/* Starts an AllReduce (with stop) or a Send (stop: 0, left in flight). */
+static void* start_task(ncclProfiler_v5_t* p, void* ctx, const char* func, int stop) {
+  ncclProfilerEventDescr_v5_t d = {0};
+  if (strcmp(func, "Send") == 0) {
+    d.type = ncclProfileP2p;
+    d.p2p.func = func;
+    d.p2p.count = 1;
+    d.p2p.datatype = "ncclInt8";
+    d.p2p.peer = 1;
+    d.p2p.nChannels = 1;
+  } else {
+    d.type = ncclProfileColl;
+    d.coll.func = func;
+    d.coll.count = 1;
+    d.coll.datatype = "ncclInt8";
+    d.coll.nChannels = 1;
+  }
+  void* h = NULL;
+  p->startEvent(ctx, &h, &d);
+  if (!h) _exit(9);
+  if (stop) p->stopEvent(h);
+  return h;
+}
+
+static const struct tsnp_record* final_drops(const struct stream* s) {
+  const struct tsnp_record* d = NULL;
+  for (size_t i = 0; s->len >= TSNP_RECORD_SIZE && i < s->len / TSNP_RECORD_SIZE - 1; i++)
+    if (rec(s, i)->kind == TSNP_DROPS) d = rec(s, i);
+  return d;
+}
+
+static void stale_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 55, &mask, "stale", 1, 2, 0, NULL) != ncclSuccess) _exit(3);
+  void* coll = start_task(p, ctx, "AllReduce", 1);
+  /* A channel still in flight when SLOTS later ones have started (their
+   * stops still to come): the last of them has its slot. */
+  void* old = start_channel(p, ctx, coll, 1, 100);
+  if (!old) _exit(10);
+  for (int i = 0; i < SLOTS - 1; i++)
+    if (!start_channel(p, ctx, coll, 2, 200)) _exit(11);
+  void* cur = start_channel(p, ctx, coll, 3, 300);
+  if (!cur) _exit(12);
+  /* The old channel's stop, late: refused and counted (2), the new one's
+   * record untouched. */
+  stop_channel(p, old, 999);
+  stop_channel(p, cur, 350);
+  /* A handle used again after its stop: refused and counted (2), nothing
+   * sent twice. */
+  stop_channel(p, cur, 999);
+  p->finalize(ctx);
+}
+
+static void test_stale_handles(void) {
+  struct stream s;
+  run_collected(stale_child, 10000, "stale handles", &s);
+  size_t n = s.len >= TSNP_RECORD_SIZE ? s.len / TSNP_RECORD_SIZE - 1 : 0;
+  int kernels = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind != TSNP_KERNEL_CHANNEL) continue;
+    kernels++;
+    CHECK(r->channel == 3 && r->t0 == 300 && r->t1 == 350 && r->a0 > 0 && r->a1 >= r->a0,
+          "stale: kernel channel %u gpu %llu..%llu seen %llu..%llu, want channel 3 at 300..350", r->channel,
+          (unsigned long long)r->t0, (unsigned long long)r->t1, (unsigned long long)r->a0, (unsigned long long)r->a1);
+  }
+  CHECK(kernels == 1, "stale: %d kernel-channel records, want 1", kernels);
+  const struct tsnp_record* d = final_drops(&s);
+  CHECK(d != NULL, "stale: no drops record");
+  if (d)
+    CHECK(d->a0 == 0 && d->a1 == 4, "stale: drops ring %llu refused %llu, want 0 and 4 (two late calls, two after the stop)",
+          (unsigned long long)d->a0, (unsigned long long)d->a1);
+  free(s.buf);
+}
+
+static void orphan_proxy_child(void) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 56, &mask, "orphans", 1, 2, 0, NULL) != ncclSuccess) _exit(3);
+  void* send = start_task(p, ctx, "Send", 1);
+  void* coll = start_task(p, ctx, "AllReduce", 1);
+  /* PXN: other processes' operations on this process's proxy thread, with
+   * their handles (meaningless here, or by chance one of ours): not
+   * recorded, counted apart (2). */
+  if (start_proxy_op(p, ctx, send, getpid() + 1, 0)) _exit(10);
+  if (start_proxy_op(p, ctx, (void*)(uintptr_t)0x7f00deadbee0u, getpid() + 2, 0)) _exit(11);
+  /* A collective's: left out by design, no loss. */
+  if (start_proxy_op(p, ctx, coll, getpid(), 0)) _exit(12);
+  /* One whose stop comes after SLOTS later events took the slots: its
+   * start went out; the stop is refused and counted (1). */
+  void* late = start_proxy_op(p, ctx, send, getpid(), 1);
+  if (!late) _exit(13);
+  for (int i = 0; i < SLOTS; i++)
+    if (!start_channel(p, ctx, coll, 2, 200)) _exit(14);
+  p->stopEvent(late);
+  /* One whose parent's slot was taken by SLOTS later operations: refused
+   * and counted (1). */
+  for (int i = 0; i < SLOTS; i++) start_task(p, ctx, "Send", 0);
+  if (start_proxy_op(p, ctx, send, getpid(), 2)) _exit(15);
+  p->finalize(ctx);
+}
+
+static void test_orphan_proxy(void) {
+  struct stream s;
+  run_collected(orphan_proxy_child, 10000, "orphan proxy operations", &s);
+  size_t n = s.len >= TSNP_RECORD_SIZE ? s.len / TSNP_RECORD_SIZE - 1 : 0;
+  int proxies = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind != TSNP_PROXY_OP) continue;
+    proxies++;
+    CHECK(r->channel == 1 && r->t1 == 0, "orphans: proxy-op channel %u stop %llu, want only channel 1's start",
+          r->channel, (unsigned long long)r->t1);
+  }
+  CHECK(proxies == 1, "orphans: %d proxy-op records, want 1", proxies);
+  const struct tsnp_record* d = final_drops(&s);
+  CHECK(d != NULL, "orphans: no drops record");
+  if (d)
+    CHECK(d->a0 == 0 && d->a1 == 2 && d->task == 2,
+          "orphans: drops ring %llu refused %llu other processes' proxy operations %llu, want 0, 2 and 2",
+          (unsigned long long)d->a0, (unsigned long long)d->a1, (unsigned long long)d->task);
+  free(s.buf);
+}
+
+/* A proxy thread's late calls on channels in flight while another thread
+ * starts channels into their slots. The late thread calls on the handle
+ * that held the slot the next channel takes, again and again (a handle is
+ * published once its own calls are done); the other thread's channels (every second one stopped, the rest left in flight,
+ * as channels whose stop NCCL never reports) must arrive as they were
+ * made, or be counted. */
+enum { RACE_EVENTS = 8 * SLOTS };
+static ncclProfiler_v5_t* race_p;
+static _Atomic uint64_t race_next;
+static _Atomic int race_done;
+static _Atomic(void*) race_handles[SLOTS];
+static _Atomic int race_started;
+
+static void* race_late(void* arg) {
+  (void)arg;
+  ncclProfilerEventStateArgs_v5_t a = {0};
+  a.kernelCh.pTimer = 3;
+  atomic_store(&race_started, 1);
+  while (!atomic_load(&race_done)) {
+    void* h = atomic_load(&race_handles[atomic_load(&race_next) & (SLOTS - 1)]);
+    if (h) race_p->recordEventState(h, ncclProfilerKernelChStop, &a);
+  }
+  return NULL;
+}
+
+static void reuse_race_child(void) {
+  ncclProfiler_v5_t* p = race_p = load();
+  void* ctx = NULL;
+  int mask;
+  if (p->init(&ctx, 57, &mask, "reuse", 1, 2, 0, NULL) != ncclSuccess) _exit(3);
+  void* coll = start_task(p, ctx, "AllReduce", 1);
+  pthread_t t;
+  if (pthread_create(&t, NULL, race_late, NULL) != 0) _exit(4);
+  while (!atomic_load(&race_started)) sched_yield();
+  for (uint64_t i = 0; i < RACE_EVENTS; i++) {
+    uint64_t t0 = (i + 1) * 16;
+    void* h = start_channel(p, ctx, coll, (uint8_t)(i & 63), t0);
+    if (!h) _exit(10);
+    ncclProfilerEventStateArgs_v5_t a = {0};
+    a.kernelCh.pTimer = t0 + 7;
+    p->recordEventState(h, ncclProfilerKernelChStop, &a);
+    if (i & 1) p->stopEvent(h);
+    atomic_store(&race_next, i + 1);
+    atomic_store(&race_handles[i & (SLOTS - 1)], h);
+  }
+  atomic_store(&race_done, 1);
+  pthread_join(t, NULL);
+  p->finalize(ctx);
+}
+
+static void test_slot_reuse_race(void) {
+  setenv("TRAINSCOPE_NCCL_RING_RECORDS", "262144", 1); /* every stopped channel's record fits */
+  struct stream s;
+  run_collected(reuse_race_child, 30000, "slot reuse race", &s);
+  unsetenv("TRAINSCOPE_NCCL_RING_RECORDS");
+  size_t n = s.len >= TSNP_RECORD_SIZE ? s.len / TSNP_RECORD_SIZE - 1 : 0;
+  static uint8_t seen[RACE_EVENTS];
+  memset(seen, 0, sizeof seen);
+  uint64_t got = 0, bad = 0, twice = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct tsnp_record* r = rec(&s, i);
+    if (r->kind != TSNP_KERNEL_CHANNEL) continue;
+    uint64_t e = r->t0 / 16 - 1;
+    if (r->t0 % 16 || r->t0 == 0 || e >= RACE_EVENTS || !(e & 1) || r->channel != (e & 63) || r->t1 != r->t0 + 7 ||
+        r->a0 == 0 || r->a1 < r->a0) {
+      if (bad++ < 3)
+        CHECK(0, "reuse: kernel channel %u gpu %llu..%llu is no channel's as it was made", r->channel,
+              (unsigned long long)r->t0, (unsigned long long)r->t1);
+      continue;
+    }
+    twice += seen[e];
+    seen[e] = 1;
+    got++;
+  }
+  CHECK(bad == 0 && twice == 0, "reuse: %llu records corrupt, %llu sent twice", (unsigned long long)bad,
+        (unsigned long long)twice);
+  const struct tsnp_record* d = final_drops(&s);
+  CHECK(d != NULL, "reuse: no drops record");
+  uint64_t want = RACE_EVENTS / 2;
+  if (d) {
+    CHECK(got + d->a0 + d->a2 >= want,
+          "reuse: %llu of %llu stopped channels arrived, %llu lost to a full ring, %llu unsent: the rest lost uncounted",
+          (unsigned long long)got, (unsigned long long)want, (unsigned long long)d->a0, (unsigned long long)d->a2);
+    CHECK(d->a1 > 0, "reuse: no late call refused (counted)");
+  }
   free(s.buf);
 }
 
@@ -1821,6 +2074,9 @@ int main(int argc, char** argv) {
   test_main();
   test_ring_full();
   test_api_groups();
+  test_stale_handles();
+  test_orphan_proxy();
+  test_slot_reuse_race();
   test_no_collector();
   test_stuck_collector();
   test_exit_tally();

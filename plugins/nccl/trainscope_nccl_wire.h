@@ -130,12 +130,16 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  * COMM_FINALIZE: t0 = CLOCK_MONOTONIC ns, rank, nranks, comm name.
  * DROPS: t0 = CLOCK_MONOTONIC ns; counts since the plugin was loaded:
  *   a0 = records lost to a full ring, a1 = events refused (no free event
- *   slot, or a kernel channel whose parent was no longer known), a2 =
+ *   slot, a kernel channel or proxy operation whose parent was no longer
+ *   known, or a call on an event's handle after its slot was reused by a
+ *   later event or after its stop), a2 =
  *   records discarded while no collector was connected, seq = device
  *   activity records CUPTI dropped (no buffer free, or a buffer that
  *   filled) or could not time (a start of 0, an end before it); t1 = once the process is exiting, the activity buffers
  *   CUPTI had not handed back (their records never come, and are in no
- *   count), 0 before.
+ *   count), 0 before; task = proxy operations of other processes (PXN)
+ *   that this process's proxy threads ran, not recorded (their own
+ *   process never sees them; 0 from a plugin before this count).
  */
 struct tsnp_record {
   uint16_t kind;        /* 0   TSNP_* kind */
