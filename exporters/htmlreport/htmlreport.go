@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -50,9 +51,13 @@ type Input struct {
 
 // Stats says what a page holds.
 type Stats struct {
-	Steps             int // charts drawn, one per step
-	Windows           int // charts drawn of operations without steps (a wrapped run's)
-	Forward, Backward int // blocks drawn
+	Steps   int // charts drawn, one per step
+	Windows int // charts drawn of operations without steps (a wrapped run's)
+	// Forward and Backward count the blocks drawn: an action inside
+	// another with other labels, drawn as a thinner bar on its block, is
+	// one too; the ranges inside an action with its labels (its kernels)
+	// are part of its block.
+	Forward, Backward int
 	Transfers         int // collective and point-to-point blocks drawn
 	Bubbles           int // shaded gaps (a pixel wide or more)
 	// Kernels counts the traced kernels drawn (a wrapped run's), and
@@ -82,7 +87,15 @@ const (
 	rankGap    = 10
 	axisHeight = 16
 	topTimes   = 15 // rows of the top ranges table
+	// insetMargin is how far an action's bar lies inside the block of
+	// the action enclosing it, above and below.
+	insetMargin = 4
 )
+
+// maxXferLanes bounds a rank's transfer lanes: overlapping transfers past
+// it share lanes, so that a group of thousands posted together does not
+// make a row thousands of lanes high.
+const maxXferLanes = 16
 
 // Write writes the page of in to w.
 //
@@ -105,15 +118,19 @@ func Write(w io.Writer, in Input) (Stats, error) {
 	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
 	byStep := map[int][]*profiler.Record{}
 	ranks := map[int]bool{}
+	ids := map[recKey]*profiler.Record{} // a nested action's enclosing ranges, in whatever step
 	maxMB := -1
 	for i := range in.Records {
 		r := &in.Records[i]
+		if r.ID != 0 {
+			ids[recKey{r.Rank, r.ID}] = r
+		}
 		if r.Step == profiler.None {
 			continue
 		}
 		byStep[int(r.Step)] = append(byStep[int(r.Step)], r)
 		ranks[r.Rank] = true
-		if isBlock(r) || phaseKernel(r) {
+		if isFwdBwd(r) || phaseKernel(r) {
 			maxMB = max(maxMB, int(r.Microbatch))
 		}
 	}
@@ -123,7 +140,7 @@ func Write(w io.Writer, in Input) (Stats, error) {
 		v.Shape = fmt.Sprintf("%d stages × %d chunks × %d microbatches, ideal bubble %.1f%%", p.Stages, p.Chunks, p.Microbatches, 100*p.Ideal)
 	}
 	for i := range steps {
-		c, ok := chart(&steps[i], byStep[steps[i].Step], &st, false)
+		c, ok := chart(&steps[i], byStep[steps[i].Step], ids, &st, false)
 		if ok {
 			v.Charts = append(v.Charts, c)
 		}
@@ -165,7 +182,9 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	v.palette(0)
 	// The windows: the first windowOps operations by start, the middle
 	// ones and the last, each drawn with every operation that starts
-	// within its time range.
+	// within its time range — those whose starts tie with its first or
+	// last one's, so that ties make no window more than twice windowOps
+	// operations, nor draw one an earlier window drew.
 	starts := []int{0}
 	if n := len(ops); n > windowOps {
 		starts = append(starts, max(n/2-windowOps/2, windowOps), n-windowOps)
@@ -182,20 +201,22 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 		if from > to {
 			continue
 		}
+		// ops is sorted by start: those starting within [lo, hi] are
+		// the ones from..to and those tied with either end.
 		lo, hi := interval(ops[from]).Start, interval(ops[to]).Start
-		var recs []*profiler.Record
-		for _, r := range ops {
-			if iv := interval(r); iv.Start >= lo && iv.Start <= hi {
-				recs = append(recs, r)
-			}
+		for from > max(drawnTo+1, 0) && from > to-windowOps-windowOps/2+1 && interval(ops[from-1]).Start >= lo {
+			from--
+		}
+		for to < len(ops)-1 && to < from+2*windowOps-1 && interval(ops[to+1]).Start <= hi {
+			to++
 		}
 		s := analysis.Step{Step: wi, Ranks: rows, Straggler: profiler.None}
-		c, ok := chart(&s, recs, &st, true)
+		c, ok := chart(&s, ops[from:to+1], nil, &st, true)
 		if !ok {
 			continue
 		}
 		c.Heading = fmt.Sprintf("operations %d–%d of %d", from+1, to+1, len(ops))
-		c.Wall = fmt.Sprintf("%s ms from the first one's start to the last one's end", msText(c.span))
+		c.Wall = fmt.Sprintf("%s ms from the first one's start to the last one's end", msF(c.span))
 		v.Charts = append(v.Charts, c)
 		drawnTo = to
 	}
@@ -250,7 +271,7 @@ type chartView struct {
 	Step                 int
 	Heading              string // "step N", or the operations a window holds
 	Wall, Problems       string
-	span                 time.Duration
+	span                 float64 // nanoseconds
 	Width, Height, AxisY int
 	Ticks                []tick
 	Rows                 []rowView
@@ -329,14 +350,150 @@ func (v *view) palette(n int) {
 	v.Palette = template.CSS(css.String())
 }
 
-// isBlock reports a pipeline action: device-timed forward or backward
-// work (of a chunk and microbatch where labelled), not inside another
-// device-timed range (with every kernel device-timed, the kernels of an
-// action are inside it). Work without a microbatch label is drawn too:
-// the analysis counts it as work, so it must not show as bubble.
-func isBlock(r *profiler.Record) bool {
-	return r.HasDevice && r.Kind == profiler.KindDevice && !r.DeviceNested &&
-		(r.Phase == profiler.Forward || r.Phase == profiler.Backward)
+// isAction reports device-timed forward, backward or optimizer work,
+// nested in another device-timed range or not. Work without a microbatch
+// label counts too: the analysis counts it as work, so it must not show
+// as bubble.
+func isAction(r *profiler.Record) bool {
+	return r.HasDevice && r.Kind == profiler.KindDevice &&
+		(r.Phase == profiler.Forward || r.Phase == profiler.Backward || r.Phase == profiler.Optimizer)
+}
+
+// isFwdBwd reports forward or backward work among the actions.
+func isFwdBwd(r *profiler.Record) bool {
+	return isAction(r) && (r.Phase == profiler.Forward || r.Phase == profiler.Backward)
+}
+
+// actionKey is what tells an action's own ranges from another action's:
+// the ranges inside a forward with its phase, chunk and microbatch (its
+// kernels, with every kernel device-timed) are parts of it.
+type actionKey struct {
+	phase profiler.Phase
+	chunk int16
+	mb    int32
+}
+
+func keyOf(r *profiler.Record) actionKey { return actionKey{r.Phase, r.Chunk, r.Microbatch} }
+
+// recKey names a record: IDs are unique per rank's recorder.
+type recKey struct {
+	rank int
+	id   uint64
+}
+
+// drawn is how an action is drawn: inset (a thinner bar) where it lies
+// inside another action drawn on its lane, and within names that one.
+type drawn struct {
+	inset  bool
+	within *profiler.Record
+}
+
+// actions chooses the actions of recs (one step's records) to draw: every
+// one not inside another device-timed range, and every nested one that is
+// not part of an enclosing action with its labels — so that work inside a
+// device-timed range of no phase of its own (a schedule's, say), or inside
+// an action with other labels (one forward per microbatch inside one
+// without a microbatch label) is drawn, and an action's kernels are not
+// drawn again. ids finds a record's enclosing ranges (Record.Parent).
+// Where the chain of them breaks (a parent missing), a nested action
+// inside the interval of an outermost action with its labels is taken as
+// part of it.
+func actions(recs []*profiler.Record, ids map[recKey]*profiler.Record) map[*profiler.Record]drawn {
+	out := map[*profiler.Record]drawn{}
+	type rankKey struct {
+		rank int
+		key  actionKey
+	}
+	outer := map[rankKey]*spans{} // the outermost actions of a rank with given labels
+	for _, r := range recs {
+		if !isAction(r) || r.DeviceNested {
+			continue
+		}
+		out[r] = drawn{}
+		k := rankKey{r.Rank, keyOf(r)}
+		if outer[k] == nil {
+			outer[k] = &spans{}
+		}
+		outer[k].add(interval(r))
+	}
+	for _, sp := range outer {
+		sp.sort()
+	}
+	for _, r := range recs {
+		if !isAction(r) || !r.DeviceNested {
+			continue
+		}
+		key := keyOf(r)
+		var within *profiler.Record // the nearest enclosing action
+		part, whole := false, false // part of an enclosing action; the chain followed to its top
+		p := r
+		for range maxAncestors { // a cycle of parents ends here too
+			if p.Parent == 0 {
+				whole = true
+				break
+			}
+			a := ids[recKey{r.Rank, p.Parent}]
+			if a == nil || a == p || a.HostStart > p.HostStart || a.HostEnd < p.HostEnd {
+				break // missing, or not the range that encloses p (another recorder's ID)
+			}
+			if isAction(a) {
+				if keyOf(a) == key {
+					part = true
+					break
+				}
+				if within == nil {
+					within = a
+				}
+			}
+			p = a
+		}
+		if !part && !whole && within == nil {
+			part = outer[rankKey{r.Rank, key}].contain(interval(r))
+		}
+		if part {
+			continue
+		}
+		d := drawn{within: within}
+		if within != nil && r.Phase != profiler.Optimizer {
+			d.inset = within.Phase == profiler.Optimizer || max(within.Chunk, 0) == max(r.Chunk, 0)
+		}
+		out[r] = d
+	}
+	return out
+}
+
+// maxAncestors bounds the enclosing ranges followed up from a nested
+// action (the recorder nests at most 64 deep); past it, the chain counts
+// as broken.
+const maxAncestors = 256
+
+// spans answers whether one of a set of intervals contains another in
+// O(log n): sorted by start, with the latest end up to each.
+type spans struct {
+	ivs    []profiler.Interval
+	maxEnd []time.Duration
+}
+
+func (s *spans) add(iv profiler.Interval) { s.ivs = append(s.ivs, iv) }
+
+func (s *spans) sort() {
+	slices.SortFunc(s.ivs, func(a, b profiler.Interval) int { return cmp.Compare(a.Start, b.Start) })
+	s.maxEnd = make([]time.Duration, len(s.ivs))
+	for i, iv := range s.ivs {
+		s.maxEnd[i] = iv.End
+		if i > 0 {
+			s.maxEnd[i] = max(s.maxEnd[i], s.maxEnd[i-1])
+		}
+	}
+}
+
+// contain reports whether an interval of s (nil: none) contains iv.
+func (s *spans) contain(iv profiler.Interval) bool {
+	if s == nil {
+		return false
+	}
+	n := sort.Search(len(s.ivs), func(i int) bool { return s.ivs[i].Start > iv.Start })
+	return n > 0 && s.maxEnd[n-1] >= iv.End
 }
 
 // isKernel reports a traced kernel (a wrapped run's, through CUPTI). One
@@ -358,10 +515,6 @@ func stageKernel(r *profiler.Record) bool {
 	return isKernel(r) && (r.Phase == profiler.PhaseNone || phaseKernel(r)) && r.Stage != profiler.None
 }
 
-func isOptimizer(r *profiler.Record) bool {
-	return r.HasDevice && r.Kind == profiler.KindDevice && !r.DeviceNested && r.Phase == profiler.Optimizer
-}
-
 func isTransfer(r *profiler.Record) bool {
 	return r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P
 }
@@ -374,14 +527,32 @@ func interval(r *profiler.Record) profiler.Interval {
 	return profiler.Interval{Start: r.HostStart, End: r.HostEnd}
 }
 
-func msText(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
+func msText(d time.Duration) string { return msF(float64(d)) }
+
+// msF is msText of nanoseconds in a float64.
+func msF(ns float64) string { return strconv.FormatFloat(ns/1e6, 'f', 3, 64) }
+
+// length is iv's length in nanoseconds, 0 where inverted, in float64: it
+// does not overflow.
+func length(iv profiler.Interval) float64 { return max(diff(iv.End, iv.Start), 0) }
+
+// diff is a − b in nanoseconds: exact where the difference fits a
+// time.Duration (times on a clock of the Unix epoch do not fit a float64
+// exactly), else in float64 rather than overflowing.
+func diff(a, b time.Duration) float64 {
+	if d := a - b; (a^b)&(a^d) >= 0 {
+		return float64(d)
+	}
+	return float64(a) - float64(b)
+}
 
 func px(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 
-// chart lays out one step.
+// chart lays out one step; ids finds the ranges enclosing a nested
+// action (see actions).
 // With window set, s is not a step but a window of operations without
 // steps: its ranks have no step range, and nothing is a bubble.
-func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (chartView, bool) {
+func chart(s *analysis.Step, recs []*profiler.Record, ids map[recKey]*profiler.Record, st *Stats, window bool) (chartView, bool) {
 	// A bubble only where the work is a pipeline's (stage-labelled): a
 	// data-parallel job's idle compute is not one.
 	pipelined := s.Pipeline.Stages > 0
@@ -411,6 +582,18 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 	// largest: a label's value must not make lanes).
 	laneOf := map[int]int{}
 	byRank := map[int][]*profiler.Record{}
+	var acts map[*profiler.Record]drawn
+	if !window {
+		acts = actions(recs, ids)
+	}
+	isBlock := func(r *profiler.Record) bool {
+		_, ok := acts[r]
+		return ok && isFwdBwd(r)
+	}
+	isOptimizer := func(r *profiler.Record) bool {
+		_, ok := acts[r]
+		return ok && r.Phase == profiler.Optimizer
+	}
 	for _, r := range recs {
 		if isBlock(r) || isOptimizer(r) || isTransfer(r) || isKernel(r) && !window {
 			extend(interval(r))
@@ -425,17 +608,26 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		laneOf[ch] = i
 	}
 	chunks := max(len(chunkList), 1)
-	if first || t1 <= t0 {
+	if first {
 		return chartView{}, false
+	}
+	if t1 <= t0 {
+		// Everything at one instant (of no length, on a coarse clock):
+		// a chart of a nanosecond, so that it is drawn all the same.
+		t1 = t0 + 1
 	}
 	stepText := " · step " + strconv.Itoa(s.Step)
 	if window {
 		stepText = ""
 	}
-	scale := float64(chartWidth) / float64(t1-t0)
-	x := func(t time.Duration) float64 { return labelWidth + float64(t-t0)*scale }
-	c := chartView{Step: s.Step, Heading: "step " + strconv.Itoa(s.Step), Width: labelWidth + chartWidth + 10, span: t1 - t0}
-	c.Wall = fmt.Sprintf("%s ms from the first rank's step start to the last one's end", msText(t1-t0))
+	// Positions and lengths in float64: times far apart (a bogus
+	// timestamp) would overflow a time.Duration's difference.
+	span := diff(t1, t0)
+	scale := float64(chartWidth) / span
+	x := func(t time.Duration) float64 { return labelWidth + diff(t, t0)*scale }
+	rel := func(t time.Duration) string { return msF(diff(t, t0)) }
+	c := chartView{Step: s.Step, Heading: "step " + strconv.Itoa(s.Step), Width: labelWidth + chartWidth + 10, span: span}
+	c.Wall = fmt.Sprintf("%s ms from the first rank's step start to the last one's end", msF(span))
 	if len(s.Problems) > 0 {
 		c.Problems = strings.Join(s.Problems, "; ")
 	}
@@ -443,8 +635,14 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 	for _, rk := range s.Ranks {
 		rv := rowView{Rank: rk.Rank, laneY: y}
 		recs := byRank[rk.Rank]
-		slices.SortFunc(recs, func(a, b *profiler.Record) int { return cmp.Compare(interval(a).Start, interval(b).Start) })
-		// Transfers go in lanes of their own, as many as overlap.
+		// By start, an enclosing range before what it encloses: drawn
+		// first, so that a nested action's bar lies on its block.
+		slices.SortFunc(recs, func(a, b *profiler.Record) int {
+			return cmp.Or(cmp.Compare(interval(a).Start, interval(b).Start), cmp.Compare(interval(b).End, interval(a).End), cmp.Compare(a.Depth, b.Depth))
+		})
+		// Transfers go in lanes of their own, as many as overlap up to
+		// maxXferLanes; past that, in the lane free the soonest, over
+		// what is still there.
 		var laneEnds []time.Duration
 		xferLane := map[*profiler.Record]int{}
 		for _, r := range recs {
@@ -453,11 +651,15 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			}
 			iv := interval(r)
 			l := slices.IndexFunc(laneEnds, func(e time.Duration) bool { return e <= iv.Start })
-			if l < 0 {
+			switch {
+			case l >= 0:
+			case len(laneEnds) < maxXferLanes:
 				l = len(laneEnds)
-				laneEnds = append(laneEnds, 0)
+				laneEnds = append(laneEnds, iv.End)
+			default:
+				l = slices.Index(laneEnds, slices.Min(laneEnds))
 			}
-			laneEnds[l] = iv.End
+			laneEnds[l] = max(laneEnds[l], iv.End)
 			xferLane[r] = l
 		}
 		computeH := float64(chunks * laneHeight)
@@ -479,11 +681,11 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			if !rk.Computed {
 				busy = "- (no compute timed)"
 			}
-			title := fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s", rk.Rank, s.Step, msText(rk.Wall.Len()), busy)
+			title := fmt.Sprintf("rank %d · step %d · step range %s ms · busy %s", rk.Rank, s.Step, msF(length(rk.Wall)), busy)
 			if pipelined {
 				title += " · bubble " + msText(rk.Bubble) + " ms"
 			}
-			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(float64(rk.Wall.Len()) * scale), H: px(height), Title: title}
+			rv.Wall = box{X: px(x(rk.Wall.Start)), Y: px(y), W: px(length(rk.Wall) * scale), H: px(height), Title: title}
 		} else if window {
 			rv.Wall = box{X: px(labelWidth), Y: px(y), W: "0", H: px(height), Title: fmt.Sprintf("rank %d", rk.Rank)}
 		} else {
@@ -510,12 +712,12 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 			}
 		}
 		for _, g := range gaps(bubbleSpan, work) {
-			if float64(g.Len())*scale < 1 {
+			if length(g)*scale < 1 {
 				continue // under a pixel: not to be seen, only to weigh the page
 			}
 			st.Bubbles++
-			rv.Bubbles = append(rv.Bubbles, box{X: px(x(g.Start)), Y: px(y), W: px(float64(g.Len()) * scale), H: px(computeH),
-				Title: fmt.Sprintf("bubble · rank %d · step %d · %s ms (%s–%s ms)", rk.Rank, s.Step, msText(g.Len()), msText(g.Start-t0), msText(g.End-t0))})
+			rv.Bubbles = append(rv.Bubbles, box{X: px(x(g.Start)), Y: px(y), W: px(length(g) * scale), H: px(computeH),
+				Title: fmt.Sprintf("bubble · rank %d · step %d · %s ms (%s–%s ms)", rk.Rank, s.Step, msF(length(g)), rel(g.Start), rel(g.End))})
 		}
 		// Kernels: merged where less than a pixel apart, so that a step of
 		// thousands draws at most a box per pixel.
@@ -538,8 +740,8 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 		st.Kernels += len(kernels)
 		for _, m := range mergeNear(kernels, time.Duration(1/scale)) {
 			st.KernelBoxes++
-			rv.Blocks = append(rv.Blocks, block{Class: "kern", box: box{X: px(x(m.iv.Start)), Y: px(y + 1), W: px(max(float64(m.iv.Len())*scale, 0.5)), H: px(computeH - 2),
-				Title: fmt.Sprintf("%d kernel(s) · rank %d%s · busy %s ms within %s–%s ms", m.n, rk.Rank, stepText, msText(m.busy), msText(m.iv.Start-t0), msText(m.iv.End-t0))}})
+			rv.Blocks = append(rv.Blocks, block{Class: "kern", box: box{X: px(x(m.iv.Start)), Y: px(y + 1), W: px(max(length(m.iv)*scale, 0.5)), H: px(computeH - 2),
+				Title: fmt.Sprintf("%d kernel(s) · rank %d%s · busy %s ms within %s–%s ms", m.n, rk.Rank, stepText, msText(m.busy), rel(m.iv.Start), rel(m.iv.End))}})
 		}
 		keys := slices.SortedFunc(maps.Keys(labelled), func(a, b action) int {
 			return cmp.Or(cmp.Compare(a.phase, b.phase), cmp.Compare(a.chunk, b.chunk), cmp.Compare(a.microbatch, b.microbatch))
@@ -560,12 +762,12 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 				} else {
 					st.Forward++
 				}
-				b := block{Class: "blk " + phase + " " + mb, box: box{X: px(x(m.iv.Start)), Y: px(top), W: px(max(float64(m.iv.Len())*scale, 0.5)), H: px(laneHeight - 2),
-					Title: fmt.Sprintf("%s · rank %d%s · chunk %d · %s · %d kernel(s), busy %s ms within %s–%s ms", k.phase, rk.Rank, stepText, k.chunk, mbText, m.n, msText(m.busy), msText(m.iv.Start-t0), msText(m.iv.End-t0))}}
+				b := block{Class: "blk " + phase + " " + mb, box: box{X: px(x(m.iv.Start)), Y: px(top), W: px(max(length(m.iv)*scale, 0.5)), H: px(laneHeight - 2),
+					Title: fmt.Sprintf("%s · rank %d%s · chunk %d · %s · %d kernel(s), busy %s ms within %s–%s ms", k.phase, rk.Rank, stepText, k.chunk, mbText, m.n, msText(m.busy), rel(m.iv.Start), rel(m.iv.End))}}
 				if k.microbatch != profiler.None {
 					b.MB = strconv.Itoa(k.microbatch)
-					if float64(m.iv.Len())*scale >= 9 {
-						b.Label, b.LX, b.LY = b.MB, px(x(m.iv.Start)+float64(m.iv.Len())*scale/2), px(top+laneHeight/2+1)
+					if length(m.iv)*scale >= 9 {
+						b.Label, b.LX, b.LY = b.MB, px(x(m.iv.Start)+length(m.iv)*scale/2), px(top+laneHeight/2+1)
 					}
 				}
 				rv.Blocks = append(rv.Blocks, b)
@@ -576,12 +778,18 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 				continue
 			}
 			iv := interval(r)
-			b := block{box: box{X: px(x(iv.Start)), W: px(max(float64(iv.Len())*scale, 0.5))}}
-			when := fmt.Sprintf("%s–%s ms (%s ms)", msText(iv.Start-t0), msText(iv.End-t0), msText(iv.Len()))
+			b := block{box: box{X: px(x(iv.Start)), W: px(max(length(iv)*scale, 0.5))}}
+			when := fmt.Sprintf("%s–%s ms (%s ms)", rel(iv.Start), rel(iv.End), msF(length(iv)))
 			switch {
 			case isBlock(r):
 				top := y + float64(laneOf[max(int(r.Chunk), 0)]*laneHeight) + 1
 				b.Y, b.H = px(top), px(laneHeight-2)
+				d := acts[r]
+				if d.inset {
+					// Inside another action on its lane: a thinner bar
+					// on that one's block.
+					b.Y, b.H = px(top+insetMargin), px(laneHeight-2-2*insetMargin)
+				}
 				phase := "fwd"
 				if r.Phase == profiler.Backward {
 					phase = "bwd"
@@ -595,9 +803,19 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 					mb, mbText = mbClass(int(r.Microbatch)), "microbatch "+b.MB
 				}
 				b.Class = "blk " + phase + " " + mb
-				b.Title = fmt.Sprintf("%s · rank %d · step %d · chunk %d · %s · %s", r.Phase, r.Rank, s.Step, r.Chunk, mbText, when)
-				if b.MB != "" && float64(iv.Len())*scale >= 9 {
-					b.Label, b.LX, b.LY = b.MB, px(x(iv.Start)+float64(iv.Len())*scale/2), px(top+laneHeight/2+1)
+				if d.inset {
+					b.Class += " in"
+				}
+				chunkText := "chunk " + strconv.Itoa(int(r.Chunk))
+				if r.Chunk == profiler.None {
+					chunkText = "no chunk"
+				}
+				b.Title = fmt.Sprintf("%s · rank %d · step %d · %s · %s · %s", r.Phase, r.Rank, s.Step, chunkText, mbText, when)
+				if d.within != nil {
+					b.Title += " · inside " + d.within.Name
+				}
+				if b.MB != "" && !d.inset && length(iv)*scale >= 9 {
+					b.Label, b.LX, b.LY = b.MB, px(x(iv.Start)+length(iv)*scale/2), px(top+laneHeight/2+1)
 				}
 			case isOptimizer(r):
 				b.Y, b.H = px(y+1), px(computeH-2)
@@ -629,15 +847,15 @@ func chart(s *analysis.Step, recs []*profiler.Record, st *Stats, window bool) (c
 	}
 	c.AxisY = int(math.Ceil(y))
 	c.Height = c.AxisY + axisHeight
-	at, every := ticks(t1 - t0)
+	at, every := ticks(span)
 	// Milliseconds to the nanosecond where ticks are under a microsecond
 	// apart: rounded to the microsecond, two would read the same.
 	decimals := 3
-	for d := time.Microsecond; every < d && decimals < 6; d /= 10 {
+	for d := 1e3; every < d && decimals < 6; d /= 10 {
 		decimals++
 	}
 	for _, tk := range at {
-		c.Ticks = append(c.Ticks, tick{X: px(x(t0 + tk)), Y: px(float64(c.AxisY) + 12), Label: strconv.FormatFloat(float64(tk)/1e6, 'f', decimals, 64) + " ms"})
+		c.Ticks = append(c.Ticks, tick{X: px(labelWidth + tk*scale), Y: px(float64(c.AxisY) + 12), Label: strconv.FormatFloat(tk/1e6, 'f', decimals, 64) + " ms"})
 	}
 	return c, true
 }
@@ -668,13 +886,14 @@ func gaps(span profiler.Interval, work []profiler.Interval) []profiler.Interval 
 	return slices.DeleteFunc(out, func(iv profiler.Interval) bool { return iv.Len() <= 0 })
 }
 
-// ticks chooses about eight round tick positions over [0, d], a whole
-// number of nanoseconds apart, and returns them with their spacing.
-func ticks(d time.Duration) ([]time.Duration, time.Duration) {
-	if d <= 0 {
+// ticks chooses about eight round tick positions over [0, d]
+// nanoseconds, a whole number of nanoseconds apart, and returns them with
+// their spacing.
+func ticks(d float64) ([]float64, float64) {
+	if !(d > 0) {
 		return nil, 0
 	}
-	raw := float64(d) / 8
+	raw := d / 8
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
 	step := mag
 	for _, m := range []float64{1, 2, 5, 10} {
@@ -683,12 +902,12 @@ func ticks(d time.Duration) ([]time.Duration, time.Duration) {
 			break
 		}
 	}
-	step = max(step, 1)
-	var out []time.Duration
-	for t := 0.0; t <= float64(d); t += step {
-		out = append(out, time.Duration(t))
+	step = max(math.Round(step), 1)
+	var out []float64
+	for t := 0.0; t <= d; t += step {
+		out = append(out, t)
 	}
-	return out, time.Duration(step)
+	return out, step
 }
 
 func (v *view) stepTable(steps []analysis.Step) {
