@@ -161,7 +161,7 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	}
 	ta, tb := blasOp(g.TransA), blasOp(g.TransB)
 	mm, nn, kk := uintptr(g.M), uintptr(g.N), uintptr(g.K)
-	lda, ldb, ldc := uintptr(max(g.LDA, 1)), uintptr(max(g.LDB, 1)), uintptr(g.LDC)
+	lda, ldb, ldc := leadingDims(g)
 	return m.blasCall(op, s, func(bl *cublas, h uintptr, f *dl.Frame) int32 {
 		switch g.Type {
 		case runtime.Float64:
@@ -184,6 +184,25 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 				f.OutPtr(1), c, dt, ldc, cublasCompute32F, gemmDefaultAlgo))
 		}
 	})
+}
+
+// leadingDims returns the leading dimensions a checked GEMM passes to
+// cuBLAS. cuBLAS refuses (CUBLAS_STATUS_INVALID_VALUE) an lda below
+// max(1, rows of A as stored) — M, or K when A is transposed — and an
+// ldb below max(1, rows of B as stored) — K, or N when B is transposed —
+// whatever K is, as the reference BLAS does. With K = 0, A and B are never read and neither the runtime
+// nor this backend checks LDA and LDB, so any value is legal there (the
+// CPU backend accepts it): one below that bound is raised to it. With
+// K > 0, Gemm has checked them already and they pass unchanged.
+func leadingDims(g runtime.GemmArgs) (lda, ldb, ldc uintptr) {
+	ar, br := g.M, g.K
+	if g.TransA {
+		ar = g.K
+	}
+	if g.TransB {
+		br = g.N
+	}
+	return uintptr(max(g.LDA, ar, 1)), uintptr(max(g.LDB, br, 1)), uintptr(g.LDC)
 }
 
 // float32Compute checks g.Math and returns the cuBLAS compute type of a

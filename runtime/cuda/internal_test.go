@@ -297,3 +297,48 @@ func BenchmarkEventRecordDriver(b *testing.B) {
 		}
 	})
 }
+
+// The leading dimensions a GEMM gives cuBLAS meet cuBLAS's own check
+// (cublas<t>gemm and cublasGemmEx return CUBLAS_STATUS_INVALID_VALUE "if
+// lda < max(1, m) when transa == CUBLAS_OP_N and lda < max(1, k)
+// otherwise", ldb likewise with k and n, "or if ldc < max(1, m)"), which
+// holds whatever k is. With K = 0 the runtime accepts any LDA and LDB (A
+// and B are not read; the CPU backend computes C = βC), so those must not
+// reach cuBLAS as given: LDA 0 with M 4 went as lda 1 and failed on the
+// GPU only.
+func TestLeadingDimsMeetCublasChecks(t *testing.T) {
+	accepts := func(g runtime.GemmArgs, lda, ldb, ldc uintptr) bool {
+		ar, br := g.M, g.K
+		if g.TransA {
+			ar = g.K
+		}
+		if g.TransB {
+			br = g.N
+		}
+		return lda >= uintptr(max(1, ar)) && ldb >= uintptr(max(1, br)) && ldc >= uintptr(max(1, g.M))
+	}
+	for _, ta := range []bool{false, true} {
+		for _, tb := range []bool{false, true} {
+			for _, ld := range []int{0, 1} {
+				g := runtime.GemmArgs{TransA: ta, TransB: tb, M: 4, N: 3, K: 0, LDA: ld, LDB: ld, LDC: 4}
+				lda, ldb, ldc := leadingDims(g)
+				if !accepts(g, lda, ldb, ldc) {
+					t.Errorf("K=0 transA=%v transB=%v LDA=LDB=%d: cuBLAS gets lda %d ldb %d ldc %d, which it refuses", ta, tb, ld, lda, ldb, ldc)
+				}
+			}
+		}
+	}
+	// Checked leading dimensions of a GEMM with K > 0 pass unchanged,
+	// padding included.
+	for _, g := range []runtime.GemmArgs{
+		{M: 4, N: 3, K: 5, LDA: 4, LDB: 5, LDC: 4},
+		{M: 4, N: 3, K: 5, LDA: 7, LDB: 9, LDC: 6},
+		{TransA: true, TransB: true, M: 4, N: 3, K: 5, LDA: 5, LDB: 3, LDC: 4},
+		{TransA: true, M: 1, N: 1, K: 1, LDA: 1, LDB: 1, LDC: 1},
+	} {
+		lda, ldb, ldc := leadingDims(g)
+		if int(lda) != g.LDA || int(ldb) != g.LDB || int(ldc) != g.LDC {
+			t.Errorf("%+v: lda %d ldb %d ldc %d, want them as given", g, lda, ldb, ldc)
+		}
+	}
+}
