@@ -61,6 +61,11 @@ run() {
 		-test.run 'TestSharedDeviceTrainer|TestTrainerMatchesCPU|TestCollectives|TestProcessGroupProfiled|TestGroupedOnOneGPU' >"$OUT/nccl.log" 2>&1)
 	echo "exit $?" >>"$OUT/nccl.log"
 	grep -E '^(--- |ok|FAIL|PASS|exit)|no NCCL layout|relative difference' "$OUT/nccl.log" | head -40
+	# Alone in a process of its own: nothing else may touch GPU 0 first.
+	(cd "$bin" && timeout -k 10 120 ./nccl.test -test.v -test.count=1 -test.timeout=110s \
+		-test.run '^TestNoContextOnGPU0$' >"$OUT/nccl-context.log" 2>&1)
+	echo "exit $?" >>"$OUT/nccl-context.log"
+	grep -E '^(--- |ok|FAIL|PASS|exit)|made a context|skipped' "$OUT/nccl-context.log" | head -12
 
 	echo "== 3. pipeline analysis"
 	OUT=$OUT/analysis bash "$root/scripts/gpu-analysis.sh" run 2>&1 |

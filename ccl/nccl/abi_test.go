@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -147,5 +148,42 @@ func TestCommInitRankConfigArguments(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+}
+
+// TestGroupWaitHasOneDeadline: a group whose communicators all stay
+// ncclInProgress gives up after the backend's timeout, not after one
+// timeout per communicator, and says so for each.
+func TestGroupWaitHasOneDeadline(t *testing.T) {
+	lib, _, err := dl.Open([]string{buildStub(t, stubNCCL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := bind(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = time.Second
+	b := New(WithTimeout(timeout))
+	b.api = a
+	comms := make([]*comm, 4)
+	for i := range comms {
+		comms[i] = &comm{b: b, rank: i, size: len(comms), h: 0x5eed} // the stub's: always ncclInProgress
+	}
+	start := time.Now()
+	errs := b.waitAll("GroupEnd", comms)
+	took := time.Since(start)
+	if len(errs) != len(comms) {
+		t.Fatalf("%d errors for %d stuck communicators: %v", len(errs), len(comms), errs)
+	}
+	for _, err := range errs {
+		if !errors.Is(err, ccl.StatusTimeout) {
+			t.Errorf("%v: want StatusTimeout", err)
+		}
+	}
+	// One timeout each would take 4 s; the bound leaves a loaded machine
+	// more than a second of slack.
+	if took < timeout || took > 2500*time.Millisecond {
+		t.Errorf("gave up after %v; want one timeout (%v)", took, timeout)
 	}
 }

@@ -101,7 +101,25 @@ func (b *Backend) asyncState(h uintptr) (int32, error) {
 // wait polls an in-progress communicator until it is ready, has failed,
 // is being aborted, or the timeout has passed. The caller holds c.mu.
 func (b *Backend) wait(op string, c *comm) error {
+	return b.waitUntil(op, c, time.Now().Add(b.cfg.timeout))
+}
+
+// waitAll waits for every communicator of a group within one timeout,
+// not one each: a group of n stuck communicators gives up after the
+// timeout, not n of them.
+func (b *Backend) waitAll(op string, comms []*comm) []error {
 	deadline := time.Now().Add(b.cfg.timeout)
+	var errs []error
+	for _, c := range comms {
+		if err := b.waitUntil(op, c, deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// waitUntil is wait with its deadline given.
+func (b *Backend) waitUntil(op string, c *comm, deadline time.Time) error {
 	var p poller
 	for {
 		state, err := b.asyncState(c.h)
@@ -156,16 +174,48 @@ func (b *Backend) GetAsyncError(c ccl.Comm) error {
 	return b.ncclErr("GetAsyncError", state, nc.h, nc.String())
 }
 
-// abortHandle calls ncclCommAbort on h, waiting for it at most the
-// backend's timeout: an abort that itself hangs (a bootstrap stuck on a
-// dead peer) is left to finish in the background rather than hang the
-// caller.
-func (b *Backend) abortHandle(h uintptr) error {
+// onDevice runs fn on a locked OS thread with dev current, and leaves the
+// thread as it found it: with the CUDA runtime, no context where it had
+// none (cuda.Impl.OnDevice), rather than one on GPU 0, which NCCL's calls
+// that set the communicator's device and then the thread's (finalize,
+// destroy, abort) would make on a thread without a context.
+func (b *Backend) onDevice(dev runtime.Device, fn func()) error {
+	if od, ok := b.rt.(interface {
+		OnDevice(index int, fn func()) error
+	}); ok {
+		return od.OnDevice(dev.Index, fn)
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	prev, err := b.rt.GetDevice()
+	if err == nil {
+		err = b.rt.SetDevice(dev.Index)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = b.rt.SetDevice(prev) }()
+	fn()
+	return nil
+}
+
+// abortHandle calls ncclCommAbort on h, on dev's context, waiting for it
+// at most the backend's timeout: an abort that itself hangs (a bootstrap
+// stuck on a dead peer) is left to finish in the background rather than
+// hang the caller.
+func (b *Backend) abortHandle(h uintptr, dev runtime.Device) error {
 	if h == 0 {
 		return nil
 	}
 	done := make(chan int32, 1)
-	go func() { done <- int32(dl.Call(b.api.commAbort, h)) }()
+	go func() {
+		rc := int32(ncclInternalError)
+		if err := b.onDevice(dev, func() { rc = int32(dl.Call(b.api.commAbort, h)) }); err != nil {
+			// No context to abort on: abort on the thread as it is.
+			rc = int32(dl.Call(b.api.commAbort, h))
+		}
+		done <- rc
+	}()
 	t := time.NewTimer(b.cfg.timeout)
 	defer t.Stop()
 	select {
@@ -228,22 +278,19 @@ func (b *Backend) initRank(op string, nranks int, u *uniqueID, rank int, dev run
 	}
 	start := func() started {
 		// NCCL binds the communicator to the thread's current device at
-		// this call; the thread's device is restored afterwards.
-		goruntime.LockOSThread()
-		defer goruntime.UnlockOSThread()
-		prev, err := b.rt.GetDevice()
-		if err == nil {
-			err = b.rt.SetDevice(dev.Index)
-		}
+		// this call; the thread is left as it was found.
+		var r started
+		err := b.onDevice(dev, func() {
+			cfg := newConfig(b.cfg.blocking)
+			hp := new(uintptr)
+			r.rc = b.api.commInitRankConfig(hp, int32(nranks), cUniqueID{Internal: u.internal}, int32(rank), cfg)
+			goruntime.KeepAlive(cfg)
+			r.h = *hp
+		})
 		if err != nil {
 			return started{err: &ccl.Error{Op: op, Status: ccl.StatusError, Detail: fmt.Sprintf("make %s current", dev), Err: err}}
 		}
-		defer func() { _ = b.rt.SetDevice(prev) }()
-		cfg := newConfig(b.cfg.blocking)
-		hp := new(uintptr)
-		rc := b.api.commInitRankConfig(hp, int32(nranks), cUniqueID{Internal: u.internal}, int32(rank), cfg)
-		goruntime.KeepAlive(cfg)
-		return started{h: *hp, rc: rc}
+		return r
 	}
 	timer := time.NewTimer(b.cfg.timeout)
 	defer timer.Stop()
@@ -273,14 +320,14 @@ func (b *Backend) initRank(op string, nranks int, u *uniqueID, rank int, dev run
 	c.h = r.h
 	if r.rc != ncclSuccess && r.rc != ncclInProgress {
 		err := b.ncclErr(op, r.rc, c.h, c.String())
-		_ = b.abortHandle(c.h)
+		_ = b.abortHandle(c.h, c.dev)
 		return nil, err
 	}
 	var p poller
 	for {
 		state, err := b.asyncState(c.h)
 		if err != nil {
-			_ = b.abortHandle(c.h)
+			_ = b.abortHandle(c.h, c.dev)
 			return nil, err
 		}
 		if state == ncclSuccess {
@@ -288,16 +335,16 @@ func (b *Backend) initRank(op string, nranks int, u *uniqueID, rank int, dev run
 		}
 		if state != ncclInProgress {
 			err := b.ncclErr(op, state, c.h, c.String())
-			_ = b.abortHandle(c.h)
+			_ = b.abortHandle(c.h, c.dev)
 			return nil, err
 		}
 		select {
 		case <-cancel:
-			_ = b.abortHandle(c.h)
+			_ = b.abortHandle(c.h, c.dev)
 			return nil, ccl.Errorf(op, ccl.StatusError, "%s: abandoned because another rank of this process failed to join", c)
 		case <-timer.C:
 			err := ccl.Errorf(op, ccl.StatusTimeout, "%s: not every rank joined within %v (ncclInProgress); the communicator was aborted", c, b.cfg.timeout)
-			return nil, errors.Join(err, b.abortHandle(c.h))
+			return nil, errors.Join(err, b.abortHandle(c.h, c.dev))
 		default:
 		}
 		p.pause()
@@ -403,7 +450,13 @@ func (b *Backend) CommDestroy(c ccl.Comm) error {
 		return ccl.Errorf(op, ccl.StatusInvalidArgument, "%s destroyed already", nc)
 	}
 	var final error
-	if rc := int32(dl.Call(b.api.commFinalize, nc.h)); rc != ncclSuccess && rc != ncclInProgress {
+	rc := int32(ncclSuccess)
+	// Finalize and destroy set the communicator's device and then the
+	// thread's: on the communicator's, they leave no context on GPU 0.
+	if err := b.onDevice(nc.dev, func() { rc = int32(dl.Call(b.api.commFinalize, nc.h)) }); err != nil {
+		rc = int32(dl.Call(b.api.commFinalize, nc.h))
+	}
+	if rc != ncclSuccess && rc != ncclInProgress {
 		final = b.ncclErr(op, rc, nc.h, nc.String())
 	} else if err := b.wait(op, nc); err != nil {
 		final = err
@@ -411,9 +464,12 @@ func (b *Backend) CommDestroy(c ccl.Comm) error {
 	nc.freed = true
 	if final != nil {
 		nc.final = final
-		return errors.Join(final, b.abortHandle(nc.h))
+		return errors.Join(final, b.abortHandle(nc.h, nc.dev))
 	}
-	if rc := int32(dl.Call(b.api.commDestroy, nc.h)); rc != ncclSuccess && rc != ncclInProgress {
+	if err := b.onDevice(nc.dev, func() { rc = int32(dl.Call(b.api.commDestroy, nc.h)) }); err != nil {
+		rc = int32(dl.Call(b.api.commDestroy, nc.h))
+	}
+	if rc != ncclSuccess && rc != ncclInProgress {
 		nc.final = b.ncclErr(op, rc, 0, nc.String())
 		return nc.final
 	}
@@ -443,7 +499,7 @@ func (b *Backend) CommAbort(c ccl.Comm) error {
 			nc.aborting.Store(false) // not aborted: a later abort (or destroy) may try again
 			return ccl.Errorf(op, ccl.StatusTimeout, "%s still in use by an operation or an open group after %v", nc, grace)
 		}
-		err := b.abortHandle(nc.h)
+		err := b.abortHandle(nc.h, nc.dev)
 		go func() { // mark it freed once the blocked calls have returned
 			nc.mu.Lock()
 			nc.freed, nc.final = true, ccl.Errorf(op, ccl.StatusError, "%s was aborted", nc)
@@ -457,5 +513,5 @@ func (b *Backend) CommAbort(c ccl.Comm) error {
 	}
 	nc.freed = true
 	nc.final = ccl.Errorf(op, ccl.StatusError, "%s was aborted", nc)
-	return b.abortHandle(nc.h)
+	return b.abortHandle(nc.h, nc.dev)
 }

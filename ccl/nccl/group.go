@@ -66,8 +66,8 @@ func (b *Backend) GroupStart() error {
 
 // GroupEnd closes the calling goroutine's innermost group. The outermost
 // one launches the group's operations (ncclGroupEnd) and, where NCCL is
-// still connecting peers (ncclInProgress), waits within the timeout until
-// every communicator of the group has its work enqueued.
+// still connecting peers (ncclInProgress), waits within one timeout, for
+// the whole group, until every communicator of it has its work enqueued.
 func (b *Backend) GroupEnd() error {
 	const op = "GroupEnd"
 	id := goid.Get()
@@ -97,11 +97,7 @@ func (b *Backend) GroupEnd() error {
 	switch rc {
 	case ncclSuccess:
 	case ncclInProgress:
-		for _, c := range g.comms {
-			if err := b.wait(op, c); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs, b.waitAll(op, g.comms)...)
 	default:
 		var h uintptr
 		who := ""

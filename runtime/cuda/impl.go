@@ -228,6 +228,27 @@ func (m *Impl) SetDevice(index int) error {
 	return nil
 }
 
+// OnDevice runs fn on the calling goroutine locked to its OS thread with
+// GPU index current, then gives the thread its previous device back — or
+// no context, where it had none, rather than a new one on GPU 0 — and
+// unlocks it. It is for libraries that act on the thread's current
+// device: NCCL creates a communicator on it, and its finalize, destroy
+// and abort set the communicator's device and then the one they found,
+// which on a thread without a context is GPU 0, making a context there.
+func (m *Impl) OnDevice(index int, fn func()) error {
+	const op = "OnDevice"
+	if err := m.ready(op); err != nil {
+		return err
+	}
+	s, err := m.enter(op, index)
+	if err != nil {
+		return err
+	}
+	defer s.exit()
+	fn()
+	return nil
+}
+
 // GetDevice returns the calling OS thread's current device.
 func (m *Impl) GetDevice() (int, error) {
 	if err := m.ready("GetDevice"); err != nil {
