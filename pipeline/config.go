@@ -77,7 +77,11 @@ type Config struct {
 	Profiler *profiler.Profiler
 	// CommTimeout bounds every wait for communication or device work in a
 	// step; 0 means DefaultCommTimeout. A wait it cuts short fails with a
-	// *CommTimeoutError (errors.Is ErrCommTimeout).
+	// *CommTimeoutError (errors.Is ErrCommTimeout). It bounds the
+	// in-process collectives' own waits too (ranks on CPU devices, or
+	// sharing devices), and a rank's host held up handing work to a device
+	// whose queue is full: the trainer fails the step and aborts the
+	// communicators after CommTimeout of that (see Trainer.Step).
 	CommTimeout time.Duration
 	// Devices is the most devices the run uses; 0 means every device the
 	// backend has. With fewer devices than ranks, ranks share them (see
@@ -242,6 +246,12 @@ func (c Config) validateModel() error {
 	if ranks := float64(c.Stages) * float64(c.Replicas); ranks > MaxRanks {
 		return invalid("%s × %s = %.0f ranks: the trainer runs every rank in this process, and its in-process communication allows at most %d ranks (ccl/local.MaxRanks); lower %s or %s",
 			field("Stages", c.Stages), field("Replicas", c.Replicas), ranks, MaxRanks, fieldName("Stages"), fieldName("Replicas"))
+	}
+	// Each chunk holds at least one layer. Said before the sizes are
+	// counted, which multiply by Chunks: a huge Chunks would otherwise be
+	// refused as a model too large, in the names of the other fields.
+	if c.Chunks > c.Layers {
+		return invalid("%s: more model chunks per stage than %s; each chunk holds at least one layer", field("Chunks", c.Chunks), field("Layers", c.Layers))
 	}
 	// Whether the buffers fit is Validate's question, for the backend's
 	// devices; here only that their sizes can be counted.

@@ -31,6 +31,10 @@ func TestValidate(t *testing.T) {
 		{"interleaved m", func(c *Config) { c.Microbatches = 3 }, []string{"Microbatches=3", "multiple of Stages=2", "Chunks=2"}, true},
 		{"stages", func(c *Config) { c.Stages = 0 }, []string{"Stages=0"}, false},
 		{"chunks", func(c *Config) { c.Chunks = -1 }, []string{"Chunks=-1"}, false},
+		// A huge Chunks alone is named, not refused as a model too large
+		// to count in the names of the (valid) other sizes.
+		{"chunks beyond layers", func(c *Config) { c.Chunks = 1 << 50 }, []string{"Chunks=1125899906842624", "Layers=8", "at least one layer"}, false},
+		{"more chunks than layers", func(c *Config) { c.Chunks = 9 }, []string{"Chunks=9", "Layers=8"}, false},
 		{"replicas", func(c *Config) { c.Replicas = 0 }, []string{"Replicas=0"}, false},
 		{"microbatches", func(c *Config) { c.Microbatches = 0 }, []string{"Microbatches=0"}, false},
 		{"microbatch size", func(c *Config) { c.MicrobatchSize = -4 }, []string{"MicrobatchSize=-4"}, false},

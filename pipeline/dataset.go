@@ -136,8 +136,9 @@ func (r *rank) copyBatch(step int, first, last bool) error {
 
 // computeTargets enqueues targets = tanh(inputs·P) for the step's
 // microbatches at once: they lie consecutive in both buffers, so one GEMM
-// of Microbatches·MicrobatchSize rows does it. It computes in float32
-// whatever Config.Precision says, so the data do not depend on it.
+// of Microbatches·MicrobatchSize rows (in pieces past maxGemmDim) does it.
+// It computes in float32 whatever Config.Precision says, so the data do
+// not depend on it.
 func (r *rank) computeTargets() error {
 	s, rows, w := r.compute, r.cfg.replicaRows(), r.cfg.Width
 	if err := linearForward(s, r.proj, r.inputs, r.targets, rows, w, runtime.MathDefault); err != nil {

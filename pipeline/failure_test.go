@@ -232,6 +232,29 @@ func TestCommTimeoutWrapping(t *testing.T) {
 	if err := sharedTimeout(true, cfg, failed); errors.Is(err, ErrCommTimeout) {
 		t.Errorf("a failure taken for a timeout: %v", err)
 	}
+	ended := &ccl.Error{Op: ccl.OpRecv, Status: ccl.StatusTimeout, Detail: "the caller's context ended", Err: context.DeadlineExceeded}
+	if err := sharedTimeout(true, cfg, ended); errors.Is(err, ErrCommTimeout) {
+		t.Errorf("a context's deadline taken for CommTimeout: %v", err)
+	}
+}
+
+// A caller's deadline that ends the setup is not called the communication
+// timeout, whether the ranks have devices of their own or share them.
+func TestSetupDeadlineIsNotCommTimeout(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	for _, devices := range []int{0, 1} {
+		cfg := withDevices(smallConfig(2, 1, 2, Schedule1F1B), devices)
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		_, err := NewTrainer(ctx, cfg)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Devices=%d: NewTrainer with an expired context = %v, want its deadline", devices, err)
+		}
+		if errors.Is(err, ErrCommTimeout) {
+			t.Errorf("Devices=%d: the caller's deadline is called the communication timeout (%v): %v", devices, cfg.CommTimeout, err)
+		}
+	}
+	waitGoroutines(t, before)
 }
 
 // Cancelling the caller's context once every rank has enqueued the whole

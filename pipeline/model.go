@@ -1,6 +1,10 @@
 package pipeline
 
-import "github.com/trainscope/trainscope/runtime"
+import (
+	stdmath "math"
+
+	"github.com/trainscope/trainscope/runtime"
+)
 
 // Device layout. Activations are row-major rows×width matrices (one sample
 // per row), which BLAS, being column-major, sees as width×rows matrices
@@ -15,32 +19,87 @@ import "github.com/trainscope/trainscope/runtime"
 // so every GEMM below has M = width and leading dimensions width. Each
 // computes in precision math (Config.EffectivePrecision), on float32
 // operands.
+//
+// BLAS libraries take 32-bit dimensions (cuBLAS refuses larger ones), so
+// a GEMM over more rows than maxGemmDim is enqueued in pieces of at most
+// maxGemmDim rows; Width, the other dimension, is far smaller (Validate
+// bounds Width² by the memory a rank may count).
+
+// maxGemmDim is the longest dimension of one GEMM the trainer enqueues;
+// tests lower it to exercise the pieces.
+var maxGemmDim = stdmath.MaxInt32
+
+// inPieces calls f for consecutive pieces [off, off+k) of [0, n), each at
+// most maxGemmDim long, in order; the first has off 0.
+func inPieces(n int, f func(off, k int) error) error {
+	for off := 0; off < n; off += min(n-off, maxGemmDim) {
+		if err := f(off, min(n-off, maxGemmDim)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rowsOf is rows off … off+k−1 of b, a row-major matrix of width columns.
+func rowsOf(b runtime.Buffer, off, k, width int) (runtime.Buffer, error) {
+	return b.Elems(runtime.Float32, off*width, k*width)
+}
 
 // linearForward enqueues z = x·w for rows rows.
 func linearForward(s *runtime.Stream, w, x, z runtime.Buffer, rows, width int, math runtime.MathMode) error {
-	return runtime.Gemm(s, runtime.GemmArgs{
-		M: width, N: rows, K: width, Alpha: 1,
-		A: w, LDA: width, B: x, LDB: width, C: z, LDC: width,
-		Type: runtime.Float32, Math: math,
+	return inPieces(rows, func(off, k int) error {
+		xk, err := rowsOf(x, off, k, width)
+		if err != nil {
+			return err
+		}
+		zk, err := rowsOf(z, off, k, width)
+		if err != nil {
+			return err
+		}
+		return runtime.Gemm(s, runtime.GemmArgs{
+			M: width, N: k, K: width, Alpha: 1,
+			A: w, LDA: width, B: xk, LDB: width, C: zk, LDC: width,
+			Type: runtime.Float32, Math: math,
+		})
 	})
 }
 
 // linearGradWeight enqueues dw += xᵀ·dz.
 func linearGradWeight(s *runtime.Stream, x, dz, dw runtime.Buffer, rows, width int, math runtime.MathMode) error {
-	return runtime.Gemm(s, runtime.GemmArgs{
-		TransB: true,
-		M:      width, N: width, K: rows, Alpha: 1, Beta: 1,
-		A: dz, LDA: width, B: x, LDB: width, C: dw, LDC: width,
-		Type: runtime.Float32, Math: math,
+	return inPieces(rows, func(off, k int) error {
+		xk, err := rowsOf(x, off, k, width)
+		if err != nil {
+			return err
+		}
+		dzk, err := rowsOf(dz, off, k, width)
+		if err != nil {
+			return err
+		}
+		return runtime.Gemm(s, runtime.GemmArgs{
+			TransB: true,
+			M:      width, N: width, K: k, Alpha: 1, Beta: 1,
+			A: dzk, LDA: width, B: xk, LDB: width, C: dw, LDC: width,
+			Type: runtime.Float32, Math: math,
+		})
 	})
 }
 
 // linearGradInput enqueues dx = dz·wᵀ.
 func linearGradInput(s *runtime.Stream, w, dz, dx runtime.Buffer, rows, width int, math runtime.MathMode) error {
-	return runtime.Gemm(s, runtime.GemmArgs{
-		TransA: true,
-		M:      width, N: rows, K: width, Alpha: 1,
-		A: w, LDA: width, B: dz, LDB: width, C: dx, LDC: width,
-		Type: runtime.Float32, Math: math,
+	return inPieces(rows, func(off, k int) error {
+		dzk, err := rowsOf(dz, off, k, width)
+		if err != nil {
+			return err
+		}
+		dxk, err := rowsOf(dx, off, k, width)
+		if err != nil {
+			return err
+		}
+		return runtime.Gemm(s, runtime.GemmArgs{
+			TransA: true,
+			M:      width, N: k, K: width, Alpha: 1,
+			A: w, LDA: width, B: dzk, LDB: width, C: dxk, LDC: width,
+			Type: runtime.Float32, Math: math,
+		})
 	})
 }

@@ -111,3 +111,32 @@ func TestLayerPrecisionReachesBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A GEMM longer than maxGemmDim (2^31−1 in use: cuBLAS takes 32-bit
+// dimensions, and a microbatch of MicrobatchSize × Width ≥ 2^31 floats
+// fits an H200) runs in pieces. With the bound lowered to 3, every layer
+// GEMM (4 rows a microbatch), the targets' GEMM (16 rows) and the loss's
+// dot product (64 elements) is split, and training still agrees with the
+// float64 reference.
+func TestGemmInPieces(t *testing.T) {
+	defer func(old int) { maxGemmDim = old }(maxGemmDim)
+	maxGemmDim = 3
+	for _, cfg := range []Config{
+		smallConfig(2, 2, 1, Schedule1F1B),
+		smallConfig(1, 1, 2, ScheduleGPipe),
+	} {
+		want, err := ReferenceLosses(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Train(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, got := range res.Losses {
+			if rel := math.Abs(got-want[i]) / want[i]; !(rel <= 1e-4) {
+				t.Errorf("pp%d vpp%d dp%d step %d: loss %.9g, reference %.9g", cfg.Stages, cfg.Chunks, cfg.Replicas, i, got, want[i])
+			}
+		}
+	}
+}

@@ -74,8 +74,9 @@ func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
 
 // lossGrad computes gradIn = scale·(output − target) on the device, and
 // there too the microbatch's sum of squared errors, as the dot product of
-// output − target with itself: a GEMM of one row by one column, so that
-// only one number per microbatch comes back to the host (finish).
+// output − target with itself: a GEMM of one row by one column (in pieces
+// of at most maxGemmDim elements, accumulated), so that only one number
+// per microbatch comes back to the host (finish).
 func (r *rank) lossGrad(c *chunk, mb int) error {
 	s, g := r.compute, c.gradIn[mb]
 	if err := runtime.Copy(g, c.act[mb][r.layers], s); err != nil {
@@ -88,11 +89,22 @@ func (r *rank) lossGrad(c *chunk, mb int) error {
 	if err != nil {
 		return err
 	}
-	// op(A) = gᵀ (1×n, g stored as an n×1 column), B = g (n×1).
-	if err := runtime.Gemm(s, runtime.GemmArgs{
-		TransA: true, M: 1, N: 1, K: r.n, Alpha: 1,
-		A: g, LDA: r.n, B: g, LDB: r.n, C: sse, LDC: 1,
-		Type: runtime.Float32,
+	// op(A) = gᵀ (1×k, g's piece stored as a k×1 column), B = the piece
+	// (k×1); the first piece sets the sum, the others add to it.
+	if err := inPieces(r.n, func(off, k int) error {
+		gk, err := g.Elems(runtime.Float32, off, k)
+		if err != nil {
+			return err
+		}
+		var beta float32
+		if off > 0 {
+			beta = 1
+		}
+		return runtime.Gemm(s, runtime.GemmArgs{
+			TransA: true, M: 1, N: 1, K: k, Alpha: 1, Beta: beta,
+			A: gk, LDA: k, B: gk, LDB: k, C: sse, LDC: 1,
+			Type: runtime.Float32,
+		})
 	}); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/profiler"
@@ -41,6 +42,10 @@ type rank struct {
 	batchOpen        bool
 	fault            faultFunc // tests only
 	lossScale, negLR float32
+	// busy is when (busyNow) the rank's host began the calls that hand
+	// work to its device that it is in, 0 outside them (see enter); the
+	// trainer's goroutine reads it.
+	busy atomic.Int64
 }
 
 // faultFunc, set by tests, runs before each round of a step (and with
@@ -95,6 +100,11 @@ func newRank(cfg Config, id int, dev runtime.Device, rounds [][]round, pp, dp *c
 	// createGroups), so its open group holds back only its operations.
 	r.groups = pp != nil
 	return r
+}
+
+// String names the rank in errors: "rank 3 (replica 1, stage 1) on cpu:3".
+func (r *rank) String() string {
+	return fmt.Sprintf("rank %d (replica %d, stage %d) on %s", r.id, r.replica, r.stage, r.dev)
 }
 
 // setup creates the rank's stream, recorder and buffers and uploads the

@@ -17,10 +17,10 @@ func ReferenceLosses(cfg Config) ([]float64, error) {
 	proj := targetProjection(cfg.Seed, w)
 	x := make([]float32, rows*w)
 	t := make([]float32, rows*w)
-	losses := make([]float64, cfg.Steps)
+	losses := make([]float64, 0, min(cfg.Steps, maxPrealloc))
 	for step := range cfg.Steps {
 		batchRows(cfg.Seed, cfg.firstSample(step, 0, 0), rows, w, proj, x, t)
-		losses[step] = m.lossGrad(x, t)
+		losses = append(losses, m.lossGrad(x, t))
 		m.update(cfg.LearningRate)
 	}
 	return losses, nil

@@ -56,7 +56,10 @@ func (r *rank) step(ctx, failed context.Context, step int) (sse float64, err err
 		}
 	}()
 
-	if err := r.loadBatch(step); err != nil {
+	r.enter()
+	err = r.loadBatch(step)
+	r.leave()
+	if err != nil {
 		return 0, err
 	}
 	for i := range r.rounds {
@@ -70,22 +73,14 @@ func (r *rank) step(ctx, failed context.Context, step int) (sse float64, err err
 				return 0, err
 			}
 		}
-		rd := &r.rounds[i]
-		if a := rd.action; a != nil {
-			if a.Kind == schedule.Forward {
-				err = r.forward(cctx, a, rd.batch)
-			} else {
-				err = r.backward(cctx, a, rd.batch)
-			}
-			if err != nil {
-				return 0, fmt.Errorf("%v: %w", a.Action, err)
-			}
-		}
-		if err := r.receive(cctx, rd.batch); err != nil {
+		if err := r.round(cctx, &r.rounds[i]); err != nil {
 			return 0, err
 		}
 	}
-	if err := r.optimize(cctx); err != nil {
+	r.enter()
+	err = r.optimize(cctx)
+	r.leave()
+	if err != nil {
 		return 0, err
 	}
 	if f := r.fault; f != nil {
@@ -95,6 +90,40 @@ func (r *rank) step(ctx, failed context.Context, step int) (sse float64, err err
 	}
 	return r.finish(failed)
 }
+
+// round enqueues one round of the step: its action, then its batch of
+// transfers.
+func (r *rank) round(ctx context.Context, rd *round) (err error) {
+	r.enter()
+	defer r.leave()
+	if a := rd.action; a != nil {
+		if a.Kind == schedule.Forward {
+			err = r.forward(ctx, a, rd.batch)
+		} else {
+			err = r.backward(ctx, a, rd.batch)
+		}
+		if err != nil {
+			return fmt.Errorf("%v: %w", a.Action, err)
+		}
+	}
+	return r.receive(ctx, rd.batch)
+}
+
+// enter marks the start of host calls that hand work to the device
+// (enqueue, issue a transfer), leave their end. They return at once
+// unless the device's queue is full, and then only once its work
+// progresses: the trainer's watchdog (Trainer.stuck) fails a step in
+// which a rank stays between enter and leave for CommTimeout, since no
+// deadline of the rank's own can end that wait.
+func (r *rank) enter() { r.busy.Store(busyNow()) }
+func (r *rank) leave() { r.busy.Store(0) }
+
+// busyEpoch is the origin of busyNow's clock.
+var busyEpoch = time.Now()
+
+// busyNow is the time since busyEpoch on the monotonic clock, plus one,
+// so that it is never 0 (rank.busy's "not busy").
+func busyNow() int64 { return int64(time.Since(busyEpoch)) + 1 }
 
 // labels sets the recorder's context for an action or a transfer.
 func (r *rank) labels(kind schedule.Kind, chunk, mb int) {
@@ -116,7 +145,10 @@ func (r *rank) finish(ctx context.Context) (float64, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if r.hostSSE != nil {
-		if err := runtime.CopyToHost(r.hostSSE, r.sse, r.compute); err != nil {
+		r.enter()
+		err := runtime.CopyToHost(r.hostSSE, r.sse, r.compute)
+		r.leave()
+		if err != nil {
 			return 0, fmt.Errorf("copying the step's loss: %w", err)
 		}
 	}

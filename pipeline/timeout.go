@@ -30,10 +30,14 @@ func (e *CommTimeoutError) Error() string {
 func (e *CommTimeoutError) Unwrap() []error { return []error{ErrCommTimeout, e.Err} }
 
 // sharedTimeout wraps err as a *CommTimeoutError when it is a collective's
-// timeout and the ranks share devices: their collectives are
-// ccl/local.NewShared's, whose timeout is CommTimeout.
-func sharedTimeout(shared bool, cfg Config, err error) error {
-	if !shared || !errors.Is(err, ccl.StatusTimeout) || errors.Is(err, ErrCommTimeout) {
+// timeout and own says the collectives are the trainer's own in-process
+// ones (ccl/local.NewShared where ranks share devices, a ccl/local
+// backend of the run's on CPU devices), whose timeout is CommTimeout. A
+// timeout that a context's end caused — the caller's deadline, or the
+// wait for a unique-id file, which has its own — is not CommTimeout's.
+func sharedTimeout(own bool, cfg Config, err error) error {
+	if !own || !errors.Is(err, ccl.StatusTimeout) || errors.Is(err, ErrCommTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	return &CommTimeoutError{Timeout: cfg.commTimeout(), Err: err}

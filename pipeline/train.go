@@ -32,9 +32,12 @@ func train(ctx context.Context, cfg Config, fault faultFunc) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Steps may be any positive int (a run until ctx ends): the results
+	// grow with the steps run, from room for at most maxPrealloc.
+	n := min(cfg.Steps, maxPrealloc)
 	res := &Result{
-		Losses:    make([]float64, 0, cfg.Steps),
-		StepTimes: make([]time.Duration, 0, cfg.Steps),
+		Losses:    make([]float64, 0, n),
+		StepTimes: make([]time.Duration, 0, n),
 	}
 	for range cfg.Steps {
 		sr, err := t.Step(ctx)
@@ -50,3 +53,7 @@ func train(ctx context.Context, cfg Config, fault faultFunc) (*Result, error) {
 	res.Total = time.Since(start)
 	return res, nil
 }
+
+// maxPrealloc is the most steps whose results are allocated before they
+// are run.
+const maxPrealloc = 1 << 16

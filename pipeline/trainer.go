@@ -25,15 +25,18 @@ type Trainer struct {
 	cfg       Config
 	placement Placement
 	impl      ccl.Impl
-	rt        runtime.Impl
-	factories []*ccl.ProcessGroupFactory // one per group endpoint
-	groups    []*ccl.ProcessGroup
-	ranks     []*rankWorker
-	results   chan rankResult
-	step      int
-	broken    error // the failure that ended the run
-	aborted   bool  // the communicators were aborted
-	closed    bool
+	// ownTimeout: impl is an in-process backend made for this run, whose
+	// waits time out after CommTimeout (see newTrainer).
+	ownTimeout bool
+	rt         runtime.Impl
+	factories  []*ccl.ProcessGroupFactory // one per group endpoint
+	groups     []*ccl.ProcessGroup
+	ranks      []*rankWorker
+	results    chan rankResult
+	step       int
+	broken     error // the failure that ended the run
+	aborted    bool  // the communicators were aborted
+	closed     bool
 }
 
 // StepResult is the outcome of one step.
@@ -49,10 +52,10 @@ type StepResult struct {
 
 // rankWorker is the coordinator's handle on a rank goroutine.
 type rankWorker struct {
-	r      *rank
-	shared bool // the ranks share devices: their collectives time out after CommTimeout
-	cmds   chan stepCmd
-	done   chan error // the teardown's result, when the goroutine ends
+	r          *rank
+	ownTimeout bool // the collectives are the trainer's in-process ones: they time out after CommTimeout
+	cmds       chan stepCmd
+	done       chan error // the teardown's result, when the goroutine ends
 }
 
 type stepCmd struct {
@@ -75,10 +78,24 @@ type rankResult struct {
 // goroutine per rank, which allocates its buffers and uploads the initial
 // weights. ctx bounds the setup only.
 func NewTrainer(ctx context.Context, cfg Config) (*Trainer, error) {
-	return newTrainer(ctx, cfg, nil)
+	return newTrainerHooks(ctx, cfg, hooks{})
+}
+
+// hooks are what tests change in a trainer.
+type hooks struct {
+	fault faultFunc
+	// ccl, when set, replaces the collectives backend of ranks on devices
+	// of their own (tests: one whose waits outlast CommTimeout, as NCCL's
+	// do).
+	ccl ccl.Impl
 }
 
 func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, error) {
+	return newTrainerHooks(ctx, cfg, hooks{fault: fault})
+}
+
+func newTrainerHooks(ctx context.Context, cfg Config, hk hooks) (*Trainer, error) {
+	fault := hk.fault
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -99,18 +116,34 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	if err != nil {
 		return nil, err
 	}
-	var impl ccl.Impl
-	if pl.Shared {
-		impl = local.NewShared(cfg.Backend, local.WithTimeout(cfg.commTimeout()))
-	} else if impl, err = ccl.Available(cfg.Backend); err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
+	var (
+		impl ccl.Impl
+		own  bool
+	)
+	switch {
+	case pl.Shared:
+		impl, own = local.NewShared(cfg.Backend, local.WithTimeout(cfg.commTimeout())), true
+	case hk.ccl != nil:
+		impl = hk.ccl
+	default:
+		if impl, err = ccl.Available(cfg.Backend); err != nil {
+			return nil, fmt.Errorf("pipeline: %w", err)
+		}
+		if lb, ok := impl.(*local.Backend); ok && !lb.Shared() && lb.Type() == runtime.CPU {
+			// The registered in-process backend bounds each wait by
+			// its own default (local.DefaultTimeout), which is not
+			// CommTimeout: a run of the same backend's own bounds them by
+			// CommTimeout, shorter or longer.
+			impl, own = local.New(local.WithTimeout(cfg.commTimeout())), true
+		}
 	}
 	t := &Trainer{
-		cfg:       cfg,
-		impl:      impl,
-		rt:        rt,
-		placement: pl,
-		results:   make(chan rankResult, cfg.Stages*cfg.Replicas),
+		cfg:        cfg,
+		impl:       impl,
+		ownTimeout: own,
+		rt:         rt,
+		placement:  pl,
+		results:    make(chan rankResult, cfg.Stages*cfg.Replicas),
 	}
 	pp, dp, err := t.createGroups(ctx)
 	if err != nil {
@@ -119,10 +152,10 @@ func newTrainer(ctx context.Context, cfg Config, fault faultFunc) (*Trainer, err
 	setup := make(chan error, cfg.Stages*cfg.Replicas)
 	for id := range cfg.Stages * cfg.Replicas {
 		w := &rankWorker{
-			r:      newRank(cfg, id, t.device(id), rounds, pp[id], dp[id]),
-			shared: pl.Shared,
-			cmds:   make(chan stepCmd),
-			done:   make(chan error, 1),
+			r:          newRank(cfg, id, t.device(id), rounds, pp[id], dp[id]),
+			ownTimeout: own,
+			cmds:       make(chan stepCmd),
+			done:       make(chan error, 1),
 		}
 		w.r.fault = fault
 		t.ranks = append(t.ranks, w)
@@ -208,7 +241,7 @@ func (t *Trainer) createGroups(ctx context.Context) (pp, dp []*ccl.ProcessGroup,
 		wg.Go(func() {
 			pg, err := f.GetOrCreateRank(ctx, m.name, m.size, m.rank, dev, dir)
 			if err != nil {
-				errs[i] = fmt.Errorf("pipeline: process group %s, rank %d on %s: %w", m.name, m.rank, dev, sharedTimeout(t.placement.Shared, t.cfg, err))
+				errs[i] = fmt.Errorf("pipeline: process group %s, rank %d on %s: %w", m.name, m.rank, dev, sharedTimeout(t.ownTimeout, t.cfg, err))
 				cancel()
 				return
 			}
@@ -242,14 +275,14 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 	}
 	err := r.setup()
 	if err != nil {
-		err = fmt.Errorf("pipeline: rank %d (replica %d, stage %d) on %s: setup: %w", r.id, r.replica, r.stage, r.dev, err)
+		err = fmt.Errorf("pipeline: %v: setup: %w", r, err)
 	}
 	setup <- err
 	if err == nil {
 		for cmd := range w.cmds {
 			sse, err := r.step(cmd.ctx, cmd.failed, cmd.step)
 			if err != nil {
-				err = fmt.Errorf("pipeline: rank %d (replica %d, stage %d) on %s: step %d: %w", r.id, r.replica, r.stage, r.dev, cmd.step, sharedTimeout(w.shared, r.cfg, err))
+				err = fmt.Errorf("pipeline: %v: step %d: %w", r, cmd.step, sharedTimeout(w.ownTimeout, r.cfg, err))
 			}
 			results <- rankResult{rank: r.id, sse: sse, err: err}
 		}
@@ -263,7 +296,11 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 // communication timeout), so when every rank had, the step completes.
 // The first rank to fail cancels the others and aborts the
 // process groups so that no rank waits for a peer that will not come; its
-// error, which names the rank, is returned.
+// error, which names the rank, is returned. A rank whose host has waited
+// CommTimeout for its device to accept more work (a full queue behind a
+// transfer that does not come, where the backend's own wait has no
+// deadline, as NCCL's) fails the step the same way, with a
+// *CommTimeoutError.
 func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 	if t.closed {
 		return StepResult{}, errors.New("pipeline: Step after Close")
@@ -286,16 +323,31 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 		sse   float64
 		first error
 	)
-	for range t.ranks {
+	fail := func(err error) {
 		// Only the first failure is news: the others follow from the
 		// cancellation and the abort it triggers.
-		res := <-t.results
-		if res.err != nil && first == nil {
-			first = res.err
+		if first == nil {
+			first = err
 			cancel()
 			t.abort()
 		}
-		sse += res.sse
+	}
+	timeout := t.cfg.commTimeout()
+	watch := time.NewTicker(min(max(timeout/4, time.Millisecond), time.Second))
+	defer watch.Stop()
+	for left := len(t.ranks); left > 0; {
+		select {
+		case res := <-t.results:
+			left--
+			if res.err != nil {
+				fail(res.err)
+			}
+			sse += res.sse
+		case <-watch.C:
+			if err := t.stuck(timeout); err != nil {
+				fail(err)
+			}
+		}
 	}
 	wall := time.Since(start)
 	if first != nil {
@@ -309,6 +361,26 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 	}
 	t.step++
 	return res, nil
+}
+
+// errStuck is what the watchdog says of a rank whose host is held up
+// handing work to its device.
+var errStuck = errors.New("handing the step's work to its device did not return: the device's queue is full behind work that does not complete (a transfer from a peer that does not come?)")
+
+// stuck returns the error of the first rank whose host has been handing
+// work to its device (rank.enter) for timeout or longer, nil when none has.
+// Such a rank cannot see a deadline of its own; the abort that follows
+// the error fails its pending transfers, which frees its queue.
+func (t *Trainer) stuck(timeout time.Duration) error {
+	now := busyNow()
+	for _, w := range t.ranks {
+		since := w.r.busy.Load()
+		if since == 0 || time.Duration(now-since) < timeout {
+			continue
+		}
+		return fmt.Errorf("pipeline: %v: step %d: %w", w.r, t.step, &CommTimeoutError{Timeout: timeout, Err: errStuck})
+	}
+	return nil
 }
 
 // abort fails every communicator, so that operations waiting for a peer

@@ -1,0 +1,138 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"math"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
+)
+
+// fullQueueConfig is a 2-stage 1F1B run whose last stage hands its device
+// far more work in a step than a stream queues (the CPU backend's streams
+// hold 1024 items, a GPU's launch queue about as many): 256 microbatches
+// of a 4-layer chunk, some 25 items each. When the first stage sends
+// nothing, the last stage's stream stops at the wait for the first
+// microbatch and its host, still enqueueing, blocks on the full queue.
+func fullQueueConfig() Config {
+	cfg := smallConfig(2, 1, 1, Schedule1F1B)
+	cfg.Width, cfg.MicrobatchSize, cfg.Microbatches, cfg.Layers = 4, 1, 256, 8
+	cfg.Steps = 1
+	cfg.CommTimeout = 300 * time.Millisecond
+	return cfg
+}
+
+// stallRank0 stalls rank 0 before its first action until the run gives
+// up: it neither fails nor sends.
+func stallRank0(ctx context.Context, rank, step, round int) error {
+	if rank == 0 && step == 0 && round == 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// checkStallError checks that err is a CommTimeoutError of cfg's timeout
+// naming rank 1, the rank left waiting.
+func checkStallError(t *testing.T, cfg Config, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("Train succeeded with a stalled rank")
+	}
+	var te *CommTimeoutError
+	if !errors.As(err, &te) || te.Timeout != cfg.CommTimeout {
+		t.Fatalf("error %q is not a CommTimeoutError of %v", err, cfg.CommTimeout)
+	}
+	if !strings.Contains(err.Error(), "rank 1 (replica 0, stage 1)") {
+		t.Errorf("error %q does not name the waiting rank 1", err)
+	}
+}
+
+// A stalled peer fails the run after CommTimeout even where the waiting
+// rank's host is held up enqueueing behind the missing transfer, rather
+// than after the in-process backend's own default timeout (60 s), with an
+// error that is not a CommTimeoutError.
+func TestStalledPeerWithFullQueue(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	cfg := fullQueueConfig()
+	_, err := train(context.Background(), cfg, stallRank0)
+	checkStallError(t, cfg, err)
+	waitGoroutines(t, before)
+}
+
+// The in-process collectives of ranks on CPU devices of their own wait
+// CommTimeout, shorter or longer than ccl/local's default.
+func TestInProcessCollectivesWaitCommTimeout(t *testing.T) {
+	for _, d := range []time.Duration{300 * time.Millisecond, 90 * time.Second} {
+		cfg := smallConfig(2, 1, 2, Schedule1F1B)
+		cfg.CommTimeout = d
+		tr, err := NewTrainer(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Placement().Shared {
+			t.Fatalf("placement %v: want ranks on devices of their own", tr.Placement())
+		}
+		lb, ok := tr.impl.(*local.Backend)
+		if !ok || lb.Timeout() != d {
+			t.Errorf("CommTimeout %v: collectives %T with timeout %v", d, tr.impl, timeoutOf(tr.impl))
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func timeoutOf(impl ccl.Impl) any {
+	if lb, ok := impl.(*local.Backend); ok {
+		return lb.Timeout()
+	}
+	return "unknown"
+}
+
+// Where the backend's own waits outlast CommTimeout (NCCL's device-side
+// waits have no deadline; here ccl/local with its 60 s default), a rank
+// whose host blocks on a full queue behind a transfer that does not come
+// cannot see a deadline of its own: the trainer's watchdog fails the step
+// after CommTimeout, naming that rank, and the abort that follows frees
+// it, so that nothing is left running.
+func TestWatchdogFreesARankBlockedOnItsQueue(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	cfg := fullQueueConfig()
+	tr, err := newTrainerHooks(context.Background(), cfg, hooks{fault: stallRank0, ccl: local.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tr.Step(context.Background())
+	checkStallError(t, cfg, err)
+	if !errors.Is(err, errStuck) {
+		t.Errorf("error %q is not the watchdog's", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("Close after the watchdog's abort: %v", err)
+	}
+	waitGoroutines(t, before)
+}
+
+// Steps may be any positive int, a run until the context ends: nothing
+// is allocated for steps not run.
+func TestTrainHugeSteps(t *testing.T) {
+	cfg := smallConfig(1, 1, 1, Schedule1F1B)
+	cfg.Steps = math.MaxInt
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := train(ctx, cfg, func(_ context.Context, _, step, _ int) error {
+		if step == 2 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "step 2") {
+		t.Fatalf("Train = %v, want step 2 cancelled", err)
+	}
+}
