@@ -76,6 +76,7 @@ type options struct {
 	progressEvery       time.Duration // "log": one line this often
 	quietSteps          bool          // no per-step loss lines
 	deprecations        []string      // logged once the logger exists
+	warnings            []string      // flags without effect, logged likewise
 
 	// detail is the steps the trace and the per-call log cover.
 	detail profiler.StepWindow
@@ -118,14 +119,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&c.Devices, "devices", 0, "use at most this many devices (0: all); with fewer devices than ranks (pp·dp), ranks share them and communicate in process")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
-	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off, or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
+	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off (train only: nothing recorded, so no files, /metrics or spans; flags that shape them are said to have no effect), or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
 	fs.IntVar(&o.depth, "device-depth", 1, "time on the device only ranges nested at most this deep among device ranges (1: each action, not its kernels); collectives always; 0 times every kernel, at about one event record of host time each")
 	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip the files: the summary is still printed)`)
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print the summary tables on stdout (the report files are still written)")
 	fs.StringVar(&o.pprofPath, "pprof", "", `pprof profile (default <run dir>/profile.pb.gz; "off" to skip)`)
 	fs.StringVar(&o.tracePath, "trace", "", `Perfetto/Chrome trace JSON (default <run dir>/trace.json; "off" to skip)`)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", `serve Prometheus /metrics here during the run ("off" to skip; a host other than loopback only when named)`)
-	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values (not with -metrics-addr off)")
+	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0, "keep serving /metrics this long after training, so a scraper sees the final values (not with -metrics-addr off or -profile off)")
 	fs.BoolVar(&o.metricsDetail, "metrics-detail", false, "export per-name range histograms and record counts per rank, stage, chunk and phase, and collectives by message size (series grow with ranks × names; docs/metrics.md)")
 	fs.StringVar(&o.pushgateway, "pushgateway", "", "push a final metrics summary to this Pushgateway URL (for batch jobs)")
 	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this endpoint (host:port or URL); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on")
@@ -133,7 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "plaintext OTLP to a host:port endpoint (implied for loopback; a URL's scheme decides)")
 	fs.StringVar(&o.serviceName, "service-name", "", "service.name of the spans (default: OTEL_SERVICE_NAME, else profile-run)")
 	detail := fs.String("trace-steps", "", "steps the trace and the per-call logs in report.rank<N> cover (calls.rank<N>.gz has every step), comma-separated: A-B, A, last:N (the run's last N steps) or all (default 1-5,last:5: the first steps after the warm-up step 0 and the run's last 5; step 0 only on a run of at most 5 steps)")
-	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's complete call log (calls.rank<N>.gz in the run directory, written as ranges finish); 0 writes none")
+	fs.IntVar(&o.callLogMiB, "call-log-size", 64, "cap, in MiB uncompressed, of each rank's complete call log (calls.rank<N>.gz, written as ranges finish, beside the report: in the run directory unless -report names a file elsewhere; none with -report off); 0 writes none")
 	fs.StringVar(&o.logFormat, "log-format", logConsole, "log format on stderr: console (human-readable) or json (for log collectors)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.progress, "progress", "auto", "progress while training: auto (a status line on a terminal, else a log line every -progress-every), bar (the status line; off a terminal as auto), log or off")
@@ -296,6 +297,25 @@ Flags:
 				return nil, usagef("%s needs profiling, but -profile is off", name)
 			}
 		}
+		// Without profiling nothing is recorded, so /metrics is not
+		// served: asked for, it is a mistake (as with -metrics-addr off).
+		for _, name := range []string{"metrics-addr", "metrics-linger", "metrics-detail"} {
+			if set[name] && !(name == "metrics-addr" && o.metricsAddr == "off") {
+				return nil, usagef("-%s: /metrics needs profiling, but -profile is off", name)
+			}
+		}
+		// Flags that only shape what profiling records have nothing to
+		// shape: said, not refused, so that one command line compares
+		// -profile on and off.
+		for _, name := range []string{"trace-steps", "call-log-size", "device-depth", "sort", "otlp-protocol", "service-name"} {
+			if set[name] {
+				o.warnings = append(o.warnings, fmt.Sprintf("-%s has no effect: -profile is off, so nothing is recorded", name))
+			}
+		}
+	}
+	if set["call-log-size"] && o.callLogMiB > 0 && o.report == "off" {
+		// The call logs are written beside the report's files.
+		return nil, usagef("-call-log-size %d: the call logs go beside the report (calls.rank<N>.gz), but -report is off", o.callLogMiB)
 	}
 	return o, nil
 }
@@ -308,6 +328,11 @@ func checkOutputFlags(o *options) error {
 	case "", otel.ProtocolGRPC, otel.ProtocolHTTP:
 	default:
 		return usagef("-otlp-protocol: unknown protocol %q (one of: %s, %s)", o.otlpProtocol, otel.ProtocolGRPC, otel.ProtocolHTTP)
+	}
+	if o.otlpEndpoint != "" {
+		if err := checkOTLPEndpoint(o.otlpEndpoint); err != nil {
+			return usagef("-otlp-endpoint %q: %v (HOST:PORT, or an http:// or https:// URL)", o.otlpEndpoint, err)
+		}
 	}
 	if o.metricsAddr != "off" {
 		if err := checkListenAddr(o.metricsAddr); err != nil {
@@ -328,6 +353,36 @@ func checkOutputFlags(o *options) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return usagef("-pushgateway: %q is not an http(s) URL", o.pushgateway)
 		}
+	}
+	return nil
+}
+
+// checkOTLPEndpoint checks the form of -otlp-endpoint as the exporter
+// reads it: a URL when it has a scheme (http or https, with a host), else
+// HOST:PORT. Whether anything listens there is found when sending, and
+// is no usage error.
+func checkOTLPEndpoint(endpoint string) error {
+	if strings.Contains(endpoint, "://") {
+		u, err := url.Parse(endpoint)
+		switch {
+		case err != nil:
+			return err
+		case u.Scheme != "http" && u.Scheme != "https":
+			return fmt.Errorf("scheme %q is not http or https", u.Scheme)
+		case u.Host == "":
+			return errors.New("no host")
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		if ae := (*net.AddrError)(nil); errors.As(err, &ae) {
+			return errors.New(ae.Err)
+		}
+		return err
+	}
+	if port == "" {
+		return errors.New("no port")
 	}
 	return nil
 }

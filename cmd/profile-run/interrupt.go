@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // interrupt is what profile-run does with SIGINT, SIGTERM, SIGHUP and
@@ -24,6 +25,10 @@ type interrupt struct {
 	first    os.Signal // the first signal, which sets the exit status
 	training bool
 	wrapped  bool // a command is wrapped: its output is its own
+	// leaving says, when profile-run exits without finishing (a wait
+	// that no signal reaches outlasted the grace), what it leaves
+	// unfinished; nil: nothing to say.
+	leaving func()
 }
 
 // errInterrupted is the cause of stop and abort when a signal ended them.
@@ -127,6 +132,37 @@ func (in *interrupt) nothingToStop() {
 	in.training = false
 	if in.first != nil {
 		in.cancelAbort(&errInterrupted{in.first})
+	}
+}
+
+// onHardExit has f say, should profile-run exit before it is done (see
+// hardExit), what it leaves unfinished; nil says nothing.
+func (in *interrupt) onHardExit(f func()) {
+	in.mu.Lock()
+	in.leaving = f
+	in.mu.Unlock()
+}
+
+// hardExit runs what onHardExit registered, for at most bound: the
+// process is about to end without finishing, and whatever kept it (a
+// stuck disk, say) must not keep it from ending.
+func (in *interrupt) hardExit(bound time.Duration) {
+	in.mu.Lock()
+	f := in.leaving
+	in.mu.Unlock()
+	if f == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 

@@ -323,7 +323,7 @@ func TestTwoSignalsDuringOTLPShutdown(t *testing.T) {
 func TestExitAfterAbort(t *testing.T) {
 	in := newInterrupt(context.Background())
 	exited := make(chan int, 1)
-	go exitAfterAbort(in, 10*time.Millisecond, func(code int) { exited <- code })
+	go exitAfterAbort(in, 10*time.Millisecond, time.Second, func(code int) { exited <- code })
 	in.deliver(syscall.SIGTERM) // during training: stop only
 	select {
 	case code := <-exited:
@@ -347,7 +347,7 @@ func TestExitAfterAbort(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	in = newInterrupt(ctx)
 	exited = make(chan int, 1)
-	go exitAfterAbort(in, time.Millisecond, func(code int) { exited <- code })
+	go exitAfterAbort(in, time.Millisecond, time.Second, func(code int) { exited <- code })
 	cancel()
 	select {
 	case code := <-exited:

@@ -26,7 +26,7 @@ func main() {
 	}
 	in := newInterrupt(context.Background())
 	go in.watch(sigs)
-	go exitAfterAbort(in, abortGrace, os.Exit)
+	go exitAfterAbort(in, abortGrace, abortGrace, os.Exit)
 	// A write to a closed pipe on stdout or stderr fails with EPIPE
 	// instead of killing the process once SIGPIPE is caught (a handler,
 	// not SIG_IGN, so a wrapped command still gets the default); the
@@ -45,12 +45,15 @@ func main() {
 }
 
 // exitAfterAbort calls exit with the signal's status grace after a signal
-// has ended in.abort; an abort for another reason does nothing.
-func exitAfterAbort(in *interrupt, grace time.Duration, exit func(int)) {
+// has ended in.abort, once what is left unfinished has been said
+// (in.hardExit, given at most sayFor); an abort for another reason does
+// nothing.
+func exitAfterAbort(in *interrupt, grace, sayFor time.Duration, exit func(int)) {
 	<-in.abort.Done()
 	var ei *errInterrupted
 	if errors.As(context.Cause(in.abort), &ei) {
 		time.Sleep(grace)
+		in.hardExit(sayFor)
 		exit(in.exitCode())
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -169,6 +171,14 @@ type outputs struct {
 	spans       *otel.Exporter
 
 	summary []string // one line per destination, for the end of the run
+
+	// For a hard exit (abandon), which may come while the files are
+	// being written: the paths of report, pprof and trace as created at
+	// open, and each file written whole so far.
+	created    []string
+	reportPath string // "" with -report off
+	wholeMu    sync.Mutex
+	wholeDone  map[string]bool
 }
 
 // resolvePath applies a file flag's convention: "" is the default name in
@@ -203,6 +213,16 @@ func createFile(what, path string) (*os.File, error) {
 // file: <prefix>.rank<N> (report.txt: report.rank0, …).
 func rankReportPrefix(report string) string {
 	return strings.TrimSuffix(report, filepath.Ext(report))
+}
+
+// callLogLimit is -call-log-size in bytes: a size beyond what 63 bits
+// of bytes hold caps nothing (shifted, it would wrap to a small cap, or
+// to 0, no cap at all, by chance).
+func callLogLimit(mib int) int64 {
+	if int64(mib) > math.MaxInt64>>20 {
+		return math.MaxInt64
+	}
+	return int64(mib) << 20
 }
 
 // callLogPrefix is where the per-rank call logs go beside the report
@@ -336,6 +356,12 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			out.discard()
 			return nil, err
 		}
+		if *f.dst != nil {
+			out.created = append(out.created, f.path)
+		}
+	}
+	if out.report != nil {
+		out.reportPath = out.report.Name()
 	}
 	if out.report != nil {
 		if err := checkRankFiles(o, out.report.Name()); err != nil {
@@ -374,7 +400,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	out.pipe = newPipeAnalysis(o, out.stepAnalysed)
 	sinks = append(sinks, out.pipe)
 	if out.report != nil && o.callLogMiB > 0 {
-		out.calls = profiler.NewCallLog(callLogPrefix(out.report.Name()), int64(o.callLogMiB)<<20)
+		out.calls = profiler.NewCallLog(callLogPrefix(out.report.Name()), callLogLimit(o.callLogMiB))
 		sinks = append(sinks, out.calls)
 	}
 	for _, sk := range sinks {
@@ -590,6 +616,10 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks)
 		errs = append(errs, err, screenErr)
+		out.whole(paths...) // those listed are whole, error or not
+		if out.report != nil && err == nil {
+			out.whole(out.report.Name())
+		}
 		if out.report != nil {
 			line := fmt.Sprintf("report: %d records → %s", collected, out.report.Name())
 			if err != nil {
@@ -609,6 +639,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		st, err := out.profile.Write(out.pprofFile, opts...)
 		errs = append(errs, err)
+		if err == nil {
+			out.whole(out.pprofFile.Name())
+		}
 		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), out.pprofFile.Name()))
 	}
 	if out.traceFile != nil {
@@ -637,6 +670,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			out.dropTrace()
 			errs = append(errs, fmt.Errorf("-trace: %w", err))
 		default:
+			out.whole(out.traceFile.Name())
 			line := fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s", st.Events, st.Flows, st.Unmatched, covers)
 			if ws := out.detail.Stats(); ws.CutText() != "" {
 				line += fmt.Sprintf(" (%s left out whole: the trace holds %d records at most; -trace-steps to choose the steps)", ws.CutText(), out.detail.Bound())
@@ -650,23 +684,50 @@ func (out *outputs) finish(stdout io.Writer) error {
 		// would otherwise only look like a result.
 		out.summary = append(out.summary, "files: none was written into the run directory "+out.runDir+", so it was removed")
 	}
+	if out.spans != nil && out.abort.Err() == nil {
+		// Spans a slow or absent endpoint has not taken are waited for
+		// (flushed before a push or linger, then at the shutdown), each
+		// wait up to closeTimeout: said, or the run seems to hang.
+		if n := out.spans.Stats().Pending; n > 0 {
+			out.log.Info(fmt.Sprintf("waiting for the OTLP endpoint to take %d queued spans (each wait at most %v; a signal ends it, the spans not delivered counted below)", n, closeTimeout),
+				zap.String("endpoint", out.spans.Endpoint()))
+		}
+	}
 	if out.metrics != nil {
 		out.pushAndLinger()
 	}
 	// The profiler shuts its sinks down in the order they were added: the
 	// span exporter delivers what it holds, then /metrics stops.
 	ctx, cancel := context.WithTimeout(out.abort, closeTimeout)
-	if err := out.prof.Close(ctx); err != nil {
-		// Undelivered spans are counted and shown below; they do not
-		// fail the run.
-		if out.abort.Err() != nil {
-			out.log.Warn("shutting the exporters down was cut short", zap.String("by", context.Cause(out.abort).Error()))
-		} else {
-			out.log.Warn("shutting the exporters down", zap.Error(err))
-		}
-	}
+	closeErr := closeProfiler(ctx, out.prof)
 	cancel()
 	if out.calls != nil {
+		// The call logs are files, closed whole whatever became of the
+		// shutdown: one cut short by a signal skips every sink's (when
+		// the collector holds the profiler at that instant), and would
+		// leave them without their ends, or empty, while listed below.
+		_ = out.calls.Close() // its errors are each file's, below
+	}
+	if closeErr != nil {
+		// Undelivered spans are counted and shown below; they do not
+		// fail the run. Cut short by a signal, the shutdown leaves out
+		// nothing else of the run's (the records were flushed, the files
+		// are closed): only spans can be lost then.
+		switch {
+		case out.abort.Err() == nil:
+			out.log.Warn("shutting the exporters down", zap.Error(closeErr))
+		case out.spans != nil:
+			out.log.Warn("delivering the spans was cut short; the otlp line below counts those not delivered", zap.String("by", context.Cause(out.abort).Error()))
+		default:
+			out.log.Debug("shutting the exporters down was cut short", zap.String("by", context.Cause(out.abort).Error()), zap.Error(closeErr))
+		}
+	}
+	if out.calls != nil {
+		for _, f := range out.calls.Files() {
+			if f.Err == nil {
+				out.whole(f.Path)
+			}
+		}
 		for _, f := range out.calls.Files() {
 			out.summary = append(out.summary, callLogLine(f, out.o.callLogMiB))
 			if f.Err != nil {
@@ -732,6 +793,98 @@ func (out *outputs) finish(stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  %s\n", line)
 	}
 	return errors.Join(errs...)
+}
+
+// closeProfiler closes the profiler at the end of a run; tests replace it
+// to hold the profiler as its collector can at the instant Close runs.
+var closeProfiler = func(ctx context.Context, p *profiler.Profiler) error { return p.Close(ctx) }
+
+// whole records paths as written whole (see abandon).
+func (out *outputs) whole(paths ...string) {
+	out.wholeMu.Lock()
+	defer out.wholeMu.Unlock()
+	if out.wholeDone == nil {
+		out.wholeDone = map[string]bool{}
+	}
+	for _, p := range paths {
+		out.wholeDone[p] = true
+	}
+}
+
+func (out *outputs) isWhole(path string) bool {
+	out.wholeMu.Lock()
+	defer out.wholeMu.Unlock()
+	return out.wholeDone[path]
+}
+
+// abandon is what profile-run leaves when it exits before its outputs are
+// finished (a second signal while a wait no signal reaches holds it,
+// in.hardExit): it runs on another goroutine while they may still be
+// being written, and takes no lock they hold. Each file this run may make
+// that is not yet written whole is removed while still empty (created at
+// the start, it holds nothing: it would only look like a result), and the
+// run directory with it when nothing else is left there; the files left
+// that hold something are named, as incomplete. It returns the line that
+// says so, "" when every file was written whole.
+func (out *outputs) abandon(cause error) string {
+	candidates := slices.Clone(out.created)
+	if out.reportPath != "" {
+		// Known at open, as the report's name: the per-rank files.
+		for _, rank := range out.o.ranks {
+			candidates = append(candidates, fmt.Sprintf("%s.rank%d", rankReportPrefix(out.reportPath), rank))
+		}
+	}
+	if out.calls != nil {
+		for _, rank := range out.o.ranks {
+			candidates = append(candidates, out.calls.Path(rank))
+		}
+	}
+	var removed, left []string
+	for _, p := range candidates {
+		if out.isWhole(p) {
+			continue
+		}
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // not made (yet), or removed as empty already
+		}
+		if fi.Size() == 0 {
+			if os.Remove(p) == nil {
+				removed = append(removed, p)
+			}
+			continue
+		}
+		left = append(left, p)
+	}
+	if len(removed)+len(left) == 0 {
+		return ""
+	}
+	// Names in the run directory are given relative to it.
+	names := func(paths []string) string {
+		var short []string
+		for _, p := range paths {
+			if out.runDir != "" && filepath.Dir(p) == filepath.Clean(out.runDir) {
+				p = filepath.Base(p)
+			}
+			short = append(short, p)
+		}
+		return strings.Join(short, ", ")
+	}
+	var parts []string
+	if len(left) > 0 {
+		parts = append(parts, "INCOMPLETE, cut off where the exit found them: "+names(left))
+	}
+	if len(removed) > 0 {
+		parts = append(parts, "removed, still empty: "+names(removed))
+	}
+	where := ""
+	if out.runDir != "" {
+		where = " in " + out.runDir
+		if os.Remove(out.runDir) == nil { // only if nothing is left in it
+			where = "; the run directory " + out.runDir + " is removed, nothing being left in it"
+		}
+	}
+	return fmt.Sprintf("%v: exiting without finishing the outputs (still waiting %v after the signal): %s%s", cause, abortGrace, strings.Join(parts, "; "), where)
 }
 
 // callLogLine is the summary's line for one rank's call log: what it

@@ -141,7 +141,13 @@ func (pr *progress) eta(elapsed time.Duration) time.Duration {
 	if pr.done == 0 {
 		return 0
 	}
-	return time.Duration(min(float64(elapsed)/float64(pr.done)*float64(pr.steps-pr.done), math.MaxInt64))
+	// float64(math.MaxInt64) is 2⁶³, one past the largest Duration:
+	// converted back, it would wrap to the most negative one.
+	left := float64(elapsed) / float64(pr.done) * float64(pr.steps-pr.done)
+	if left >= float64(math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return time.Duration(left)
 }
 
 // status is the status line's text.

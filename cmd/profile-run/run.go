@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -68,7 +69,7 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer func() { _ = log.Sync() }()
-	for _, d := range o.deprecations {
+	for _, d := range slices.Concat(o.deprecations, o.warnings) {
 		log.Warn(d)
 	}
 	if len(o.command) > 0 {
@@ -177,10 +178,10 @@ func makeRunDir(dir string) (string, error) {
 			return path, nil
 		}
 		if !errors.Is(err, os.ErrExist) {
-			return "", fmt.Errorf("output directory: %w", err)
+			return "", fmt.Errorf("output directory -out %s: %w", dir, err)
 		}
 	}
-	return "", fmt.Errorf("output directory: could not find a free run name under %s", dir)
+	return "", fmt.Errorf("output directory -out %s: could not find a free run name in it", dir)
 }
 
 func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
@@ -212,6 +213,15 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		if out, err = openOutputs(in.abort, o, prof, log); err != nil {
 			return err
 		}
+		// Should a wait that no signal reaches keep profile-run past a
+		// signal's grace, it ends without finishing these: it says so.
+		in.onHardExit(func() {
+			if msg := out.abandon(context.Cause(in.abort)); msg != "" {
+				log.Warn(msg)
+				_ = log.Sync()
+			}
+		})
+		defer in.onHardExit(nil)
 	}
 	cfg := o.train
 	cfg.Profiler = prof
@@ -242,8 +252,11 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		// news: the signal is.
 		trainErr = nil
 		interrupted = context.Cause(in.stop)
-		log.Warn(fmt.Sprintf("%v at step %d (%d of %d steps complete); writing what was recorded (another signal stops at once)",
-			interrupted, done, done, cfg.Steps))
+		next := "writing what was recorded (another signal stops at once)"
+		if prof == nil {
+			next = "-profile off: nothing was recorded"
+		}
+		log.Warn(fmt.Sprintf("%v at step %d (%d of %d steps complete); %s", interrupted, done, done, cfg.Steps, next))
 		if out != nil {
 			out.partial = fmt.Sprintf("partial run: %v at step %d (%d of %d steps complete)", interrupted, done, done, cfg.Steps)
 		}
@@ -300,8 +313,12 @@ func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-
 	if in.signal() == syscall.SIGPIPE {
 		what = "the reader of profile-run's output has gone (SIGPIPE)"
 	}
-	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued finishes first (each wait at most -comm-timeout %v), then what was recorded is written; another signal stops at once",
-		what, timeout))
+	then := ", then what was recorded is written"
+	if cfg.Profiler == nil {
+		then = "" // -profile off: nothing is
+	}
+	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued finishes first (each wait at most -comm-timeout %v)%s; another signal stops at once",
+		what, timeout, then))
 }
 
 // trainSteps runs cfg's steps, reporting each to pr as it finishes, until
