@@ -120,10 +120,21 @@ type blamer struct {
 	g     *graph
 	idx   map[int]*Rank
 	peers map[int]peer
-	// ref is the last arrival's path, latest first; its activities carry
-	// mark and their index in it.
+	// ref is the last arrival's path, latest first, as far as a
+	// comparison has needed it; its activities carry mark and their
+	// index in it. The rest of the path is walked only when a waiting
+	// member's path joins it there (or never does): walking it all for
+	// every collective, back to the step's start, made the comparisons
+	// quadratic in the collectives of a step.
 	ref  []link
 	mark uint32
+	// from is where the last arrival's path starts (nil for an empty
+	// one); cur and end are the walk of it that ref holds so far: the
+	// link to visit next (nil once at the path's start) and where its
+	// segment ends.
+	from, cur *activity
+	end       time.Duration
+	visitRef  func(Segment, *activity) bool
 	// Per comparison.
 	own            []link
 	onRef          map[int]time.Duration  // by rank: the last arrival's path before the join
@@ -141,6 +152,13 @@ func newBlamer(ranks []Rank, g *graph) *blamer {
 			b.peers[r.Rank] = peer{stage: r.Stage, rank: profiler.None}
 		}
 	}
+	b.visitRef = func(s Segment, a *activity) bool {
+		if a != nil {
+			a.mark, a.pos = b.mark, int32(len(b.ref))
+		}
+		b.ref = append(b.ref, link{s.Rank, max(s.Len(), 0)})
+		return true
+	}
 	return b
 }
 
@@ -155,21 +173,35 @@ func (b *blamer) peerOf(rank, member int) peer {
 	return peer{stage: profiler.None, rank: rank}
 }
 
-// reference walks the path to the last arrival's arrival (member is its
-// activity in the collective; nil without one) and marks its activities.
+// reference starts the path to the last arrival's arrival (member is its
+// activity in the collective; nil without one), whose activities extend
+// marks as it is walked.
 func (b *blamer) reference(member *activity) {
 	b.mark++
 	b.ref = b.ref[:0]
+	b.from, b.cur = nil, nil
 	if member == nil {
 		return
 	}
-	b.g.walkTo(member, func(s Segment, a *activity) bool {
-		if a != nil {
-			a.mark, a.pos = b.mark, int32(len(b.ref))
+	if prev, end, ok := b.g.arrival(member, b.visitRef); ok {
+		b.from, b.cur, b.end = prev, prev, end
+	}
+}
+
+// extend walks the last arrival's path on until it has marked a, or to
+// its start where a is nil.
+func (b *blamer) extend(a *activity) {
+	for b.cur != nil && (a == nil || a.mark != b.mark) {
+		if b.cur.mark == b.mark { // a walk stops at an activity it passed
+			b.cur = nil
+			break
 		}
-		b.ref = append(b.ref, link{s.Rank, max(s.Len(), 0)})
-		return true
-	})
+		next, end, ok := b.g.step(b.cur, b.end, b.visitRef)
+		if !ok {
+			next = nil
+		}
+		b.cur, b.end = next, end
+	}
 }
 
 // causes splits the wait of rank self, whose activity in the collective
@@ -178,16 +210,21 @@ func (b *blamer) reference(member *activity) {
 // are positive; they need not add up to 1.
 func (b *blamer) causes(member *activity, self, last int) []cause {
 	b.own = b.own[:0]
-	join := len(b.ref)
+	join := -1
 	if member != nil {
 		b.g.walkTo(member, func(s Segment, a *activity) bool {
 			b.own = append(b.own, link{s.Rank, max(s.Len(), 0)})
-			if a != nil && a.mark == b.mark {
+			if a != nil && b.from != nil && b.g.reaches(b.from, a) {
+				b.extend(a)
 				join = int(a.pos) + 1 // the joining activity's segment counts on both paths
 				return false
 			}
 			return true
 		})
+	}
+	if join < 0 {
+		b.extend(nil)
+		join = len(b.ref)
 	}
 	clear(b.onRef)
 	clear(b.excess)

@@ -61,11 +61,26 @@ const criticalTolerance = time.Microsecond
 type activity struct {
 	it   *item
 	span profiler.Interval
+	// prev is the activity before it on its rank (graph.before); next is
+	// the path's link before it and start where its segment starts: prev
+	// and its start, or the send a receive waited for, or the last
+	// arrival a collective member waited for, and the wait's start. Both
+	// are the activity's alone, whatever path comes to it, so they are
+	// worked out once (graph.chain, where chained is false) and every walk
+	// follows them.
+	prev, next *activity
+	start      time.Duration
+	chained    bool
 	// seen is the last walk that passed the activity (walks stop at an
 	// activity they passed before); mark and pos say where the last
 	// arrival's path of a blame comparison passed it (see blamer).
 	seen, mark uint32
 	pos        int32
+	// Where the activity lies in the graph of next links, for reaches:
+	// its place in the forest the links make (tin, tout), the loop of
+	// links it is on (cycle) and the one its path ends in (loop), each −1
+	// for none; see graph.index.
+	tin, tout, cycle, loop int32
 }
 
 // graph is a step's activities — computations by the busy definition,
@@ -81,6 +96,7 @@ type graph struct {
 	members     map[memberKey]*activity
 	last        *activity
 	walks       uint32
+	indexed     bool // index has run
 }
 
 type memberKey struct {
@@ -129,6 +145,33 @@ func newGraph(items []item) *graph {
 		}
 	}
 	return g
+}
+
+// chain sets a's prev, next and start, once: where a path that reaches a
+// goes on, which depends on a alone.
+func (g *graph) chain(a *activity) {
+	if a.chained {
+		return
+	}
+	a.chained = true
+	start := a.span.Start
+	next := g.before(a.it.rank, start, a)
+	a.prev = next
+	// A receive whose send started after the receiving rank was ready
+	// waited for the sender: the path goes on at the sender. A send done
+	// before the receive began kept nothing waiting: the path stays on
+	// the receiving rank, whose gap held the receive back.
+	if s, ok := g.recvs[a]; ok && s.span.Start > readyAt(next) && s.span.End > a.span.Start {
+		start, next = max(s.span.Start, a.span.Start), s
+	}
+	// A collective waits for its last arrival (one that had left before
+	// this member came kept it from nothing).
+	if c := a.it.coll; c != nil && a.it.kind == profiler.KindCollective {
+		if la := g.lastArrival[collKey{c.group, c.gid, c.seq}]; la != nil && la != a && la.span.Start > readyAt(next) && la.span.End > a.span.Start {
+			start, next = max(la.span.Start, a.span.Start), la
+		}
+	}
+	a.start, a.next = start, next
 }
 
 // byEnd orders activities by their end, then their start, then what else
@@ -203,50 +246,170 @@ func (g *graph) walk(cur *activity, end time.Duration, visit func(Segment, *acti
 	g.walks++
 	for cur != nil && cur.seen != g.walks {
 		cur.seen = g.walks
-		start := cur.span.Start
-		next := g.before(cur.it.rank, start, cur)
-		// A receive whose send started after the receiving rank was ready
-		// waited for the sender: the path goes on at the sender. A send
-		// done before the receive began kept nothing waiting: the path
-		// stays on the receiving rank, whose gap held the receive back.
-		if s, ok := g.recvs[cur]; ok && s.span.Start > readyAt(next) && s.span.End > cur.span.Start {
-			start, next = max(s.span.Start, cur.span.Start), s
-		}
-		// A collective waits for its last arrival (one that had left
-		// before this member came kept it from nothing).
-		if c := cur.it.coll; c != nil && cur.it.kind == profiler.KindCollective {
-			if la := g.lastArrival[collKey{c.group, c.gid, c.seq}]; la != nil && la != cur && la.span.Start > readyAt(next) && la.span.End > cur.span.Start {
-				start, next = max(la.span.Start, cur.span.Start), la
-			}
-		}
-		start = min(start, end)
-		if !visit(segmentOf(cur, profiler.Interval{Start: start, End: end}), cur) || next == nil {
+		var ok bool
+		if cur, end, ok = g.step(cur, end, visit); !ok {
 			return
 		}
-		nextEnd := min(next.span.End, start)
-		if next.it.rank == cur.it.rank && nextEnd < start {
-			if !visit(gapSegment(cur.it.rank, nextEnd, start), nil) {
-				return
-			}
-		}
-		cur, end = next, nextEnd
 	}
+}
+
+// step visits cur's segment, which ends at end, and the gap on its rank
+// between it and the path's next link, if any; it returns that link and
+// where its segment ends, or ok false where visit stopped the walk or
+// the path has no earlier link.
+func (g *graph) step(cur *activity, end time.Duration, visit func(Segment, *activity) bool) (next *activity, nextEnd time.Duration, ok bool) {
+	g.chain(cur)
+	start := min(cur.start, end)
+	next = cur.next
+	if !visit(segmentOf(cur, profiler.Interval{Start: start, End: end}), cur) || next == nil {
+		return nil, 0, false
+	}
+	nextEnd = min(next.span.End, start)
+	if next.it.rank == cur.it.rank && nextEnd < start {
+		if !visit(gapSegment(cur.it.rank, nextEnd, start), nil) {
+			return nil, 0, false
+		}
+	}
+	return next, nextEnd, true
 }
 
 // walkTo follows the path that brought a collective's member to it: back
 // from its arrival, from the activity before it on its rank (the member's
 // own wait for the collective's last arrival is not on that path).
 func (g *graph) walkTo(member *activity, visit func(Segment, *activity) bool) {
+	if prev, end, ok := g.arrival(member, visit); ok {
+		g.walk(prev, end, visit)
+	}
+}
+
+// arrival visits the gap on member's rank before its arrival, if any, and
+// returns the activity before it there and where its segment ends, or ok
+// false where there is none or visit stopped the walk.
+func (g *graph) arrival(member *activity, visit func(Segment, *activity) bool) (prev *activity, end time.Duration, ok bool) {
+	g.chain(member)
 	rank, t := member.it.rank, member.span.Start
-	prev := g.before(rank, t, member)
+	prev = member.prev
 	if prev == nil {
-		return
+		return nil, 0, false
 	}
-	end := min(prev.span.End, t)
+	end = min(prev.span.End, t)
 	if end < t && !visit(gapSegment(rank, end, t), nil) {
-		return
+		return nil, 0, false
 	}
-	g.walk(prev, end, visit)
+	return prev, end, true
+}
+
+// reaches reports whether the path from a (a walk that starts at a and
+// stops at nothing but the path's start or an activity it passed before)
+// passes b. Each activity has one next link, so the links make a forest
+// whose roots are the activities without one and loops of links: the
+// path from a passes b where b is on the loop a's path ends in, or is
+// a's ancestor in the forest.
+func (g *graph) reaches(a, b *activity) bool {
+	if !g.indexed {
+		g.index()
+	}
+	if b.cycle >= 0 {
+		return a.loop == b.cycle
+	}
+	return b.tin <= a.tin && a.tin < b.tout
+}
+
+// index finds the loops of next links and numbers the forest they make
+// (a node's descendants are the activities whose paths pass it), for
+// reaches: linear in the activities.
+func (g *graph) index() {
+	g.indexed = true
+	var nodes []*activity
+	for _, as := range g.byRank {
+		nodes = append(nodes, as...)
+	}
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := make([]uint8, len(nodes))
+	for i, a := range nodes {
+		g.chain(a)
+		a.tin, a.cycle = int32(i), -1 // tin holds the node's number until the tour
+	}
+	var path []*activity
+	cycles := int32(0)
+	for _, a := range nodes {
+		path = path[:0]
+		x := a
+		for ; x != nil && state[x.tin] == unseen; x = x.next {
+			state[x.tin] = onPath
+			path = append(path, x)
+		}
+		loop := int32(-1)
+		switch {
+		case x == nil:
+		case state[x.tin] == onPath: // the path closes a loop at x
+			i := len(path) - 1
+			for path[i] != x {
+				i--
+			}
+			for _, y := range path[i:] {
+				y.cycle = cycles
+			}
+			loop = cycles
+			cycles++
+		default:
+			loop = x.loop
+		}
+		for _, y := range path {
+			state[y.tin], y.loop = done, loop
+		}
+	}
+	// The forest: an activity off the loops hangs from its next link.
+	first := make([]int32, len(nodes)+1) // children of node i: kids[first[i]:first[i+1]]
+	for _, a := range nodes {
+		if a.cycle < 0 && a.next != nil {
+			first[a.next.tin+1]++
+		}
+	}
+	for i := range nodes {
+		first[i+1] += first[i]
+	}
+	kids, fill := make([]int32, first[len(nodes)]), slices.Clone(first[:len(nodes)])
+	for i, a := range nodes {
+		if a.cycle < 0 && a.next != nil {
+			p := a.next.tin
+			kids[fill[p]] = int32(i)
+			fill[p]++
+		}
+	}
+	// Number the nodes in depth-first order: a subtree's numbers run
+	// from its root's tin to its tout.
+	tin, tout := make([]int32, len(nodes)), make([]int32, len(nodes))
+	clock := int32(0)
+	var stack []int32
+	for i, a := range nodes {
+		if a.cycle < 0 && a.next != nil {
+			continue // not a root
+		}
+		stack = append(stack[:0], int32(i))
+		tin[i], fill[i] = clock, first[i]
+		clock++
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			if fill[n] == first[n+1] {
+				tout[n] = clock
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k := kids[fill[n]]
+			fill[n]++
+			tin[k], fill[k] = clock, first[k]
+			clock++
+			stack = append(stack, k)
+		}
+	}
+	for i, a := range nodes {
+		a.tin, a.tout = tin[i], tout[i]
+	}
 }
 
 func gapSegment(rank int, from, to time.Duration) Segment {
@@ -260,18 +423,16 @@ func (g *graph) critical() *CriticalPath {
 	if g.last == nil {
 		return nil
 	}
-	var rev []Segment
+	var segs []Segment // latest first until reversed
 	g.walk(g.last, g.last.span.End, func(s Segment, _ *activity) bool {
-		rev = append(rev, s)
+		if s.Len() > 0 {
+			segs = append(segs, s)
+		}
 		return true
 	})
-	cp := &CriticalPath{}
-	for i := len(rev) - 1; i >= 0; i-- {
-		s := rev[i]
-		if s.Len() <= 0 {
-			continue
-		}
-		cp.Segments = append(cp.Segments, s)
+	slices.Reverse(segs)
+	cp := &CriticalPath{Segments: segs}
+	for _, s := range segs {
 		switch s.Kind {
 		case SegmentCompute:
 			cp.Compute += s.Len()

@@ -440,6 +440,8 @@ func bubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
 		return
 	}
 	rk.Chunks = make([]time.Duration, maxChunk+1)
+	sw := chunkSweep{acts: acts, byStart: sc.byStart[:0], started: sc.started[:0]}
+	defer func() { sc.byStart, sc.started = sw.byStart, sw.started }()
 	at := span.Start
 	for _, b := range busy {
 		s, e := max(b.Start, span.Start), min(b.End, span.End)
@@ -447,7 +449,7 @@ func bubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
 			continue
 		}
 		if s > at {
-			if c := chunkAt(acts, s); c >= 0 && c < len(rk.Chunks) {
+			if c := sw.at(s); c >= 0 && c < len(rk.Chunks) {
 				rk.Chunks[c] += s - at
 			} else {
 				rk.Drain += s - at // a gap no action ends: counted with the tail
@@ -460,14 +462,104 @@ func bubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
 	}
 }
 
-// chunkAt is the chunk of the action running at t, or −1.
-func chunkAt(acts []*item, t time.Duration) int {
-	for i := range acts {
-		if w := acts[i].work; w.Start <= t && t < w.End {
-			return int(acts[i].chunk)
+// chunkSweep finds the chunk of the action running at each of a series of
+// instants: of the actions running at t (start ≤ t < end), the one first
+// in acts, or −1 without one. bubble asks at the start of each gap, in
+// rising order; with the actions sorted by start once and those started
+// by t in a heap by their place in acts, each action goes in and out of
+// the heap once, where a scan of every action at every gap was quadratic
+// in the actions of a rank's step (a step of 10⁵ actions took a minute).
+type chunkSweep struct {
+	acts    []*item
+	byStart []actStart // the nonempty actions by start, once asked
+	sorted  bool
+	next    int     // byStart[next:] had not started at the last instant asked
+	started []int32 // min-heap of the indices of the actions started by then
+	last    time.Duration
+}
+
+// actStart is an action's start and its index in chunkSweep.acts.
+type actStart struct {
+	start time.Duration
+	i     int32
+}
+
+func (c *chunkSweep) sort() {
+	c.sorted = true
+	for i, a := range c.acts {
+		if a.work.Start < a.work.End { // an empty action runs at no instant
+			c.byStart = append(c.byStart, actStart{a.work.Start, int32(i)})
 		}
 	}
-	return -1
+	byStart := func(a, b actStart) int {
+		if a.start != b.start {
+			return cmp.Compare(a.start, b.start)
+		}
+		return cmp.Compare(a.i, b.i)
+	}
+	if !slices.IsSortedFunc(c.byStart, byStart) { // a rank's records mostly come in order
+		slices.SortFunc(c.byStart, byStart)
+	}
+	c.next, c.started, c.last = 0, c.started[:0], math.MinInt64
+}
+
+// at is the chunk of the action running at t, or −1. An instant earlier
+// than the last one asked starts the sweep over.
+func (c *chunkSweep) at(t time.Duration) int {
+	if !c.sorted {
+		c.sort()
+	}
+	if t < c.last {
+		c.next, c.started = 0, c.started[:0]
+	}
+	c.last = t
+	for ; c.next < len(c.byStart) && c.byStart[c.next].start <= t; c.next++ {
+		c.push(c.byStart[c.next].i)
+	}
+	// An action that ended by t ended by every later instant too: it
+	// leaves the heap when it comes to the top.
+	for len(c.started) > 0 && c.acts[c.started[0]].work.End <= t {
+		c.pop()
+	}
+	if len(c.started) == 0 {
+		return -1
+	}
+	return int(c.acts[c.started[0]].chunk)
+}
+
+func (c *chunkSweep) push(i int32) {
+	h := append(c.started, i)
+	for k := len(h) - 1; k > 0; {
+		p := (k - 1) / 2
+		if h[p] <= h[k] {
+			break
+		}
+		h[p], h[k] = h[k], h[p]
+		k = p
+	}
+	c.started = h
+}
+
+func (c *chunkSweep) pop() {
+	h := c.started
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for k := 0; ; {
+		m, l, r := k, 2*k+1, 2*k+2
+		if l < n && h[l] < h[m] {
+			m = l
+		}
+		if r < n && h[r] < h[m] {
+			m = r
+		}
+		if m == k {
+			break
+		}
+		h[k], h[m] = h[m], h[k]
+		k = m
+	}
+	c.started = h
 }
 
 // stages pools the ranks by their stage label.
@@ -562,6 +654,8 @@ type scratch struct {
 	work      []profiler.StreamWork // rankAccount, bubble, attribute, one after another
 	intervals []profiler.Interval   // rankAccount's transfers
 	acts      []*item               // bubble's actions
+	byStart   []actStart            // bubble's chunkSweep: the actions by start
+	started   []int32               // and the heap of those started
 	ev        []useEvent            // attribute's boundaries
 	cuts      []time.Duration       // attribute's cuts
 	slicesBy  map[Slice]time.Duration
