@@ -10,3 +10,10 @@ func CallLogOpen(c *CallLog) int {
 	defer c.mu.Unlock()
 	return len(c.open)
 }
+
+// HoldLock takes the lock the collector holds while it delivers to the
+// sinks, as a collector pass under way does, and returns its release.
+func HoldLock(p *Profiler) (release func()) {
+	p.mu.Lock()
+	return p.mu.Unlock
+}

@@ -479,16 +479,29 @@ func (p *Profiler) Stats() Stats {
 	return s
 }
 
-// lockBy takes p.mu unless ctx ends first: a sink stuck in Consume holds
-// it. It polls, backing off to 5 ms; only Close waits this way.
+// closeGrace is how long Close waits for the collector's lock even when
+// its context has ended: a collector pass holds it for milliseconds, and
+// giving up at the first look lost the last records and the sinks'
+// shutdown (call logs left unclosed) whenever one was under way.
+const closeGrace = 500 * time.Millisecond
+
+// lockBy takes p.mu unless ctx ends, and closeGrace has passed, first: a
+// sink stuck in Consume holds it. It polls, backing off to 5 ms; only
+// Close waits this way.
 func (p *Profiler) lockBy(ctx context.Context) bool {
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	graced := false
 	for pause := 50 * time.Microsecond; !p.mu.TryLock(); pause = min(2*pause, 5*time.Millisecond) {
 		t := time.NewTimer(pause)
 		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
+		case <-grace.C:
+			graced = true
 		case <-t.C:
+		}
+		t.Stop()
+		if graced && ctx.Err() != nil {
+			return false
 		}
 	}
 	return true
