@@ -364,26 +364,11 @@ func TestGroupHoldsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	ins := make([]runtime.Buffer, n)
-	var works []*ccl.Work
 	if err := pg.GroupStart(); err != nil {
 		t.Fatal(err)
 	}
 	// One goroutine drives every rank, Recv before Send.
-	for r := range n {
-		s := stream(t, devs[r])
-		ins[r] = floats(t, devs[r], make([]float32, 2))
-		rw, err := pg.Recv(ctx, s, ins[r], runtime.Float32, (r+1)%n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sw, err := pg.Send(ctx, s, floats(t, devs[r], values(r, 2)), runtime.Float32, (r+n-1)%n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		works = append(works, rw, sw)
-	}
+	ins, works := ringShift(t, pg, devs)
 	err = works[0].Wait(10 * time.Millisecond)
 	if !errors.Is(err, ccl.StatusTimeout) || !strings.Contains(err.Error(), "GroupEnd") {
 		t.Errorf("Wait inside the group: %v", err)
@@ -397,16 +382,7 @@ func TestGroupHoldsWork(t *testing.T) {
 	if err := pg.GroupEnd(); err != nil {
 		t.Fatal(err)
 	}
-	for i, w := range works {
-		if err := w.Wait(5 * time.Second); err != nil {
-			t.Fatalf("work %d: %v", i, err)
-		}
-	}
-	for r := range n {
-		if got, want := read(t, ins[r]), values((r+1)%n, 2); !equal(got, want) {
-			t.Errorf("rank %d received %v, want %v", r, got, want)
-		}
-	}
+	checkRingShift(t, ins, works)
 }
 
 func TestProcessGroupDestroy(t *testing.T) {
@@ -603,12 +579,30 @@ func TestGroupSpansFactoriesOfOneBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	ins := make([]runtime.Buffer, n)
-	var works []*ccl.Work
 	if err := fa.GroupStart(); err != nil {
 		t.Fatal(err)
 	}
+	ins, works := ringShift(t, pg, devs)
+	if works[0].Done() {
+		t.Error("a Recv issued inside the other factory's group is done before its GroupEnd")
+	}
+	if err := works[0].Wait(10 * time.Millisecond); !errors.Is(err, ccl.StatusTimeout) {
+		t.Errorf("Wait inside the group: %v", err)
+	}
+	if err := fa.GroupEnd(); err != nil {
+		t.Fatal(err)
+	}
+	checkRingShift(t, ins, works)
+}
+
+// ringShift issues, from the calling goroutine, a Recv from the next rank
+// and a Send to the previous one on every rank of pg (devs): rank r sends
+// values(r, 2). It returns each rank's receive buffer and the Works.
+func ringShift(t *testing.T, pg *ccl.ProcessGroup, devs []runtime.Device) (ins []runtime.Buffer, works []*ccl.Work) {
+	t.Helper()
+	n := len(devs)
+	ctx := context.Background()
+	ins = make([]runtime.Buffer, n)
 	for r := range n {
 		s := stream(t, devs[r])
 		ins[r] = floats(t, devs[r], make([]float32, 2))
@@ -622,20 +616,19 @@ func TestGroupSpansFactoriesOfOneBackend(t *testing.T) {
 		}
 		works = append(works, rw, sw)
 	}
-	if works[0].Done() {
-		t.Error("a Recv issued inside the other factory's group is done before its GroupEnd")
-	}
-	if err := works[0].Wait(10 * time.Millisecond); !errors.Is(err, ccl.StatusTimeout) {
-		t.Errorf("Wait inside the group: %v", err)
-	}
-	if err := fa.GroupEnd(); err != nil {
-		t.Fatal(err)
-	}
+	return ins, works
+}
+
+// checkRingShift waits for ringShift's Works and checks that each rank
+// received the next one's values.
+func checkRingShift(t *testing.T, ins []runtime.Buffer, works []*ccl.Work) {
+	t.Helper()
 	for i, w := range works {
 		if err := w.Wait(5 * time.Second); err != nil {
 			t.Fatalf("work %d: %v", i, err)
 		}
 	}
+	n := len(ins)
 	for r := range n {
 		if got, want := read(t, ins[r]), values((r+1)%n, 2); !equal(got, want) {
 			t.Errorf("rank %d received %v, want %v", r, got, want)
