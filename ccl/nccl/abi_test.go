@@ -88,11 +88,10 @@ func buildStub(t *testing.T, src string) string {
 	return so
 }
 
-// ncclCommInitRankConfig takes ncclUniqueId, 128 bytes, by value: on
-// amd64 System V it is passed in memory, on the stack, and the ints and
-// pointer after it still take the next registers. The C side receives
-// every byte of the id and every other argument in its place.
-func TestCommInitRankConfigArguments(t *testing.T) {
+// stubAPI builds the stub libnccl and binds the backend's calls to it, or
+// skips the test where no C compiler is found.
+func stubAPI(t *testing.T) (*dl.Library, *api) {
+	t.Helper()
 	lib, _, err := dl.Open([]string{buildStub(t, stubNCCL)})
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +100,15 @@ func TestCommInitRankConfigArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lib, a
+}
+
+// ncclCommInitRankConfig takes ncclUniqueId, 128 bytes, by value: on
+// amd64 System V it is passed in memory, on the stack, and the ints and
+// pointer after it still take the next registers. The C side receives
+// every byte of the id and every other argument in its place.
+func TestCommInitRankConfigArguments(t *testing.T) {
+	lib, a := stubAPI(t)
 	var seen uintptr
 	b := dl.NewBinder(lib)
 	b.Sym(&seen, "stubSeen")
@@ -155,14 +163,7 @@ func TestCommInitRankConfigArguments(t *testing.T) {
 // ncclInProgress gives up after the backend's timeout, not after one
 // timeout per communicator, and says so for each.
 func TestGroupWaitHasOneDeadline(t *testing.T) {
-	lib, _, err := dl.Open([]string{buildStub(t, stubNCCL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := bind(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a := stubAPI(t)
 	const timeout = time.Second
 	b := New(WithTimeout(timeout))
 	b.api = a
