@@ -129,7 +129,9 @@ func DefaultConfig() Config {
 // MaxRanks, checked first — it checks that the backend is
 // available and, where the backend describes its devices' memory
 // (runtime.MemoryDescriber), that what the ranks allocate (see Memory)
-// fits in it, adding up the ranks that share a device (see Placement).
+// fits in it, adding up the ranks that share a device (see Placement),
+// and that the host can hold the schedule's plan, which every run keeps
+// in host memory whatever the backend.
 func (c Config) Validate() error {
 	if err := c.validateModel(); err != nil {
 		return err

@@ -177,24 +177,76 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 				fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), more)
 		}
 	}
+	// The schedule's plan (planRounds) is the process's, on the host
+	// whatever the backend: with the ranks on host memory, or alone.
+	plan := float64(planBytes(c.Stages, c.Chunks, c.Microbatches))
 	if hostRanks == 0 {
-		return nil
+		mem, ok := hostMemory()
+		if !ok {
+			return nil // unknown: nothing to compare with
+		}
+		hostMem = mem
 	}
-	capacity := capacityOf(hostMem)
-	growth, limit := heapGrowth()
-	if limit > 0 && (capacity == 0 || limit < capacity) {
-		capacity = limit
-	}
-	if capacity == 0 || hostNeed*growth <= float64(capacity) {
+	capacity, growth := hostCapacity(hostMem)
+	need := (hostNeed + plan) * growth
+	if capacity == 0 || need <= float64(capacity) {
 		return nil
 	}
 	headroom := ""
 	if growth > 1 {
 		headroom = fmt.Sprintf(" × %.3g for the garbage collector's headroom (GOGC=%.0f)", growth, 100*(growth-1))
 	}
-	return invalid("the model needs about %s per rank × %d ranks on this host%s = %s, but %s is available: lower %s, %s, %s, %s or %s",
-		bytesString(hostNeed/float64(hostRanks)), hostRanks, headroom, bytesString(hostNeed*growth), bytesString(float64(capacity)),
+	if plan >= hostNeed {
+		ranks := ""
+		if hostRanks > 0 {
+			ranks = fmt.Sprintf(" (+ %s for %d ranks on this host)", bytesString(hostNeed), hostRanks)
+		}
+		return invalid("the schedule's plan of 2 × %s × %s × %s = %.0f actions a step needs about %s of host memory%s%s = %s, but %s is available: lower %s, %s or %s",
+			field("Stages", c.Stages), field("Chunks", c.Chunks), field("Microbatches", c.Microbatches),
+			2*float64(c.Stages)*float64(c.Chunks)*float64(c.Microbatches), bytesString(plan), ranks, headroom,
+			bytesString(need), bytesString(float64(capacity)), fieldName("Stages"), fieldName("Chunks"), fieldName("Microbatches"))
+	}
+	planned := ""
+	if plan >= hostNeed/100 {
+		planned = fmt.Sprintf(" + %s for the schedule's plan", bytesString(plan))
+	}
+	return invalid("the model needs about %s per rank × %d ranks on this host%s%s = %s, but %s is available: lower %s, %s, %s, %s or %s",
+		bytesString(hostNeed/float64(hostRanks)), hostRanks, planned, headroom, bytesString(need), bytesString(float64(capacity)),
 		fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Replicas"))
+}
+
+// hostMemory is the host's memory as the cpu backend reports it (its
+// DeviceMemory, with Host set: /proc/meminfo's MemAvailable on Linux),
+// which is what Validate compares host-backed ranks with; ok is false
+// where that backend is not registered or does not describe the host.
+// Tests replace it.
+var hostMemory = func() (mem runtime.DeviceMemory, ok bool) {
+	impl, err := runtime.Available(runtime.CPU)
+	if err != nil {
+		return mem, false
+	}
+	d, isDescriber := impl.(runtime.MemoryDescriber)
+	if !isDescriber {
+		return mem, false
+	}
+	mem, err = d.DeviceMemory(0)
+	if err != nil || !mem.Host || capacityOf(mem) == 0 {
+		return runtime.DeviceMemory{}, false
+	}
+	return mem, true
+}
+
+// hostCapacity is what Go's heap may grow to on a host of memory mem
+// (capacityOf, capped by GOMEMLIMIT), 0 when unknown, and the factor by
+// which the garbage collector lets the heap exceed its live size
+// (heapGrowth).
+func hostCapacity(mem runtime.DeviceMemory) (capacity int64, growth float64) {
+	capacity = capacityOf(mem)
+	growth, limit := heapGrowth()
+	if limit > 0 && (capacity == 0 || limit < capacity) {
+		capacity = limit
+	}
+	return capacity, growth
 }
 
 // capacityOf is what a device can still allocate: Available, else Total,

@@ -152,3 +152,17 @@ func planRounds(s *schedule.Schedule) ([][]round, error) {
 	}
 	return out, nil
 }
+
+// planBytes is what planRounds allocates for a schedule of p stages, v
+// chunks and m microbatches, measured (BenchmarkPlanRounds, rounded up):
+// about 700 bytes per action of the step (2·p·v·m; its slot, transfers,
+// point-to-point operations and entry in the arrived set) and 64 per
+// round of each stage (p × 2(m·v + p − 1) rounds, with their slices'
+// growth). The plan is the process's, not a rank's: it is on the host
+// whatever the backend, and is kept for the trainer's life. The sizes are
+// bounded (schedule.MaxActions), so the figure cannot overflow.
+func planBytes(p, v, m int) int64 {
+	actions := 2 * float64(p) * float64(v) * float64(m)
+	rounds := float64(p) * 2 * (float64(m)*float64(v) + float64(p) - 1)
+	return int64(min(700*actions+64*rounds, maxRankBytes))
+}

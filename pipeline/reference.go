@@ -1,15 +1,25 @@
 package pipeline
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // ReferenceLosses trains the model of cfg unpipelined, in float64 loops on
 // the host (no runtime, no ccl): the same initial weights, the same data,
 // the loss over the same global batch and the same SGD update. It returns
 // the loss of each step, computed before that step's update, for
 // comparison with Train. Only the model and data fields of cfg matter;
-// Backend, Profiler and CommTimeout are ignored.
+// Backend, Profiler and CommTimeout are ignored. Where the host's memory
+// is known (the cpu backend is registered: see Validate), a model whose
+// float64 copy does not fit in it (referenceBytes, with the garbage
+// collector's headroom) is refused with a *ConfigError before anything is
+// allocated.
 func ReferenceLosses(cfg Config) ([]float64, error) {
 	if err := cfg.validateModel(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkReferenceMemory(); err != nil {
 		return nil, err
 	}
 	m := newRefModel(cfg)
@@ -24,6 +34,42 @@ func ReferenceLosses(cfg Config) ([]float64, error) {
 		m.update(cfg.LearningRate)
 	}
 	return losses, nil
+}
+
+// referenceBytes is what ReferenceLosses allocates: per layer its weights
+// and gradients in float64 (2·Width² each 8 bytes), the activations of
+// the global batch G = Replicas × Microbatches × MicrobatchSize rows at
+// each layer's input and the output, and two gradient blocks (Layers + 3
+// blocks of G·Width float64), the batch's inputs and targets in float32,
+// the target projection and one layer's float32 weights while they are
+// widened (Width² float32 each), and the losses.
+func (c Config) referenceBytes() float64 {
+	w, l := float64(c.Width), float64(c.Layers)
+	block := float64(c.globalRows()) * w
+	return 8*(2*l*w*w+(l+3)*block) + 4*(2*block+2*w*w) + 8*float64(min(c.Steps, maxPrealloc))
+}
+
+// checkReferenceMemory compares referenceBytes with the host's memory as
+// Validate reads it for the cpu backend (hostMemory), with the garbage
+// collector's headroom; unknown memory is not checked.
+func (c Config) checkReferenceMemory() error {
+	mem, ok := hostMemory()
+	if !ok {
+		return nil
+	}
+	capacity, growth := hostCapacity(mem)
+	need := c.referenceBytes() * growth
+	if capacity == 0 || need <= float64(capacity) {
+		return nil
+	}
+	headroom := ""
+	if growth > 1 {
+		headroom = fmt.Sprintf(" × %.3g for the garbage collector's headroom (GOGC=%.0f)", growth, 100*(growth-1))
+	}
+	return invalid("the float64 reference of the model (%s, %s, a global batch of %s × %s × %s rows) needs about %s on the host%s = %s, but %s is available: lower %s, %s, %s, %s or %s",
+		field("Width", c.Width), field("Layers", c.Layers), field("Replicas", c.Replicas), field("Microbatches", c.Microbatches), field("MicrobatchSize", c.MicrobatchSize),
+		bytesString(c.referenceBytes()), headroom, bytesString(need), bytesString(float64(capacity)),
+		fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Replicas"))
 }
 
 // refModel is the unpipelined model in float64.

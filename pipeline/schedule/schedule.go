@@ -115,6 +115,16 @@ func Interleaved1F1B(p, v, m int) (*Schedule, error) {
 	return &Schedule{policy: policyInterleaved, p: p, v: v, m: m}, nil
 }
 
+// MaxActions is the most actions (2·p·v·m: a forward and a backward per
+// microbatch, chunk and stage) a schedule may have in one step; GPipe and
+// Interleaved1F1B refuse more with an error wrapping ErrInvalidArgument.
+// It keeps every list Actions builds, and Simulate's tables, within what a
+// host can allocate: Actions returns 24 bytes per action of a stage, and
+// Simulate holds about 80 bytes per action of the step (the lists, the
+// spans and its table of end times), some 21 GB at the bound. It allows,
+// for instance, p = 512 stages × v = 16 chunks × m = 16384 microbatches.
+const MaxActions = 1 << 28
+
 func checkSizes(name string, p, v, m int) error {
 	if p < 1 {
 		return fmt.Errorf("schedule: %w: %s needs at least one pipeline stage, got p=%d", ErrInvalidArgument, name, p)
@@ -125,10 +135,10 @@ func checkSizes(name string, p, v, m int) error {
 	if m < 1 {
 		return fmt.Errorf("schedule: %w: %s needs at least one microbatch, got m=%d", ErrInvalidArgument, name, m)
 	}
-	// Keep p·v·m·2 (every action of every stage) representable, so that
-	// indices and the simulator's tables cannot overflow.
-	if v > math.MaxInt/p || m > math.MaxInt/2/(p*v) {
-		return fmt.Errorf("schedule: %w: %s with p=%d stages, v=%d chunks and m=%d microbatches is too large", ErrInvalidArgument, name, p, v, m)
+	// Counted in float64: p·v·m may overflow int.
+	if n := 2 * float64(p) * float64(v) * float64(m); n > MaxActions {
+		return fmt.Errorf("schedule: %w: %s with p=%d stages, v=%d chunks and m=%d microbatches is too large: 2·p·v·m = %.4g actions a step, more than MaxActions = %d",
+			ErrInvalidArgument, name, p, v, m, n, MaxActions)
 	}
 	return nil
 }
@@ -177,7 +187,8 @@ func (s *Schedule) StageOf(virtualStage int) (stage, chunk int) {
 
 // Actions returns the exact order in which stage executes its actions in one
 // step: m·v forwards and m·v backwards. The slice is freshly built and the
-// caller's to keep. A stage out of range gives nil.
+// caller's to keep. A stage out of range gives nil. The constructors bound
+// its length (MaxActions), so building it cannot panic.
 func (s *Schedule) Actions(stage int) []Action {
 	if stage < 0 || stage >= s.p {
 		return nil
