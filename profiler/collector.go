@@ -45,12 +45,12 @@ func (p *Profiler) loop() {
 		select {
 		case <-p.stop:
 			// Close has begun: it makes the last pass itself.
-			p.mu.Unlock()
+			p.unlock()
 			return
 		default:
 		}
 		p.collectLocked()
-		p.mu.Unlock()
+		p.unlock()
 	}
 }
 

@@ -35,7 +35,7 @@ func (p *Profiler) Ingest(recs []Record) error {
 		}
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	select {
 	case <-p.stop:
 		return ErrClosed

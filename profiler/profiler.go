@@ -56,6 +56,51 @@ type Profiler struct {
 	sinkErr      atomic.Pointer[error] // the first sink's panic
 	closeOnce    sync.Once
 	stop, closed chan struct{}
+
+	// figs holds what Stats and PeakMemory read of the state p.mu
+	// guards, as of the last release of p.mu (unlock): they never wait
+	// for the lock, which a sink stuck in Consume holds.
+	figs atomic.Pointer[figures]
+}
+
+// figures is the part of Stats that the state under p.mu makes, with the
+// recorders, published as one so that its counts agree with one another.
+type figures struct {
+	recorders []*Recorder // append-only: a published slice is never written again
+	counts
+}
+
+type counts struct {
+	records, pending                                            int
+	collected, overflow, discarded, resolveErrs, events, shared uint64
+}
+
+// unlock publishes the figures (when they changed) and releases p.mu.
+// Every release of p.mu goes through it, so while p.mu is free the
+// published figures are current, and while it is held they are those of
+// its last release. Publishing allocates only when a figure changed.
+func (p *Profiler) unlock() {
+	f := figures{recorders: p.recorders, counts: counts{
+		records:     p.records.len(),
+		pending:     len(p.unresolved),
+		collected:   p.collected.Load(),
+		overflow:    p.storeDrops.Load(),
+		discarded:   p.resetDrops.Load(),
+		resolveErrs: p.resolveErrs.Load(),
+		events:      p.eventsRecorded,
+		shared:      p.eventsShared,
+	}}
+	if old := p.figs.Load(); old == nil || !old.same(&f) {
+		nf := f // only a changed figure escapes to the heap
+		p.figs.Store(&nf)
+	}
+	p.mu.Unlock()
+}
+
+// same reports whether f and g hold the same figures; the recorders are
+// the same when as many, the list being append-only.
+func (f *figures) same(g *figures) bool {
+	return len(f.recorders) == len(g.recorders) && f.counts == g.counts
 }
 
 // Option configures New.
@@ -192,6 +237,7 @@ func New(opts ...Option) (*Profiler, error) {
 	}
 	p.tagIDs = map[string]uint32{"": 0}
 	p.tags.Store(&[]string{""})
+	p.figs.Store(&figures{})
 	if cfg.interval > 0 {
 		go p.loop()
 	} else {
@@ -292,7 +338,7 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 		}
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.done {
 		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, ErrClosed)
 	}
@@ -303,22 +349,26 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 // isDone reports whether Close has made its last pass.
 func (p *Profiler) isDone() bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	return p.done
 }
 
 // Calibrate places dev's clock on the host clock using impl; NewRecorder
 // does not do it on its own because host-only recorders need none. It is
-// idempotent per device and safe from any goroutine. After Close it
-// returns an error wrapping ErrClosed.
+// idempotent per device and safe from any goroutine. It waits for the
+// collector only until ctx ends (a sink stuck in Consume keeps it busy),
+// returning an error wrapping ctx's. After Close it returns an error
+// wrapping ErrClosed.
 func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime.Device) error {
 	if p == nil {
 		return nil
 	}
-	p.mu.Lock()
+	if !p.lockBy(ctx, 0) {
+		return calibrateStuck(ctx, dev)
+	}
 	_, have := p.calib[dev]
 	closed := p.done
-	p.mu.Unlock()
+	p.unlock()
 	if closed {
 		return fmt.Errorf("profiler: calibrate %s: %w", dev, ErrClosed)
 	}
@@ -330,20 +380,29 @@ func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime
 		return err
 	}
 	c.next = p.now() + p.cfg.recalibrate
-	p.mu.Lock()
+	if !p.lockBy(ctx, 0) {
+		c.close()
+		return calibrateStuck(ctx, dev)
+	}
 	if p.done {
-		p.mu.Unlock()
+		p.unlock()
 		c.close()
 		return fmt.Errorf("profiler: calibrate %s: %w", dev, ErrClosed)
 	}
 	if _, dup := p.calib[dev]; dup {
-		p.mu.Unlock()
+		p.unlock()
 		c.close()
 		return nil
 	}
 	p.calib[dev] = c
-	p.mu.Unlock()
+	p.unlock()
 	return nil
+}
+
+// calibrateStuck is Calibrate's error when ctx ended before it had the
+// profiler's lock.
+func calibrateStuck(ctx context.Context, dev runtime.Device) error {
+	return fmt.Errorf("profiler: calibrate %s: the collector is still delivering to a sink that has not returned from Consume: %w", dev, ctx.Err())
 }
 
 // Snapshot gathers what the recorders have completed, resolves the device
@@ -357,7 +416,7 @@ func (p *Profiler) Snapshot() []Record {
 		return nil
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.collectLocked()
 	out := p.records.all()
 	sortRecords(out)
@@ -367,14 +426,18 @@ func (p *Profiler) Snapshot() []Record {
 // Flush gathers everything completed and waits (until ctx ends) for the
 // device work of every outstanding device range, so a following Snapshot
 // holds all of it. An error means ctx ended first; the ranges still
-// outstanding stay pending and nothing is lost. After Close it returns an
-// error wrapping ErrClosed and changes nothing.
+// outstanding stay pending and nothing is lost. That includes ctx ending
+// while the collector is stuck delivering to a sink that has not returned
+// from Consume: Flush then gathers nothing and says so. After Close it
+// returns an error wrapping ErrClosed and changes nothing.
 func (p *Profiler) Flush(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if !p.lockBy(ctx, 0) {
+		return fmt.Errorf("profiler: flush: the collector is still delivering to a sink that has not returned from Consume (or another Flush is waiting on the device), so nothing was gathered: %w", ctx.Err())
+	}
+	defer p.unlock()
 	if p.done {
 		return fmt.Errorf("profiler: flush: %w", ErrClosed)
 	}
@@ -401,7 +464,7 @@ func (p *Profiler) Reset() {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.collectLocked()
 	p.resetDrops.Add(uint64(len(p.unresolved)))
 	for _, u := range p.unresolved {
@@ -445,36 +508,44 @@ type Stats struct {
 	SinkError    error
 }
 
-// Stats returns current counts.
+// Stats returns current counts. It never waits: the counts the
+// collector keeps (Recorders, Records, Collected, Pending, Overflow,
+// Events, Adjacent, Discarded, and Errors' backend part) are those of the
+// end of its last pass, or of the last Snapshot, Flush, Reset, Ingest,
+// NewRecorder or Close, and agree with one another; during a pass,
+// including one stuck in a sink's Consume, they lag it by that pass.
+// The recorders' own counts (Dropped, EventDrops, Unbalanced, and
+// Errors' recording part) and the sink failures are read as they are now.
 func (p *Profiler) Stats() Stats {
 	if p == nil {
 		return Stats{}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	f := p.figs.Load()
 	s := Stats{
-		Recorders: len(p.recorders),
-		Records:   p.records.len(),
-		Pending:   len(p.unresolved),
-		Overflow:  p.storeDrops.Load(),
-		Collected: p.collected.Load(),
-		Discarded: p.resetDrops.Load(),
-		Errors:    p.resolveErrs.Load(),
-		Events:    p.eventsRecorded,
-		Adjacent:  p.eventsShared,
-	}
-	if e := p.firstErr.Load(); e != nil {
-		s.FirstError = *e
+		Recorders: len(f.recorders),
+		Records:   f.records,
+		Pending:   f.pending,
+		Overflow:  f.overflow,
+		Collected: f.collected,
+		Discarded: f.discarded,
+		Errors:    f.resolveErrs,
+		Events:    f.events,
+		Adjacent:  f.shared,
 	}
 	s.SinkFailures = p.sinkFailures.Load()
 	if e := p.sinkErr.Load(); e != nil {
 		s.SinkError = *e
 	}
-	for _, r := range p.recorders {
+	for _, r := range f.recorders {
 		s.Dropped += r.dropped.Load()
 		s.EventDrops += r.eventDrops.Load()
 		s.Unbalanced += r.unbalanced.Load()
 		s.Errors += r.recordErrs.Load()
+	}
+	// FirstError is nil while Errors is 0, also when a pass under way
+	// has met the first error and not yet published its count.
+	if e := p.firstErr.Load(); e != nil && s.Errors > 0 {
+		s.FirstError = *e
 	}
 	return s
 }
@@ -485,17 +556,21 @@ func (p *Profiler) Stats() Stats {
 // shutdown (call logs left unclosed) whenever one was under way.
 const closeGrace = 500 * time.Millisecond
 
-// lockBy takes p.mu unless ctx ends, and closeGrace has passed, first: a
-// sink stuck in Consume holds it. It polls, backing off to 5 ms; only
-// Close waits this way.
-func (p *Profiler) lockBy(ctx context.Context) bool {
-	grace := time.NewTimer(closeGrace)
-	defer grace.Stop()
-	graced := false
+// lockBy takes p.mu unless ctx ends, and grace has passed, first: a sink
+// stuck in Consume holds it. It polls, backing off to 5 ms. Close waits
+// with closeGrace, Flush with none.
+func (p *Profiler) lockBy(ctx context.Context, grace time.Duration) bool {
+	var graceC <-chan time.Time // nil, never ready, without a grace
+	graced := grace <= 0
+	if !graced {
+		g := time.NewTimer(grace)
+		defer g.Stop()
+		graceC = g.C
+	}
 	for pause := 50 * time.Microsecond; !p.mu.TryLock(); pause = min(2*pause, 5*time.Millisecond) {
 		t := time.NewTimer(pause)
 		select {
-		case <-grace.C:
+		case <-graceC:
 			graced = true
 		case <-t.C:
 		}
@@ -517,15 +592,16 @@ func (p *Profiler) backendError(err error) {
 }
 
 // PeakMemory returns the highest device memory mark seen by rank's
-// device ranges since the last Reset (bytes), or 0.
+// device ranges since the last Reset (bytes), or 0. It never waits for
+// the collector (a sink stuck in Consume): it reads the marks as they
+// are now, of the recorders made before the last release of the
+// profiler's lock (Stats).
 func (p *Profiler) PeakMemory(rank int) int64 {
 	if p == nil {
 		return 0
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var peak int64
-	for _, r := range p.recorders {
+	for _, r := range p.figs.Load().recorders {
 		if r.rank == rank {
 			peak = max(peak, r.peakMemory.Load())
 		}
@@ -573,7 +649,7 @@ func (p *Profiler) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
 		}
 	}
-	if !p.lockBy(ctx) {
+	if !p.lockBy(ctx, closeGrace) {
 		// The collector is stuck in a sink's Consume, holding the lock:
 		// what it has not delivered stays undelivered, and the sinks are
 		// not shut down (one of them would not return).
@@ -587,7 +663,7 @@ func (p *Profiler) Close(ctx context.Context) error {
 	// The calibrations are gone: device ranges collected from now on
 	// are kept without device times (deviceTimesLocked).
 	p.done = true
-	p.mu.Unlock()
+	p.unlock()
 	errs = append(errs, p.shutdownSinks(ctx))
 	return errors.Join(errs...)
 }

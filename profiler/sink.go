@@ -46,7 +46,7 @@ func (p *Profiler) AddSink(s Sink) error {
 		return nil // profiling off: nothing will come
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.sinksClosed {
 		return fmt.Errorf("profiler: AddSink: %w", ErrClosed)
 	}
@@ -61,7 +61,7 @@ func (p *Profiler) shutdownSinks(ctx context.Context) error {
 	p.mu.Lock()
 	sinks := p.sinks
 	p.sinks, p.sinksClosed = nil, true
-	p.mu.Unlock()
+	p.unlock()
 	var errs []error
 	for _, s := range sinks {
 		if sd, ok := s.(SinkShutdowner); ok {
