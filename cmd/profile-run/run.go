@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -229,8 +230,9 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	if pl, err := cfg.Placement(); err == nil {
 		where = pl.String()
 	}
-	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %d microbatches of %d rows, %d layers of width %d, precision %s, schedule %s, %d steps\n",
-		where, cfg.Stages, cfg.Chunks, cfg.Replicas, cfg.Microbatches, cfg.MicrobatchSize, cfg.Layers, cfg.Width, cfg.Precision, cfg.Schedule, cfg.Steps)
+	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %s of %s, %s of width %d, precision %s, schedule %s, %s\n",
+		where, cfg.Stages, cfg.Chunks, cfg.Replicas, count(cfg.Microbatches, "microbatch", "microbatches"),
+		count(cfg.MicrobatchSize, "row", "rows"), count(cfg.Layers, "layer", "layers"), cfg.Width, cfg.Precision, cfg.Schedule, count(cfg.Steps, "step", "steps"))
 	var live func() liveCounts
 	if prof != nil {
 		live = out.liveCounts
@@ -425,4 +427,12 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	}
 	paths, fileErr = profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader, opts...)
 	return paths, fileErr, screenErr
+}
+
+// count is n with its noun: "1 step", "8 steps".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

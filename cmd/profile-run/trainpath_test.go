@@ -421,3 +421,11 @@ func TestInterruptWithoutProfiling(t *testing.T) {
 		t.Errorf("left in -out: %v", ents)
 	}
 }
+
+func TestCountNamesOneInTheSingular(t *testing.T) {
+	for n, want := range map[int]string{0: "0 steps", 1: "1 step", 2: "2 steps", 1000: "1000 steps"} {
+		if got := count(n, "step", "steps"); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
