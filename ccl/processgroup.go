@@ -63,12 +63,24 @@ type groupTable struct {
 	backend any // the Impl; the factory when the Impl's type is not comparable
 }
 
-// openGroups is every goroutine's open GroupStart regions, by backend.
-var openGroups = struct {
+// openGroups is every goroutine's open GroupStart regions, by backend,
+// in shards by goroutine: ranks on their own goroutines, each opening a
+// group every round, take locks of their own.
+var openGroups struct {
+	n      atomic.Int64 // regions open, read without a lock
+	shards [groupShards]groupShard
+}
+
+const groupShards = 64
+
+type groupShard struct {
 	mu   sync.Mutex
-	open map[groupKey]*openGroup
-	n    atomic.Int64 // len(open), read without the lock
-}{open: make(map[groupKey]*openGroup)}
+	open map[groupKey]*openGroup // made on first use
+	_    [40]byte                // a cache line each
+}
+
+// shard is the shard holding goroutine k.g's regions.
+func (k groupKey) shard() *groupShard { return &openGroups.shards[k.g%groupShards] }
 
 // groupKey is one goroutine's region on one backend.
 type groupKey struct {
@@ -79,7 +91,7 @@ type groupKey struct {
 // newGroupTable returns the table of impl's regions; f stands for the
 // backend when impl's type cannot be a map key.
 func newGroupTable(impl Impl, f *ProcessGroupFactory) groupTable {
-	if impl == nil || !reflect.TypeOf(impl).Comparable() {
+	if impl == nil || !reflect.ValueOf(impl).Comparable() {
 		return groupTable{backend: f}
 	}
 	return groupTable{backend: impl}
@@ -226,14 +238,17 @@ func (gt groupTable) start(impl Impl) error {
 	if err := impl.GroupStart(); err != nil {
 		return err
 	}
-	og := &openGroups
-	og.mu.Lock()
-	defer og.mu.Unlock()
-	g := og.open[id]
+	sh := id.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	g := sh.open[id]
 	if g == nil {
+		if sh.open == nil {
+			sh.open = make(map[groupKey]*openGroup)
+		}
 		g = &openGroup{}
-		og.open[id] = g
-		og.n.Add(1)
+		sh.open[id] = g
+		openGroups.n.Add(1)
 	}
 	g.depth++
 	return nil
@@ -244,11 +259,11 @@ func (gt groupTable) start(impl Impl) error {
 // only: nothing is formatted on the way).
 func (gt groupTable) end(impl Impl, group *string) error {
 	id := gt.key()
-	og := &openGroups
-	og.mu.Lock()
-	g := og.open[id]
+	sh := id.shard()
+	sh.mu.Lock()
+	g := sh.open[id]
 	if g == nil {
-		og.mu.Unlock()
+		sh.mu.Unlock()
 		who := "factory"
 		if group != nil {
 			who = "group " + strconv.Quote(*group)
@@ -260,10 +275,10 @@ func (gt groupTable) end(impl Impl, group *string) error {
 	var flush []*Work
 	if outermost {
 		flush = g.pending
-		delete(og.open, id)
-		og.n.Add(-1)
+		delete(sh.open, id)
+		openGroups.n.Add(-1)
 	}
-	og.mu.Unlock()
+	sh.mu.Unlock()
 	if !outermost {
 		return impl.GroupEnd()
 	}
@@ -313,27 +328,27 @@ func launchTimed(works []*Work, groupEnd func() error) error {
 
 // groupOpen reports whether the calling goroutine has a group open.
 func (pg *ProcessGroup) groupOpen() bool {
-	og := &openGroups
-	if og.n.Load() == 0 {
+	if openGroups.n.Load() == 0 {
 		return false
 	}
 	id := pg.gt.key()
-	og.mu.Lock()
-	defer og.mu.Unlock()
-	return og.open[id] != nil
+	sh := id.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.open[id] != nil
 }
 
 // hold keeps w back when the calling goroutine has a group open; it
 // reports whether it did.
 func (pg *ProcessGroup) hold(w *Work) bool {
-	og := &openGroups
-	if og.n.Load() == 0 {
+	if openGroups.n.Load() == 0 {
 		return false
 	}
 	id := pg.gt.key()
-	og.mu.Lock()
-	defer og.mu.Unlock()
-	g := og.open[id]
+	sh := id.shard()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	g := sh.open[id]
 	if g == nil {
 		return false
 	}
@@ -344,25 +359,27 @@ func (pg *ProcessGroup) hold(w *Work) bool {
 // drop fails and forgets pg's Works held in open groups, once pg is
 // destroyed.
 func (gt groupTable) drop(pg *ProcessGroup) {
-	og := &openGroups
-	og.mu.Lock()
 	var dropped []*Work
-	for k, g := range og.open {
-		if k.backend != gt.backend {
-			continue
-		}
-		kept := g.pending[:0]
-		for _, w := range g.pending {
-			if w.pg == pg {
-				dropped = append(dropped, w)
-			} else {
-				kept = append(kept, w)
+	for i := range openGroups.shards {
+		sh := &openGroups.shards[i]
+		sh.mu.Lock()
+		for k, g := range sh.open {
+			if k.backend != gt.backend {
+				continue
 			}
+			kept := g.pending[:0]
+			for _, w := range g.pending {
+				if w.pg == pg {
+					dropped = append(dropped, w)
+				} else {
+					kept = append(kept, w)
+				}
+			}
+			clear(g.pending[len(kept):])
+			g.pending = kept
 		}
-		clear(g.pending[len(kept):])
-		g.pending = kept
+		sh.mu.Unlock()
 	}
-	og.mu.Unlock()
 	for _, w := range dropped {
 		w.abandon(Errorf(w.op, StatusInvalidArgument, "group %q rank %d: operation #%d was held in a group that had not ended when the process group was destroyed (Destroy)", pg.name, w.r.rank, w.seq))
 	}

@@ -365,7 +365,7 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 
 // errStuck is what the watchdog says of a rank whose host is held up
 // handing work to its device.
-var errStuck = errors.New("handing the step's work to its device did not return: the device's queue is full behind work that does not complete (a transfer from a peer that does not come?)")
+var errStuck = errors.New("a call handing the step's work to its device, or copying its loss back, did not return: the device has not got through the work queued before it (a transfer from a peer that does not come, or a step longer than the timeout?)")
 
 // stuck returns the error of the first rank whose host has been handing
 // work to its device (rank.enter) for timeout or longer, nil when none has.
