@@ -41,6 +41,15 @@ func (p *Profiler) loop() {
 		case <-p.kick: // a recorder's ring is half full, or was full
 		case <-t.C:
 		}
+		// A Flush, Calibrate or Close polling for the lock (lockBy) goes
+		// first: a pass begun now could keep it out for good.
+		for p.lockWaiters.Load() > 0 {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+		}
 		p.mu.Lock()
 		select {
 		case <-p.stop:

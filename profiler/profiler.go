@@ -43,6 +43,12 @@ type Profiler struct {
 	batch       []Record                     // records finished in this pass, for the sinks
 	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
 	kick        chan struct{}                // a recorder running short asks for a collection
+	// lockWaiters counts the callers polling for p.mu in lockBy: while
+	// there are any, the collector starts no pass, which would otherwise
+	// take the lock again an instant after its last pass released it
+	// and keep a poller out for as long as its passes outlast the
+	// interval (a slow sink).
+	lockWaiters atomic.Int32
 	// Timing events the collected device ranges recorded, and their
 	// starts and ends that took the stream's latest event (Stats).
 	eventsRecorded, eventsShared uint64
@@ -567,6 +573,11 @@ func (p *Profiler) lockBy(ctx context.Context, grace time.Duration) bool {
 		defer g.Stop()
 		graceC = g.C
 	}
+	if p.mu.TryLock() {
+		return true
+	}
+	p.lockWaiters.Add(1)
+	defer p.lockWaiters.Add(-1)
 	for pause := 50 * time.Microsecond; !p.mu.TryLock(); pause = min(2*pause, 5*time.Millisecond) {
 		t := time.NewTimer(pause)
 		select {

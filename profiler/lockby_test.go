@@ -1,0 +1,54 @@
+package profiler_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+type slowSink struct{ d time.Duration }
+
+func (s slowSink) Consume([]profiler.Record) { time.Sleep(s.d) }
+
+// A collector whose passes outlast its interval (a slow exporter) frees
+// its lock only for an instant between passes: Flush must still get it.
+func TestFlushNotStarvedByBusyCollector(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if err := p.AddSink(slowSink{3 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.NewRecorder(0, runtime.Device{Type: runtime.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			r.Start("x")
+			r.End()
+			time.Sleep(20 * time.Microsecond)
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	time.Sleep(50 * time.Millisecond)
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		t0 := time.Now()
+		err := p.Flush(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Flush %d under a busy collector: %v after %v", i, err, time.Since(t0))
+		}
+		t.Logf("Flush %d: %v", i, time.Since(t0))
+	}
+}
