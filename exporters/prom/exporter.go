@@ -64,6 +64,7 @@ type config struct {
 	maxNames        int
 	maxGroups       int
 	log             *zap.Logger
+	readTimeout     time.Duration // of a whole request, body included (Serve)
 	stepTrace       func(step int32, stepTime time.Duration) (traceID string, sampled bool)
 }
 
@@ -185,6 +186,7 @@ func newConfig(opts []Option) (config, error) {
 		nativeFactor:    NativeBucketFactor,
 		maxNames:        64,
 		maxGroups:       256,
+		readTimeout:     time.Minute,
 	}
 	for _, o := range opts {
 		o.apply(&c)

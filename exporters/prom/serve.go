@@ -80,8 +80,12 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 	})
 	// WriteTimeout: a scraper that stops reading must not hold a
 	// connection, and a page, for ever (Prometheus's own scrape timeout
-	// defaults to 10 s).
-	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute}
+	// defaults to 10 s). ReadTimeout likewise for a client that sends a
+	// request body and stops: net/http reads what is left of it after the
+	// handler and before answering, with no deadline but this one. It must outlast the
+	// handler's Timeout, as it also cancels the request's context.
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: e.cfg.readTimeout,
+		WriteTimeout: time.Minute, IdleTimeout: time.Minute}
 	e.srvErr = make(chan error, 1)
 	go func(srv *http.Server, errc chan<- error) {
 		err := srv.Serve(ln)
