@@ -67,8 +67,8 @@ func (f aggregateOptionFunc) applyAggregate(c *aggregateConfig) { f(c) }
 // WithWindow keeps the placed records of the latest n top-level ranges
 // of each rank (default 4, at least 1), for device ranges that arrive
 // after their top-level ancestor, and places a record at the root of its
-// own stack once n top-level ranges have arrived after it without its
-// parent.
+// own stack once more than n top-level ranges have arrived after it
+// without its parent.
 func WithWindow(n int) AggregateOption {
 	return aggregateOptionFunc(func(c *aggregateConfig) { c.window = uint64(max(n, 1)) })
 }

@@ -3,6 +3,7 @@ package pprof_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -447,5 +448,53 @@ func TestAggregateWriteDeterministic(t *testing.T) {
 		} else if !bytes.Equal(buf.Bytes(), first) {
 			t.Fatalf("write %d differs from the first for the same records", i)
 		}
+	}
+}
+
+// A record that waits for a parent that never comes, followed by ranges
+// that are their own parents (malformed links, placed as top-level
+// without counting as one) each with a child that arrives first: the
+// aggregate's memory must not grow with those ranges, as WithMaxNodes
+// documents.
+func TestAggregateMemoryBoundedSelfParents(t *testing.T) {
+	rec := func(id, parent uint64, name string) profiler.Record {
+		return profiler.Record{ID: id, Parent: parent, Name: name, Labels: profiler.NoLabels, HostStart: 0, HostEnd: 10}
+	}
+	a := pprof.NewAggregate(pprof.WithMaxNodes(64))
+	a.Consume([]profiler.Record{rec(1, 1<<40, "lost")})
+	next := uint64(2)
+	batch := make([]profiler.Record, 2)
+	feed := func(n int) {
+		for range n {
+			batch[0] = rec(next, next+1, "child")
+			batch[1] = rec(next+1, next+1, "self")
+			next += 2
+			a.Consume(batch)
+		}
+	}
+	const first, more = 1000, 200_000
+	feed(first)
+	heapBefore := heapAfterGC()
+	feed(more)
+	heapAfter := heapAfterGC()
+	const slack = 256 << 10 // the bug kept 8 B per pair: 1.6 MB here
+	if heapAfter > heapBefore+slack {
+		t.Errorf("live heap %d B after %d pairs, %d B after %d more: grew by more than %d B", heapBefore, first, heapAfter, more, slack)
+	}
+	p, err := a.Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, s := range p.Sample {
+		counts[sampleKey(s)] += s.Value[2]
+	}
+	want := map[string]int64{
+		"lost ← rank=[0]":         1,
+		"self ← rank=[0]":         first + more,
+		"child ← self ← rank=[0]": first + more,
+	}
+	if !maps.Equal(counts, want) {
+		t.Errorf("ranges per sample: got %v, want %v", counts, want)
 	}
 }

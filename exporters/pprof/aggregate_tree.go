@@ -109,6 +109,17 @@ func (q *fifo) front() fifoEntry { return q.buf[q.head] }
 
 func (q *fifo) pop() { q.head++ }
 
+// compact keeps the entries for which live returns true, in order.
+func (q *fifo) compact(live func(fifoEntry) bool) {
+	buf := q.buf[:0]
+	for _, e := range q.buf[q.head:] {
+		if live(e) {
+			buf = append(buf, e)
+		}
+	}
+	q.buf, q.head = buf, 0
+}
+
 func (q fifo) clone() fifo { return fifo{buf: slices.Clone(q.buf[q.head:])} }
 
 func newAggState() *aggState {
@@ -378,6 +389,17 @@ func (s *aggState) trim(rt *rankTree, cfg aggregateConfig) {
 			break
 		}
 		s.giveUpOldest(rt)
+	}
+	// Entries of records placed since they started waiting stay queued
+	// until they reach the front, which a live waiting record can hold
+	// for as long as no top-level range arrives (a range that is its own
+	// parent is placed as top-level without counting as one): drop them
+	// once they outnumber the bound, so the queue stays within it.
+	if rt.waitQ.len() > cfg.maxNodes {
+		rt.waitQ.compact(func(e fifoEntry) bool {
+			n := &rt.nodes[e.slot]
+			return n.serial == e.serial && n.sample < 0
+		})
 	}
 	for rt.doneQ.len() > 0 {
 		e := rt.doneQ.front()
