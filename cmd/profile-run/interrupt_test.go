@@ -274,20 +274,7 @@ func TestSIGTERMDuringLinger(t *testing.T) {
 // accepts connections and never answers: profile-run exits within a
 // second, and the summary says how many spans were not delivered.
 func TestTwoSignalsDuringOTLPShutdown(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() { // accept, read, never answer
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
+	l := silentListener(t)
 	args := append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-otlp-endpoint", l.Addr().String(), "-otlp-protocol", "grpc"}, small...)
 	p := startMain(t, args...)
 	waitLine(t, p.stderr, "sending spans")
@@ -426,4 +413,26 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 			t.Errorf("the command does not ignore %s, which profile-run was started ignoring (SigIgn %s)", signalName(sig), m[1])
 		}
 	}
+}
+
+// silentListener accepts connections on loopback, reads them and never
+// answers: an OTLP collector that holds every export to its deadline.
+// It is closed at the test's end.
+func silentListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	return l
 }

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"io"
 	"io/fs"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -360,20 +358,7 @@ func TestHardExitSaysWhatItLeaves(t *testing.T) {
 // waiting for them, and how to end the wait (it was silent for 15 s), and
 // a signal ends it.
 func TestWaitingForSpansIsSaid(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() { // accept, read, never answer
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
+	l := silentListener(t)
 	in := newInterrupt(context.Background())
 	stderr := &lineWaiter{re: regexp.MustCompile(`waiting for the OTLP endpoint to take \d+ queued spans .*a signal ends it`), seen: make(chan struct{})}
 	go func() {
