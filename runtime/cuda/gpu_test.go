@@ -969,3 +969,93 @@ func TestAxpyBeyond32Bits(t *testing.T) {
 		}
 	}
 }
+
+// A GEMM with K = 0 computes C = βC and reads neither A nor B: the
+// runtime lets them be zero Buffers with any LDA and LDB, as the CPU
+// backend does, and cuBLAS must then get NULL operands with leading
+// dimensions it accepts.
+func TestGemmEmptyInner(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	s := newStream(t, d)
+	const m, n = 4, 3
+	c0 := make([]float32, m*n)
+	for i := range c0 {
+		c0[i] = float32(i) - 5.5
+	}
+	for _, ta := range []bool{false, true} {
+		for _, tb := range []bool{false, true} {
+			for _, ld := range []int{0, 1} {
+				c := upload(t, d, c0)
+				err := runtime.Gemm(s, runtime.GemmArgs{TransA: ta, TransB: tb, M: m, N: n, K: 0, Alpha: 1, Beta: 2,
+					LDA: ld, LDB: ld, C: c, LDC: m, Type: runtime.Float32})
+				if err != nil {
+					t.Errorf("K=0 transA=%v transB=%v LDA=LDB=%d, A and B empty: %v", ta, tb, ld, err)
+					continue
+				}
+				for i, v := range download(t, s, c, m*n) {
+					if v != 2*c0[i] {
+						t.Errorf("K=0 transA=%v transB=%v LDA=LDB=%d: C[%d] = %g, want β·C = %g", ta, tb, ld, i, v, 2*c0[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// The trainer enqueues a GEMM over more rows than a C int holds in pieces
+// of at most 2^31−1 rows (pipeline.inPieces): the longest piece cuBLAS
+// takes, and the next one starting past 2^31 elements of its buffers,
+// both computed whole; a piece one longer is refused by name, not cut
+// short.
+func TestGemmPiecesBeyond32Bits(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	const n = 1<<31 + 1024
+	x := malloc(t, d, 4*n)
+	z := malloc(t, d, 4*n)
+	s := newStream(t, d)
+	// x: every float the bytes 0x01010101 (2.37e-38, a normal float); z: 0.
+	if err := runtime.Memset(x, 1, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Memset(z, 0, s); err != nil {
+		t.Fatal(err)
+	}
+	w := upload(t, d, []float32{2})
+	// z = w·x, one row of width 1 per column, as the trainer's
+	// linearForward with Width 1.
+	gemm := func(off, k int64) error {
+		xk, err := x.Slice(4*off, 4*k)
+		if err != nil {
+			return err
+		}
+		zk, err := z.Slice(4*off, 4*k)
+		if err != nil {
+			return err
+		}
+		return runtime.Gemm(s, runtime.GemmArgs{M: 1, N: int(k), K: 1, Alpha: 1,
+			A: w, LDA: 1, B: xk, LDB: 1, C: zk, LDC: 1, Type: runtime.Float32})
+	}
+	const piece = math.MaxInt32
+	if err := gemm(0, piece+1); err == nil || !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "N 2147483648") {
+		t.Errorf("a GEMM of N = 2^31: %v, want it refused naming N", err)
+	}
+	if err := gemm(0, piece); err != nil {
+		t.Fatal(err)
+	}
+	if err := gemm(piece, n-piece); err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * math.Float32frombits(0x01010101)
+	for _, i := range []int64{0, piece - 1, piece, 1 << 31, n - 1} {
+		at, err := z.Slice(4*i, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := download(t, s, at, 1)[0]; v != want {
+			t.Errorf("z[%d] = %g after z = 2x in two pieces, want %g", i, v, want)
+		}
+	}
+}
