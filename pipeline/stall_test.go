@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/ccl/local"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // fullQueueConfig is a 2-stage 1F1B run whose last stage hands its device
@@ -117,6 +118,49 @@ func TestWatchdogFreesARankBlockedOnItsQueue(t *testing.T) {
 		t.Errorf("Close after the watchdog's abort: %v", err)
 	}
 	waitGoroutines(t, before)
+}
+
+// The watchdog fails a rank that has made no call on its compute stream
+// for the timeout, not one whose calls of one round take longer than
+// that in all: a host that waits at each launch for a slow device to free
+// a slot in its queue progresses. Each watchdog tick below sees one new
+// call, in a round entered four timeouts before.
+func TestWatchdogSparesARankThatProgresses(t *testing.T) {
+	s, err := runtime.NewStream(runtime.Device{Type: runtime.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Destroy() }()
+	const timeout = 50 * time.Millisecond
+	r := &rank{compute: s}
+	tr := &Trainer{ranks: []*rankWorker{{r: r}}}
+	if err := tr.stuck(timeout); err != nil {
+		t.Fatalf("a rank outside its calls: %v", err)
+	}
+	r.busy.Store(busyNow() - int64(4*timeout))
+	for i := range 3 {
+		s.MarkEnqueued()
+		if err := tr.stuck(timeout); err != nil {
+			t.Fatalf("tick %d, after a new call: %v", i, err)
+		}
+		time.Sleep(timeout / 2)
+	}
+	// No call since the last tick, and a timeout has passed since it.
+	time.Sleep(timeout)
+	err = tr.stuck(timeout)
+	if !errors.Is(err, errStuck) {
+		t.Fatalf("a rank with no new call for %v: %v, want the watchdog's error", timeout, err)
+	}
+	// A rank that entered a timeout ago and made no call is stuck at the
+	// first tick that sees it.
+	r.leave()
+	if err := tr.stuck(timeout); err != nil {
+		t.Fatalf("after leave: %v", err)
+	}
+	r.busy.Store(busyNow() - int64(2*timeout))
+	if err := tr.stuck(timeout); !errors.Is(err, errStuck) {
+		t.Fatalf("a rank in one call for %v: %v, want the watchdog's error", 2*timeout, err)
+	}
 }
 
 // Steps may be any positive int, a run until the context ends: nothing

@@ -113,8 +113,9 @@ func (r *rank) round(ctx context.Context, rd *round) (err error) {
 // (enqueue, issue a transfer), leave their end. They return at once
 // unless the device's queue is full, and then only once its work
 // progresses: the trainer's watchdog (Trainer.stuck) fails a step in
-// which a rank stays between enter and leave for CommTimeout, since no
-// deadline of the rank's own can end that wait.
+// which a rank stays between enter and leave with no new call on its
+// compute stream for CommTimeout, since no deadline of the rank's own
+// can end that wait.
 func (r *rank) enter() { r.busy.Store(busyNow()) }
 func (r *rank) leave() { r.busy.Store(0) }
 

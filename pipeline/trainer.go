@@ -56,6 +56,12 @@ type rankWorker struct {
 	ownTimeout bool // the collectives are the trainer's in-process ones: they time out after CommTimeout
 	cmds       chan stepCmd
 	done       chan error // the teardown's result, when the goroutine ends
+	// What the watchdog (Trainer.stuck) last saw of the rank: its
+	// rank.busy, its compute stream's operation count, and since when
+	// (busyNow) neither has moved.
+	seenBusy int64
+	seenOps  uint64
+	quiet    int64
 }
 
 type stepCmd struct {
@@ -368,14 +374,37 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 var errStuck = errors.New("a call handing the step's work to its device, or copying its loss back, did not return: the device has not got through the work queued before it (a transfer from a peer that does not come, or a step longer than the timeout?)")
 
 // stuck returns the error of the first rank whose host has been handing
-// work to its device (rank.enter) for timeout or longer, nil when none has.
-// Such a rank cannot see a deadline of its own; the abort that follows
-// the error fails its pending transfers, which frees its queue.
+// work to its device (rank.enter) without getting any further for timeout
+// or longer, nil when none has. Getting further is a new call on the
+// rank's compute stream (its Ops count moves: every action, and every
+// transfer, which first orders itself after the compute stream, enqueues
+// there) or a new enter: a host that waits at each launch for a slow
+// device to free a slot in its queue is not stuck, however long the
+// launches of one round take in all. Such a rank cannot see a deadline of
+// its own; the abort that follows the error fails its pending transfers,
+// which frees its queue. Progress is seen at the watchdog's ticks, so a
+// stuck rank is named between timeout and timeout plus a tick after its
+// last call began.
 func (t *Trainer) stuck(timeout time.Duration) error {
 	now := busyNow()
 	for _, w := range t.ranks {
-		since := w.r.busy.Load()
-		if since == 0 || time.Duration(now-since) < timeout {
+		busy := w.r.busy.Load()
+		if busy == 0 {
+			w.seenBusy = 0
+			continue
+		}
+		var ops uint64
+		if w.r.compute != nil {
+			ops = w.r.compute.Ops()
+		}
+		switch {
+		case ops != w.seenOps:
+			w.quiet = now
+		case busy != w.seenBusy:
+			w.quiet = busy
+		}
+		w.seenBusy, w.seenOps = busy, ops
+		if time.Duration(now-w.quiet) < timeout {
 			continue
 		}
 		return fmt.Errorf("pipeline: %v: step %d: %w", w.r, t.step, &CommTimeoutError{Timeout: timeout, Err: errStuck})
