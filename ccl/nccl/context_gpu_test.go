@@ -46,9 +46,9 @@ func onFreshThread(fn func() error) error {
 	return <-done
 }
 
-// TestNoContextOnGPU0: communicators, operations, streams and events on
-// GPU 1, used from threads that had no context, leave GPU 0 without a
-// context. Setting the thread's "previous" device back made one there (a
+// TestNoContextOnGPU0: communicators, operations, streams, events and
+// pinned host memory on GPU 1, used from threads that had no context,
+// leave GPU 0 without a context. Setting the thread's "previous" device back made one there (a
 // thread without a context reports device 0), as NCCL's finalize, destroy
 // and abort do on the calling thread. It needs a process in which nothing
 // has touched GPU 0, so it runs alone:
@@ -125,6 +125,21 @@ func TestNoContextOnGPU0(t *testing.T) {
 			return err
 		}
 		return b.CommAbort(c)
+	})
+	step("pinned host memory allocated and freed", func() error {
+		b, free, err := runtime.HostAlloc(runtime.CUDA, 1<<20)
+		if err != nil {
+			return err
+		}
+		if err := runtime.CopyToHost(b, buf, s); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Synchronize(ctx); err != nil {
+			return err
+		}
+		return free()
 	})
 	step("cudaFree and the stream's destroy", func() error { return errors.Join(runtime.Free(buf), s.Destroy()) })
 }

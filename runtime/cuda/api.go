@@ -110,7 +110,7 @@ type driver struct {
 	init, deviceGet, deviceGetName      uintptr
 	deviceGetUUID                       uintptr
 	primaryCtxRetain, ctxGetCurrent     uintptr
-	ctxSetCurrent                       uintptr
+	ctxSetCurrent, primaryCtxGetState   uintptr
 	moduleLoadDataEx, moduleGetFunction uintptr
 	launchKernel                        uintptr
 	getErrorName, getErrorString        uintptr
@@ -126,6 +126,7 @@ func bindDriver(lib *dl.Library) (*driver, error) {
 	b.Sym(&a.primaryCtxRetain, "cuDevicePrimaryCtxRetain")
 	b.Sym(&a.ctxGetCurrent, "cuCtxGetCurrent")
 	b.Sym(&a.ctxSetCurrent, "cuCtxSetCurrent")
+	b.Sym(&a.primaryCtxGetState, "cuDevicePrimaryCtxGetState")
 	b.Sym(&a.moduleLoadDataEx, "cuModuleLoadDataEx")
 	b.Sym(&a.moduleGetFunction, "cuModuleGetFunction")
 	b.Sym(&a.launchKernel, "cuLaunchKernel")

@@ -390,20 +390,73 @@ func (m *Impl) HostAlloc(size int64) ([]byte, error) {
 	if size <= 0 {
 		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "size %d", size)
 	}
-	// On the calling thread's current device (a rank's goroutine has its
-	// own): selecting device 0 made a context there in every process.
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	f := dl.Get()
-	defer f.Put()
-	if rc := int32(f.Call(m.rt.hostAlloc, f.OutPtr(0), uintptr(size), cudaHostAllocPortable)); rc != 0 {
+	var p uintptr
+	var rc int32
+	if err := m.inSomeContext(op, func() {
+		f := dl.Get()
+		defer f.Put()
+		rc = int32(f.Call(m.rt.hostAlloc, f.OutPtr(0), uintptr(size), cudaHostAllocPortable))
+		p = uintptr(f.Out[0])
+	}); err != nil {
+		return nil, err
+	}
+	if rc != 0 {
 		return nil, m.cudaErr(op, rc)
 	}
-	p := uintptr(f.Out[0])
 	if p == 0 {
 		return nil, runtime.Errorf(op, runtime.StatusOutOfMemory, "cudaHostAlloc of %d bytes returned no memory", size)
 	}
 	return unsafe.Slice((*byte)(cPointer(p)), size), nil
+}
+
+// inSomeContext runs fn, a call that needs a CUDA context but no
+// particular device (pinned host memory, which is portable), on a locked
+// thread: in the thread's current context where it has one (a rank's
+// goroutine has its device's), else in the primary context of the first
+// device that already has one, so that the CUDA runtime does not make one
+// on device 0, hundreds of MiB of its memory, in a process that uses other
+// GPUs. Only where no device has a context yet does the runtime choose.
+func (m *Impl) inSomeContext(op string, fn func()) error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if dev, ok := m.deviceWithContext(op); ok {
+		return m.OnDevice(dev, fn)
+	}
+	fn()
+	return nil
+}
+
+// deviceWithContext returns the first device whose primary context is
+// active, when the calling (locked) thread has no current context; false
+// when it has one, when no device has a context, or when the driver API
+// cannot say.
+func (m *Impl) deviceWithContext(op string) (int, bool) {
+	drv, err := m.driverAPI(op)
+	if err != nil {
+		return 0, false
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(drv.ctxGetCurrent, f.OutPtr(0))); rc != 0 || f.Out[0] != 0 {
+		return 0, false
+	}
+	n, err := m.DeviceCount()
+	if err != nil {
+		return 0, false
+	}
+	for i := range n {
+		if rc := int32(f.Call(drv.deviceGet, f.OutPtr(0), uintptr(i))); rc != 0 {
+			return 0, false
+		}
+		f.Out[1], f.Out[2] = 0, 0
+		if rc := int32(f.Call(drv.primaryCtxGetState, uintptr(int32(f.Out[0])), f.OutPtr(1), f.OutPtr(2))); rc != 0 {
+			return 0, false
+		}
+		if int32(f.Out[2]) != 0 {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // HostFree releases memory HostAlloc returned.
@@ -415,9 +468,11 @@ func (m *Impl) HostFree(b []byte) error {
 	if err := m.Init(); err != nil {
 		return err
 	}
-	f := dl.Get()
-	defer f.Put()
-	if rc := int32(f.Call(m.rt.freeHost, hostPtr(b))); rc != 0 {
+	var rc int32
+	if err := m.inSomeContext(op, func() { rc = int32(dl.Call(m.rt.freeHost, hostPtr(b))) }); err != nil {
+		return err
+	}
+	if rc != 0 {
 		return m.cudaErr(op, rc)
 	}
 	return nil
