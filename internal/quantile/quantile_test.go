@@ -110,3 +110,61 @@ func TestNearestRankNegativeAndZero(t *testing.T) {
 		}
 	}
 }
+
+// Quantiles written as decimals (p55, p7) whose product with the count is
+// a whole number in exact arithmetic but not in floating point: the
+// nearest rank is that whole number, ⌈q·n⌉ computed exactly, for values in
+// any order. 0.55·100 is 55.000000000000007 in float64, and its ceiling
+// named the 56th value.
+func TestNearestRankDecimalQuantiles(t *testing.T) {
+	for _, order := range []string{"sorted", "reversed", "shuffled"} {
+		for _, n := range []int{20, 25, 50, 100, 300, 1000} {
+			s, err := ddsketch.NewDefaultDDSketch(0.01)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals := make([]float64, n)
+			for i := range vals {
+				vals[i] = float64(i + 1) // the k-th smallest is k
+			}
+			switch order {
+			case "reversed":
+				slices.Reverse(vals)
+			case "shuffled":
+				rand.New(rand.NewPCG(uint64(n), 7)).Shuffle(n, func(i, j int) { vals[i], vals[j] = vals[j], vals[i] })
+			}
+			for _, v := range vals {
+				if err := s.Add(v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for pct := 1; pct < 100; pct++ {
+				q := float64(pct) / 100
+				want := float64((pct*n + 99) / 100) // ⌈pct·n/100⌉ in integers
+				got, err := quantile.NearestRank(s, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(got-want) > 0.01*want {
+					t.Errorf("%s n %d q %v: %v, want the %v-th value within 1%%", order, n, q, got, want)
+				}
+			}
+		}
+	}
+}
+
+// A NaN quantile is refused, not answered with the largest value.
+func TestNearestRankNaN(t *testing.T) {
+	s, err := ddsketch.NewDefaultDDSketch(0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []float64{-3, 1, 2} {
+		if err := s.Add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := quantile.NearestRank(s, math.NaN()); err == nil {
+		t.Errorf("NearestRank(NaN) = %v, want an error", v)
+	}
+}

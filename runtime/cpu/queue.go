@@ -32,13 +32,15 @@ func newStream(owner *Impl, dev, priority int) *stream {
 		dev:      dev,
 		priority: priority,
 		depth:    owner.cfg.queueDepth,
-		ring:     make([]item, min(initialQueue, ceilPow2(owner.cfg.queueDepth))),
+		ring:     make([]item, ceilPow2(min(initialQueue, owner.cfg.queueDepth))),
 		exited:   make(chan struct{}),
 	}
 	s.work.L, s.room.L, s.idle.L = &s.mu, &s.mu, &s.mu
 	return s
 }
 
+// ceilPow2 returns the least power of two at least n, for n up to
+// initialQueue: a larger n could overflow (math.MaxInt as a depth did).
 func ceilPow2(n int) int {
 	p := 1
 	for p < n {
