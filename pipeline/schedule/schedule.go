@@ -303,9 +303,12 @@ func (s *Schedule) interleavedAction(kind Kind, k int) Action {
 
 // IdealBubbleFraction is the share of a step a stage spends idle when
 // communication is free and every chunk's forward (and every chunk's
-// backward) costs the same: (p−1)/(v·m + p−1). GPipe and Interleaved1F1B
-// with the same p, v and m both reach it; 1F1B's gain over GPipe is memory
-// (at most p−s microbatches in flight on stage s instead of m), not time.
+// backward) costs the same: (p−1)/(v·m + p−1). Interleaved1F1B reaches it,
+// and so does GPipe with the same p, v and m when v = 1 or m ≥ p; 1F1B's
+// gain over GPipe is memory (at most p−s microbatches in flight on stage s
+// instead of m), not time. GPipe with v > 1 and m < p waits for the
+// pipeline to fill again on every chunk pass, and its makespan is
+// (f+b)((v−1)·max(m, p) + m + p−1) for forwards costing f and backwards b.
 // It returns NaN if any argument is below 1.
 func IdealBubbleFraction(p, v, m int) float64 {
 	if p < 1 || v < 1 || m < 1 {

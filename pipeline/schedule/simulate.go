@@ -112,38 +112,62 @@ func simulate(p, v, m int, lists [][]Action, cost CostFunc) (Timeline, error) {
 
 	free := make([]float64, p) // when each stage finishes its last action
 	next := make([]int, p)     // index of each stage's next action
-	// Each pass runs every action whose input is ready; a pass that runs
-	// nothing means the remaining heads wait on each other.
-	for progress := true; progress; {
-		progress = false
-		for st, list := range lists {
-			for next[st] < len(list) {
-				a := list[next[st]]
-				vs := a.Chunk*p + st
-				dep, ok := dependency(a, vs, nv)
-				ready := 0.0
-				if ok {
-					ready = done[dep.Kind][dep.vs*m+a.Microbatch]
-					if math.IsNaN(ready) {
-						break
-					}
+	// Stages to (re)visit: each runs its list until its next action's input
+	// is missing, and is visited again only when an action that may be that
+	// input runs. Sweeping all stages until a sweep runs nothing instead
+	// costs a sweep per hop of the backward wave, p·(v·m + p) visits, which
+	// is quadratic in p. Visiting order does not change the result: each
+	// action's start depends only on its stage's previous action and on its
+	// input, whose end times are fixed once they have run.
+	work := make([]int, 0, p)
+	queued := make([]bool, p)
+	for st := p - 1; st >= 0; st-- { // popped from the end: stage 0 first
+		work = append(work, st)
+		queued[st] = true
+	}
+	wake := func(vs int) {
+		if st := vs % p; !queued[st] {
+			queued[st] = true
+			work = append(work, st)
+		}
+	}
+	for len(work) > 0 {
+		st := work[len(work)-1]
+		work = work[:len(work)-1]
+		queued[st] = false
+		list := lists[st]
+		for next[st] < len(list) {
+			a := list[next[st]]
+			vs := a.Chunk*p + st
+			dep, ok := dependency(a, vs, nv)
+			ready := 0.0
+			if ok {
+				ready = done[dep.Kind][dep.vs*m+a.Microbatch]
+				if math.IsNaN(ready) {
+					break
 				}
-				slot := &done[a.Kind][vs*m+a.Microbatch]
-				if !math.IsNaN(*slot) {
-					return Timeline{}, fmt.Errorf("schedule: simulate: stage %d runs %v twice", st, a)
-				}
-				d := cost(st, a)
-				if d < 0 || math.IsNaN(d) || math.IsInf(d, 0) {
-					return Timeline{}, fmt.Errorf("schedule: simulate: cost of %v on stage %d is %v; want a finite duration >= 0", a, st, d)
-				}
-				start := max(free[st], ready)
-				end := start + d
-				*slot = end
-				free[st] = end
-				t.Busy[st] += d
-				t.Spans[st] = append(t.Spans[st], Span{Stage: st, Action: a, Start: start, End: end})
-				next[st]++
-				progress = true
+			}
+			slot := &done[a.Kind][vs*m+a.Microbatch]
+			if !math.IsNaN(*slot) {
+				return Timeline{}, fmt.Errorf("schedule: simulate: stage %d runs %v twice", st, a)
+			}
+			d := cost(st, a)
+			if d < 0 || math.IsNaN(d) || math.IsInf(d, 0) {
+				return Timeline{}, fmt.Errorf("schedule: simulate: cost of %v on stage %d is %v; want a finite duration >= 0", a, st, d)
+			}
+			start := max(free[st], ready)
+			end := start + d
+			*slot = end
+			free[st] = end
+			t.Busy[st] += d
+			t.Spans[st] = append(t.Spans[st], Span{Stage: st, Action: a, Start: start, End: end})
+			next[st]++
+			// Wake the stage whose action this one feeds (the last virtual
+			// stage's own backward is on this stage, which goes on anyway).
+			if a.Kind == Forward && vs+1 < nv {
+				wake(vs + 1)
+			} else if a.Kind == Backward && vs > 0 {
+				wake(vs - 1)
 			}
 		}
 	}
