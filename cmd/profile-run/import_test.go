@@ -126,7 +126,7 @@ func TestImportKinetoTraces(t *testing.T) {
 	if err := json.Unmarshal(raw, &trace); err != nil {
 		t.Fatal(err)
 	}
-	durs := map[int64]int{} // whole microseconds (the exporter adds half a nanosecond)
+	durs := map[int64]int{} // whole microseconds (the exporter adds a quarter of a nanosecond)
 	for _, ev := range trace.TraceEvents {
 		if ev.Ph == "X" && ev.Name == ar {
 			durs[int64(ev.Dur)]++

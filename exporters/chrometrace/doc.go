@@ -36,6 +36,7 @@
 // Send.
 //
 // Times are microseconds since the profiler's epoch with nanosecond
-// precision; each is written half a nanosecond above its exact value so a
-// reader that truncates (as Perfetto does) gets the exact nanosecond back.
+// precision; each is written a quarter of a nanosecond above its exact
+// value, so a reader that truncates (Perfetto before v51) or rounds
+// (Perfetto since v51) gets the exact nanosecond back.
 package chrometrace

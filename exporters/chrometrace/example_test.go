@@ -46,8 +46,8 @@ func Example() {
 	// {"ph":"M","name":"thread_name","pid":1,"tid":2,"args":{"name":"cpu:0 communication"}}
 	// {"ph":"M","name":"thread_name","pid":2,"tid":3,"args":{"name":"host"}}
 	// {"ph":"M","name":"thread_name","pid":2,"tid":4,"args":{"name":"cpu:1 communication"}}
-	// {"ph":"X","name":"Send","cat":"p2p","ts":15.0005,"dur":25.0005,"pid":1,"tid":2,"bind_id":1,"flow_out":true
-	// {"ph":"X","name":"Recv","cat":"p2p","ts":20.0005,"dur":21.0005,"pid":2,"tid":4,"bind_id":1,"flow_in":true
+	// {"ph":"X","name":"Send","cat":"p2p","ts":15.00025,"dur":25.00025,"pid":1,"tid":2,"bind_id":1,"flow_out":true
+	// {"ph":"X","name":"Recv","cat":"p2p","ts":20.00025,"dur":21.00025,"pid":2,"tid":4,"bind_id":1,"flow_in":true
 }
 
 // WriteFile is what a run does at its end, with every record after a

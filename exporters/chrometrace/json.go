@@ -215,16 +215,19 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 }
 
 // appendTime appends a time or duration of ns nanoseconds in
-// microseconds, half a nanosecond away from zero: "1234.5675" for
-// 1234567ns. A reader that multiplies by 1000 in floating point and
-// truncates, as Perfetto does, gets ns back exactly, where the exact
-// decimal could come out a nanosecond short and make a child end after
-// its parent.
+// microseconds, a quarter of a nanosecond away from zero: "1234.56725"
+// for 1234567ns. A reader that multiplies by 1000 in floating point gets
+// ns back exactly whether it then truncates (Perfetto before v51) or
+// rounds to nearest (Perfetto since v51): the exact
+// decimal could come out a nanosecond short under truncation, and half a
+// nanosecond above it rounds up to the next nanosecond, either of which
+// can make a child end after its parent or an event start inside the one
+// before it. It holds while |ns| < 2^50 (13 days).
 func appendTime(b []byte, ns int64) []byte {
 	b, u := appendSign(b, ns)
 	b = strconv.AppendUint(b, u/1000, 10)
 	frac := u % 1000
-	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10), '5')
+	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10), '2', '5')
 }
 
 // appendMicros appends ns nanoseconds as exact microseconds, with no

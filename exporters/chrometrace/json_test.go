@@ -2,6 +2,7 @@ package chrometrace
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -67,7 +68,7 @@ func TestAppendMinInt64(t *testing.T) {
 	for _, c := range []struct {
 		got, want string
 	}{
-		{string(appendTime(nil, minNs)), "-9223372036854775.8085"},
+		{string(appendTime(nil, minNs)), "-9223372036854775.80825"},
 		{string(appendMicros(nil, minNs)), "-9223372036854775.808"},
 	} {
 		if c.got != c.want {
@@ -77,5 +78,47 @@ func TestAppendMinInt64(t *testing.T) {
 		if err := json.Unmarshal([]byte(c.got), &n); err != nil {
 			t.Errorf("%q is not a JSON number: %v", c.got, err)
 		}
+	}
+}
+
+// perfettoRounds reads a time as the Perfetto trace processor reads it
+// since v51 (json_trace_tokenizer.cc, CoerceToTs): an integral value is
+// whole microseconds, any other is rounded to the nearest nanosecond,
+// half away from zero (llround(µs × 1000)).
+func perfettoRounds(s string) (int64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, err
+	}
+	if f == math.Trunc(f) {
+		return int64(f) * 1000, nil
+	}
+	return int64(math.Round(f * 1000)), nil
+}
+
+// A reader that rounds, as Perfetto does now, gets the exact nanosecond
+// back too, as one that truncates does (TestAppendTimeTruncatesExactly).
+func TestAppendTimeRoundsExactly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	values := []int64{0, 1, 499, 500, 501, 999, 1000, 1001, 1234567, 15_000_000, 1_000_000_000_123, -1, -500, -1000, -1234567}
+	for range 100000 {
+		values = append(values, rng.Int64N(1<<50), -rng.Int64N(1<<40))
+	}
+	wrong := 0
+	for _, ns := range values {
+		s := string(appendTime(nil, ns))
+		got, err := perfettoRounds(s)
+		if err != nil {
+			t.Fatalf("%d → %q: %v", ns, s, err)
+		}
+		if got != ns {
+			if wrong < 5 {
+				t.Errorf("%d ns → %q → read back as %d ns", ns, s, got)
+			}
+			wrong++
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d times read back wrong by a reader that rounds", wrong, len(values))
 	}
 }
