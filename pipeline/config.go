@@ -324,6 +324,18 @@ func (c Config) EffectivePrecisionExplained(name func(field string, value any) s
 		c.Backend, strings.Join(has, " or "), req, runtime.MathDefault)
 }
 
+// IdealBubble is the share of a step each stage would idle under the
+// configured schedule if communication were free and every chunk cost the
+// same (schedule.Schedule.BubbleFraction); NaN for a schedule that cannot
+// be built.
+func (c Config) IdealBubble() float64 {
+	s, err := c.schedule()
+	if err != nil {
+		return math.NaN()
+	}
+	return s.BubbleFraction()
+}
+
 // schedule builds the configured schedule; its errors wrap
 // ErrInvalidConfig and the schedule package's own.
 func (c Config) schedule() (*schedule.Schedule, error) {

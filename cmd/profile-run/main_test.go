@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/trainscope/trainscope/pipeline"
+	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -903,5 +904,46 @@ func TestOutputsOnOnePathAreAUsageError(t *testing.T) {
 	code, _, stderr := runCmd(t, append([]string{"-out", in("runs"), "-metrics-addr", "off", "-report", in("r.txt"), "-trace", in("r.rank0.json"), "-pprof", in("calls.rank1.gz"), "-call-log-size", "0"}, small...)...)
 	if code != exitOK {
 		t.Errorf("distinct outputs refused: exit %d: %s", code, stderr)
+	}
+}
+
+// The report's ideal bubble is the schedule's own: GPipe with more chunks
+// than one and fewer microbatches than stages fills the pipeline again on
+// every chunk pass, so its least bubble is above (p−1)/(v·m+p−1), as a
+// simulation of its actions at equal costs finds.
+func TestIdealBubbleIsTheSchedules(t *testing.T) {
+	const p, v = 4, 2
+	for _, tc := range []struct {
+		name  string
+		build func(p, v, m int) (*schedule.Schedule, error)
+		m     int
+	}{
+		{"gpipe", schedule.GPipe, 2}, // m < p
+		{"1f1b", schedule.Interleaved1F1B, 4},
+	} {
+		args := []string{"-schedule", tc.name, "-pp", "4", "-vpp", "2", "-layers", "8", "-microbatches", strconv.Itoa(tc.m)}
+		checkIdealBubble(t, args, p, v, tc.m, tc.build)
+	}
+}
+
+func checkIdealBubble(t *testing.T, args []string, p, v, m int, build func(p, v, m int) (*schedule.Schedule, error)) {
+	t.Helper()
+	s, err := build(p, v, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := schedule.Simulate(s, schedule.UniformCost(1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("ideal pipeline bubble for this schedule: %.1f%% of a step", 100*tl.BubbleFraction())
+	all := append([]string{"-width", "16", "-microbatch-size", "4", "-steps", "1", "-metrics-addr", "off",
+		"-trace", "off", "-pprof", "off", "-out", t.TempDir()}, args...)
+	code, stdout, stderr := runCmd(t, all...)
+	if code != 0 {
+		t.Fatalf("profile-run %v: exit %d\n%s", args, code, stderr)
+	}
+	if !strings.Contains(stdout, want) {
+		t.Errorf("profile-run %v: no %q in the report:\n%s", args, want, stdout)
 	}
 }

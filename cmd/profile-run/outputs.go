@@ -23,7 +23,6 @@ import (
 	"github.com/trainscope/trainscope/exporters/pprof"
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/internal/ncclplugin"
-	"github.com/trainscope/trainscope/pipeline/schedule"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
 )
@@ -610,7 +609,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		out.pipe.Flush() // the last steps wait for no later ones now
 		pipe := out.pipe.Summary()
-		ideal := schedule.IdealBubbleFraction(c.Stages, c.Chunks, c.Microbatches)
+		ideal := c.IdealBubble()
 		if len(out.o.command) > 0 || out.o.importing > 0 {
 			ideal = 0 // the schedule is not the built-in trainer's, nor known
 		}

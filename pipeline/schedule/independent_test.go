@@ -169,3 +169,37 @@ func TestSchedulesAgainstIndependentExecutor(t *testing.T) {
 		}
 	}
 }
+
+// BubbleFraction is the bubble Simulate finds for the schedule with
+// uniform costs, for GPipe (where v > 1 and m < p refill the pipeline on
+// every chunk pass) and interleaved 1F1B, at any forward:backward ratio.
+func TestBubbleFractionMatchesSimulation(t *testing.T) {
+	for p := 1; p <= 6; p++ {
+		for v := 1; v <= 4; v++ {
+			for m := 1; m <= 3*p+1; m++ {
+				for _, build := range []struct {
+					name string
+					make func(p, v, m int) (*Schedule, error)
+				}{{"gpipe", GPipe}, {"interleaved", Interleaved1F1B}} {
+					s, err := build.make(p, v, m)
+					if err != nil {
+						continue // interleaved needs m a multiple of p
+					}
+					for _, fb := range [][2]float64{{1, 2}, {3, 1}} {
+						tl, err := Simulate(s, UniformCost(fb[0], fb[1]))
+						if err != nil {
+							t.Fatal(err)
+						}
+						if got, want := s.BubbleFraction(), tl.BubbleFraction(); math.Abs(got-want) > 1e-12 {
+							t.Errorf("%s p=%d v=%d m=%d, f:b %v: BubbleFraction %.6f, simulated %.6f", build.name, p, v, m, fb, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+	var zero Schedule
+	if !math.IsNaN(zero.BubbleFraction()) {
+		t.Errorf("the zero Schedule's BubbleFraction = %v, want NaN", zero.BubbleFraction())
+	}
+}

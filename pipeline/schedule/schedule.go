@@ -316,3 +316,21 @@ func IdealBubbleFraction(p, v, m int) float64 {
 	}
 	return float64(p-1) / (float64(v)*float64(m) + float64(p-1))
 }
+
+// BubbleFraction is the share of a step a stage of this schedule spends
+// idle when communication is free and every chunk's forward (and every
+// chunk's backward) costs the same: IdealBubbleFraction(p, v, m), except
+// for GPipe with v > 1 and m < p, which fills the pipeline again on every
+// chunk pass: 1 − v·m/((v−1)·max(m, p) + m + p−1). It is what Simulate
+// finds for the schedule with uniform costs, without simulating it; NaN
+// for the zero Schedule.
+func (s *Schedule) BubbleFraction() float64 {
+	switch {
+	case s == nil || s.policy == policyNone:
+		return math.NaN()
+	case s.policy == policyGPipe && s.v > 1 && s.m < s.p:
+		vm := float64(s.v) * float64(s.m)
+		return 1 - vm/(float64(s.v-1)*float64(s.p)+float64(s.m)+float64(s.p-1))
+	}
+	return IdealBubbleFraction(s.p, s.v, s.m)
+}

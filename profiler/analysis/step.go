@@ -52,8 +52,9 @@ type Pipeline struct {
 	Stages, Chunks, Microbatches int
 	// Ideal is (p−1)/(v·m+p−1) (schedule.IdealBubbleFraction): the share
 	// of the span each stage idles when communication is free and every
-	// chunk costs the same, under GPipe and interleaved 1F1B alike. NaN
-	// without pipeline labels.
+	// chunk costs the same, under interleaved 1F1B, and under GPipe where
+	// v = 1 or m ≥ p (GPipe with v > 1 and m < p idles more: see
+	// schedule.Schedule.BubbleFraction). NaN without pipeline labels.
 	Ideal float64
 	// Given: Chunks and Microbatches came from WithSchedule, the work
 	// carrying stages only (a wrapped job's kernels).
