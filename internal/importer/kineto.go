@@ -201,7 +201,9 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			ev.Name = "(unnamed " + ev.Cat + ")"
 		}
 		events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
-			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None, kernel: ev.Cat == "kernel",
+			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None,
+			// Any case, as classify reads it: the first Kineto traces say "Kernel".
+			kernel: strings.EqualFold(ev.Cat, "kernel"),
 			python: strings.HasPrefix(strings.ToLower(ev.Cat), "python_function")})
 		return nil
 	}

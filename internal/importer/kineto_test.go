@@ -351,3 +351,30 @@ func TestKinetoNewerDTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestKinetoCapitalisedCategories: the first Kineto traces (PyTorch
+// 1.8–1.9) name their categories with a capital letter ("Operator",
+// "Runtime", "Kernel", "Memcpy"), which classify reads alike. A "Kernel"
+// is a traced kernel as a "kernel" is: busy time counts it as compute.
+func TestKinetoCapitalisedCategories(t *testing.T) {
+	trace := `{"traceEvents": [
+{"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 24572, "tid": "24572", "ts": 1621401187223005, "dur": 40, "args": {"External id": 2}},
+{"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 24572, "tid": "24572", "ts": 1621401187223010, "dur": 9, "args": {"correlation": 334, "external id": 2}},
+{"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": "stream 7", "ts": 1621401187223030, "dur": 120, "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 334, "external id": 2}},
+{"ph": "X", "cat": "Memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": "stream 7", "ts": 1621401187223200, "dur": 4, "args": {"device": 0, "stream": 7, "correlation": 335}}
+]}`
+	p, err := ParseKineto("old.json", strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := byName(p.Records, "volta_sgemm_128x64_nn")
+	if k == nil || k.Kind != profiler.KindKernel || !k.HasDevice || k.Parent == 0 {
+		t.Fatalf("the Kernel: %+v; want a KindKernel launched inside aten::mm", k)
+	}
+	if k.Activity() != profiler.ActivityCompute {
+		t.Errorf("the Kernel counts as %v in busy time, want compute", k.Activity())
+	}
+	if m := byName(p.Records, "Memcpy DtoH (Device -> Pageable)"); m == nil || m.Kind != profiler.KindDevice {
+		t.Errorf("the Memcpy: %+v; want a KindDevice range", m)
+	}
+}
