@@ -74,9 +74,9 @@ func sortNames(rows []NameStats, by SortKey) {
 		case SortDevicePercent:
 			return s.DevicePercent
 		case SortAvgHost:
-			return float64(s.AvgHost())
+			return mean(s.HostTotal, s.Count)
 		case SortAvgDevice:
-			return float64(s.AvgDevice())
+			return mean(s.DeviceTotal, s.DeviceCount)
 		}
 		return float64(s.HostTotal)
 	}
@@ -91,6 +91,19 @@ func sortNames(rows []NameStats, by SortKey) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// mean is total over n in microseconds, unrounded (0 for n = 0): the
+// report prints it to the nanosecond, so it must not be cut down to a
+// whole nanosecond first, as NameStats.AvgHost and the others are.
+func mean(total time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(total) / float64(n) / float64(time.Microsecond)
+}
+
+// fixed is v with prec decimals, as "%.*f" writes it.
+func fixed(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 
 // oneLine is a range name as a line of a table or log holds it: a name
 // with a line break or another control character is written Go-quoted,
@@ -109,6 +122,13 @@ const mib = 1 << 20
 // written whole, pushing its row's figures right, rather than widening
 // every row of the table.
 const maxNameWidth = 100
+
+// reportTitles are the report table's figure columns, after Name, and
+// reportWidths their least widths (the seed's).
+var (
+	reportTitles = [...]string{"Count", "Host Total(us)", "Host %", "Device Total(us)", "Device %", "Avg Host(us)", "Avg Device(us)"}
+	reportWidths = [len(reportTitles)]int{7, 16, 8, 18, 9, 14, 16}
+)
 
 // ReportOption adjusts what WriteReport and WriteRankFiles write.
 type ReportOption interface{ applyReport(*reportConfig) }
@@ -147,26 +167,42 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 	}
 	bw := bufio.NewWriter(w)
 	for i, g := range groups {
-		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, g.Tag)
-		width := len("Name")
-		for _, n := range g.Names {
-			width = max(width, min(len(oneLine(n.Name)), maxNameWidth))
-		}
-		fmt.Fprintf(bw, "%-*s %7s %16s %8s %18s %9s %14s %16s\n", width, "Name", "Count",
-			"Host Total(us)", "Host %", "Device Total(us)", "Device %", "Avg Host(us)", "Avg Device(us)")
+		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, oneLine(g.Tag))
 		rows := slices.Clone(g.Names)
 		sortNames(rows, by)
-		for i := range rows {
-			rows[i].Name = oneLine(rows[i].Name)
+		// Each figure column is as wide as the seed's, or as its widest
+		// figure (a count over 9,999,999, hours of time): a figure never
+		// pushes the columns after it out of line.
+		widths := reportWidths
+		cells := make([][len(reportWidths)]string, len(rows))
+		width := len("Name")
+		for j := range rows {
+			n := &rows[j]
+			n.Name = oneLine(n.Name)
+			width = max(width, min(len(n.Name), maxNameWidth))
+			cells[j] = [...]string{strconv.Itoa(n.Count),
+				fixed(us(n.HostTotal), 3), fixed(n.HostPercent, 2), fixed(us(n.DeviceTotal), 3), fixed(n.DevicePercent, 2),
+				fixed(mean(n.HostTotal, n.Count), 3), fixed(mean(n.DeviceTotal, n.DeviceCount), 3)}
+			for k, c := range cells[j] {
+				widths[k] = max(widths[k], len(c))
+			}
 		}
-		for _, n := range rows {
-			fmt.Fprintf(bw, "%-*s %7d %16.3f %8.2f %18.3f %9.2f %14.3f %16.3f\n", width, n.Name, n.Count,
-				us(n.HostTotal), n.HostPercent, us(n.DeviceTotal), n.DevicePercent, us(n.AvgHost()), us(n.AvgDevice()))
+		fmt.Fprintf(bw, "%-*s", width, "Name")
+		for k, title := range reportTitles {
+			fmt.Fprintf(bw, " %*s", widths[k], title)
+		}
+		fmt.Fprintln(bw)
+		for j := range rows {
+			fmt.Fprintf(bw, "%-*s", width, rows[j].Name)
+			for k, c := range cells[j] {
+				fmt.Fprintf(bw, " %*s", widths[k], c)
+			}
+			fmt.Fprintln(bw)
 		}
 		for _, n := range rows {
 			if n.TransferCount > 0 {
 				fmt.Fprintf(bw, "%s over a network transport: %d of %d calls done %.3f us after their kernel started on average, the kernel alone %.3f us (NCCL's proxy moved the data after it)\n",
-					n.Name, n.TransferCount, n.DeviceCount, us(n.AvgTransfer()), us(n.AvgDevice()))
+					n.Name, n.TransferCount, n.DeviceCount, mean(n.TransferTotal, n.TransferCount), mean(n.DeviceTotal, n.DeviceCount))
 			}
 		}
 		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
@@ -197,20 +233,38 @@ func WriteRecords(w io.Writer, records []Record) error {
 		return err
 	}
 	bw := bufio.NewWriter(w)
+	// Each figure column is as wide as its widest figure where that is
+	// wider than its title (a millionth call, a range of hours), so no
+	// figure pushes the columns after it out of line.
 	width := len("Name")
-	for i := range records {
-		width = max(width, min(len(oneLine(records[i].Name))+2*max(records[i].Depth, 0), maxNameWidth))
+	idxW := max(6, len(strconv.Itoa(len(records)-1)))
+	tsW, hostW, devW, peakW := 16, 12, 12, 13
+	var buf []byte
+	flen := func(v float64, prec int) int {
+		buf = strconv.AppendFloat(buf[:0], v, 'f', prec, 64)
+		return len(buf)
 	}
-	fmt.Fprintf(bw, "%6s %16s  %-*s %-8s %12s %12s %13s\n", "Idx", "Timestamp(us)", width, "Name", "Device", "Host(us)", "Device(us)", "Peak Mem(MB)")
+	for i := range records {
+		r := &records[i]
+		width = max(width, min(len(oneLine(r.Name))+2*max(r.Depth, 0), maxNameWidth))
+		tsW = max(tsW, flen(us(r.HostStart), 3))
+		hostW = max(hostW, flen(us(r.HostDuration()), 3))
+		if r.HasDevice {
+			devW = max(devW, flen(us(r.DeviceDuration()), 3))
+		}
+		peakW = max(peakW, flen(float64(r.PeakMemory)/mib, 2))
+	}
+	fmt.Fprintf(bw, "%*s %*s  %-*s %-8s %*s %*s %*s\n", idxW, "Idx", tsW, "Timestamp(us)", width, "Name", "Device",
+		hostW, "Host(us)", devW, "Device(us)", peakW, "Peak Mem(MB)")
 	for i := range records {
 		r := &records[i]
 		dev := "-"
 		if r.HasDevice {
-			dev = fmt.Sprintf("%.3f", us(r.DeviceDuration()))
+			dev = fixed(us(r.DeviceDuration()), 3)
 		}
 		name := strings.Repeat("  ", max(r.Depth, 0)) + oneLine(r.Name)
-		fmt.Fprintf(bw, "%6d %16.3f  %-*s %-8s %12.3f %12s %13.2f\n", i, us(r.HostStart), width, name,
-			r.Device.String(), us(r.HostDuration()), dev, float64(r.PeakMemory)/mib)
+		fmt.Fprintf(bw, "%*d %*.3f  %-*s %-8s %*.3f %*s %*.2f\n", idxW, i, tsW, us(r.HostStart), width, name,
+			r.Device.String(), hostW, us(r.HostDuration()), devW, dev, peakW, float64(r.PeakMemory)/mib)
 	}
 	return bw.Flush()
 }
