@@ -2,7 +2,10 @@ package importer
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/trainscope/trainscope/profiler"
 )
 
 // TestShortenedGroupRanks: PyTorch shortens a "Process Group Ranks" list
@@ -35,5 +38,50 @@ func TestShortenedGroupRanks(t *testing.T) {
 				t.Errorf("group size %d, group rank %d, peer %d; want 64, %d, %d", c.GroupSize, c.GroupRank, c.Peer, tc.groupRank, tc.peer)
 			}
 		})
+	}
+}
+
+// TestGroupRankOfUnnamedRanks: two traces without distributedInfo get
+// their ranks from AssignRanks (0 and 1, in the order given); each
+// collective's place in its group ("Process Group Ranks" [0, 1]) is that
+// rank's, so the second file's all-reduce and receive are group rank 1,
+// and its receive pairs with the first file's send (rank 0 → 1).
+func TestGroupRankOfUnnamedRanks(t *testing.T) {
+	const a = `[
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL","pid":0,"tid":7,"ts":10,"dur":5,"args":{"Collective name":"allreduce","In msg nelems":4,"Out msg nelems":4,"dtype":"Float","Group size":2,"Process Group Name":"0","Process Group Ranks":"[0, 1]","Seq":1}},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_SendRecv","pid":0,"tid":7,"ts":20,"dur":5,"args":{"Collective name":"send","In msg nelems":4,"Out msg nelems":4,"dtype":"Float","Group size":2,"Process Group Name":"0","Process Group Ranks":"[0, 1]","Dst Rank":1,"Seq":2}}]`
+	b := strings.NewReplacer(`"send"`, `"recv"`, `"Dst Rank":1`, `"Src Rank":0`).Replace(a)
+	pa, err := ParseKineto("a.json", strings.NewReader(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := ParseKineto("b.json", strings.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	AssignRanks([]*Profile{pa, pb})
+	for _, tc := range []struct {
+		p         *Profile
+		rank      int
+		op        string
+		groupRank int32
+		peer      int32
+	}{
+		{pa, 0, "AllReduce", 0, -1}, {pa, 0, "Send", 0, 1},
+		{pb, 1, "AllReduce", 1, -1}, {pb, 1, "Recv", 1, 0},
+	} {
+		var rec *profiler.Record
+		for i := range tc.p.Records {
+			if tc.p.Records[i].Collective.Op == tc.op {
+				rec = &tc.p.Records[i]
+			}
+		}
+		if rec == nil {
+			t.Fatalf("%s: no %s in %+v", tc.p.Path, tc.op, tc.p.Records)
+		}
+		if rec.Rank != tc.rank || rec.Collective.GroupRank != tc.groupRank || rec.Collective.Peer != tc.peer {
+			t.Errorf("%s's %s: rank %d, group rank %d, peer %d; want %d, %d, %d", tc.p.Path, tc.op,
+				rec.Rank, rec.Collective.GroupRank, rec.Collective.Peer, tc.rank, tc.groupRank, tc.peer)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +21,9 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// kinetoEvent is one element of traceEvents. Only complete ("X") events
-// are imported; the others (metadata, flows, instants, counters) are read
+// kinetoEvent is one element of traceEvents. Complete ("X") events are
+// imported, and duration events written as "B"/"E" pairs; the others
+// (metadata, flows, instants but the allocator's, counters) are read
 // past.
 type kinetoEvent struct {
 	Ph   string          `json:"ph"`
@@ -127,6 +129,46 @@ func classify(cat string) eventClass {
 	return classSkip
 }
 
+// begun is a "B" event not yet ended: its offset and start (ns).
+type begun struct {
+	ev  kinetoEvent
+	off int64
+	ts  int64
+}
+
+// skipKey counts the duration events of a category not imported:
+// complete events, or "B"/"E" pairs.
+type skipKey struct {
+	cat  string
+	pair bool
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// plural is "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
+}
+
+// mergeArgs sets the args an "E" event states on its "B" event's, as the
+// trace-event format merges them.
+func mergeArgs(dst, src *kinetoArgs) {
+	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
+	for i := range s.NumField() {
+		if f := s.Field(i); !f.IsZero() {
+			d.Field(i).Set(f)
+		}
+	}
+}
+
 type kEvent struct {
 	class      eventClass
 	name       string
@@ -165,34 +207,21 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		haveBase bool
 		rank     flexInt
 		groups   []processGroup
-		skipped  = map[string]int{}
+		skipped  = map[skipKey]int{}
 		mems     []memSample
+		// The "B" events not yet ended, per pid/tid; "E" events with none
+		// open.
+		open     = map[string][]begun{}
+		unbegun  int
+		beginEnd func(ev *kinetoEvent, off int64) error
 	)
-	event := func(off int64, n int) error {
-		var ev kinetoEvent
-		if err := dec.Decode(&ev); err != nil {
-			return sc.fail(off, fmt.Errorf("event %d: %w", n, err))
-		}
-		if (ev.Ph == "i" || ev.Ph == "I") && ev.Name == "[memory]" {
-			return memoryEvent(&ev, &mems, func(err error) error { return sc.fail(off, err) })
-		}
-		if ev.Ph != "X" {
-			return nil
-		}
+	// add imports a duration event that starts at ts and lasts dur (ns):
+	// a complete event, or a "B"/"E" pair (begin at off).
+	add := func(ev *kinetoEvent, off int64, ts, dur int64, pair bool) error {
 		class := classify(ev.Cat)
 		if class == classSkip {
-			skipped[ev.Cat]++
+			skipped[skipKey{ev.Cat, pair}]++
 			return nil
-		}
-		ts, err := microsToNanos(numberText(ev.Ts))
-		if err != nil {
-			return sc.fail(off, fmt.Errorf("event %q: ts: %w", ev.Name, err))
-		}
-		// A complete event states its duration: one without is malformed,
-		// not an instant (the trace-event format's "i").
-		dur, err := microsToNanos(numberText(ev.Dur))
-		if err != nil {
-			return sc.fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
 		}
 		if dur < 0 || ts > math.MaxInt64/2 || dur > math.MaxInt64/4 || ts < -math.MaxInt64/4 {
 			return sc.fail(off, fmt.Errorf("event %q: ts %s, dur %s out of range", ev.Name, ev.Ts, ev.Dur))
@@ -206,6 +235,71 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			kernel: strings.EqualFold(ev.Cat, "kernel"),
 			python: strings.HasPrefix(strings.ToLower(ev.Cat), "python_function")})
 		return nil
+	}
+	event := func(off int64, n int) error {
+		var ev kinetoEvent
+		if err := dec.Decode(&ev); err != nil {
+			return sc.fail(off, fmt.Errorf("event %d: %w", n, err))
+		}
+		if (ev.Ph == "i" || ev.Ph == "I") && ev.Name == "[memory]" {
+			return memoryEvent(&ev, &mems, func(err error) error { return sc.fail(off, err) })
+		}
+		switch ev.Ph {
+		case "X":
+		case "B", "E":
+			return beginEnd(&ev, off)
+		default:
+			return nil
+		}
+		if classify(ev.Cat) == classSkip {
+			skipped[skipKey{ev.Cat, false}]++
+			return nil
+		}
+		ts, err := microsToNanos(numberText(ev.Ts))
+		if err != nil {
+			return sc.fail(off, fmt.Errorf("event %q: ts: %w", ev.Name, err))
+		}
+		// A complete event states its duration: one without is malformed,
+		// not an instant (the trace-event format's "i").
+		dur, err := microsToNanos(numberText(ev.Dur))
+		if err != nil {
+			return sc.fail(off, fmt.Errorf("event %q: dur: %w", ev.Name, err))
+		}
+		return add(&ev, off, ts, dur, false)
+	}
+	// beginEnd reads a duration event written as a pair (the trace-event
+	// format's "B" and "E", which Chrome-trace writers other than Kineto
+	// use): an "E" ends the latest "B" still open on its pid and tid, its
+	// args merged into the "B"'s.
+	beginEnd = func(ev *kinetoEvent, off int64) error {
+		ts, err := microsToNanos(numberText(ev.Ts))
+		if err == nil && (ts > math.MaxInt64/2 || ts < -math.MaxInt64/4) {
+			err = errors.New("out of range")
+		}
+		if err != nil {
+			return sc.fail(off, fmt.Errorf("event %q (%q): ts: %w", ev.Name, ev.Ph, err))
+		}
+		thread := string(ev.Pid) + "/" + string(ev.Tid)
+		stack := open[thread]
+		if ev.Ph == "B" {
+			open[thread] = append(stack, begun{*ev, off, ts})
+			return nil
+		}
+		if len(stack) == 0 {
+			unbegun++
+			return nil
+		}
+		b := stack[len(stack)-1]
+		open[thread] = stack[:len(stack)-1]
+		if ts < b.ts {
+			return sc.fail(off, fmt.Errorf("event %q: ends (\"E\" at ts %s) before it begins (ts %s)", b.ev.Name, ev.Ts, b.ev.Ts))
+		}
+		if b.ev.Cat == "" {
+			b.ev.Cat = ev.Cat
+		}
+		mergeArgs(&b.ev.Args, &ev.Args)
+		b.ev.Dur = json.RawMessage(strconv.FormatFloat(float64(ts-b.ts)/1000, 'f', -1, 64))
+		return add(&b.ev, b.off, b.ts, ts-b.ts, true)
 	}
 	key := func(off int64, key string) error {
 		switch key {
@@ -257,8 +351,24 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 			mems[i].at += base
 		}
 	}
-	for _, cat := range slices.Sorted(maps.Keys(skipped)) {
-		p.warnf("%s: %d complete events of category %q not imported", path, skipped[cat], cat)
+	for _, k := range slices.SortedFunc(maps.Keys(skipped), func(a, b skipKey) int {
+		return cmp.Or(strings.Compare(a.cat, b.cat), cmp.Compare(btoi(a.pair), btoi(b.pair)))
+	}) {
+		if k.pair {
+			p.warnf("%s: %s of category %q not imported", path, plural(skipped[k], `"B"/"E" pair`), k.cat)
+		} else {
+			p.warnf("%s: %d complete events of category %q not imported", path, skipped[k], k.cat)
+		}
+	}
+	if unbegun > 0 {
+		p.warnf("%s: %s with no \"B\" open on its thread (pid and tid): not imported", path, plural(unbegun, `"E" event`))
+	}
+	unended := 0
+	for _, st := range open {
+		unended += len(st)
+	}
+	if unended > 0 {
+		p.warnf("%s: %s never ended (no \"E\" after it on its thread, pid and tid): not imported", path, plural(unended, `"B" event`))
 	}
 	var actionStage int32
 	p.Records, actionStage = kinetoRecords(p, events, int(rank.V))
@@ -287,35 +397,88 @@ func numberText(raw json.RawMessage) json.Number {
 }
 
 // microsToNanos reads a Chrome trace time, microseconds with an optional
-// fraction ("1234.567"), as whole nanoseconds without going through a
-// float64, which cannot hold an absolute time to the nanosecond.
-func microsToNanos(n json.Number) (int64, error) {
+// fraction and exponent ("1234.567", "1.772e15"), as whole nanoseconds
+// rounded to the nearest (half a nanosecond away from zero), without
+// going through a float64, which cannot hold an absolute time to the
+// nanosecond: digits past the third decimal are float noise from a tool
+// that rewrote the trace ("124.45699999999999"), and cutting them would
+// end a range a nanosecond early, before a child that ends with it.
+func microsToNanos(n json.Number) (int64, error) { return decimalNanos(n, true) }
+
+// microsToNanosCut reads a time of trainscope's own trace, which its
+// exporter writes above the exact nanosecond, away from zero (half a
+// nanosecond above before December 2026, a quarter since): cut toward
+// zero, each form reads as the nanosecond written, where rounding would
+// read the older form a nanosecond late.
+func microsToNanosCut(n json.Number) (int64, error) { return decimalNanos(n, false) }
+
+// decimalNanos reads microseconds as text into nanoseconds, rounded to
+// the nearest or cut toward zero.
+func decimalNanos(n json.Number, round bool) (int64, error) {
 	s := string(n)
 	if s == "" {
 		return 0, errors.New("missing")
 	}
-	if strings.ContainsAny(s, "eE") {
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(f) || math.Abs(f) > 1e15 {
-			return 0, fmt.Errorf("%q is not a time in microseconds", s)
+	bad := fmt.Errorf("%q is not a time in microseconds", s)
+	t := s
+	neg := false
+	if t[0] == '-' || t[0] == '+' {
+		neg, t = t[0] == '-', t[1:]
+	}
+	mant, expText, hasExp := strings.Cut(strings.ReplaceAll(t, "E", "e"), "e")
+	whole, frac, _ := strings.Cut(mant, ".")
+	digitsOnly := func(d string) bool {
+		return strings.Trim(d, "0123456789") == ""
+	}
+	if whole == "" || !digitsOnly(whole) || !digitsOnly(frac) {
+		return 0, bad
+	}
+	// The decimal point, counted in digits of whole+frac, moved to
+	// nanoseconds (three places) and by the exponent.
+	digits := strings.TrimLeft(whole+frac, "0")
+	point := len(whole) - (len(whole+frac) - len(digits)) + 3
+	if hasExp {
+		if e := strings.TrimPrefix(strings.TrimPrefix(expText, "+"), "-"); e == "" || !digitsOnly(e) {
+			return 0, bad
 		}
-		return int64(math.Round(f * 1000)), nil
+		exp, err := strconv.ParseInt(expText, 10, 32)
+		switch {
+		case digits == "":
+		case err != nil && strings.HasPrefix(expText, "-"), err == nil && exp < -1000:
+			return 0, nil // far below a nanosecond
+		case err != nil, exp > 1000:
+			return 0, bad
+		default:
+			point += int(exp)
+		}
 	}
-	whole, frac, _ := strings.Cut(s, ".")
-	neg := strings.HasPrefix(whole, "-")
-	w, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil || w > math.MaxInt64/1000 || w < -math.MaxInt64/1000 {
-		return 0, fmt.Errorf("%q is not a time in microseconds", s)
+	if digits == "" || point < 0 {
+		return 0, nil
 	}
-	frac = (frac + "000")[:3]
-	f, err := strconv.ParseInt(frac, 10, 64)
-	if err != nil || f < 0 {
-		return 0, fmt.Errorf("%q is not a time in microseconds", s)
+	// ns is digits[:point] (zeros past the digits), rounded by digits[point].
+	intPart := digits
+	if point < len(digits) {
+		intPart = digits[:point]
+	} else {
+		intPart += strings.Repeat("0", min(point-len(digits), 20))
+	}
+	var ns uint64
+	if intPart != "" {
+		var err error
+		if ns, err = strconv.ParseUint(intPart, 10, 64); err != nil {
+			return 0, bad
+		}
+	}
+	if round && point < len(digits) && digits[point] >= '5' {
+		ns++
+	}
+	if ns > math.MaxInt64 {
+		return 0, bad
 	}
 	if neg {
-		f = -f
+		return -int64(ns), nil
 	}
-	return w*1000 + f, nil
+	return int64(ns), nil
 }
 
 // kinetoRecords turns the events into records: host events nested per
@@ -453,7 +616,7 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 				}
 				p2pCalls = p2pCalls[:0]
 			}
-			deviceRecord(&rec, d, p.Path, unknownDType)
+			deviceRecord(&rec, d, p, unknownDType)
 		}
 		out = append(out, rec)
 		lab.add(out, len(out)-1, work)
@@ -469,7 +632,7 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 					HostStart: rec.HostEnd, HostEnd: rec.HostEnd}
 				dr.Step = rec.Step
 				nextID++
-				deviceRecord(&dr, d, p.Path, unknownDType)
+				deviceRecord(&dr, d, p, unknownDType)
 				out = append(out, dr)
 				lab.add(out, len(out)-1, work)
 			}
@@ -485,7 +648,7 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		dr := profiler.Record{ID: nextID, Rank: rank, Labels: profiler.NoLabels,
 			HostStart: time.Duration(d.start), HostEnd: time.Duration(d.start)}
 		nextID++
-		deviceRecord(&dr, d, p.Path, unknownDType)
+		deviceRecord(&dr, d, p, unknownDType)
 		out = append(out, dr)
 	}
 	if batched > 0 {
@@ -520,8 +683,8 @@ func pairP2P(d *kEvent, calls []*kEvent) bool {
 	return true
 }
 
-// deviceRecord makes rec the record of GPU activity d.
-func deviceRecord(rec *profiler.Record, d *kEvent, path string, unknownDType map[string]bool) {
+// deviceRecord makes rec the record of GPU activity d, of p's trace.
+func deviceRecord(rec *profiler.Record, d *kEvent, p *Profile, unknownDType map[string]bool) {
 	rec.Name = d.name
 	// A kernel CUPTI traced: busy time counts it as compute. Copies and
 	// memsets are device ranges outside any phase.
@@ -542,6 +705,14 @@ func deviceRecord(rec *profiler.Record, d *kEvent, path string, unknownDType map
 	if c, ok := collectiveOf(d, rec.Rank, unknownDType); ok {
 		rec.Collective = c
 		rec.Kind = profiler.KindCollective
+		if !p.RankKnown && d.args.GroupRanks != "" {
+			// The rank's place in the group, taken as rank 0's until
+			// AssignRanks gives the trace its rank.
+			if p.groupRanks == nil {
+				p.groupRanks = map[uint64]string{}
+			}
+			p.groupRanks[rec.ID] = string(d.args.GroupRanks)
+		}
 		if c.Op == ccl.OpSend || c.Op == ccl.OpRecv || c.Op == "SendRecv" {
 			rec.Kind = profiler.KindP2P
 		}

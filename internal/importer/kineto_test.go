@@ -378,3 +378,138 @@ func TestKinetoCapitalisedCategories(t *testing.T) {
 		t.Errorf("the Memcpy: %+v; want a KindDevice range", m)
 	}
 }
+
+// TestMicrosToNanosRounds: a time with more than three decimals (float
+// noise from a tool that rewrote the trace through a float64) is rounded
+// to the nearest nanosecond, not cut; exponent forms are read exactly,
+// however large.
+func TestMicrosToNanosRounds(t *testing.T) {
+	for in, want := range map[string]int64{
+		"124.45699999999999":       124457,
+		"124.45600000000001":       124456,
+		"0.0005":                   1, // half a nanosecond: away from zero
+		"0.00049999":               0,
+		"-2.2505":                  -2251,
+		"-2.25049":                 -2250,
+		"1772000000000123.4565":    1772000000000123457,
+		"1772000000000123.456499":  1772000000000123456,
+		"1.77e15":                  1770000000000000000,
+		"1.7720000000001234565E15": 1772000000000123457,
+		"1772000000000123456e-3":   1772000000000123456,
+		"9.999999e-4":              1,
+		"12345E-3":                 12345,
+		"1e-500":                   0,
+		"0e500":                    0,
+		"1e3":                      1000000,
+		"+7":                       7000,
+	} {
+		got, err := microsToNanos(jsonNumber(in))
+		if err != nil || got != want {
+			t.Errorf("%s µs: %d ns, %v; want %d", in, got, err, want)
+		}
+	}
+	// trainscope's own traces are written above the exact nanosecond
+	// (half a nanosecond before December 2026, a quarter since): read
+	// back cut toward zero, both are the nanosecond written.
+	for in, want := range map[string]int64{"10.0005": 10000, "10.00025": 10000, "-2.2505": -2250, "-2.25025": -2250, "1.0000005e3": 1000000} {
+		got, err := microsToNanosCut(jsonNumber(in))
+		if err != nil || got != want {
+			t.Errorf("cut: %s µs: %d ns, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "soon", "1.2.3", "1e", "1e+", "--1", "-", "1e400", "9223372036854775.808", "1x", "0x10", ".", "e5"} {
+		if got, err := microsToNanos(jsonNumber(in)); err == nil {
+			t.Errorf("%q µs: %d ns, want an error", in, got)
+		}
+	}
+}
+
+// TestKinetoNoisyTimesNest: a parent whose duration a float64 rewrote
+// as 24.45699999999999 µs still encloses a child that ends where it does
+// (124.457 µs): rounded, the parent ends at 124.457 µs, not 1 ns before.
+func TestKinetoNoisyTimesNest(t *testing.T) {
+	p, err := ParseKineto("t.json", strings.NewReader(`[
+{"ph":"X","cat":"cpu_op","name":"parent","pid":1,"tid":1,"ts":100,"dur":24.45699999999999},
+{"ph":"X","cat":"cpu_op","name":"child","pid":1,"tid":1,"ts":100.001,"dur":24.456}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, child := byName(p.Records, "parent"), byName(p.Records, "child")
+	if parent == nil || child == nil {
+		t.Fatalf("records %+v", p.Records)
+	}
+	if parent.HostEnd != 124457*time.Nanosecond || child.HostEnd != 124457*time.Nanosecond {
+		t.Errorf("parent ends at %v, child at %v; want both at 124.457µs", parent.HostEnd, child.HostEnd)
+	}
+	if child.Parent != parent.ID || child.Depth != 1 {
+		t.Errorf("child: parent %d depth %d; want %d, 1", child.Parent, child.Depth, parent.ID)
+	}
+}
+
+// TestKinetoBeginEnd: duration events written as "B"/"E" pairs, as
+// Chrome-trace writers other than Kineto write them, import as complete
+// events do: each "E" ends the latest "B" still open on its pid and tid,
+// its args merged with the "B"'s. An "E" with nothing open and a "B"
+// never ended are left out, and warnings count them.
+func TestKinetoBeginEnd(t *testing.T) {
+	trace := `{"traceEvents": [
+{"ph":"B","cat":"cpu_op","name":"outer","pid":1,"tid":1,"ts":100},
+{"ph":"B","cat":"cpu_op","name":"inner","pid":1,"tid":1,"ts":110},
+{"ph":"B","cat":"user_annotation","name":"other thread","pid":1,"tid":2,"ts":115},
+{"ph":"E","pid":1,"tid":1,"ts":130},
+{"ph":"B","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":140},
+{"ph":"E","pid":1,"tid":1,"ts":145,"args":{"correlation":9}},
+{"ph":"E","pid":1,"tid":2,"ts":150.5},
+{"ph":"E","pid":1,"tid":1,"ts":200},
+{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":150,"dur":10,"args":{"correlation":9,"device":0,"stream":7}},
+{"ph":"E","pid":1,"tid":1,"ts":210},
+{"ph":"B","cat":"cpu_op","name":"never ends","pid":1,"tid":3,"ts":300},
+{"ph":"B","cat":"gpu_user_annotation","name":"not imported","pid":1,"tid":4,"ts":1},
+{"ph":"E","pid":1,"tid":4,"ts":2}
+]}`
+	p, err := ParseKineto("t.json", strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := time.Microsecond
+	// outer, inner, the launch merged with its kernel, other thread.
+	if len(p.Records) != 4 {
+		t.Fatalf("%d records, want 4: %+v", len(p.Records), p.Records)
+	}
+	outer, inner, k, other := byName(p.Records, "outer"), byName(p.Records, "inner"), byName(p.Records, "k"), byName(p.Records, "other thread")
+	if outer == nil || inner == nil || k == nil || other == nil {
+		t.Fatalf("records %+v", p.Records)
+	}
+	if outer.HostStart != 100*us || outer.HostEnd != 200*us || outer.Depth != 0 {
+		t.Errorf("outer: %+v; want 100–200 µs at depth 0", *outer)
+	}
+	if inner.HostStart != 110*us || inner.HostEnd != 130*us || inner.Parent != outer.ID || inner.Depth != 1 {
+		t.Errorf("inner: %+v; want 110–130 µs inside outer", *inner)
+	}
+	// The launch's correlation is on its "E": merged, it claims the kernel.
+	if k.HostStart != 140*us || k.HostEnd != 145*us || !k.HasDevice || k.DeviceStart != 150*us || k.DeviceEnd != 160*us ||
+		k.Kind != profiler.KindKernel || k.Parent != outer.ID || k.Stream != 7 {
+		t.Errorf("k: %+v; want host 140–145 µs, device 150–160 µs, inside outer", *k)
+	}
+	if other.HostStart != 115*us || other.HostEnd != 150*us+500*time.Nanosecond || other.Depth != 0 {
+		t.Errorf("other thread: %+v; want 115–150.5 µs at depth 0", *other)
+	}
+	want := []string{`1 "B"/"E" pair of category "gpu_user_annotation" not imported`,
+		`1 "E" event with no "B" open on its thread`, `1 "B" event never ended`}
+	if len(p.Warnings) != len(want) {
+		t.Fatalf("warnings %q, want %d", p.Warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(p.Warnings[i], w) {
+			t.Errorf("warning %q, want it to say %q", p.Warnings[i], w)
+		}
+	}
+
+	// An "E" before the "B" it ends is malformed: an error at the "E".
+	bad := `{"traceEvents": [{"ph":"B","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":5},{"ph":"E","pid":1,"tid":1,"ts":4}]}`
+	_, err = ParseKineto("t.json", strings.NewReader(bad))
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Offset != int64(strings.Index(bad, `,{"ph":"E"`)) || !strings.Contains(err.Error(), `"a"`) {
+		t.Errorf("error %v, want a *ParseError at the E event (byte %d) naming \"a\"", err, strings.Index(bad, `,{"ph":"E"`))
+	}
+}

@@ -79,6 +79,10 @@ type Profile struct {
 	// epoch, the steps it covers, whether the run was partial).
 	OtherData map[string]string
 	Warnings  []string
+	// groupRanks holds, by record ID, the "Process Group Ranks" of the
+	// collectives of a Kineto trace that does not say its rank, whose
+	// GroupRank AssignRanks works out again with the rank it gives.
+	groupRanks map[uint64]string
 }
 
 // Ranks lists the ranks of the profile's records, ascending.
@@ -267,7 +271,11 @@ func AssignRanks(profiles []*Profile) []string {
 			next++
 		}
 		for i := range p.Records {
-			p.Records[i].Rank = next
+			r := &p.Records[i]
+			r.Rank = next
+			if list, ok := p.groupRanks[r.ID]; ok {
+				r.Collective.GroupRank = groupRank(list, r.Collective.GroupSize, next)
+			}
 		}
 		holders[next] = []*Profile{p}
 		warnings = append(warnings, fmt.Sprintf("%s does not say its rank (no distributedInfo): imported as rank %d", p.Path, next))

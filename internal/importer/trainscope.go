@@ -165,11 +165,11 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		if pr, ok := processes[ev.Pid]; !ok || pr.rank != t.rank {
 			return bad("pid %d is not the process of rank %d's thread %d", ev.Pid, t.rank, ev.Tid)
 		}
-		ts, err := microsToNanos(ev.Ts)
+		ts, err := microsToNanosCut(ev.Ts)
 		if err != nil {
 			return bad("ts: %v", err)
 		}
-		dur, err := microsToNanos(ev.Dur)
+		dur, err := microsToNanosCut(ev.Dur)
 		if err != nil {
 			return bad("dur: %v", err)
 		}
@@ -201,7 +201,7 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			if ev.Args.HostUS == nil {
 				return bad("a device event without host_us")
 			}
-			if key.hostNs, err = microsToNanos(*ev.Args.HostUS); err != nil {
+			if key.hostNs, err = microsToNanosCut(*ev.Args.HostUS); err != nil {
 				return bad("host_us: %v", err)
 			}
 			key.devNs = dur
@@ -234,7 +234,7 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		if ev.Args.DeviceUS != nil {
 			// Device-timed: its device event gives the interval. Until it
 			// is found, the key rides in the record's device fields.
-			if key.devNs, err = microsToNanos(*ev.Args.DeviceUS); err != nil {
+			if key.devNs, err = microsToNanosCut(*ev.Args.DeviceUS); err != nil {
 				return bad("device_us: %v", err)
 			}
 			key.hostNs = dur
@@ -242,7 +242,7 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		}
 		he := hostEvent{tid: ev.Tid, rec: rec}
 		if a := ev.Args.TransferAfterUS; a != nil && kind == profiler.KindP2P {
-			ns, err := microsToNanos(*a)
+			ns, err := microsToNanosCut(*a)
 			if err != nil {
 				return bad("transfer_end_after_device_us: %v", err)
 			}
