@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/ccl/internal/goid"
@@ -33,12 +34,12 @@ import (
 //     Send completes when its data has arrived, as NCCL's does.
 //
 // Inside a group every operation is posted at the outermost GroupEnd
-// before any is resolved, and receives and results are taken before
-// sends and scratch are released: a rank waits only for what its peers
-// post or take, never for a peer's own wait, so the ranks of a group
-// cannot wait for each other in a circle. Outside a group an operation is
-// posted and resolved at once, so a Send returns when its Recv has taken
-// the data. Either way the host waits only for the peers' host calls;
+// before any is resolved, receives and results are taken concurrently,
+// and only then are sends and scratch released: a rank waits only for
+// what its peers post or take, never for a peer's own wait, so the ranks
+// of a group cannot wait for each other in a circle. Outside a group an
+// operation is posted and resolved at once, so a Send returns when its
+// Recv has taken the data. Either way the host waits only for the peers' host calls;
 // the devices do the rest asynchronously.
 
 // sharedOp is an operation of a shared backend between posting and
@@ -140,8 +141,21 @@ func runShared(ops []sharedOp) error {
 		}
 		posted = append(posted, op)
 	}
-	for _, op := range posted {
-		op.take()
+	// The takes wait concurrently. Each waits only for a peer's post, but
+	// a peer outside a group posts its next operation only once its
+	// previous one is released, which may wait for another of these
+	// takes: taken one after the other, a take waiting for such a peer
+	// would hold back the take that peer waits for (rank 0 receiving from
+	// 2 and then from 1 in a group, while 1 sends to 0 and then to 2, and
+	// 2 receives from 1 before it sends to 0).
+	if len(posted) == 1 {
+		posted[0].take()
+	} else {
+		var wg sync.WaitGroup
+		for _, op := range posted {
+			wg.Go(op.take)
+		}
+		wg.Wait()
 	}
 	for _, op := range posted {
 		op.release()
