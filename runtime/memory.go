@@ -1,5 +1,7 @@
 package runtime
 
+import "sync/atomic"
+
 // Buffer is a range of device memory: an allocation from Malloc or a view
 // of one from Slice. It is a small value; copies refer to the same memory.
 type Buffer struct {
@@ -48,7 +50,9 @@ func (b Buffer) Elems(t DataType, i, n int) (Buffer, error) {
 	if sz == 0 {
 		return Buffer{}, Errorf("BufferElems", StatusInvalidArgument, "data type %s", t)
 	}
-	if i < 0 || n < 0 || int64(i) > b.size/sz || int64(n) > b.size/sz {
+	// Compared in whole elements, so that no product overflows and a view
+	// that runs past the end is reported here, in elements.
+	if count := b.size / sz; i < 0 || n < 0 || int64(i) > count || int64(n) > count-int64(i) {
 		return Buffer{}, Errorf("BufferElems", StatusInvalidArgument, "%d elements at element %d of a %d-byte buffer of %s", n, i, b.size, t)
 	}
 	return b.Slice(int64(i)*sz, int64(n)*sz)
@@ -263,10 +267,29 @@ func HostAlloc(t DeviceType, size int64) (b []byte, free func() error, err error
 		if err := checkHostAlloc(impl, size); err != nil {
 			return nil, nil, err
 		}
-		return make([]byte, size), func() error { return nil }, nil
+		return make([]byte, size), onceFree(func() error { return nil }), nil
 	}
 	if b, err = p.HostAlloc(size); err != nil {
 		return nil, nil, err
 	}
-	return b, func() error { return p.HostFree(b) }, nil
+	mem := b
+	return b, onceFree(func() error { return p.HostFree(mem) }), nil
+}
+
+// onceFree wraps the release of HostAlloc's memory so that it reaches the
+// backend once: a second call, or one concurrent with the first, is an
+// error rather than a second cudaFreeHost of memory that may by then
+// belong to another allocation. A release that fails may be retried.
+func onceFree(release func() error) func() error {
+	var freed atomic.Bool
+	return func() error {
+		if !freed.CompareAndSwap(false, true) {
+			return Errorf("HostFree", StatusInvalidArgument, "host memory from HostAlloc freed twice")
+		}
+		if err := release(); err != nil {
+			freed.Store(false)
+			return err
+		}
+		return nil
+	}
 }

@@ -54,7 +54,10 @@ func NewStreamWith(impl Impl, dev Device, opts ...StreamOption) (*Stream, error)
 		return nil, Errorf("NewStream", StatusInvalidArgument, "nil backend for device %s", dev)
 	}
 	var cfg streamConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, Errorf("NewStream", StatusInvalidArgument, "stream option %d is nil", i)
+		}
 		o.apply(&cfg)
 	}
 	if err := checkDevice(impl, dev, "NewStream"); err != nil {

@@ -18,7 +18,8 @@ var (
 	ErrDuplicate = errors.New("a backend is already registered")
 )
 
-// Registry maps keys to backends; safe for concurrent use.
+// Registry maps keys to backends; safe for concurrent use. The zero value
+// is an empty registry.
 type Registry[K cmp.Ordered, V Typed[K]] struct {
 	mu sync.RWMutex
 	m  map[K]V
@@ -42,6 +43,9 @@ func (r *Registry[K, V]) Add(k K, v V) error {
 	defer r.mu.Unlock()
 	if _, dup := r.m[k]; dup {
 		return ErrDuplicate
+	}
+	if r.m == nil {
+		r.m = make(map[K]V)
 	}
 	r.m[k] = v
 	return nil

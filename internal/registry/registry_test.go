@@ -50,3 +50,27 @@ func TestAddGetKeys(t *testing.T) {
 		t.Error("Get lost a key")
 	}
 }
+
+// The zero Registry is an empty one: Add does not write to a nil map.
+func TestZeroValueRegistry(t *testing.T) {
+	var r registry.Registry[int, *backend]
+	if _, found := r.Get(1); found {
+		t.Error("Get found a key in the zero Registry")
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("Add on the zero Registry panicked: %v", p)
+			}
+		}()
+		if err := r.Add(1, &backend{t: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if err := r.Add(1, &backend{t: 1}); !errors.Is(err, registry.ErrDuplicate) {
+		t.Errorf("second Add: %v", err)
+	}
+	if got := r.Keys(); !slices.Equal(got, []int{1}) {
+		t.Errorf("Keys = %v", got)
+	}
+}
