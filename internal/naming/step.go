@@ -1,6 +1,7 @@
 package naming
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -9,16 +10,18 @@ import (
 // "step"; "step12"; "step" then a space, ':', '#' or '=' and anything
 // ("step 12", "step: warm-up"); "step" then '_', '-' or '.' and a digit
 // ("step_12", "step-3"; not "step_fn" or "step.optimizer"). Its number is
-// the integer that follows, else next.
+// the integer that follows, else next: after a space, ':', '#' or '=',
+// digits followed by a letter ("step 2x") are no number.
 func StepNumber(name, step string, next int32) (int32, bool) {
 	rest, ok := strings.CutPrefix(name, step)
+	anything := false // a separator: a step whatever follows
 	switch {
 	case !ok:
 		return 0, false
 	case rest == "":
 		return next, true
 	case strings.ContainsRune(" :#=", rune(rest[0])):
-		rest = strings.TrimLeft(rest, " :#=")
+		rest, anything = strings.TrimLeft(rest, " :#="), true
 	case strings.ContainsRune("_-.", rune(rest[0])) && len(rest) > 1 && isDigit(rest[1]):
 		rest = rest[1:]
 	case isDigit(rest[0]):
@@ -32,7 +35,12 @@ func StepNumber(name, step string, next int32) (int32, bool) {
 	if rest[:i] == "" {
 		return next, true // "step: warm-up"
 	}
-	if i < len(rest) && !strings.ContainsRune(" :#=()[]/,;", rune(rest[i])) && rest[i] != '_' && rest[i] != '-' && rest[i] != '.' {
+	switch {
+	case anything && i < len(rest) && isLetter(rest[i]):
+		return next, true // "step 2x": a step, "2x" no number
+	case anything:
+		// "step 3|fwd", "step 3\tepoch 1": the number, whatever follows
+	case i < len(rest) && !strings.ContainsRune(" :#=()[]/,;", rune(rest[i])) && rest[i] != '_' && rest[i] != '-' && rest[i] != '.':
 		return 0, false // "step2x"
 	}
 	v, err := strconv.ParseInt(rest[:i], 10, 32)
@@ -47,16 +55,11 @@ func StepNumber(name, step string, next int32) (int32, bool) {
 // loop calls prof.step()), and its N.
 func ProfilerStep(name string) (int32, bool) {
 	rest, ok := strings.CutPrefix(name, "ProfilerStep#")
-	if !ok || rest == "" || len(rest) > 9 {
+	if !ok {
 		return 0, false
 	}
-	for i := 0; i < len(rest); i++ {
-		if !isDigit(rest[i]) {
-			return 0, false
-		}
-	}
-	v, _ := strconv.ParseInt(rest, 10, 32)
-	return int32(v), true
+	v, ok := digits(rest, math.MaxInt32) // all digits, N up to 2^31−1
+	return int32(v), ok
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -80,8 +80,9 @@ func action(s string) (Work, bool) {
 }
 
 // digits is s as a decimal number up to limit; s all digits, not empty.
+// Leading zeros do not count toward its size ("000000000007" is 7).
 func digits(s string, limit int64) (int64, bool) {
-	if s == "" || len(s) > 10 {
+	if s == "" {
 		return 0, false
 	}
 	var v int64
@@ -89,9 +90,15 @@ func digits(s string, limit int64) (int64, bool) {
 		if !isDigit(s[i]) {
 			return 0, false
 		}
+		if v > limit {
+			continue // too large already: the rest must still be digits
+		}
 		v = v*10 + int64(s[i]-'0')
 	}
-	return v, v <= limit
+	if v > limit {
+		return 0, false
+	}
+	return v, true
 }
 
 var (

@@ -81,3 +81,22 @@ func FuzzWorkOf(f *testing.F) {
 		}
 	})
 }
+
+// A number is read by its value, not its length: leading zeros do not
+// make it too large (the plugin's C rule reads them so too).
+func TestWorkOfLeadingZeros(t *testing.T) {
+	const none = profiler.None
+	for _, tc := range []struct {
+		name string
+		want Work
+	}{
+		{"forward mb 000000000007", Work{profiler.Forward, none, 7, none}},
+		{"bwd chunk 0000000000001 mb 2", Work{profiler.Backward, 1, 2, none}},
+		{"PP:000000000001F00000000002", Work{profiler.Forward, none, 2, 1}},
+		{"forward mb 000000000002147483648", Work{profiler.Forward, none, none, none}},
+	} {
+		if got, ok := WorkOf(tc.name); !ok || got != tc.want {
+			t.Errorf("WorkOf(%q) = %+v, %v; want %+v, true", tc.name, got, ok, tc.want)
+		}
+	}
+}

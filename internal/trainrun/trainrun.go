@@ -74,9 +74,17 @@ func (t *Tape) Records() []profiler.Record {
 	return out
 }
 
+// closeTimeout bounds closing the profiler: the collector's last pass and
+// the sinks' Shutdown. Close is given a context of its own, not ctx, so
+// that a run interrupted by ctx (or one that ended just as Run finished)
+// still delivers its last records and shuts its sinks down in full.
+const closeTimeout = 30 * time.Second
+
 // Run trains l with a profiler whose sinks are sinks, flushes it, and
 // returns what a Tape registered after them received, and the profiler's
-// Stats. The profiler is closed before Run returns.
+// Stats. The profiler is closed before Run returns, also when ctx ends
+// during the run: closing waits up to closeTimeout, whether ctx has ended
+// or not.
 func Run(ctx context.Context, l Layout, sinks ...profiler.Sink) (*Tape, profiler.Stats, error) {
 	tape, st, _, err := RunSnapshot(ctx, l, sinks...)
 	return tape, st, err
@@ -93,10 +101,17 @@ func RunSnapshot(ctx context.Context, l Layout, sinks ...profiler.Sink) (*Tape, 
 	if err != nil {
 		return nil, profiler.Stats{}, nil, err
 	}
+	closeCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	}
 	tape := &Tape{}
-	for _, s := range append(sinks, tape) {
+	// A new slice: appending to sinks would write the tape into the
+	// caller's array where it has room past its length.
+	for _, s := range append(append(make([]profiler.Sink, 0, len(sinks)+1), sinks...), tape) {
 		if err := p.AddSink(s); err != nil {
-			_ = p.Close(ctx)
+			cctx, cancel := closeCtx()
+			_ = p.Close(cctx)
+			cancel()
 			return nil, profiler.Stats{}, nil, err
 		}
 	}
@@ -108,7 +123,9 @@ func RunSnapshot(ctx context.Context, l Layout, sinks ...profiler.Sink) (*Tape, 
 	}
 	st := p.Stats()
 	kept := p.Snapshot()
-	if cerr := p.Close(ctx); err == nil {
+	cctx, cancel := closeCtx()
+	defer cancel()
+	if cerr := p.Close(cctx); err == nil {
 		err = cerr
 	}
 	return tape, st, kept, err
