@@ -54,6 +54,21 @@ func Open(candidates []string) (lib *Library, tried []string, err error) {
 	return nil, tried, fmt.Errorf("%w: tried %s", ErrNotFound, strings.Join(tried, "; "))
 }
 
+// OpenLocal dlopens the library at path with its symbols kept to itself
+// (RTLD_LOCAL), for a library that defines the same symbols as another
+// one the process loads — a test's stub of libnccl — whose definitions
+// must not take the place of the other's: opened with RTLD_GLOBAL, a
+// stub's ncclGetErrorString and friends became what the real libnccl,
+// opened later, called inside itself, and its communicators failed with
+// ncclInternalError. It is not cached; each call opens path afresh.
+func OpenLocal(path string) (*Library, error) {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (%s)", ErrNotFound, path, shorten(err.Error()))
+	}
+	return &Library{Path: path, handle: h}, nil
+}
+
 // expand replaces glob patterns by the files they match, in descending
 // order so that libfoo.so.13 comes before libfoo.so.12 and libfoo.so.
 func expand(candidates []string) []string {
