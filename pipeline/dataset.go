@@ -136,7 +136,7 @@ func (r *rank) copyBatch(step int, first, last bool) error {
 
 // computeTargets enqueues targets = tanh(inputs·P) for the step's
 // microbatches at once: they lie consecutive in both buffers, so one GEMM
-// of Microbatches·MicrobatchSize rows (in pieces past maxGemmDim) does it.
+// of Microbatches·MicrobatchSize rows (in pieces past maxGemmRows) does it.
 // It computes in float32 whatever Config.Precision says, so the data do
 // not depend on it.
 func (r *rank) computeTargets() error {

@@ -20,20 +20,28 @@ import (
 // computes in precision math (Config.EffectivePrecision), on float32
 // operands.
 //
-// BLAS libraries take 32-bit dimensions (cuBLAS refuses larger ones), so
-// a GEMM over more rows than maxGemmDim is enqueued in pieces of at most
-// maxGemmDim rows; Width, the other dimension, is far smaller (Validate
-// bounds Width² by the memory a rank may count).
+// BLAS libraries take 32-bit dimensions, and cuBLAS does not reach the
+// top of that range: on an H200 (CUDA 13) one SGEMM of M = K = 1 and
+// N = 2^31−1 failed with CUBLAS_STATUS_INTERNAL_ERROR, where N = 2^30
+// and N = 2^31 − 2^16 ran, in either layout of B, and a dot product of
+// K = 2^31−1 ran too. So a GEMM over more rows than maxGemmRows (2^30) is
+// enqueued in pieces of at most maxGemmRows rows; Width, the other
+// dimension, is far smaller (Validate bounds Width² by the memory a rank
+// may count). The loss's dot product runs over rows·Width elements in
+// pieces of at most maxDotLen.
 
-// maxGemmDim is the longest dimension of one GEMM the trainer enqueues;
-// tests lower it to exercise the pieces.
-var maxGemmDim = stdmath.MaxInt32
+// maxGemmRows and maxDotLen bound the pieces above; tests lower them to
+// exercise the pieces.
+var (
+	maxGemmRows = 1 << 30
+	maxDotLen   = stdmath.MaxInt32
+)
 
 // inPieces calls f for consecutive pieces [off, off+k) of [0, n), each at
-// most maxGemmDim long, in order; the first has off 0.
-func inPieces(n int, f func(off, k int) error) error {
-	for off := 0; off < n; off += min(n-off, maxGemmDim) {
-		if err := f(off, min(n-off, maxGemmDim)); err != nil {
+// most most long, in order; the first has off 0.
+func inPieces(n, most int, f func(off, k int) error) error {
+	for off := 0; off < n; off += min(n-off, most) {
+		if err := f(off, min(n-off, most)); err != nil {
 			return err
 		}
 	}
@@ -47,7 +55,7 @@ func rowsOf(b runtime.Buffer, off, k, width int) (runtime.Buffer, error) {
 
 // linearForward enqueues z = x·w for rows rows.
 func linearForward(s *runtime.Stream, w, x, z runtime.Buffer, rows, width int, math runtime.MathMode) error {
-	return inPieces(rows, func(off, k int) error {
+	return inPieces(rows, maxGemmRows, func(off, k int) error {
 		xk, err := rowsOf(x, off, k, width)
 		if err != nil {
 			return err
@@ -66,7 +74,7 @@ func linearForward(s *runtime.Stream, w, x, z runtime.Buffer, rows, width int, m
 
 // linearGradWeight enqueues dw += xᵀ·dz.
 func linearGradWeight(s *runtime.Stream, x, dz, dw runtime.Buffer, rows, width int, math runtime.MathMode) error {
-	return inPieces(rows, func(off, k int) error {
+	return inPieces(rows, maxGemmRows, func(off, k int) error {
 		xk, err := rowsOf(x, off, k, width)
 		if err != nil {
 			return err
@@ -86,7 +94,7 @@ func linearGradWeight(s *runtime.Stream, x, dz, dw runtime.Buffer, rows, width i
 
 // linearGradInput enqueues dx = dz·wᵀ.
 func linearGradInput(s *runtime.Stream, w, dz, dx runtime.Buffer, rows, width int, math runtime.MathMode) error {
-	return inPieces(rows, func(off, k int) error {
+	return inPieces(rows, maxGemmRows, func(off, k int) error {
 		dzk, err := rowsOf(dz, off, k, width)
 		if err != nil {
 			return err

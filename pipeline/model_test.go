@@ -112,15 +112,14 @@ func TestLayerPrecisionReachesBackend(t *testing.T) {
 	}
 }
 
-// A GEMM longer than maxGemmDim (2^31−1 in use: cuBLAS takes 32-bit
-// dimensions, and a microbatch of MicrobatchSize × Width ≥ 2^31 floats
-// fits an H200) runs in pieces. With the bound lowered to 3, every layer
-// GEMM (4 rows a microbatch), the targets' GEMM (16 rows) and the loss's
-// dot product (64 elements) is split, and training still agrees with the
-// float64 reference.
+// A GEMM over more rows than maxGemmRows (2^30 in use: see model.go),
+// and a loss over more elements than maxDotLen, run in pieces. With the
+// bounds lowered to 3, every layer GEMM (4 rows a microbatch), the
+// targets' GEMM (16 rows) and the loss's dot product (64 elements) is
+// split, and training still agrees with the float64 reference.
 func TestGemmInPieces(t *testing.T) {
-	defer func(old int) { maxGemmDim = old }(maxGemmDim)
-	maxGemmDim = 3
+	defer func(rows, dot int) { maxGemmRows, maxDotLen = rows, dot }(maxGemmRows, maxDotLen)
+	maxGemmRows, maxDotLen = 3, 3
 	for _, cfg := range []Config{
 		smallConfig(2, 2, 1, Schedule1F1B),
 		smallConfig(1, 1, 2, ScheduleGPipe),

@@ -75,7 +75,7 @@ func (r *rank) forward(ctx context.Context, a *slot, batch []p2pOp) error {
 // lossGrad computes gradIn = scale·(output − target) on the device, and
 // there too the microbatch's sum of squared errors, as the dot product of
 // output − target with itself: a GEMM of one row by one column (in pieces
-// of at most maxGemmDim elements, accumulated), so that only one number
+// of at most maxDotLen elements, accumulated), so that only one number
 // per microbatch comes back to the host (finish).
 func (r *rank) lossGrad(c *chunk, mb int) error {
 	s, g := r.compute, c.gradIn[mb]
@@ -91,7 +91,7 @@ func (r *rank) lossGrad(c *chunk, mb int) error {
 	}
 	// op(A) = gᵀ (1×k, g's piece stored as a k×1 column), B = the piece
 	// (k×1); the first piece sets the sum, the others add to it.
-	if err := inPieces(r.n, func(off, k int) error {
+	if err := inPieces(r.n, maxDotLen, func(off, k int) error {
 		gk, err := g.Elems(runtime.Float32, off, k)
 		if err != nil {
 			return err

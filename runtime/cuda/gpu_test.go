@@ -1004,11 +1004,11 @@ func TestGemmEmptyInner(t *testing.T) {
 	}
 }
 
-// The trainer enqueues a GEMM over more rows than a C int holds in pieces
-// of at most 2^31−1 rows (pipeline.inPieces): the longest piece cuBLAS
-// takes, and the next one starting past 2^31 elements of its buffers,
-// both computed whole; a piece one longer is refused by name, not cut
-// short.
+// The trainer enqueues a GEMM over many rows in pieces of at most 2^30
+// (pipeline.maxGemmRows: one SGEMM of N = 2^31−1 failed here with
+// CUBLAS_STATUS_INTERNAL_ERROR): over 2^31 + 1024 rows of width 1 the
+// pieces start 4 GiB and 8 GiB into their buffers, and every row is
+// computed; a GEMM of N = 2^31 is refused by name, not cut short.
 func TestGemmPiecesBeyond32Bits(t *testing.T) {
 	gpu(t)
 	d := dev(0)
@@ -1038,24 +1038,47 @@ func TestGemmPiecesBeyond32Bits(t *testing.T) {
 		return runtime.Gemm(s, runtime.GemmArgs{M: 1, N: int(k), K: 1, Alpha: 1,
 			A: w, LDA: 1, B: xk, LDB: 1, C: zk, LDC: 1, Type: runtime.Float32})
 	}
-	const piece = math.MaxInt32
-	if err := gemm(0, piece+1); err == nil || !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "N 2147483648") {
+	if err := gemm(0, math.MaxInt32+1); err == nil || !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "N 2147483648") {
 		t.Errorf("a GEMM of N = 2^31: %v, want it refused naming N", err)
 	}
-	if err := gemm(0, piece); err != nil {
-		t.Fatal(err)
-	}
-	if err := gemm(piece, n-piece); err != nil {
-		t.Fatal(err)
+	const piece = 1 << 30
+	for off := int64(0); off < n; off += piece {
+		if err := gemm(off, min(piece, n-off)); err != nil {
+			t.Fatalf("rows %d…: %v", off, err)
+		}
 	}
 	want := 2 * math.Float32frombits(0x01010101)
-	for _, i := range []int64{0, piece - 1, piece, 1 << 31, n - 1} {
+	for _, i := range []int64{0, piece - 1, piece, 1<<31 - 1, 1 << 31, n - 1} {
 		at, err := z.Slice(4*i, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if v := download(t, s, at, 1)[0]; v != want {
-			t.Errorf("z[%d] = %g after z = 2x in two pieces, want %g", i, v, want)
+			t.Errorf("z[%d] = %g after z = 2x in pieces, want %g", i, v, want)
 		}
+	}
+}
+
+// The loss's dot product runs over up to 2^31−1 elements in one GEMM
+// (pipeline.maxDotLen): M = N = 1, K = 2^31−1, A transposed, computed whole.
+func TestGemmDotOfMaxLength(t *testing.T) {
+	gpu(t)
+	d := dev(0)
+	const k = math.MaxInt32
+	g := malloc(t, d, 4*int64(k))
+	c := malloc(t, d, 4)
+	s := newStream(t, d)
+	// g: every float the bytes 0x3f3f3f3f (0.7470…).
+	if err := runtime.Memset(g, 0x3f, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Gemm(s, runtime.GemmArgs{TransA: true, M: 1, N: 1, K: k, Alpha: 1,
+		A: g, LDA: k, B: g, LDB: k, C: c, LDC: 1, Type: runtime.Float32}); err != nil {
+		t.Fatal(err)
+	}
+	v := float64(math.Float32frombits(0x3f3f3f3f))
+	want := float64(k) * v * v
+	if got := float64(download(t, s, c, 1)[0]); math.Abs(got-want) > 1e-3*want {
+		t.Errorf("g·g over %d elements = %g, want %g", k, got, want)
 	}
 }
