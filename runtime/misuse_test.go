@@ -1,141 +1,255 @@
 package runtime_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/trainscope/trainscope/runtime"
-	_ "github.com/trainscope/trainscope/runtime/cpu"
+	"github.com/trainscope/trainscope/runtime/cpu"
 )
 
-// An Elems view that runs past the buffer is reported by Elems, in
-// elements, not by the Slice it is built on, in bytes.
-func TestElemsOutOfRangeNamesElems(t *testing.T) {
-	b, err := runtime.Malloc(runtime.Device{Type: runtime.CPU}, 16)
+// call runs f and turns a panic into a test error, so that one misuse
+// that crashes does not hide the others.
+func call(t *testing.T, name string, f func() error) (err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s panicked: %v", name, r)
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
+}
+
+// wantInvalid checks that f returns an error wrapping InvalidArgument.
+func wantInvalid(t *testing.T, name string, f func() error) {
+	t.Helper()
+	if err := call(t, name, f); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Errorf("%s: %v, want an error wrapping InvalidArgument", name, err)
+	}
+}
+
+// A nil backend given to the registry-bypassing constructors is an
+// error, as it is for Register.
+func TestConstructorsRefuseNilBackend(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CPU}
+	var typedNil *cpu.Impl
+	for name, impl := range map[string]runtime.Impl{"nil": nil, "typed nil": typedNil} {
+		wantInvalid(t, "NewStreamWith "+name, func() error {
+			_, err := runtime.NewStreamWith(impl, dev)
+			return err
+		})
+		wantInvalid(t, "NewEventWith "+name, func() error {
+			_, err := runtime.NewEventWith(impl, dev, runtime.EventDefault)
+			return err
+		})
+	}
+}
+
+// Streams and events not made by NewStream and NewEvent (the zero value)
+// are refused by every operation, not dereferenced.
+func TestZeroStreamAndEventRefused(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CPU}
+	s, err := runtime.NewStream(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	ev, err := runtime.NewEvent(dev, runtime.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	b, err := runtime.Malloc(dev, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer runtime.Free(b)
-	for _, c := range [][2]int{{3, 2}, {4, 1}, {1, 4}} {
-		_, err := b.Elems(runtime.Float32, c[0], c[1])
-		if !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "BufferElems") ||
-			strings.Contains(err.Error(), "BufferSlice") {
-			t.Errorf("Elems(float32, %d, %d) of 16 bytes: %v, want an InvalidArgument error from BufferElems", c[0], c[1], err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	streamOps := map[string]func(zs *runtime.Stream) error{
+		"Query":              func(zs *runtime.Stream) error { return zs.Query() },
+		"Synchronize":        func(zs *runtime.Stream) error { return zs.Synchronize(context.Background()) },
+		"Synchronize ctx":    func(zs *runtime.Stream) error { return zs.Synchronize(ctx) },
+		"Destroy":            func(zs *runtime.Stream) error { return zs.Destroy() },
+		"WaitEvent":          func(zs *runtime.Stream) error { return zs.WaitEvent(ev) },
+		"Event.Record":       func(zs *runtime.Stream) error { return ev.Record(zs) },
+		"Memset":             func(zs *runtime.Stream) error { return runtime.Memset(b, 0, zs) },
+		"MallocAsync":        func(zs *runtime.Stream) error { _, err := runtime.MallocAsync(8, zs); return err },
+		"FreeAsync":          func(zs *runtime.Stream) error { return runtime.FreeAsync(b, zs) },
+		"Sleep":              func(zs *runtime.Stream) error { return runtime.Sleep(zs, time.Millisecond) },
+		"Scale":              func(zs *runtime.Stream) error { return runtime.Scale(zs, 2, b, 4) },
+		"Destroy then Query": func(zs *runtime.Stream) error { zs.Destroy(); return zs.Query() },
 	}
-	// The last whole elements are still a valid view.
-	if v, err := b.Elems(runtime.Float32, 2, 2); err != nil || v.Offset() != 8 || v.Size() != 8 {
-		t.Errorf("Elems(float32, 2, 2) = off %d size %d, %v", v.Offset(), v.Size(), err)
+	for name, op := range streamOps {
+		wantInvalid(t, "zero Stream "+name, func() error { return op(new(runtime.Stream)) })
+	}
+
+	eventOps := map[string]func(ze *runtime.Event) error{
+		"Query":              func(ze *runtime.Event) error { return ze.Query() },
+		"Synchronize":        func(ze *runtime.Event) error { return ze.Synchronize(context.Background()) },
+		"Synchronize ctx":    func(ze *runtime.Event) error { return ze.Synchronize(ctx) },
+		"Record":             func(ze *runtime.Event) error { return ze.Record(s) },
+		"Destroy":            func(ze *runtime.Event) error { return ze.Destroy() },
+		"Stream.WaitEvent":   func(ze *runtime.Event) error { return s.WaitEvent(ze) },
+		"Elapsed start":      func(ze *runtime.Event) error { _, err := runtime.Elapsed(ze, ev); return err },
+		"Elapsed end":        func(ze *runtime.Event) error { _, err := runtime.Elapsed(ev, ze); return err },
+		"Destroy then Query": func(ze *runtime.Event) error { ze.Destroy(); return ze.Query() },
+	}
+	for name, op := range eventOps {
+		wantInvalid(t, "zero Event "+name, func() error { return op(new(runtime.Event)) })
+	}
+
+	// The real stream and event are untouched by the refused calls.
+	if err := ev.Record(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Synchronize(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// A nil StreamOption is refused, not called.
-func TestNewStreamNilOption(t *testing.T) {
-	dev := runtime.Device{Type: runtime.CPU}
+// A Registry not made by NewRegistry (the zero value, or nil) answers
+// with errors, like an empty one, instead of crashing.
+func TestZeroRegistry(t *testing.T) {
+	for name, r := range map[string]*runtime.Registry{"zero": new(runtime.Registry), "nil": nil} {
+		wantInvalid(t, name+" Register", func() error { return r.Register(runtime.CPU, cpu.New()) })
+		err := call(t, name+" Lookup", func() error { _, err := r.Lookup(runtime.CPU); return err })
+		if !errors.Is(err, runtime.StatusUnavailable) {
+			t.Errorf("%s Lookup: %v, want an error wrapping Unavailable", name, err)
+		}
+		call(t, name+" Types", func() error {
+			if got := r.Types(); len(got) != 0 {
+				t.Errorf("%s Types = %v, want none", name, got)
+			}
+			return nil
+		})
+	}
+}
+
+// The hint about a forgotten import names a backend package only for a
+// device type that has one.
+func TestLookupUnlistedDeviceType(t *testing.T) {
+	_, err := runtime.NewRegistry().Lookup(runtime.DeviceType(9))
+	if !errors.Is(err, runtime.StatusUnavailable) || !strings.Contains(err.Error(), "device type 9") {
+		t.Fatalf("Lookup(9): %v, want Unavailable naming device type 9", err)
+	}
+	if strings.Contains(err.Error(), "runtime/unsupported") || strings.Contains(err.Error(), "forgotten import") {
+		t.Errorf("Lookup(9): %q suggests importing a backend package that cannot exist", err)
+	}
+	_, err = runtime.NewRegistry().Lookup(runtime.CUDA)
+	if !strings.Contains(err.Error(), "forgotten import of github.com/trainscope/trainscope/runtime/cuda?") {
+		t.Errorf("Lookup(cuda): %q lacks the import hint", err)
+	}
+}
+
+// A zero Guard is refused; Release may be called from several
+// goroutines, and only the first restores the device.
+func TestGuardReleaseMisuse(t *testing.T) {
+	var zero runtime.Guard
+	wantInvalid(t, "zero Guard Release", zero.Release)
+
 	impl, err := runtime.Lookup(runtime.CPU)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantInvalid(t, "NewStream(dev, nil)", func() error {
-		s, err := runtime.NewStream(dev, nil)
-		if err == nil {
-			s.Destroy()
-		}
-		return err
-	})
-	wantInvalid(t, "NewStreamWith(impl, dev, WithPriority(0), nil)", func() error {
-		s, err := runtime.NewStreamWith(impl, dev, runtime.WithPriority(0), nil)
-		if err == nil {
-			s.Destroy()
-		}
-		return err
-	})
-}
-
-// pinnedType is a device type served only by pinnedFake in these tests.
-const pinnedType runtime.DeviceType = 100
-
-// pinnedFake is a backend with page-locked host memory that counts how
-// often each allocation is released.
-type pinnedFake struct {
-	runtime.Impl // only Type, Init and the PinnedHostMemory methods are called
-	mu           sync.Mutex
-	frees        map[*byte]int
-}
-
-func (*pinnedFake) Type() runtime.DeviceType { return pinnedType }
-func (*pinnedFake) Init() error              { return nil }
-func (*pinnedFake) HostAlloc(size int64) ([]byte, error) {
-	return make([]byte, size), nil
-}
-func (p *pinnedFake) HostFree(b []byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.frees[&b[0]]++
-	return nil
-}
-
-var (
-	pinnedOnce sync.Once
-	pinned     = &pinnedFake{frees: make(map[*byte]int)}
-)
-
-// The function HostAlloc returns releases page-locked memory once: a
-// second call, or a concurrent one, is an error and does not hand the
-// memory to the backend again (a double cudaFreeHost).
-func TestHostAllocFreeTwice(t *testing.T) {
-	pinnedOnce.Do(func() { runtime.MustRegister(pinnedType, pinned) })
-	b, free, err := runtime.HostAlloc(pinnedType, 64)
+	if err := impl.SetDevice(3); err != nil {
+		t.Fatal(err)
+	}
+	g, err := runtime.NewGuard(runtime.Device{Type: runtime.CPU, Index: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	var ok, invalid atomic.Int32
+	start := make(chan struct{})
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			switch err := free(); {
-			case err == nil:
-				ok.Add(1)
-			case errors.Is(err, runtime.StatusInvalidArgument):
-				invalid.Add(1)
-			default:
-				t.Errorf("free: %v", err)
+			<-start
+			if err := g.Release(); err != nil {
+				t.Error(err)
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
-	if ok.Load() != 1 || invalid.Load() != 3 {
-		t.Errorf("4 calls of free: %d succeeded, %d refused; want 1 and 3", ok.Load(), invalid.Load())
+	if d, _ := impl.GetDevice(); d != 3 {
+		t.Errorf("after Release: device %d, want 3", d)
 	}
-	pinned.mu.Lock()
-	n := pinned.frees[&b[0]]
-	pinned.mu.Unlock()
-	if n != 1 {
-		t.Errorf("the backend freed the memory %d times, want 1", n)
+	// A later SetDevice is not undone by a second Release.
+	if err := impl.SetDevice(5); err != nil {
+		t.Fatal(err)
 	}
+	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := impl.GetDevice(); d != 5 {
+		t.Errorf("after a second Release: device %d, want 5", d)
+	}
+	impl.SetDevice(0)
+}
 
-	// Go-heap memory (the cpu backend) says the same.
-	_, free, err = runtime.HostAlloc(runtime.CPU, 64)
+// Kernels refuse buffers of another device than their stream's, as copies
+// and memsets do (and as a GPU backend must), instead of running.
+func TestKernelsRefuseBuffersOfAnotherDevice(t *testing.T) {
+	d1, d2 := runtime.Device{Type: runtime.CPU, Index: 1}, runtime.Device{Type: runtime.CPU, Index: 2}
+	s, err := runtime.NewStream(d2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := free(); err != nil {
+	defer s.Destroy()
+	x, err := runtime.Malloc(d1, 16)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := free(); !errors.Is(err, runtime.StatusInvalidArgument) {
-		t.Errorf("second free of Go memory: %v, want InvalidArgument", err)
+	defer runtime.Free(x)
+	want := []float32{1, 2, 3, 4}
+	xs, err := cpu.Float32s(x)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-// wantInvalid checks that call fails with StatusInvalidArgument.
-func wantInvalid(t *testing.T, what string, call func() error) {
-	t.Helper()
-	if err := call(); !errors.Is(err, runtime.StatusInvalidArgument) {
-		t.Errorf("%s: %v, want an InvalidArgument error", what, err)
+	copy(xs, want)
+	local, err := runtime.Malloc(d2, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.Free(local)
+	gemm := runtime.GemmArgs{M: 2, N: 2, K: 2, Alpha: 1, A: local, B: local, C: local, LDA: 2, LDB: 2, LDC: 2, Type: runtime.Float32}
+	ops := map[string]func() error{
+		"Gemm A":       func() error { g := gemm; g.A = x; return runtime.Gemm(s, g) },
+		"Gemm B":       func() error { g := gemm; g.B = x; return runtime.Gemm(s, g) },
+		"Gemm C":       func() error { g := gemm; g.C = x; return runtime.Gemm(s, g) },
+		"Scale":        func() error { return runtime.Scale(s, 2, x, 4) },
+		"Axpy":         func() error { return runtime.Axpy(s, 1, x, local, 4) },
+		"Tanh":         func() error { return runtime.Tanh(s, local, x, 4) },
+		"TanhBackward": func() error { return runtime.TanhBackward(s, local, local, x, 4) },
+	}
+	for name, op := range ops {
+		err := call(t, name, op)
+		if !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "cpu:1") || !strings.Contains(err.Error(), "cpu:2") {
+			t.Errorf("%s with a cpu:1 buffer on a cpu:2 stream: %v, want InvalidArgument naming both devices", name, err)
+		}
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if xs[i] != want[i] {
+			t.Fatalf("the cpu:1 buffer was written by refused kernels: %v, want %v", xs, want)
+		}
+	}
+	// Buffers of the stream's device still run.
+	if err := runtime.Gemm(s, gemm); err != nil {
+		t.Errorf("Gemm on the stream's device: %v", err)
+	}
+	if err := runtime.Scale(s, 2, local, 4); err != nil {
+		t.Errorf("Scale on the stream's device: %v", err)
 	}
 }
