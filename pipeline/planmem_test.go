@@ -85,7 +85,7 @@ func planConfig(p, v, m int) Config {
 	return c
 }
 
-// The reviewer's sizes, pp = m = 4096: valid sizes whose plan alone is
+// Sizes of pp = m = 4096: valid sizes whose plan alone is
 // some 28 GB, refused (in the names of Stages, Chunks and Microbatches)
 // on a host with less, whether the ranks are on host memory (cpu) or on
 // devices of their own (the plan is on the host either way). Nothing the
