@@ -17,6 +17,29 @@ func TagOf(r *Record) string {
 	return "all"
 }
 
+// sameGroup reports whether records of tag ta and step sa and of tag tb
+// and step sb have the same TagOf, without making the step's tag.
+func sameGroup(ta string, sa int32, tb string, sb int32) bool {
+	switch {
+	case ta != "" && tb != "":
+		return ta == tb
+	case ta == "" && tb == "":
+		return sa == sb || (sa < 0 && sb < 0)
+	case ta == "":
+		return isStepGroup(tb, sa)
+	}
+	return isStepGroup(ta, sb)
+}
+
+// isStepGroup reports whether tag is TagOf an untagged record of step.
+func isStepGroup(tag string, step int32) bool {
+	if step < 0 {
+		return tag == "all"
+	}
+	var buf [16]byte
+	return string(strconv.AppendInt(append(buf[:0], "step "...), int64(step), 10)) == tag
+}
+
 // NameStats aggregates the ranges of one name.
 type NameStats struct {
 	Name          string
@@ -62,16 +85,19 @@ func (s NameStats) AvgDevice() time.Duration {
 type Group struct {
 	Rank        int
 	Tag         string
-	HostTotal   time.Duration // sum of top-level ranges' host time
-	DeviceTotal time.Duration // sum of outermost device ranges' device time
+	HostTotal   time.Duration // sum of the group's top-level ranges' host time
+	DeviceTotal time.Duration // sum of the group's outermost device ranges' device time
 	Names       []NameStats   // ordered by name
 }
 
 // Summarize groups records by rank and tag (ranks ascending, tags in order
 // of first appearance) and totals each name. Percentages use the group's
-// top-level host time and its outermost device time (device ranges that
-// are not Record.DeviceNested), so nested ranges are not counted twice
-// there. It is Summary over records at once.
+// top-level host time (ranges at depth 0, and those no range of their
+// group encloses: Record.OuterInGroup) and its outermost device time
+// (device ranges that are not Record.DeviceNested, or are
+// DeviceOuterInGroup), so nested ranges are not counted twice there, and
+// a group whose ranges all run inside another group's still has its
+// shares. It is Summary over records at once.
 func Summarize(records []Record) []Group {
 	s := NewSummary()
 	s.Consume(records)

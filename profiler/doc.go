@@ -44,7 +44,8 @@
 // the steps not yet accounted. Their memory does not grow with the number
 // of records or steps (with Summary's default grouping by step, the
 // entries grow with the steps; WithSummaryTag gives one table per rank).
-// Record.DeviceNested, set by the recorder when a range starts, lets the
-// report's outermost device time be computed without the ancestors,
+// Record.DeviceNested, OuterInGroup and DeviceOuterInGroup, set by the
+// recorder when a range starts, let the report's top-level host time and
+// outermost device time of each group be computed without the ancestors,
 // which arrive later.
 package profiler

@@ -45,7 +45,19 @@ type Record struct {
 	// consumer needs no ancestor, which may arrive later or not at all
 	// (Summarize and Summary rely on it; records made by hand must set
 	// it where a device-timed ancestor encloses them).
-	DeviceNested           bool
+	DeviceNested bool
+	// OuterInGroup reports that none of the ranges of the same recorder
+	// enclosing this one is in its report group (TagOf): the tag, or an
+	// untagged range's step, changed after they started — SetTag inside
+	// a step range. Such a range counts in its group's top-level host
+	// time as a range at depth 0 does, so the group's shares add up
+	// whatever encloses it. Set by the recorder when the range starts.
+	OuterInGroup bool
+	// DeviceOuterInGroup reports, of a DeviceNested range, that none of
+	// the device-timed ranges enclosing it is in its report group, so its
+	// device time counts in the group's outermost device time.
+	DeviceOuterInGroup bool
+
 	DeviceStart, DeviceEnd time.Duration
 
 	// PeakMemory is the device's memory high-water mark in bytes when a

@@ -83,8 +83,9 @@ type pending struct {
 
 // pending.flags.
 const (
-	flagExtra    uint8 = 1 << iota // device details follow in the extras queue
-	flagCutShort                   // ended by EndCutShort
+	flagExtra        uint8 = 1 << iota // device details follow in the extras queue
+	flagCutShort                       // ended by EndCutShort
+	flagOuterInGroup                   // Record.OuterInGroup
 )
 
 // hasExtra reports whether device details follow in the extras queue.
@@ -102,6 +103,7 @@ type extra struct {
 	peak          int64
 	hasCollective bool
 	nested        bool // Record.DeviceNested
+	groupNested   bool // a device-timed range enclosing it is in its report group
 	// Of the range's start and end events, how many it recorded and how
 	// many it took from the stream's latest (Stats.Events, Stats.Adjacent;
 	// counted by the collector, off the recording path).
@@ -128,6 +130,43 @@ const latestStreams = 4
 type frame struct {
 	pending
 	extra extra
+	// groupDevAbove reports that a device-timed range enclosing this one
+	// is in its report group (see placeInGroup).
+	groupDevAbove bool
+}
+
+// timed reports whether the open range f has a device time coming: its
+// start event was recorded. A host range's slot may still hold the events
+// of the device range that last used it, so the flag is checked first.
+func (f *frame) timed() bool { return f.hasExtra() && f.extra.start != nil }
+
+// placeInGroup places f, opened at depth among the open ranges
+// r.stack[:depth], in its report group (TagOf): it sets flagOuterInGroup
+// when no enclosing range is in f's group, and f.groupDevAbove. A range
+// in its parent's group, the usual case, costs two comparisons; one whose
+// tag or step differs from its parent's looks further up the stack.
+func (r *Recorder) placeInGroup(f *frame, depth int) {
+	f.groupDevAbove = false
+	f.flags &^= flagOuterInGroup
+	if depth == 0 {
+		return // top level: Record.Depth 0 says it
+	}
+	a := &r.stack[depth-1]
+	if a.tag == f.tag && (f.tag != 0 || a.step == f.step) {
+		f.groupDevAbove = a.groupDevAbove || a.timed()
+		return
+	}
+	// The table after f.tag was loaded holds it (SetTag), and the
+	// ancestors' older indices.
+	tags := *r.p.tags.Load()
+	for i := depth - 1; i >= 0; i-- {
+		a := &r.stack[i]
+		if sameGroup(tags[a.tag], a.step, tags[f.tag], f.step) {
+			f.groupDevAbove = a.groupDevAbove || a.timed()
+			return
+		}
+	}
+	f.flags |= flagOuterInGroup
 }
 
 // Rank returns the rank the recorder was made for.
@@ -234,6 +273,7 @@ func (r *Recorder) initFrame(f *frame, name string, kind Kind) {
 	f.chunk = r.labels.Chunk
 	f.tag = r.p.tagIndex.Load()
 	f.flags = 0
+	r.placeInGroup(f, r.depth)
 }
 
 // Start opens a host-timed range. Ranges nest: End closes the innermost.
@@ -266,6 +306,7 @@ func (r *Recorder) Start(name string) {
 	f.chunk = r.labels.Chunk
 	f.tag = r.p.tagIndex.Load()
 	f.flags = 0
+	r.placeInGroup(f, r.depth)
 	r.depth++
 	f.hostStart = r.p.now()
 }
@@ -305,12 +346,13 @@ func (r *Recorder) StartCollective(name string, s *runtime.Stream, c Collective)
 }
 
 func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
-	f.flags = flagExtra
+	f.flags |= flagExtra
 	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
 	x.recorded, x.shared = 0, 0
 	x.nested = r.devTimed > 0
+	x.groupNested = f.groupDevAbove
 	if s != nil {
 		if r.p.cfg.syncEach {
 			if err := s.Synchronize(context.Background()); err != nil {
@@ -537,6 +579,7 @@ func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
 	rec.HostStart = pd.hostStart
 	rec.HostEnd = pd.hostEnd
 	rec.CutShort = pd.flags&flagCutShort != 0
+	rec.OuterInGroup = pd.flags&flagOuterInGroup != 0
 	if x != nil {
 		if x.stream != nil {
 			rec.Device = x.stream.Device()
@@ -544,6 +587,7 @@ func (r *Recorder) fill(rec *Record, pd *pending, x *extra, tags []string) {
 		}
 		rec.PeakMemory = x.peak
 		rec.DeviceNested = x.nested
+		rec.DeviceOuterInGroup = x.nested && !x.groupNested
 		if x.hasCollective {
 			rec.Collective = x.collective
 		}
@@ -598,6 +642,7 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		}
 		r.initFrame(f, c.Name, kind)
 		f.step, f.microbatch, f.stage, f.chunk, f.phase = c.Labels.Step, c.Labels.Microbatch, c.Labels.Stage, c.Labels.Chunk, c.Labels.Phase
+		r.placeInGroup(f, r.depth) // again: the step is the call's
 		f.extra.hasCollective = true
 		f.extra.collective = c.Collective
 		r.startDevice(f, c.Stream)

@@ -126,7 +126,7 @@ func (s *Summary) Consume(batch []Record) {
 			d := r.DeviceDuration()
 			ent.DeviceCount++
 			ent.DeviceTotal += d
-			if !r.DeviceNested {
+			if !r.DeviceNested || (r.DeviceOuterInGroup && !s.fixed) {
 				g.DeviceTotal += d
 			}
 			if te := r.Collective.TransferEnd; te != 0 {
@@ -134,7 +134,9 @@ func (s *Summary) Consume(batch []Record) {
 				ent.TransferTotal += max(r.DeviceEnd, te) - r.DeviceStart
 			}
 		}
-		if r.Depth == 0 {
+		// With a fixed tag the group is the rank's: only the ranges
+		// at depth 0 are outermost in it.
+		if r.Depth == 0 || (r.OuterInGroup && !s.fixed) {
 			g.HostTotal += r.HostDuration()
 		}
 		if r.PeakMemory > 0 && r.PeakMemory > s.peaks[r.Rank] {

@@ -120,6 +120,7 @@ type deviceEvent struct {
 // records: one per host-track event, with its device interval and stream
 // from the matching device-track event, nesting (Parent, Depth) from the
 // host track, DeviceNested where a device-timed ancestor encloses it,
+// OuterInGroup and DeviceOuterInGroup as the recorder sets them,
 // labels, collective fields, and bandwidths recomputed from the times;
 // and one per traced kernel (a wrapped job's: a device event of category
 // kernel with no host range), at depth 0.
@@ -514,6 +515,10 @@ func nestHost(hosts []hostEvent) []profiler.Record {
 		start, end time.Duration
 		id         uint64
 		device     bool // this range or one enclosing it is device-timed
+		group      string
+		// groupDevice: this range or one enclosing it in its report
+		// group is device-timed.
+		groupDevice bool
 	}
 	stacks := map[int64][]open{}
 	nextID := map[int]uint64{}
@@ -537,9 +542,21 @@ func nestHost(hosts []hostEvent) []profiler.Record {
 			r.Parent, inDevice = top.id, top.device
 		}
 		r.DeviceNested = r.HasDevice && inDevice
+		// The report group's outermost ranges, as the recorder marks
+		// them (Record.OuterInGroup, DeviceOuterInGroup).
+		group, inGroupDevice := profiler.TagOf(&r), false
+		r.OuterInGroup = len(stack) > 0
+		for i := len(stack) - 1; i >= 0; i-- {
+			if stack[i].group == group {
+				r.OuterInGroup, inGroupDevice = false, stack[i].groupDevice
+				break
+			}
+		}
+		r.DeviceOuterInGroup = r.DeviceNested && !inGroupDevice
 		stacks[h.tid] = stack
 		if r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P {
-			stacks[h.tid] = append(stack, open{start: r.HostStart, end: r.HostEnd, id: r.ID, device: inDevice || r.HasDevice})
+			stacks[h.tid] = append(stack, open{start: r.HostStart, end: r.HostEnd, id: r.ID, device: inDevice || r.HasDevice,
+				group: group, groupDevice: inGroupDevice || r.HasDevice})
 		}
 		out = append(out, r)
 	}

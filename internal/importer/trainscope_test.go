@@ -164,7 +164,7 @@ func TestTrainscopeRoundTrip(t *testing.T) {
 					if g.Kind != w.Kind || g.Labels != w.Labels || g.Tag != w.Tag || g.Depth != w.Depth ||
 						g.HasDevice != w.HasDevice || g.DeviceStart != w.DeviceStart || g.DeviceEnd != w.DeviceEnd ||
 						g.Stream != w.Stream || g.DeviceNested != w.DeviceNested || g.PeakMemory != w.PeakMemory || g.Device != w.Device ||
-						g.CutShort != w.CutShort {
+						g.CutShort != w.CutShort || g.OuterInGroup != w.OuterInGroup || g.DeviceOuterInGroup != w.DeviceOuterInGroup {
 						t.Errorf("%+v:\nread back %+v\nwritten   %+v", k, g, w)
 					}
 					if w.Kind == profiler.KindCollective || w.Kind == profiler.KindP2P {
