@@ -194,6 +194,74 @@ func listIndex(list string, size int32, v int64) int32 {
 	return -1
 }
 
+// listAt is the rank at place i of a "Process Group Ranks" list of a
+// group of size ranks (listIndex's inverse), −1 where the list does not
+// hold it: past its end, or left out where it was shortened.
+func listAt(list string, size int32, i int64) int64 {
+	fields := strings.Split(strings.Trim(strings.TrimSpace(list), "[]"), ",")
+	for j, f := range fields {
+		f = strings.TrimSpace(f)
+		if f == "..." {
+			if j == len(fields)-2 && size > int32(j) && i == int64(size)-1 {
+				f = strings.TrimSpace(fields[j+1])
+			} else {
+				return -1
+			}
+		} else if int64(j) != i {
+			continue
+		}
+		if v, err := strconv.ParseInt(f, 10, 64); err == nil && v >= 0 {
+			return v
+		}
+		return -1
+	}
+	return -1
+}
+
+// rankFromCollectives is the global rank a trace's record_param_comms
+// calls say it is, for a trace without distributedInfo: each call's place
+// in its process group ("Rank") looked up in the group's ranks, or taken
+// as it is on the default group. Calls that disagree are named in a
+// warning and give no rank.
+func rankFromCollectives(p *Profile, events []kEvent) flexInt {
+	var seen []int64
+	for i := range events {
+		ev := &events[i]
+		if ev.class != classHost || ev.name != "record_param_comms" || ev.args.Rank == nil || !ev.args.Rank.Set || ev.args.Rank.V < 0 {
+			continue
+		}
+		a := &ev.args
+		g := int64(-1)
+		switch {
+		case a.GroupRanks != "":
+			size := int32(0)
+			if a.GroupSize != nil && a.GroupSize.V > 0 && a.GroupSize.V <= 1<<30 {
+				size = int32(a.GroupSize.V)
+			}
+			g = listAt(string(a.GroupRanks), size, a.Rank.V)
+		case strings.Trim(string(a.GroupDesc), `"`) == "default_pg":
+			g = a.Rank.V
+		}
+		if g >= 0 && !slices.Contains(seen, g) {
+			seen = append(seen, g)
+		}
+	}
+	switch len(seen) {
+	case 0:
+		return flexInt{}
+	case 1:
+		return flexInt{V: seen[0], Set: true}
+	}
+	slices.Sort(seen)
+	names := make([]string, len(seen))
+	for i, v := range seen {
+		names[i] = strconv.FormatInt(v, 10)
+	}
+	p.warnf("%s: no distributedInfo, and its collectives name ranks %s and %s as this trace's: its rank is not taken from them",
+		p.Path, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	return flexInt{}
+}
+
 // peerRank is global rank v's position in a "Process Group Ranks" list of
 // a group of size ranks; v itself where the list does not hold it
 // (absent, or shortened).

@@ -68,6 +68,8 @@ func FuzzKineto(f *testing.F) {
 	f.Add([]byte(`[{"ph":"B","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1.00049999},{"ph":"B","cat":"cuda_runtime","name":"l","pid":1,"tid":1,"ts":2},` +
 		`{"ph":"E","pid":1,"tid":1,"ts":3,"args":{"correlation":4}},{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":4,"dur":1e0,"args":{"correlation":4}},{"ph":"E","pid":1,"tid":1,"ts":"9.5e0"},{"ph":"E","pid":1,"tid":2,"ts":1}]`))
 	f.Add([]byte(strings.Replace(interleavedTrace, `{"rank": 5}`, `{"rank": 5, "pg_config": [{"pg_name":"pp","ranks":[5,6]}]}`, 1)))
+	f.Add([]byte(strings.Replace(interleavedTrace, `{"rank": 5}`, `{"rank": 5, "pg_config": [{"pg_name":"pp","pg_size":"16","ranks":"[0, 1, ..., 5]"}]}`, 1)))
+	f.Add([]byte(strings.Replace(strings.Replace(interleavedTrace, `"distributedInfo": {"rank": 5}, `, ``, 1), `"Process Group Name":"7",`, `"Process Group Name":"7","Rank":1,`, 1)))
 	// trainscope's own trace (ParseTrainscope, told by its producer).
 	addSeeds(f, "../../exporters/chrometrace/testdata/fixture.golden.json")
 	f.Fuzz(func(t *testing.T, b []byte) {

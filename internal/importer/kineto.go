@@ -52,9 +52,12 @@ type kinetoArgs struct {
 	DType       flexString `json:"dtype"`
 	GroupName   flexString `json:"Process Group Name"`
 	GroupRanks  flexString `json:"Process Group Ranks"`
-	SrcRank     *flexInt   `json:"Src Rank"`
-	DstRank     *flexInt   `json:"Dst Rank"`
-	Seq         *flexInt   `json:"Seq"`
+	GroupDesc   flexString `json:"Process Group Description"`
+	// Rank is a record_param_comms call's rank in its process group.
+	Rank    *flexInt `json:"Rank"`
+	SrcRank *flexInt `json:"Src Rank"`
+	DstRank *flexInt `json:"Dst Rank"`
+	Seq     *flexInt `json:"Seq"`
 	// A "[memory]" instant's (profile_memory=True): the allocator's
 	// device (c10::DeviceType: 0 the CPU) and its total after the event.
 	DeviceType     *flexInt `json:"Device Type"`
@@ -330,6 +333,9 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 	}
 	if err := sc.scan(event, key); err != nil {
 		return nil, err
+	}
+	if !rank.Set {
+		rank = rankFromCollectives(p, events)
 	}
 	if rank.Set {
 		if rank.V < 0 || rank.V > 1<<30 {

@@ -3,7 +3,12 @@ package importer
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/trainscope/trainscope/internal/naming"
 	"github.com/trainscope/trainscope/profiler"
@@ -169,12 +174,32 @@ func (l *labeller) stepAt(t int64) int32 {
 // processGroup is one of distributedInfo.pg_config's process groups.
 type processGroup struct {
 	name, desc string
-	ranks      []int64
+	// list holds the group's ranks as a "Process Group Ranks" value,
+	// "[3, 5]", shortened past the first ranks ("[0, 1, 2, ..., 15]")
+	// where PyTorch wrote it so; size is pg_size, or the list's length.
+	list string
+	size int32
+}
+
+// index is rank's place in the group, −1 where the list does not hold it.
+func (g *processGroup) index(rank int) int32 { return listIndex(g.list, g.size, int64(rank)) }
+
+// shortened reports whether the list leaves some of the group's ranks out.
+func (g *processGroup) shortened() bool { return strings.Contains(g.list, "...") }
+
+// label names the group in a warning: its name and description.
+func (g *processGroup) label() string {
+	if g.desc == "" || g.desc == g.name {
+		return strconv.Quote(g.name)
+	}
+	return fmt.Sprintf("%q (%s)", g.name, g.desc)
 }
 
 // processGroups reads distributedInfo.pg_config, as PyTorch writes it
-// (pg_name, pg_desc, ranks). What it cannot read is left out with a
-// warning: the groups only stage the ranks.
+// (pg_name, pg_desc, pg_size, ranks: a list, or the string the
+// collectives' "Process Group Ranks" hold). A group whose ranks it cannot
+// read is left out with a warning naming it; a pg_config it cannot read
+// at all, with one warning.
 func processGroups(p *Profile, raw json.RawMessage) []processGroup {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
@@ -182,6 +207,7 @@ func processGroups(p *Profile, raw json.RawMessage) []processGroup {
 	var cfg []struct {
 		Name  flexString      `json:"pg_name"`
 		Desc  flexString      `json:"pg_desc"`
+		Size  flexInt         `json:"pg_size"`
 		Ranks json.RawMessage `json:"ranks"`
 	}
 	if err := json.Unmarshal(raw, &cfg); err != nil {
@@ -191,12 +217,60 @@ func processGroups(p *Profile, raw json.RawMessage) []processGroup {
 	var out []processGroup
 	for _, c := range cfg {
 		g := processGroup{name: string(c.Name), desc: string(c.Desc)}
-		if json.Unmarshal(c.Ranks, &g.ranks) != nil {
+		var ranks []int64
+		var text string
+		switch {
+		case json.Unmarshal(c.Ranks, &ranks) == nil && ranks != nil:
+			parts := make([]string, len(ranks))
+			for i, r := range ranks {
+				parts[i] = strconv.FormatInt(r, 10)
+			}
+			g.list, g.size = "["+strings.Join(parts, ", ")+"]", int32(min(len(ranks), math.MaxInt32))
+		case json.Unmarshal(c.Ranks, &text) == nil && rankList(text):
+			g.list = text
+			if !g.shortened() {
+				g.size = int32(min(strings.Count(text, ",")+1, math.MaxInt32))
+			}
+		default:
+			p.warnf("%s: distributedInfo.pg_config: process group %s: its ranks %s are not a list of ranks: it stages no rank", p.Path, g.label(), excerpt(strings.Join(strings.Fields(string(c.Ranks)), " "), 60))
 			continue
+		}
+		if c.Size.Set && c.Size.V > 0 && c.Size.V <= math.MaxInt32 {
+			g.size = int32(c.Size.V)
 		}
 		out = append(out, g)
 	}
 	return out
+}
+
+// excerpt is s cut to at most n bytes at a rune boundary, with "…" where
+// it was cut, for a warning that quotes input.
+func excerpt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// rankList reports whether s reads as a list of ranks, "[0, 1]", perhaps
+// shortened with "...".
+func rankList(s string) bool {
+	s = strings.TrimSpace(s)
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+		return false
+	}
+	for f := range strings.SplitSeq(s[1:len(s)-1], ",") {
+		if f = strings.TrimSpace(f); f == "..." {
+			continue
+		}
+		if _, err := strconv.ParseInt(f, 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // stageRecords gives every record of the trace its rank's pipeline
@@ -213,8 +287,16 @@ func stageRecords(p *Profile, groups []processGroup, rank int, rankKnown bool, a
 			if !naming.PipelineGroup(g.desc) && !naming.PipelineGroup(g.name) {
 				continue
 			}
-			if i := slices.Index(g.ranks, int64(rank)); i >= 0 && len(g.ranks) > size {
-				stage, size = int32(i), len(g.ranks)
+			i := g.index(rank)
+			if i < 0 && g.shortened() {
+				of := "its ranks"
+				if g.size > 0 {
+					of = fmt.Sprintf("its %d ranks", g.size)
+				}
+				p.warnf("%s: process group %s lists only some of %s (%s): rank %d's place in it is not known", p.Path, g.label(), of, g.list, rank)
+			}
+			if i >= 0 && int(g.size) > size {
+				stage, size = i, int(g.size)
 			}
 		}
 	}

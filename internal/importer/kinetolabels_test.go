@@ -124,6 +124,19 @@ func TestKinetoStagedByGroup(t *testing.T) {
 		{`[{"pg_name":"mesh_pp","pg_desc":"undefined","ranks":[5,9,13]}]`, 0, "process group", ""},
 		{`[{"pg_name":"3","pg_desc":"DATA_PARALLEL_GROUP","ranks":[1,5]},{"pg_name":"4","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","ranks":[0,1]}]`, 1, "pipelining actions", ""},
 		{`{"not":"a list"}`, 1, "pipelining actions", "distributedInfo.pg_config not read"},
+		// Ranks written as the collectives' "Process Group Ranks" are, a
+		// string, shortened past the first ranks with "..." and the last.
+		{`[{"pg_name":"2","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","ranks":"[3, 5]"}]`, 1, "process group", ""},
+		{`[{"pg_name":"2","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","pg_size":16,"ranks":"[1, 2, 3, ..., 5]"}]`, 15, "process group", ""},
+		{`[{"pg_name":"2","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","pg_size":"16","ranks":"[0, 1, 2, 3, 4, 5, 6]"}]`, 5, "process group", ""},
+		// A group whose ranks cannot be read is named, and the others
+		// still stage the rank.
+		{`[{"pg_name":"7","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","ranks":{"r":5}},{"pg_name":"8","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","ranks":[5,6]}]`, 0, "process group",
+			`distributedInfo.pg_config: process group "7" (PIPELINE_MODEL_PARALLEL_GROUP): its ranks {"r":5} are not a list of ranks`},
+		// A pipeline group shortened before the rank: its place is not
+		// known, and it is not guessed.
+		{`[{"pg_name":"2","pg_desc":"PIPELINE_MODEL_PARALLEL_GROUP","pg_size":16,"ranks":"[0, 1, 2, ..., 15]"}]`, 1, "pipelining actions",
+			`process group "2" (PIPELINE_MODEL_PARALLEL_GROUP) lists only some of its 16 ranks ([0, 1, 2, ..., 15]): rank 5's place in it is not known`},
 	} {
 		text := strings.Replace(interleavedTrace, `"distributedInfo": {"rank": 5}`, `"distributedInfo": {"rank": 5, "pg_config": `+tc.cfg+`}`, 1)
 		p, err := ParseKineto("t.json", strings.NewReader(text))
@@ -191,5 +204,65 @@ func TestKinetoStepUnderPythonStack(t *testing.T) {
 	}
 	if r := byName(p.Records, "gemm_b3"); r == nil || r.Step != 4 || r.Phase != profiler.Backward || r.Chunk != 1 {
 		t.Errorf("gemm_b3: %+v; want step 4, backward, chunk 1", r)
+	}
+}
+
+// TestKinetoRankFromCollectives: a trace with no distributedInfo (older
+// PyTorch, or Kineto on its own) still says its rank through its
+// collectives' record_param_comms: "Rank" is the rank's place in the
+// call's process group, so the global rank is that place of "Process
+// Group Ranks" (or "Rank" itself on the default group).
+func TestKinetoRankFromCollectives(t *testing.T) {
+	trace := strings.Replace(interleavedTrace, `{"distributedInfo": {"rank": 5}, "traceEvents": [`, `{"traceEvents": [`, 1)
+	if trace == interleavedTrace {
+		t.Fatal("the trace's head changed")
+	}
+	// withArgs adds args[i] to the i-th record_param_comms call.
+	withArgs := func(args ...string) string {
+		const at = `"Process Group Name":"7",`
+		parts := strings.Split(trace, at)
+		if len(parts) <= len(args) {
+			t.Fatalf("the trace has %d calls, not %d", len(parts)-1, len(args))
+		}
+		var b strings.Builder
+		for i, part := range parts[:len(parts)-1] {
+			b.WriteString(part + at)
+			if i < len(args) {
+				b.WriteString(args[i] + ",")
+			}
+		}
+		b.WriteString(parts[len(parts)-1])
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name, text string
+		rank       int // −1: not known
+		warn       string
+	}{
+		{"none", trace, -1, ""},
+		{"place in the group", withArgs(`"Rank":1`, `"Rank":1`), 5, ""},
+		{"as a string", withArgs(`"Rank":"1"`), 5, ""},
+		{"default group", strings.Replace(trace, `"Process Group Name":"7","Process Group Ranks":"[4, 5]","Group size":2`,
+			`"Process Group Name":"0","Process Group Description":"default_pg","Rank":3,"Group size":8`, 1), 3, ""},
+		{"not in the shortened list", strings.Replace(trace, `"Process Group Ranks":"[4, 5]","Group size":2`,
+			`"Rank":12,"Process Group Ranks":"[0, 1, 2, ..., 15]","Group size":16`, 1), -1, ""},
+		{"the shortened list's last", strings.Replace(trace, `"Process Group Ranks":"[4, 5]","Group size":2`,
+			`"Rank":15,"Process Group Ranks":"[0, 1, 2, ..., 31]","Group size":16`, 1), 31, ""},
+		{"disagreeing", withArgs(`"Rank":1`, `"Rank":0`), -1, "collectives name ranks 4 and 5 as this trace's: its rank is not taken from them"},
+	} {
+		p, err := ParseKineto("t.json", strings.NewReader(tc.text))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if tc.rank < 0 {
+			if p.RankKnown {
+				t.Errorf("%s: rank %d known", tc.name, p.Records[0].Rank)
+			}
+		} else if !p.RankKnown || p.Records[0].Rank != tc.rank {
+			t.Errorf("%s: rank %d (known %v), want %d", tc.name, p.Records[0].Rank, p.RankKnown, tc.rank)
+		}
+		if tc.warn != "" && !containsWarning(p.Warnings, tc.warn) {
+			t.Errorf("%s: warnings %q lack %q", tc.name, p.Warnings, tc.warn)
+		}
 	}
 }
