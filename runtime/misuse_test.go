@@ -253,3 +253,32 @@ func TestKernelsRefuseBuffersOfAnotherDevice(t *testing.T) {
 		t.Errorf("Scale on the stream's device: %v", err)
 	}
 }
+
+// Err says whether a stream can take work, without a backend call.
+func TestStreamErr(t *testing.T) {
+	s, err := runtime.NewStream(runtime.Device{Type: runtime.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Err(); err != nil {
+		t.Errorf("a new stream: %v", err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	var none *runtime.Stream
+	for _, tc := range []struct {
+		name string
+		s    *runtime.Stream
+		want string
+	}{
+		{"destroyed", s, "used after Destroy"},
+		{"zero", &runtime.Stream{}, "zero Stream"},
+		{"nil", none, "nil stream"},
+	} {
+		err := tc.s.Err()
+		if runtime.StatusOf(err) != runtime.StatusInvalidArgument || !strings.Contains(fmt.Sprint(err), tc.want) {
+			t.Errorf("%s: %v, want InvalidArgument saying %q", tc.name, err, tc.want)
+		}
+	}
+}

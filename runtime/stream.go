@@ -115,6 +115,12 @@ func (s *Stream) Handle() any { return s.h }
 // Priority returns the priority the stream was created with.
 func (s *Stream) Priority() int { return s.priority }
 
+// Err says why s cannot take work — it is nil, a zero Stream (not made
+// by NewStream) or destroyed — with status StatusInvalidArgument; nil
+// when it can. A library that enqueues on a caller's stream checks it
+// before committing to the call.
+func (s *Stream) Err() error { return s.live("Stream") }
+
 func (s *Stream) live(op string) error {
 	if s == nil {
 		return Errorf(op, StatusInvalidArgument, "nil stream")

@@ -80,6 +80,12 @@ type comm struct {
 	scratchBuf    runtime.Buffer
 	scratchStream *runtime.Stream
 	scratchHeld   bool // a round's result is in scratchBuf until its release
+	// scratchRetired: CommDestroy or CommAbort came. One that came while
+	// a round held the scratch left it to the round, which frees it when
+	// it lets go; a round that fails never lets go (a peer may still be
+	// copying out of it), and its scratch is left allocated rather than
+	// freed under that copy.
+	scratchRetired bool
 }
 
 func newComm(w *world, rank int, dev runtime.Device, timeout time.Duration) *comm {
@@ -136,10 +142,16 @@ func (b *Backend) CommDestroy(c ccl.Comm) error {
 }
 
 // freeScratch frees a shared backend's scratch, after the work enqueued
-// on its stream.
+// on its stream, or, while a round holds it, leaves it to that round: the
+// round's executor may still be enqueueing writes into it, and its peers
+// copies out of it (CommAbort comes from another goroutine).
 func (c *comm) freeScratch() error {
 	c.scratchMu.Lock()
 	defer c.scratchMu.Unlock()
+	c.scratchRetired = true // a round after this one gets scratch of its own
+	if c.scratchHeld {
+		return nil
+	}
 	if err := c.freeScratchLocked(); err != nil {
 		return &ccl.Error{Op: "CommDestroy", Status: ccl.StatusError, Detail: c.String() + ": free scratch", Err: err}
 	}
@@ -159,10 +171,15 @@ func (b *Backend) CommAbort(c ccl.Comm) error {
 	return nil
 }
 
-// checkStream checks that s is a stream of c's device.
+// checkStream checks that s is a live stream of c's device: a call on a
+// stream that cannot take work is refused before it is numbered, so the
+// ranks' numbering still agrees.
 func checkStream(op string, c *comm, s *runtime.Stream) error {
 	if s == nil {
 		return ccl.Errorf(op, ccl.StatusInvalidArgument, "nil stream")
+	}
+	if err := s.Err(); err != nil {
+		return &ccl.Error{Op: op, Status: ccl.StatusInvalidArgument, Detail: "stream", Err: err}
 	}
 	if s.Device() != c.dev {
 		return ccl.Errorf(op, ccl.StatusInvalidArgument, "stream on %s, %s", s.Device(), c)

@@ -493,7 +493,7 @@ func (sp *sharedPart) release() {
 func (c *comm) scratch(n int64, s *runtime.Stream) (buf runtime.Buffer, private bool, err error) {
 	c.scratchMu.Lock()
 	defer c.scratchMu.Unlock()
-	if c.scratchHeld {
+	if c.scratchHeld || c.scratchRetired {
 		buf, err := runtime.MallocAsync(n, s)
 		return buf, true, err
 	}
@@ -527,8 +527,11 @@ func (c *comm) releaseScratch(rd *sharedRound, s *runtime.Stream) error {
 		return nil // count 0: no scratch
 	}
 	c.scratchMu.Lock()
+	defer c.scratchMu.Unlock()
 	c.scratchHeld = false
-	c.scratchMu.Unlock()
+	if c.scratchRetired {
+		return c.freeScratchLocked() // the communicator is gone
+	}
 	return nil
 }
 

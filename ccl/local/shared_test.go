@@ -246,6 +246,20 @@ func TestSharedRefusals(t *testing.T) {
 			defer other.Destroy()
 			return b.Recv(f32, 4, runtime.Float32, 1, c, other)
 		}, ccl.StatusInvalidArgument},
+		// A stream that cannot take work is refused before the call is
+		// numbered, as NCCL's backend refuses it; posting on it failed
+		// the whole communicator.
+		{"destroyed stream", func() error {
+			gone, err := runtime.NewStream(dev)
+			if err != nil {
+				return err
+			}
+			if err := gone.Destroy(); err != nil {
+				return err
+			}
+			return b.AllReduce(f32, f32, 4, runtime.Float32, ccl.Sum, c, gone)
+		}, ccl.StatusInvalidArgument},
+		{"zero stream", func() error { return b.Send(f32, 4, runtime.Float32, 1, c, &runtime.Stream{}) }, ccl.StatusInvalidArgument},
 	} {
 		err := tc.call()
 		if ccl.StatusOf(err) != tc.want {
