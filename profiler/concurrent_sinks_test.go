@@ -63,7 +63,7 @@ func TestConcurrentSinksConsumeTogether(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := p.Ingest([]profiler.Record{{ID: 1, Name: "a", Rank: 0}}); err != nil {
+		if err := p.Ingest(context.Background(), []profiler.Record{{ID: 1, Name: "a", Rank: 0}}); err != nil {
 			t.Fatal(err)
 		}
 		for i, s := range sinks {
@@ -119,7 +119,7 @@ func TestConcurrentSinksEachInOrder(t *testing.T) {
 				for k := id; k < id+per && k <= n; k++ {
 					batch = append(batch, profiler.Record{ID: uint64(r*n + k), Name: "x", Rank: r})
 				}
-				if err := p.Ingest(batch); err != nil {
+				if err := p.Ingest(context.Background(), batch); err != nil {
 					done <- err
 					return
 				}

@@ -40,7 +40,7 @@ func TestPeakNotMeasuredInRankFilesAndReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	if err := p.Ingest(recs); err != nil {
+	if err := p.Ingest(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer

@@ -1,6 +1,9 @@
 package profiler
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // Ingest adds records made outside this profiler's recorders — a wrapped
 // process's NCCL calls, an imported profile — to the same path recorded
@@ -13,9 +16,10 @@ import "fmt"
 // A record must name its range, have a rank ≥ 0, an ID ≥ 1 unique within
 // its rank and source, and intervals that do not end before they start;
 // the first record that does not is reported by its position, and none of
-// recs is ingested. After Close, Ingest returns ErrClosed. It does not
-// block on sinks beyond their Consume.
-func (p *Profiler) Ingest(recs []Record) error {
+// recs is ingested. After Close, Ingest returns ErrClosed. It waits for
+// the collector, which a sink stuck in Consume holds, only until ctx ends:
+// then none of recs is ingested, and the error says so.
+func (p *Profiler) Ingest(ctx context.Context, recs []Record) error {
 	if p == nil {
 		return nil
 	}
@@ -34,7 +38,9 @@ func (p *Profiler) Ingest(recs []Record) error {
 			return fmt.Errorf("profiler: Ingest: record %d (%s) ends on the device %v before it starts", i, r.Name, r.DeviceStart-r.DeviceEnd)
 		}
 	}
-	p.mu.Lock()
+	if !p.lockBy(ctx, 0) {
+		return fmt.Errorf("profiler: Ingest: the collector is still delivering to a sink that has not returned from Consume, so none of its %d record(s) was ingested: %w", len(recs), ctx.Err())
+	}
 	defer p.unlock()
 	select {
 	case <-p.stop:

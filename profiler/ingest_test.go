@@ -39,7 +39,7 @@ func TestIngest(t *testing.T) {
 		Collective:   profiler.Collective{Op: "AllReduce", Bytes: 256 << 20, BusFactor: 1.5, GroupSize: 4},
 		AlgBandwidth: 1, BusBandwidth: 1, // overwritten
 	}
-	if err := p.Ingest([]profiler.Record{ar}); err != nil {
+	if err := p.Ingest(context.Background(), []profiler.Record{ar}); err != nil {
 		t.Fatal(err)
 	}
 	sink.mu.Lock()
@@ -67,7 +67,7 @@ func TestIngest(t *testing.T) {
 		bad := ar
 		bad.ID = 2
 		tc.change(&bad)
-		err := p.Ingest([]profiler.Record{ar, bad})
+		err := p.Ingest(context.Background(), []profiler.Record{ar, bad})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error saying %q", err, tc.want)
 		}
@@ -78,7 +78,7 @@ func TestIngest(t *testing.T) {
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Ingest([]profiler.Record{ar}); !errors.Is(err, profiler.ErrClosed) {
+	if err := p.Ingest(context.Background(), []profiler.Record{ar}); !errors.Is(err, profiler.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }

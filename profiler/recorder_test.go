@@ -327,7 +327,7 @@ func TestNilArgumentsDoNotPanic(t *testing.T) {
 	if err := np.AddSink(&countingSink{names: map[string]int{}}); err != nil {
 		t.Errorf("nil Profiler: AddSink = %v", err)
 	}
-	if err := np.Ingest([]profiler.Record{{Name: "x"}}); err != nil {
+	if err := np.Ingest(context.Background(), []profiler.Record{{Name: "x"}}); err != nil {
 		t.Errorf("nil Profiler: Ingest = %v", err)
 	}
 	var buf strings.Builder

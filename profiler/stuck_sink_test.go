@@ -150,3 +150,36 @@ func TestCalibrateEndsWithItsContextWhileASinkIsStuck(t *testing.T) {
 		t.Fatalf("Calibrate while a sink is stuck = %v; want an error naming the stuck sink, wrapping context.DeadlineExceeded", err)
 	}
 }
+
+// TestIngestEndsWithItsContextWhileASinkIsStuck: Ingest (a wrapped run's
+// collector, an import) waits for the stuck collector only until its
+// context ends, ingests none of its records then, and says so; once the
+// sink returns, the same records are ingested.
+func TestIngestEndsWithItsContextWhileASinkIsStuck(t *testing.T) {
+	p, sink := stuckProfiler(t)
+	recs := []profiler.Record{{ID: 1, Name: "ncclAllReduce", Rank: 3, HostStart: time.Millisecond, HostEnd: 2 * time.Millisecond}}
+	var err error
+	within(t, 2*time.Second, "Ingest with a 20ms deadline", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		err = p.Ingest(ctx, recs)
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Consume") || !strings.Contains(err.Error(), "1 record") {
+		t.Fatalf("Ingest while a sink is stuck = %v; want an error naming the stuck sink and the record left out, wrapping context.DeadlineExceeded", err)
+	}
+	sink.unblock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Ingest(ctx, recs); err != nil {
+		t.Fatalf("Ingest after the sink returned: %v", err)
+	}
+	n := 0
+	for _, r := range p.Snapshot() {
+		if r.Rank == 3 {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d records of rank 3 kept, want the one ingested after the sink returned", n)
+	}
+}

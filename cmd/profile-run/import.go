@@ -377,7 +377,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 			fmt.Fprintf(stdout, "  the report tables disagree with the call log in %d places (see the warnings)\n", len(problems))
 		}
 	}
-	if err := prof.Ingest(recs); err != nil {
+	if err := prof.Ingest(in.abort, recs); err != nil {
 		out.removeFiles()
 		return err
 	}

@@ -212,7 +212,7 @@ func TestCallLogsWholeWhenTheShutdownIsCutShort(t *testing.T) {
 		}
 		ingested := make(chan error, 1)
 		go func() {
-			ingested <- p.Ingest([]profiler.Record{{Name: "late", Rank: 0, ID: math.MaxUint32, HostStart: time.Millisecond, HostEnd: 2 * time.Millisecond}})
+			ingested <- p.Ingest(context.Background(), []profiler.Record{{Name: "late", Rank: 0, ID: math.MaxUint32, HostStart: time.Millisecond, HostEnd: 2 * time.Millisecond}})
 		}()
 		<-b.entered // the profiler is held, delivering
 		err := p.Close(ctx)

@@ -37,7 +37,7 @@ func TestIngestBandwidths(t *testing.T) {
 	if err := prof.AddSink(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := prof.Ingest(Combine(ps)); err != nil {
+	if err := prof.Ingest(context.Background(), Combine(ps)); err != nil {
 		t.Fatal(err)
 	}
 	if err := prof.Flush(context.Background()); err != nil {

@@ -248,8 +248,12 @@ type Collector struct {
 	bg        sync.WaitGroup
 	accepting chan struct{} // closed when the accept loop has returned
 	stop      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	// ingestCtx bounds every hand-over to the profiler, which a sink
+	// stuck in Consume holds: it ends when Close's context does.
+	ingestCtx  context.Context
+	stopIngest context.CancelFunc
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 type procKey struct {
@@ -560,6 +564,7 @@ func NewCollector(p *profiler.Profiler, opts ...Option) (*Collector, error) {
 		procs: make(map[procKey]*process), conns: make(map[*net.UnixConn]struct{}),
 		stop: make(chan struct{}),
 	}
+	c.ingestCtx, c.stopIngest = context.WithCancel(context.Background())
 	c.bg.Add(2)
 	c.accepting = make(chan struct{})
 	go c.accept()
@@ -1567,7 +1572,7 @@ func (c *Collector) ingest(recs []profiler.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	if err := c.p.Ingest(recs); err != nil {
+	if err := c.p.Ingest(c.ingestCtx, recs); err != nil {
 		c.mu.Lock()
 		c.stats.IngestErrors++
 		c.stats.LastError = err.Error()
@@ -1592,6 +1597,11 @@ const acceptGrace = 50 * time.Millisecond
 
 func (c *Collector) close(ctx context.Context) error {
 	close(c.stop)
+	// From ctx's end, a hand-over waiting for the profiler (a sink stuck
+	// in Consume) gives up, counted in IngestErrors: Close returns by its
+	// deadline whatever the sinks do.
+	defer c.stopIngest()
+	defer context.AfterFunc(ctx, c.stopIngest)()
 	// Accept what is waiting; the loop returns at the first deadline
 	// that finds none (the stop is closed).
 	if err := c.ln.SetDeadline(time.Now().Add(acceptGrace)); err == nil {

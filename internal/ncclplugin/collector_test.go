@@ -2079,3 +2079,73 @@ func TestCollectorRangesWaitForTheStepThread(t *testing.T) {
 		t.Errorf("ranges' steps %v, want %v", got, want)
 	}
 }
+
+// blockingSink is a sink whose Consume blocks until released, as a
+// call-log writer on a hung disk would.
+type blockingSink struct {
+	entered, release chan struct{}
+	once, freed      sync.Once
+}
+
+func (s *blockingSink) free() { s.freed.Do(func() { close(s.release) }) }
+
+func (s *blockingSink) Consume([]profiler.Record) {
+	s.once.Do(func() { close(s.entered) })
+	<-s.release
+}
+
+// Close ends by its deadline even while the profiler's collector is stuck
+// in a sink's Consume: what it could not hand over is counted, never
+// waited for.
+func TestCollectorCloseWhileASinkIsStuck(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &blockingSink{entered: make(chan struct{}), release: make(chan struct{})}
+	if err := p.AddSink(sink); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sink.free()
+		p.Close(context.Background())
+	}()
+	rec, err := p.NewRecorder(0, runtime.Device{Type: runtime.DeviceType(99)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Start("step")
+	rec.End()
+	select {
+	case <-sink.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the profiler never delivered to the sink")
+	}
+	c, err := NewCollector(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operation whose channel never comes, on a connection left open:
+	// Close delivers it host-only, to the stuck profiler.
+	conn := send(t, c, stream(helloFrame(wireVersion, 5, "n"),
+		wireRec{kind: 3, task: 2, t0: 50, t1: 60, rank: 0, nranks: 2, peer: 1, fn: 7, nch: 1, name: "g"}.frame(),
+	), true)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Close(ctx) }()
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		sink.free() // let Close return, so the test ends
+		<-done
+		t.Fatal("Close did not return by its deadline while a sink was stuck")
+	}
+	if err == nil {
+		t.Error("Close returned no error though a connection was cut and an operation not handed over")
+	}
+	if st := c.Stats(); st.IngestErrors != 1 || !strings.Contains(st.LastError, "Consume") {
+		t.Errorf("stats %+v; want the operation not handed over counted, naming the stuck sink", st)
+	}
+}
