@@ -157,7 +157,10 @@ const ExemplarTraceID = "trace_id"
 // of a step whose trace was sampled, so that a panel of step time links
 // to that step's trace. f gives a step's trace id and whether it is
 // exported (otel.Exporter.StepTrace), from the step and, for a step-time
-// observation, the rank's step time (0 for a collective's). Exemplars are exposed in the
+// observation, the rank's step time (0 for a collective's); an id that
+// cannot be an exemplar's label value (not UTF-8, or with the label name
+// over the 128 runes OpenMetrics allows) is left out, the observation
+// kept. Exemplars are exposed in the
 // OpenMetrics format; Prometheus keeps them with
 // --enable-feature=exemplar-storage.
 func WithStepTraces(f func(step int32, stepTime time.Duration) (traceID string, sampled bool)) Option {

@@ -4,11 +4,13 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // A step range whose end precedes its start (clocks of an imported trace,
@@ -123,3 +125,95 @@ func TestDeliveryNameNotUTF8(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A trace id that cannot be an exemplar label value — longer than the 128
+// runes OpenMetrics allows an exemplar's labels, or not UTF-8 — made
+// client_golang panic inside Consume, taking the step-time observation
+// (and the exporter) with it. The observation counts without an
+// exemplar; a fit id still gets one.
+func TestStepTraceIDUnfitForExemplar(t *testing.T) {
+	buckets := []float64{0.001, 0.004, 0.016}
+	long := strings.Repeat("ab", 64) // 128 runes, plus the 8 of "trace_id"
+	ids := map[int32]string{0: long, 1: "7f\xff00", 2: "4bf92f3577b34da6a3ce929d0e0e4736"}
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithNativeBucketFactor(1), prom.WithStepBuckets(buckets),
+		prom.WithStepTraces(func(step int32, _ time.Duration) (string, bool) { return ids[step], true }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range int32(3) {
+		// Steps of 3 ms, 5 ms and 7 ms.
+		r := rec(uint64(step+1), 0, 0, "step", profiler.KindHost, 0, 3+2*float64(step), 0, 0)
+		r.Step = step
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("step %d, trace id %q: Consume panicked: %v", step, ids[step], p)
+				}
+			}()
+			e.Consume([]profiler.Record{r})
+		}()
+	}
+	stage := []string{"Hostname", host, "rank", "0", "gpu", "0", "UUID", "", "stage", "0"}
+	want := family("trainscope_step_seconds", "histogram", help(t, e.Registry(), "trainscope_step_seconds"),
+		histogram("trainscope_step_seconds", buckets, []float64{0.003, 0.005, 0.007}, stage...))
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_step_seconds"); err != nil {
+		t.Error(err)
+	}
+	// Exemplars: only the 7 ms step's, in the 16 ms bucket.
+	mfs, err := e.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() != "trainscope_step_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, b := range m.GetHistogram().GetBucket() {
+				if x := b.GetExemplar(); x != nil {
+					for _, l := range x.GetLabel() {
+						got = append(got, l.GetName()+"="+l.GetValue())
+					}
+					if b.GetUpperBound() != 0.016 || x.GetValue() != 0.007 {
+						t.Errorf("exemplar %v of %v s in bucket le=%v, want the 0.007 s step in le=0.016", x.GetLabel(), x.GetValue(), b.GetUpperBound())
+					}
+				}
+			}
+		}
+	}
+	if want := "trace_id=" + ids[2]; len(got) != 1 || got[0] != want {
+		t.Errorf("exemplars %q, want [%s]", got, want)
+	}
+}
+
+// A UUID is a label value, which must be UTF-8; it comes from a backend
+// (WithDescriber, a DeviceDescriber of the caller's), and one that is
+// not UTF-8 made client_golang panic inside Consume as the device's first
+// series was made. The series carry the UUID made valid, as range names
+// are.
+func TestDeviceUUIDNotUTF8(t *testing.T) {
+	e, err := prom.New(nil, prom.WithHostname(host),
+		prom.WithDescriber(func(runtime.DeviceType) runtime.DeviceDescriber { return latin1Describer{} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("Consume panicked: %v", p)
+			}
+		}()
+		e.Consume([]profiler.Record{rec(1, 0, 0, "step", profiler.KindHost, 0, 2, 0, 0)})
+	}()
+	got := gatherValues(t, e.Registry())
+	k := "trainscope_step_seconds_sum{Hostname=\"node-7\",UUID=\"GPU-caf\uFFFD\",gpu=\"0\",rank=\"0\",stage=\"0\"}"
+	if got[k] != 0.002 {
+		t.Errorf("%s = %v, want 0.002; have %v", k, got[k], keys(got, "trainscope_step_seconds_sum"))
+	}
+}
+
+type latin1Describer struct{}
+
+func (latin1Describer) DeviceName(int) (string, error) { return "Fake GPU", nil }
+func (latin1Describer) DeviceUUID(int) (string, error) { return "GPU-caf\xe9", nil }

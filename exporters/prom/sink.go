@@ -97,10 +97,10 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 }
 
 // observe records v, with the step's trace id as an exemplar when the
-// step's trace was sampled (WithStepTraces).
+// step's trace was sampled (WithStepTraces) and the id can be one.
 func (e *Exporter) observe(o prometheus.Observer, v time.Duration, step int32, stepTime time.Duration) {
 	if e.cfg.stepTrace != nil && step != profiler.None {
-		if id, ok := e.cfg.stepTrace(step, stepTime); ok {
+		if id, ok := e.cfg.stepTrace(step, stepTime); ok && exemplarFits(id) {
 			if eo, ok := o.(prometheus.ExemplarObserver); ok {
 				eo.ObserveWithExemplar(seconds(v), prometheus.Labels{ExemplarTraceID: id})
 				return
@@ -108,6 +108,13 @@ func (e *Exporter) observe(o prometheus.Observer, v time.Duration, step int32, s
 		}
 	}
 	o.Observe(seconds(v))
+}
+
+// exemplarFits reports whether id can be the value of an exemplar's
+// ExemplarTraceID label: UTF-8, and within the runes OpenMetrics allows an
+// exemplar's labels. client_golang panics on any other, inside Consume.
+func exemplarFits(id string) bool {
+	return utf8.ValidString(id) && utf8.RuneCountInString(ExemplarTraceID)+utf8.RuneCountInString(id) <= prometheus.ExemplarMaxRunes
 }
 
 // seconds is d in seconds, and 0 for a range whose end precedes its
@@ -316,7 +323,9 @@ func (e *Exporter) rankLabels(dev runtime.Device, rank int) []string {
 		d.gpu = strconv.Itoa(dev.Index)
 		if desc := e.cfg.describer(dev.Type); desc != nil {
 			if u, err := desc.DeviceUUID(dev.Index); err == nil {
-				d.uuid = u
+				// A label value must be UTF-8 (client_golang panics
+				// otherwise); a describer of the caller's need not give one.
+				d.uuid = strings.ToValidUTF8(u, "\uFFFD")
 			}
 		}
 		e.devs[dev] = d
