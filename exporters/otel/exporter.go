@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -229,7 +230,30 @@ func baseResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otel: %w: resource (check OTEL_RESOURCE_ATTRIBUTES): %w", ErrInvalidConfig, err)
 	}
-	return res, nil
+	return utf8Resource(res), nil
+}
+
+// utf8Resource is res with its keys and string values made valid UTF-8.
+// The resource travels with every request, and one bad string fails to
+// encode every request: a run id named after a directory (profile-run)
+// need not be UTF-8, nor OTEL_RESOURCE_ATTRIBUTES once percent-decoded.
+func utf8Resource(res *resource.Resource) *resource.Resource {
+	attrs := res.Attributes()
+	changed := false
+	for i, kv := range attrs {
+		k := utf8Text(string(kv.Key))
+		if kv.Value.Type() == attribute.STRING {
+			if v := kv.Value.AsString(); k != string(kv.Key) || !utf8.ValidString(v) {
+				attrs[i], changed = attribute.String(k, utf8Text(v)), true
+			}
+		} else if k != string(kv.Key) {
+			attrs[i], changed = attribute.KeyValue{Key: attribute.Key(k), Value: kv.Value}, true
+		}
+	}
+	if !changed {
+		return res
+	}
+	return resource.NewWithAttributes(res.SchemaURL(), attrs...)
 }
 
 func randomRunID() string {
@@ -479,7 +503,14 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 		cancel()
 		sent, ok = true, n
 		if err != nil {
-			ok = n - min(rejected(err, n), n)
+			lost := rejected(err, n)
+			ok = n - min(lost, n)
+			if lost == 0 {
+				// A partial success that rejects nothing is the endpoint's
+				// warning (OTLP allows a message alone): every span was
+				// taken, and the request did not fail.
+				err = nil
+			}
 		}
 	}
 	e.mu.Lock()

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	otelexp "github.com/trainscope/trainscope/exporters/otel"
 )
 
@@ -242,6 +246,43 @@ func TestPartialSuccess(t *testing.T) {
 	}
 }
 
+// TestPartialSuccessWarning: OTLP lets an endpoint send a message in a
+// partial success that rejects nothing (a warning); every span was taken.
+// Before, each such request counted as a request error and set LastError,
+// and the log said the endpoint was not taking spans.
+func TestPartialSuccessWarning(t *testing.T) {
+	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			clearOTLPEnv(t)
+			c := newCollector()
+			c.warning = "attribute training.tag is deprecated"
+			addr, _ := serveProtocol(t, protocol, c)
+			core, logs := observer.New(zapcore.InfoLevel)
+			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch, BatchSize: 4},
+				otelexp.WithLogger(zap.New(core)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 12 records, every third device-timed: 16 spans, in requests
+			// of at most 4.
+			recs, _ := records(12)
+			exp.Consume(recs)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := exp.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := exp.Stats()
+			if c.spans.Load() != 16 || st.Exported != 16 || st.Failed != 0 || st.Requests < 4 || st.RequestErrors != 0 || st.LastError != nil {
+				t.Errorf("collector took %d of 16 spans, warning only; stats %+v", c.spans.Load(), st)
+			}
+			if n := logs.FilterMessageSnippet("not taking spans").Len(); n != 0 {
+				t.Errorf("the log says the endpoint is not taking spans: %v", logs.All())
+			}
+		})
+	}
+}
+
 func TestQueueFullDropsWithoutBlocking(t *testing.T) {
 	s := &stub{gate: make(chan struct{})}
 	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch, QueueSize: 10}, otelexp.WithSpanExporter(s))
@@ -425,6 +466,36 @@ func TestNamesNotUTF8(t *testing.T) {
 			}
 			if st := exp.Stats(); c.spans.Load() != int64(spans) || st.Failed != 0 {
 				t.Errorf("%d of %d spans arrived; stats %+v", c.spans.Load(), spans, st)
+			}
+		})
+	}
+}
+
+// TestRunIDNotUTF8: profile-run names a run after its output directory,
+// whose name need not be UTF-8 (here Latin-1). The run id is a resource
+// attribute of every span, and OTLP's strings must be UTF-8: before, no
+// request could be encoded and every span failed. Now every span
+// arrives, over both protocols.
+func TestRunIDNotUTF8(t *testing.T) {
+	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			clearOTLPEnv(t)
+			c := newCollector()
+			addr, _ := serveProtocol(t, protocol, c)
+			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch,
+				RunID: "r\xe9sum\xe9-run", ServiceName: "svc-\xff"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, _ := records(6) // 6 records, 2 device-timed: 8 spans
+			exp.Consume(recs)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := exp.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st := exp.Stats(); c.spans.Load() != 8 || st.Exported != 8 || st.Failed != 0 {
+				t.Errorf("%d of 8 spans arrived; stats %+v", c.spans.Load(), st)
 			}
 		})
 	}

@@ -26,7 +26,8 @@ import (
 type collector struct {
 	coltracepb.UnimplementedTraceServiceServer
 	spans, requests atomic.Int64
-	rejected        int64 // partial success: spans rejected per request
+	rejected        int64  // partial success: spans rejected per request
+	warning         string // partial success with nothing rejected: a message only
 
 	mu      sync.Mutex
 	headers map[string]string // of the last request
@@ -50,6 +51,8 @@ func (c *collector) count(req *coltracepb.ExportTraceServiceRequest, headers map
 	resp := &coltracepb.ExportTraceServiceResponse{}
 	if c.rejected > 0 {
 		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: c.rejected, ErrorMessage: "too old"}
+	} else if c.warning != "" {
+		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{ErrorMessage: c.warning}
 	}
 	return resp
 }

@@ -290,7 +290,7 @@ func (b *builder) resource(rank int) *resource.Resource {
 		return res
 	}
 	res, err := resource.Merge(b.base, resource.NewSchemaless(
-		attribute.String("service.instance.id", instanceID(b.runID, rank)),
+		attribute.String("service.instance.id", utf8Text(instanceID(b.runID, rank))),
 		KeyRank.Int(rank),
 	))
 	if err != nil {

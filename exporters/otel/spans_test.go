@@ -376,6 +376,33 @@ func TestResource(t *testing.T) {
 	})
 }
 
+// A run id that is not UTF-8 reaches the resource with each bad byte
+// replaced by U+FFFD, as a range's name does; the ids still derive from
+// the run id as given, so they agree with every other exporter's.
+func TestResourceNotUTF8(t *testing.T) {
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
+	epoch := time.Unix(1, 0)
+	res, err := baseResource(context.Background(), Config{Epoch: epoch, RunID: "r\xe9sum\xe9", ServiceName: "svc-\xff"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder("r\xe9sum\xe9", epoch, 1, res)
+	a := attrMap(b.resource(2).Attributes())
+	if got := a[KeyRunID].AsString(); got != "r\uFFFDsum\uFFFD" {
+		t.Errorf("%s = %q", KeyRunID, got)
+	}
+	if got := a["service.instance.id"].AsString(); got != "r\uFFFDsum\uFFFD/rank-2" {
+		t.Errorf("service.instance.id = %q", got)
+	}
+	if got := a["service.name"].AsString(); got != "svc-\uFFFD" {
+		t.Errorf("service.name = %q", got)
+	}
+	if b.ids != newIDs("r\xe9sum\xe9") || b.ids == newIDs("r\uFFFDsum\uFFFD") {
+		t.Errorf("the ids do not derive from the run id as given")
+	}
+}
+
 // A cut-short range's span has status Error saying so; the others keep an
 // unset status.
 func TestBuildCutShortStatus(t *testing.T) {
