@@ -168,6 +168,11 @@ func attribute(rk *Rank, items []item, span profiler.Interval, lastArrival map[c
 		if c := cmp.Compare(a.Phase, b.Phase); c != 0 {
 			return c
 		}
+		// Every field of the key, or slices alike but for one left out
+		// (a rank computing for two stages) come in the map's order.
+		if c := cmp.Compare(a.Stage, b.Stage); c != 0 {
+			return c
+		}
 		if c := cmp.Compare(a.Chunk, b.Chunk); c != 0 {
 			return c
 		}

@@ -183,8 +183,10 @@ func (s *CallSink) decideOldest() {
 	}
 }
 
-// compact drops decided keys from the front of the order, and the whole
-// backing array once it is mostly stale.
+// compact drops decided keys from the front of the order, and the rest
+// of them once they are most of it: a collective some rank never records
+// stays at the front until the cap decides it, and every key decided
+// after it must not stay behind it for as long as the run lasts.
 func (s *CallSink) compact() {
 	for len(s.order) > 0 {
 		if _, ok := s.open[s.order[0]]; ok {
@@ -192,13 +194,20 @@ func (s *CallSink) compact() {
 		}
 		s.order = s.order[1:]
 	}
-	if cap(s.order) > 1024 && len(s.order) < cap(s.order)/4 {
+	if len(s.order) > 1024 && len(s.order) > 4*len(s.open) || cap(s.order) > 1024 && len(s.order) < cap(s.order)/4 {
+		// A key decided and opened again (a rank recording one sequence
+		// number twice) is in the order more than once, every time as
+		// open: it is kept once, where it was opened last.
 		live := make([]collKey, 0, 2*len(s.open))
-		for _, k := range s.order {
-			if _, ok := s.open[k]; ok {
+		kept := make(map[collKey]bool, len(s.open))
+		for i := len(s.order) - 1; i >= 0; i-- {
+			k := s.order[i]
+			if _, ok := s.open[k]; ok && !kept[k] {
+				kept[k] = true
 				live = append(live, k)
 			}
 		}
+		slices.Reverse(live)
 		s.order = live
 	}
 }

@@ -245,7 +245,10 @@ func refNewGraph(items []item) *refGraph {
 		if it.coll == nil {
 			a.span = it.work.Interval
 		}
-		if a.span.Len() < 0 {
+		// Len is never negative: an inverted span (a malformed record,
+		// its end before its start) ran at no instant and is no link,
+		// least of all the step's last activity.
+		if a.span.End < a.span.Start {
 			continue
 		}
 		g.byRank[it.rank] = append(g.byRank[it.rank], a)

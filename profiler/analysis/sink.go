@@ -215,7 +215,11 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 	case s.cfg.align:
 		o := estimate(p.items, s.cfg.domains, 0)
 		switch {
-		case o.Reference != profiler.None && len(o.Unaligned) == 0 && o.collectives:
+		case o.Reference != profiler.None && len(o.Unaligned) == 0 && o.collectives && len(o.P2P) == 0:
+			// Every rank on collectives: a step that aligned some on
+			// sends and receives only has offsets no finer than those
+			// of a step of sends and receives, and carried they would
+			// no longer say so (Offsets.P2P).
 			s.clock, s.clockStep = &o, step
 		case !o.collectives && s.clock != nil:
 			// No complete collective joins the step's clocks (a pipeline
