@@ -2,6 +2,7 @@ package prom_test
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,3 +218,53 @@ type latin1Describer struct{}
 
 func (latin1Describer) DeviceName(int) (string, error) { return "Fake GPU", nil }
 func (latin1Describer) DeviceUUID(int) (string, error) { return "GPU-caf\xe9", nil }
+
+// A late record (device work that arrived after its step was accounted)
+// under a stage its step does not have — a kernel without a stage label —
+// is counted as late under its own stage; that stage gets no step
+// histogram and no busy or idle counters, which would read as an empty
+// stage beside the real one. A step whose busy time is not known (no
+// compute timed in it, as a wrapped command's) gets its histogram and no
+// busy or idle counters either.
+func TestLateRecordMakesNoPhantomStage(t *testing.T) {
+	e, err := prom.New(nil, prom.WithHostname(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := rec(1, 0, 0, "step", profiler.KindHost, 0, 10, 0, 0)
+	fwd := action(2, 1, "forward", profiler.Forward, 0, 0, 1, 4)
+	e.Consume([]profiler.Record{fwd, step}) // step 0 of stage 0 accounted: busy 3 ms of 10
+	kernel := rec(3, 0, 0, "gemm", profiler.KindKernel, 2, 2, 2, 3)
+	kernel.Stage = profiler.None
+	e.Consume([]profiler.Record{kernel}) // late: before step 0's end
+	untimed := rec(4, 0, 0, "step", profiler.KindHost, 20, 25, 0, 0)
+	untimed.Step, untimed.Stage = 1, 1 // stage 1's step with nothing timed in it
+	e.Consume([]profiler.Record{untimed})
+
+	got := gatherValues(t, e.Registry())
+	var series []string
+	for k := range got {
+		if strings.HasPrefix(k, "trainscope_stage_") || strings.HasPrefix(k, "trainscope_step_seconds_count") {
+			series = append(series, k)
+		}
+	}
+	slices.Sort(series)
+	l := func(stage string) string {
+		return `{Hostname="` + host + `",UUID="",gpu="0",rank="0",stage="` + stage + `"}`
+	}
+	want := map[string]float64{
+		"trainscope_stage_busy_seconds_total" + l("0"): 0.003,
+		"trainscope_stage_idle_seconds_total" + l("0"): 0.007,
+		"trainscope_stage_late_ranges_total" + l(""):   1,
+		"trainscope_step_seconds_count" + l("0"):       1,
+		"trainscope_step_seconds_count" + l("1"):       1,
+	}
+	if len(series) != len(want) {
+		t.Errorf("step series %q, want %d: %v", series, len(want), want)
+	}
+	for k, v := range want {
+		if math.Abs(got[k]-v) > 1e-12 {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}

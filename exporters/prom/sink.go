@@ -58,7 +58,12 @@ type stepKey struct {
 	stage int16
 }
 
+// stepSeries are a rank's per-stage step series, each made when first
+// used: a stage that only a late record names (a kernel without a stage
+// label) gets its late count, not an empty step histogram and busy and
+// idle counters stuck at 0 beside the stage's real ones.
 type stepSeries struct {
+	labels           []string
 	step             prometheus.Observer
 	busy, idle, late prometheus.Counter
 }
@@ -87,10 +92,18 @@ func (e *Exporter) Consume(batch []profiler.Record) {
 			e.collective(r)
 		}
 		if r.Depth == 0 && r.Name == StepRange && !r.CutShort {
-			e.observe(e.stepSeries(r.Device, r.Rank, r.Stage).step, r.HostDuration(), r.Step, r.HostDuration())
+			s := e.stepSeries(r.Device, r.Rank, r.Stage)
+			if s.step == nil {
+				s.step = e.m.step.WithLabelValues(s.labels...)
+			}
+			e.observe(s.step, r.HostDuration(), r.Step, r.HostDuration())
 		}
 		if e.acct.Add(r) {
-			e.stepSeries(r.Device, r.Rank, r.Stage).late.Inc()
+			s := e.stepSeries(r.Device, r.Rank, r.Stage)
+			if s.late == nil {
+				s.late = e.m.stageLate.WithLabelValues(s.labels...)
+			}
+			s.late.Inc()
 		}
 	}
 	e.acct.Finish(e.accountStep, e.unaccounted)
@@ -287,13 +300,7 @@ func (e *Exporter) stepSeries(dev runtime.Device, rank int, stage int16) *stepSe
 	if s, ok := e.steps[k]; ok {
 		return s
 	}
-	l := append(e.rankLabels(dev, rank), optional(int(stage)))
-	s := &stepSeries{
-		step: e.m.step.WithLabelValues(l...),
-		busy: e.m.stageBusy.WithLabelValues(l...),
-		idle: e.m.stageIdle.WithLabelValues(l...),
-		late: e.m.stageLate.WithLabelValues(l...),
-	}
+	s := &stepSeries{labels: append(e.rankLabels(dev, rank), optional(int(stage)))}
 	e.steps[k] = s
 	return s
 }
@@ -308,6 +315,10 @@ func (e *Exporter) accountStep(st profiler.StepTime) {
 		return
 	}
 	s := e.stepSeries(st.Device, st.Rank, int16(st.Stage))
+	if s.busy == nil {
+		s.busy = e.m.stageBusy.WithLabelValues(s.labels...)
+		s.idle = e.m.stageIdle.WithLabelValues(s.labels...)
+	}
 	addCount(s.busy, st.Busy.Seconds())
 	addCount(s.idle, st.Idle().Seconds())
 }
