@@ -42,6 +42,9 @@ func TestValidate(t *testing.T) {
 		{"layers zero", func(c *Config) { c.Layers = 0 }, []string{"Layers=0"}, false},
 		{"steps", func(c *Config) { c.Steps = 0 }, []string{"Steps=0"}, false},
 		{"too large to count", func(c *Config) { c.Width = 1 << 31 }, []string{"Width=2147483648", "too large"}, false},
+		// Small buffers, but more actions than can be counted: the
+		// sizes named are those that multiply into them.
+		{"too many actions to count", func(c *Config) { c.Stages, c.Chunks, c.Layers, c.Microbatches = 4096, 1, 1, 1<<49 }, []string{"Stages=4096 × Chunks=1 × Microbatches=562949953421312", "too many pipeline actions"}, false},
 		{"global batch too large to count", func(c *Config) {
 			c.Stages, c.Chunks, c.Layers, c.Replicas, c.Width, c.MicrobatchSize = 1, 1, 1, 4096, 1, 1<<50
 		}, []string{"Replicas=4096", "global batch too large"}, false},

@@ -101,9 +101,13 @@ func (c Config) checkSizesRepresentable() error {
 	w, n := fl(c.Width), fl(c.MicrobatchSize)*fl(c.Width)
 	l := fl(c.Layers) // every layer on one rank: the bound for any layout
 	perRank := 4 * fl(c.Chunks) * ((2*l+1)*w*w + fl(c.Microbatches)*(l+5)*n)
-	if perRank > maxRankBytes || fl(c.Stages)*fl(c.Chunks)*fl(c.Microbatches) > maxRankBytes {
+	if perRank > maxRankBytes {
 		return invalid("%s, %s, %s and %s: too large to allocate (more than 2^60 bytes a rank)",
 			field("Width", c.Width), field("Layers", c.Layers), field("Microbatches", c.Microbatches), field("MicrobatchSize", c.MicrobatchSize))
+	}
+	if fl(c.Stages)*fl(c.Chunks)*fl(c.Microbatches) > maxRankBytes {
+		return invalid("%s × %s × %s: too many pipeline actions to count (more than 2^60)",
+			field("Stages", c.Stages), field("Chunks", c.Chunks), field("Microbatches", c.Microbatches))
 	}
 	// The global batch sizes the dataset (Config.datasetRows) and the
 	// reference's buffers.
