@@ -37,7 +37,7 @@ func WithOtherData(key, value string) Option {
 
 // Stats says what a trace holds.
 type Stats struct {
-	Events    int // complete ("X") events: one per record on a host track, one per device-timed record on a device track
+	Events    int // complete ("X") events: one per record with a host range on a host track (a traced kernel has none), one per device-timed record on a device track
 	Flows     int // flow arrows: one per matched Send/Recv pair, n−1 per collective of n participants
 	Unmatched int // Send, Recv and collective ranges of a group of several ranks that have no partner among the records
 }

@@ -110,7 +110,7 @@ func (a *Aggregate) Stats() AggregateStats {
 	out := AggregateStats{Records: s.records, Samples: len(s.samples), Orphans: s.orphans}
 	for _, rt := range s.ranks {
 		out.Waiting += rt.waiting
-		out.Kept += len(rt.byID) - rt.waiting
+		out.Kept += rt.held() - rt.waiting
 	}
 	return out
 }

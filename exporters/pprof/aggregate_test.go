@@ -498,3 +498,38 @@ func TestAggregateMemoryBoundedSelfParents(t *testing.T) {
 		t.Errorf("ranges per sample: got %v, want %v", counts, want)
 	}
 }
+
+// Records that reuse one ID (a malformed or merged source) beneath a
+// run-long top-level range that arrived first: each is placed under it at
+// once, no further top-level range ever arrives, and the ID map holds two
+// entries however many arrive. The aggregate must still hold no more
+// than WithMaxNodes records, as it documents, and count every record.
+func TestAggregateMemoryBoundedDuplicateIDs(t *testing.T) {
+	const maxNodes = 64
+	a := pprof.NewAggregate(pprof.WithMaxNodes(maxNodes))
+	a.Consume([]profiler.Record{{ID: 1, Name: "run", Labels: profiler.NoLabels, HostStart: 0, HostEnd: 10}})
+	batch := []profiler.Record{{ID: 2, Parent: 1, Depth: 1, Name: "op", Labels: profiler.NoLabels, HostStart: 0, HostEnd: 1}}
+	const first, more = 1000, 200_000
+	for range first {
+		a.Consume(batch)
+	}
+	heapBefore := heapAfterGC()
+	for range more {
+		a.Consume(batch)
+	}
+	heapAfter := heapAfterGC()
+	const slack = 256 << 10 // about 90 B a record without the bound: 18 MB here
+	if heapAfter > heapBefore+slack {
+		t.Errorf("live heap %d B after %d records, %d B after %d more: grew by more than %d B", heapBefore, first, heapAfter, more, slack)
+	}
+	if st := a.Stats(); st.Waiting+st.Kept > maxNodes+1 || st.Records != 1+first+more {
+		t.Errorf("stats %+v: want at most %d records held, %d consumed", st, maxNodes+1, 1+first+more)
+	}
+	p, err := a.Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(p, 2); got != 1+first+more {
+		t.Errorf("%d ranges in the profile, want %d", got, 1+first+more)
+	}
+}

@@ -247,6 +247,9 @@ func (s *aggState) add(r *profiler.Record, cfg aggregateConfig) {
 	s.trim(rt, cfg)
 }
 
+// held is the number of records the rank holds, waiting or placed.
+func (rt *rankTree) held() int { return len(rt.nodes) - len(rt.free) }
+
 func (rt *rankTree) alloc() int32 {
 	if n := len(rt.free); n > 0 {
 		slot := rt.free[n-1]
@@ -408,7 +411,10 @@ func (s *aggState) trim(rt *rankTree, cfg aggregateConfig) {
 			rt.doneQ.pop()
 			continue
 		}
-		if n.gen+cfg.window > rt.roots && len(rt.byID) <= cfg.maxNodes {
+		// The bound counts the slots held, not the IDs mapped: a record
+		// whose ID a later one reused (malformed or merged input) is out
+		// of byID but still held until it is freed here.
+		if n.gen+cfg.window > rt.roots && rt.held() <= cfg.maxNodes {
 			break
 		}
 		rt.doneQ.pop()

@@ -17,7 +17,7 @@
 // device_time its DeviceTotal for device-timed names, and flat of ranges
 // its Count. Write lists these agreements and their conditions exactly.
 //
-// Samples carry the numeric labels rank, stage, chunk and step and the
+// Samples carry the numeric labels rank, stage, chunk, microbatch and step and the
 // string labels phase and tag where the record has them, so
 // `-tagfocus=rank=1` or `-tagfocus=phase=backward` narrows the view.
 //
