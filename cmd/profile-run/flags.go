@@ -176,6 +176,18 @@ Flags:
 		}
 		return nil, usagef("%v", err)
 	}
+	// A flag whose value was left out before -- (-out -- CMD) takes --
+	// as its value, and the flags end at CMD: it would run with that
+	// flag set to "--", its outputs in a directory so named.
+	var dashes string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Value.String() == "--" && dashes == "" {
+			dashes = f.Name
+		}
+	})
+	if dashes != "" {
+		return nil, usagef("-%s --: -%s needs a value before -- (which ends the flags); for a path named --, write ./--", dashes, dashes)
+	}
 	o.command = fs.Args()
 	rest := len(args) - len(o.command)
 	wrapping := rest > 0 && args[rest-1] == "--"

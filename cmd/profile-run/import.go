@@ -77,6 +77,13 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	if o.callLogMiB < 0 {
 		return nil, usagef("-call-log-size %d: must not be negative", o.callLogMiB)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["call-log-size"] && o.callLogMiB > 0 && o.report == "off" {
+		// The call logs are written beside the report's files, as a
+		// run's are.
+		return nil, usagef("-call-log-size %d: the call logs go beside the report (calls.rank<N>.gz), but -report is off", o.callLogMiB)
+	}
 	if o.pipelineSchedule != "" {
 		if o.schedChunks, o.schedMB, err = parseSchedule(o.pipelineSchedule); err != nil {
 			return nil, usagef("-pipeline-schedule %q: %v", o.pipelineSchedule, err)

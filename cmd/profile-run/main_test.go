@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -945,5 +946,40 @@ func checkIdealBubble(t *testing.T, args []string, p, v, m int, build func(p, v,
 	}
 	if !strings.Contains(stdout, want) {
 		t.Errorf("profile-run %v: no %q in the report:\n%s", args, want, stdout)
+	}
+}
+
+// The summary's pprof line gives the command that opens the profile: in
+// an -out path with a space, a quote or a character a shell treats
+// apart, pasted into a shell, it must still name the profile.
+func TestPprofCommandWithSpacesInThePath(t *testing.T) {
+	for _, name := range []string{"my runs/it's", "(old)&co;x"} {
+		out := filepath.Join(t.TempDir(), name)
+		code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-quiet"}, small...)...)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		m := regexp.MustCompile(`(?m)^  pprof: \d+ samples → .* \((go tool pprof .*)\)$`).FindStringSubmatch(stdout)
+		if m == nil {
+			t.Fatalf("no pprof line:\n%s", stdout)
+		}
+		// The shell's own reading of the suggested command line: its
+		// last word must be the profile.
+		words, err := exec.Command("sh", "-c", `set -- `+strings.TrimPrefix(m[1], "go tool pprof ")+`; for w; do printf '%s\n' "$w"; done`).Output()
+		if err != nil {
+			t.Errorf("sh cannot read %q: %v", m[1], err)
+			continue
+		}
+		list := strings.Split(strings.TrimSuffix(string(words), "\n"), "\n")
+		last := list[len(list)-1]
+		if len(list) != 2 || list[0] != "-http=:8080" {
+			t.Errorf("%q reads as %q in a shell; want -http=:8080 and the profile", m[1], list)
+		}
+		if filepath.Base(last) != "profile.pb.gz" || filepath.Dir(filepath.Dir(last)) != out {
+			t.Errorf("%q names %q in a shell, not a profile.pb.gz in a run directory under %s", m[1], last, out)
+		}
+		if _, err := os.Stat(last); err != nil {
+			t.Errorf("the command's profile: %v", err)
+		}
 	}
 }

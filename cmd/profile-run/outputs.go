@@ -641,7 +641,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if err == nil {
 			out.whole(out.pprofFile.Name())
 		}
-		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), out.pprofFile.Name()))
+		// The command is for pasting into a shell: a path with a space
+		// or a quote is quoted.
+		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), commandLine([]string{out.pprofFile.Name()})))
 	}
 	if out.traceFile != nil {
 		opts := []chrometrace.Option{chrometrace.WithEpoch(out.prof.Epoch())}
@@ -836,6 +838,17 @@ func (out *outputs) abandon(cause error) string {
 	if out.calls != nil {
 		for _, rank := range out.o.ranks {
 			candidates = append(candidates, out.calls.Path(rank))
+		}
+	}
+	if len(out.o.ranks) == 0 && out.runDir != "" {
+		// A wrapped command's ranks are known only as its processes
+		// connect; the run directory is this run's alone, so what it
+		// holds is this run's files.
+		ents, _ := os.ReadDir(out.runDir) // not a glob: -out may hold [ or *
+		for _, e := range ents {
+			if p := filepath.Join(out.runDir, e.Name()); !slices.Contains(candidates, p) {
+				candidates = append(candidates, p)
+			}
 		}
 	}
 	var removed, left []string

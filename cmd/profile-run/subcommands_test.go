@@ -198,3 +198,25 @@ func TestImportPipelineScheduleWithoutStagesWarns(t *testing.T) {
 		t.Errorf("no warning that -pipeline-schedule applies to nothing:\n%s", stderr)
 	}
 }
+
+// An import takes a training run's output flags, and their rules:
+// -call-log-size with -report off, whose call logs would go beside a
+// report that is not written, is a usage error, not silently nothing.
+func TestImportCallLogSizeWithReportOffIsAUsageError(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, stderr := runCmd(t, "import", "-out", out, "-report", "off", "-call-log-size", "5", kinetoDir+"rank0.json")
+	if code != exitUsage || strings.Count(strings.TrimRight(stderr, "\n"), "\n") != 0 ||
+		!strings.Contains(stderr, "-call-log-size 5") || !strings.Contains(stderr, "-report is off") {
+		t.Errorf("exit %d, stderr %q; want exit %d and one line naming -call-log-size 5 and -report off", code, stderr, exitUsage)
+	}
+	if strings.Contains(stdout, "records:") {
+		t.Errorf("the import ran:\n%s", stdout)
+	}
+	if dirs := runDirs(t, out); len(dirs) != 0 {
+		t.Errorf("a usage mistake left %v", dirs)
+	}
+	// -call-log-size 0 asks for no call log: nothing to refuse.
+	if code, _, stderr := runCmd(t, "import", "-quiet", "-out", out, "-report", "off", "-call-log-size", "0", kinetoDir+"rank0.json"); code != 0 {
+		t.Errorf("-call-log-size 0 -report off: exit %d\n%s", code, stderr)
+	}
+}

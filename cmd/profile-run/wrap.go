@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,23 @@ func runWrapped(in *interrupt, o *options, log *zap.Logger, stdout, stderr io.Wr
 		return exitFail
 	}
 	w.startCollector()
+	// Should a wait that no signal reaches (a killed process slow to go,
+	// a GPU's teardown) keep profile-run past a second signal's grace, it
+	// ends without finishing: it says so, as a run of the built-in
+	// trainer does, and leaves neither empty files nor the collector's
+	// socket directory behind. (The plugin's build, before, ends with
+	// the first signal.)
+	col := w.col
+	in.onHardExit(func() {
+		if col != nil {
+			_ = os.RemoveAll(filepath.Dir(col.SocketPath()))
+		}
+		if msg := w.out.abandon(context.Cause(in.abort)); msg != "" {
+			log.Warn(msg)
+			_ = log.Sync()
+		}
+	})
+	defer in.onHardExit(nil)
 	code, ran := w.runCommand()
 	in.trainingDone()
 	if !ran {
@@ -796,11 +814,13 @@ func describeExit(code int) string {
 	return fmt.Sprintf("exited with status %d", code)
 }
 
-// commandLine is the command as a shell would show it, for messages.
+// commandLine is the command as a shell would show it, for messages:
+// an argument with anything a shell reads apart (a space, a quote, ( & ;
+// | < > * ? [ # ~ { }) is quoted, so that the line can be pasted.
 func commandLine(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`") {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`()&;|<>*?[#~{}!") {
 			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
 		q[i] = a

@@ -1070,3 +1070,112 @@ func TestWrapSignalBeforeTheCommandStarts(t *testing.T) {
 		t.Errorf("run directory left behind: %v", ents)
 	}
 }
+
+// A second signal while the killed command is slow to go (a GPU's
+// teardown holds a process unkillable for seconds) outlasts the grace,
+// and profile-run exits without finishing its outputs. As for the
+// built-in trainer, it says so first, removes the files it made at the
+// start that are still empty, and the run directory with them; and it
+// leaves no socket directory of its collector in the temporary directory.
+func TestWrapHardExitSaysWhatItLeaves(t *testing.T) {
+	emptyPlugin(t)
+	out := t.TempDir()
+	in := newInterrupt(context.Background())
+	type exit struct {
+		code   int
+		files  map[string]int64 // what -out held at the exit, by path: size
+		runs   []string         // the run directories in -out then
+		socket error            // os.Stat of the collector's socket directory then
+		stderr string
+	}
+	stdout, stderr := newWatchWriter("ready "), newWatchWriter("")
+	var socketDir string
+	exited := make(chan exit, 1)
+	// Grace 0: the exit comes as the second signal's grace is over, the
+	// command not yet reaped.
+	go exitAfterAbort(in, 0, time.Hour, func(code int) {
+		e := exit{code: code, files: map[string]int64{}, stderr: stderr.String()}
+		e.runs, _ = filepath.Glob(filepath.Join(out, "*"))
+		_ = filepath.WalkDir(out, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					e.files[path] = fi.Size()
+				}
+			}
+			return nil
+		})
+		_, e.socket = os.Stat(socketDir)
+		exited <- e
+	})
+	res := make(chan int, 1)
+	go func() {
+		res <- runWith(in, []string{"-out", out, "-metrics-addr", "off", "--", "sh", "-c",
+			`trap '' INT; echo "ready $TRAINSCOPE_NCCL_SOCKET"; while :; do sleep 0.05; done`}, stdout, stderr)
+	}()
+	select {
+	case s := <-stdout.seen:
+		socketDir = filepath.Dir(strings.TrimSpace(s))
+	case code := <-res:
+		t.Fatalf("ended (%d) before it was ready\nstdout %s\nstderr %s", code, stdout, stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not ready after 30 s\nstdout %s\nstderr %s", stdout, stderr)
+	}
+	if !filepath.IsAbs(socketDir) {
+		t.Fatalf("the command got no socket path (%q): no collector to test", socketDir)
+	}
+	in.deliver(os.Interrupt)
+	in.deliver(os.Interrupt)
+	var e exit
+	select {
+	case e = <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30 s after the second signal\nstderr %s", stderr)
+	}
+	waitCode(t, res, stdout, stderr) // the run goes on here; a process would be gone
+	if e.code != 130 {
+		t.Errorf("exit %d, want 130 (128 + SIGINT)", e.code)
+	}
+	if e.socket == nil {
+		t.Errorf("the collector's socket directory %s is left behind", socketDir)
+	}
+	said := regexp.MustCompile(`(?m)^.*exiting without finishing the outputs.*$`).FindString(e.stderr)
+	if said == "" {
+		t.Fatalf("nothing said of the outputs left unfinished; stderr:\n%s", e.stderr)
+	}
+	for path, size := range e.files {
+		if size == 0 {
+			t.Errorf("left behind empty: %s", path)
+		}
+	}
+	if len(e.runs) != 0 {
+		t.Errorf("run directories left behind, nothing being in them: %v", e.runs)
+	}
+	if !strings.Contains(said, "is removed") {
+		t.Errorf("the run directory is gone, and that is not said: %s", said)
+	}
+}
+
+// A flag whose value is left out before -- (profile-run -out -- CMD)
+// takes -- as its value: the flags did not end there, and the command
+// would run with its outputs in a directory named "--". It is a usage
+// error naming the flag, and nothing runs or is made.
+func TestWrapFlagValueIsTheSeparator(t *testing.T) {
+	noPlugin(t)
+	t.Chdir(t.TempDir())
+	for _, args := range [][]string{
+		{"-metrics-addr", "off", "-out", "--", "touch", "ran"},
+		{"-metrics-addr", "off", "-report", "--", "touch", "ran"},
+	} {
+		code, _, stderr := runWrap(t, args...)
+		if code != exitUsage || strings.Count(strings.TrimRight(stderr, "\n"), "\n") != 0 {
+			t.Errorf("%q: exit %d, stderr %q; want %d and one line", args, code, stderr, exitUsage)
+		}
+		flagName := args[len(args)-4]
+		if !strings.Contains(stderr, flagName+" --") {
+			t.Errorf("%q: %q does not name %s", args, stderr, flagName)
+		}
+		if ents, _ := os.ReadDir("."); len(ents) != 0 {
+			t.Errorf("%q: made or ran something: %v", args, ents)
+		}
+	}
+}
