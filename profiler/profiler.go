@@ -309,7 +309,9 @@ func (p *Profiler) Tag() string {
 	return (*p.tags.Load())[id]
 }
 
-// NewRecorder makes the recorder for one rank on dev. For a device with
+// NewRecorder makes a recorder for one rank on dev; a rank that records
+// from several goroutines makes one for each, and their ranges are the
+// rank's, numbered apart (Record.ID). For a device with
 // a registered backend it calibrates the device clock against the host
 // clock first (once per device), which synchronises a private stream:
 // call it at setup, not in the training loop. After Close it returns an
@@ -348,9 +350,23 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 	if p.done {
 		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, ErrClosed)
 	}
+	// The k-th recorder of a rank numbers its ranges from k·2^44 + 1, so
+	// a rank's recorders (one per goroutine that records) never share an
+	// ID: consumers key ranges and parents by rank and ID.
+	k := 0
+	for _, o := range p.recorders {
+		if o.rank == rank {
+			k++
+		}
+	}
+	r.nextID = uint64(k) << recorderIDBits
 	p.recorders = append(p.recorders, r)
 	return r, nil
 }
+
+// recorderIDBits is the share of a rank's IDs each of its recorders
+// numbers in: 2^44 ranges, 200 days at a million a second.
+const recorderIDBits = 44
 
 // isDone reports whether Close has made its last pass.
 func (p *Profiler) isDone() bool {

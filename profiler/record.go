@@ -13,7 +13,10 @@ import (
 // event recorded when the recorder was made, so a device range can be drawn
 // beside the host range that launched it.
 type Record struct {
-	ID     uint64 // unique within the recorder, from 1
+	// ID is unique within the rank: its first recorder numbers from 1,
+	// its k-th from k·2^44 + 1 (records made elsewhere and ingested are
+	// unique within their rank and source).
+	ID     uint64
 	Parent uint64 // ID of the enclosing range, 0 for a top-level range
 	Depth  int    // nesting depth, 0 for top level
 	Name   string
