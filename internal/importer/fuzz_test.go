@@ -43,6 +43,9 @@ func addSeeds(f *testing.F, paths ...string) {
 
 func FuzzSeedLog(f *testing.F) {
 	addSeeds(f, "testdata/seed/calls.rank0", "testdata/seed/calls.rank1")
+	// Times that each fit but add up past 2^63 ns.
+	f.Add([]byte("=== Kernel Call Log for Rank 0 ===\nTag: A\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\n" +
+		"0 2262-04-11 23:47:16 a Device(CUDA, 0)0 4611686018427387 0\n1 2262-04-11 23:47:16 b cpu 4611686018427387 0 0\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := ParseSeed("fuzz", bytes.NewReader(b))
 		checkParse(t, p, err)
@@ -51,6 +54,7 @@ func FuzzSeedLog(f *testing.F) {
 
 func FuzzSeedReport(f *testing.F) {
 	addSeeds(f, "testdata/seed/report.rank0", "testdata/seed/report.rank1")
+	f.Add([]byte("=== Profiler Report for Rank 0 ===\nTag: a\nPeak Device Memory Usage: -5 MB\nName Count Host Total(us) Host % Device Total(us) Device % Avg Host(us) Avg Device(us)\na 1 2 100.00 1 100.00 2 1\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := ParseSeed("fuzz", bytes.NewReader(b))
 		checkParse(t, p, err)

@@ -177,7 +177,13 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 				if table.PeakMB >= 0 || header {
 					return nil, fail("a second peak memory line in tag %q", tag)
 				}
-				table.PeakMB, _ = strconv.ParseInt(m[1], 10, 64)
+				// PeakMB < 0 stands for no peak line yet: a negative
+				// peak would read as one missing, at the tag.
+				v, err := strconv.ParseInt(m[1], 10, 64)
+				if err != nil || v < 0 {
+					return nil, fail("peak memory %q MB: want a whole number ≥ 0 of a sane size", m[1])
+				}
+				table.PeakMB = v
 				continue
 			}
 			if !header {
@@ -213,7 +219,8 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 			calls = append(calls, c)
 		}
 	}
-	if err := sc.Err(); err != nil {
+	err := sc.Err()
+	if err != nil {
 		line++
 		if errors.Is(err, bufio.ErrTooLong) {
 			return nil, fail("line longer than 1 MiB")
@@ -235,7 +242,9 @@ func ParseSeed(path string, r io.Reader) (*Profile, error) {
 			return nil, &ParseError{Path: path, Line: t.Line, Err: fmt.Errorf("tag %q has no \"Peak Device Memory Usage\" line", t.Tag)}
 		}
 	}
-	p.Records = placeSeedCalls(p, calls)
+	if p.Records, err = placeSeedCalls(p, calls); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -400,8 +409,10 @@ func parseSeedReportRow(text string) (Row, string, error) {
 // ranges follow one another. Each range therefore ends at its timestamp's
 // second or, when the ranges before it in that second need the room, right
 // after the previous one; its device time starts with its host time (the
-// framework synchronises the stream, then records the start event).
-func placeSeedCalls(p *Profile, calls []seedCall) []profiler.Record {
+// framework synchronises the stream, then records the start event). A
+// range that would end past what 64 bits of nanoseconds hold (each time is
+// accepted up to 2^62 ns, and ranges add up) is an error naming its row.
+func placeSeedCalls(p *Profile, calls []seedCall) ([]profiler.Record, error) {
 	byRank := map[int][]seedCall{}
 	var ranks []int
 	for _, c := range calls {
@@ -421,7 +432,17 @@ func placeSeedCalls(p *Profile, calls []seedCall) []profiler.Record {
 		for i, c := range cs {
 			host := time.Duration(c.hostUS) * time.Microsecond
 			at := time.Duration(c.at.UnixNano())
-			end := max(at, prevEnd+host)
+			end := at
+			if i > 0 && prevEnd > at-host {
+				// The ranges before it in its second need the room.
+				if prevEnd > math.MaxInt64-host {
+					return nil, &ParseError{Path: p.Path, Line: c.line, Err: fmt.Errorf("%s: laid out after the ranges before it, its range would end past what 64 bits of nanoseconds since 1970 hold", c.name)}
+				}
+				end = prevEnd + host
+			}
+			if c.hasDevice && end-host > math.MaxInt64-time.Duration(c.dUS)*time.Microsecond {
+				return nil, &ParseError{Path: p.Path, Line: c.line, Err: fmt.Errorf("%s: its device time would end past what 64 bits of nanoseconds since 1970 hold", c.name)}
+			}
 			if i > 0 && end-at >= time.Second { // at+time.Second may not fit
 				late++
 			}
@@ -444,7 +465,7 @@ func placeSeedCalls(p *Profile, calls []seedCall) []profiler.Record {
 			p.warnf("%s: rank %d: %d calls end later than their timestamp's second allows: the rank's ranges overlapped (several threads recorded for it), so its timeline is stretched", p.Path, rank, late)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // lastByte passes r through and remembers the last byte read from it.

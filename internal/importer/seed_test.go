@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,10 @@ func TestSeedErrors(t *testing.T) {
 		{"stray text", "=== Kernel Call Log for Rank 0 ===\n\nTag: a\nIdx Timestamp Name Device Host(us) Device(us) Peak Mem(MB)\nI0225 glog line\n", 5, "not a call log row"},
 		{"no count", "=== Profiler Report for Rank 0 ===\nTag: a\nPeak Device Memory Usage: 1 MB\n" + reportHeader + "\nname 1 2.00 3 4.00 5 6\n", 5, "no count"},
 		{"no peak", "=== Profiler Report for Rank 0 ===\nTag: a\n" + reportHeader + "\n", 2, "Peak Device Memory"},
+		// The peak line is there: its number is what is wrong, not its
+		// absence (a negative peak used to read as no peak line, at the tag).
+		{"negative peak", "=== Profiler Report for Rank 0 ===\nTag: a\nPeak Device Memory Usage: -5 MB\n" + reportHeader + "\n", 3, `peak memory "-5"`},
+		{"peak past int64", "=== Profiler Report for Rank 0 ===\nTag: a\nPeak Device Memory Usage: 9223372036854775808 MB\n" + reportHeader + "\n", 3, `peak memory "9223372036854775808"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseSeed("f.txt", strings.NewReader(tc.text))
@@ -299,5 +304,89 @@ func TestSeedReportLongNameRunsIntoCount(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
 		t.Errorf("parsing a line of %d bytes allocated %d MiB", len(text), n>>20)
+	}
+}
+
+// TestSeedTimesPastInt64: a call log's host and device times are each
+// accepted up to 2^62 ns, but a range placed near the end of the clock, or
+// after ranges of that length, ends past what 64 bits of nanoseconds hold.
+// Its end wrapped around to a negative time: the range was put back at its
+// timestamp (the timeline ran backwards, with no warning) or its device
+// time came out negative. It is an error naming the row instead.
+func TestSeedTimesPastInt64(t *testing.T) {
+	const head = "=== Kernel Call Log for Rank 0 ===\nTag: A\n" +
+		"Idx     Timestamp               Name                                    Device    Host(us)    Device(us)  Peak Mem(MB)\n"
+	for _, tc := range []struct {
+		name string
+		rows string
+		line int
+	}{
+		// 2262-04-11 23:47:16 is 9223372036 s; 4611686018427387 µs of
+		// device time after it is past 2^63 ns.
+		{"device time at the clock's end", "0       2262-04-11 23:47:16     a                                       Device(CUDA, 0)0           4611686018427387 0\n", 4},
+		// 2026: 1.77e18 ns; three ranges of 4.6e18 ns each, one after
+		// another, end at 1.2e19 ns: the third does not fit.
+		{"host times laid end to end", strings.Repeat("0       2026-02-25 13:05:07     a                                       cpu       4611686018427387 0           0\n", 3), 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParseSeed("f.txt", strings.NewReader(head+tc.rows))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				for _, r := range p.Records {
+					t.Logf("%s: host %d–%d, device %d–%d", r.Name, r.HostStart, r.HostEnd, r.DeviceStart, r.DeviceEnd)
+				}
+				t.Fatalf("error %v, want a *ParseError", err)
+			}
+			if pe.Line != tc.line || pe.Path != "f.txt" || !strings.Contains(err.Error(), "64 bits") {
+				t.Errorf("error %q at line %d, want line %d saying the range ends past 64 bits of nanoseconds", err, pe.Line, tc.line)
+			}
+		})
+	}
+}
+
+// TestCheckTablesTagMissingFromReport: the framework writes a rank's
+// report and call log from the same records, grouped alike, so a tag whose
+// calls the log holds and the rank's report has no table for is a
+// disagreement, as a name missing from a table is; it used to pass as
+// agreement.
+func TestCheckTablesTagMissingFromReport(t *testing.T) {
+	report := loadFile(t, "testdata/seed/report.rank0")
+	recs := loadFile(t, "testdata/seed/calls.rank0").Records
+	var forward []Table
+	for _, tb := range report.Tables {
+		if tb.Tag == "Forward" {
+			forward = append(forward, tb)
+		}
+	}
+	if len(forward) != 1 {
+		t.Fatalf("report.rank0 has %d Forward tables, want 1", len(forward))
+	}
+	problems, uncovered := CheckTables(forward, recs)
+	// calls.rank0's Backward tag: matmul_backward twice, the optimizer
+	// step three times (rows 0–4).
+	want := []string{
+		`rank 0, tag "Backward": matmul_backward: 2 calls in the call log, none in the report`,
+		`rank 0, tag "Backward": optimizer_step_fused_adamw_multi_tensor_apply_v2: 3 calls in the call log, none in the report`,
+	}
+	if !slices.Equal(problems, want) || len(uncovered) != 0 {
+		t.Errorf("problems %q, uncovered %d; want %q", problems, len(uncovered), want)
+	}
+}
+
+// TestSeedFirstRangeEndsAtItsSecond: a rank's first range ends at its
+// timestamp's second, however long it is; it used to be laid out after
+// time 0, as though a range before it had ended there, so on a clock
+// reading 1970-01-01 00:00:00 a 2 s range ended 2 s after its second.
+func TestSeedFirstRangeEndsAtItsSecond(t *testing.T) {
+	text := "=== Kernel Call Log for Rank 0 ===\nTag: A\n" +
+		"Idx     Timestamp               Name                                    Device    Host(us)    Device(us)  Peak Mem(MB)\n" +
+		"0       1970-01-01 00:00:00     a                                       Device(CUDA, 0)2000000     1500000     1\n"
+	p, err := ParseSeed("f.txt", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Records[0]
+	if r.HostStart != -2*time.Second || r.HostEnd != 0 || r.DeviceStart != -2*time.Second || r.DeviceEnd != -500*time.Millisecond {
+		t.Errorf("host %v–%v, device %v–%v; want host -2s–0, device -2s–-0.5s", r.HostStart, r.HostEnd, r.DeviceStart, r.DeviceEnd)
 	}
 }

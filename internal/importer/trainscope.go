@@ -105,6 +105,7 @@ type hostEvent struct {
 	// transferAfter is the p2p's transfer end less its device end, in ns,
 	// when the trace gives one.
 	transferAfter *int64
+	off           int64 // of the event, for errors
 }
 
 // deviceEvent is a device-track event while the trace is read.
@@ -241,7 +242,7 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 			key.hostNs = dur
 			rec.Stream = key.stream
 		}
-		he := hostEvent{tid: ev.Tid, rec: rec}
+		he := hostEvent{tid: ev.Tid, rec: rec, off: off}
 		if a := ev.Args.TransferAfterUS; a != nil && kind == profiler.KindP2P {
 			ns, err := microsToNanosCut(*a)
 			if err != nil {
@@ -296,7 +297,15 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 	unpairedHost, unpairedDev := pairDevice(hosts, pending, devs)
 	for i := range hosts {
 		if h := &hosts[i]; h.transferAfter != nil && h.rec.HasDevice {
-			h.rec.Collective.TransferEnd = h.rec.DeviceEnd + time.Duration(*h.transferAfter)
+			// On the epoch's clock here, not with the other times below:
+			// 0 is no transfer end there, and the device end on the
+			// epoch's clock fits in an int64, the transfer end after it
+			// may not.
+			end, after := int64(h.rec.DeviceEnd)+base, *h.transferAfter
+			if after > 0 && end > math.MaxInt64-after {
+				return nil, &ParseError{Path: path, Offset: h.off, Err: fmt.Errorf("%q: transfer_end_after_device_us %d ns out of range: the transfer would end past what 64 bits of nanoseconds since 1970 hold", h.rec.Name, after)}
+			}
+			h.rec.Collective.TransferEnd = time.Duration(end + after)
 		}
 	}
 	if noStream > 0 {
@@ -328,9 +337,6 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		if r.HasDevice {
 			r.DeviceStart += time.Duration(base)
 			r.DeviceEnd += time.Duration(base)
-		}
-		if r.Collective.TransferEnd != 0 {
-			r.Collective.TransferEnd += time.Duration(base)
 		}
 		if r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P {
 			d := r.HostDuration()

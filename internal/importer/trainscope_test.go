@@ -384,3 +384,47 @@ func TestTrainscopeSameNamedCommunicators(t *testing.T) {
 		t.Errorf("a bad group id: %v", err)
 	}
 }
+
+// TestTrainscopeTransferEndOnTheEpochsClock: a p2p's transfer end is its
+// device end plus transfer_end_after_device_us, on the wall clock of
+// otherData.epoch like every other time. One that came to the epoch itself
+// (its device end 1 µs after it, the transfer end 1 µs before that) was
+// left at 0, read as no transfer end at all; one of times each within
+// range whose sum, with the epoch, passes 2^63−1 ns wrapped around to a
+// time before 1970. The second is an error at the event's byte offset.
+func TestTrainscopeTransferEndOnTheEpochsClock(t *testing.T) {
+	trace := func(epoch, devTs, devDur, after string) string {
+		return `{"displayTimeUnit":"ns","otherData":{"producer":"trainscope","epoch":"` + epoch + `"},"traceEvents":[` +
+			`{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cuda:0)"}},` +
+			`{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"host"}},` +
+			`{"ph":"M","name":"thread_name","pid":1,"tid":2,"args":{"name":"cuda:0 communication"}},` +
+			`{"ph":"X","name":"Send","cat":"p2p","ts":0,"dur":1,"pid":1,"tid":1,"args":{"op":"Send","peer":1,"group":"pp","group_size":2,"seq":1,"stream":7,"device_us":` + devDur + `,"transfer_end_after_device_us":` + after + `}},` +
+			`{"ph":"X","name":"Send","cat":"p2p","ts":` + devTs + `,"dur":` + devDur + `,"pid":1,"tid":2,"args":{"op":"Send","peer":1,"group":"pp","group_size":2,"seq":1,"stream":7,"host_us":1}}]}`
+	}
+	t.Run("at the epoch", func(t *testing.T) {
+		p, err := ParseTrainscope("t.json", strings.NewReader(trace("2026-01-01T00:00:00Z", "0", "1", "-1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch := time.Duration(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+		r := p.Records[0]
+		if r.DeviceEnd != epoch+time.Microsecond || r.Collective.TransferEnd != epoch {
+			t.Errorf("device end %d, transfer end %d; want %d and %d", r.DeviceEnd, r.Collective.TransferEnd, epoch+time.Microsecond, epoch)
+		}
+	})
+	t.Run("past int64", func(t *testing.T) {
+		// 2116-01-01 is 4.607e18 ns after 1970; the device event ends
+		// 4.6e18 ns after that (9.207e18, within 2^63−1 = 9.223e18), and
+		// the transfer 2.3e18 ns later still.
+		text := trace("2116-01-01T00:00:00Z", "2300000000000000", "2300000000000000", "2300000000000000")
+		p, err := ParseTrainscope("t.json", strings.NewReader(text))
+		var pe *ParseError
+		if !errors.As(err, &pe) {
+			t.Fatalf("error %v, want a *ParseError; transfer end %d", err, p.Records[0].Collective.TransferEnd)
+		}
+		// The Send's host event: the comma before it.
+		if want := int64(strings.Index(text, `,{"ph":"X","name":"Send","cat":"p2p","ts":0`)); pe.Offset != want || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("error %q at byte %d, want byte %d saying out of range", err, pe.Offset, want)
+		}
+	})
+}
