@@ -104,14 +104,18 @@ func TestBusFactor(t *testing.T) {
 		{OpAllGather, 1, 0}, {OpAllGather, 2, 0.5}, {OpAllGather, 4, 0.75}, {OpAllGather, 8, 0.875},
 		{OpReduceScatter, 4, 0.75}, {OpReduceScatter, 1, 0},
 		{OpBroadcast, 1, 1}, {OpBroadcast, 8, 1}, {OpReduce, 4, 1}, {OpSend, 2, 1}, {OpRecv, 2, 1},
-		{OpAllToAll, 4, 0.75}, {OpAllToAll, 2, 0.5}, {OpAllToAll, 1, 0}, {"Gather", 4, 0}, {OpAllReduce, 0, 0},
+		{OpAllToAll, 4, 0.75}, {OpAllToAll, 2, 0.5}, {OpAllToAll, 1, 0}, {OpAllReduce, 0, 0},
+		// nccl-tests' gather and scatter: S the root's whole buffer, as
+		// AllGather's; its sendrecv: 1.
+		{OpGather, 4, 0.75}, {OpScatter, 8, 0.875}, {OpGather, 1, 0}, {OpSendRecv, 2, 1}, {"Barrier", 4, 0},
 	} {
 		if got := BusFactor(tc.op, tc.n); got != tc.want {
 			t.Errorf("BusFactor(%s, %d) = %v, want %v", tc.op, tc.n, got, tc.want)
 		}
 	}
 	for op, name := range map[string]string{OpAllReduce: "AllReduce", OpAllGather: "AllGather", OpReduceScatter: "ReduceScatter",
-		OpBroadcast: "Broadcast", OpReduce: "Reduce", OpSend: "Send", OpRecv: "Recv", OpAllToAll: "AllToAll"} {
+		OpBroadcast: "Broadcast", OpReduce: "Reduce", OpSend: "Send", OpRecv: "Recv", OpAllToAll: "AllToAll",
+		OpGather: "Gather", OpScatter: "Scatter", OpSendRecv: "SendRecv"} {
 		if op != name {
 			t.Errorf("op constant %q, want %q", op, name)
 		}

@@ -40,14 +40,14 @@ var collectiveOps = map[string]string{
 	"all_to_allv":                     ccl.OpAllToAll,
 	"alltoall":                        ccl.OpAllToAll,
 	"alltoall_base":                   ccl.OpAllToAll,
-	"gather":                          "Gather",
-	"scatter":                         "Scatter",
+	"gather":                          ccl.OpGather,
+	"scatter":                         ccl.OpScatter,
 	"barrier":                         "Barrier",
 }
 
 // kernelOps are the operations NCCL names its kernels after
 // (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t).
-var kernelOps = []string{ccl.OpAllReduce, ccl.OpAllGather, ccl.OpReduceScatter, ccl.OpBroadcast, ccl.OpReduce, "SendRecv", ccl.OpAllToAll}
+var kernelOps = []string{ccl.OpAllReduce, ccl.OpAllGather, ccl.OpReduceScatter, ccl.OpBroadcast, ccl.OpReduce, ccl.OpSendRecv, ccl.OpAllToAll}
 
 // dtypes maps c10::ScalarType names, as the "dtype" arg spells them, to
 // trainscope's names and element sizes.

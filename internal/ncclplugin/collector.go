@@ -972,9 +972,11 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	}
 	opName := r.Op()
 	bytes := int64(r.Bytes)
-	if opName == ccl.OpAllGather || opName == ccl.OpReduceScatter || opName == ccl.OpAllToAll {
+	switch opName {
+	case ccl.OpAllGather, ccl.OpReduceScatter, ccl.OpAllToAll, ccl.OpGather, ccl.OpScatter:
 		// NCCL's count is per rank (an all-to-all's, per peer); nccl-tests'
-		// S is the whole gathered size (what a rank sends in all).
+		// S is the whole gathered size (what a rank sends in all; a
+		// gather's or scatter's root buffer).
 		bytes *= int64(r.NRanks)
 	}
 	// The group is the communicator's name where the job gave one (PyTorch

@@ -2149,3 +2149,34 @@ func TestCollectorCloseWhileASinkIsStuck(t *testing.T) {
 		t.Errorf("stats %+v; want the operation not handed over counted, naming the stuck sink", st)
 	}
 }
+
+// NCCL's Gather and Scatter take a count per rank, as AllGather does;
+// nccl-tests' S is the root's whole buffer (count × size × ranks) and the
+// bus factor (n−1)/n. A grouped send and receive (SendRecv) moves its
+// count once, factor 1.
+func TestCollectorGatherScatterSizes(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	const hash = 0x77
+	data := stream(
+		helloFrame(wireVersion, 300, "n0"),
+		wireRec{kind: 1, hash: hash, rank: 0, nranks: 8, nnodes: 1, peer: 0, name: "pg"}.frame(),
+		// 1000 float32 from each of 8 ranks to the root: 32,000 bytes.
+		wireRec{kind: 2, hash: hash, task: 1, seq: 0, t0: 100, t1: 200, a0: 1000, a1: 4000, rank: 0, nranks: 8, peer: 0,
+			fn: 9, dtype: 7, nch: 1, name: "pg"}.frame(),
+		wireRec{kind: 2, hash: hash, task: 2, seq: 0, t0: 300, t1: 400, a0: 500, a1: 1000, rank: 0, nranks: 8, peer: 0,
+			fn: 10, dtype: 6, nch: 1, name: "pg"}.frame(),
+		wireRec{kind: 2, hash: hash, task: 3, seq: 0, t0: 500, t1: 600, a0: 64, a1: 256, rank: 0, nranks: 8, peer: -1,
+			fn: 11, dtype: 7, nch: 1, name: "pg"}.frame(),
+	)
+	send(t, c, data, false)
+	recs := byOp(sink.wait(t, 3))
+	for op, want := range map[string]struct {
+		bytes  int64
+		factor float64
+	}{"Gather": {32000, 0.875}, "Scatter": {8000, 0.875}, "SendRecv": {256, 1}} {
+		col := recs[op].Collective
+		if col.Bytes != want.bytes || col.BusFactor != want.factor {
+			t.Errorf("%s: %d bytes, bus factor %v; want %d and %v", op, col.Bytes, col.BusFactor, want.bytes, want.factor)
+		}
+	}
+}
