@@ -49,9 +49,13 @@ func TestTimesFarApartStayOnTheChart(t *testing.T) {
 	if n < 10 {
 		t.Errorf("%d rects checked, want the step's", n)
 	}
-	// 300 years, in milliseconds, as the heading's span.
-	if want := fmt.Sprintf("%.0f.", 300*365*24*3600*1e3); !strings.Contains(page, want) {
-		t.Errorf("the page does not give the span as %s ms", want)
+	// The step ranges' 150 years and 70 ms, in milliseconds, as the
+	// heading's span; the forward's end 300 years from the chart's start.
+	if want := fmt.Sprintf("step 0 · %.0f.000 ms from", 150*365*24*3600*1e3+70); !strings.Contains(page, want) {
+		t.Errorf("the page does not give the span as %q", want)
+	}
+	if want := fmt.Sprintf("–%.0f.000 ms (", 300*365*24*3600*1e3); !strings.Contains(page, want) {
+		t.Errorf("the page does not give the forward's end as %q", want)
 	}
 }
 

@@ -115,7 +115,9 @@ func Write(w io.Writer, in Input) (Stats, error) {
 		}
 	}
 	var st Stats
-	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
+	// Notes clipped: the page's own notes are appended to them, not to
+	// whatever the caller keeps past them in the same array.
+	v := view{Title: in.Title, Covers: in.Covers, Notes: slices.Clip(in.Notes), CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
 	byStep := map[int][]*profiler.Record{}
 	ranks := map[int]bool{}
 	ids := map[recKey]*profiler.Record{} // a nested action's enclosing ranges, in whatever step
@@ -154,8 +156,8 @@ func Write(w io.Writer, in Input) (Stats, error) {
 	v.Analysis = text.String()
 	v.stepTable(steps)
 	v.Top = topRanges(in.Records)
-	if err := page.Execute(w, &v); err != nil {
-		return Stats{}, fmt.Errorf("htmlreport: %w", err)
+	if err := execute(w, &v); err != nil {
+		return Stats{}, err
 	}
 	return st, nil
 }
@@ -175,7 +177,7 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	}
 	slices.SortStableFunc(ops, func(a, b *profiler.Record) int { return cmp.Compare(interval(a).Start, interval(b).Start) })
 	var st Stats
-	v := view{Title: in.Title, Covers: in.Covers, Notes: in.Notes, CSS: template.CSS(styleText), JS: template.JS(scriptText), Ranks: len(ranks)}
+	v := view{Title: in.Title, Covers: in.Covers, Notes: slices.Clip(in.Notes), CSS: template.CSS(styleText), JS: template.JS(scriptText), Ranks: len(ranks)}
 	if v.Covers == "" {
 		v.Covers = fmt.Sprintf("%d operations without steps", len(ops))
 	}
@@ -237,10 +239,24 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	}
 	v.Analysis = text.String()
 	v.Top = topRanges(in.Records)
-	if err := page.Execute(w, &v); err != nil {
-		return Stats{}, fmt.Errorf("htmlreport: %w", err)
+	if err := execute(w, &v); err != nil {
+		return Stats{}, err
 	}
 	return st, nil
+}
+
+// execute writes the page of v to w, as UTF-8 throughout: a name that is
+// not (a run directory's: a file name is any bytes) has U+FFFD for its
+// bytes that are not, as the page's charset says.
+func execute(w io.Writer, v *view) error {
+	var buf bytes.Buffer
+	if err := page.Execute(&buf, v); err != nil {
+		return fmt.Errorf("htmlreport: %w", err)
+	}
+	if _, err := w.Write(bytes.ToValidUTF8(buf.Bytes(), []byte("\uFFFD"))); err != nil {
+		return fmt.Errorf("htmlreport: %w", err)
+	}
+	return nil
 }
 
 // view is the template's data.
@@ -510,9 +526,11 @@ func phaseKernel(r *profiler.Record) bool {
 }
 
 // stageKernel reports a traced kernel of a pipeline stage: the work whose
-// gaps are a wrapped pipeline's bubble (as the analysis counts it).
+// gaps are a wrapped pipeline's bubble (as the analysis counts it). One
+// of forward or backward work is, with a stage label or without (a rank
+// whose pipeline communicator was not seen): the analysis counts it.
 func stageKernel(r *profiler.Record) bool {
-	return isKernel(r) && (r.Phase == profiler.PhaseNone || phaseKernel(r)) && r.Stage != profiler.None
+	return phaseKernel(r) || isKernel(r) && r.Phase == profiler.PhaseNone && r.Stage != profiler.None
 }
 
 func isTransfer(r *profiler.Record) bool {
@@ -560,12 +578,16 @@ func chart(s *analysis.Step, recs []*profiler.Record, ids map[recKey]*profiler.R
 	if !pipelined {
 		bubbleSpan = profiler.Interval{}
 	}
-	// The time range: every rank's step range and every block drawn.
+	// The time range: every rank's step range, every block drawn and the
+	// bubble's span (which a kernel running past its action's block and
+	// the step ranges may stretch).
 	var t0, t1 time.Duration
 	first := true
 	extend := func(iv profiler.Interval) {
 		if iv.End < iv.Start {
-			return
+			// Inverted: computed nothing, but drawn at its start, which
+			// must lie on the chart.
+			iv.End = iv.Start
 		}
 		if first {
 			t0, t1, first = iv.Start, iv.End, false
@@ -578,10 +600,17 @@ func chart(s *analysis.Step, recs []*profiler.Record, ids map[recKey]*profiler.R
 			extend(rk.Wall)
 		}
 	}
+	if bubbleSpan.Len() > 0 {
+		extend(bubbleSpan)
+	}
 	// A lane per chunk the step has work of (not per value up to the
 	// largest: a label's value must not make lanes).
 	laneOf := map[int]int{}
 	byRank := map[int][]*profiler.Record{}
+	// Each rank's forward and backward computation, drawn or not (an
+	// action's kernels, part of its block, too): as the analysis counts
+	// it, what is no bubble.
+	work := map[int][]profiler.Interval{}
 	var acts map[*profiler.Record]drawn
 	if !window {
 		acts = actions(recs, ids)
@@ -595,6 +624,9 @@ func chart(s *analysis.Step, recs []*profiler.Record, ids map[recKey]*profiler.R
 		return ok && r.Phase == profiler.Optimizer
 	}
 	for _, r := range recs {
+		if isFwdBwd(r) || stageKernel(r) {
+			work[r.Rank] = append(work[r.Rank], interval(r))
+		}
 		if isBlock(r) || isOptimizer(r) || isTransfer(r) || isKernel(r) && !window {
 			extend(interval(r))
 			byRank[r.Rank] = append(byRank[r.Rank], r)
@@ -627,7 +659,22 @@ func chart(s *analysis.Step, recs []*profiler.Record, ids map[recKey]*profiler.R
 	x := func(t time.Duration) float64 { return labelWidth + diff(t, t0)*scale }
 	rel := func(t time.Duration) string { return msF(diff(t, t0)) }
 	c := chartView{Step: s.Step, Heading: "step " + strconv.Itoa(s.Step), Width: labelWidth + chartWidth + 10, span: span}
-	c.Wall = fmt.Sprintf("%s ms from the first rank's step start to the last one's end", msF(span))
+	// The step ranges' time, not the chart's: a device's work may trail
+	// its host's step range, and the chart runs on to draw it.
+	var wall profiler.Interval
+	walled := false
+	for _, rk := range s.Ranks {
+		if rk.Wall.Len() > 0 {
+			if !walled {
+				wall, walled = rk.Wall, true
+			}
+			wall = profiler.Interval{Start: min(wall.Start, rk.Wall.Start), End: max(wall.End, rk.Wall.End)}
+		}
+	}
+	c.Wall = fmt.Sprintf("%s ms from the first rank's step start to the last one's end", msF(length(wall)))
+	if !walled {
+		c.Wall = fmt.Sprintf("no step range: %s ms drawn", msF(span))
+	}
 	if len(s.Problems) > 0 {
 		c.Problems = strings.Join(s.Problems, "; ")
 	}
@@ -705,13 +752,7 @@ func chart(s *analysis.Step, recs []*profiler.Record, ids map[recKey]*profiler.R
 		}
 		// Bubbles: the step's span less the rank's forward and backward
 		// work, where the work is a pipeline's.
-		var work []profiler.Interval
-		for _, r := range recs {
-			if isBlock(r) || stageKernel(r) {
-				work = append(work, interval(r))
-			}
-		}
-		for _, g := range gaps(bubbleSpan, work) {
+		for _, g := range gaps(bubbleSpan, work[rk.Rank]) {
 			if length(g)*scale < 1 {
 				continue // under a pixel: not to be seen, only to weigh the page
 			}
@@ -1033,7 +1074,9 @@ func mergeNear(ivs []profiler.Interval, gap time.Duration) []merged {
 	var out []merged
 	var covered time.Duration // the run's busy time so far, its overlaps counted once
 	for _, iv := range ivs {
-		if n := len(out); n > 0 && iv.Start-out[n-1].iv.End < gap {
+		// The gap in float64: times far apart (a bogus timestamp) would
+		// overflow a time.Duration's difference to one under gap.
+		if n := len(out); n > 0 && diff(iv.Start, out[n-1].iv.End) < float64(gap) {
 			m := &out[n-1]
 			if iv.End > m.iv.End {
 				covered += iv.End - max(iv.Start, m.iv.End)
