@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -309,18 +310,24 @@ func (c *CallLog) Close() error {
 	}
 	c.closed = true
 	errs := []error{c.err}
-	for rank, rl := range c.ranks {
+	// Ranks in order, so the error reads the same from run to run.
+	for _, rank := range slices.Sorted(maps.Keys(c.ranks)) {
+		rl := c.ranks[rank]
 		if rl.bw == nil {
 			continue
 		}
-		err := c.detach(rl)
-		if err != nil && rl.err == nil {
-			rl.err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
+		if err := c.detach(rl); err != nil {
+			err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
+			if rl.err == nil {
+				rl.err = err
+			}
+			errs = append(errs, err)
 		}
-		errs = append(errs, err)
 	}
 	c.open, c.spare = nil, nil
-	return errors.Join(errs...)
+	// Kept, so that a later Close (Shutdown, then Close) says so too.
+	c.err = errors.Join(errs...)
+	return c.err
 }
 
 // Shutdown closes the log (SinkShutdowner): a profiler it was added to

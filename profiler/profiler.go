@@ -609,6 +609,29 @@ func (p *Profiler) lockBy(ctx context.Context, grace time.Duration) bool {
 	return true
 }
 
+// collectorStopped waits for the background collector to stop unless
+// ctx ends, and grace has passed, first (lockBy's rule).
+func (p *Profiler) collectorStopped(ctx context.Context, grace time.Duration) bool {
+	select {
+	case <-p.closed:
+		return true
+	default:
+	}
+	g := time.NewTimer(grace)
+	defer g.Stop()
+	select {
+	case <-p.closed:
+		return true
+	case <-g.C:
+	}
+	select {
+	case <-p.closed:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // backendError keeps err when it is the first backend error, for
 // Stats.FirstError. Errors are rare: the store is off every normal path.
 func (p *Profiler) backendError(err error) {
@@ -667,16 +690,14 @@ func (p *Profiler) Close(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	select {
-	case <-p.closed:
-	default:
-		select {
-		case <-p.closed:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
-		}
+	// One grace for both waits below: an idle collector stops an instant
+	// after p.stop closes, one in a pass when the pass ends, so a context
+	// that has already ended must not count either as still running.
+	graceEnd := time.Now().Add(closeGrace)
+	if !p.collectorStopped(ctx, closeGrace) {
+		errs = append(errs, fmt.Errorf("profiler: close: collector still running: %w", ctx.Err()))
 	}
-	if !p.lockBy(ctx, closeGrace) {
+	if !p.lockBy(ctx, time.Until(graceEnd)) {
 		// The collector is stuck in a sink's Consume, holding the lock:
 		// what it has not delivered stays undelivered, and the sinks are
 		// not shut down (one of them would not return).

@@ -63,3 +63,37 @@ func TestMallocBeyondHostMemory(t *testing.T) {
 		t.Errorf("%d bytes in use after refused allocations", st.InUse)
 	}
 }
+
+// A memory limit above what the host has (a GPU's 141 GB modelled on a
+// smaller machine) does not let an allocation the host cannot give through
+// to Go, which ended the process with a fatal out-of-memory error: it is
+// refused with StatusOutOfMemory as it is without a limit, and the device
+// keeps nothing of it.
+func TestMallocBeyondHostMemoryUnderLimit(t *testing.T) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		t.Skipf("sysinfo: %v", err)
+	}
+	ram := int64(si.Totalram) * int64(si.Unit)
+	size := 2 * ram // within the cap, beyond the host
+	m := New(WithDevices(1), WithMemoryLimit(4*ram))
+	s, err := m.StreamCreate(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.StreamDestroy(s)
+	for _, op := range []string{"Malloc", "MallocAsync"} {
+		var err error
+		if op == "Malloc" {
+			_, err = m.Malloc(0, size)
+		} else {
+			_, err = m.MallocAsync(size, s)
+		}
+		if !errors.Is(err, runtime.StatusOutOfMemory) || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes requested on cpu:0, but the host has", size)) {
+			t.Errorf("%s(%d) under a %d-byte cap: %v, want StatusOutOfMemory naming the size and what the host has", op, size, 4*ram, err)
+		}
+	}
+	if st, _ := m.MemoryStats(0); st != (runtime.MemoryStats{Total: 4 * ram, Free: 4 * ram}) {
+		t.Errorf("stats after refused allocations: %+v, want nothing in use of the %d-byte cap", st, 4*ram)
+	}
+}

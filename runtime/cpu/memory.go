@@ -16,11 +16,13 @@ const maxAlloc = 1 << 46
 // large allocation can be refused by it.
 const hostCheckMin = 16 << 20
 
-// checkHostMemory refuses, without a memory limit (WithMemoryLimit), an
-// allocation larger than the memory the host has available: Go would
-// otherwise end the process with a fatal out-of-memory error.
-func checkHostMemory(op string, device int, size, limit int64) error {
-	if limit > 0 || size < hostCheckMin {
+// checkHostMemory refuses an allocation larger than the memory the host
+// has available: Go would otherwise end the process with a fatal
+// out-of-memory error. A memory limit (WithMemoryLimit) does not exempt
+// it, since the limit may be more than the host has (a GPU's memory
+// modelled on a smaller machine).
+func checkHostMemory(op string, device int, size int64) error {
+	if size < hostCheckMin {
 		return nil
 	}
 	total, avail := hostMemory()
@@ -55,13 +57,12 @@ func (m *Impl) malloc(op string, device int, size int64) (*allocation, error) {
 	if size > maxAlloc {
 		return nil, runtime.Errorf(op, runtime.StatusOutOfMemory, "%d bytes is more than one allocation may hold (%d)", size, int64(maxAlloc))
 	}
-	if err := checkHostMemory(op, device, size, m.cfg.memLimit); err != nil {
+	if err := checkHostMemory(op, device, size); err != nil {
 		return nil, err
 	}
-	inUse := d.inUse.Add(size)
-	if lim := m.cfg.memLimit; lim > 0 && inUse > lim {
-		d.inUse.Add(-size)
-		return nil, runtime.Errorf(op, runtime.StatusOutOfMemory, "%d bytes requested on cpu:%d, %d of %d in use", size, device, inUse-size, lim)
+	inUse, ok := reserve(&d.inUse, size, m.cfg.memLimit)
+	if !ok {
+		return nil, runtime.Errorf(op, runtime.StatusOutOfMemory, "%d bytes requested on cpu:%d, %d of %d in use", size, device, inUse, m.cfg.memLimit)
 	}
 	raise(&d.peak, inUse)
 	words := make([]uint64, max(1, (size+7)/8))
@@ -124,6 +125,25 @@ func (m *Impl) take(op string, h any) (*allocation, error) {
 		return nil, runtime.Errorf(op, runtime.StatusInvalidArgument, "memory already freed")
 	}
 	return a, nil
+}
+
+// reserve adds size to *inUse unless that passes limit (0: no limit) and
+// returns the new count, or, refused, the count it found. A refused size
+// never enters the counter: added and taken off again, it made a
+// concurrent allocation that fits fail, and showed in MemoryStats.
+func reserve(inUse *atomic.Int64, size, limit int64) (int64, bool) {
+	if limit <= 0 {
+		return inUse.Add(size), true
+	}
+	for {
+		cur := inUse.Load()
+		if size > limit-cur {
+			return cur, false
+		}
+		if inUse.CompareAndSwap(cur, cur+size) {
+			return cur + size, true
+		}
+	}
 }
 
 // raise sets *peak to v if v is higher.

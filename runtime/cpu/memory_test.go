@@ -164,6 +164,50 @@ func TestMemoryLimit(t *testing.T) {
 	wantStatus(t, err, runtime.StatusOutOfMemory)
 }
 
+// An allocation refused for passing the cap does not count against the
+// device while it is being refused: a small allocation made meanwhile on
+// an empty device still fits, and the bytes in use never pass the cap.
+// (The refused bytes were added to the counter and taken off again, so a
+// rank allocating 8 bytes of a free 1000-byte device was told it was out
+// of memory whenever another rank's oversized request was in flight.)
+func TestRefusedAllocationDoesNotCrowdOut(t *testing.T) {
+	const limit, small = 1000, 8
+	impl := cpu.New(cpu.WithDevices(1), cpu.WithMemoryLimit(limit))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if h, err := impl.Malloc(0, limit+1); err == nil {
+				t.Errorf("%d bytes allocated under a %d-byte cap", limit+1, limit)
+				_ = impl.Free(h)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 50000 {
+		h, err := impl.Malloc(0, small)
+		if err != nil {
+			t.Fatalf("allocation %d: %d bytes on a device with nothing else in use: %v", i, small, err)
+		}
+		st, err := impl.MemoryStats(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.InUse != small || st.Peak > limit {
+			t.Fatalf("allocation %d: %+v, want %d bytes in use and a peak within the %d-byte cap", i, st, small, limit)
+		}
+		if err := impl.Free(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestFreeErrors(t *testing.T) {
 	impl := registered(t)
 	other := cpu.New(cpu.WithDevices(1))

@@ -36,7 +36,9 @@ func WithQueueDepth(n int) Option {
 // WithMemoryLimit caps the bytes in use on each virtual device; an
 // allocation past the cap fails with StatusOutOfMemory and MemoryStats
 // reports the cap as Total. The default, 0, means no cap (Total and Free
-// are then reported as 0, unknown).
+// are then reported as 0, unknown). A cap above the host's memory does
+// not let an allocation past what the host has available through: that is
+// refused with StatusOutOfMemory, with or without a cap.
 func WithMemoryLimit(bytes int64) Option {
 	return optionFunc(func(c *config) { c.memLimit = bytes })
 }
