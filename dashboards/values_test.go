@@ -93,3 +93,48 @@ func TestDeviceTimePerStepIndependentOfRank(t *testing.T) {
 	}
 	evalAt(t, series, want)
 }
+
+// The collective time per step of a group and op is what a rank of the
+// group spends in it per step, whichever ranks the dashboard shows: the
+// steps it is divided by are those of the group's selected ranks, not
+// those of every selected rank (a rank outside the group spends nothing
+// in it). The groups are the exporter's for the built-in trainer with 2
+// stages and 2 replicas: dp0 = ranks 0 and 2, dp1 = 1 and 3, pp0 = 0 and
+// 1, pp1 = 2 and 3.
+func TestCollectiveTimePerStepIndependentOfRank(t *testing.T) {
+	// Each rank does one step per 15 s, spending 0.5 s of each in its
+	// data-parallel AllReduce and 0.125 s in its pipeline Send.
+	series := map[string]string{}
+	for r := range 4 {
+		rank := fmt.Sprintf(`Hostname="h", rank="%d", gpu="%d", UUID=""`, r, r)
+		series[fmt.Sprintf(`trainscope_step_seconds_count{%s, stage="%d"}`, rank, r%2)] = "0+1x40"
+		for _, c := range []struct {
+			op, group string
+			seconds   string
+		}{{"AllReduce", fmt.Sprintf("dp%d", r%2), "0+0.5x40"}, {"Send", fmt.Sprintf("pp%d", r/2), "0+0.125x40"}} {
+			l := fmt.Sprintf(`%s, op="%s", group="%s"`, rank, c.op, c.group)
+			series[`trainscope_collective_seconds_sum{`+l+`}`] = c.seconds
+			series[`trainscope_collective_seconds_count{`+l+`}`] = "0+1x40"
+			series[`trainscope_collective_bytes_total{`+l+`}`] = "0+4096x40"
+		}
+	}
+	sample := func(group, op, v string) string {
+		return fmt.Sprintf(`labels: '{group="%s", op="%s"}'`+"\n            value: %s", group, op, v)
+	}
+	want := map[string][]string{}
+	for _, c := range []struct {
+		rank, group string
+		want        []string
+	}{
+		{".*", ".*", []string{sample("dp0", "AllReduce", "0.5"), sample("dp1", "AllReduce", "0.5"), sample("pp0", "Send", "0.125"), sample("pp1", "Send", "0.125")}},
+		{"0", ".*", []string{sample("dp0", "AllReduce", "0.5"), sample("pp0", "Send", "0.125")}},
+		{"0|1", ".*", []string{sample("dp0", "AllReduce", "0.5"), sample("dp1", "AllReduce", "0.5"), sample("pp0", "Send", "0.125")}},
+		{".*", "dp0", []string{sample("dp0", "AllReduce", "0.5")}},
+		{"1|2", "pp0|dp0", []string{sample("dp0", "AllReduce", "0.5"), sample("pp0", "Send", "0.125")}},
+	} {
+		q := panelExpr(t, "training-overview.json", "Collective time per step by group and op", "",
+			map[string]string{"datasource": "prometheus", "Hostname": "h", "rank": c.rank, "group": c.group})
+		want[q] = c.want
+	}
+	evalAt(t, series, want)
+}

@@ -588,7 +588,10 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 			case top:
 				// The step range: top-level, as a step range is, its
 				// Python callers' ranges left beside it.
-				rec.Name, rec.Step, nextStep = profiler.StepName, n, n+1
+				rec.Name, rec.Step = profiler.StepName, n
+				if n < math.MaxInt32 { // the last step a label holds: the next would wrap
+					nextStep = n + 1
+				}
 				rec.Parent, rec.Depth = 0, 0
 				lab.steps = append(lab.steps, span{ev.start, ev.end, n})
 			default:

@@ -266,3 +266,22 @@ func TestKinetoRankFromCollectives(t *testing.T) {
 		}
 	}
 }
+
+// TestKinetoStepAfterTheLastNumber: a step range without a number after
+// ProfilerStep#2147483647 (the largest a step label holds) takes no
+// number past it: it wrapped to −2147483648.
+func TestKinetoStepAfterTheLastNumber(t *testing.T) {
+	text := `{"traceEvents": [
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#2147483647","pid":1,"tid":10,"ts":0,"dur":100},
+{"ph":"X","cat":"user_annotation","name":"step","pid":1,"tid":10,"ts":200,"dur":100}
+]}`
+	p, err := ParseKineto("t.json", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.Records {
+		if r.Step < 0 && r.Step != profiler.None {
+			t.Errorf("%s (from %d to %d ns): step %d", r.Name, r.HostStart, r.HostEnd, r.Step)
+		}
+	}
+}
