@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -335,15 +336,18 @@ func (f *ProcessGroupFactory) Names() []string {
 }
 
 // Destroy destroys every group of the factory (waiting for those being
-// created) and forgets them; the factory stays usable.
+// created) and forgets them; the factory stays usable. Groups are
+// destroyed in the order of their names, so that processes holding the
+// same groups tear their communicators down in the same order: NCCL's
+// destroy and abort may wait for the other ranks of a node to do theirs.
 func (f *ProcessGroupFactory) Destroy() error {
 	if f == nil {
 		return nil
 	}
 	f.mu.Lock()
 	entries := make([]*groupEntry, 0, len(f.groups))
-	for _, e := range f.groups {
-		entries = append(entries, e)
+	for _, name := range slices.Sorted(maps.Keys(f.groups)) {
+		entries = append(entries, f.groups[name])
 	}
 	clear(f.groups)
 	f.mu.Unlock()

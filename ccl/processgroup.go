@@ -124,8 +124,9 @@ type localRank struct {
 
 	// commMu guards the communicator's life against asyncError's query:
 	// Destroy holds it only to take finalErr and destroy the
-	// communicator, not while it waits for the rank's work (mu), so a
-	// Work's Wait, Done and Err keep their own deadlines meanwhile.
+	// communicator, not while it waits for the rank's work (mu), and
+	// asyncError never waits for it, so a Work's Wait, Done and Err keep
+	// their own deadlines meanwhile.
 	commMu   sync.RWMutex
 	final    bool  // the communicator is gone: finalErr is its last word
 	finalErr error // the comm's async error when the group was destroyed
@@ -447,9 +448,14 @@ func (pg *ProcessGroup) Destroy() error {
 }
 
 // asyncError returns rank r's communicator failure, or nil while it is
-// healthy or still being set up.
+// healthy or still being set up. While Destroy holds commMu the backend is
+// destroying or aborting the communicator, which may take up to its own
+// timeout: rather than wait behind it, past the caller's deadline, it
+// says nothing yet, and a later look sees the communicator's last word.
 func (pg *ProcessGroup) asyncError(r *localRank) error {
-	r.commMu.RLock()
+	if !r.commMu.TryRLock() {
+		return nil
+	}
 	err := r.finalErr
 	if !r.final {
 		err = pg.impl.GetAsyncError(r.comm)

@@ -499,13 +499,12 @@ func (b *Backend) CommAbort(c ccl.Comm) error {
 			nc.aborting.Store(false) // not aborted: a later abort (or destroy) may try again
 			return ccl.Errorf(op, ccl.StatusTimeout, "%s still in use by an operation or an open group after %v", nc, grace)
 		}
-		err := b.abortHandle(nc.h, nc.dev)
-		go func() { // mark it freed once the blocked calls have returned
-			nc.mu.Lock()
-			nc.freed, nc.final = true, ccl.Errorf(op, ccl.StatusError, "%s was aborted", nc)
-			nc.mu.Unlock()
-		}()
-		return err
+		// Freed under the readers' feet. It is not marked freed: the
+		// aborting flag, which stays set and which every call, wait and
+		// query reads first, says so already, and waiting for the write
+		// lock to mark it would queue every later call behind that wait,
+		// for as long as an open group holds the communicator.
+		return b.abortHandle(nc.h, nc.dev)
 	}
 	defer nc.mu.Unlock()
 	if nc.freed {
