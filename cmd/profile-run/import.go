@@ -311,12 +311,22 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	o.clocks = map[int]int{}
 	kineto := map[int]bool{}
 	o.peaks.atLeast = map[int]int64{}
+	clock := len(profiles) // the next clock of its own
 	for i, p := range profiles {
 		if len(p.Records) > 0 {
 			o.importing++
 		}
+		// A trace an earlier import wrote with some ranks' clocks left as
+		// recorded is not one clock: each of those ranks keeps a clock of
+		// its own, to be aligned (or left as recorded) again.
+		unaligned := unalignedRanks(p.OtherData["clocks"], p.Ranks())
 		for _, r := range p.Ranks() {
 			o.clocks[r] = i
+			if slices.Contains(unaligned, r) {
+				o.clocks[r] = clock
+				clock++
+				o.importing++
+			}
 			if p.MemoryEvents > 0 {
 				kineto[r] = true
 				o.peaks.atLeast[r] = max(o.peaks.atLeast[r], p.PeakMemory)
@@ -360,6 +370,18 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	if err != nil {
 		return err
 	}
+	// A partial run's trace is still one: its import's outputs say so,
+	// as the run's did.
+	var partial []string
+	for _, p := range profiles {
+		if s := p.OtherData["partial"]; s != "" {
+			if len(profiles) > 1 {
+				s += " (" + p.Path + ")"
+			}
+			partial = append(partial, s)
+		}
+	}
+	out.partial = strings.Join(partial, "; ")
 	fmt.Fprintf(stdout, "profile-run: importing %d file(s), %d ranges:\n", len(profiles), len(recs))
 	for _, p := range profiles {
 		line := fmt.Sprintf("  %s: %s", p.Path, p.Format)
@@ -469,6 +491,16 @@ func clockText(o *analysis.Offsets, p *importer.Profile, profiles []*importer.Pr
 		return ", clock left as recorded (no collective, send or receive shared with the other files' ranks)"
 	}
 	if slices.Contains(ranks, o.Reference) {
+		// A trace an earlier import wrote may hold ranks left as recorded.
+		var left []int
+		for _, q := range ranks {
+			if slices.Contains(o.Unaligned, q) {
+				left = append(left, q)
+			}
+		}
+		if len(left) > 0 {
+			return ", the reference clock; " + ranksText(left) + " left as recorded (too few collectives or sends shared with the others)"
+		}
 		return ", the reference clock"
 	}
 	ref := ""

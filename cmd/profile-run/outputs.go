@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,6 +322,30 @@ func unalignedText(a *analysis.Offsets) string {
 		return "not aligned: every file's clock as recorded"
 	}
 	return "not aligned: " + ranksText(slices.Sorted(slices.Values(a.Unaligned))) + " as recorded"
+}
+
+// unalignedRanks reads back what unalignedText wrote into a trace: of
+// ranks, those whose clocks the import that wrote it left as recorded.
+func unalignedRanks(text string, ranks []int) []int {
+	list, ok := strings.CutPrefix(text, "not aligned: ")
+	if !ok {
+		return nil
+	}
+	if list == "every file's clock as recorded" {
+		return ranks
+	}
+	list, _ = strings.CutSuffix(list, " as recorded")
+	list, ok = strings.CutPrefix(list, "rank ")
+	if !ok {
+		list, _ = strings.CutPrefix(list, "ranks ")
+	}
+	var unaligned []int
+	for _, f := range strings.Split(list, ", ") {
+		if r, err := strconv.Atoi(f); err == nil && slices.Contains(ranks, r) {
+			unaligned = append(unaligned, r)
+		}
+	}
+	return unaligned
 }
 
 // openOutputs prepares every destination. File problems are errors, and
