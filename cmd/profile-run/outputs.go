@@ -619,13 +619,13 @@ func (out *outputs) finish(stdout io.Writer) error {
 				// records, up to its bound.
 				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
 			} else if len(out.o.command) > 0 {
-				line := fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges of %s (-trace-steps %s) and outside every step; %d records of other steps left out", covers, out.o.detail, st.Outside+st.Full)
+				line := fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges of %s (-trace-steps %s) and outside every step; %d records of other steps left out (all ranks')", covers, out.o.detail, st.Outside+st.Full)
 				if st.CutText() != "" {
 					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
 				}
 				rankHeader = append(slices.Clone(header), line)
 			} else {
-				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out", st.Covers(), out.o.detail, st.Outside+st.Full)
+				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out (all ranks')", st.Covers(), out.o.detail, st.Outside+st.Full)
 				if st.CutText() != "" {
 					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
 				}

@@ -675,7 +675,7 @@ func TestWrapAccountsNVTXSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "the wrapped command's NCCL operations, kernels and NVTX ranges of steps 0–1 (-trace-steps 1-5,last:5) and outside every step; 0 records of other steps left out\n"
+		want := "the wrapped command's NCCL operations, kernels and NVTX ranges of steps 0–1 (-trace-steps 1-5,last:5) and outside every step; 0 records of other steps left out (all ranks')\n"
 		if !strings.HasPrefix(string(b), want) {
 			t.Errorf("report.rank%d does not begin %q:\n%.300s", r, want, b)
 		}
