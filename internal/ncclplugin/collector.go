@@ -42,6 +42,10 @@ type config struct {
 	// pipeline names the pipeline's communicator; "" finds it by name
 	// (isPipelineName).
 	pipeline string
+	// grace is how long a process whose connections have all closed
+	// keeps what only its later records need (goneGrace; tests shorten
+	// it).
+	grace time.Duration
 }
 
 // WithDir sets the directory in which the collector makes its own
@@ -334,6 +338,58 @@ type process struct {
 	batches   map[batchKey]*batch
 	openBatch map[uint32]*batch
 	allToAlls map[uint64]uint64
+	// closed is when its last connection closed; released says its
+	// state for records still to come has gone since (release).
+	closed   time.Time
+	released bool
+}
+
+// goneGrace is how long a process whose connections have all closed,
+// with nothing left to deliver, keeps its state for a reconnect before
+// release lets go of it: its plugin reconnects within a second of a
+// failed send, and sends its last counts over a connection of their own
+// as it exits. A job that restarts its workers for hours would otherwise
+// keep every process it ever had (kernel names: up to tens of MiB each).
+const goneGrace = time.Minute
+
+// gone reports whether pr's connections have all closed, a grace ago as
+// of now, with nothing of it still to deliver: an operation waiting for
+// its kernel channels, a step range, a record waiting for its step or
+// rank, a batch holding p2p records.
+func (pr *process) gone(now time.Time, grace time.Duration) bool {
+	if pr.open > 0 || pr.released || pr.closed.IsZero() || now.Sub(pr.closed) < grace ||
+		len(pr.ops) > 0 || len(pr.held) > 0 || len(pr.waiting) > 0 || len(pr.early) > 0 {
+		return false
+	}
+	for _, b := range pr.batches {
+		if len(b.held) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// release lets go of what only a gone process's records still to come
+// needed. It keeps, a tombstone, what Stats counts (its losses, stage,
+// tracing, stale communicators, clock conflict), what stages other
+// processes (its sends, in c.sendComms) and what keeps the records of a
+// reconnect consistent with those delivered (rank, devices by
+// communicator, step numbers and ranges, all-to-all numbers, memory
+// held, each thread's count of lost ranges: counts since the process
+// began); a reconnect revives it (revive), with kernel names sent again.
+func (pr *process) release() {
+	pr.ops, pr.passed, pr.pending, pr.seen = nil, nil, nil, nil
+	pr.early, pr.held, pr.waiting = nil, nil, nil
+	pr.batches, pr.openBatch = nil, nil
+	pr.act.names = nil
+	pr.released = true
+}
+
+// revive makes again what release let go of and a connection needs.
+func (pr *process) revive() {
+	if pr.released {
+		pr.ops, pr.passed, pr.released = make(map[uint64]*op), make(map[uint64]uint64), false
+	}
 }
 
 // sendComm is a communicator a process sent or received over: its rank
@@ -532,7 +588,7 @@ func NewCollector(p *profiler.Profiler, opts ...Option) (*Collector, error) {
 	if p == nil {
 		return nil, errors.New("ncclplugin: NewCollector: nil profiler")
 	}
-	cfg := config{dir: os.TempDir(), linger: 2 * time.Second, stepName: profiler.StepName}
+	cfg := config{dir: os.TempDir(), linger: 2 * time.Second, stepName: profiler.StepName, grace: goneGrace}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
@@ -676,10 +732,16 @@ func (c *Collector) sweeper() {
 			c.mu.Lock()
 			var out []profiler.Record
 			for _, pr := range c.procs {
+				if pr.released {
+					continue // nothing of it waits
+				}
 				if pr.rank < 0 && now.Sub(pr.since) >= loneAfter {
 					out = c.loneLocked(pr, out)
 				}
 				out = c.expireLocked(pr, now.Add(-c.cfg.linger), out)
+				if pr.gone(now, c.cfg.grace) {
+					pr.release()
+				}
 			}
 			c.mu.Unlock()
 			c.ingest(out)
@@ -709,6 +771,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 			}
 			c.procs[key] = pr
 		}
+		pr.revive() // back after its grace: the same process, its drainer started again
 		pr.open++
 		grew := h.LocalSize > c.world
 		if grew {
@@ -765,6 +828,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 			// The process has gone (or will reconnect, and then its
 			// later records stand alone): what it left open is host-only.
 			out = c.expireLocked(pr, time.Time{}, out)
+			pr.closed = time.Now()
 		}
 	}
 	c.mu.Unlock()

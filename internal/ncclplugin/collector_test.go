@@ -11,6 +11,7 @@ import (
 	"reflect"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -2180,3 +2181,198 @@ func TestCollectorGatherScatterSizes(t *testing.T) {
 		}
 	}
 }
+
+// goneJob streams, one after another, the connections of procs
+// short-lived processes (a job whose launcher restarts its workers): each
+// with a launcher rank, kernel names (names KiB in all), a kernel, three
+// collectives with their channel, a send to its pair's other process
+// without one (host-only when the process goes), and its loss counts.
+// Pairs (2k, 2k+1) send over a communicator of their own: they stage
+// each other, the first after it has gone.
+func goneJob(t *testing.T, c *Collector, procs, names int) {
+	t.Helper()
+	name := strings.Repeat("k", 1000)
+	for i := range procs {
+		h := helloFrame(wireVersion, uint32(5000+i), "n")
+		putRank(h, i)
+		pair := uint64(1000 + i/2)
+		parts := [][]byte{h,
+			wireRec{kind: 1, hash: 7, rank: int32(i), nranks: int32(procs), peer: int32(i % 8)}.frame(),
+			wireRec{kind: 1, hash: pair, rank: int32(i % 2), nranks: 2, peer: int32(i % 8)}.frame(),
+			activityFrame(0, 1, 0, 0, 0, 0, 0, 0, "libcupti.so.13"),
+		}
+		for id := range names {
+			parts = append(parts, nameFrames(uint32(id+1), name+strconv.Itoa(id))...)
+		}
+		parts = append(parts, activityFrame(1, 500, 600, uint32(i%8), 7, 1, 0, 0, ""))
+		for k := range 3 {
+			// Each later than the one before: one enqueued no later than
+			// one the GPU has run may be given up at the next sweep.
+			task, d := uint64(k+1), uint64(k)*10_000
+			parts = append(parts,
+				wireRec{kind: 2, hash: 7, task: task, seq: uint64(k), t0: 1000 + d, t1: 2000 + d, a0: 4, a1: 16, rank: int32(i), nranks: int32(procs),
+					peer: -1, fn: 5, dtype: 8, nch: 1}.frame(),
+				wireRec{kind: 4, hash: 7, task: task, parent: 2, channel: 0, t0: 50 + d, t1: 60 + d, a0: 1500 + d, a1: 1600 + d}.frame())
+		}
+		parts = append(parts,
+			wireRec{kind: 3, hash: pair, task: 9, t0: 30_000, t1: 30_100, a0: 4, a1: 16, rank: int32(i % 2), nranks: 2, peer: int32(1 - i%2),
+				fn: 6, dtype: 8, nch: 1}.frame(),
+			wireRec{kind: 5, a0: 1}.frame())
+		send(t, c, stream(parts...), false)
+	}
+}
+
+// heavyProcesses counts the processes of c that still hold what only
+// records still to come need.
+func heavyProcesses(c *Collector) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, pr := range c.procs {
+		if pr.ops != nil || pr.act.names != nil || pr.passed != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func heapInUse() uint64 {
+	var m goruntime.MemStats
+	goruntime.GC()
+	goruntime.GC()
+	goruntime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestCollectorReleasesGoneProcesses: a process whose connections have
+// all closed, with nothing left to deliver, keeps only a tombstone once
+// the grace for a reconnect has passed: the collector's memory does not
+// grow with the number of processes a job ever had (each held 64 KiB of
+// kernel names here), and every record and count stays.
+func TestCollectorReleasesGoneProcesses(t *testing.T) {
+	sink := &counter{}
+	p, err := profiler.New(profiler.WithMaxRecords(0)) // the records delivered are the sink's
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddSink(sink); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	c, err := NewCollector(p, WithLinger(20*time.Millisecond), withGrace(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const procs, names = 200, 64
+	before := heapInUse()
+	goneJob(t, c, procs, names)
+	// Per process: a kernel, three collectives and the send.
+	const want = procs * 5
+	deadline := time.Now().Add(20 * time.Second)
+	for sink.n.Load() < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for heavyProcesses(c) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	heavy := heavyProcesses(c)
+	grew := int64(heapInUse()) - int64(before)
+	t.Logf("%d processes: %d still heavy, heap grew %d KiB (%d bytes a process)", procs, heavy, grew>>10, grew/procs)
+	if heavy > 0 {
+		t.Errorf("%d of %d gone processes still hold their state", heavy, procs)
+	}
+	if grew > procs*4<<10 {
+		t.Errorf("heap grew %d bytes, %d a process: more than a tombstone's", grew, grew/procs)
+	}
+	if n := sink.n.Load(); n != want {
+		t.Errorf("%d records, want %d", n, want)
+	}
+	st := c.Stats()
+	if st.Processes != procs || st.Connections != procs || st.Records != procs*4 || st.HostOnly != procs || st.KernelChannels != procs*3 ||
+		st.Kernels != procs || st.Traced != procs || st.Communicating != procs || st.PluginRingFull != procs ||
+		st.Staged != procs || st.StagedBySends != procs || st.Stages != 2 || st.Provisional != 0 || st.Unstaged != 0 || st.Orphans != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestCollectorReleasedProcessReconnects: a process that reconnects
+// after its state was released (its drainer stopped with its last
+// communicator, and started again with a new one) goes on as the same
+// process: its rank and device by communicator, its step numbers, its
+// ended steps (a late end sent again is no second step), its loss counts
+// since it began (not counted again); its kernel names come again with
+// the new connection.
+func TestCollectorReleasedProcessReconnects(t *testing.T) {
+	c, sink, _ := newTestCollector(t, WithLinger(20*time.Millisecond), withGrace(50*time.Millisecond))
+	const mangled = "_ZN2at6native6kernelEv"
+	first := [][]byte{helloFrame(wireVersion, 900, "n"),
+		wireRec{kind: 1, hash: 5, rank: 1, nranks: 2, peer: 3}.frame(),
+		activityFrame(0, 1, 0, 0, 0, 0, 0, 0, "libcupti.so.13")}
+	first = append(first, nameFrames(1, mangled)...)
+	first = append(first,
+		rangeFrame(10, 1, 1, 0, 100, 0, 0, "step 3"),
+		activityFrame(1, 1100, 1200, 3, 7, 1, 0, 0, ""),
+		wireRec{kind: 2, hash: 5, task: 1, seq: 0, t0: 1000, t1: 2000, a0: 4, a1: 16, rank: 1, nranks: 2, peer: -1, fn: 5, dtype: 8, nch: 1}.frame(),
+		wireRec{kind: 4, hash: 5, task: 1, parent: 2, channel: 0, t0: 50, t1: 60, a0: 1500, a1: 1600}.frame(),
+		rangeFrame(10, 0, 2, 2, 2500, 2600, 1, "fwd"),
+		rangeFrame(10, 0, 1, 2, 100, 5000, 0, "step 3"),
+		wireRec{kind: 5, a0: 4}.frame())
+	send(t, c, stream(first...), false)
+	sink.wait(t, 4)
+	released := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		pr := c.procs[procKey{"n", 900}]
+		return pr != nil && pr.released
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !released() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !released() {
+		t.Fatal("the gone process was not released")
+	}
+	second := [][]byte{helloFrame(wireVersion, 900, "n"), activityFrame(0, 1, 0, 0, 0, 0, 0, 0, "libcupti.so.13")}
+	second = append(second, nameFrames(1, mangled)...)
+	second = append(second,
+		rangeFrame(10, 0, 1, 2, 100, 5000, 0, "step 3"), // sent again
+		rangeFrame(10, 1, 3, 2, 6000, 0, 0, "step"),
+		activityFrame(1, 7100, 7200, 3, 7, 1, 0, 0, ""),
+		wireRec{kind: 2, hash: 5, task: 2, seq: 1, t0: 7000, t1: 8000, a0: 4, a1: 16, rank: 1, nranks: 2, peer: -1, fn: 5, dtype: 8, nch: 1}.frame(),
+		wireRec{kind: 4, hash: 5, task: 2, parent: 2, channel: 0, t0: 6050, t1: 6060, a0: 7500, a1: 7600}.frame(),
+		rangeFrame(10, 0, 4, 2, 8500, 8600, 1, "fwd"),
+		rangeFrame(10, 0, 3, 2, 6000, 9000, 0, "step"),
+		wireRec{kind: 5, a0: 4}.frame())
+	send(t, c, stream(second...), false)
+	recs := sink.wait(t, 8)
+	steps := map[int32]int{}
+	for _, r := range recs {
+		if r.Rank != 1 || r.Device.Index != 3 {
+			t.Errorf("%s: rank %d device %v, want rank 1 on cuda:3", r.Name, r.Rank, r.Device)
+		}
+		switch r.Kind {
+		case profiler.KindKernel:
+			if r.Name != KernelName(mangled) {
+				t.Errorf("kernel named %q, want %q", r.Name, KernelName(mangled))
+			}
+		case profiler.KindCollective:
+			if want := int32(3 + r.Collective.Seq>>4); r.Step != want {
+				t.Errorf("collective #%d in step %d, want %d", r.Collective.Seq>>4, r.Step, want)
+			}
+		}
+		if r.Name == profiler.StepName {
+			steps[r.Step]++
+		}
+	}
+	if !maps.Equal(steps, map[int32]int{3: 1, 4: 1}) {
+		t.Errorf("steps %v, want 3 and 4 once each", steps)
+	}
+	if st := c.Stats(); st.Processes != 1 || st.Connections != 2 || st.Records != 2 || st.Kernels != 2 || st.Steps != 2 ||
+		st.RangesLost != 2 || st.PluginRingFull != 4 || st.Traced != 1 || st.Communicating != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// withGrace shortens the grace for a gone process's reconnect.
+func withGrace(d time.Duration) Option { return optionFunc(func(c *config) { c.grace = d }) }
