@@ -146,9 +146,12 @@ type outputs struct {
 	o      *options
 	runID  string
 	runDir string // "" unless a file goes into the run directory
-	prof   *profiler.Profiler
-	log    *zap.Logger
-	abort  context.Context // every wait at the end also ends with it (interrupt.abort)
+	// madeDirs are the -out directories made for the run directory,
+	// innermost first: removed with it when it is (removeRunDir).
+	madeDirs []string
+	prof     *profiler.Profiler
+	log      *zap.Logger
+	abort    context.Context // every wait at the end also ends with it (interrupt.abort)
 	// partial, when set, says why the run is incomplete ("interrupted by
 	// SIGINT at step 46"); every output says it.
 	partial string
@@ -356,7 +359,8 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	var err error
 	// The run directory is made only when a file goes into it.
 	if o.report == "" || o.pprofPath == "" || o.tracePath == "" {
-		if out.runDir, err = makeRunDir(o.outDir); err != nil {
+		if out.runDir, out.madeDirs, err = makeRunDir(o.outDir); err != nil {
+			removeEmpty(out.madeDirs)
 			return nil, err
 		}
 		out.runID = filepath.Base(out.runDir)
@@ -552,7 +556,27 @@ func (out *outputs) removeFiles() {
 	}
 	out.report, out.pprofFile, out.traceFile = nil, nil, nil
 	if out.runDir != "" {
-		_ = os.Remove(out.runDir) // only if empty: never what someone else put there
+		out.removeRunDir() // only if empty: never what someone else put there
+	}
+}
+
+// removeRunDir removes the run directory if it is empty, and then the
+// -out directories made for it that are empty too; it reports whether
+// the run directory went.
+func (out *outputs) removeRunDir() bool {
+	if os.Remove(out.runDir) != nil {
+		return false
+	}
+	removeEmpty(out.madeDirs)
+	return true
+}
+
+// removeEmpty removes dirs, innermost first, each only if empty.
+func removeEmpty(dirs []string) {
+	for _, d := range dirs {
+		if os.Remove(d) != nil {
+			return
+		}
 	}
 }
 
@@ -704,7 +728,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			out.summary = append(out.summary, fmt.Sprintf("%s → %s (open in ui.perfetto.dev)", line, out.traceFile.Name()))
 		}
 	}
-	if collected > 0 && out.runDir != "" && os.Remove(out.runDir) == nil {
+	if collected > 0 && out.runDir != "" && out.removeRunDir() {
 		// Every file meant for the run directory was left out (a trace
 		// without records in its steps): removed only when empty, it
 		// would otherwise only look like a result.
@@ -917,7 +941,7 @@ func (out *outputs) abandon(cause error) string {
 	where := ""
 	if out.runDir != "" {
 		where = " in " + out.runDir
-		if os.Remove(out.runDir) == nil { // only if nothing is left in it
+		if out.removeRunDir() { // only if nothing is left in it
 			where = "; the run directory " + out.runDir + " is removed, nothing being left in it"
 		}
 	}

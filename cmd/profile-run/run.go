@@ -167,22 +167,35 @@ func newRunID() string {
 }
 
 // makeRunDir creates a fresh directory for this run under dir, named by
-// its run ID, so no run overwrites another's outputs.
-func makeRunDir(dir string) (string, error) {
+// its run ID, so no run overwrites another's outputs. It also returns the
+// directories of dir it had to make, innermost first: a run that writes
+// nothing removes them with its own (removeRunDir).
+func makeRunDir(dir string) (path string, made []string, err error) {
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Lstat(d); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		made = append(made, d)
+		up := filepath.Dir(d)
+		if up == d {
+			break
+		}
+		d = up
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("output directory -out %s: %w", dir, err)
+		return "", nil, fmt.Errorf("output directory -out %s: %w", dir, err)
 	}
 	for range 10 {
 		path := filepath.Join(dir, newRunID())
 		err := os.Mkdir(path, 0o755)
 		if err == nil {
-			return path, nil
+			return path, made, nil
 		}
 		if !errors.Is(err, os.ErrExist) {
-			return "", fmt.Errorf("output directory -out %s: %w", dir, err)
+			return "", made, fmt.Errorf("output directory -out %s: %w", dir, err)
 		}
 	}
-	return "", fmt.Errorf("output directory -out %s: could not find a free run name in it", dir)
+	return "", made, fmt.Errorf("output directory -out %s: could not find a free run name in it", dir)
 }
 
 func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
