@@ -224,21 +224,39 @@ func (a *StepAccountant) get(k stepKey) *openStep {
 func (a *StepAccountant) Add(r *Record) (late bool) {
 	k := stepKey{dev: r.Device, rank: int32(r.Rank), step: r.Step}
 	if r.Depth == 0 && r.Name == StepName {
-		// A step range is delivered once; a known key is a new
-		// recorder's step (a second run on one profiler counts its
-		// steps from 0 again).
+		// A step range is delivered once; a known key is another
+		// step under the same label: a new recorder's (a second run
+		// on one profiler counts its steps from 0 again), or the
+		// next of a trainer that labels no steps.
 		ra := a.rank(k)
 		if d := ra.doneOf(k); d.ok && d.step == k.step {
 			d.ok = false
 		}
 		s := a.get(k)
-		if !s.haveStep {
-			ra.stepRanges++
-			s.haveStep, s.stage, s.start, s.end = true, r.Stage, r.HostStart, r.HostEnd
-			s.cutShort = r.CutShort
-			s.arrived = ra.stepRanges
-			a.ready = append(a.ready, s)
+		if s.haveStep {
+			// A second step range under one key before the first was
+			// accounted: steps without a step label, or two runs'
+			// steps of one number in one batch. The first keeps its
+			// place in ready but takes no more work; the work that
+			// started after it ended is this step's.
+			prev := s
+			delete(a.open, k)
+			s = a.get(k)
+			kept := prev.work[:0]
+			for _, w := range prev.work {
+				if w.start >= prev.end {
+					s.work = append(s.work, w)
+				} else {
+					kept = append(kept, w)
+				}
+			}
+			prev.work = kept
 		}
+		ra.stepRanges++
+		s.haveStep, s.stage, s.start, s.end = true, r.Stage, r.HostStart, r.HostEnd
+		s.cutShort = r.CutShort
+		s.arrived = ra.stepRanges
+		a.ready = append(a.ready, s)
 		return false
 	}
 	act := r.Activity()
@@ -330,7 +348,9 @@ func (a *StepAccountant) stepTime(s *openStep) StepTime {
 }
 
 func (a *StepAccountant) retire(s *openStep) {
-	delete(a.open, s.key)
+	if a.open[s.key] == s {
+		delete(a.open, s.key)
+	}
 	if cap(s.work) > 4096 {
 		s.work = nil // do not hold on to an outsized step
 	}

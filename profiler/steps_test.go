@@ -2,6 +2,8 @@ package profiler_test
 
 import (
 	"bytes"
+	"cmp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -341,5 +343,44 @@ func TestStepBreakdownWarmUp(t *testing.T) {
 		if out := write(profiler.StepBreakdown(recs)); strings.Contains(out, "warm-up") {
 			t.Errorf("%s breakdown sets a warm-up apart:\n%s", name, out)
 		}
+	}
+}
+
+// Step ranges without a step label (a trainer that never calls SetStep)
+// share one key: each is a step of its own, its work the device ranges
+// that ran within it. All of them were once one step: the second and
+// later step ranges of a batch were dropped and their work added to the
+// first.
+func TestStepBreakdownUnlabelledSteps(t *testing.T) {
+	var recs []profiler.Record
+	id := uint64(0)
+	// Three steps of 1000us at 0, 2000 and 4000us; step i computes
+	// (i+1)·100us on the device, and an async forward of the first
+	// step, launched at 900us, runs on to 1100us.
+	for i := range 3 {
+		base := time.Duration(i) * 2000 * us
+		id++
+		step := id
+		recs = append(recs, profiler.Record{ID: step, Name: profiler.StepName, Labels: profiler.NoLabels, HostStart: base, HostEnd: base + 1000*us})
+		l := profiler.NoLabels
+		l.Phase = profiler.Forward
+		id++
+		recs = append(recs, profiler.Record{ID: id, Parent: step, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Labels: l, Stream: 1,
+			HostStart: base + 100*us, HostEnd: base + 200*us, HasDevice: true, DeviceStart: base + 100*us, DeviceEnd: base + 100*us + time.Duration(i+1)*100*us})
+		if i == 0 {
+			id++
+			recs = append(recs, profiler.Record{ID: id, Parent: step, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Labels: l, Stream: 1,
+				HostStart: 900 * us, HostEnd: 950 * us, HasDevice: true, DeviceStart: 900 * us, DeviceEnd: 1100 * us})
+		}
+	}
+	// Records arrive as ranges end: a step range after its work.
+	slices.SortStableFunc(recs, func(a, b profiler.Record) int { return cmp.Compare(a.HostEnd, b.HostEnd) })
+	got := profiler.StepBreakdown(recs)
+	if len(got) != 1 {
+		t.Fatalf("%d ranks, want 1", len(got))
+	}
+	// Busy: 100+100 (the async forward up to the step's end), 200, 300.
+	if r := got[0]; r.Steps != 3 || r.Wall != 3000*us || r.Busy != 700*us {
+		t.Errorf("got %d steps, wall %v, busy %v; want 3 steps, wall 3ms, busy 700us", r.Steps, r.Wall, r.Busy)
 	}
 }
