@@ -1,5 +1,7 @@
 package profiler
 
+import "time"
+
 // SetCallLogMaxOpen sets how many files c keeps open (MaxOpenCallLogs
 // by default), for tests of closing and reopening them.
 func SetCallLogMaxOpen(c *CallLog, n int) { c.maxOpen = n }
@@ -16,4 +18,12 @@ func CallLogOpen(c *CallLog) int {
 func HoldLock(p *Profiler) (release func()) {
 	p.mu.Lock()
 	return p.mu.Unlock
+}
+
+// SetSetupLockTimeout sets how long NewRecorder and AddSink wait for the
+// collector's lock, and returns the restore.
+func SetSetupLockTimeout(d time.Duration) (restore func()) {
+	old := setupLockTimeout
+	setupLockTimeout = d
+	return func() { setupLockTimeout = old }
 }

@@ -62,6 +62,7 @@ type Profiler struct {
 	sinkErr      atomic.Pointer[error] // the first sink's panic
 	closeOnce    sync.Once
 	stop, closed chan struct{}
+	finished     atomic.Bool // a Close has made the last pass (done is set)
 
 	// figs holds what Stats and PeakMemory read of the state p.mu
 	// guards, as of the last release of p.mu (unlock): they never wait
@@ -314,9 +315,10 @@ func (p *Profiler) Tag() string {
 // rank's, numbered apart (Record.ID). For a device with
 // a registered backend it calibrates the device clock against the host
 // clock first (once per device), which synchronises a private stream:
-// call it at setup, not in the training loop. After Close it returns an
-// error wrapping ErrClosed; on a nil *Profiler, a nil *Recorder (profiling
-// off) and no error.
+// call it at setup, not in the training loop. It waits for the
+// collector's lock at most 10 s (a sink stuck in Consume holds it), then
+// fails saying so. After Close it returns an error wrapping ErrClosed; on
+// a nil *Profiler, a nil *Recorder (profiling off) and no error.
 func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) {
 	if p == nil {
 		return nil, nil
@@ -324,7 +326,7 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 	if rank < 0 {
 		return nil, fmt.Errorf("profiler: rank %d is negative", rank)
 	}
-	if p.isDone() {
+	if p.closing() {
 		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, ErrClosed)
 	}
 	r := &Recorder{
@@ -345,7 +347,9 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 			return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, err)
 		}
 	}
-	p.mu.Lock()
+	if !p.lockForSetup() {
+		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, errSetupStuck())
+	}
 	defer p.unlock()
 	if p.done {
 		return nil, fmt.Errorf("profiler: recorder for rank %d: %w", rank, ErrClosed)
@@ -368,11 +372,33 @@ func (p *Profiler) NewRecorder(rank int, dev runtime.Device) (*Recorder, error) 
 // numbers in: 2^44 ranges, 200 days at a million a second.
 const recorderIDBits = 44
 
-// isDone reports whether Close has made its last pass.
-func (p *Profiler) isDone() bool {
-	p.mu.Lock()
-	defer p.unlock()
-	return p.done
+// closing reports whether Close has been called, whether or not it has
+// made its last pass (a sink stuck in Consume may keep it from that).
+func (p *Profiler) closing() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// setupLockTimeout is how long NewRecorder and AddSink, which take no
+// context, wait for the profiler's lock: a collector pass holds it for
+// milliseconds, a sink stuck in Consume for ever.
+var setupLockTimeout = 10 * time.Second
+
+// errSetupStuck is NewRecorder's and AddSink's error when the lock did
+// not come within setupLockTimeout.
+func errSetupStuck() error {
+	return fmt.Errorf("the collector is still delivering to a sink that has not returned from Consume after %v", setupLockTimeout)
+}
+
+// lockForSetup takes p.mu within setupLockTimeout.
+func (p *Profiler) lockForSetup() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), setupLockTimeout)
+	defer cancel()
+	return p.lockBy(ctx, 0)
 }
 
 // Calibrate places dev's clock on the host clock using impl; NewRecorder
@@ -384,6 +410,9 @@ func (p *Profiler) isDone() bool {
 func (p *Profiler) Calibrate(ctx context.Context, impl runtime.Impl, dev runtime.Device) error {
 	if p == nil {
 		return nil
+	}
+	if p.closing() {
+		return fmt.Errorf("profiler: calibrate %s: %w", dev, ErrClosed)
 	}
 	if !p.lockBy(ctx, 0) {
 		return calibrateStuck(ctx, dev)
@@ -659,8 +688,9 @@ func (p *Profiler) PeakMemory(rank int) int64 {
 	return peak
 }
 
-// ErrClosed (errors.Is) is what Close returns when called again, and what
-// NewRecorder, Calibrate, Flush, AddSink and Ingest return after Close.
+// ErrClosed (errors.Is) is what Close returns when called again after it
+// made its last pass, and what NewRecorder, Calibrate, Flush, AddSink and
+// Ingest return once Close has been called.
 var ErrClosed = errors.New("profiler: already closed")
 
 // Close stops the background collector, delivers what the recorders have
@@ -669,8 +699,10 @@ var ErrClosed = errors.New("profiler: already closed")
 // through Snapshot. Everything waits at most until ctx ends: the
 // collector's last pass, and each sink's Shutdown (a sink that never
 // returns from Consume leaves the last pass and the sinks' Shutdown out,
-// and Close returns when ctx ends, saying so). Call Flush first to
-// include device ranges whose events are still outstanding.
+// and Close returns when ctx ends, saying so; the profiler is closed all
+// the same, and a later Close, once the sink has returned, makes the
+// last pass and shuts the sinks down). Call Flush first to include
+// device ranges whose events are still outstanding.
 //
 // After Close, recorders still accept Start and End, which cost what they
 // did and allocate nothing; nothing collects their ranges in the
@@ -681,13 +713,9 @@ func (p *Profiler) Close(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	err := ErrClosed
-	p.closeOnce.Do(func() {
-		err = nil
-		close(p.stop)
-	})
-	if err != nil {
-		return err
+	p.closeOnce.Do(func() { close(p.stop) })
+	if p.finished.Load() {
+		return ErrClosed
 	}
 	var errs []error
 	// One grace for both waits below: an idle collector stops an instant
@@ -700,9 +728,15 @@ func (p *Profiler) Close(ctx context.Context) error {
 	if !p.lockBy(ctx, time.Until(graceEnd)) {
 		// The collector is stuck in a sink's Consume, holding the lock:
 		// what it has not delivered stays undelivered, and the sinks are
-		// not shut down (one of them would not return).
-		errs = append(errs, fmt.Errorf("profiler: close: a sink has not returned from Consume: the last records and the sinks' shutdown are left out: %w", ctx.Err()))
+		// not shut down (one of them would not return). A later Close
+		// tries again.
+		errs = append(errs, fmt.Errorf("profiler: close: a sink has not returned from Consume: the last records and the sinks' shutdown are left out (Close may be called again): %w", ctx.Err()))
 		return errors.Join(errs...)
+	}
+	if p.done {
+		// Another Close made the last pass while this one waited.
+		p.unlock()
+		return ErrClosed
 	}
 	p.collectLocked()
 	for _, c := range p.calib {
@@ -711,7 +745,10 @@ func (p *Profiler) Close(ctx context.Context) error {
 	// The calibrations are gone: device ranges collected from now on
 	// are kept without device times (deviceTimesLocked).
 	p.done = true
+	p.finished.Store(true)
+	sinks := p.sinks
+	p.sinks, p.sinksClosed = nil, true
 	p.unlock()
-	errs = append(errs, p.shutdownSinks(ctx))
+	errs = append(errs, shutdownSinks(ctx, sinks))
 	return errors.Join(errs...)
 }

@@ -36,8 +36,9 @@ type SinkShutdowner interface {
 	Shutdown(ctx context.Context) error
 }
 
-// AddSink registers s for every record finished from now on. After Close
-// it is an error: the profiler delivers nothing more.
+// AddSink registers s for every record finished from now on. Like
+// NewRecorder, it waits for the collector's lock at most 10 s. After
+// Close it is an error: the profiler delivers nothing more.
 func (p *Profiler) AddSink(s Sink) error {
 	if s == nil {
 		return errors.New("profiler: AddSink: nil sink")
@@ -45,7 +46,12 @@ func (p *Profiler) AddSink(s Sink) error {
 	if p == nil {
 		return nil // profiling off: nothing will come
 	}
-	p.mu.Lock()
+	if p.closing() {
+		return fmt.Errorf("profiler: AddSink: %w", ErrClosed)
+	}
+	if !p.lockForSetup() {
+		return fmt.Errorf("profiler: AddSink: %w", errSetupStuck())
+	}
 	defer p.unlock()
 	if p.sinksClosed {
 		return fmt.Errorf("profiler: AddSink: %w", ErrClosed)
@@ -54,14 +60,10 @@ func (p *Profiler) AddSink(s Sink) error {
 	return nil
 }
 
-// shutdownSinks detaches every sink and shuts down those that implement
-// SinkShutdowner, in the order they were added. Each gets ctx; a sink whose
-// Shutdown fails does not stop the next one's.
-func (p *Profiler) shutdownSinks(ctx context.Context) error {
-	p.mu.Lock()
-	sinks := p.sinks
-	p.sinks, p.sinksClosed = nil, true
-	p.unlock()
+// shutdownSinks shuts down the sinks that implement SinkShutdowner, in
+// the order they were added. Each gets ctx; a sink whose Shutdown fails
+// does not stop the next one's.
+func shutdownSinks(ctx context.Context, sinks []Sink) error {
 	var errs []error
 	for _, s := range sinks {
 		if sd, ok := s.(SinkShutdowner); ok {

@@ -183,3 +183,100 @@ func TestIngestEndsWithItsContextWhileASinkIsStuck(t *testing.T) {
 		t.Errorf("%d records of rank 3 kept, want the one ingested after the sink returned", n)
 	}
 }
+
+// TestCloseAgainAfterAStuckSink: a Close that gave up on a sink stuck in
+// Consume leaves the profiler closed: NewRecorder, Calibrate and AddSink
+// say so at once rather than wait for the lock the sink holds. Once the
+// sink returns, a second Close makes the last pass and shuts the sinks
+// down, which the first could not.
+func TestCloseAgainAfterAStuckSink(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut, sink := &shutdownCounter{}, newStuckSink()
+	for _, s := range []profiler.Sink{shut, sink} {
+		if err := p.AddSink(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer sink.unblock()
+	rec, err := p.NewRecorder(0, hostDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Start("op")
+	rec.End()
+	select {
+	case <-sink.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the collector never delivered to the sink")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	within(t, 5*time.Second, "Close with a 20ms deadline", func() { err = p.Close(ctx) })
+	if err == nil || !strings.Contains(err.Error(), "Consume") {
+		t.Fatalf("Close while a sink is stuck = %v; want an error naming the sink stuck in Consume", err)
+	}
+	// Recorders still record after Close; the second Close's last pass
+	// gathers this range.
+	rec.Start("after")
+	rec.End()
+	within(t, 2*time.Second, "NewRecorder after a Close that gave up", func() { _, err = p.NewRecorder(1, hostDevice) })
+	if !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("NewRecorder after Close = %v; want ErrClosed", err)
+	}
+	impl, err := runtime.Available(runtime.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, 2*time.Second, "Calibrate after a Close that gave up", func() {
+		err = p.Calibrate(context.Background(), impl, runtime.Device{Type: runtime.CPU, Index: 12})
+	})
+	if !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("Calibrate after Close = %v; want ErrClosed", err)
+	}
+	within(t, 2*time.Second, "AddSink after a Close that gave up", func() { err = p.AddSink(&shutdownCounter{}) })
+	if !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("AddSink after Close = %v; want ErrClosed", err)
+	}
+	if n := shut.shutdowns.Load(); n != 0 {
+		t.Fatalf("a sink was shut down (%d) by a Close that could not make its last pass", n)
+	}
+
+	sink.unblock()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := p.Close(ctx2); err != nil {
+		t.Fatalf("second Close after the sink returned: %v", err)
+	}
+	if n := shut.records.Load(); n != 2 {
+		t.Errorf("after the second Close the other sink had %d records, want both ranges recorded", n)
+	}
+	if n := shut.shutdowns.Load(); n != 1 {
+		t.Errorf("the second Close shut the sink down %d times, want once", n)
+	}
+	if err := p.Close(ctx2); !errors.Is(err, profiler.ErrClosed) {
+		t.Errorf("third Close = %v; want ErrClosed", err)
+	}
+	if n := shut.shutdowns.Load(); n != 1 {
+		t.Errorf("the third Close shut the sink down again (%d shutdowns)", n)
+	}
+}
+
+// TestSetupWaitsForAStuckSinkWithADeadline: NewRecorder and AddSink,
+// which have no context, wait for a sink stuck in Consume only so long,
+// then fail naming it.
+func TestSetupWaitsForAStuckSinkWithADeadline(t *testing.T) {
+	defer profiler.SetSetupLockTimeout(50 * time.Millisecond)()
+	p, _ := stuckProfiler(t)
+	var err error
+	within(t, 5*time.Second, "NewRecorder", func() { _, err = p.NewRecorder(1, hostDevice) })
+	if err == nil || !strings.Contains(err.Error(), "Consume") {
+		t.Errorf("NewRecorder while a sink is stuck = %v; want an error naming the sink stuck in Consume", err)
+	}
+	within(t, 5*time.Second, "AddSink", func() { err = p.AddSink(&shutdownCounter{}) })
+	if err == nil || !strings.Contains(err.Error(), "Consume") {
+		t.Errorf("AddSink while a sink is stuck = %v; want an error naming the sink stuck in Consume", err)
+	}
+}
