@@ -309,10 +309,14 @@ func combine(parts []*part) {
 		res := reduceBytes(p0.dtype, p0.redop, sends(parts, 0, len(p0.send)))
 		copy(parts[p0.root].recv, res)
 	case ccl.OpBroadcast:
+		// The root's own copy last: its recv may overlap its send.
 		src := parts[p0.root].send
-		for _, p := range parts {
-			copy(p.recv, src)
+		for r, p := range parts {
+			if r != p0.root {
+				copy(p.recv, src)
+			}
 		}
+		copy(parts[p0.root].recv, src)
 	case ccl.OpAllGather:
 		// Gather first: a rank's send may lie inside its recv (in place).
 		block := len(p0.send)

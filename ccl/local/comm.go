@@ -51,11 +51,24 @@ func (w *world) failure() error {
 }
 
 // failLocked records err as the communicator's failure unless one is
-// recorded already; the first failure stands.
+// recorded already; the first failure stands. A failed communicator runs
+// nothing more, so it lets go of what its pending operations held: the
+// rounds some ranks never reached and the messages never received (each
+// a copy of its payload). The operations still waiting hold what they
+// use themselves; broken wakes them.
 func (w *world) failLocked(err error) {
-	if w.err == nil {
-		w.err = err
-		close(w.broken)
+	if w.err != nil {
+		return
+	}
+	w.err = err
+	close(w.broken)
+	clear(w.rounds)
+	clear(w.shared)
+	clear(w.msgs)
+	w.boxesMu.Lock()
+	defer w.boxesMu.Unlock()
+	for _, m := range w.boxes {
+		m.drop()
 	}
 }
 

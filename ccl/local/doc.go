@@ -29,6 +29,10 @@
 // Operations are matched by number, not by when the streams reach them:
 // a communicator's collectives in the order each rank issued them, and the
 // k-th Send from one rank to another with the other's k-th Recv from it.
+// As in NCCL, a rank may send to and receive from itself, so NCCL's
+// recipes for AllToAll, Gather and Scatter (grouped Sends and Recvs to
+// every rank) run unchanged; a shared backend (below) accepts such a pair
+// only inside a group, where NCCL needs it too.
 //
 // GroupStart and GroupEnd belong to the calling goroutine, as NCCL's
 // groups belong to the calling thread; they nest, and GroupEnd without

@@ -296,7 +296,7 @@ func TestInvalidArguments(t *testing.T) {
 		{"float16 reduction", b.AllReduce(f16, f16, 8, runtime.Float16, ccl.Sum, c, s), ccl.StatusNotSupported, "float16"},
 		{"unknown op", b.AllReduce(buf, buf, 8, runtime.Float32, ccl.ReduceOp(42), c, s), ccl.StatusInvalidArgument, "unsupported reduce op 42"},
 		{"root", b.Broadcast(buf, buf, 8, runtime.Float32, 2, c, s), ccl.StatusInvalidArgument, "root 2"},
-		{"self send", b.Send(buf, 8, runtime.Float32, 0, c, s), ccl.StatusInvalidArgument, "peer 0"},
+		{"peer beyond the ranks", b.Send(buf, 8, runtime.Float32, 2, c, s), ccl.StatusInvalidArgument, "peer 2"},
 		{"peer range", b.Recv(buf, 8, runtime.Float32, -1, c, s), ccl.StatusInvalidArgument, "peer -1"},
 		{"other device buffer", b.Send(other, 8, runtime.Float32, 1, c, s), ccl.StatusInvalidArgument, "buffer on cpu:1"},
 		{"other device stream", b.Send(buf, 8, runtime.Float32, 1, c, g.streams[1]), ccl.StatusInvalidArgument, "stream on cpu:1"},

@@ -30,12 +30,28 @@ func (w *world) box(src, dst int) *mailbox {
 	return m
 }
 
-func (m *mailbox) put(k uint64, msg []byte) {
+// put delivers message k, unless the communicator has failed (broken is
+// closed): nothing will receive it then. The check is under the mailbox's
+// lock, which drop takes after broken is closed, so a message is either
+// dropped there or never stored.
+func (m *mailbox) put(k uint64, msg []byte, broken <-chan struct{}) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-broken:
+		return
+	default:
+	}
 	m.msgs[k] = msg
 	close(m.notify)
 	m.notify = make(chan struct{})
-	m.mu.Unlock()
+}
+
+// drop discards the messages not yet received.
+func (m *mailbox) drop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.msgs)
 }
 
 // take removes message k, or returns a channel closed at the next
@@ -94,6 +110,16 @@ func (b *Backend) Recv(buf runtime.Buffer, count int, dtype runtime.DataType, pe
 	return nil
 }
 
+// checkPeer checks that peer is a rank of c's communicator. It may be
+// c's own rank: as in NCCL, a rank sends to and receives from itself (the
+// recipes for AllToAll, Gather and Scatter do).
+func checkPeer(op string, c *comm, peer int) error {
+	if peer < 0 || peer >= c.w.n {
+		return ccl.Errorf(op, ccl.StatusInvalidArgument, "peer %d: %s needs a rank in [0, %d)", peer, c, c.w.n)
+	}
+	return nil
+}
+
 func prepareP2P(op string, buf runtime.Buffer, count int, dtype runtime.DataType, peer int, c ccl.Comm, s *runtime.Stream) (*comm, []byte, error) {
 	lc, err := usable(op, c)
 	if err != nil {
@@ -112,8 +138,8 @@ func prepareP2P(op string, buf runtime.Buffer, count int, dtype runtime.DataType
 	if err := checkBytes(op, count, es, 1); err != nil {
 		return nil, nil, err
 	}
-	if peer < 0 || peer >= lc.w.n || peer == lc.rank {
-		return nil, nil, ccl.Errorf(op, ccl.StatusInvalidArgument, "peer %d: %s needs another rank in [0, %d)", peer, lc, lc.w.n)
+	if err := checkPeer(op, lc, peer); err != nil {
+		return nil, nil, err
 	}
 	data, err := bytesOf(op, "", lc, buf, int64(count)*int64(es))
 	return lc, data, err
@@ -124,7 +150,7 @@ func (c *comm) send(data []byte, peer int, k uint64) {
 	if c.w.failure() != nil {
 		return
 	}
-	c.w.box(c.rank, peer).put(k, append(make([]byte, 0, len(data)), data...))
+	c.w.box(c.rank, peer).put(k, append(make([]byte, 0, len(data)), data...), c.w.broken)
 }
 
 // recv runs on the receiver's stream.

@@ -129,6 +129,17 @@ func (b *Backend) submitShared(op sharedOp) error {
 	return runShared([]sharedOp{op})
 }
 
+// inGroup reports whether the calling goroutine has a group open.
+func (b *Backend) inGroup() bool {
+	if b.groups.open.Load() == 0 {
+		return false
+	}
+	id := goid.Get()
+	b.groups.mu.Lock()
+	defer b.groups.mu.Unlock()
+	return b.groups.m[id] != nil
+}
+
 // runShared posts every op, then takes, then releases.
 func runShared(ops []sharedOp) error {
 	var errs []error
@@ -597,8 +608,13 @@ func (b *Backend) deviceP2P(opName string, buf runtime.Buffer, count int, dtype 
 	if err := checkBytes(opName, count, es, 1); err != nil {
 		return err
 	}
-	if peer < 0 || peer >= lc.w.n || peer == lc.rank {
-		return ccl.Errorf(opName, ccl.StatusInvalidArgument, "peer %d: %s needs another rank in [0, %d)", peer, lc, lc.w.n)
+	if err := checkPeer(opName, lc, peer); err != nil {
+		return err
+	}
+	if peer == lc.rank && !b.inGroup() {
+		// Outside a group the call returns only once its match has been
+		// issued, which this rank can do only after it returns.
+		return ccl.Errorf(opName, ccl.StatusInvalidArgument, "%s with itself as peer (%s): a shared backend matches it only inside a group (GroupStart/GroupEnd) holding both the Send and the Recv", opName, lc)
 	}
 	view, err := checkBuffer(opName, "", lc, buf, int64(count)*int64(es))
 	if err != nil {
@@ -628,6 +644,12 @@ func (op *sharedP2P) post() error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.err != nil {
+		// Failed: nothing is matched any more. take and release see the
+		// failure; the message is not kept for a peer.
+		op.msg = &sharedMsg{matched: make(chan struct{}), copied: make(chan struct{})}
+		return nil
+	}
 	m := w.msgs[op.key]
 	if m == nil {
 		m = &sharedMsg{matched: make(chan struct{}), copied: make(chan struct{})}

@@ -237,7 +237,7 @@ func TestSharedRefusals(t *testing.T) {
 		{"max", func() error { return b.AllReduce(f32, f32, 4, runtime.Float32, ccl.Max, c, s) }, ccl.StatusNotSupported},
 		{"int32 sum", func() error { return b.AllReduce(i32, i32, 4, runtime.Int32, ccl.Sum, c, s) }, ccl.StatusNotSupported},
 		{"too short", func() error { return b.AllReduce(f32, f32, 5, runtime.Float32, ccl.Sum, c, s) }, ccl.StatusInvalidArgument},
-		{"send to self", func() error { return b.Send(f32, 4, runtime.Float32, 0, c, s) }, ccl.StatusInvalidArgument},
+		{"send to self outside a group", func() error { return b.Send(f32, 4, runtime.Float32, 0, c, s) }, ccl.StatusInvalidArgument},
 		{"stream of another device", func() error {
 			other, err := runtime.NewStream(runtime.Device{Type: runtime.CPU, Index: 1})
 			if err != nil {
