@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cuda/dl"
@@ -74,6 +75,12 @@ func (m *Impl) blasCall(op string, s *stream, call func(b *cublas, h uintptr, f 
 	defer sc.exit()
 	s.blasMu.Lock()
 	defer s.blasMu.Unlock()
+	// StreamDestroy marks the stream before it takes blasMu to destroy
+	// the handle: a call that got here after it must not make a new
+	// handle, which nothing would destroy, bound to a destroyed stream.
+	if s.destroyed.Load() {
+		return runtime.Errorf(op, runtime.StatusInvalidArgument, "stream on cuda:%d used after StreamDestroy", s.dev)
+	}
 	h, err := m.blasHandle(op, b, s)
 	if err != nil {
 		return err
@@ -121,6 +128,19 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	if g.M == 0 || g.N == 0 {
 		return nil
 	}
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"LDA", g.LDA}, {"LDB", g.LDB}, {"LDC", g.LDC}} {
+		if g.K == 0 && (d.name == "LDA" || d.name == "LDB") {
+			continue // not read, and not passed on (leadingDims)
+		}
+		if d.v > math.MaxInt32 {
+			// cuBLAS takes C ints: a larger value would be cut short in
+			// silence.
+			return runtime.Errorf(op, runtime.StatusInvalidArgument, "%s %d is beyond cuBLAS's 32-bit dimensions", d.name, d.v)
+		}
+	}
 	es := int64(g.Type.Size())
 	ar, ac := g.M, g.K
 	if g.TransA {
@@ -130,33 +150,17 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 	if g.TransB {
 		br, bc = bc, br
 	}
-	need := func(rows, cols, ld int) int64 {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (int64(ld)*int64(cols-1) + int64(rows)) * es
-	}
-	c, err := m.matrix(op, "C", s, g.C, g.M, g.LDC, need(g.M, g.N, g.LDC))
+	c, err := m.matrix(op, "C", s, g.C, g.M, g.N, g.LDC, es)
 	if err != nil {
 		return err
 	}
 	var a, b uintptr
 	if g.K > 0 {
-		if a, err = m.matrix(op, "A", s, g.A, ar, g.LDA, need(ar, ac, g.LDA)); err != nil {
+		if a, err = m.matrix(op, "A", s, g.A, ar, ac, g.LDA, es); err != nil {
 			return err
 		}
-		if b, err = m.matrix(op, "B", s, g.B, br, g.LDB, need(br, bc, g.LDB)); err != nil {
+		if b, err = m.matrix(op, "B", s, g.B, br, bc, g.LDB, es); err != nil {
 			return err
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    int
-	}{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"LDA", g.LDA}, {"LDB", g.LDB}, {"LDC", g.LDC}} {
-		if d.v > math.MaxInt32 {
-			// cuBLAS takes C ints: a larger value would be cut short in
-			// silence.
-			return runtime.Errorf(op, runtime.StatusInvalidArgument, "%s %d is beyond cuBLAS's 32-bit dimensions", d.name, d.v)
 		}
 	}
 	ta, tb := blasOp(g.TransA), blasOp(g.TransB)
@@ -190,19 +194,23 @@ func (m *Impl) Gemm(sh any, g runtime.GemmArgs) error {
 // cuBLAS. cuBLAS refuses (CUBLAS_STATUS_INVALID_VALUE) an lda below
 // max(1, rows of A as stored) — M, or K when A is transposed — and an
 // ldb below max(1, rows of B as stored) — K, or N when B is transposed —
-// whatever K is, as the reference BLAS does. With K = 0, A and B are never read and neither the runtime
-// nor this backend checks LDA and LDB, so any value is legal there (the
-// CPU backend accepts it): one below that bound is raised to it. With
+// whatever K is, as the reference BLAS does. With K = 0, A and B are
+// never read and neither the runtime nor this backend checks LDA and LDB,
+// so any value is legal there (the CPU backend accepts it): cuBLAS gets
+// the smallest values it accepts instead, which also fit its C ints. With
 // K > 0, Gemm has checked them already and they pass unchanged.
 func leadingDims(g runtime.GemmArgs) (lda, ldb, ldc uintptr) {
-	ar, br := g.M, g.K
-	if g.TransA {
-		ar = g.K
+	if g.K == 0 {
+		ar, br := g.M, 0
+		if g.TransA {
+			ar = 0
+		}
+		if g.TransB {
+			br = g.N
+		}
+		return uintptr(max(ar, 1)), uintptr(max(br, 1)), uintptr(g.LDC)
 	}
-	if g.TransB {
-		br = g.N
-	}
-	return uintptr(max(g.LDA, ar, 1)), uintptr(max(g.LDB, br, 1)), uintptr(g.LDC)
+	return uintptr(g.LDA), uintptr(g.LDB), uintptr(g.LDC)
 }
 
 // float32Compute checks g.Math and returns the cuBLAS compute type of a
@@ -241,16 +249,38 @@ func (*Impl) SupportsMath(mode runtime.MathMode) bool {
 	return false
 }
 
-// matrix returns the device address of a matrix operand after checking
-// that it is live memory of m on the stream's device holding bytes bytes.
-func (m *Impl) matrix(op, name string, s *stream, b runtime.Buffer, rows, ld int, bytes int64) (uintptr, error) {
+// matrix returns the device address of a rows×cols column-major matrix
+// operand with leading dimension ld and elements of es bytes, after
+// checking that it is live memory of m on the stream's device that holds
+// ld·(cols−1)+rows elements.
+func (m *Impl) matrix(op, name string, s *stream, b runtime.Buffer, rows, cols, ld int, es int64) (uintptr, error) {
 	if ld < max(1, rows) {
 		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "ld%s=%d smaller than %d rows", name, ld, rows)
 	}
 	if b.Device().Index != s.dev {
 		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "matrix %s on %s, stream on cuda:%d", name, b.Device(), s.dev)
 	}
-	return m.pointer(op, b, bytes)
+	n, ok := matrixBytes(rows, cols, ld, es)
+	if !ok {
+		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "matrix %s (%d×%d, ld%s=%d) needs more than 2^63 bytes", name, rows, cols, name, ld)
+	}
+	return m.pointer(op, b, n)
+}
+
+// matrixBytes is the size in bytes of a rows×cols column-major matrix
+// with leading dimension ld, (ld·(cols−1)+rows)·es, 0 when it has no
+// element, and whether that fits in an int64. The arguments are not
+// negative.
+func matrixBytes(rows, cols, ld int, es int64) (int64, bool) {
+	if rows == 0 || cols == 0 {
+		return 0, true
+	}
+	hi, lo := bits.Mul64(uint64(ld), uint64(cols-1))
+	elems, carry := bits.Add64(lo, uint64(rows), 0)
+	if hi != 0 || carry != 0 || elems > math.MaxInt64/uint64(es) {
+		return 0, false
+	}
+	return int64(elems) * es, true
 }
 
 // Axpy enqueues y[i] += alpha·x[i] for n float32s (cublasSaxpy).

@@ -95,6 +95,19 @@ func (m *Impl) cudaErr(op string, code int32) error {
 	return runtime.Errorf(op, st, "%s: %s (cuda error %d)", name, desc, code)
 }
 
+// forOp returns err, a failure kept from an earlier call (a library or
+// the kernels that did not load), as the error of op, the call that meets
+// it now: the kept error names the call that first met it.
+func forOp(op string, err error) error {
+	e, ok := err.(*runtime.Error)
+	if !ok || e.Op == op {
+		return err
+	}
+	c := *e
+	c.Op = op
+	return &c
+}
+
 // notReady errors are preallocated per operation: they are returned on the
 // profiler's polling path, which must not allocate.
 var notReadyErrs = func() map[string]error {

@@ -309,7 +309,7 @@ func (m *Impl) enter(op string, dev int) (scope, error) {
 	// (CUDA 12 initialises the primary context at cudaSetDevice). Such a
 	// thread gets no context back instead.
 	noCtx := false
-	if drv, err := m.driverAPI(op); err == nil {
+	if drv := m.loadDriver(op); drv != nil {
 		g := dl.Get()
 		if int32(g.Call(drv.ctxGetCurrent, g.OutPtr(0))) == 0 && g.Out[0] == 0 {
 			noCtx = true
@@ -351,11 +351,23 @@ func (m *Impl) cublasAPI(op string) (*cublas, error) {
 		}
 		m.blas = b
 	})
-	return m.blas, m.blasLoadErr
+	if m.blasLoadErr != nil {
+		return nil, forOp(op, m.blasLoadErr)
+	}
+	return m.blas, nil
 }
 
 // driverAPI loads the CUDA driver library on first use.
 func (m *Impl) driverAPI(op string) (*driver, error) {
+	if d := m.loadDriver(op); d != nil {
+		return d, nil
+	}
+	return nil, forOp(op, m.drvErr)
+}
+
+// loadDriver is driverAPI for callers that can do without the driver: it
+// returns nil where the library did not load, and allocates nothing.
+func (m *Impl) loadDriver(op string) *driver {
 	m.drvOnce.Do(func() {
 		lib, _, err := dl.Open(candidates(m.cfg.driver, EnvDriverLib, "libcuda.so.1", "libcuda.so"))
 		if err != nil {
@@ -373,7 +385,7 @@ func (m *Impl) driverAPI(op string) (*driver, error) {
 			m.drv = nil
 		}
 	})
-	return m.drv, m.drvErr
+	return m.drv
 }
 
 // DeviceName returns the GPU's product name, e.g. "NVIDIA H200".

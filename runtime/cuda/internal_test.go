@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -315,11 +316,17 @@ func TestLeadingDimsMeetCublasChecks(t *testing.T) {
 		if g.TransB {
 			br = g.N
 		}
+		// cuBLAS takes them as C ints.
+		for _, v := range []uintptr{lda, ldb, ldc} {
+			if v > math.MaxInt32 {
+				return false
+			}
+		}
 		return lda >= uintptr(max(1, ar)) && ldb >= uintptr(max(1, br)) && ldc >= uintptr(max(1, g.M))
 	}
 	for _, ta := range []bool{false, true} {
 		for _, tb := range []bool{false, true} {
-			for _, ld := range []int{0, 1} {
+			for _, ld := range []int{0, 1, 1 << 40} {
 				g := runtime.GemmArgs{TransA: ta, TransB: tb, M: 4, N: 3, K: 0, LDA: ld, LDB: ld, LDC: 4}
 				lda, ldb, ldc := leadingDims(g)
 				if !accepts(g, lda, ldb, ldc) {

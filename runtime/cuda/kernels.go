@@ -38,7 +38,10 @@ type kernels struct {
 // kernelsOn loads the module into device d's primary context once.
 func (m *Impl) kernelsOn(op string, d *device) (*kernels, error) {
 	d.kernOnce.Do(func() { d.kern, d.kernErr = m.loadKernels(op, d.index) })
-	return d.kern, d.kernErr
+	if d.kernErr != nil {
+		return nil, forOp(op, d.kernErr)
+	}
+	return d.kern, nil
 }
 
 func (m *Impl) loadKernels(op string, index int) (*kernels, error) {
@@ -184,9 +187,12 @@ func (m *Impl) vectors(op string, sh any, n int, bufs ...runtime.Buffer) (*strea
 		if b.Offset()%4 != 0 {
 			return nil, out, runtime.Errorf(op, runtime.StatusInvalidArgument, "buffer offset %d is not float32-aligned", b.Offset())
 		}
-		p, err := m.pointer(op, b, int64(n)*4)
+		p, err := m.pointer(op, b, 0)
 		if err != nil {
 			return nil, out, err
+		}
+		if int64(n) > b.Size()/4 { // not n·4, which may overflow
+			return nil, out, runtime.Errorf(op, runtime.StatusInvalidArgument, "%d float32 elements in a %d-byte buffer", n, b.Size())
 		}
 		out[i] = p
 	}

@@ -78,7 +78,10 @@ func (m *Impl) account(d *device, size int64) {
 	}
 }
 
-// take checks that h is live memory of m and marks it freed.
+// take checks that h is live memory of m and marks it freed. A caller
+// whose free then fails gives it back (untake), so that the memory, still
+// allocated, can be freed again rather than being lost with a handle that
+// says "already freed".
 func (m *Impl) take(op string, h any) (*allocation, error) {
 	a, ok := h.(*allocation)
 	if !ok || a == nil {
@@ -93,7 +96,10 @@ func (m *Impl) take(op string, h any) (*allocation, error) {
 	return a, nil
 }
 
-// Free releases an allocation. cudaFree waits for work using it.
+func untake(a *allocation) { a.freed.Store(false) }
+
+// Free releases an allocation. cudaFree waits for work using it. Where it
+// fails, the allocation stays live.
 func (m *Impl) Free(h any) error {
 	const op = "Free"
 	a, err := m.take(op, h)
@@ -102,12 +108,14 @@ func (m *Impl) Free(h any) error {
 	}
 	sc, err := m.enter(op, a.dev)
 	if err != nil {
+		untake(a)
 		return err
 	}
 	defer sc.exit()
 	f := dl.Get()
 	defer f.Put()
 	if rc := int32(f.Call(m.rt.free, a.ptr)); rc != 0 {
+		untake(a)
 		return m.cudaErr(op, rc)
 	}
 	d := &m.devices[a.dev]
@@ -142,7 +150,8 @@ func (m *Impl) MallocAsync(size int64, sh any) (any, error) {
 }
 
 // FreeAsync frees memory when the stream reaches this point; the bytes
-// leave the backend's in-use count at once.
+// leave the backend's in-use count at once. Where it fails, the
+// allocation stays live.
 func (m *Impl) FreeAsync(h, sh any) error {
 	const op = "FreeAsync"
 	s, err := m.stream(op, sh)
@@ -155,10 +164,12 @@ func (m *Impl) FreeAsync(h, sh any) error {
 	}
 	sc, err := m.enter(op, s.dev)
 	if err != nil {
+		untake(a)
 		return err
 	}
 	defer sc.exit()
 	if rc := int32(dl.Call(m.rt.freeAsync, a.ptr, s.h)); rc != 0 {
+		untake(a)
 		return m.cudaErr(op, rc)
 	}
 	m.devices[a.dev].inUse.Add(-a.size)
@@ -186,7 +197,7 @@ func checkView(op string, a *allocation, b runtime.Buffer, n int64) (uintptr, er
 	if off < 0 || size < 0 || off > a.size || size > a.size-off {
 		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "view of %d bytes at offset %d of a %d-byte allocation", size, off, a.size)
 	}
-	if n > size {
+	if n < 0 || n > size {
 		return 0, runtime.Errorf(op, runtime.StatusInvalidArgument, "%d bytes asked of a %d-byte buffer", n, size)
 	}
 	return a.ptr + uintptr(off), nil
@@ -431,8 +442,8 @@ func (m *Impl) inSomeContext(op string, fn func()) error {
 // when it has one, when no device has a context, or when the driver API
 // cannot say.
 func (m *Impl) deviceWithContext(op string) (int, bool) {
-	drv, err := m.driverAPI(op)
-	if err != nil {
+	drv := m.loadDriver(op)
+	if drv == nil {
 		return 0, false
 	}
 	f := dl.Get()
