@@ -23,7 +23,9 @@
 // labels, collective fields and bandwidths as args, and device-timed
 // records their stream ("stream", runtime.Stream.ID) and the other
 // timeline's duration ("device_us" on the host event, "host_us" on the
-// device event), so a reader can put each record back together.
+// device event), and a host-only record on a device other than its
+// rank's (the one its process is named after) that device ("device"), so
+// a reader can put each record back together.
 //
 // Flow arrows join each Send to its matching Recv and the participants of
 // each collective, bound to their device events where they have device

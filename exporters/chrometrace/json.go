@@ -160,6 +160,9 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 		b = appendMicros(sep(b, "host_us"), int64(r.HostEnd-r.HostStart))
 	} else if r.HasDevice {
 		b = appendMicros(sep(b, "device_us"), int64(r.DeviceEnd-r.DeviceStart))
+	} else if d, ok := tr.rankDevice[r.Rank]; ok && r.Device != d {
+		// A host range off its rank's device (the process name's).
+		b = appendString(sep(b, "device"), r.Device.String())
 	}
 	if r.HasDevice {
 		// Tracks are per device and class, not per stream; the stream lets

@@ -18,6 +18,10 @@ type trace struct {
 	// arrows bind to: its device event if it has one, else its host event.
 	anchor []int32
 	ranks  map[groupMember]int // (group, group rank) → rank, for args
+	// rankDevice is each rank's device, named in its process; a host
+	// range on another (an imported profile's CPU ops beside its GPU
+	// steps) names its own in its args.
+	rankDevice map[int]runtime.Device
 }
 
 // track is a thread of the trace: a host lane or a device lane of a rank.
@@ -252,6 +256,7 @@ func (tr *trace) nameTracks(records []profiler.Record) []int32 {
 			hostSeen[r.Rank] = hostSeen[r.Rank] || r.Kind == profiler.KindHost
 		}
 	}
+	tr.rankDevice = devices
 	names := map[runtime.Device]string{}
 	deviceName := func(d runtime.Device) string {
 		n, ok := names[d]

@@ -47,6 +47,7 @@ type ownArgs struct {
 	Microbatch *int64       `json:"microbatch"`
 	Phase      string       `json:"phase"`
 	Tag        string       `json:"tag"`
+	Device     string       `json:"device"` // a host range's device, where not its rank's
 	HostUS     *json.Number `json:"host_us"`
 	DeviceUS   *json.Number `json:"device_us"`
 	Stream     *uint64      `json:"stream"`
@@ -232,6 +233,11 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		if kind == profiler.KindCollective || kind == profiler.KindP2P {
 			rec.Collective = ownCollective(&ev.Args)
 			rec.Collective.GroupID = gid
+		}
+		if ev.Args.Device != "" {
+			if rec.Device, err = parseDevice(ev.Args.Device); err != nil {
+				return bad("device: %v", err)
+			}
 		}
 		if ev.Args.DeviceUS != nil {
 			// Device-timed: its device event gives the interval. Until it

@@ -428,3 +428,58 @@ func TestTrainscopeTransferEndOnTheEpochsClock(t *testing.T) {
 		}
 	})
 }
+
+// A Kineto trace's host ranges are on the CPU (cpu:0) and its step
+// ranges and kernels on the GPU: exported and read back, each range keeps
+// its device, and the step accounting (which keys a step's work by
+// device) finds the same steps. Read back, every host range once took
+// its rank's one device.
+func TestKinetoRoundTripKeepsDevices(t *testing.T) {
+	for _, name := range []string{"testdata/kineto/rank0.json", "testdata/kineto/rank1.json"} {
+		orig := loadFile(t, name).Records
+		devs := map[runtime.Device]int{}
+		for i := range orig {
+			if orig[i].Kind == profiler.KindHost {
+				devs[orig[i].Device]++
+			}
+		}
+		if len(devs) < 2 {
+			t.Fatalf("%s: host ranges on %v: the test needs ranges of one rank on two devices", name, devs)
+		}
+		var buf bytes.Buffer
+		if _, err := chrometrace.Write(&buf, orig); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Load("trace.json", &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := p.Records
+		if len(back) != len(orig) {
+			t.Fatalf("%s: %d records read back, %d written", name, len(back), len(orig))
+		}
+		type key struct {
+			name       string
+			start, end time.Duration
+		}
+		want := map[key][]runtime.Device{}
+		for i := range orig {
+			k := key{orig[i].Name, orig[i].HostStart, orig[i].HostEnd}
+			want[k] = append(want[k], orig[i].Device)
+		}
+		for i := range back {
+			r := &back[i]
+			k := key{r.Name, r.HostStart, r.HostEnd}
+			ws := want[k]
+			if j := slices.Index(ws, r.Device); j >= 0 {
+				want[k] = slices.Delete(ws, j, j+1)
+				continue
+			}
+			t.Errorf("%s: %q at %v read back on %v, written on %v", name, r.Name, r.HostStart, r.Device, ws)
+		}
+		a, b := profiler.StepBreakdown(orig), profiler.StepBreakdown(back)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: steps of the records read back:\n%+v\nof those written:\n%+v", name, b, a)
+		}
+	}
+}
