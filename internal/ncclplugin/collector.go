@@ -117,8 +117,11 @@ type Stats struct {
 	// counted per process.
 	StaleComms    int
 	StaleChannels uint64
-	// KernelChannels matched to their operation; Orphans arrived for an
-	// operation never seen, or after it had been delivered.
+	// KernelChannels matched to their operation; Orphans are kernel-channel
+	// and proxy-operation records that arrived for an operation never
+	// seen, or after it had been delivered (a proxy operation's stop whose
+	// start a full ring dropped lets its p2p go before the others stop),
+	// and were lost.
 	KernelChannels, Orphans uint64
 	// ProxyTimed counts the p2p operations whose transfer end NCCL's
 	// proxy reported (network transports).
@@ -191,13 +194,17 @@ type Stats struct {
 	// p2p operation (Processes counts every one that loaded the plugin,
 	// a launcher that only initialised CUDA too).
 	Communicating int
-	// ClockConflicts counts processes whose GPU-to-host offset bounds
+	// ClockConflicts counts the GPUs of processes (a process's GPUs each
+	// have their own %globaltimer) whose GPU-to-host offset bounds
 	// disagreed by more than 100 µs (see docs/nccl-plugin.md); their
-	// lower bound is used.
-	// ClockConflict describes the first operation that made them
-	// disagree.
+	// lower bound is used. ClockConflict describes the first operation
+	// that made them disagree, and names its CUDA device. ClockSteps
+	// counts the times a GPU's offset was estimated again, its operations
+	// having agreed on one that contradicted the bounds before: its
+	// %globaltimer stepped against the host's clock.
 	ClockConflicts int
 	ClockConflict  string
+	ClockSteps     int
 	// DecodeErrors counts connections that ended in a malformed stream,
 	// CutShort those that ended inside a record (ErrCutShort: their
 	// process exited or was killed mid-send); LastError is the latest
@@ -265,6 +272,57 @@ type procKey struct {
 	pid  uint32
 }
 
+// commRank is a communicator and a rank in it: one process can hold
+// several ranks of one communicator (ncclCommInitAll), each on its own
+// device, all with the communicator's commHash.
+type commRank struct {
+	comm uint64
+	rank int32
+}
+
+// maxClocks bounds the GPUs whose clock offsets a process keeps apart;
+// the operations of any more share the unknown device's.
+const maxClocks = 64
+
+// deviceOf is the CUDA device of the process's rank in comm, -1 unknown.
+func (pr *process) deviceOf(comm uint64, rank int32) int32 {
+	if d, ok := pr.devices[commRank{comm, rank}]; ok {
+		return d
+	}
+	return -1
+}
+
+// clockOf is the clock offset estimate of CUDA device dev.
+func (pr *process) clockOf(dev int32) *offsetEstimate {
+	if o := pr.clocks[dev]; o != nil {
+		return o
+	}
+	if dev < 0 || len(pr.clocks) >= maxClocks {
+		dev = -1
+		if o := pr.clocks[dev]; o != nil {
+			return o
+		}
+	}
+	if pr.clocks == nil {
+		pr.clocks = make(map[int32]*offsetEstimate)
+	}
+	o := newOffsetEstimate(dev)
+	pr.clocks[dev] = o
+	return o
+}
+
+// distrust takes the communicators whose kernel-channel timers were found
+// to run before their operations: none of their channels is taken any
+// more.
+func (pr *process) distrust(comms ...uint64) {
+	for _, comm := range comms {
+		if pr.staleComms == nil {
+			pr.staleComms = make(map[uint64]bool)
+		}
+		pr.staleComms[comm] = true
+	}
+}
+
 // process is what the collector knows about one wrapped process.
 type process struct {
 	worldRank int32 // the launcher's rank, -1 unknown
@@ -273,24 +331,26 @@ type process struct {
 	// ranges until then.
 	rank      int
 	early     []profiler.Record
-	earlyActs int              // activity records among early
-	since     time.Time        // when its first connection came
-	open      int              // connections open
-	ops       map[uint64]*op   // by task
-	devices   map[uint64]int32 // CUDA device by communicator
-	drops     [6]uint64        // ring full, refused, unsent, activity, buffers unreturned, foreign proxy ops: the latest cumulative report
-	act       activity         // its device activity (CUPTI)
-	memHeld   map[int32]int64  // device memory it holds, by device (CUPTI's allocations less its releases)
-	clock     offsetEstimate
+	earlyActs int                // activity records among early
+	since     time.Time          // when its first connection came
+	open      int                // connections open
+	ops       map[uint64]*op     // by task
+	devices   map[commRank]int32 // CUDA device by communicator and rank in it
+	drops     [6]uint64          // ring full, refused, unsent, activity, buffers unreturned, foreign proxy ops: the latest cumulative report
+	act       activity           // its device activity (CUPTI)
+	memHeld   map[int32]int64    // device memory it holds, by device (CUPTI's allocations less its releases)
+	// clocks are its GPUs' clock offsets, by CUDA device (-1 unknown), at
+	// most maxClocks and the unknown device's.
+	clocks map[int32]*offsetEstimate
 	// staleComms are the communicators whose kernel-channel timers were
 	// found to run before their operations: none of their channels is
 	// taken any more.
 	staleComms map[uint64]bool
-	// passed is, per communicator, the latest enqueue time (plugin
-	// CLOCK_MONOTONIC ns) of an operation whose kernel channels all
-	// reported their stop: the GPU has run every operation of that
-	// communicator enqueued before it.
-	passed map[uint64]uint64
+	// passed is, per communicator and rank in it (a GPU), the latest
+	// enqueue time (plugin CLOCK_MONOTONIC ns) of an operation whose
+	// kernel channels all reported their stop: that GPU has run every
+	// operation of the rank enqueued before it.
+	passed map[commRank]uint64
 	// steps are the process's latest step ranges (NVTX), oldest first.
 	steps    []stepSpan
 	nextStep int32
@@ -299,6 +359,8 @@ type process struct {
 	// device is the CUDA device of the process's first communicator, -1
 	// until one is known.
 	device int32
+	// multiDevice says its communicators are on more than one device.
+	multiDevice bool
 	// stage is the process's pipeline stage (WithPipelineGroup),
 	// profiler.None until one is known; stages how many there are. byName
 	// says a communicator named as the pipeline's gave it; otherwise the
@@ -388,7 +450,7 @@ func (pr *process) release() {
 // revive makes again what release let go of and a connection needs.
 func (pr *process) revive() {
 	if pr.released {
-		pr.ops, pr.passed, pr.released = make(map[uint64]*op), make(map[uint64]uint64), false
+		pr.ops, pr.passed, pr.released = make(map[uint64]*op), make(map[commRank]uint64), false
 	}
 }
 
@@ -519,66 +581,13 @@ type op struct {
 	stopped  int
 	last     time.Time
 	// A p2p's proxy operations started and not yet stopped, and the
-	// latest stop (CLOCK_MONOTONIC ns).
+	// latest stop (CLOCK_MONOTONIC ns); proxyRecs its proxy-operation
+	// records, orphans if its own record never comes.
 	proxies   int
 	proxyStop uint64
+	proxyRecs int
 	// batch is the group block's batch a p2p is part of, nil if none.
 	batch *batch
-}
-
-// offsetEstimate is the GPU-globaltimer-to-CLOCK_MONOTONIC offset of one
-// process. Every proxy report bounds it from above (the proxy sees a
-// channel start or stop after it happened: seen − gpu ≥ offset), and
-// every operation bounds it from below (its kernel cannot start before
-// the host began enqueueing it: hostStart − gpuStart ≤ offset). The
-// estimate is the least upper bound seen so far; if a lower bound
-// exceeds it the clocks are not what this assumes, and the lower bound is
-// used so that no device time precedes its launch.
-type offsetEstimate struct {
-	upper, lower       int64
-	haveUpper, haveLow bool
-	conflict           bool
-	// lowerOp is the operation that set lower; note describes it once
-	// the bounds have crossed by more than clockSlack.
-	lowerOp Record
-	note    string
-}
-
-func (o *offsetEstimate) observe(seen, gpu uint64) {
-	if seen == 0 || gpu == 0 {
-		return
-	}
-	d := int64(seen) - int64(gpu)
-	if !o.haveUpper || d < o.upper {
-		o.upper, o.haveUpper = d, true
-	}
-}
-
-// bound takes operation r, whose first kernel channel started at GPU
-// time gpuStart: it cannot have started before r was enqueued.
-func (o *offsetEstimate) bound(r Record, gpuStart uint64) {
-	d := int64(r.HostStart) - int64(gpuStart)
-	if !o.haveLow || d > o.lower {
-		o.lower, o.haveLow, o.lowerOp = d, true, r
-	}
-}
-
-func (o *offsetEstimate) offset() (int64, bool) {
-	switch {
-	case o.haveUpper && o.haveLow && o.lower > o.upper:
-		// By a few microseconds they cross all the time: NCCL may start
-		// an operation's profiler event after it launched the kernel.
-		if !o.conflict && o.lower > o.upper+int64(clockSlack) {
-			o.conflict = true
-			r := o.lowerOp
-			o.note = fmt.Sprintf("rank %d's %s (peer or root %d, %d channels, communicator %016x) enqueued %v after its first kernel channel started",
-				r.Rank, r.Op(), r.Peer, r.NChannels, r.Comm, time.Duration(o.lower-o.upper))
-		}
-		return o.lower, true
-	case o.haveUpper:
-		return o.upper, true
-	}
-	return 0, false
 }
 
 // NewCollector makes a directory (see WithDir), listens on a Unix socket
@@ -678,11 +687,13 @@ func (c *Collector) Stats() Stats {
 			}
 		}
 		s.StaleComms += len(pr.staleComms)
-		pr.clock.offset() // bounds may have crossed since its last delivery
-		if pr.clock.conflict {
-			s.ClockConflicts++
-			if s.ClockConflict == "" {
-				s.ClockConflict = pr.clock.note
+		for _, est := range pr.clocks {
+			s.ClockSteps += est.steps
+			if ok, note := est.conflicted(); ok {
+				s.ClockConflicts++
+				if s.ClockConflict == "" {
+					s.ClockConflict = note
+				}
 			}
 		}
 	}
@@ -765,7 +776,7 @@ func (c *Collector) read(conn *net.UnixConn) {
 		c.mu.Lock()
 		pr = c.procs[key]
 		if pr == nil {
-			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[uint64]int32), passed: make(map[uint64]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1, stage: profiler.None, since: time.Now()}
+			pr = &process{worldRank: h.WorldRank, ops: make(map[uint64]*op), devices: make(map[commRank]int32), passed: make(map[commRank]uint64), lost: make(map[uint32]uint64), rank: -1, device: -1, stage: profiler.None, since: time.Now()}
 			if h.WorldRank >= 0 {
 				pr.rank = int(h.WorldRank)
 			}
@@ -838,10 +849,13 @@ func (c *Collector) read(conn *net.UnixConn) {
 func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []profiler.Record) []profiler.Record {
 	switch r.Kind {
 	case KindCommInit:
-		pr.devices[r.Comm] = r.Device
+		pr.devices[commRank{r.Comm, r.Rank}] = r.Device
 		c.stageLocked(pr, r)
 		if pr.device < 0 && r.Device >= 0 {
 			pr.device = r.Device
+		}
+		if r.Device >= 0 && r.Device != pr.device {
+			pr.multiDevice = true
 		}
 		if pr.rank < 0 && r.Rank >= 0 {
 			pr.rank = int(r.Rank)
@@ -904,12 +918,11 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 			}
 			o.channels[r.Channel] = r
 		}
-		pr.clock.observe(r.SeenStart, r.GPUStart)
-		pr.clock.observe(r.SeenStop, r.GPUStop)
 		return c.maybeDeliverLocked(pr, r.Task, o, out)
 	case KindProxyOp:
 		o := pr.op(r.Task)
 		o.last = now
+		o.proxyRecs++
 		if r.ProxyStop == 0 {
 			o.proxies++
 			return out
@@ -942,8 +955,8 @@ func (c *Collector) maybeDeliverLocked(pr *process, task uint64, o *op, out []pr
 		return out
 	}
 	delete(pr.ops, task)
-	if o.rec.HostStart > pr.passed[o.rec.Comm] {
-		pr.passed[o.rec.Comm] = o.rec.HostStart
+	if cr := (commRank{o.rec.Comm, o.rec.Rank}); o.rec.HostStart > pr.passed[cr] {
+		pr.passed[cr] = o.rec.HostStart
 	}
 	return pr.releaseSteps(c.deliverLocked(pr, o, out), false)
 }
@@ -953,8 +966,10 @@ func (c *Collector) maybeDeliverLocked(pr *process, task uint64, o *op, out []pr
 // process has gone, or the collector closes); else those last heard of
 // before cutoff that either had a channel report (the rest of a kernel's
 // channels run with it, so they are lost), or were enqueued before an
-// operation of the same communicator that the GPU has finished (it runs
-// a communicator's operations in order), or have waited maxChannelWait.
+// operation of the same communicator and rank that its GPU has finished
+// (it runs a communicator's operations in order; a process holding
+// several ranks of one has them on several GPUs), or have waited
+// maxChannelWait.
 // An operation with no channel yet may simply be queued behind seconds
 // of GPU work: the host enqueues far ahead of a busy GPU.
 func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.Record) []profiler.Record {
@@ -964,7 +979,7 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 			if o.last.After(cutoff) {
 				continue
 			}
-			lost := !o.have || len(o.channels) > 0 || o.rec.HostStart <= pr.passed[o.rec.Comm] ||
+			lost := !o.have || len(o.channels) > 0 || o.rec.HostStart <= pr.passed[commRank{o.rec.Comm, o.rec.Rank}] ||
 				o.last.Before(cutoff.Add(-maxChannelWait)) || crowded
 			if !lost {
 				continue
@@ -972,7 +987,7 @@ func (c *Collector) expireLocked(pr *process, cutoff time.Time, out []profiler.R
 		}
 		delete(pr.ops, task)
 		if !o.have {
-			c.stats.Orphans += uint64(len(o.channels))
+			c.stats.Orphans += uint64(len(o.channels) + o.proxyRecs)
 			continue
 		}
 		out = c.deliverLocked(pr, o, out)
@@ -1062,10 +1077,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		pr.rank = rank
 		out = pr.releaseEarly(out)
 	}
-	dev := int32(-1)
-	if d, ok := pr.devices[r.Comm]; ok {
-		dev = d
-	}
+	dev := pr.deviceOf(r.Comm, r.Rank)
 	// Its step: as the process's step ranges say now (a step range that a
 	// thread other than the enqueuing one pushed may have come later than
 	// the operation's record), unless its step has been forgotten since
@@ -1100,40 +1112,58 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 	// clock's lower bound and every later device time with it). It is
 	// left out, and so is every later channel of its communicator: those
 	// that happen to land after their enqueue are no more its own.
-	distrusted := pr.staleComms[r.Comm]
-	if upper, ok := pr.clock.upper, pr.clock.haveUpper; ok && !distrusted {
-		for _, ch := range o.channels {
-			if ch.GPUStart != 0 && int64(ch.GPUStart)+upper < int64(r.HostStart)-int64(staleChannel) {
-				distrusted = true
-				if pr.staleComms == nil {
-					pr.staleComms = make(map[uint64]bool)
-				}
-				pr.staleComms[r.Comm] = true
-				break
-			}
-		}
+	//
+	// Where every channel of the operation started so, by as much as
+	// those of the operations after it (on whichever communicator), the
+	// GPU's timer stepped back instead: the estimate takes the step
+	// (offsetEstimate), the first such operation host-only.
+	clockDev := dev
+	if clockDev < 0 && !pr.multiDevice {
+		clockDev = pr.device // a lost comm-init: its only device
 	}
+	est := pr.clockOf(clockDev)
+	est.observeAll(o.channels)
+	pr.distrust(est.takeDistrusted()...)
 	var gpuStart, gpuStop uint64
 	for _, ch := range o.channels {
 		if ch.GPUStart == 0 || ch.GPUStop < ch.GPUStart {
 			continue
 		}
-		if distrusted {
-			c.stats.StaleChannels++
-			continue
-		}
 		if gpuStart == 0 || ch.GPUStart < gpuStart {
 			gpuStart = ch.GPUStart
 		}
-		if ch.GPUStop > gpuStop {
-			gpuStop = ch.GPUStop
+		gpuStop = max(gpuStop, ch.GPUStop)
+	}
+	leftOut, bound := pr.staleComms[r.Comm], gpuStart != 0
+	if all, some := est.early(o.channels, r.HostStart); some && !leftOut {
+		verdict := stepNo
+		if all && gpuStart != 0 {
+			verdict = est.stepBack(r, gpuStart, o.channels)
+			bound = false
+		}
+		pr.distrust(est.takeDistrusted()...)
+		switch verdict {
+		case stepNo:
+			pr.distrust(r.Comm)
+			leftOut = true
+		case stepNew:
+			leftOut = true
 		}
 	}
-	c.stats.KernelChannels += uint64(len(o.channels))
-	if gpuStart != 0 {
-		pr.clock.bound(r, gpuStart)
+	if leftOut {
+		for _, ch := range o.channels {
+			if ch.GPUStart != 0 && ch.GPUStop >= ch.GPUStart {
+				c.stats.StaleChannels++
+			}
+		}
+		gpuStart, gpuStop = 0, 0
 	}
-	if off, ok := pr.clock.offset(); ok && gpuStart != 0 {
+	c.stats.KernelChannels += uint64(len(o.channels))
+	if bound && gpuStart != 0 {
+		est.bound(r, gpuStart, o.channels)
+		pr.distrust(est.takeDistrusted()...)
+	}
+	if off, ok := est.offset(); ok && gpuStart != 0 {
 		rec.HasDevice = true
 		rec.DeviceStart = c.clock.at(int64(gpuStart) + off)
 		rec.DeviceEnd = c.clock.at(int64(gpuStop) + off)
