@@ -45,12 +45,18 @@ func (c *capture) records() []profiler.Record {
 
 func (c *capture) wait(t *testing.T, n int) []profiler.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	// A deadline only for a failure: the records come in milliseconds,
+	// but 65,537 of them under the race detector on a loaded machine
+	// have taken over 5 s.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c.mu.Lock()
-		got := append([]profiler.Record(nil), c.recs...)
+		have := len(c.recs)
 		c.mu.Unlock()
-		if len(got) >= n || time.Now().After(deadline) {
+		if have >= n || time.Now().After(deadline) {
+			c.mu.Lock()
+			got := append([]profiler.Record(nil), c.recs...)
+			c.mu.Unlock()
 			if len(got) != n {
 				t.Fatalf("%d records, want %d: %+v", len(got), n, got)
 			}
