@@ -109,9 +109,11 @@ type driver struct {
 	lib                                 *dl.Library
 	init, deviceGet, deviceGetName      uintptr
 	deviceGetUUID                       uintptr
-	primaryCtxRetain, ctxGetCurrent     uintptr
+	primaryCtxRetain, primaryCtxRelease uintptr
+	ctxGetCurrent                       uintptr
 	ctxSetCurrent, primaryCtxGetState   uintptr
 	moduleLoadDataEx, moduleGetFunction uintptr
+	moduleUnload                        uintptr
 	launchKernel                        uintptr
 	getErrorName, getErrorString        uintptr
 }
@@ -124,11 +126,15 @@ func bindDriver(lib *dl.Library) (*driver, error) {
 	b.Sym(&a.deviceGetName, "cuDeviceGetName")
 	b.Sym(&a.deviceGetUUID, "cuDeviceGetUuid_v2", "cuDeviceGetUuid")
 	b.Sym(&a.primaryCtxRetain, "cuDevicePrimaryCtxRetain")
+	// CUDA 11 added cuDevicePrimaryCtxRelease_v2 (same signature); its
+	// headers map the plain name onto it.
+	b.Sym(&a.primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease")
 	b.Sym(&a.ctxGetCurrent, "cuCtxGetCurrent")
 	b.Sym(&a.ctxSetCurrent, "cuCtxSetCurrent")
 	b.Sym(&a.primaryCtxGetState, "cuDevicePrimaryCtxGetState")
 	b.Sym(&a.moduleLoadDataEx, "cuModuleLoadDataEx")
 	b.Sym(&a.moduleGetFunction, "cuModuleGetFunction")
+	b.Sym(&a.moduleUnload, "cuModuleUnload")
 	b.Sym(&a.launchKernel, "cuLaunchKernel")
 	b.Sym(&a.getErrorName, "cuGetErrorName")
 	b.Sym(&a.getErrorString, "cuGetErrorString")

@@ -127,12 +127,18 @@ func errNotReady(op string) error {
 
 // driverErr is cudaErr for driver-API (CUresult) codes.
 func (m *Impl) driverErr(op string, code int32) error {
+	return driverErrOf(m.drv.loaded(), op, code)
+}
+
+// driverErrOf is driverErr with the names and descriptions of d, where d
+// is not nil.
+func driverErrOf(d *driver, op string, code int32) error {
 	st := statusOf(code)
 	if st == runtime.StatusNotReady {
 		return errNotReady(op)
 	}
 	var name, desc string
-	if d := m.drv; d != nil {
+	if d != nil {
 		f := dl.Get()
 		if f.Call(d.getErrorName, uintptr(code), f.OutPtr(0)) == 0 {
 			name = dl.GoString(uintptr(f.Out[0]))

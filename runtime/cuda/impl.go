@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	goruntime "runtime"
@@ -46,9 +47,7 @@ type Impl struct {
 	blas        *cublas
 	blasLoadErr error
 
-	drvOnce sync.Once
-	drv     *driver
-	drvErr  error
+	drv lazyLoad[driver]
 }
 
 // device is the backend's state for one GPU.
@@ -56,9 +55,7 @@ type device struct {
 	index       int
 	inUse, peak atomic.Int64
 	total, free atomic.Int64 // from cudaMemGetInfo at the last allocation change
-	kernOnce    sync.Once
-	kern        *kernels
-	kernErr     error
+	kern        lazyLoad[kernels]
 }
 
 // New returns a CUDA backend configured by opts; it loads nothing.
@@ -69,6 +66,8 @@ func (*Impl) Type() runtime.DeviceType { return runtime.CUDA }
 
 // Init opens libcudart, checks its version and counts the GPUs, once; the
 // result, success or failure, is kept. It is cheap after the first call.
+// Of the default candidates, one that needs a newer driver than the
+// machine has (cudaErrorInsufficientDriver) is passed over for the next.
 func (m *Impl) Init() error {
 	if m.loaded.Load() {
 		return nil
@@ -86,16 +85,52 @@ func (m *Impl) load() error {
 	const op = "Init"
 	m.moduleLoading = moduleLoading(m.cfg.lazy)
 	m.connections = deviceConnections(m.cfg.connections)
-	lib, _, err := dl.Open(candidates(m.cfg.cudart, EnvCudartLib,
-		"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so*"))
-	if err != nil {
+	// A runtime newer than the driver loads, and says so only when it
+	// first talks to the driver (cudaGetDeviceCount): libcudart.so.13
+	// under a CUDA 12 driver answers cudaErrorInsufficientDriver, where
+	// libcudart.so.12 would work. Such a runtime is passed over for the
+	// next candidate; an explicit path is the only candidate.
+	_, tried, err := dl.OpenWith(candidates(m.cfg.cudart, EnvCudartLib, m.cfg.cudartDefaults...),
+		func(lib *dl.Library) error {
+			err := m.loadFrom(op, lib)
+			if e, ok := err.(*driverTooOld); ok {
+				return dl.Skip(e.err)
+			}
+			return err
+		})
+	if errors.Is(err, dl.ErrNotFound) {
 		return &runtime.Error{Op: op, Status: runtime.StatusUnavailable, Detail: "CUDA runtime library (libcudart) not found", Err: err}
 	}
-	rt, err := bindCudart(lib)
+	if err != nil {
+		if e, ok := err.(*runtime.Error); ok && len(tried) > 1 {
+			c := *e
+			c.Detail += "; tried " + strings.Join(tried, "; ")
+			return &c
+		}
+		return err
+	}
+	return nil
+}
+
+// driverTooOld is loadFrom's error for a runtime that needs a newer
+// driver than the machine has: load tries the next candidate.
+type driverTooOld struct{ err error }
+
+func (e *driverTooOld) Error() string { return e.err.Error() }
+
+// loadFrom binds the runtime in lib, checks its version and counts the
+// GPUs.
+func (m *Impl) loadFrom(op string, lib *dl.Library) error {
+	bind := bindCudart
+	if m.cfg.bindRuntime != nil {
+		bind = m.cfg.bindRuntime
+	}
+	rt, err := bind(lib)
 	if err != nil {
 		return &runtime.Error{Op: op, Status: runtime.StatusNotSupported, Detail: "CUDA runtime library unusable", Err: err}
 	}
 	m.rt = rt
+	m.runtimeVersion, m.driverVersion = 0, 0
 	f := dl.Get()
 	defer f.Put()
 	if rc := int32(f.Call(rt.runtimeGetVersion, f.OutPtr(0))); rc != 0 {
@@ -110,10 +145,14 @@ func (m *Impl) load() error {
 		m.driverVersion = int(int32(f.Out[1]))
 	}
 	if rc := int32(f.Call(rt.getDeviceCount, f.OutPtr(2))); rc != 0 {
-		err := m.cudaErr(op, rc)
-		return &runtime.Error{Op: op, Status: runtime.StatusOf(err),
+		cerr := m.cudaErr(op, rc)
+		err := &runtime.Error{Op: op, Status: runtime.StatusOf(cerr),
 			Detail: fmt.Sprintf("no usable GPU (runtime %s from %s, driver %s)", versionString(m.runtimeVersion), lib.Path, versionString(m.driverVersion)),
-			Err:    err}
+			Err:    cerr}
+		if rc == cudaErrorInsufficientDriver {
+			return &driverTooOld{err}
+		}
+		return err
 	}
 	n := int(int32(f.Out[2]))
 	if n < 1 {
@@ -283,6 +322,7 @@ func (m *Impl) DeviceSynchronize(index int) error {
 // locked OS thread; exit restores the previous device and unlocks.
 type scope struct {
 	m       *Impl
+	drv     *driver // set where noCtx
 	prev    int32
 	changed bool
 	noCtx   bool // the thread had no current context: exit leaves it none
@@ -309,7 +349,8 @@ func (m *Impl) enter(op string, dev int) (scope, error) {
 	// (CUDA 12 initialises the primary context at cudaSetDevice). Such a
 	// thread gets no context back instead.
 	noCtx := false
-	if drv := m.loadDriver(op); drv != nil {
+	drv := m.loadDriver(op)
+	if drv != nil {
 		g := dl.Get()
 		if int32(g.Call(drv.ctxGetCurrent, g.OutPtr(0))) == 0 && g.Out[0] == 0 {
 			noCtx = true
@@ -320,13 +361,13 @@ func (m *Impl) enter(op string, dev int) (scope, error) {
 		goruntime.UnlockOSThread()
 		return scope{}, m.cudaErr(op, rc)
 	}
-	return scope{m: m, prev: prev, changed: true, noCtx: noCtx}, nil
+	return scope{m: m, drv: drv, prev: prev, changed: true, noCtx: noCtx}, nil
 }
 
 func (s scope) exit() {
 	switch {
 	case s.noCtx:
-		dl.Call(s.m.drv.ctxSetCurrent, 0)
+		dl.Call(s.drv.ctxSetCurrent, 0)
 	case s.changed:
 		dl.Call(s.m.rt.setDevice, uintptr(s.prev))
 	}
@@ -357,35 +398,50 @@ func (m *Impl) cublasAPI(op string) (*cublas, error) {
 	return m.blas, nil
 }
 
-// driverAPI loads the CUDA driver library on first use.
+// driverAPI loads the CUDA driver library on first use. Its failure is
+// kept, except where cuInit's may not recur (retryable).
 func (m *Impl) driverAPI(op string) (*driver, error) {
-	if d := m.loadDriver(op); d != nil {
+	if d := m.drv.loaded(); d != nil {
 		return d, nil
 	}
-	return nil, forOp(op, m.drvErr)
+	d, err := m.drv.get(func() (*driver, bool, error) { return m.openDriver(op) })
+	if err != nil {
+		return nil, forOp(op, err)
+	}
+	return d, nil
 }
 
 // loadDriver is driverAPI for callers that can do without the driver: it
-// returns nil where the library did not load, and allocates nothing.
+// returns nil where the library did not load, and allocates nothing once
+// it has loaded or failed for good.
 func (m *Impl) loadDriver(op string) *driver {
-	m.drvOnce.Do(func() {
-		lib, _, err := dl.Open(candidates(m.cfg.driver, EnvDriverLib, "libcuda.so.1", "libcuda.so"))
-		if err != nil {
-			m.drvErr = &runtime.Error{Op: op, Status: runtime.StatusUnavailable, Detail: "CUDA driver library (libcuda) not found", Err: err}
-			return
-		}
-		d, err := bindDriver(lib)
-		if err != nil {
-			m.drvErr = &runtime.Error{Op: op, Status: runtime.StatusNotSupported, Detail: "CUDA driver library unusable", Err: err}
-			return
-		}
-		m.drv = d
-		if rc := int32(dl.Call(d.init, 0)); rc != 0 {
-			m.drvErr = m.driverErr(op, rc)
-			m.drv = nil
-		}
-	})
-	return m.drv
+	if d := m.drv.loaded(); d != nil {
+		return d
+	}
+	d, _ := m.drv.get(func() (*driver, bool, error) { return m.openDriver(op) })
+	return d
+}
+
+// openDriver opens, binds and initialises libcuda, and says whether its
+// failure is to be kept.
+func (m *Impl) openDriver(op string) (*driver, bool, error) {
+	lib, _, err := dl.Open(candidates(m.cfg.driver, EnvDriverLib, "libcuda.so.1", "libcuda.so"))
+	if err != nil {
+		return nil, true, &runtime.Error{Op: op, Status: runtime.StatusUnavailable, Detail: "CUDA driver library (libcuda) not found", Err: err}
+	}
+	d, err := bindDriver(lib)
+	if err != nil {
+		return nil, true, &runtime.Error{Op: op, Status: runtime.StatusNotSupported, Detail: "CUDA driver library unusable", Err: err}
+	}
+	return m.initDriver(op, d)
+}
+
+// initDriver calls cuInit through d.
+func (m *Impl) initDriver(op string, d *driver) (*driver, bool, error) {
+	if rc := int32(dl.Call(d.init, 0)); rc != 0 {
+		return nil, !retryable(rc), driverErrOf(d, op, rc)
+	}
+	return d, true, nil
 }
 
 // DeviceName returns the GPU's product name, e.g. "NVIDIA H200".

@@ -35,43 +35,62 @@ type kernels struct {
 	sleep              uintptr
 }
 
-// kernelsOn loads the module into device d's primary context once.
+// kernelsOn loads the module into device d's primary context at its first
+// use. A failure is kept where loading again would meet it again (the
+// driver refuses the PTX); one that may pass (the device short of memory)
+// is tried again at the next call.
 func (m *Impl) kernelsOn(op string, d *device) (*kernels, error) {
-	d.kernOnce.Do(func() { d.kern, d.kernErr = m.loadKernels(op, d.index) })
-	if d.kernErr != nil {
-		return nil, forOp(op, d.kernErr)
+	if k := d.kern.loaded(); k != nil {
+		return k, nil
 	}
-	return d.kern, nil
+	k, err := d.kern.get(func() (*kernels, bool, error) { return m.loadKernels(op, d.index) })
+	if err != nil {
+		return nil, forOp(op, err)
+	}
+	return k, nil
 }
 
-func (m *Impl) loadKernels(op string, index int) (*kernels, error) {
+// loadKernels loads the module into device index's primary context and
+// says whether its failure is to be kept. A failure leaves nothing
+// behind: the context's retain is released and the module unloaded.
+func (m *Impl) loadKernels(op string, index int) (k *kernels, keep bool, err error) {
 	drv, err := m.driverAPI(op)
 	if err != nil {
-		return nil, err
+		return nil, false, err // kept, or not, by the driver's own load
 	}
 	// cudaSetDevice initialises the device's primary context, which the
 	// runtime, cuBLAS and NCCL share with the driver API.
 	sc, err := m.enter(op, index)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer sc.exit()
+	fail := func(rc int32) (*kernels, bool, error) {
+		return nil, !retryable(rc), m.driverErr(op, rc)
+	}
 	f := dl.Get()
 	defer f.Put()
 	if rc := int32(f.Call(drv.deviceGet, f.OutPtr(0), uintptr(index))); rc != 0 {
-		return nil, m.driverErr(op, rc)
+		return fail(rc)
 	}
-	if rc := int32(f.Call(drv.primaryCtxRetain, f.OutPtr(1), uintptr(int32(f.Out[0])))); rc != 0 {
-		return nil, m.driverErr(op, rc)
+	cuDevice := uintptr(int32(f.Out[0]))
+	if rc := int32(f.Call(drv.primaryCtxRetain, f.OutPtr(1), cuDevice)); rc != 0 {
+		return fail(rc)
 	}
-	k := &kernels{ctx: uintptr(f.Out[1])}
+	ok := false
+	defer func() {
+		if !ok {
+			dl.Call(drv.primaryCtxRelease, cuDevice)
+		}
+	}()
+	k = &kernels{ctx: uintptr(f.Out[1])}
 	if rc := int32(f.Call(drv.ctxGetCurrent, f.OutPtr(2))); rc != 0 {
-		return nil, m.driverErr(op, rc)
+		return fail(rc)
 	}
 	prev := uintptr(f.Out[2])
 	if prev != k.ctx {
 		if rc := int32(f.Call(drv.ctxSetCurrent, k.ctx)); rc != 0 {
-			return nil, m.driverErr(op, rc)
+			return fail(rc)
 		}
 		defer dl.Call(drv.ctxSetCurrent, prev)
 	}
@@ -88,9 +107,16 @@ func (m *Impl) loadKernels(op string, index int) (*kernels, error) {
 	if rc != 0 {
 		err := m.driverErr(op, rc)
 		log := strings.TrimSpace(strings.TrimRight(string(logBuf), "\x00"))
-		return nil, &runtime.Error{Op: op, Status: runtime.StatusOf(err), Detail: "loading the elementwise kernels (PTX JIT log: " + log + ")", Err: err}
+		return nil, !retryable(rc), &runtime.Error{Op: op, Status: runtime.StatusOf(err), Detail: "loading the elementwise kernels (PTX JIT log: " + log + ")", Err: err}
 	}
 	mod := uintptr(f.Out[3])
+	// Runs before the context is made the previous one again: the
+	// module's context is current.
+	defer func() {
+		if !ok {
+			dl.Call(drv.moduleUnload, mod)
+		}
+	}()
 	for _, fn := range []struct {
 		name string
 		dst  *uintptr
@@ -99,11 +125,12 @@ func (m *Impl) loadKernels(op string, index int) (*kernels, error) {
 		rc := int32(f.Call(drv.moduleGetFunction, f.OutPtr(0), mod, hostPtr(name)))
 		goruntime.KeepAlive(name)
 		if rc != 0 {
-			return nil, m.driverErr(op, rc)
+			return fail(rc)
 		}
 		*fn.dst = uintptr(f.Out[0])
 	}
-	return k, nil
+	ok = true
+	return k, true, nil
 }
 
 // launch runs a kernel with nparams 64-bit parameters over n elements on
@@ -121,7 +148,7 @@ func (m *Impl) launchBlocks(op string, s *stream, fn func(*kernels) uintptr, blo
 	if err != nil {
 		return err
 	}
-	drv := m.drv
+	drv := m.drv.loaded() // loaded before the kernels
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	g := dl.Get()

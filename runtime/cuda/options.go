@@ -1,6 +1,10 @@
 package cuda
 
-import "os"
+import (
+	"os"
+
+	"github.com/trainscope/trainscope/runtime/cuda/dl"
+)
 
 // Environment variables that override the library search.
 const (
@@ -32,6 +36,11 @@ type config struct {
 	lazy                   bool
 	connections            int // CUDA_DEVICE_MAX_CONNECTIONS to set; ≤ 0: leave it to CUDA
 	minVersion             int
+
+	// The libcudart candidates without an explicit path, and what binds
+	// one (bindCudart where nil): tests put fakes here.
+	cudartDefaults []string
+	bindRuntime    func(*dl.Library) (*cudart, error)
 }
 
 type optionFunc func(*config)
@@ -84,7 +93,8 @@ func WithDeviceConnections(n int) Option {
 }
 
 func newConfig(opts []Option) config {
-	c := config{minVersion: minRuntimeVersion}
+	c := config{minVersion: minRuntimeVersion, cudartDefaults: []string{
+		"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so*"}}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)

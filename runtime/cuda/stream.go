@@ -77,12 +77,19 @@ func (m *Impl) StreamDestroy(h any) error {
 	s.blas = 0
 	s.blasMu.Unlock()
 	if blasHandle != 0 {
+		// The handle is destroyed with its device current. Where that
+		// device cannot be made current (a context broken by an earlier
+		// fault), it is destroyed all the same, on whatever device the
+		// thread has, rather than dropped: its host state and device
+		// workspace would otherwise stay allocated for good, as the
+		// stream is gone either way. The error reported is the first.
 		sc, err := m.enter(op, s.dev)
+		rc := int32(dl.Call(m.blas.destroy, blasHandle))
 		if err == nil {
-			if rc := int32(dl.Call(m.blas.destroy, blasHandle)); rc != 0 {
+			sc.exit()
+			if rc != 0 {
 				err = m.blasErr(op, rc)
 			}
-			sc.exit()
 		}
 		if err != nil {
 			_ = dl.Call(m.rt.streamDestroy, s.h)

@@ -1,6 +1,7 @@
 package dl
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -33,25 +34,71 @@ var (
 // first. tried lists each attempt with dlopen's reason, for the caller's
 // error message; on failure the error wraps ErrNotFound and says the same.
 func Open(candidates []string) (lib *Library, tried []string, err error) {
-	openMu.Lock()
-	defer openMu.Unlock()
+	return OpenWith(candidates, nil)
+}
+
+// Skip wraps the error with which an accept function of OpenWith passes
+// over a library that loaded, for the next candidate.
+func Skip(err error) error { return &skipError{err} }
+
+type skipError struct{ err error }
+
+func (e *skipError) Error() string { return e.err.Error() }
+func (e *skipError) Unwrap() error { return e.err }
+
+// OpenWith is Open that hands each library that loads to accept, when
+// accept is not nil: nil keeps the library, an error made by Skip goes on
+// to the next candidate (noted in tried with that error), and any other
+// error ends the search with it. accept runs without Open's lock held.
+// Where every library that loaded was skipped, the error is the last one
+// accept gave, unwrapped from Skip; where none loaded, it wraps
+// ErrNotFound. A skipped library stays loaded: see Library.
+func OpenWith(candidates []string, accept func(*Library) error) (lib *Library, tried []string, err error) {
+	var skipped error
 	for _, c := range expand(candidates) {
-		if l, ok := opened[c]; ok {
-			return l, tried, nil
-		}
-		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s (%s)", c, shorten(err.Error())))
+		l, reason := open(c)
+		if l == nil {
+			tried = append(tried, fmt.Sprintf("%s (%s)", c, reason))
 			continue
 		}
-		l := &Library{Path: c, handle: h}
-		opened[c] = l
+		if accept == nil {
+			return l, tried, nil
+		}
+		err := accept(l)
+		var skip *skipError
+		if errors.As(err, &skip) {
+			skipped = skip.err
+			tried = append(tried, fmt.Sprintf("%s (%s)", c, skip.err))
+			continue
+		}
+		if err != nil {
+			return nil, tried, err
+		}
 		return l, tried, nil
+	}
+	if skipped != nil {
+		return nil, tried, skipped
 	}
 	if len(tried) == 0 {
 		tried = append(tried, "no candidates")
 	}
 	return nil, tried, fmt.Errorf("%w: tried %s", ErrNotFound, strings.Join(tried, "; "))
+}
+
+// open dlopens the candidate c once, or returns dlerror's reason.
+func open(c string) (*Library, string) {
+	openMu.Lock()
+	defer openMu.Unlock()
+	if l, ok := opened[c]; ok {
+		return l, ""
+	}
+	h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return nil, shorten(err.Error())
+	}
+	l := &Library{Path: c, handle: h}
+	opened[c] = l
+	return l, ""
 }
 
 // OpenLocal dlopens the library at path with its symbols kept to itself
@@ -69,8 +116,9 @@ func OpenLocal(path string) (*Library, error) {
 	return &Library{Path: path, handle: h}, nil
 }
 
-// expand replaces glob patterns by the files they match, in descending
-// order so that libfoo.so.13 comes before libfoo.so.12 and libfoo.so.
+// expand replaces glob patterns by the files they match, highest version
+// first (compareVersions), so that libfoo.so.13 comes before libfoo.so.9
+// and libfoo.so.
 func expand(candidates []string) []string {
 	var out []string
 	for _, c := range candidates {
@@ -82,13 +130,56 @@ func expand(candidates []string) []string {
 			continue
 		}
 		m, _ := filepath.Glob(c)
-		slices.SortFunc(m, func(a, b string) int { return strings.Compare(b, a) })
+		slices.SortFunc(m, func(a, b string) int { return compareVersions(b, a) })
 		if len(m) == 0 {
 			out = append(out, c) // reported as tried
 		}
 		out = append(out, m...)
 	}
 	return out
+}
+
+// compareVersions orders file names as versions: runs of digits compare
+// as numbers (libfoo.so.9 < libfoo.so.13, libfoo.so.12.4 < libfoo.so.12.10),
+// everything else byte by byte, and a name that is a prefix of another
+// comes first (libfoo.so < libfoo.so.1). It returns -1, 0 or +1.
+func compareVersions(a, b string) int {
+	for a != "" && b != "" {
+		if isDigit(a[0]) && isDigit(b[0]) {
+			na, ra := digits(a)
+			nb, rb := digits(b)
+			// Leading zeros do not count; then the longer number is
+			// the larger one, and numbers of one length compare as text.
+			ta, tb := strings.TrimLeft(na, "0"), strings.TrimLeft(nb, "0")
+			if c := cmp.Compare(len(ta), len(tb)); c != 0 {
+				return c
+			}
+			if c := strings.Compare(ta, tb); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(len(na), len(nb)); c != 0 {
+				return c
+			}
+			a, b = ra, rb
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// digits splits s after its leading run of digits.
+func digits(s string) (run, rest string) {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	return s[:i], s[i:]
 }
 
 // shorten keeps dlerror's message readable: it repeats the path.
@@ -167,15 +258,20 @@ func (b *Binder) Err() error {
 		b.lib.Path, len(b.missing), strings.Join(b.missing, ", "))
 }
 
-// maxArgs bounds the arguments of one Call.
-const maxArgs = 20
+// MaxArgs is the most arguments one Call passes: as many as purego can
+// pass to a C function on the 64-bit platforms it supports
+// (purego.SyscallN's own limit), so that a Frame holds every argument of
+// any call that can be made at all. A call with more is not cut short:
+// it reaches purego.SyscallN whole, which refuses it (it panics) rather
+// than calling the function with arguments missing.
+const MaxArgs = 32
 
 // Frame holds one call's arguments and the memory its out-parameters are
 // written to. Frames come from a pool and live on the heap, so the
 // addresses of Out stay valid across the call. Take one with Get and give
 // it back with Put once the outputs are read.
 type Frame struct {
-	args [maxArgs]uintptr
+	args [MaxArgs]uintptr
 	// Out is scratch memory for out-parameters (an int, a handle, a
 	// float); OutPtr(i) is the address to pass.
 	Out [4]uint64
@@ -208,10 +304,14 @@ func (f *Frame) ParamsPtr() uintptr { return uintptr(unsafe.Pointer(&f.Params[0]
 func (f *Frame) BufPtr() uintptr { return uintptr(unsafe.Pointer(&f.Buf[0])) }
 
 // Call calls the C function at fn with integer or pointer arguments and
-// returns its integer result (rax). It allocates nothing. Pointers in args
-// must point to memory that does not move during the call: the heap (a
-// Frame's Out, a Go heap object kept alive by the caller) or C memory.
+// returns its integer result (rax). It allocates nothing for up to
+// MaxArgs arguments; see MaxArgs for more. Pointers in args must point to
+// memory that does not move during the call: the heap (a Frame's Out, a
+// Go heap object kept alive by the caller) or C memory.
 func (f *Frame) Call(fn uintptr, args ...uintptr) uintptr {
+	if len(args) > len(f.args) {
+		return callMany(fn, args)
+	}
 	n := copy(f.args[:], args)
 	r, _, _ := purego.SyscallN(fn, f.args[:n]...)
 	return r
@@ -220,10 +320,22 @@ func (f *Frame) Call(fn uintptr, args ...uintptr) uintptr {
 // Call is Frame.Call for functions without out-parameters; it takes a
 // pooled frame for the duration of the call.
 func Call(fn uintptr, args ...uintptr) uintptr {
+	if len(args) > MaxArgs {
+		return callMany(fn, args)
+	}
 	f := frames.Get().(*Frame)
 	n := copy(f.args[:], args)
 	r, _, _ := purego.SyscallN(fn, f.args[:n]...)
 	frames.Put(f)
+	return r
+}
+
+// callMany hands a call with more arguments than a Frame holds to
+// purego.SyscallN whole, a copy of them on the heap so that the callers'
+// argument lists need not escape. purego refuses more arguments than it
+// can pass; a later purego that can pass more calls fn with all of them.
+func callMany(fn uintptr, args []uintptr) uintptr {
+	r, _, _ := purego.SyscallN(fn, slices.Clone(args)...)
 	return r
 }
 
