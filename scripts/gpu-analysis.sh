@@ -36,6 +36,7 @@ report() {
 run() {
 	: "${OUT:?set OUT to the results directory}"
 	mkdir -p "$OUT/runs"
+	OUT=$(cd "$OUT" && pwd) # the steps run in .bin/
 	export NCCL_NVLS_ENABLE=0
 	cd "$bin" || exit 1
 	{
@@ -47,6 +48,7 @@ run() {
 
 	# The stream sleep the fidelity runs rely on.
 	timeout 120 ./cuda.test -test.run 'TestSleepOnDevice' -test.v 2>&1 | tee "$OUT/sleep.txt" | grep -E '^(---|ok|FAIL|PASS)|sleep'
+	echo "sleep test: exit ${PIPESTATUS[0]}" | tee -a "$OUT/sleep.txt"
 
 	# The fidelity tests, unchanged, on the GPU: every action holds its
 	# stream 15 ms (a one-thread kernel), so chunks cost the same. They set
@@ -54,6 +56,7 @@ run() {
 	TRAINSCOPE_FIDELITY_BACKEND=cuda timeout 400 ./analysis.test \
 		-test.run 'TestBubbleFidelity|TestStragglerFidelity|TestClockOffsetsRecovered' -test.v 2>&1 |
 		tee "$OUT/fidelity.txt" | grep -E '^\s*(---|ok|FAIL|PASS)|bubble|injected|named|jitter|fidelity_test'
+	echo "fidelity tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/fidelity.txt"
 
 	# The trainer's own work, no sleeps.
 	report tf32-4096 -pp 2 -vpp 2 -width 4096 -layers 8 -microbatches 8 -microbatch-size 256 -dtype tf32 -steps 12

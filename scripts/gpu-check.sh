@@ -45,6 +45,7 @@ step() {
 setup_run() {
 	: "${OUT:?set OUT to the results directory}"
 	mkdir -p "$OUT"
+	OUT=$(cd "$OUT" && pwd) # the steps run in .bin/
 	export NCCL_NVLS_ENABLE=0
 	export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 	cd "$bin"

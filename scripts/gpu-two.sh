@@ -22,7 +22,11 @@
 #      kernel in its step's analysis.
 #
 #   scripts/gpu-two.sh build          # here: every binary into .bin/
-#   OUT=... scripts/gpu-two.sh run    # there; results under $OUT
+#   OUT=... scripts/gpu-two.sh run    # there; results in $OUT/logs.tgz
+#
+# A part starts only within BUDGET_S seconds (default 480) of the start,
+# and logs.tgz is rewritten after each part, so a run cut short by the
+# 10-minute limit on a command still brings back the finished parts' logs.
 #
 # carry: .bin/profile-run .bin/libtrainscope-nccl.so .bin/analysis.test
 #        .bin/cuda.test .bin/nccl.test
@@ -38,10 +42,39 @@ build() {
 	du -ch "$bin"/{profile-run,libtrainscope-nccl.so,analysis.test,cuda.test,nccl.test} | tail -1
 }
 
+# pack writes $res/logs.tgz from the scratch directory $work, leaving out
+# the run directories (traces, profiles, MPS's pipes): what comes back
+# from the device machine is a few files, two folders down at most.
+pack() {
+	local x=(--exclude=./default --exclude=./analysis/runs --exclude=./wrap/runs --exclude=./wrap/straggler --exclude=./wrap/mps
+		--exclude=./wrap-ddp/ddp --exclude=./wrap-ddp/ddp-kineto --exclude=./wrap-ddp/mps
+		--exclude=./wrap-pipeline/pipeline --exclude=./wrap-pipeline/pipeline-named --exclude=./wrap-pipeline/mps
+		--exclude=./wrap-fsdp/fsdp --exclude=./wrap-fsdp/mps)
+	tar czf "$res/logs.tgz.part" "${x[@]}" -C "$work" . && mv "$res/logs.tgz.part" "$res/logs.tgz"
+}
+
+# part TITLE: prints the part's title; false, with a note, once BUDGET_S
+# seconds have gone (the part is then not run).
+part() {
+	echo "== $1"
+	if [ $((SECONDS - t0)) -ge "$budget" ]; then
+		echo "not run: ${budget}s (BUDGET_S) spent" | tee -a "$OUT/machine.txt"
+		return 1
+	fi
+}
+
 run() {
 	: "${OUT:?set OUT to the results directory}"
 	mkdir -p "$OUT"
 	export NCCL_NVLS_ENABLE=0
+	# Every part writes into a scratch directory; logs.tgz under $OUT is
+	# rewritten after each part, so a run cut short (by BUDGET_S, or by a
+	# 10-minute limit on the command) still brings back what the
+	# finished parts wrote. Parts start only within BUDGET_S seconds.
+	t0=$SECONDS budget=${BUDGET_S:-480}
+	res=$(cd "$OUT" && pwd)
+	work=$(mktemp -d)
+	OUT=$work
 	local ngpu
 	ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 	{
@@ -51,42 +84,53 @@ run() {
 	} >"$OUT/machine.txt" 2>&1
 	echo "GPUs: $ngpu" | tee -a "$OUT/machine.txt"
 
-	echo "== 1. profile-run with no flags"
-	(cd "$bin" && timeout -k 10 120 ./profile-run -metrics-addr off -out "$OUT/default" >"$OUT/default.log" 2>&1)
-	echo "exit $?" >>"$OUT/default.log"
-	grep -E '^profile-run: training|^step [0-9]+:|^exit' "$OUT/default.log" | sed -n '1,3p;$p'
+	if part "1. profile-run with no flags"; then
+		(cd "$bin" && timeout -k 10 120 ./profile-run -metrics-addr off -out "$OUT/default" >"$OUT/default.log" 2>&1)
+		echo "exit $?" >>"$OUT/default.log"
+		grep -E '^profile-run: training|^step [0-9]+:|^exit' "$OUT/default.log" | sed -n '1,3p;$p'
+		pack
+	fi
 
-	echo "== 2. losses sharing a GPU against NCCL; NCCL tests"
-	(cd "$bin" && timeout -k 10 300 ./nccl.test -test.v -test.count=1 -test.timeout=290s \
-		-test.run 'TestSharedDeviceTrainer|TestTrainerMatchesCPU|TestCollectives|TestProcessGroupProfiled|TestGroupedOnOneGPU' >"$OUT/nccl.log" 2>&1)
-	echo "exit $?" >>"$OUT/nccl.log"
-	grep -E '^(--- |ok|FAIL|PASS|exit)|no NCCL layout|relative difference' "$OUT/nccl.log" | head -40
-	# Alone in a process of its own: nothing else may touch GPU 0 first.
-	(cd "$bin" && timeout -k 10 120 ./nccl.test -test.v -test.count=1 -test.timeout=110s \
-		-test.run '^TestNoContextOnGPU0$' >"$OUT/nccl-context.log" 2>&1)
-	echo "exit $?" >>"$OUT/nccl-context.log"
-	grep -E '^(--- |ok|FAIL|PASS|exit)|made a context|skipped' "$OUT/nccl-context.log" | head -12
+	if part "2. losses sharing a GPU against NCCL; NCCL tests"; then
+		(cd "$bin" && timeout -k 10 300 ./nccl.test -test.v -test.count=1 -test.timeout=290s \
+			-test.run 'TestSharedDeviceTrainer|TestTrainerMatchesCPU|TestCollectives|TestProcessGroupProfiled|TestGroupedOnOneGPU' >"$OUT/nccl.log" 2>&1)
+		echo "exit $?" >>"$OUT/nccl.log"
+		grep -E '^(--- |ok|FAIL|PASS|exit)|no NCCL layout|relative difference' "$OUT/nccl.log" | head -40
+		# Alone in a process of its own: nothing else may touch GPU 0 first.
+		(cd "$bin" && timeout -k 10 120 ./nccl.test -test.v -test.count=1 -test.timeout=110s \
+			-test.run '^TestNoContextOnGPU0$' >"$OUT/nccl-context.log" 2>&1)
+		echo "exit $?" >>"$OUT/nccl-context.log"
+		grep -E '^(--- |ok|FAIL|PASS|exit)|made a context|skipped' "$OUT/nccl-context.log" | head -12
+		pack
+	fi
 
-	echo "== 3. pipeline analysis"
-	OUT=$OUT/analysis bash "$root/scripts/gpu-analysis.sh" run 2>&1 |
-		grep -E '^(---|ok|FAIL|PASS)|^ +--- |bubble [0-9]|named|injected|jitter|training on|Bubble %|^ +[0-9] +[0-9]+ |straggler:' | head -60
+	if part "3. pipeline analysis"; then
+		OUT=$OUT/analysis bash "$root/scripts/gpu-analysis.sh" run 2>&1 |
+			grep -E '^(---|ok|FAIL|PASS|===)|^ +--- |exit [0-9]|bubble [0-9]|named|injected|jitter|training on|Bubble %|^ +[0-9] +[0-9]+ |straggler:' | head -70
+		pack
+	fi
 
-	echo "== 4. wrapped PyTorch job"
-	OUT=$OUT/wrap bash "$root/scripts/gpu-wrap.sh" check 2>&1 | tail -40
-	echo "== 5. wrapped DDP job with NVTX steps, its kernels traced"
-	OUT=$OUT/wrap-ddp bash "$root/scripts/gpu-wrap.sh" ddp 2>&1 | tail -12
-	grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
-	echo "== 6. wrapped pipeline job (pp 2 × dp 2), Megatron-LM's group names"
-	OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | grep -E '^(==|PASS|FAIL|  problem|profile-run: report)' 
-	echo "== 7. wrapped FSDP2 job with NVTX steps, its kernels traced"
-	OUT=$OUT/wrap-fsdp bash "$root/scripts/gpu-wrap.sh" fsdp 2>&1 | grep -E '^(==|PASS|FAIL)'
+	if part "4. wrapped PyTorch job"; then
+		OUT=$OUT/wrap bash "$root/scripts/gpu-wrap.sh" check 2>&1 | tail -40
+		pack
+	fi
+	if part "5. wrapped DDP job with NVTX steps, its kernels traced"; then
+		OUT=$OUT/wrap-ddp bash "$root/scripts/gpu-wrap.sh" ddp 2>&1 | tail -12
+		grep -A4 "where the steps went" "$OUT"/wrap-ddp/ddp-report.txt
+		pack
+	fi
+	if part "6. wrapped pipeline job (pp 2 × dp 2), Megatron-LM's group names"; then
+		OUT=$OUT/wrap-pipeline bash "$root/scripts/gpu-wrap.sh" pipeline 2>&1 | grep -E '^(==|PASS|FAIL|  problem|profile-run: report)'
+		pack
+	fi
+	if part "7. wrapped FSDP2 job with NVTX steps, its kernels traced"; then
+		OUT=$OUT/wrap-fsdp bash "$root/scripts/gpu-wrap.sh" fsdp 2>&1 | grep -E '^(==|PASS|FAIL)'
+	fi
 
-	# Only the logs come back, packed into one file: what comes back is
-	# limited in count, and the run directories (traces, profiles, MPS's
-	# pipes) would crowd them out.
-	rm -rf "$OUT/default" "$OUT/analysis/runs" "$OUT/wrap/runs" "$OUT/wrap/straggler" "$OUT/wrap/mps" "$OUT/wrap-ddp/ddp" "$OUT/wrap-ddp/ddp-kineto" "$OUT/wrap-ddp/mps" "$OUT/wrap-pipeline/pipeline" "$OUT/wrap-pipeline/pipeline-named" "$OUT/wrap-pipeline/mps" "$OUT/wrap-fsdp/fsdp" "$OUT/wrap-fsdp/mps"
-	(cd "$OUT" && find . -type f ! -name logs.tgz | sort >files.txt && tar czf logs.tgz -T files.txt && xargs rm -f <files.txt && find . -mindepth 1 -type d -empty -delete)
-	tar tzf "$OUT/logs.tgz"
+	echo "done after $((SECONDS - t0)) s" | tee -a "$OUT/machine.txt"
+	pack
+	rm -rf "$work"
+	tar tzf "$res/logs.tgz"
 }
 
 case "${1:-run}" in

@@ -168,7 +168,7 @@ imported() {
 	timeout -k 10 300 "${tr[@]}" "$ex" "${share[@]}" --iters 20 --warmup 3 --sizes-mib 1 --slow-rank 1 --slow-ms 20 \
 		--torch-trace "$OUT/torch-traces" >"$OUT/imported.log" 2>&1
 	echo "exit $?" >>"$OUT/imported.log"
-	"$pr" import -out "$OUT/imported" -metrics-addr off -quiet "$OUT"/torch-traces/rank*.json >>"$OUT/imported.log" 2>&1
+	timeout -k 10 300 "$pr" import -out "$OUT/imported" -metrics-addr off -quiet "$OUT"/torch-traces/rank*.json >>"$OUT/imported.log" 2>&1
 	echo "import exit $?" >>"$OUT/imported.log"
 	grep -E 'Chrome/Kineto|warning|WARN|exit' "$OUT/imported.log" | head -12
 	python3 "$root/scripts/wrapcheck.py" --straggler "$OUT/imported.log" "$OUT"/imported/*/report.txt | tee "$OUT/imported.txt"
@@ -195,38 +195,68 @@ signals() {
 	local p=$!
 	sleep 20
 	kill -TERM "$p"
-	local t0=$SECONDS
-	wait "$p"
-	echo "a. SIGTERM to profile-run (bash launcher, two workers): exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	reap "$p" 143 "a. SIGTERM to profile-run (bash launcher, two workers)"
 	MASTER_PORT=29562 "$pr" -out "$OUT/sig-term-child" -metrics-addr off -quiet -- bash -c "$launch" >>"$OUT/signals.txt" 2>&1 &
 	p=$!
 	sleep 20
 	pkill -TERM -f '^bash -c RANK=0'
-	t0=$SECONDS
-	wait "$p"
-	echo "b. SIGTERM to the bash launcher: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	reap "$p" 143 "b. SIGTERM to the bash launcher"
 	unset MASTER_ADDR WORLD_SIZE
 	"$pr" -out "$OUT/sig-kill" -metrics-addr off -quiet -- "${tr[@]}" "$ex" "${long[@]}" >>"$OUT/signals.txt" 2>&1 &
 	p=$!
 	sleep 25
 	pkill -KILL -f '^python3 -m torch.distributed.run'
-	t0=$SECONDS
-	wait "$p"
-	echo "c. SIGKILL to torchrun: exit $? after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	reap "$p" 137 "c. SIGKILL to torchrun"
 	sleep 2
-	echo "processes of the jobs left: $(pgrep -fc allreduce_pp.py)" >>"$OUT/signals.txt"
+	local left
+	left=$(pgrep -fc allreduce_pp.py)
+	echo "processes of the jobs left: $left" >>"$OUT/signals.txt"
+	[ "$left" = 0 ] && echo "PASS no worker left 2 s after the runs" >>"$OUT/signals.txt" ||
+		echo "FAIL $left workers left 2 s after the runs" >>"$OUT/signals.txt"
 	pkill -KILL -f allreduce_pp.py
 	for d in "$OUT"/sig-*/*; do
 		echo "--- $d: $(ls "$d" | tr '\n' ' ')" >>"$OUT/signals.txt"
 		head -n 3 "$d/report.txt" >>"$OUT/signals.txt" 2>&1
 		grep -E "AllReduce|AllGather" "$d/report.txt" | head -n 4 >>"$OUT/signals.txt" 2>&1
 	done
+	# What was seen up to the signal is exported: each run's report holds
+	# the all-reduces of its job.
+	for d in sig-term sig-term-child sig-kill; do
+		if grep -qs AllReduce "$OUT/$d"/*/report.txt; then
+			echo "PASS $d: the report holds the all-reduces seen before the signal" >>"$OUT/signals.txt"
+		else
+			echo "FAIL $d: no report with all-reduces under $OUT/$d" >>"$OUT/signals.txt"
+		fi
+	done
 	for f in "$OUT"/sig-*/*/trace.json; do
 		echo "--- $f" >>"$OUT/signals.txt"
 		python3 "$root/scripts/wrapcheck.py" /dev/null "$f" 2>&1 | grep -E '^  trace rank [0-9]+: ' >>"$OUT/signals.txt"
 	done
 	rm -f "$OUT"/sig-*/*/calls.rank*.gz "$OUT"/sig-*/*/trace.json
-	grep -E 'exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
+	grep -E '^(PASS|FAIL)|exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
+}
+
+# reap PID WANT WHAT: waits for profile-run (PID) to end, 120 s at most
+# (then kills it: it did not end its job), and writes its exit status,
+# PASS where it is WANT, to signals.txt.
+reap() {
+	local p=$1 want=$2 what=$3 t0=$SECONDS rc hung=""
+	while kill -0 "$p" 2>/dev/null && [ $((SECONDS - t0)) -lt 120 ]; do
+		sleep 0.2
+	done
+	if kill -0 "$p" 2>/dev/null; then
+		hung=1
+		echo "$what: profile-run still running after 120 s, killed" >>"$OUT/signals.txt"
+		kill -KILL "$p"
+	fi
+	wait "$p"
+	rc=$?
+	echo "$what: exit $rc after $((SECONDS - t0)) s" >>"$OUT/signals.txt"
+	if [ -z "$hung" ] && [ "$rc" = "$want" ]; then
+		echo "PASS $what: exit $rc" >>"$OUT/signals.txt"
+	else
+		echo "FAIL $what: exit $rc, want $want" >>"$OUT/signals.txt"
+	fi
 }
 
 ddp() {
@@ -296,7 +326,7 @@ pipeline() {
 			cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
 			python3 "$root/scripts/wrapcheck.py" --imported-pipeline "$OUT/$name.log" "$OUT/$name-report.txt" \
 				"$(ls "$OUT"/$name/*/trace.json | head -1)" "$OUT/$name-traces" | tee "$OUT/$name.txt"
-			"$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
+			timeout -k 10 120 "$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
 			rm -rf "$OUT/$name-traces" "$OUT"/$name/*/calls.rank*.gz
 			continue
 			;;
@@ -318,7 +348,7 @@ pipeline() {
 		cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
 		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" "$(ls "$OUT"/$name/*/trace.json | head -1)" | tee "$OUT/$name.txt"
 		# The HTML page from the run's trace: its kernels read back.
-		"$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
+		timeout -k 10 120 "$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
 		rm -f "$OUT"/$name/*/calls.rank*.gz
 	done
 }
@@ -328,10 +358,18 @@ overhead() {
 	echo "== overhead"
 	local pairs=${PAIRS:-6} args=("${share[@]}" --iters 50 --warmup 3 --sizes-mib 1,16)
 	: >"$OUT/overhead.txt"
+	local v
 	for i in $(seq "$pairs"); do
-		timeout -k 10 120 "${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/off $i /" >>"$OUT/overhead.txt"
-		timeout -k 10 120 "$pr" -out "$OUT/overhead-runs" -metrics-addr off -quiet -report off -trace off -- \
-			"${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/on $i /" >>"$OUT/overhead.txt"
+		# Odd rounds unwrapped first, even rounds wrapped first: neither
+		# always gets the machine as the other left it.
+		for v in $([ $((i % 2)) = 1 ] && echo off on || echo on off); do
+			if [ "$v" = off ]; then
+				timeout -k 10 120 "${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/off $i /" >>"$OUT/overhead.txt"
+			else
+				timeout -k 10 120 "$pr" -out "$OUT/overhead-runs" -metrics-addr off -quiet -report off -trace off -- \
+					"${tr[@]}" "$ex" "${args[@]}" 2>/dev/null | grep '"rank": 0,' | sed "s/^/on $i /" >>"$OUT/overhead.txt"
+			fi
+		done
 		# NVTX_OFF=1: also wrapped with the job's NVTX left to no tool (a
 		# path NVTX cannot load), which isolates what the plugin's NVTX
 		# hooks cost (NCCL calls NVTX around every operation).
@@ -400,7 +438,7 @@ kernels() {
 	for shape in "${shapes[@]}"; do
 		name=${shape%% *}
 		[ -n "${KSHAPES:-}" ] && [[ " $KSHAPES " != *" $name "* ]] && continue
-		for i in $(seq "${PAIRS:-5}"); do
+		for i in $(seq "${PAIRS:-6}"); do
 			for v in off kernels nokernels labels; do
 				case $v in
 				off) timeout -k 10 120 python3 "$ks" ${shape#* } ;;

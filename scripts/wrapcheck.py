@@ -857,4 +857,14 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        sys.exit(main(sys.argv))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError, ZeroDivisionError) as e:
+        # A missing or malformed input (a run that wrote no report or
+        # trace) is a failed check: say so on a FAIL line, which the
+        # scripts' summaries keep, not only in a traceback they filter out.
+        import traceback
+        traceback.print_exc()
+        mode = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("--") else ""
+        print("FAIL wrapcheck %s: %s: %s" % (mode or "check", type(e).__name__, e))
+        sys.exit(1)

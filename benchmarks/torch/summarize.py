@@ -53,6 +53,9 @@ VARIANTS = [
     ("torch-cuda", "torch", "twin.py --profile cuda (torch.profiler, the CUDA activity alone: CUPTI's kernel records)"),
 ]
 BASELINE = {"trainscope": "trainscope-off", "torch": "torch-off"}
+# The overhead targets (docs/benchmarks.md) are medians of at least this
+# many fresh pairs.
+MIN_ROUNDS = 6
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -389,6 +392,11 @@ def render_md(s):
                  "\"paired\" is the median of that ratio within each round. Model FLOP/s: "
                  "6 × rows × width² × layers per step over the median step." % (
                      st.get("ROUNDS_RUN", "?"), st.get("ROUNDS", "?"), st.get("WARMUP", "?"), st.get("WARMUP", "?")))
+    run = st.get("ROUNDS_RUN", "")
+    if run.isdigit() and int(run) < MIN_ROUNDS:
+        lines.append("")
+        lines.append("**Only %s rounds**: the overhead targets are medians of %d or more fresh pairs; "
+                     "these figures do not yet decide them." % (run, MIN_ROUNDS))
     lines.append("")
     for name, _, meaning in VARIANTS:
         lines.append("- `%s`: %s" % (name, meaning))
