@@ -13,7 +13,8 @@ gaps between calls, which short calls do not hide: 16 MiB over NVLink
 takes tens of µs); for
 send/recv pairs grouped over a proxied transport, the time from the
 kernel's start to the network transfer's end instead (busbw is bytes × factor over that time, so it
-matches when the time does; both are printed). One line per check, PASS or
+matches when the time does: both the time and the busbw must lie within
+5 %, and both ratios are printed). One line per check, PASS or
 FAIL, then a summary; exit status 1 on any FAIL.
 
     python3 scripts/wrapcheck.py --straggler wrapped.log report.txt
@@ -741,6 +742,17 @@ def kernels(log, report, trace):
     return 1 if bad else 0
 
 
+def within5(time_ratio):
+    """Whether a time ratio (trainscope over the script) puts both the
+    time and the busbw (bytes × factor over the time: the inverse ratio)
+    within 5 % of the script's.
+
+    >>> within5(1.0), within5(0.951), within5(0.953), within5(1.04), within5(0)
+    (True, False, True, True, False)
+    """
+    return time_ratio > 0 and abs(time_ratio - 1) <= 0.05 and abs(1 / time_ratio - 1) <= 0.05
+
+
 def main(argv):
     if len(argv) == 5 and argv[1] == "--kernels":
         return kernels(argv[2], argv[3], argv[4])
@@ -831,7 +843,7 @@ def main(argv):
                             print("INFO pair  rank %d SendRecv %d B: trainscope %.2f us/pair (the later transfer end), script %.2f us/call (gaps included), ratio %.4f"
                                   % (rank, res["bytes"], pmean, per_call_us, pratio))
                         else:
-                            ok = abs(pratio - 1) <= 0.05
+                            ok = within5(pratio)
                             fails += not ok
                             time_checks += 1
                             print("%s pair  rank %d SendRecv %d B: trainscope %.2f us/pair (the later transfer end), script %.2f us/call, ratio %.4f"
@@ -843,11 +855,12 @@ def main(argv):
                     print("INFO time  rank %d %s %d B: trainscope %.2f us/call, script %.2f us/call (gaps included), ratio %.4f"
                           % (rank, name, res["bytes"], mean, per_call_us, ratio))
                     continue
-                ok = abs(ratio - 1) <= 0.05
+                ok = within5(ratio)
                 fails += not ok
                 time_checks += 1
-                print("%s time  rank %d %s %d B: trainscope %.2f us/call (median %.2f), script %.2f us/call, ratio %.4f; script busbw %.2f GB/s"
-                      % ("PASS" if ok else "FAIL", rank, name, res["bytes"], mean, statistics.median(timed), per_call_us, ratio, res["busbw_GBps"]))
+                print("%s time  rank %d %s %d B: trainscope %.2f us/call (median %.2f), script %.2f us/call, ratio %.4f (busbw ratio %.4f); script busbw %.2f GB/s"
+                      % ("PASS" if ok else "FAIL", rank, name, res["bytes"], mean, statistics.median(timed), per_call_us, ratio,
+                         1 / ratio if ratio > 0 else float("inf"), res["busbw_GBps"]))
     if results and not time_checks:
         fails += 1
         print("FAIL time: no call of %d MiB or more took %.0f us: nothing to check the device times by (run larger sizes)"
