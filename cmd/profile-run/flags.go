@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,7 +175,9 @@ Flags:
 			printUsage()
 			return nil, errHelp
 		}
-		return nil, usagef("%v", err)
+		return nil, flagError("", fs, err, map[string]string{
+			"html": "the HTML page comes from profile-run report RUN_DIR --html, after the run",
+		})
 	}
 	// A flag whose value was left out before -- (-out -- CMD) takes --
 	// as its value, and the flags end at CMD: it would run with that
@@ -497,4 +500,74 @@ func parseSchedule(s string) (chunks, microbatches int, err error) {
 		return 0, 0, errors.New("microbatches=M is missing")
 	}
 	return chunks, microbatches, nil
+}
+
+// flagError is the usage error for a command line fs refused, led by
+// prefix. The flag package names a flag it does not know and no more: the
+// message adds the flags of fs nearest to it as typed (-step: -steps), or
+// what elsewhere says of that name, a flag of another command.
+func flagError(prefix string, fs *flag.FlagSet, err error, elsewhere map[string]string) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if hint, ok := elsewhere[name]; ok {
+			msg += ": " + hint
+		} else if near := nearFlags(fs, name); len(near) > 0 {
+			list := near[len(near)-1]
+			if len(near) > 1 {
+				list = strings.Join(near[:len(near)-1], ", ") + " or " + list
+			}
+			msg += ": did you mean " + list + "?"
+		}
+	}
+	return usagef("%s%v", prefix, msg)
+}
+
+// nearFlags names at most three flags of fs that name may be a typo of,
+// nearest first: within one edit of it (two for a name longer than four
+// letters; a swap of two letters is two), or beginning with it where it
+// has three letters or more.
+func nearFlags(fs *flag.FlagSet, name string) []string {
+	type near struct {
+		name string
+		dist int
+	}
+	var found []near
+	most := 1
+	if len([]rune(name)) > 4 {
+		most = 2
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if d <= most || (len(name) >= 3 && strings.HasPrefix(f.Name, name)) {
+			found = append(found, near{f.Name, d})
+		}
+	})
+	slices.SortStableFunc(found, func(a, b near) int { return a.dist - b.dist })
+	var out []string
+	for i := 0; i < len(found) && i < 3; i++ {
+		out = append(out, "-"+found[i].name)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
 }

@@ -62,7 +62,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 			fs.PrintDefaults()
 			return nil, errHelp
 		}
-		return nil, usagef("import: %v", err)
+		return nil, flagError("import: ", fs, err, nil)
 	}
 	o.files = files
 	if len(o.files) == 0 {
@@ -392,7 +392,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 		line += pipelineText(p) + memoryText(p)
 		line += clockText(o.applied, p, profiles)
 		if len(p.Tables) > 0 {
-			line += fmt.Sprintf(", %d report tables", len(p.Tables))
+			line += ", " + count(len(p.Tables), "report table", "report tables")
 		}
 		if len(p.LeftOut) > 0 {
 			line += fmt.Sprintf(" (%s left out: an earlier file holds them; see the warnings)", ranksText(p.LeftOut))
@@ -401,7 +401,11 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	}
 	if len(tables) > 0 {
 		if len(problems) == 0 {
-			fmt.Fprintf(stdout, "  the %d report tables agree with the call log (counts and totals)\n", len(tables))
+			agree := fmt.Sprintf("the %d report tables agree", len(tables))
+			if len(tables) == 1 {
+				agree = "the report table agrees"
+			}
+			fmt.Fprintf(stdout, "  %s with the call log (counts and totals)\n", agree)
 		} else {
 			fmt.Fprintf(stdout, "  the report tables disagree with the call log in %d places (see the warnings)\n", len(problems))
 		}

@@ -187,6 +187,23 @@ func TestImportKinetoNestedSteps(t *testing.T) {
 	}
 }
 
+// One report of one table is counted as one, in the file's line and in
+// the check against the call log.
+func TestImportSeedLogWithOneReportTable(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "import", "-out", t.TempDir(), "-quiet", seedDir+"calls.rank1", seedDir+"report.rank1")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"report.rank1: framework profiler text, rank 1, 0 ranges, 1 report table\n",
+		"  the report table agrees with the call log (counts and totals)\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
 func TestImportSeedLogWithReport(t *testing.T) {
 	out := t.TempDir()
 	code, stdout, stderr := runCmd(t, "import", "-out", out, "-quiet",
@@ -201,7 +218,7 @@ func TestImportSeedLogWithReport(t *testing.T) {
 	// tables ("=== Profiler Report for Rank N ===").
 	for _, want := range []string{
 		"report.rank0: framework profiler text, rank 0, 0 ranges, 2 report tables",
-		"report.rank1: framework profiler text, rank 1, 0 ranges, 1 report tables",
+		"report.rank1: framework profiler text, rank 1, 0 ranges, 1 report table\n",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)

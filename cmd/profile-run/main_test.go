@@ -103,6 +103,30 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 	}
 }
 
+// A flag mistyped is named with the flags it may have meant, for the run
+// and for each subcommand; -html, profile-run report's, says where it
+// belongs; a name near no flag gets no guess.
+func TestUnknownFlagNamesTheNearestFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-step", "3"}, "profile-run: flag provided but not defined: -step: did you mean -steps or -step-range? (see profile-run -h)\n"},
+		{[]string{"-quite"}, "profile-run: flag provided but not defined: -quite: did you mean -quiet? (see profile-run -h)\n"},
+		{[]string{"--metric-addr=off"}, "profile-run: flag provided but not defined: -metric-addr: did you mean -metrics-addr? (see profile-run -h)\n"},
+		{[]string{"-otlp", "127.0.0.1:4318"}, "profile-run: flag provided but not defined: -otlp: did you mean -otlp-endpoint, -otlp-insecure or -otlp-protocol? (see profile-run -h)\n"},
+		{[]string{"-zzz"}, "profile-run: flag provided but not defined: -zzz (see profile-run -h)\n"},
+		{[]string{"-html"}, "profile-run: flag provided but not defined: -html: the HTML page comes from profile-run report RUN_DIR --html, after the run (see profile-run -h)\n"},
+		{[]string{"import", "-quite", "a.json"}, "profile-run: import: flag provided but not defined: -quite: did you mean -quiet? (see profile-run import -h)\n"},
+		{[]string{"report", "dir", "--htm"}, "profile-run: report: flag provided but not defined: -htm: did you mean -html? (see profile-run report -h)\n"},
+	} {
+		code, stdout, stderr := runCmd(t, tc.args...)
+		if code != exitUsage || stderr != tc.want || stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr\n got %q\nwant %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+}
+
 // A valid -otlp-protocol without an endpoint sends nothing: the run goes
 // on, and a warning says so.
 func TestOTLPProtocolWithoutEndpointWarns(t *testing.T) {
@@ -121,6 +145,37 @@ func TestHelpExitsZero(t *testing.T) {
 	code, _, stderr := runCmd(t, "-h")
 	if code != exitOK || !strings.Contains(stderr, "-pp") || !strings.Contains(stderr, "-vpp") {
 		t.Fatalf("code %d, usage %q", code, stderr)
+	}
+}
+
+// "profile-run help", as many commands take it, prints the usage -h
+// prints and exits 0 (it is no command to wrap: that comes after --);
+// "help import" and "help report" print the subcommand's.
+func TestHelpSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"help"}, []string{"Usage:", "profile-run [flags] -- CMD ARGS", "-pp int", "-vpp int"}},
+		{[]string{"help", "import"}, []string{"Usage: profile-run import [flags] FILE|DIR", "-trace-steps string"}},
+		{[]string{"help", "report"}, []string{"Usage: profile-run report [flags] RUN_DIR [--html]", "-html"}},
+	} {
+		code, stdout, stderr := runCmd(t, tc.args...)
+		if code != exitOK {
+			t.Errorf("%q: exit %d, want %d\nstderr %s", tc.args, code, exitOK, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%q: usage lacks %q:\n%s", tc.args, w, stderr)
+			}
+		}
+		if stdout != "" {
+			t.Errorf("%q: stdout %q, want nothing", tc.args, stdout)
+		}
+	}
+	code, _, stderr := runCmd(t, "help", "wrap")
+	if code != exitUsage || stderr != "profile-run: help \"wrap\": no such subcommand (profile-run help, profile-run help import, profile-run help report) (see profile-run -h)\n" {
+		t.Errorf("help wrap: exit %d, stderr %q", code, stderr)
 	}
 }
 
@@ -250,6 +305,13 @@ func TestTraceWindowNeverReached(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dirs[0], "report.txt")); err != nil {
 		t.Errorf("the report is still written: %v", err)
+	}
+	// The per-rank reports hold the same steps: none, and said so.
+	if m, _ := filepath.Glob(filepath.Join(dirs[0], "report.rank*")); len(m) != 0 {
+		t.Errorf("per-rank reports written: %v", m)
+	}
+	if !strings.Contains(stdout, "\n          report.rank<N>: not written: no records in the steps -trace-steps 2 covers\n") {
+		t.Errorf("stdout does not say why there are no per-rank reports:\n%s", stdout)
 	}
 	code, _, stderr = runCmd(t, "report", dirs[0], "--html")
 	if code != exitFail || !strings.Contains(stderr, "trace.json: no such file") {
@@ -813,6 +875,8 @@ func TestCallLogLine(t *testing.T) {
 	}{
 		{"whole", profiler.CallLogFile{Rank: 1, Path: "/x/calls.rank1.gz", Lines: 1383, Bytes: 90000, FirstStep: 0, LastStep: 4, HasSteps: true},
 			"calls: 1383 → /x/calls.rank1.gz (steps 0–4)"},
+		{"one step", profiler.CallLogFile{Rank: 0, Path: "/x/calls.rank0.gz", Lines: 444, Bytes: 9000, FirstStep: 3, LastStep: 3, HasSteps: true},
+			"calls: 444 → /x/calls.rank0.gz (step 3)"},
 		{"capped", profiler.CallLogFile{Rank: 1, Path: "/x/calls.rank1.gz", Lines: 10, Skipped: 5, Bytes: 1 << 20},
 			"calls: 10 → /x/calls.rank1.gz; 5 more beyond -call-log-size 1 MiB not written"},
 		{"disk full", profiler.CallLogFile{Rank: 1, Path: "/x/calls.rank1.gz", Lines: 1383, Skipped: 17, Bytes: 90000, HasSteps: true, LastStep: 4, Err: full},

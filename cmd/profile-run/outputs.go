@@ -677,6 +677,10 @@ func (out *outputs) finish(stdout io.Writer) error {
 			for _, p := range paths {
 				out.summary = append(out.summary, "        "+p)
 			}
+			if err == nil && len(paths) == 0 && collected > 0 {
+				// The per-rank files hold the steps the trace keeps.
+				out.summary = append(out.summary, fmt.Sprintf("        report.rank<N>: not written: no records in the steps -trace-steps %s covers", out.o.detail))
+			}
 		}
 	}
 	if out.pprofFile != nil {
@@ -959,7 +963,10 @@ func callLogLine(f profiler.CallLogFile, capMiB int) string {
 		return fmt.Sprintf("calls: %s is INCOMPLETE: %v (%d calls given to it before the error, %d more not written)", f.Path, f.Err, f.Lines, f.Skipped)
 	}
 	line := fmt.Sprintf("calls: %d → %s", f.Lines, f.Path)
-	if f.HasSteps {
+	switch {
+	case f.HasSteps && f.FirstStep == f.LastStep:
+		line += fmt.Sprintf(" (step %d)", f.FirstStep)
+	case f.HasSteps:
 		line += fmt.Sprintf(" (steps %d–%d)", f.FirstStep, f.LastStep)
 	}
 	if f.Skipped > 0 {

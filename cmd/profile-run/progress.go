@@ -45,7 +45,8 @@ type progress struct {
 
 	mu        sync.Mutex
 	start     time.Time
-	done      int
+	done      int // steps finished
+	last      int // the step finished last, numbered from 0 as the step lines
 	loss      float64
 	wall      time.Duration
 	rate      float64 // ranges per second over the last interval
@@ -116,7 +117,7 @@ func (pr *progress) stepDone(sr pipeline.StepResult) {
 	now := time.Now()
 	c := pr.live()
 	pr.mu.Lock()
-	pr.done, pr.loss, pr.wall, pr.counts = sr.Step+1, sr.Loss, sr.Wall, c
+	pr.done, pr.last, pr.loss, pr.wall, pr.counts = sr.Step+1, sr.Step, sr.Loss, sr.Wall, c
 	if dt := now.Sub(pr.lastAt); dt >= 500*time.Millisecond {
 		pr.rate = float64(c.ranges-pr.lastCount) / dt.Seconds()
 		pr.lastAt, pr.lastCount = now, c.ranges
@@ -167,8 +168,11 @@ func (pr *progress) status() string {
 func (pr *progress) logLine() {
 	pr.mu.Lock()
 	elapsed := time.Since(pr.start)
+	// The loss and step time are of the step finished last, named as
+	// the step lines, the report and the trace name it; the steps done
+	// count it.
 	fields := []zap.Field{
-		zap.Int("step", pr.done), zap.Int("steps", pr.steps), zap.Float64("loss", pr.loss),
+		zap.Int("step", pr.last), zap.Int("steps_done", pr.done), zap.Int("steps", pr.steps), zap.Float64("loss", pr.loss),
 		zap.Duration("step_time", pr.wall), zap.Float64("samples_per_s", float64(pr.rows)/pr.wall.Seconds()),
 		zap.Float64("ranges_per_s", pr.rate), zap.Uint64("drops", pr.counts.drops), zap.Uint64("backlog", pr.counts.backlog),
 		zap.Duration("elapsed", elapsed), zap.Duration("eta", pr.eta(elapsed)),

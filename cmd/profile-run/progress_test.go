@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -120,7 +121,7 @@ func TestProgressBarOffATerminal(t *testing.T) {
 		t.Errorf("the fallback is said %d times on stderr, want once:\n%s", n, stderr)
 	}
 	// The log line of -progress log comes instead, at least for the last step.
-	if !strings.Contains(stderr, "training") || !strings.Contains(stderr, `"step": 2`) {
+	if !strings.Contains(stderr, "training") || !strings.Contains(stderr, `"step": 1, "steps_done": 2`) {
 		t.Errorf("no progress log line on stderr:\n%s", stderr)
 	}
 }
@@ -157,5 +158,47 @@ func TestDivergedLossWarnsOnce(t *testing.T) {
 	code, _, stderr = runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-progress", "off", "-quiet"}, small...)...)
 	if code != exitOK || strings.Contains(stderr, "diverged") {
 		t.Errorf("a run that converges: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// The progress log line names the step its loss and step time are of as
+// the step lines, the report and the trace number it (from 0), and counts
+// the steps done beside it.
+func TestProgressLogNamesTheStepOfItsLoss(t *testing.T) {
+	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-progress", "log", "-progress-every", "1h", "-log-format", "json"}, append(small, "-steps", "3")...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var line struct {
+		Msg       string  `json:"msg"`
+		Step      *int    `json:"step"`
+		StepsDone int     `json:"steps_done"`
+		Steps     int     `json:"steps"`
+		Loss      float64 `json:"loss"`
+	}
+	found := false
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.Contains(l, `"msg":"training"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("%v: %s", err, l)
+			}
+			found = true // the last one: the run's end
+		}
+	}
+	if !found {
+		t.Fatalf("no progress log line:\n%s", stderr)
+	}
+	if line.Step == nil {
+		t.Fatalf("the progress line has no step:\n%s", stderr)
+	}
+	if *line.Step != 2 || line.StepsDone != 3 || line.Steps != 3 {
+		t.Fatalf("last progress line: step %d, steps_done %d, steps %d; want step 2 (the last of 0–2), 3 done of 3", *line.Step, line.StepsDone, line.Steps)
+	}
+	want := regexp.MustCompile(`(?m)^step 2: loss ([0-9.]+),`).FindStringSubmatch(stdout)
+	if want == nil {
+		t.Fatalf("no loss line for step 2:\n%s", stdout)
+	}
+	if got := strconv.FormatFloat(line.Loss, 'f', 6, 64); got != want[1] {
+		t.Errorf("the log line's loss %s is not step 2's (%s):\n%s", got, want[1], stdout)
 	}
 }

@@ -57,7 +57,7 @@ func parseReportFlags(args []string, stderr io.Writer) (*reportOptions, error) {
 			fs.PrintDefaults()
 			return nil, errHelp
 		}
-		return nil, usagef("report: %v", err)
+		return nil, flagError("report: ", fs, err, nil)
 	}
 	switch {
 	case len(dirs) == 0:

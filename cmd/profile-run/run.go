@@ -51,6 +51,19 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "report" {
 		return runReport(in, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "help" {
+		// A command to wrap comes after --, so "help" first is a request
+		// for the usage, as -h is.
+		switch {
+		case len(args) == 1:
+			args = []string{"-h"}
+		case len(args) == 2 && (args[1] == "import" || args[1] == "report"):
+			return runWith(in, []string{args[1], "-h"}, stdout, stderr)
+		default:
+			fmt.Fprintf(stderr, "profile-run: help %q: no such subcommand (profile-run help, profile-run help import, profile-run help report) (see profile-run -h)\n", strings.Join(args[1:], " "))
+			return exitUsage
+		}
+	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, errHelp) {
 		return exitOK

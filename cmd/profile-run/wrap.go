@@ -58,6 +58,11 @@ const (
 // between SIGTERM and SIGKILL (a variable for tests).
 var leftoverGrace = 5 * time.Second
 
+// leftoverSettle is how long processes that die with the command (killed
+// with its process group) are given to become zombies and be reaped
+// before those still there are reported as left behind.
+const leftoverSettle = 100 * time.Millisecond
+
 // wrapper is one run of `profile-run [flags] -- CMD ARGS…`.
 type wrapper struct {
 	in             *interrupt
@@ -324,12 +329,27 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 // signal), and are reaped.
 func (w *wrapper) endLeftovers(pgid int) {
 	groupAlive := func() bool { return syscall.Kill(-pgid, 0) == nil }
-	orphans := children()
-	if !groupAlive() && len(orphans) == 0 {
-		return
+	// Processes that ended with the command (its group killed by a second
+	// signal, or a child exiting as it exited) are zombies until reaped,
+	// and answer as alive: reaped first, and given leftoverSettle to
+	// finish dying, they are not reported as left behind.
+	var orphans []int
+	for settle := time.Now().Add(leftoverSettle); ; time.Sleep(5 * time.Millisecond) {
+		reapExited()
+		orphans = children()
+		if !groupAlive() && len(orphans) == 0 {
+			return
+		}
+		if time.Now().After(settle) {
+			break
+		}
 	}
-	w.log.Warn(fmt.Sprintf("the command exited and left processes behind (%d orphaned, its process group %d %s); sending them SIGTERM, and SIGKILL after %v",
-		len(orphans), pgid, map[bool]string{true: "still has members", false: "is empty"}[groupAlive()], leftoverGrace))
+	then := fmt.Sprintf("sending them SIGTERM, and SIGKILL after %v", leftoverGrace)
+	if w.in.abort.Err() != nil {
+		then = "killing them (SIGKILL): a signal cut the grace short"
+	}
+	w.log.Warn(fmt.Sprintf("the command exited and left processes behind (%d orphaned, its process group %d %s); %s",
+		len(orphans), pgid, map[bool]string{true: "still has members", false: "is empty"}[groupAlive()], then))
 	signalAll := func(sig syscall.Signal) {
 		_ = syscall.Kill(-pgid, sig)
 		for _, pid := range children() {
@@ -340,11 +360,7 @@ func (w *wrapper) endLeftovers(pgid int) {
 	deadline := time.Now().Add(leftoverGrace)
 	killed := false
 	for {
-		left := children()
-		for _, pid := range left {
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		}
+		reapExited()
 		if len(children()) == 0 && !groupAlive() {
 			return
 		}
@@ -379,6 +395,14 @@ func reapOrphans(pid int, chld <-chan os.Signal, exited <-chan struct{}) {
 				_, _ = syscall.Wait4(c, &ws, syscall.WNOHANG, nil)
 			}
 		}
+	}
+}
+
+// reapExited reaps the children of profile-run that have exited.
+func reapExited() {
+	for _, pid := range children() {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 	}
 }
 
@@ -628,12 +652,17 @@ func (w *wrapper) ncclSummary() string {
 	if w.col == nil {
 		return "nccl: not recorded: " + w.noNCCL
 	}
-	st := w.col.Stats()
+	return ncclLine(w.col.Stats(), w.plugin.Path)
+}
+
+// ncclLine is ncclSummary's line for the collector's stats, plugin the
+// path of the plugin the command was given.
+func ncclLine(st ncclplugin.Stats, plugin string) string {
 	switch {
 	case st.Processes == 0:
 		return fmt.Sprintf("nccl: no collectives seen: no process loaded the plugin (%s). Either the command did not use NCCL (CPU only, gloo, or it failed first), "+
 			"its NCCL is older than 2.25 (the plugin speaks profiler interfaces v4 and v5), a launcher did not pass %s and %s on (mpirun needs -x for each), "+
-			"or its processes run on another host (the collector listens on a local socket)", w.plugin.Path, envNCCLPlugin, ncclplugin.EnvSocket)
+			"or its processes run on another host (the collector listens on a local socket)", plugin, envNCCLPlugin, ncclplugin.EnvSocket)
 	case st.Records == 0:
 		// A job without NCCL (one GPU) wrapped for its kernels and
 		// ranges: what its plugin could not send still counts.
@@ -653,8 +682,14 @@ func (w *wrapper) ncclSummary() string {
 	if st.StaleChannels > 0 {
 		line += fmt.Sprintf("; %d kernel channels left out: NCCL's timers of %d communicator(s) ran before their operations were enqueued, so their operations are host-only from the first such", st.StaleChannels, st.StaleComms)
 	}
+	if st.ClockSteps > 0 {
+		line += fmt.Sprintf("; GPU timer: stepped %d time(s) against the host clock, the device times after each placed with the new offset", st.ClockSteps)
+	}
 	if st.ClockConflicts > 0 {
-		line += fmt.Sprintf("; GPU timer: %d process(es) whose clock bounds crossed, device times may be late (first: %s)", st.ClockConflicts, st.ClockConflict)
+		line += fmt.Sprintf("; GPU timer: %d GPU(s) whose clock bounds crossed, device times may be late (first: %s)", st.ClockConflicts, st.ClockConflict)
+	}
+	if st.Orphans > 0 {
+		line += fmt.Sprintf("; %d kernel-channel and proxy records found no operation (its record lost, or delivered before them) and are left out", st.Orphans)
 	}
 	return line + lossText(st)
 }

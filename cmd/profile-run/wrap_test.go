@@ -1044,6 +1044,10 @@ func TestWrapSecondSignalKillsLeftoversAtOnce(t *testing.T) {
 		_ = syscall.Kill(worker, syscall.SIGKILL)
 		t.Errorf("worker %d left running: kill(0) = %v", worker, err)
 	}
+	// What it says is what it does: no grace of 10 minutes.
+	if s := stderr.String(); !strings.Contains(s, "left processes behind (1 orphaned") || !strings.Contains(s, "killing them (SIGKILL): a signal cut the grace short") || strings.Contains(s, "SIGKILL after") {
+		t.Errorf("stderr does not say the worker left behind is killed at once:\n%s", s)
+	}
 }
 
 // A signal that comes before the command has started (while the plugin is
@@ -1177,5 +1181,63 @@ func TestWrapFlagValueIsTheSeparator(t *testing.T) {
 		if ents, _ := os.ReadDir("."); len(ents) != 0 {
 			t.Errorf("%q: made or ran something: %v", args, ents)
 		}
+	}
+}
+
+// Processes that ended with the command — killed with its process group
+// by a second signal, or exiting as it exited — are zombies until reaped:
+// they are reaped, not reported as left behind, nor sent signals.
+func TestWrapLeftoversThatAlreadyExitedAreNotReported(t *testing.T) {
+	cmd := exec.Command("true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(20 * time.Second); procState(pid) != 'Z'; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d did not exit (state %c)", pid, procState(pid))
+		}
+	}
+	var logs bytes.Buffer
+	log, err := newLogger(&logs, logConsole, "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wrapper{in: newInterrupt(context.Background()), log: log}
+	start := time.Now()
+	w.endLeftovers(pid)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("took %v for a process that had exited", took)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a process that had exited is reported:\n%s", logs.String())
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("zombie %d not reaped: kill(0) = %v (state %c)", pid, err, procState(pid))
+	}
+}
+
+// The nccl: line tells what the collector could not place: a GPU timer
+// that stepped, clock bounds that crossed (counted per GPU), and
+// channel or proxy records whose operation never came.
+func TestNCCLLineSaysWhatWasNotPlaced(t *testing.T) {
+	st := ncclplugin.Stats{Processes: 2, Communicating: 2, Records: 40, HostOnly: 3,
+		ClockSteps: 1, ClockConflicts: 2, ClockConflict: "rank 1's AllReduce …", Orphans: 5}
+	line := ncclLine(st, "/x/libtrainscope-nccl.so")
+	for _, want := range []string{
+		"nccl: 40 collectives and p2p from 2 process(es), 37 timed on the device",
+		"stepped 1 time(s)",
+		"2 GPU(s) whose clock bounds crossed",
+		"first: rank 1's AllReduce …",
+		"5 kernel-channel and proxy records found no operation",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("nccl line lacks %q:\n%s", want, line)
+		}
+	}
+	if line := ncclLine(ncclplugin.Stats{Processes: 1, Communicating: 1, Records: 4}, ""); strings.Contains(line, "GPU timer") || strings.Contains(line, "no operation") {
+		t.Errorf("a clean run's nccl line speaks of trouble: %s", line)
 	}
 }
