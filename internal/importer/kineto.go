@@ -363,7 +363,7 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		if k.pair {
 			p.warnf("%s: %s of category %q not imported", path, plural(skipped[k], `"B"/"E" pair`), k.cat)
 		} else {
-			p.warnf("%s: %d complete events of category %q not imported", path, skipped[k], k.cat)
+			p.warnf("%s: %s of category %q not imported", path, plural(skipped[k], "complete event"), k.cat)
 		}
 	}
 	if unbegun > 0 {

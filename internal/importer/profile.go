@@ -167,7 +167,7 @@ func Load(path string, r io.Reader) (*Profile, error) {
 			return nil, &ParseError{Path: path, Offset: 0, Err: fmt.Errorf("gzip: %w", err)}
 		}
 		defer zr.Close()
-		br = bufio.NewReaderSize(zr, 64<<10)
+		br = bufio.NewReaderSize(gzipBody{zr}, 64<<10)
 	}
 	head, err := br.Peek(4096)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
@@ -188,6 +188,19 @@ func Load(path string, r io.Reader) (*Profile, error) {
 		p.validUTF8()
 	}
 	return p, err
+}
+
+// gzipBody reads a gzip member's body, its errors (a file cut short, a
+// bad checksum) said to be the compression's: a parser that meets one
+// reports it at its line or offset, as "gzip: unexpected EOF".
+type gzipBody struct{ r io.Reader }
+
+func (g gzipBody) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("gzip: %w (the file is cut short or corrupt)", err)
+	}
+	return n, err
 }
 
 // validUTF8 makes the records' names valid UTF-8 (a log written in
