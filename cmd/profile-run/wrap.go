@@ -516,7 +516,7 @@ func (w *wrapper) progress(exited <-chan struct{}) {
 }
 
 func (w *wrapper) progressLine() string {
-	elapsed := time.Since(w.started).Truncate(time.Second)
+	elapsed := elapsedText(time.Since(w.started), w.o.progressEvery)
 	if w.col == nil {
 		return fmt.Sprintf("profile-run: %v: not recording NCCL (%s)", elapsed, w.noNCCL)
 	}
@@ -530,6 +530,16 @@ func (w *wrapper) progressLine() string {
 		line += stragglerText(w.out.pipe.Summary())
 	}
 	return line
+}
+
+// elapsedText is the progress line's elapsed time: whole seconds, or
+// tenths where lines come more often than once a second (they would all
+// say 0s).
+func elapsedText(d, every time.Duration) time.Duration {
+	if every > 0 && every < time.Second {
+		return d.Truncate(100 * time.Millisecond)
+	}
+	return d.Truncate(time.Second)
 }
 
 // progressSteps is what the progress line says of the job's NVTX steps

@@ -1241,3 +1241,21 @@ func TestNCCLLineSaysWhatWasNotPlaced(t *testing.T) {
 		t.Errorf("a clean run's nccl line speaks of trouble: %s", line)
 	}
 }
+
+// Progress lines a few times a second tell their times apart; at the
+// default 10 s, whole seconds.
+func TestProgressElapsedText(t *testing.T) {
+	for _, c := range []struct {
+		d, every time.Duration
+		want     string
+	}{
+		{1234 * time.Millisecond, 250 * time.Millisecond, "1.2s"},
+		{300 * time.Millisecond, 250 * time.Millisecond, "300ms"},
+		{1234 * time.Millisecond, 10 * time.Second, "1s"},
+		{61500 * time.Millisecond, time.Second, "1m1s"},
+	} {
+		if got := elapsedText(c.d, c.every).String(); got != c.want {
+			t.Errorf("elapsedText(%v, every %v) = %s, want %s", c.d, c.every, got, c.want)
+		}
+	}
+}
