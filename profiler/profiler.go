@@ -461,7 +461,9 @@ func calibrateStuck(ctx context.Context, dev runtime.Device) error {
 // ordered by rank, then start time. Ranges still open, and device ranges
 // whose events have not completed, are not included yet. After Close it
 // still gathers what the recorders completed, device ranges without
-// device times (the calibration is released).
+// device times (the calibration is released). It waits for a collector
+// pass under way, as Reset does: a sink that never returns from Consume
+// keeps both waiting (Flush, which takes a context, does not).
 func (p *Profiler) Snapshot() []Record {
 	if p == nil {
 		return nil
