@@ -106,18 +106,24 @@ func (e *Exporter) AddStep(st *analysis.Step) {
 	e.mu.Lock()
 	e.stats.Spans += uint64(n)
 	keep := e.sampler.sampled(e.build.ids.traceID(step))
-	if t := e.tail; t != nil && !e.finished {
+	if t := e.tail; t != nil && step != profiler.None {
+		// As for records (routeTail): a step's decision stands after
+		// Shutdown too, so the spans of a step the tail policy kept count
+		// as dropped then, not as left out by the sampler.
+		// Nothing is held once the exporter has stopped.
 		if k, ok := t.decided[step]; ok {
 			keep = k
-		} else if o := t.openFor(step, func() bool { return keep }); o != nil && !o.kept() {
-			// Held with the step's records until its decision.
-			o.analysis = append(o.analysis, queued...)
-			o.spans += n
-			t.held += n
-			e.mu.Unlock()
-			return
-		} else if o != nil {
-			keep = true
+		} else if !e.finished {
+			if o := t.openFor(step, func() bool { return keep }); o != nil && !o.kept() {
+				// Held with the step's records until its decision.
+				o.analysis = append(o.analysis, queued...)
+				o.spans += n
+				t.held += n
+				e.mu.Unlock()
+				return
+			} else if o != nil {
+				keep = true
+			}
 		}
 	}
 	wake := false

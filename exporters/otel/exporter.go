@@ -424,7 +424,10 @@ func (e *Exporter) run() {
 
 // drain builds and sends everything queued, in requests of at most
 // BatchSize spans, at most Concurrency at once; with wait it returns when
-// every request has its outcome.
+// every request has its outcome. Once the export context is cancelled (a
+// Shutdown out of time) what is left is counted as failed unbuilt:
+// building a full queue's spans takes long past the deadline, only for
+// export to refuse them.
 func (e *Exporter) drain(wait bool) {
 	e.mu.Lock()
 	overflowed := e.overflowed
@@ -450,6 +453,10 @@ func (e *Exporter) drain(wait bool) {
 		e.mu.Unlock()
 
 		for len(steps) > 0 {
+			if e.exportCtx.Err() != nil {
+				e.abandon(len(steps))
+				break
+			}
 			k := min(len(steps), e.cfg.BatchSize)
 			spans := e.build.analysisSpans(steps[:k], make([]sdktrace.ReadOnlySpan, 0, k))
 			e.senders <- struct{}{}
@@ -461,6 +468,14 @@ func (e *Exporter) drain(wait bool) {
 		}
 
 		for recs := buf; len(recs) > 0; {
+			if e.exportCtx.Err() != nil {
+				n := 0
+				for i := range recs {
+					n += spansOf(&recs[i])
+				}
+				e.abandon(n)
+				break
+			}
 			// Split at record boundaries so a record's two spans travel
 			// together.
 			k, n := 0, 0
@@ -547,6 +562,18 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 		})
 	}
 	e.mu.Unlock()
+}
+
+// abandon counts n spans that were never sent as failed, as export does
+// once the export context is cancelled.
+func (e *Exporter) abandon(n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.held -= n
+	e.stats.Failed += uint64(n)
+	if e.stats.LastError == nil {
+		e.stats.LastError = errAbandoned
+	}
 }
 
 // logLater hands a line to logLoop without waiting; when lines are

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -120,6 +121,9 @@ type seriesCount struct {
 func countSeries(s scrapeResult, f scrapeFormat) seriesCount {
 	c := seriesCount{perRank: map[string]int{}, byName: map[string]int{}}
 	for _, mf := range s.families {
+		if !strings.HasPrefix(mf.GetName(), "trainscope_") {
+			continue // promhttp's own scrape error counter
+		}
 		for _, m := range mf.GetMetric() {
 			n := seriesOf(mf, m, f)
 			c.total += n

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -60,8 +61,12 @@ func (e *Exporter) Serve(addr string) (net.Addr, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
-		ErrorHandling:       promhttp.ContinueOnError,
-		ErrorLog:            scrapeLog{e.cfg.log},
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      scrapeLog{e.cfg.log},
+		// A scrape that could not gather every metric still answers, with
+		// what it could; promhttp_metric_handler_errors_total counts those
+		// scrapes, so that series missing from one show without a logger.
+		Registry:            prometheus.WrapRegistererWith(prometheus.Labels{labelHostname: e.cfg.hostname}, e.reg),
 		Timeout:             10 * time.Second,
 		MaxRequestsInFlight: 4,
 		// OpenMetrics when the scraper asks for it: the only text format
