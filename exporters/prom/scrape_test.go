@@ -112,7 +112,8 @@ func hasInf(h *dto.Histogram) bool {
 
 // seriesCount is a scrape's series, split by the rank label.
 type seriesCount struct {
-	total   int
+	total   int            // the exporter's own (trainscope_) series
+	other   int            // the rest: promhttp's scrape error counter
 	perRank map[string]int // rank label value → series carrying it
 	shared  int            // series with no rank label
 	byName  map[string]int // metric family → series
@@ -122,7 +123,10 @@ func countSeries(s scrapeResult, f scrapeFormat) seriesCount {
 	c := seriesCount{perRank: map[string]int{}, byName: map[string]int{}}
 	for _, mf := range s.families {
 		if !strings.HasPrefix(mf.GetName(), "trainscope_") {
-			continue // promhttp's own scrape error counter
+			for _, m := range mf.GetMetric() {
+				c.other += seriesOf(mf, m, f)
+			}
+			continue
 		}
 		for _, m := range mf.GetMetric() {
 			n := seriesOf(mf, m, f)
