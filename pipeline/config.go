@@ -131,7 +131,9 @@ func DefaultConfig() Config {
 // (runtime.MemoryDescriber), that what the ranks allocate (see Memory)
 // fits in it, adding up the ranks that share a device (see Placement),
 // and that the host can hold the schedule's plan, which every run keeps
-// in host memory whatever the backend.
+// in host memory whatever the backend, with the host memory that ranks on
+// devices of their own keep (their share of the dataset and the staging
+// of their uploads).
 func (c Config) Validate() error {
 	if err := c.validateModel(); err != nil {
 		return err

@@ -123,12 +123,18 @@ func (c Config) checkSizesRepresentable() error {
 // MaxRanks (validateModel checks it). A device whose memory d cannot tell is not
 // checked. Ranks on devices that share the host's memory are counted
 // together, with the host memory each keeps and the garbage collector's
-// headroom (that memory is Go's heap).
+// headroom (that memory is Go's heap). Ranks on devices of their own keep
+// host memory too (their share of the dataset, page-locked where the
+// backend offers it, and the staging of their uploads): it is counted
+// against the host's memory, without the headroom.
 func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 	ranks := c.Stages * c.Replicas
 	var hostNeed float64
 	var hostMem runtime.DeviceMemory
 	hostRanks := 0
+	// Host memory kept by the ranks on devices of their own.
+	var devHost float64
+	devRanks := 0
 	// Ranks sharing a device (rank r is on device r mod devices) add up.
 	type onDevice struct {
 		need  int64
@@ -161,6 +167,8 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 			hostRanks++
 			continue
 		}
+		devHost += float64(need.Host)
+		devRanks++
 		od := perDevice[idx]
 		if od == nil {
 			od = &onDevice{}
@@ -192,7 +200,7 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 		hostMem = mem
 	}
 	capacity, growth := hostCapacity(hostMem)
-	need := (hostNeed + plan) * growth
+	need := (hostNeed+plan)*growth + devHost
 	if capacity == 0 || need <= float64(capacity) {
 		return nil
 	}
@@ -200,22 +208,36 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 	if growth > 1 {
 		headroom = fmt.Sprintf(" × %.3g for the garbage collector's headroom (GOGC=%.0f)", growth, 100*(growth-1))
 	}
+	if devHost > (hostNeed+plan)*growth {
+		what := "the schedule's plan"
+		if hostNeed > 0 {
+			what += " and the ranks on host memory"
+		}
+		others := fmt.Sprintf(" + %s for %s%s", bytesString(hostNeed+plan), what, headroom)
+		return invalid("the ranks on %s devices keep about %s of host memory per rank (their share of the dataset and the staging of their uploads) × %d ranks%s = %s, but %s is available on the host: lower %s, %s, %s or %s",
+			c.Backend, bytesString(devHost/float64(devRanks)), devRanks, others, bytesString(need), bytesString(float64(capacity)),
+			fieldName("Width"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Replicas"))
+	}
+	onDevices := ""
+	if devHost > 0 {
+		onDevices = fmt.Sprintf(" + %s kept on the host by %d ranks on %s devices", bytesString(devHost), devRanks, c.Backend)
+	}
 	if plan >= hostNeed {
 		ranks := ""
 		if hostRanks > 0 {
 			ranks = fmt.Sprintf(" (+ %s for %d ranks on this host)", bytesString(hostNeed), hostRanks)
 		}
-		return invalid("the schedule's plan of 2 × %s × %s × %s = %.0f actions a step needs about %s of host memory%s%s = %s, but %s is available: lower %s, %s or %s",
+		return invalid("the schedule's plan of 2 × %s × %s × %s = %.0f actions a step needs about %s of host memory%s%s%s = %s, but %s is available: lower %s, %s or %s",
 			field("Stages", c.Stages), field("Chunks", c.Chunks), field("Microbatches", c.Microbatches),
-			2*float64(c.Stages)*float64(c.Chunks)*float64(c.Microbatches), bytesString(plan), ranks, headroom,
+			2*float64(c.Stages)*float64(c.Chunks)*float64(c.Microbatches), bytesString(plan), ranks, headroom, onDevices,
 			bytesString(need), bytesString(float64(capacity)), fieldName("Stages"), fieldName("Chunks"), fieldName("Microbatches"))
 	}
 	planned := ""
 	if plan >= hostNeed/100 {
 		planned = fmt.Sprintf(" + %s for the schedule's plan", bytesString(plan))
 	}
-	return invalid("the model needs about %s per rank × %d ranks on this host%s%s = %s, but %s is available: lower %s, %s, %s, %s or %s",
-		bytesString(hostNeed/float64(hostRanks)), hostRanks, planned, headroom, bytesString(need), bytesString(float64(capacity)),
+	return invalid("the model needs about %s per rank × %d ranks on this host%s%s%s = %s, but %s is available: lower %s, %s, %s, %s or %s",
+		bytesString(hostNeed/float64(hostRanks)), hostRanks, planned, headroom, onDevices, bytesString(need), bytesString(float64(capacity)),
 		fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), fieldName("Replicas"))
 }
 

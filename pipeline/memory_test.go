@@ -286,3 +286,42 @@ func TestMemoryEstimateHost(t *testing.T) {
 		t.Errorf("NewTrainer allocated %d bytes; the ranks' estimates add up to %d (allowed: up to 1 MiB more)", got, want)
 	}
 }
+
+// Ranks on devices of their own (GPUs) keep host memory too: each of the
+// two stages holds its replica's share of the dataset and stages its
+// weight uploads on the host. At width 1024 with the default 8 × 16 rows
+// and 10 steps, the dataset holds the 10 global batches (2^24/(1024·128)
+// = 128 would fit): 10·128·1024 floats, 5242880 bytes, and the staging
+// is two 1024² blocks of floats, 8388608 bytes, 13631488 bytes a rank,
+// plus 8 losses on the last: 27263008 bytes for both. The schedule's
+// plan of 64 actions in 68 rounds (planBytes) adds 49152 bytes, twice
+// that with the collector's headroom: 27361312 bytes in all. Device
+// memory is plentiful; the host's decides.
+func TestMemoryCheckCountsHostMemoryOfDeviceRanks(t *testing.T) {
+	gcDefaults(t)
+	c := DefaultConfig()
+	c.Backend = runtime.CUDA
+	c.Width = 1024
+	gpu := fakeMemory{mem: runtime.DeviceMemory{Total: 80e9, Available: 80e9}}
+	withHostMemory(t, 27_000_000)
+	err := c.checkMemory(gpu, 2)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("27 MB of host memory for 27.4 MB: %v, want a *ConfigError", err)
+	}
+	for _, w := range []string{
+		"the ranks on cuda devices keep about 13.6 MB of host memory per rank",
+		"× 2 ranks + 49.2 kB for the schedule's plan × 2 for the garbage collector's headroom (GOGC=100) = 27.4 MB, but 27.0 MB is available on the host",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	if want := []string{"Width", "Microbatches", "MicrobatchSize", "Replicas"}; !slices.Equal(ce.Fields(), want) {
+		t.Errorf("Fields() = %q, want %q", ce.Fields(), want)
+	}
+	withHostMemory(t, 27_400_000)
+	if err := c.checkMemory(gpu, 2); err != nil {
+		t.Errorf("27.4 MB of host memory for 27361312 bytes: %v", err)
+	}
+}
