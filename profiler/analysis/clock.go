@@ -168,7 +168,8 @@ func departures(items []item) ([]map[int]time.Duration, []int) {
 // from a to b in a communicator, in the sender's order, with the k-th
 // receive at b from a), the two ends' departures: when each was done with
 // the transfer (the device interval's end, or the network transfer's where
-// it ended later). Pairs within one rank are left out.
+// it ended later). Pairs within one rank, and pairs with an
+// end recorded before its start, are left out.
 func p2pDepartures(items []item) []map[int]time.Duration {
 	sends, recvs := map[p2pKey][]*item{}, map[p2pKey][]*item{}
 	for i := range items {
@@ -201,7 +202,8 @@ func p2pDepartures(items []item) []map[int]time.Duration {
 		slices.SortFunc(rs, byIssue)
 		for i := range min(len(ss), len(rs)) {
 			a, b := ss[i], rs[i]
-			if a.rank == b.rank {
+			// A malformed end (done before it began) times no departure.
+			if a.rank == b.rank || a.span().End < a.span().Start || b.span().End < b.span().Start {
 				continue
 			}
 			out = append(out, map[int]time.Duration{a.rank: a.span().End, b.rank: b.span().End})

@@ -23,8 +23,9 @@ type Collective struct {
 	// Members are the ranks that recorded it, in order of arrival.
 	Members []Member
 	// Complete reports that every rank of the group recorded it, each
-	// once, with the same operation; otherwise Problem says what is
-	// wrong and the figures below are zero.
+	// once, with the same operation, in an interval that does not end
+	// before it starts; otherwise Problem says what is wrong and the
+	// figures below are zero.
 	Complete bool
 	Problem  string
 	// Skew is the last arrival less the first; Last is the rank that
@@ -137,6 +138,11 @@ func collective(k collKey, its []*item) Collective {
 			c.Problem = fmt.Sprintf("rank %d saw %d ranks in the group, others %d", it.rank, it.coll.size, c.Size)
 		case seen[it.rank]:
 			c.Problem = fmt.Sprintf("rank %d recorded it twice", it.rank)
+		case sp.End < sp.Start:
+			// A malformed record: it left before it arrived. Its arrival
+			// would set the skew and the others' waits, its departure a
+			// clock offset, and neither is a time the rank was there.
+			c.Problem = fmt.Sprintf("rank %d's record of it ends before it starts", it.rank)
 		}
 		seen[it.rank] = true
 	}

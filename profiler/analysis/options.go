@@ -77,7 +77,10 @@ func WithSchedule(chunks, microbatches int) Option {
 // least n collectives (or sends matched with their receives) shared with
 // the clocks already aligned; one with fewer, and any clock that could
 // only join through it, is left unaligned (a few departures say little
-// about a clock). profile-run import uses MinClockSamples.
+// about a clock). profile-run import uses MinClockSamples. With
+// WithClockAlignment it holds for Analyze's estimate and for each of a
+// Sink's steps, which, short of n, takes the latest step's offsets that
+// aligned every rank (Offsets.Carried) where there is one.
 func WithMinClockSamples(n int) Option { return optionFunc(func(c *config) { c.minSamples = n }) }
 
 // WithAppliedOffsets says the records were put on one clock before they

@@ -82,7 +82,7 @@ func refAnalyzeStep(step int, items []item, expected []int, sc *scratch) Step {
 		}
 	}
 	if len(missing) > 0 {
-		st.Problems = append(st.Problems, fmt.Sprintf("no records of rank %s in this step", intList(missing)))
+		st.Problems = append(st.Problems, fmt.Sprintf("no records of %s in this step", ranksList(missing)))
 	}
 	ranks := sortedKeys(byRank)
 	st.Ranks = make([]Rank, len(ranks))

@@ -213,7 +213,7 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 		// Aligned before they came: reported, not applied again.
 		off = s.cfg.applied.restrictedTo(itemRanks(p.items))
 	case s.cfg.align:
-		o := estimate(p.items, s.cfg.domains, 0)
+		o := estimate(p.items, s.cfg.domains, s.cfg.minSamples)
 		switch {
 		case o.Reference != profiler.None && len(o.Unaligned) == 0 && o.collectives && len(o.P2P) == 0:
 			// Every rank on collectives: a step that aligned some on
@@ -223,7 +223,8 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 			s.clock, s.clockStep = &o, step
 		case !o.collectives && s.clock != nil:
 			// No complete collective joins the step's clocks (a pipeline
-			// step of sends and receives only): clocks drift slowly, so
+			// step of sends and receives only, or of fewer collectives
+			// than WithMinClockSamples asks): clocks drift slowly, so
 			// the latest step's offsets from collectives hold; they are
 			// finer than the step's sends and receives give.
 			o = s.clock.carriedTo(itemRanks(p.items), s.clockStep)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trainscope/trainscope/pipeline/schedule"
@@ -80,8 +82,9 @@ func (p Pipeline) withSchedule(chunks, microbatches int) Pipeline {
 type Rank struct {
 	Rank  int
 	Stage int // the step range's stage label; profiler.None without one
-	// Wall is the step range's host interval. Without a step range
-	// (Problems says so) it is zero, and so are Busy and Idle.
+	// Wall is the step range's host interval. Without a step range, or
+	// with one that ends before it starts (Problems says so), it is zero,
+	// and so are Busy and Idle.
 	Wall profiler.Interval
 	// StepRange is the step range's record ID (0 without one): what a
 	// span exporter parents the rank's analysis on.
@@ -262,7 +265,7 @@ func analyzeStep(step int, items []item, expected []int, sc *scratch) Step {
 		}
 	}
 	if len(missing) > 0 {
-		st.Problems = append(st.Problems, fmt.Sprintf("no records of rank %s in this step", intList(missing)))
+		st.Problems = append(st.Problems, fmt.Sprintf("no records of %s in this step", ranksList(missing)))
 	}
 	ranks := sortedKeys(byRank)
 	st.Ranks = make([]Rank, len(ranks))
@@ -370,6 +373,14 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string, sc *scratc
 		// Without the step range there is no wall time to account busy
 		// time in: the step was cut short, or its end not delivered.
 		return append(problems, fmt.Sprintf("rank %d: no step range (the step was cut short or its end never arrived); its busy and idle time are left out", rank))
+	}
+	if rk.Wall.End < rk.Wall.Start {
+		// A malformed step range: no wall time to account busy time in,
+		// and a step of negative time would lower the rank's mean step.
+		// One that ends where it starts is a step shorter than a coarse
+		// clock's tick, and is kept.
+		rk.Wall = profiler.Interval{}
+		return append(problems, fmt.Sprintf("rank %d: its step range ends before it starts; its busy and idle time are left out", rank))
 	}
 	wall := rk.Wall
 	busy := profiler.BusyIntervals(nil, work)
@@ -635,16 +646,39 @@ func pipelineShape(items []item) Pipeline {
 	return p
 }
 
+// intList is v as a problem line names it: "0, 2, 5–9". Runs of three
+// or more consecutive numbers are written as a range, and after
+// maxListed entries the rest are counted, not listed: a run of 10⁵ ranks
+// of which all but one are missing from a step is one short line, where
+// the list written out took seconds a step (each number appended copied
+// the whole line again) and made a line of 700 kB.
 func intList(v []int) string {
-	s := ""
-	for i, x := range v {
-		if i > 0 {
-			s += ", "
+	var b strings.Builder
+	for i, n := 0, 0; i < len(v); n++ {
+		if n == maxListed {
+			fmt.Fprintf(&b, " and %d more", len(v)-i)
+			break
 		}
-		s += fmt.Sprint(x)
+		if n > 0 {
+			b.WriteString(", ")
+		}
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if j-i >= 2 {
+			fmt.Fprintf(&b, "%d–%d", v[i], v[j])
+			i = j + 1
+			continue
+		}
+		b.WriteString(strconv.Itoa(v[i]))
+		i++
 	}
-	return s
+	return b.String()
 }
+
+// maxListed is how many entries (numbers or ranges) intList writes.
+const maxListed = 16
 
 // scratch is working room reused from one analysed step to the next: a
 // Sink analyses a step at a time for as long as a run lasts, and the
