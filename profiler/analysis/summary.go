@@ -130,7 +130,11 @@ func (s StageTotals) Fraction() float64 {
 
 // CollectiveTotals sums the complete steps' complete collectives.
 type CollectiveTotals struct {
-	Matched                   int
+	Matched int
+	// Transfers counts the sends matched with their receives in the
+	// complete steps (Step.P2P): a pipeline without data parallelism has
+	// them and no collective.
+	Transfers                 int
 	Incomplete                int           // a CallSink's collectives decided without every rank (a step's make the step incomplete instead)
 	Skew, Wait, Transfer      time.Duration // sums (Wait over members)
 	MaxSkew                   time.Duration
@@ -253,6 +257,7 @@ func (t *totals) add(st *Step) {
 			t.addCollective(c)
 		}
 	}
+	t.s.Collectives.Transfers += st.P2P.Matched
 }
 
 // problem lists p once, with the first step it was found in, up to
@@ -515,9 +520,14 @@ func writeFigures(w io.Writer, s Summary) error {
 		return err
 	}
 	c := s.Collectives
-	if c.Matched == 0 {
+	switch {
+	case c.Matched == 0 && s.Complete > 0 && c.Transfers > 0:
+		fmt.Fprintf(w, "collectives: none in the complete steps, whose communication is point to point (%d sends matched with their receives)\n", c.Transfers)
+	case c.Matched == 0 && s.Complete > 0:
+		fmt.Fprintln(w, "collectives: none in the complete steps")
+	case c.Matched == 0:
 		fmt.Fprintln(w, "collectives: none matched across ranks")
-	} else {
+	default:
 		n := time.Duration(c.Matched)
 		fmt.Fprintf(w, "collectives: %d matched across ranks; arrival skew p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; mean per call: waiting %.3f ms (all ranks), transfer %.3f ms\n",
 			c.Matched, ms(c.P50Skew), ms(c.P90Skew), ms(c.P99Skew), ms(c.MaxSkew), ms(c.Wait/n), ms(c.Transfer/n))

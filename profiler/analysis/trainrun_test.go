@@ -2,9 +2,11 @@ package analysis
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +118,38 @@ func TestAnalysisIgnoresRecordOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A pipeline without data parallelism has no collective: its report says
+// its communication is point to point, counting the sends, rather than
+// that no collective matched (which reads as a fault). Each of its
+// steps sends 2 directions × 3 chunk boundaries (stage 0 chunk 0 → stage
+// 1 chunk 0 → stage 0 chunk 1 → stage 1 chunk 1) × 4 microbatches = 24
+// activations and gradients.
+func TestReportOfAPipelineWithoutCollectives(t *testing.T) {
+	for _, l := range trainrun.Layouts() {
+		if l.Name != "pp2-vpp2-dp1-1f1b-depth1" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tape, _, err := trainrun.Run(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Summarize(Analyze(tape.Records()))
+		if s.Complete == 0 {
+			t.Fatal("no complete step")
+		}
+		var b strings.Builder
+		if err := WriteReport(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("collectives: none in the complete steps, whose communication is point to point (%d sends matched with their receives)", 24*s.Complete)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+		return
+	}
+	t.Fatal("no layout pp2-vpp2-dp1-1f1b-depth1")
 }
