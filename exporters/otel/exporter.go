@@ -142,6 +142,11 @@ func New(ctx context.Context, p *profiler.Profiler, cfg Config, opts ...Option) 
 			return nil, err
 		}
 		e.protocol, e.target = ep.protocol, ep.target
+		if ep.protocol == ProtocolHTTP {
+			if err := probeHTTP(ctx, ep.target, cfg.Headers); err != nil {
+				return nil, fmt.Errorf("otel: %w", err)
+			}
+		}
 		if e.spans, err = newOTLP(ctx, cfg, ep); err != nil {
 			return nil, fmt.Errorf("otel: OTLP %s exporter for %s: %w", ep.protocol, e.target, err)
 		}

@@ -84,6 +84,12 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if len(body) == 0 {
+		// An empty export, New's probe of the endpoint: answered as a
+		// receiver answers it, and not counted.
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		return
+	}
 	h := map[string]string{}
 	for k := range r.Header {
 		h[http.CanonicalHeaderKey(k)] = r.Header.Get(k)
