@@ -327,6 +327,12 @@ Flags:
 				o.warnings = append(o.warnings, fmt.Sprintf("-%s has no effect: -profile is off, so nothing is recorded", name))
 			}
 		}
+		// The standard variable asks for spans as -otlp-endpoint does;
+		// a wrapped command may use it for its own, so only the
+		// built-in trainer's run says so.
+		if ep := otel.EnvEndpoint(); ep != "" && len(o.command) == 0 {
+			o.warnings = append(o.warnings, fmt.Sprintf("the OTLP endpoint of the environment (%s) has no effect: -profile is off, so no spans are sent", ep))
+		}
 	}
 	if set["call-log-size"] && o.callLogMiB > 0 && o.report == "off" {
 		// The call logs are written beside the report's files.

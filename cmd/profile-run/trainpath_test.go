@@ -114,6 +114,13 @@ func TestMoreUsageErrorsNameTheirFlag(t *testing.T) {
 			}
 		}
 	}
+	// The environment's OTLP endpoint asks for spans too: without
+	// profiling none are sent, and the run says so.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	code, _, stderr := runCmd(t, append(append([]string{"-out", t.TempDir()}, small...), "-profile", "off")...)
+	if code != exitOK || !strings.Contains(stderr, "the OTLP endpoint of the environment (http://127.0.0.1:1) has no effect: -profile is off") {
+		t.Errorf("-profile off with OTEL_EXPORTER_OTLP_ENDPOINT set: exit %d, stderr:\n%s", code, stderr)
+	}
 }
 
 // A -out that exists, but where no run directory can be made (here: its
