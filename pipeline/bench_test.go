@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/trainscope/trainscope/profiler"
@@ -162,4 +163,30 @@ func (h *hostTargets) load(r *rank, step int) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkStepStages measures one step (ns/op) of pipelines of growing
+// depth on the CPU backend without profiling: tiny layers, so that the
+// ranks' scheduling dominates. A step's work grows with the stages, so
+// doubling them should about double ns/op.
+func BenchmarkStepStages(b *testing.B) {
+	for _, pp := range []int{16, 32, 64} {
+		b.Run(fmt.Sprintf("pp=%d", pp), func(b *testing.B) {
+			c := DefaultConfig()
+			c.Stages, c.Chunks = pp, 1
+			c.Width, c.Layers = 4, pp
+			c.Microbatches, c.MicrobatchSize = 8, 2
+			tr, err := NewTrainer(context.Background(), c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := tr.Step(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

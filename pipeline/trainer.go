@@ -54,6 +54,9 @@ type StepResult struct {
 type rankWorker struct {
 	r          *rank
 	ownTimeout bool // the collectives are the trainer's in-process ones: they time out after CommTimeout
+	// lockThread keeps the goroutine on one OS thread, whose current
+	// device is the rank's (threadDevice).
+	lockThread bool
 	cmds       chan stepCmd
 	done       chan error // the teardown's result, when the goroutine ends
 	// What the watchdog (Trainer.stuck) last saw of the rank: its
@@ -160,6 +163,7 @@ func newTrainerHooks(ctx context.Context, cfg Config, hk hooks) (*Trainer, error
 		w := &rankWorker{
 			r:          newRank(cfg, id, t.device(id), rounds, pp[id], dp[id]),
 			ownTimeout: own,
+			lockThread: threadDevice(rt),
 			cmds:       make(chan stepCmd),
 			done:       make(chan error, 1),
 		}
@@ -267,11 +271,23 @@ func (t *Trainer) createGroups(ctx context.Context) (pp, dp []*ccl.ProcessGroup,
 	return pp, dp, nil
 }
 
+// threadDevice reports whether rt's current device belongs to the OS
+// thread (CUDA's), so that a rank's goroutine is best kept on one thread
+// whose current device is the rank's. The host backend's current device
+// is one for the whole process: its ranks' goroutines stay unlocked, as
+// a locked goroutine costs an OS thread of its own and a thread handoff
+// at every wake-up, which with hundreds of ranks on a few cores made a
+// step's time grow much faster than its work.
+func threadDevice(rt runtime.Impl) bool { return rt.Type() != runtime.CPU }
+
 // run is a rank's goroutine: setup, steps as they are handed over, then
-// teardown, all on one locked OS thread.
+// teardown, on one locked OS thread where the backend's current device is
+// the thread's (threadDevice).
 func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
+	if w.lockThread {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+	}
 	r := w.r
 	// The rank's device is the thread's current device for the
 	// goroutine's life, so a backend that makes a call's device current

@@ -118,7 +118,10 @@ func (w StepWindow) fixed(step int) bool {
 // chooses, up to maxRecords in all, and counts the rest. Records without a
 // step label are kept too, within the same bound. A step the bound cut
 // short (some of its records kept, some not) is left out whole: half a
-// step would pass for a whole one. Its memory is bounded by maxRecords
+// step would pass for a whole one. Where the bound is reached while the
+// records of an earlier step are still coming (ranks a step or more
+// apart), the latest step held is left out to make room for them, so the
+// earliest steps that fit are kept. Its memory is bounded by maxRecords
 // whatever the length of the run. Safe for concurrent use.
 type Window struct {
 	w          StepWindow
@@ -126,6 +129,7 @@ type Window struct {
 
 	mu      sync.Mutex
 	steps   map[int][]Record // kept records by step label (None for none)
+	held    []int            // the step labels of steps, ascending, None left out
 	kept    int
 	recent  []int // steps kept for Last, ascending
 	outside uint64
@@ -163,6 +167,13 @@ func (win *Window) Consume(batch []Record) {
 			win.outside++
 			continue
 		}
+		if win.kept >= win.maxRecords && step != None && !win.cut[step] {
+			// Ranks deliver their records a step or more apart: a later
+			// step can fill the bound while an earlier one's records are
+			// still coming. The earlier step is kept whole and the latest
+			// one left out, not every step in flight cut short.
+			win.evictAfter(step)
+		}
 		if win.kept >= win.maxRecords {
 			win.full++
 			if step != None {
@@ -185,6 +196,10 @@ func (win *Window) Consume(batch []Record) {
 		if !ok && len(win.spare) > 0 {
 			rs = win.spare[len(win.spare)-1]
 			win.spare = win.spare[:len(win.spare)-1]
+		}
+		if !ok && step != None {
+			i, _ := slices.BinarySearch(win.held, step)
+			win.held = slices.Insert(win.held, i, step)
 		}
 		win.steps[step] = append(rs, *r)
 		win.kept++
@@ -220,6 +235,7 @@ func (win *Window) wants(step int) bool {
 			win.kept -= len(rs)
 			win.outside += uint64(len(rs))
 			delete(win.steps, old)
+			win.unhold(old)
 			delete(win.cut, old)
 			if cap(rs) > 0 && len(win.spare) < win.w.Last {
 				clear(rs) // the records' strings and pointers go
@@ -228,6 +244,40 @@ func (win *Window) wants(step int) bool {
 		}
 	}
 	return true
+}
+
+// evictAfter leaves out the latest step held when it is later than step:
+// its records go, counted as beyond the bound, and it is cut, so that its
+// records still to come are not kept either.
+func (win *Window) evictAfter(step int) {
+	if len(win.held) == 0 {
+		return
+	}
+	last := win.held[len(win.held)-1]
+	if last <= step {
+		return
+	}
+	rs := win.steps[last]
+	win.kept -= len(rs)
+	win.full += uint64(len(rs))
+	delete(win.steps, last)
+	win.held = win.held[:len(win.held)-1]
+	win.cut[last] = true
+	if win.cutLo == None || last < win.cutLo {
+		win.cutLo = last
+	}
+	win.cutHi = max(win.cutHi, last)
+	if cap(rs) > 0 && len(win.spare) < max(win.w.Last, 1) {
+		clear(rs)
+		win.spare = append(win.spare, rs[:0])
+	}
+}
+
+// unhold removes step from the steps held.
+func (win *Window) unhold(step int) {
+	if i, ok := slices.BinarySearch(win.held, step); ok {
+		win.held = slices.Delete(win.held, i, i+1)
+	}
 }
 
 // Records returns a copy of the records kept, ordered by rank, then start

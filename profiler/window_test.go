@@ -244,3 +244,45 @@ func TestWindowCutsSteps(t *testing.T) {
 		t.Errorf("an empty window: cut %q, bound %d", st.Stats().CutText(), st.Bound())
 	}
 }
+
+// Ranks whose records come a step apart, as a deep pipeline's stages
+// deliver them: when the bound is reached while an earlier step's records
+// are still coming, the earlier steps are kept whole and the latest one
+// left out, rather than every step in flight cut short.
+func TestWindowBoundWithStaggeredRanks(t *testing.T) {
+	const ranks, steps, n = 4, 3, 5 // 20 records a step, 60 in all
+	var recs []profiler.Record
+	// Rank r delivers its records of step s at turn s+r: rank 3's step 0
+	// comes after ranks 0 and 1 have delivered step 2.
+	for turn := range steps + ranks - 1 {
+		for r := range ranks {
+			s := turn - r
+			if s < 0 || s >= steps {
+				continue
+			}
+			for range n {
+				l := profiler.NoLabels
+				l.Step = int32(s)
+				recs = append(recs, profiler.Record{Name: "op", Rank: r, Labels: l})
+			}
+		}
+	}
+	win := profiler.NewWindow(profiler.StepWindow{All: true}, 40)
+	for i := 0; i < len(recs); i += n {
+		win.Consume(recs[i : i+n])
+	}
+	st := win.Stats()
+	// Two whole steps fit the bound of 40; the third is left out.
+	if st.Covers() != "steps 0–1" || st.Records != 40 || st.Full != 20 || st.CutText() != "step 2" {
+		t.Errorf("%+v (covers %q, cut %q); want steps 0–1 kept (40 records), step 2 left out (20)", st, st.Covers(), st.CutText())
+	}
+	got := win.Records()
+	if len(got) != 40 {
+		t.Errorf("%d records, want 40", len(got))
+	}
+	for _, r := range got {
+		if r.Step == 2 {
+			t.Fatalf("a record of step 2 kept")
+		}
+	}
+}
