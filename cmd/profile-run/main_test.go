@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1045,5 +1046,52 @@ func TestPprofCommandWithSpacesInThePath(t *testing.T) {
 		if _, err := os.Stat(last); err != nil {
 			t.Errorf("the command's profile: %v", err)
 		}
+	}
+}
+
+// Beyond 8 ranks, the call logs written whole take one summary line, not
+// one each (a 1024-rank run printed 1024); a file cut short or capped
+// still has its own.
+func TestCallLogLinesOfManyRanks(t *testing.T) {
+	var files []profiler.CallLogFile
+	for r := range 12 {
+		f := profiler.CallLogFile{Rank: r, Path: fmt.Sprintf("/x/calls.rank%d.gz", r), Lines: 100, Bytes: 5000, FirstStep: 1, LastStep: 4 + r%2, HasSteps: true}
+		switch r {
+		case 5:
+			f.Skipped = 7
+		case 9:
+			f.Err = fmt.Errorf("profiler: call log of rank 9: write /x/calls.rank9.gz: %w", syscall.ENOSPC)
+		}
+		files = append(files, f)
+	}
+	got := callLogLines(files, 1)
+	want := []string{
+		"calls: 1000 in 10 files → /x/calls.rank0.gz … calls.rank11.gz (one per rank; steps 1–5)",
+		"calls: 100 → /x/calls.rank5.gz (steps 1–5); 7 more beyond -call-log-size 1 MiB not written",
+		"calls: /x/calls.rank9.gz is INCOMPLETE: profiler: call log of rank 9: write /x/calls.rank9.gz: no space left on device (100 calls given to it before the error, 0 more not written)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines:\n%q\nwant\n%q", got, want)
+	}
+	if got := callLogLines(files[:8], 1); len(got) != 8 {
+		t.Errorf("8 files: %d lines, want one each: %q", len(got), got)
+	}
+}
+
+// A run of 16 ranks lists its per-rank reports and call logs on a line
+// each, first and last named.
+func TestSummaryOfSixteenRanks(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-pp", "4", "-vpp", "1", "-dp", "4", "-metrics-addr", "off", "-quiet"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, w := range []string{"report.rank0 … report.rank15 (16 files, one per rank)", " in 16 files → ", "calls.rank0.gz … calls.rank15.gz (one per rank; steps 0–1)"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("summary lacks %q:\n%s", w, stdout)
+		}
+	}
+	if n := strings.Count(stdout, "calls: "); n != 1 {
+		t.Errorf("%d calls lines, want 1:\n%s", n, stdout)
 	}
 }

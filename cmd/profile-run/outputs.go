@@ -674,8 +674,14 @@ func (out *outputs) finish(stdout io.Writer) error {
 				line += fmt.Sprintf(": INCOMPLETE: %v", err) // the report, or a rank's file (those listed are whole)
 			}
 			out.summary = append(out.summary, line)
-			for _, p := range paths {
-				out.summary = append(out.summary, "        "+p)
+			if len(paths) > listEach {
+				// One line per rank is thousands of lines in a large
+				// job's summary: the first and last say where they are.
+				out.summary = append(out.summary, fmt.Sprintf("        %s … %s (%d files, one per rank)", paths[0], filepath.Base(paths[len(paths)-1]), len(paths)))
+			} else {
+				for _, p := range paths {
+					out.summary = append(out.summary, "        "+p)
+				}
 			}
 			if err == nil && len(paths) == 0 && collected > 0 {
 				// The per-rank files hold the steps the trace keeps.
@@ -782,8 +788,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 				out.whole(f.Path)
 			}
 		}
-		for _, f := range out.calls.Files() {
-			out.summary = append(out.summary, callLogLine(f, out.o.callLogMiB))
+		files := out.calls.Files()
+		out.summary = append(out.summary, callLogLines(files, out.o.callLogMiB)...)
+		for _, f := range files {
 			if f.Err != nil {
 				errs = append(errs, fmt.Errorf("call log %s: %w", f.Path, f.Err))
 			}
@@ -950,6 +957,58 @@ func (out *outputs) abandon(cause error) string {
 		}
 	}
 	return fmt.Sprintf("%v: exiting without finishing the outputs (still waiting %v after the signal): %s%s", cause, abortGrace, strings.Join(parts, "; "), where)
+}
+
+// listEach is how many per-rank files the summary lists one by one;
+// beyond it, those that are whole and alike are counted on one line.
+const listEach = 8
+
+// callLogLines are the summary's lines for the ranks' call logs: one per
+// file up to listEach files; beyond, one line for every file that was
+// written whole within -call-log-size, and a line each for the others
+// (cut short, not written, or capped), which need their own word.
+func callLogLines(files []profiler.CallLogFile, capMiB int) []string {
+	if len(files) <= listEach {
+		out := make([]string, 0, len(files))
+		for _, f := range files {
+			out = append(out, callLogLine(f, capMiB))
+		}
+		return out
+	}
+	var out, plain []string
+	var lines uint64
+	lo, hi, steps := 0, 0, false
+	var first, last profiler.CallLogFile
+	for _, f := range files {
+		if f.Err != nil || f.Skipped > 0 {
+			out = append(out, callLogLine(f, capMiB))
+			continue
+		}
+		if len(plain) == 0 {
+			first = f
+		}
+		last = f
+		plain = append(plain, f.Path)
+		lines += f.Lines
+		if f.HasSteps {
+			if !steps {
+				lo, hi, steps = f.FirstStep, f.LastStep, true
+			}
+			lo, hi = min(lo, f.FirstStep), max(hi, f.LastStep)
+		}
+	}
+	if len(plain) == 0 {
+		return out
+	}
+	what := "one per rank"
+	switch {
+	case steps && lo == hi:
+		what += fmt.Sprintf("; step %d", lo)
+	case steps:
+		what += fmt.Sprintf("; steps %d–%d", lo, hi)
+	}
+	line := fmt.Sprintf("calls: %d in %d files → %s … %s (%s)", lines, len(plain), first.Path, filepath.Base(last.Path), what)
+	return append([]string{line}, out...)
 }
 
 // callLogLine is the summary's line for one rank's call log: what it
