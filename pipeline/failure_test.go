@@ -302,3 +302,57 @@ func TestCancelAfterTheStepIsQueued(t *testing.T) {
 	}
 	waitGoroutines(t, before)
 }
+
+// A rank that the abort does not reach (a backend call that ignores it,
+// as a wedged device's can) held a failed step, and Close, for ever. The
+// step now gives the ranks stopGrace after the first failure, then fails
+// saying how many are left running; Close waits for such a rank as long,
+// then names it.
+func TestFailedStepDoesNotWaitForAWedgedRank(t *testing.T) {
+	defer func(d time.Duration) { stopGraceMin = d }(stopGraceMin)
+	stopGraceMin = 200 * time.Millisecond
+	boom := errors.New("injected failure")
+	wedged := make(chan struct{})
+	defer close(wedged) // lets the wedged rank go at the end
+	cfg := smallConfig(2, 1, 1, Schedule1F1B)
+	cfg.CommTimeout = 50 * time.Millisecond // stopGrace: 200 ms
+	inWedge := make(chan struct{})
+	fault := func(_ context.Context, rank, step, round int) error {
+		switch {
+		case rank == 1 && round == 0:
+			close(inWedge)
+			<-wedged // ignores its context and the abort
+		case rank == 0 && round == 1:
+			<-inWedge // fails once rank 1 is wedged
+			return boom
+		}
+		return nil
+	}
+	tr, err := newTrainer(context.Background(), cfg, fault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tr.Step(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, boom) || !strings.Contains(err.Error(), "1 of the 2 ranks did not stop") {
+			t.Errorf("Step = %v; want the injected failure, saying one rank did not stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Step waited for a rank the abort did not reach")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "rank 1 did not stop") {
+			t.Errorf("Close = %v; want an error naming rank 1", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for a rank the abort did not reach")
+	}
+}

@@ -36,6 +36,7 @@ type Trainer struct {
 	step       int
 	broken     error // the failure that ended the run
 	aborted    bool  // the communicators were aborted
+	stranded   bool  // a failed step left ranks running (Step's stopGrace)
 	closed     bool
 }
 
@@ -342,9 +343,12 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 		w.cmds <- stepCmd{ctx: sctx, failed: failed, step: t.step}
 	}
 	var (
-		sse   float64
-		first error
+		sse    float64
+		first  error
+		giveUp <-chan time.Time
+		grace  *time.Timer
 	)
+	timeout := t.cfg.commTimeout()
 	fail := func(err error) {
 		// Only the first failure is news: the others follow from the
 		// cancellation and the abort it triggers.
@@ -352,9 +356,18 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 			first = err
 			cancel()
 			t.abort()
+			// The other ranks stop at once, unless the abort did not
+			// reach one (a backend call that ignores it): the step
+			// does not wait for such a rank for ever.
+			grace = time.NewTimer(stopGrace(timeout))
+			giveUp = grace.C
 		}
 	}
-	timeout := t.cfg.commTimeout()
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
 	watch := time.NewTicker(min(max(timeout/4, time.Millisecond), time.Second))
 	defer watch.Stop()
 	for left := len(t.ranks); left > 0; {
@@ -369,6 +382,10 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 			if err := t.stuck(timeout); err != nil {
 				fail(err)
 			}
+		case <-giveUp:
+			first = fmt.Errorf("%w (then %d of the %d ranks did not stop within %v of it: they are left running)", first, left, len(t.ranks), stopGrace(timeout))
+			t.stranded = true
+			left = 0
 		}
 	}
 	wall := time.Since(start)
@@ -453,8 +470,21 @@ func (t *Trainer) Close() error {
 	for _, w := range t.ranks {
 		close(w.cmds)
 	}
-	for _, w := range t.ranks {
-		errs = append(errs, <-w.done)
+	// A rank a failed step left running (stranded) may never end: the
+	// others are waited for, and it only so long.
+	var deadline <-chan time.Time
+	if t.stranded {
+		g := time.NewTimer(stopGrace(t.cfg.commTimeout()))
+		defer g.Stop()
+		deadline = g.C
+	}
+	for id, w := range t.ranks {
+		select {
+		case err := <-w.done:
+			errs = append(errs, err)
+		case <-deadline:
+			errs = append(errs, fmt.Errorf("pipeline: rank %d did not stop: its goroutine and its buffers are left", id))
+		}
 	}
 	gerr := t.destroyGroups()
 	if !t.aborted {
@@ -464,6 +494,16 @@ func (t *Trainer) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// stopGrace is how long a failed step waits for the ranks to stop after
+// the first failure aborted their communication, and Close for a rank
+// that did not: twice the communication timeout, at least 10 s.
+func stopGrace(timeout time.Duration) time.Duration {
+	return max(2*timeout, stopGraceMin)
+}
+
+// stopGraceMin is stopGrace's least value (a variable for tests).
+var stopGraceMin = 10 * time.Second
 
 func (t *Trainer) destroyGroups() error {
 	t.groups = nil
