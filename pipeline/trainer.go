@@ -319,7 +319,9 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 // communication timeout), so when every rank had, the step completes.
 // The first rank to fail cancels the others and aborts the
 // process groups so that no rank waits for a peer that will not come; its
-// error, which names the rank, is returned. A rank whose host has waited
+// error, which names the rank, is returned once every rank has stopped,
+// or after twice the communication timeout (at least 10 s) with the
+// ranks the abort did not reach left running, which the error counts. A rank whose host has waited
 // CommTimeout for its device to accept more work (a full queue behind a
 // transfer that does not come, where the backend's own wait has no
 // deadline, as NCCL's) fails the step the same way, with a
