@@ -30,6 +30,20 @@ func TestTorchScripts(t *testing.T) {
 	t.Logf("%s", out)
 }
 
+// TestWrapcheckDoctests runs the doctests of scripts/wrapcheck.py, the
+// checker of a wrapped job's figures on the GPU machine.
+func TestWrapcheckDoctests(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found: scripts/wrapcheck.py is Python")
+	}
+	cmd := exec.Command(py, "-B", "-m", "doctest", "scripts/wrapcheck.py")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("python3 -m doctest scripts/wrapcheck.py: %v\n%s", err, out)
+	}
+}
+
 // TestGPUBenchScriptParses checks the syntax of scripts/gpu-bench.sh, which
 // only runs for real on a GPU machine.
 func TestGPUBenchScriptParses(t *testing.T) {

@@ -19,7 +19,11 @@
 #      matched within their own communicator;
 #   7. a wrapped FSDP2 job (scripts/gpu-wrap.sh fsdp), one GPU per rank:
 #      its all-gathers and reduce-scatters per step and size, every
-#      kernel in its step's analysis.
+#      kernel in its step's analysis;
+#   8. a wrapped job's wall time against the unwrapped job's, fresh
+#      processes interleaved (scripts/gpu-wrap.sh overhead);
+#   9. SIGTERM and SIGKILL to a wrapped job mid-run (scripts/gpu-wrap.sh
+#      signals): exit 143 / 137, what was seen exported.
 #
 #   scripts/gpu-two.sh build          # here: every binary into .bin/
 #   OUT=... scripts/gpu-two.sh run    # there; results in $OUT/logs.tgz
@@ -49,7 +53,8 @@ pack() {
 	local x=(--exclude=./default --exclude=./analysis/runs --exclude=./wrap/runs --exclude=./wrap/straggler --exclude=./wrap/mps
 		--exclude=./wrap-ddp/ddp --exclude=./wrap-ddp/ddp-kineto --exclude=./wrap-ddp/mps
 		--exclude=./wrap-pipeline/pipeline --exclude=./wrap-pipeline/pipeline-named --exclude=./wrap-pipeline/mps
-		--exclude=./wrap-fsdp/fsdp --exclude=./wrap-fsdp/mps)
+		--exclude=./wrap-fsdp/fsdp --exclude=./wrap-fsdp/mps
+		--exclude=./wrap-overhead/overhead-runs --exclude=./wrap-overhead/mps --exclude=./wrap-signals/mps)
 	tar czf "$res/logs.tgz.part" "${x[@]}" -C "$work" . && mv "$res/logs.tgz.part" "$res/logs.tgz"
 }
 
@@ -125,6 +130,17 @@ run() {
 	fi
 	if part "7. wrapped FSDP2 job with NVTX steps, its kernels traced"; then
 		OUT=$OUT/wrap-fsdp bash "$root/scripts/gpu-wrap.sh" fsdp 2>&1 | grep -E '^(==|PASS|FAIL)'
+		pack
+	fi
+	# Issue 11's last two figures over NVLink: a wrapped job's wall time
+	# against the unwrapped job's (fresh processes, interleaved), and
+	# SIGTERM / SIGKILL mid-run (exit 143 / 137, what was seen exported).
+	if part "8. wrapped job's wall time, wrapped and not"; then
+		OUT=$OUT/wrap-overhead bash "$root/scripts/gpu-wrap.sh" overhead 2>&1 | tail -12
+		pack
+	fi
+	if part "9. signals to a wrapped job"; then
+		OUT=$OUT/wrap-signals bash "$root/scripts/gpu-wrap.sh" signals 2>&1 | grep -E '^(PASS|FAIL)|exit [0-9]|left'
 	fi
 
 	echo "done after $((SECONDS - t0)) s" | tee -a "$OUT/machine.txt"
