@@ -313,7 +313,6 @@ func TestFailedStepDoesNotWaitForAWedgedRank(t *testing.T) {
 	stopGraceMin = 200 * time.Millisecond
 	boom := errors.New("injected failure")
 	wedged := make(chan struct{})
-	defer close(wedged) // lets the wedged rank go at the end
 	cfg := smallConfig(2, 1, 1, Schedule1F1B)
 	cfg.CommTimeout = 50 * time.Millisecond // stopGrace: 200 ms
 	inWedge := make(chan struct{})
@@ -354,5 +353,13 @@ func TestFailedStepDoesNotWaitForAWedgedRank(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close waited for a rank the abort did not reach")
+	}
+	// Let the wedged rank go, and wait for it to free its buffers: the
+	// tests after this one measure the devices' memory.
+	close(wedged)
+	select {
+	case <-tr.ranks[1].done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wedged rank did not end once let go")
 	}
 }
