@@ -27,15 +27,19 @@ const (
 // be scraped. Connection errors, timeouts and 5xx or 429 answers are
 // retried, up to PushAttempts in all; other answers are not. Push returns
 // within ctx and never hangs; its error says what was not delivered.
+// Series a collector failed to gather are left out of the push, which
+// goes ahead with the rest, and the error says so.
 func (e *Exporter) Push(ctx context.Context, url, job string) error {
 	if url == "" || job == "" {
 		return fmt.Errorf("prom: push: want a Pushgateway URL and a job name")
 	}
 	// One snapshot for every attempt, so what is described as not
 	// delivered is what was tried.
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		return fmt.Errorf("prom: push: gathering metrics: %w", err)
+	// A collector that failed (one added with Register) leaves out its
+	// series; the rest is pushed all the same, and the error says so.
+	mfs, gatherErr := e.reg.Gather()
+	if gatherErr != nil && len(mfs) == 0 {
+		return fmt.Errorf("prom: push: gathering metrics: %w", gatherErr)
 	}
 	what := describe(mfs)
 	var (
@@ -52,6 +56,9 @@ func (e *Exporter) Push(ctx context.Context, url, job string) error {
 			PushContext(actx)
 		cancel()
 		if last == nil {
+			if gatherErr != nil {
+				return fmt.Errorf("prom: push to %s (job %q): pushed %s, but some metrics could not be gathered and are not in it: %w", url, job, what, gatherErr)
+			}
 			return nil
 		}
 		if !doer.retryable() || attempt == PushAttempts || ctx.Err() != nil {

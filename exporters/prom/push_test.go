@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
@@ -168,5 +169,39 @@ func TestPushToRealPushgateway(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(body), `trainscope_records_total{Hostname="`+host+`",UUID="",gpu="0",instance="`+host+`",job="trainscope-test"`) {
 		t.Errorf("the Pushgateway does not serve the pushed records:\n%.2000s", body)
+	}
+}
+
+// A collector that fails to gather (one added with Register) kept the
+// whole push from being sent: the run's final summary was lost for one
+// bad series. The rest is pushed, and the error says what was missing.
+func TestPushSendsWhatGathersAndSaysWhatDidNot(t *testing.T) {
+	var records atomic.Int64
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dec := expfmt.NewDecoder(r.Body, expfmt.ResponseFormat(r.Header))
+		for {
+			var mf dto.MetricFamily
+			if err := dec.Decode(&mf); err != nil {
+				break
+			}
+			if mf.GetName() == "trainscope_records_total" {
+				for _, m := range mf.GetMetric() {
+					records.Add(int64(m.GetCounter().GetValue()))
+				}
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer gw.Close()
+	e := pushExporter(t, 7)
+	if err := e.Register(failing{prometheus.NewDesc("test_unreachable", "Always fails.", nil, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Push(t.Context(), gw.URL, "profile-run")
+	if err == nil || !strings.Contains(err.Error(), "source unreachable") || !strings.Contains(err.Error(), "pushed") {
+		t.Errorf("Push = %v; want an error saying what was pushed and what could not be gathered", err)
+	}
+	if n := records.Load(); n != 7 {
+		t.Errorf("the Pushgateway got trainscope_records_total summing to %d, want 7", n)
 	}
 }
