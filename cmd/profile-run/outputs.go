@@ -1048,10 +1048,14 @@ func (out *outputs) pushAndLinger() {
 		ctx, cancel := context.WithTimeout(out.abort, closeTimeout)
 		err := out.metrics.Push(ctx, out.o.pushgateway, "profile-run")
 		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, prom.ErrIncompletePush):
+			out.summary = append(out.summary, fmt.Sprintf("pushgateway: pushed to %s without some series: %v", out.o.pushgateway, err))
+			out.log.Warn("pushgateway: pushed without some series", zap.Error(err))
+		case err != nil:
 			out.summary = append(out.summary, fmt.Sprintf("pushgateway: not delivered: %v", err))
 			out.log.Warn("pushgateway: not delivered", zap.Error(err))
-		} else {
+		default:
 			out.summary = append(out.summary, "pushgateway: pushed to "+out.o.pushgateway)
 		}
 	}

@@ -12,6 +12,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
+// ErrIncompletePush (errors.Is) marks Push's error when the push was
+// delivered without the series some collector failed to gather.
+var ErrIncompletePush = errors.New("pushed without some series")
+
 // Push retry policy: a refusing Pushgateway costs at most PushAttempts
 // attempts of at most pushAttemptTimeout each, with a pause between them.
 const (
@@ -57,7 +61,7 @@ func (e *Exporter) Push(ctx context.Context, url, job string) error {
 		cancel()
 		if last == nil {
 			if gatherErr != nil {
-				return fmt.Errorf("prom: push to %s (job %q): pushed %s, but some metrics could not be gathered and are not in it: %w", url, job, what, gatherErr)
+				return fmt.Errorf("prom: push to %s (job %q): pushed %s, but some metrics could not be gathered and are not in it: %w: %w", url, job, what, ErrIncompletePush, gatherErr)
 			}
 			return nil
 		}
