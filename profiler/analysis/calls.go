@@ -41,9 +41,9 @@ type CallSink struct {
 	order []collKey // the open keys, oldest first (decided ones are skipped)
 	held  int
 	tot   *totals
-	clock map[int64]*departureRing // by clock (clockOf)
+	clock map[clockID]*departureRing // by clock (clockOf)
 	// clockRanks are, per clock, the ranks seen on it.
-	clockRanks map[int64][]int
+	clockRanks map[clockID][]int
 	off        Offsets               // what is applied (WithClockAlignment)
 	est        map[int]time.Duration // the latest estimates
 	stats      CallStats
@@ -106,7 +106,7 @@ func NewCallSink(opts ...Option) *CallSink {
 		// job): the cap bounds the latter to a few MiB.
 		cfg.maxRecords = 1 << 16
 	}
-	s := &CallSink{cfg: cfg, open: map[collKey][]item{}, tot: newTotals(), clock: map[int64]*departureRing{}, clockRanks: map[int64][]int{}, est: map[int]time.Duration{},
+	s := &CallSink{cfg: cfg, open: map[collKey][]item{}, tot: newTotals(), clock: map[clockID]*departureRing{}, clockRanks: map[clockID][]int{}, est: map[int]time.Duration{},
 		groups: map[string]*groupCalls{}}
 	s.tot.s.Stepless = true
 	s.off = Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{}}
@@ -270,7 +270,7 @@ func (s *CallSink) decide(k collKey, its []item) {
 // those clocks' ranks.
 func (s *CallSink) sampleClock(members []Member) {
 	leave := make([]time.Duration, len(members))
-	by := map[int64][]time.Duration{}
+	by := map[clockID][]time.Duration{}
 	for i, m := range members {
 		leave[i] = m.Leave
 		c := clockOf(s.cfg.domains, m.Rank)

@@ -128,13 +128,20 @@ func EstimateOffsets(records []profiler.Record, opts ...Option) Offsets {
 	return estimate(its, cfg.domains, cfg.minSamples)
 }
 
+// clockID names a clock: a clock domain's (WithClockDomains), or one
+// rank's own.
+type clockID struct {
+	id  int  // the domain, or the rank where own
+	own bool // the rank's own clock, in no domain
+}
+
 // clockOf is the clock rank r's times are on: its domain's
-// (WithClockDomains, ids ≥ 0), else one of its own (below every domain).
-func clockOf(domains map[int]int, r int) int64 {
+// (WithClockDomains, ids ≥ 0), else one of its own.
+func clockOf(domains map[int]int, r int) clockID {
 	if d, ok := domains[r]; ok && d >= 0 {
-		return int64(d)
+		return clockID{id: d}
 	}
-	return -(1 << 40) + int64(r)
+	return clockID{id: r, own: true}
 }
 
 // departures are, per complete collective, each member's departure.
@@ -239,8 +246,8 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 	o := Offsets{Reference: profiler.None, Offset: map[int]time.Duration{}, Residual: map[int]time.Duration{}, Samples: map[int]int{},
 		MinSamples: minSamples}
 	minSamples = max(minSamples, 1)
-	clockRanks := map[int64][]int{}
-	var clocks []int64 // in the order of their lowest rank
+	clockRanks := map[clockID][]int{}
+	var clocks []clockID // in the order of their lowest rank
 	for _, r := range ranks {
 		c := clockOf(domains, r)
 		if _, ok := clockRanks[c]; !ok {
@@ -259,10 +266,10 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 	}
 	// Per collective (or matched send and receive), each clock's
 	// departure: its members' median.
-	toClocks := func(deps []map[int]time.Duration) []map[int64]time.Duration {
-		var out []map[int64]time.Duration
+	toClocks := func(deps []map[int]time.Duration) []map[clockID]time.Duration {
+		var out []map[clockID]time.Duration
 		for _, d := range deps {
-			by := map[int64][]time.Duration{}
+			by := map[clockID][]time.Duration{}
 			for r, t := range d {
 				c := clockOf(domains, r)
 				by[c] = append(by[c], t)
@@ -270,7 +277,7 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 			if len(by) < 2 {
 				continue // within one clock: says nothing of offsets
 			}
-			cd := make(map[int64]time.Duration, len(by))
+			cd := make(map[clockID]time.Duration, len(by))
 			for c, v := range by {
 				cd[c] = medianOf(v)
 			}
@@ -281,8 +288,8 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 	cdeps := toClocks(deps)
 	pairs := p2pDepartures(items)
 	pdeps := toClocks(pairs)
-	ref, found := int64(0), false
-	for _, set := range [][]map[int64]time.Duration{cdeps, pdeps} {
+	ref, found := clockID{}, false
+	for _, set := range [][]map[clockID]time.Duration{cdeps, pdeps} {
 		for _, c := range clocks {
 			for i := range set {
 				if _, ok := set[i][c]; ok {
@@ -303,16 +310,16 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 		return o
 	}
 	o.Reference = clockRanks[ref][0]
-	off := map[int64]time.Duration{ref: 0}
-	samples := map[int64]int{}
-	viaP2P := map[int64]bool{}
+	off := map[clockID]time.Duration{ref: 0}
+	samples := map[clockID]int{}
+	viaP2P := map[clockID]bool{}
 	coll, sends := newLinks(cdeps), newLinks(pdeps)
 	coll.align(ref, 0)
 	sends.align(ref, 0)
 	// best is the clock not yet aligned that shares the most of l's
 	// departures with the aligned ones, and how many.
-	best := func(l *links) (int64, int) {
-		b, bn := int64(0), 0
+	best := func(l *links) (clockID, int) {
+		b, bn := clockID{}, 0
 		for _, c := range clocks {
 			if _, done := off[c]; done {
 				continue
@@ -421,16 +428,16 @@ func estimate(items []item, domains map[int]int, minSamples int) Offsets {
 // the aligned set picks by, without a pass over every departure per
 // candidate.
 type links struct {
-	deps []map[int64]time.Duration
-	in   map[int64][]int // per clock, the departures it is in
+	deps []map[clockID]time.Duration
+	in   map[clockID][]int // per clock, the departures it is in
 	// aligned is, per departure, its aligned clocks' departures put on
 	// the reference clock, sorted: their median in O(1).
 	aligned [][]time.Duration
-	shared  map[int64]int // per clock, its departures with an aligned clock
+	shared  map[clockID]int // per clock, its departures with an aligned clock
 }
 
-func newLinks(deps []map[int64]time.Duration) *links {
-	l := &links{deps: deps, in: map[int64][]int{}, aligned: make([][]time.Duration, len(deps)), shared: map[int64]int{}}
+func newLinks(deps []map[clockID]time.Duration) *links {
+	l := &links{deps: deps, in: map[clockID][]int{}, aligned: make([][]time.Duration, len(deps)), shared: map[clockID]int{}}
 	for i, d := range deps {
 		for c := range d {
 			l.in[c] = append(l.in[c], i)
@@ -440,7 +447,7 @@ func newLinks(deps []map[int64]time.Duration) *links {
 }
 
 // align counts clock c aligned with offset off.
-func (l *links) align(c int64, off time.Duration) {
+func (l *links) align(c clockID, off time.Duration) {
 	for _, i := range l.in[c] {
 		v := l.aligned[i]
 		if len(v) == 0 {

@@ -612,3 +612,27 @@ func TestClockJoinedByACollectiveIsNotOnSends(t *testing.T) {
 		}
 	}
 }
+
+// TestClockOfALargeRankIsItsOwn: a rank's own clock is never taken for a
+// clock domain's, whatever the rank's number. Ranks 0 and 1 share domain
+// 0; rank 2^40, in no domain, runs 4 ms ahead and is aligned on its own.
+func TestClockOfALargeRankIsItsOwn(t *testing.T) {
+	const big = 1 << 40
+	var b build
+	for s := range 3 {
+		o := float64(100 * s)
+		for _, r := range []int{0, 1, big} {
+			b.step(r, s, 0, o, o+50)
+		}
+		b.coll(0, s, 0, "AllReduce", "g", 3, 0, -1, uint64(s), 1, o+1, o+11)
+		b.coll(1, s, 0, "AllReduce", "g", 3, 1, -1, uint64(s), 1, o+2, o+11)
+		b.coll(big, s, 0, "AllReduce", "g", 3, 2, -1, uint64(s), 1, o+3, o+11)
+	}
+	inject := map[int]time.Duration{big: 4 * time.Millisecond}
+	got := EstimateOffsets(shifted(b.recs, inject), WithClockDomains(map[int]int{0: 0, 1: 0}))
+	for _, r := range []int{0, 1, big} {
+		if got.Offset[r] != inject[r] {
+			t.Errorf("rank %d: offset %v, want %v", r, got.Offset[r], inject[r])
+		}
+	}
+}
