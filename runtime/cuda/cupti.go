@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
@@ -97,11 +98,25 @@ var (
 	active atomic.Pointer[ActivityTrace]
 )
 
-func loadCupti() (*cupti, error) {
+// cuptiCandidates are the libcupti names tried, in order, for a CUDA
+// runtime of the given major version (0: unknown): that major's first, so
+// that a runtime that fell back to an older major (the driver being too
+// old for the newer) gets the CUPTI that works with it.
+func cuptiCandidates(major int) []string {
+	names := []string{"libcupti.so.13", "libcupti.so.12", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*"}
+	if major > 0 {
+		names = append([]string{fmt.Sprintf("libcupti.so.%d", major)}, slices.DeleteFunc(names, func(n string) bool {
+			return n == fmt.Sprintf("libcupti.so.%d", major)
+		})...)
+	}
+	return candidates("", EnvCuptiLib, names...)
+}
+
+// loadCupti opens libcupti once per process, for the first runtime that
+// asks (of the given major version).
+func loadCupti(major int) (*cupti, error) {
 	cuptiOnce.Do(func() {
-		lib, _, err := dl.Open(candidates("", EnvCuptiLib,
-			"libcupti.so.13", "libcupti.so.12", "libcupti.so",
-			"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*"))
+		lib, _, err := dl.Open(cuptiCandidates(major))
 		if err != nil {
 			cuptiErr = &runtime.Error{Op: "ActivityTrace", Status: runtime.StatusUnavailable,
 				Detail: "CUPTI (libcupti) not found; set " + EnvCuptiLib + " to its path", Err: err}
@@ -175,7 +190,7 @@ func (m *Impl) StartActivityTrace(opts ActivityOptions) (*ActivityTrace, error) 
 	if err := m.ready("ActivityTrace"); err != nil {
 		return nil, err
 	}
-	a, err := loadCupti()
+	a, err := loadCupti(m.runtimeVersion / 1000)
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,36 @@ func TestCandidates(t *testing.T) {
 	}
 }
 
+// TestCuptiFollowsTheRuntimesMajor: a runtime that fell back to CUDA 12
+// (a driver too old for 13) tries CUPTI 12 first, since CUPTI 13 refuses
+// that driver; an unknown major keeps the newest first.
+func TestCuptiFollowsTheRuntimesMajor(t *testing.T) {
+	t.Setenv(EnvCuptiLib, "")
+	for _, c := range []struct {
+		major int
+		first string
+	}{{12, "libcupti.so.12"}, {13, "libcupti.so.13"}, {0, "libcupti.so.13"}, {14, "libcupti.so.14"}} {
+		got := cuptiCandidates(c.major)
+		if len(got) == 0 || got[0] != c.first {
+			t.Errorf("major %d: candidates %v, want %s first", c.major, got, c.first)
+		}
+		seen := map[string]bool{}
+		for _, n := range got {
+			if seen[n] {
+				t.Errorf("major %d: %s tried twice in %v", c.major, n, got)
+			}
+			seen[n] = true
+		}
+		if !seen["libcupti.so.12"] || !seen["libcupti.so.13"] {
+			t.Errorf("major %d: %v lacks a known major", c.major, got)
+		}
+	}
+	t.Setenv(EnvCuptiLib, "/from/env/libcupti.so")
+	if got := cuptiCandidates(12); len(got) != 1 || got[0] != "/from/env/libcupti.so" {
+		t.Errorf("with %s set: %v", EnvCuptiLib, got)
+	}
+}
+
 // cGetenv returns C's getenv, through libc, or skips the test: what CUDA
 // reads its variables with.
 func cGetenv(t *testing.T) func(name string) string {
