@@ -1,5 +1,7 @@
 package analysis
 
+import "math"
+
 // Option configures Analyze and NewSink.
 type Option interface{ apply(*config) }
 
@@ -96,8 +98,11 @@ func WithAppliedOffsets(o Offsets) Option {
 // WithStepDelay makes a Sink analyse a step once every rank it has seen
 // has delivered the step range of a step n later (default 2), so that
 // device ranges resolved after their step range are in. Flush analyses
-// what is left.
-func WithStepDelay(n int) Option { return optionFunc(func(c *config) { c.delay = max(n, 0) }) }
+// what is left. A delay beyond 2^31 steps (a step number's range) waits
+// for Flush.
+func WithStepDelay(n int) Option {
+	return optionFunc(func(c *config) { c.delay = min(max(n, 0), math.MaxInt32) })
+}
 
 // WithMaxRecords caps the records a Sink holds for steps not yet
 // analysed (default 1<<20, about 120 bytes each); beyond it records are

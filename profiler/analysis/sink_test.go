@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"math"
 	"time"
 
 	"strings"
@@ -39,6 +40,24 @@ func TestSinkAnalysesAfterDelay(t *testing.T) {
 	s.Consume(b.recs[:1])
 	if got := s.Stats().Late; got != 1 {
 		t.Errorf("late %d, want 1", got)
+	}
+}
+
+// TestSinkHugeStepDelay: a delay no run reaches (math.MaxInt) holds every
+// step until Flush; it must not wrap around to analyse them at once.
+func TestSinkHugeStepDelay(t *testing.T) {
+	s := NewSink(WithStepDelay(math.MaxInt), WithMaxOpenSteps(100))
+	for step := 1; step <= 5; step++ { // from 1: step + delay passes MaxInt64
+		var b build
+		twoRanks(step, &b)
+		s.Consume(b.recs)
+	}
+	if got := s.Stats().Steps; got != 0 {
+		t.Errorf("%d steps analysed before Flush, want none", got)
+	}
+	s.Flush()
+	if got := s.Stats(); got.Steps != 5 || got.Forced != 0 {
+		t.Errorf("after Flush: %+v, want 5 steps, none forced", got)
 	}
 }
 
