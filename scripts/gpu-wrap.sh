@@ -196,11 +196,13 @@ signals() {
 	sleep 20
 	kill -TERM "$p"
 	reap "$p" 143 "a. SIGTERM to profile-run (bash launcher, two workers)"
+	gpu_ready
 	MASTER_PORT=29562 "$pr" -out "$OUT/sig-term-child" -metrics-addr off -quiet -- bash -c "$launch" >>"$OUT/signals.txt" 2>&1 &
 	p=$!
 	sleep 20
 	pkill -TERM -f '^bash -c RANK=0'
 	reap "$p" 143 "b. SIGTERM to the bash launcher"
+	gpu_ready
 	unset MASTER_ADDR WORLD_SIZE
 	"$pr" -out "$OUT/sig-kill" -metrics-addr off -quiet -- "${tr[@]}" "$ex" "${long[@]}" >>"$OUT/signals.txt" 2>&1 &
 	p=$!
@@ -234,6 +236,24 @@ signals() {
 	done
 	rm -f "$OUT"/sig-*/*/calls.rank*.gz "$OUT"/sig-*/*/trace.json
 	grep -E '^(PASS|FAIL)|exit [0-9]|^---|left|nccl:|wrapped command|trace rank' "$OUT/signals.txt"
+}
+
+# gpu_ready waits, 60 s at most, until a new process can use the GPU,
+# and writes how long that took to signals.txt. Processes killed in the
+# middle of NCCL kernels have exited when profile-run does, but under MPS
+# the server takes seconds more to tear their contexts down, and a client
+# that starts meanwhile fails with "CUDA-capable device(s) is/are busy or
+# unavailable".
+gpu_ready() {
+	local t0=$SECONDS
+	until python3 -c 'import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()' >/dev/null 2>&1; do
+		if [ $((SECONDS - t0)) -ge 60 ]; then
+			echo "the GPU still refused a new process 60 s after the last job" >>"$OUT/signals.txt"
+			return
+		fi
+		sleep 1
+	done
+	echo "the GPU took a new process $((SECONDS - t0)) s after the last job" >>"$OUT/signals.txt"
 }
 
 # reap PID WANT WHAT: waits for profile-run (PID) to end, 120 s at most
