@@ -158,7 +158,7 @@ type offsetEstimate struct {
 	// suspects are the communicators of the operations next took that cur
 	// took for stale; distrust those of a next that ended without being
 	// taken, for the process to distrust (takeDistrusted).
-	suspects, distrust []uint64
+	suspects, distrust []commRank
 	steps              int
 	// conflict says cur's bounds crossed by more than clockSlack; note
 	// describes the operation that made them.
@@ -326,8 +326,8 @@ func (o *offsetEstimate) stepBack(r Record, gpuStart uint64, chans map[uint8]Rec
 		o.drop()
 		return stepNo
 	}
-	if len(o.suspects) < stepAfter && !slices.Contains(o.suspects, r.Comm) {
-		o.suspects = append(o.suspects, r.Comm)
+	if cr := (commRank{r.Comm, r.Rank}); len(o.suspects) < stepAfter && !slices.Contains(o.suspects, cr) {
+		o.suspects = append(o.suspects, cr)
 	}
 	o.took()
 	if first {
@@ -337,7 +337,7 @@ func (o *offsetEstimate) stepBack(r Record, gpuStart uint64, chans map[uint8]Rec
 }
 
 // takeDistrusted returns the communicators to distrust, once.
-func (o *offsetEstimate) takeDistrusted() []uint64 {
+func (o *offsetEstimate) takeDistrusted() []commRank {
 	d := o.distrust
 	o.distrust = nil
 	return d

@@ -242,6 +242,52 @@ func TestCollectorStaleTimersAreNoStep(t *testing.T) {
 	}
 }
 
+// TestCollectorStaleTimersOfOneGPU: one process drives two GPUs as ranks
+// 0 and 1 of one communicator (ncclCommInitAll: one commHash). Rank 0's
+// channels read stale timers; what is distrusted is that communicator on
+// rank 0's GPU, and rank 1's operations on the other GPU keep their
+// times.
+func TestCollectorStaleTimersOfOneGPU(t *testing.T) {
+	const host = 10_000_000_000
+	const ahead = 5_000_000_000
+	c, sink, _ := newTestCollector(t)
+	head := [][]byte{
+		wireRec{kind: 1, hash: 0x91, rank: 0, nranks: 2, nnodes: 1, peer: 0}.frame(),
+		wireRec{kind: 1, hash: 0x91, rank: 1, nranks: 2, nnodes: 1, peer: 1}.frame(),
+	}
+	ops := []clockOp{
+		{task: 1, hash: 0x91, rank: 0, host: host, ahead: ahead},
+		{task: 2, hash: 0x91, rank: 1, host: host + 100_000, ahead: ahead},
+	}
+	task := uint64(3)
+	for i, early := range []uint64{36_000_000, 900_000_000, 3_000_000_000, 41_000_000, 250_000_000, 1_500_000_000} {
+		at := host + 4_000_000_000 + uint64(i)*10_000_000
+		ops = append(ops,
+			clockOp{task: task, hash: 0x91, rank: 0, host: at, ahead: ahead, early: early},
+			clockOp{task: task + 1, hash: 0x91, rank: 1, host: at + 500_000, ahead: ahead})
+		task += 2
+	}
+	send(t, c, opStream(405, head, ops), false)
+	recs := bySeq(sink.wait(t, len(ops)))
+	stale := 0
+	for _, r := range recs {
+		switch {
+		case r.Rank == 1 && (!r.HasDevice || r.DeviceStart-r.HostStart != 11*time.Microsecond):
+			t.Errorf("rank 1's op %d on the sound GPU: device %v, start %v after its enqueue; want 11µs", r.Collective.Seq>>4, r.HasDevice, r.DeviceStart-r.HostStart)
+		case r.Rank == 0 && r.Collective.Seq>>4 > 1 && r.HasDevice:
+			t.Errorf("rank 0's op %d with a stale timer has device time %v", r.Collective.Seq>>4, r.DeviceStart-r.HostStart)
+		case r.Rank == 0 && r.Collective.Seq>>4 > 1:
+			stale++
+		}
+	}
+	if stale != 6 {
+		t.Errorf("%d of rank 0's 6 stale operations without device time", stale)
+	}
+	if st := c.Stats(); st.StaleComms != 1 || st.ClockSteps != 0 {
+		t.Errorf("stats: %d stale communicators, %d clock steps; want 1 and 0", st.StaleComms, st.ClockSteps)
+	}
+}
+
 // TestCollectorCountsProxyOrphans: proxy-operation records that find no
 // operation to go to are lost and counted as orphans: a stop whose start
 // the plugin's ring dropped let its p2p go before the other proxy

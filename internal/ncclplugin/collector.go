@@ -113,8 +113,8 @@ type Stats struct {
 	// StaleChannels counts kernel channels left out of their
 	// operation's device time: the first whose timer ran before its
 	// operation was enqueued, and every later one of the communicator's
-	// (docs/nccl-plugin.md); StaleComms the communicators so distrusted,
-	// counted per process.
+	// on that GPU (docs/nccl-plugin.md); StaleComms the communicators so
+	// distrusted, counted per process and GPU.
 	StaleComms    int
 	StaleChannels uint64
 	// KernelChannels matched to their operation; Orphans are kernel-channel
@@ -312,14 +312,15 @@ func (pr *process) clockOf(dev int32) *offsetEstimate {
 }
 
 // distrust takes the communicators whose kernel-channel timers were found
-// to run before their operations: none of their channels is taken any
-// more.
-func (pr *process) distrust(comms ...uint64) {
-	for _, comm := range comms {
+// to run before their operations, each on the GPU of its rank there: none
+// of their channels is taken any more. A communicator of several of the
+// process's GPUs (ncclCommInitAll) is distrusted on each GPU apart.
+func (pr *process) distrust(comms ...commRank) {
+	for _, cr := range comms {
 		if pr.staleComms == nil {
-			pr.staleComms = make(map[uint64]bool)
+			pr.staleComms = make(map[commRank]bool)
 		}
-		pr.staleComms[comm] = true
+		pr.staleComms[cr] = true
 	}
 }
 
@@ -342,10 +343,10 @@ type process struct {
 	// clocks are its GPUs' clock offsets, by CUDA device (-1 unknown), at
 	// most maxClocks and the unknown device's.
 	clocks map[int32]*offsetEstimate
-	// staleComms are the communicators whose kernel-channel timers were
-	// found to run before their operations: none of their channels is
-	// taken any more.
-	staleComms map[uint64]bool
+	// staleComms are the communicators, by rank in them (a GPU), whose
+	// kernel-channel timers were found to run before their operations:
+	// none of their channels is taken any more.
+	staleComms map[commRank]bool
 	// passed is, per communicator and rank in it (a GPU), the latest
 	// enqueue time (plugin CLOCK_MONOTONIC ns) of an operation whose
 	// kernel channels all reported their stop: that GPU has run every
@@ -1134,7 +1135,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		}
 		gpuStop = max(gpuStop, ch.GPUStop)
 	}
-	leftOut, bound := pr.staleComms[r.Comm], gpuStart != 0
+	leftOut, bound := pr.staleComms[commRank{r.Comm, r.Rank}], gpuStart != 0
 	if all, some := est.early(o.channels, r.HostStart); some && !leftOut {
 		verdict := stepNo
 		if all && gpuStart != 0 {
@@ -1144,7 +1145,7 @@ func (c *Collector) deliverLocked(pr *process, o *op, out []profiler.Record) []p
 		pr.distrust(est.takeDistrusted()...)
 		switch verdict {
 		case stepNo:
-			pr.distrust(r.Comm)
+			pr.distrust(commRank{r.Comm, r.Rank})
 			leftOut = true
 		case stepNew:
 			leftOut = true
