@@ -89,7 +89,7 @@ func isNCCLKernel(name string) bool {
 // metadata where present, else from the NCCL kernel's name (operation
 // only: no size, so no bandwidth).
 func collectiveOf(d *kEvent, rank int, unknownDType map[string]bool) (profiler.Collective, bool) {
-	a := &d.args
+	a := d.args()
 	if a.Collective == "" && !isNCCLKernel(d.name) {
 		return profiler.Collective{}, false
 	}
@@ -223,14 +223,14 @@ func listAt(list string, size int32, i int64) int64 {
 // in its process group ("Rank") looked up in the group's ranks, or taken
 // as it is on the default group. Calls that disagree are named in a
 // warning and give no rank.
-func rankFromCollectives(p *Profile, events []kEvent) flexInt {
+func rankFromCollectives(p *Profile, events *eventList) flexInt {
 	var seen []int64
-	for i := range events {
-		ev := &events[i]
-		if ev.class != classHost || ev.name != "record_param_comms" || ev.args.Rank == nil || !ev.args.Rank.Set || ev.args.Rank.V < 0 {
+	for i := range events.len() {
+		ev := events.at(i)
+		a := ev.args()
+		if ev.class != classHost || ev.name != "record_param_comms" || a.Rank == nil || !a.Rank.Set || a.Rank.V < 0 {
 			continue
 		}
-		a := &ev.args
 		g := int64(-1)
 		switch {
 		case a.GroupRanks != "":

@@ -29,8 +29,8 @@ func TestShortenedGroupRanks(t *testing.T) {
 		{"the older form", 59, `{"Collective name":"allreduce","Group size":64,"Process Group Ranks":` + older + `}`, 29, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := kEvent{name: "ncclDevKernel_AllReduce_Sum_f32_RING_LL"}
-			if err := json.Unmarshal([]byte(tc.args), &d.args); err != nil {
+			d := kEvent{name: "ncclDevKernel_AllReduce_Sum_f32_RING_LL", meta: &kinetoArgs{}}
+			if err := json.Unmarshal([]byte(tc.args), d.meta); err != nil {
 				t.Fatal(err)
 			}
 			c, ok := collectiveOf(&d, tc.rank, map[string]bool{})

@@ -111,7 +111,7 @@ func (f *flexString) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-type eventClass int
+type eventClass uint8
 
 const (
 	classSkip    eventClass = iota
@@ -172,19 +172,6 @@ func mergeArgs(dst, src *kinetoArgs) {
 	}
 }
 
-type kEvent struct {
-	class      eventClass
-	name       string
-	thread     string // pid/tid
-	start, end int64  // ns on the file's clock (before baseTimeNanoseconds)
-	args       kinetoArgs
-	pid        json.RawMessage
-	offset     int64
-	step       int32
-	kernel     bool // a kernel (category "kernel"), not a copy or memset
-	python     bool // a Python function (with_stack's python_function)
-}
-
 // countingReader counts the bytes read, for the offset of a truncated file.
 type countingReader struct {
 	r io.Reader
@@ -205,7 +192,10 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 	dec := sc.dec
 	p := &Profile{Path: path, Format: FormatKineto}
 	var (
-		events   []kEvent
+		events   eventList
+		names    = interner{} // event names and threads
+		thread   []byte       // scratch: an event's pid/tid
+		ev       kinetoEvent  // the event being read
 		base     int64
 		haveBase bool
 		rank     flexInt
@@ -218,6 +208,11 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		unbegun  int
 		beginEnd func(ev *kinetoEvent, off int64) error
 	)
+	// threadOf is ev's pid/tid.
+	threadOf := func(ev *kinetoEvent) string {
+		thread = append(append(append(thread[:0], ev.Pid...), '/'), ev.Tid...)
+		return names.bytes(thread)
+	}
 	// add imports a duration event that starts at ts and lasts dur (ns):
 	// a complete event, or a "B"/"E" pair (begin at off).
 	add := func(ev *kinetoEvent, off int64, ts, dur int64, pair bool) error {
@@ -232,15 +227,13 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		if ev.Name == "" {
 			ev.Name = "(unnamed " + ev.Cat + ")"
 		}
-		events = append(events, kEvent{class: class, name: ev.Name, thread: string(ev.Pid) + "/" + string(ev.Tid),
-			start: ts, end: ts + dur, args: ev.Args, pid: ev.Pid, offset: off, step: profiler.None,
-			// Any case, as classify reads it: the first Kineto traces say "Kernel".
-			kernel: strings.EqualFold(ev.Cat, "kernel"),
-			python: strings.HasPrefix(strings.ToLower(ev.Cat), "python_function")})
+		events.add(newKEvent(ev, class, threadOf(ev), names, ts, ts+dur, off))
 		return nil
 	}
 	event := func(off int64, n int) error {
-		var ev kinetoEvent
+		// One event value for all: the decoder refills its raw fields'
+		// buffers rather than allocating four for every event.
+		ev = kinetoEvent{Pid: ev.Pid[:0], Tid: ev.Tid[:0], Ts: ev.Ts[:0], Dur: ev.Dur[:0]}
 		if err := dec.Decode(&ev); err != nil {
 			return sc.fail(off, fmt.Errorf("event %d: %w", n, err))
 		}
@@ -282,10 +275,14 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		if err != nil {
 			return sc.fail(off, fmt.Errorf("event %q (%q): ts: %w", ev.Name, ev.Ph, err))
 		}
-		thread := string(ev.Pid) + "/" + string(ev.Tid)
+		thread := threadOf(ev)
 		stack := open[thread]
 		if ev.Ph == "B" {
-			open[thread] = append(stack, begun{*ev, off, ts})
+			b := begun{*ev, off, ts}
+			// Its own copies of the raw fields, which the next event's
+			// decoding overwrites.
+			b.ev.Pid, b.ev.Tid, b.ev.Ts, b.ev.Dur = bytes.Clone(ev.Pid), bytes.Clone(ev.Tid), bytes.Clone(ev.Ts), bytes.Clone(ev.Dur)
+			open[thread] = append(stack, b)
 			return nil
 		}
 		if len(stack) == 0 {
@@ -335,7 +332,7 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		return nil, err
 	}
 	if !rank.Set {
-		rank = rankFromCollectives(p, events)
+		rank = rankFromCollectives(p, &events)
 	}
 	if rank.Set {
 		if rank.V < 0 || rank.V > 1<<30 {
@@ -344,14 +341,15 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		p.RankKnown = true
 	}
 	if haveBase {
-		for i := range events {
+		for i := range events.len() {
 			// Within what the records' times hold (Combine subtracts
 			// the earliest start, which may be −2^61 ns).
-			if events[i].end > math.MaxInt64/4*3-base {
-				return nil, sc.fail(events[i].offset, fmt.Errorf("event %q: ts + dur + baseTimeNanoseconds %d out of range", events[i].name, base))
+			e := events.at(i)
+			if e.end > math.MaxInt64/4*3-base {
+				return nil, sc.fail(e.offset, fmt.Errorf("event %q: ts + dur + baseTimeNanoseconds %d out of range", e.name, base))
 			}
-			events[i].start += base
-			events[i].end += base
+			e.start += base
+			e.end += base
 		}
 		for i := range mems {
 			mems[i].at += base
@@ -377,7 +375,7 @@ func ParseKineto(path string, r io.Reader) (*Profile, error) {
 		p.warnf("%s: %s never ended (no \"E\" after it on its thread, pid and tid): not imported", path, plural(unended, `"B" event`))
 	}
 	var actionStage int32
-	p.Records, actionStage = kinetoRecords(p, events, int(rank.V))
+	p.Records, actionStage = kinetoRecords(p, &events, int(rank.V))
 	stageRecords(p, groups, int(rank.V), rank.Set, actionStage)
 	peakMemory(p, mems)
 	return p, nil
@@ -425,7 +423,10 @@ func decimalNanos(n json.Number, round bool) (int64, error) {
 	if s == "" {
 		return 0, errors.New("missing")
 	}
-	bad := fmt.Errorf("%q is not a time in microseconds", s)
+	// Made only for a time that is not one (a trace holds millions of
+	// times), from a copy of s, so that s does not escape and a caller's
+	// conversion of the decoder's bytes needs no allocation.
+	bad := func() error { return fmt.Errorf("%q is not a time in microseconds", strings.Clone(s)) }
 	t := s
 	neg := false
 	if t[0] == '-' || t[0] == '+' {
@@ -437,7 +438,7 @@ func decimalNanos(n json.Number, round bool) (int64, error) {
 		return strings.Trim(d, "0123456789") == ""
 	}
 	if whole == "" || !digitsOnly(whole) || !digitsOnly(frac) {
-		return 0, bad
+		return 0, bad()
 	}
 	// The decimal point, counted in digits of whole+frac, moved to
 	// nanoseconds (three places) and by the exponent.
@@ -445,7 +446,7 @@ func decimalNanos(n json.Number, round bool) (int64, error) {
 	point := len(whole) - (len(whole+frac) - len(digits)) + 3
 	if hasExp {
 		if e := strings.TrimPrefix(strings.TrimPrefix(expText, "+"), "-"); e == "" || !digitsOnly(e) {
-			return 0, bad
+			return 0, bad()
 		}
 		exp, err := strconv.ParseInt(expText, 10, 32)
 		switch {
@@ -453,7 +454,7 @@ func decimalNanos(n json.Number, round bool) (int64, error) {
 		case err != nil && strings.HasPrefix(expText, "-"), err == nil && exp < -1000:
 			return 0, nil // far below a nanosecond
 		case err != nil, exp > 1000:
-			return 0, bad
+			return 0, bad()
 		default:
 			point += int(exp)
 		}
@@ -462,24 +463,33 @@ func decimalNanos(n json.Number, round bool) (int64, error) {
 		return 0, nil
 	}
 	// ns is digits[:point] (zeros past the digits), rounded by digits[point].
-	intPart := digits
-	if point < len(digits) {
-		intPart = digits[:point]
-	} else {
-		intPart += strings.Repeat("0", min(point-len(digits), 20))
-	}
 	var ns uint64
-	if intPart != "" {
+	if point < len(digits) {
+		if point > 0 {
+			var err error
+			if ns, err = strconv.ParseUint(digits[:point], 10, 64); err != nil {
+				return 0, bad()
+			}
+		}
+	} else {
 		var err error
-		if ns, err = strconv.ParseUint(intPart, 10, 64); err != nil {
-			return 0, bad
+		if ns, err = strconv.ParseUint(digits, 10, 64); err != nil {
+			return 0, bad()
+		}
+		// The zeros past the digits, multiplied in: digits starts with
+		// one that is not 0, so 20 of them are past any uint64.
+		for range point - len(digits) {
+			if ns > math.MaxUint64/10 {
+				return 0, bad()
+			}
+			ns *= 10
 		}
 	}
 	if round && point < len(digits) && digits[point] >= '5' {
 		ns++
 	}
 	if ns > math.MaxInt64 {
-		return 0, bad
+		return 0, bad()
 	}
 	if neg {
 		return -int64(ns), nil
@@ -495,24 +505,65 @@ func decimalNanos(n json.Number, round bool) (int64, error) {
 // naming.StepNumber reads it) is a step range; kernels launched inside a
 // range named as forward or backward work (naming.WorkOf) carry its
 // phase, chunk and microbatch (labeller).
-func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, int32) {
-	launches := map[int64][]int{} // correlation → device events
-	for i := range events {
-		if events[i].class == classDevice && events[i].args.Correlation.Set {
-			c := events[i].args.Correlation.V
-			launches[c] = append(launches[c], i)
+func kinetoRecords(p *Profile, events *eventList, rank int) ([]profiler.Record, int32) {
+	n := events.len()
+	hosts, linked := 0, 0
+	for i := range n {
+		e := events.at(i)
+		switch {
+		case e.class != classDevice:
+			hosts++
+		case e.corrSet:
+			linked++
 		}
 	}
-	launched := make([]bool, len(events))
+	// The GPU activities by correlation, in file order within one: a
+	// sorted slice, where a map of slices took an allocation per launch.
+	launches := make([]launch, 0, linked)
+	for i := range n {
+		if e := events.at(i); e.class == classDevice && e.corrSet {
+			launches = append(launches, launch{e.corr, i})
+		}
+	}
+	slices.SortStableFunc(launches, func(a, b launch) int { return cmp.Compare(a.corr, b.corr) })
+	// launchedBy is what the runtime call of correlation c launched; a
+	// correlation's activities are launched once, by its first call (a
+	// later call with the same correlation, in a malformed trace, stays a
+	// host range), and launched marks them.
+	launched := make([]bool, n)
+	launchedBy := func(c int64) []launch {
+		lo, _ := slices.BinarySearchFunc(launches, c, func(l launch, c int64) int { return cmp.Compare(l.corr, c) })
+		hi := lo
+		for hi < len(launches) && launches[hi].corr == c {
+			hi++
+		}
+		if lo == hi || launched[launches[lo].ev] {
+			return nil
+		}
+		return launches[lo:hi]
+	}
+	// One record per event, less the activities that share a record with
+	// their launch: the records are made to measure (they are most of
+	// what an import holds).
+	merged := 0
+	for i := range n {
+		if e := events.at(i); e.class == classRuntime && e.corrSet {
+			if l := launchedBy(e.corr); len(l) == 1 {
+				launched[l[0].ev] = true
+				merged++
+			}
+		}
+	}
+	clear(launched)
 	// Host side, per thread, in start order (enclosing first).
-	order := make([]int, 0, len(events))
-	for i := range events {
-		if events[i].class != classDevice {
+	order := make([]int, 0, hosts)
+	for i := range n {
+		if events.at(i).class != classDevice {
 			order = append(order, i)
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		ea, eb := &events[a], &events[b]
+		ea, eb := events.at(a), events.at(b)
 		if c := strings.Compare(ea.thread, eb.thread); c != 0 {
 			return c
 		}
@@ -521,7 +572,7 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 		}
 		return cmp.Compare(eb.end, ea.end)
 	})
-	var out []profiler.Record
+	out := make([]profiler.Record, 0, n-merged)
 	nextID := uint64(1)
 	type open struct {
 		start, end int64
@@ -546,12 +597,12 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 	var p2pCalls []*kEvent
 	batched := 0
 	for _, i := range order {
-		ev := &events[i]
+		ev := events.at(i)
 		if ev.thread != thread {
 			thread, stack, p2pCalls = ev.thread, stack[:0], p2pCalls[:0]
 		}
 		if ev.class == classHost && ev.name == "record_param_comms" {
-			if op := collectiveOps[strings.ToLower(string(ev.args.Collective))]; op == ccl.OpSend || op == ccl.OpRecv {
+			if op := collectiveOps[strings.ToLower(string(ev.args().Collective))]; op == ccl.OpSend || op == ccl.OpRecv {
 				p2pCalls = append(p2pCalls, ev)
 			}
 		}
@@ -607,18 +658,15 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 				lab.works = append(lab.works, workRange{span{ev.start, ev.end, 0}, ev.thread, w})
 			}
 		}
-		var children []int
-		if ev.class == classRuntime && ev.args.Correlation.Set {
-			// An activity is launched once: a later call with the same
-			// correlation (a malformed trace) stays a host range.
-			children = launches[ev.args.Correlation.V]
-			delete(launches, ev.args.Correlation.V)
+		var children []launch
+		if ev.class == classRuntime && ev.corrSet {
+			children = launchedBy(ev.corr)
 		}
 		if len(children) == 1 {
 			// The launch and what it launched are one range, as a range
 			// recorded around a launch is in trainscope.
-			d := &events[children[0]]
-			launched[children[0]] = true
+			d := events.at(children[0].ev)
+			launched[children[0].ev] = true
 			if isNCCLKernel(d.name) {
 				if !pairP2P(d, p2pCalls) {
 					batched++
@@ -635,8 +683,8 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 			// One launch of many activities (a CUDA graph): each is a
 			// range inside the launch, with no host time of its own.
 			for _, c := range children {
-				d := &events[c]
-				launched[c] = true
+				d := events.at(c.ev)
+				launched[c.ev] = true
 				dr := profiler.Record{ID: nextID, Parent: rec.ID, Depth: rec.Depth + 1, Rank: rank, Labels: profiler.NoLabels,
 					HostStart: rec.HostEnd, HostEnd: rec.HostEnd}
 				dr.Step = rec.Step
@@ -649,8 +697,8 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 	}
 	// GPU activities no launch in the trace accounts for: ranges of their
 	// own, with no host time.
-	for i := range events {
-		d := &events[i]
+	for i := range n {
+		d := events.at(i)
 		if d.class != classDevice || launched[i] {
 			continue
 		}
@@ -673,20 +721,29 @@ func kinetoRecords(p *Profile, events []kEvent, rank int) ([]profiler.Record, in
 	return out, actionStage
 }
 
+// launch is a GPU activity's correlation and its index in the events.
+type launch struct {
+	corr int64
+	ev   int
+}
+
 // pairP2P gives NCCL kernel d, launched without metadata of its own (a
 // send or receive PyTorch ran as a batch of one: "nccl:coalesced"), the
 // metadata of the one send or receive call its thread made since its
 // previous NCCL kernel. It reports false for a point-to-point kernel of
 // several calls, which one record cannot stand for: it keeps no peer.
 func pairP2P(d *kEvent, calls []*kEvent) bool {
-	if d.args.Collective != "" || kernelOp(d.name) != "SendRecv" {
+	if d.args().Collective != "" || kernelOp(d.name) != "SendRecv" {
 		return true
 	}
 	if len(calls) != 1 {
 		return len(calls) == 0
 	}
-	c := &calls[0].args
-	a := &d.args
+	c := calls[0].args()
+	if d.meta == nil {
+		d.meta = &kinetoArgs{}
+	}
+	a := d.meta
 	a.Collective, a.InNelems, a.OutNelems, a.GroupSize, a.DType = c.Collective, c.InNelems, c.OutNelems, c.GroupSize, c.DType
 	a.GroupName, a.GroupRanks, a.SrcRank, a.DstRank, a.Seq = c.GroupName, c.GroupRanks, c.SrcRank, c.DstRank, c.Seq
 	return true
@@ -703,24 +760,18 @@ func deviceRecord(rec *profiler.Record, d *kEvent, p *Profile, unknownDType map[
 	}
 	rec.HasDevice = true
 	rec.DeviceStart, rec.DeviceEnd = time.Duration(d.start), time.Duration(d.end)
-	idx := int64(0)
-	if d.args.Device != nil {
-		idx = d.args.Device.V
-	} else if v, err := strconv.ParseInt(string(d.pid), 10, 64); err == nil {
-		idx = v
-	}
-	rec.Device = runtime.Device{Type: runtime.CUDA, Index: int(max(idx, 0))}
-	rec.Stream = uint64(max(d.args.Stream.V, 0))
+	rec.Device = runtime.Device{Type: runtime.CUDA, Index: int(d.device)}
+	rec.Stream = uint64(d.stream)
 	if c, ok := collectiveOf(d, rec.Rank, unknownDType); ok {
 		rec.Collective = c
 		rec.Kind = profiler.KindCollective
-		if !p.RankKnown && d.args.GroupRanks != "" {
+		if !p.RankKnown && d.args().GroupRanks != "" {
 			// The rank's place in the group, taken as rank 0's until
 			// AssignRanks gives the trace its rank.
 			if p.groupRanks == nil {
 				p.groupRanks = map[uint64]string{}
 			}
-			p.groupRanks[rec.ID] = string(d.args.GroupRanks)
+			p.groupRanks[rec.ID] = string(d.args().GroupRanks)
 		}
 		if c.Op == ccl.OpSend || c.Op == ccl.OpRecv || c.Op == "SendRecv" {
 			rec.Kind = profiler.KindP2P

@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // pipelineTrace is one rank's torch.profiler trace of steps steps of an
@@ -70,15 +75,78 @@ func pipelineTrace(steps, microbatches, kernels int) []byte {
 	return b.Bytes()
 }
 
+// TestWritePipelineTrace writes pipelineTrace(steps, 8, 10) to the file
+// TRAINSCOPE_PIPELINE_TRACE names, with TRAINSCOPE_PIPELINE_STEPS steps
+// (default 340: about 110 MB), to measure profile-run import of a large
+// trace (docs/benchmarks.md). Without TRAINSCOPE_PIPELINE_TRACE it is
+// skipped.
+func TestWritePipelineTrace(t *testing.T) {
+	path := os.Getenv("TRAINSCOPE_PIPELINE_TRACE")
+	if path == "" {
+		t.Skip("TRAINSCOPE_PIPELINE_TRACE names no file to write")
+	}
+	steps := 340
+	if s := os.Getenv("TRAINSCOPE_PIPELINE_STEPS"); s != "" {
+		var err error
+		if steps, err = strconv.Atoi(s); err != nil || steps < 1 {
+			t.Fatalf("TRAINSCOPE_PIPELINE_STEPS %q: want a number of steps", s)
+		}
+	}
+	raw := pipelineTrace(steps, 8, 10)
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d steps, %d bytes", path, steps, len(raw))
+}
+
+// heapPeak samples the heap's objects every millisecond until the
+// function it returns is called, which stops it and returns the highest
+// it saw above what the heap held at the start (after a collection).
+// It is what a benchmark's B/op does not say: how much it held at once.
+func heapPeak() func() uint64 {
+	// One sample, read again and again: the sampling allocates nothing
+	// the benchmark's B/op would count.
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 {
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	runtime.GC()
+	base := read()
+	stop, done := make(chan struct{}), make(chan uint64)
+	go func() {
+		peak := base
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			peak = max(peak, read())
+			select {
+			case <-stop:
+				done <- peak - base
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		return <-done
+	}
+}
+
 // BenchmarkParseKineto: the import of one rank's trace of an interleaved
 // pipeline (steps, labels, stages, p2p pairing) beside the baseline of
 // decoding the same JSON into plain Go values, which any reader pays.
+// peak-heap-B is the most the heap held above the input at once, garbage
+// not yet collected included: what an import of a large file needs.
 func BenchmarkParseKineto(b *testing.B) {
 	for _, steps := range []int{10, 100} {
 		raw := pipelineTrace(steps, 8, 10)
 		b.Run(fmt.Sprintf("steps=%d/import", steps), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(raw)))
+			peak := heapPeak()
+			defer func() { b.ReportMetric(float64(peak()), "peak-heap-B") }()
 			for b.Loop() {
 				p, err := ParseKineto("bench.json", bytes.NewReader(raw))
 				if err != nil || p.KernelsLabelled != steps*8*2*2*10*2 {
@@ -89,6 +157,8 @@ func BenchmarkParseKineto(b *testing.B) {
 		b.Run(fmt.Sprintf("steps=%d/json-decode", steps), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(raw)))
+			peak := heapPeak()
+			defer func() { b.ReportMetric(float64(peak()), "peak-heap-B") }()
 			for b.Loop() {
 				var doc struct {
 					TraceEvents []struct {

@@ -3,11 +3,13 @@ package importer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -402,6 +404,12 @@ func TestMicrosToNanosRounds(t *testing.T) {
 		"0e500":                    0,
 		"1e3":                      1000000,
 		"+7":                       7000,
+		// The largest: zeros past the digits multiplied in up to it.
+		"9223372036854775.807":    math.MaxInt64,
+		"9223372036854775.8074":   math.MaxInt64,
+		"9.223372036854775807e15": math.MaxInt64,
+		"9223372036854775807e-3":  math.MaxInt64,
+		"-9.2e15":                 -9200000000000000000,
 	} {
 		got, err := microsToNanos(jsonNumber(in))
 		if err != nil || got != want {
@@ -417,7 +425,10 @@ func TestMicrosToNanosRounds(t *testing.T) {
 			t.Errorf("cut: %s µs: %d ns, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "soon", "1.2.3", "1e", "1e+", "--1", "-", "1e400", "9223372036854775.808", "1x", "0x10", ".", "e5"} {
+	for _, in := range []string{"", "soon", "1.2.3", "1e", "1e+", "--1", "-", "1e400", "9223372036854775.808", "1x", "0x10", ".", "e5",
+		// Past int64 nanoseconds: by rounding, by the zeros past the
+		// digits (1e19 and 1e20 ns), or past a uint64 in the digits.
+		"9223372036854775.8075", "1e16", "1e17", "18446744073709551.615", "18446744073709551616e-3"} {
 		if got, err := microsToNanos(jsonNumber(in)); err == nil {
 			t.Errorf("%q µs: %d ns, want an error", in, got)
 		}
@@ -505,11 +516,44 @@ func TestKinetoBeginEnd(t *testing.T) {
 		}
 	}
 
-	// An "E" before the "B" it ends is malformed: an error at the "E".
-	bad := `{"traceEvents": [{"ph":"B","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":5},{"ph":"E","pid":1,"tid":1,"ts":4}]}`
+	// An "E" before the "B" it ends is malformed: an error at the "E",
+	// which quotes both times (the "B"'s read before the events between).
+	bad := `{"traceEvents": [{"ph":"B","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":5},` +
+		`{"ph":"X","cat":"cpu_op","name":"b","pid":22,"tid":33,"ts":77,"dur":1},{"ph":"E","pid":1,"tid":1,"ts":4}]}`
 	_, err = ParseKineto("t.json", strings.NewReader(bad))
 	var pe *ParseError
-	if !errors.As(err, &pe) || pe.Offset != int64(strings.Index(bad, `,{"ph":"E"`)) || !strings.Contains(err.Error(), `"a"`) {
-		t.Errorf("error %v, want a *ParseError at the E event (byte %d) naming \"a\"", err, strings.Index(bad, `,{"ph":"E"`))
+	if !errors.As(err, &pe) || pe.Offset != int64(strings.Index(bad, `,{"ph":"E"`)) || !strings.Contains(err.Error(), `"a"`) ||
+		!strings.Contains(err.Error(), `("E" at ts 4) before it begins (ts 5)`) {
+		t.Errorf("error %v, want a *ParseError at the E event (byte %d) naming \"a\" and its times", err, strings.Index(bad, `,{"ph":"E"`))
+	}
+}
+
+// TestKinetoPipelineTrace: a trace of more events than an eventList
+// block holds (4425: 1475 a step) imports as its generator made it: one
+// record per host event, each launch merged with its kernel (802 a step),
+// every kernel on device 0 and stream 7, labelled with its work; the
+// records are made to measure, and those of one name share its text.
+func TestKinetoPipelineTrace(t *testing.T) {
+	const steps = 3
+	p, err := ParseKineto("pipeline.json", strings.NewReader(string(pipelineTrace(steps, 8, 10))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Records) != steps*802 || cap(p.Records) != len(p.Records) {
+		t.Errorf("%d records (room for %d), want %d", len(p.Records), cap(p.Records), steps*802)
+	}
+	if p.KernelsLabelled != steps*8*2*2*10*2 {
+		t.Errorf("%d kernels labelled, want %d", p.KernelsLabelled, steps*8*2*2*10*2)
+	}
+	names := map[string]*byte{}
+	for i := range p.Records {
+		r := &p.Records[i]
+		if r.HasDevice && (r.Device != runtime.Device{Type: runtime.CUDA} || r.Stream != 7) {
+			t.Fatalf("%s on %v stream %d, want cuda:0 stream 7", r.Name, r.Device, r.Stream)
+		}
+		if d, ok := names[r.Name]; ok && d != unsafe.StringData(r.Name) {
+			t.Fatalf("two copies of the name %q", r.Name)
+		}
+		names[r.Name] = unsafe.StringData(r.Name)
 	}
 }

@@ -373,6 +373,15 @@ func Combine(profiles []*Profile) []profiler.Record {
 		}
 	}
 	var out []profiler.Record
+	total := 0
+	for _, p := range profiles {
+		total += len(p.Records)
+	}
+	if total > 0 {
+		// Made to measure: the records are most of what an import holds,
+		// and grown by append they were copied several times over.
+		out = make([]profiler.Record, 0, total)
+	}
 	next := map[int]uint64{}
 	for _, p := range profiles {
 		base := map[int]uint64{}
