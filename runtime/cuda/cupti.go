@@ -3,8 +3,8 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
