@@ -131,7 +131,10 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // WithBufferSize bounds the completed ranges a recorder holds between two
 // collections (default 8192, rounded up to a power of two); when full,
-// further ranges are dropped and counted.
+// further ranges are dropped and counted. A recorder takes memory for its
+// buffer a part at a time (32 KiB or more), as ranges first reach it, and
+// keeps what it took: the whole buffer, about 224 bytes a range, only
+// once that many ranges have waited for a collection at once.
 func WithBufferSize(n int) Option { return optionFunc(func(c *config) { c.buffer = n }) }
 
 // WithMaxRecords bounds the records the profiler keeps for Snapshot

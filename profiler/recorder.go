@@ -504,16 +504,22 @@ func (r *Recorder) end(flags uint8) {
 // publish hands a completed range to the collector; false when a queue is
 // full. The extra part is published before the range that refers to it.
 func (r *Recorder) publish(f *frame) bool {
-	slot, seq := r.pending.reserve()
+	// tryReserve is inlined, reserve is not: reserve only when
+	// tryReserve leaves it to.
+	slot, seq := r.pending.tryReserve()
 	if slot == nil {
-		r.p.wake()
-		return false
-	}
-	if f.hasExtra() {
-		x, xseq := r.extras.reserve()
-		if x == nil {
+		if slot, seq = r.pending.reserve(); slot == nil {
 			r.p.wake()
 			return false
+		}
+	}
+	if f.hasExtra() {
+		x, xseq := r.extras.tryReserve()
+		if x == nil {
+			if x, xseq = r.extras.reserve(); x == nil {
+				r.p.wake()
+				return false
+			}
 		}
 		*x = f.extra
 		r.extras.publish(xseq)
