@@ -260,9 +260,19 @@ func (p *Profiler) deliverLocked() {
 			p.sinks = slices.Delete(p.sinks, i, i+1)
 		}
 	}
+	if cap(p.batch) > maxKeptBatch {
+		// An Ingest of a whole imported profile, or a pass after a long
+		// stall: not kept for the passes after it, which are small.
+		p.batch = nil
+		return
+	}
 	clear(p.batch)
 	p.batch = p.batch[:0]
 }
+
+// maxKeptBatch is the most records (about 300 bytes each) whose room the
+// collector keeps between passes.
+const maxKeptBatch = 1 << 15
 
 // consume hands batch to s. A sink that panics is a broken exporter, not
 // a reason to end the training run or to deliver the batch again: the
