@@ -165,6 +165,53 @@ func TestWriteRankFiles(t *testing.T) {
 	}
 }
 
+// TestWriteRankFilesKeepOrder: ranks interleaved in the records each get
+// a file holding their records alone, in the order they came.
+func TestWriteRankFilesKeepOrder(t *testing.T) {
+	var recs []profiler.Record
+	for i := range 30 {
+		rank := []int{2, 0, 1, 2, 2}[i%5]
+		recs = append(recs, profiler.Record{ID: uint64(i + 1), Rank: rank, Name: fmt.Sprintf("r%d-%02d", rank, i),
+			HostStart: time.Duration(i) * time.Millisecond, HostEnd: time.Duration(i)*time.Millisecond + 500*time.Microsecond})
+	}
+	prefix := filepath.Join(t.TempDir(), "report")
+	paths, err := profiler.WriteRankFiles(prefix, recs, profiler.SortName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 3 {
+		t.Fatalf("paths %v, want 3", paths)
+	}
+	for rank, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The call log follows the tables: the names in the order written.
+		log := string(b)[strings.LastIndex(string(b), "==="):]
+		var want []string
+		for _, r := range recs {
+			if r.Rank == rank {
+				want = append(want, r.Name)
+			}
+		}
+		last := -1
+		for _, name := range want {
+			at := strings.Index(log, name)
+			if at < 0 || at < last {
+				t.Errorf("rank %d: %s missing from its call log or out of order:\n%s", rank, name, log)
+				break
+			}
+			last = at
+		}
+		for _, other := range []int{0, 1, 2} {
+			if other != rank && strings.Contains(string(b), fmt.Sprintf("r%d-", other)) {
+				t.Errorf("rank %d's file holds rank %d's records", rank, other)
+			}
+		}
+	}
+}
+
 // A rank file that exists is an error, and is left as it was; the other
 // ranks' files are still written (what they recorded is not lost).
 func TestWriteRankFilesNeverReplaces(t *testing.T) {
