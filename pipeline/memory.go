@@ -176,7 +176,7 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 		}
 		od.need += need.Device
 		od.ranks = append(od.ranks, id)
-		if capacity := capacityOf(mem); capacity > 0 && od.need > capacity {
+		if capacity := capacityOf(mem); (capacity > 0 || mem.AvailableKnown) && od.need > capacity {
 			dev := runtime.Device{Type: c.Backend, Index: idx}
 			who, more := fmt.Sprintf("rank %d", id), fieldName("Stages")
 			if len(od.ranks) > 1 {
@@ -184,8 +184,12 @@ func (c Config) checkMemory(d runtime.MemoryDescriber, devices int) error {
 				// is what helps.
 				who, more = fmt.Sprintf("ranks %v sharing it", od.ranks), fieldName("Devices")
 			}
-			return invalid("the model needs about %s on %s (%s), but %s is available there: lower %s, %s, %s or %s, or raise %s",
-				bytesString(float64(od.need)), dev, who, bytesString(float64(capacity)),
+			avail := bytesString(float64(capacity)) + " is"
+			if capacity == 0 {
+				avail = "nothing is" // taken by another process, or by this one
+			}
+			return invalid("the model needs about %s on %s (%s), but %s available there: lower %s, %s, %s or %s, or raise %s",
+				bytesString(float64(od.need)), dev, who, avail,
 				fieldName("Width"), fieldName("Layers"), fieldName("Microbatches"), fieldName("MicrobatchSize"), more)
 		}
 	}
@@ -276,9 +280,9 @@ func hostCapacity(mem runtime.DeviceMemory) (capacity int64, growth float64) {
 }
 
 // capacityOf is what a device can still allocate: Available, else Total,
-// else 0 (unknown).
+// else 0 (unknown; none left where AvailableKnown).
 func capacityOf(m runtime.DeviceMemory) int64 {
-	if m.Available > 0 {
+	if m.Available > 0 || m.AvailableKnown {
 		return m.Available
 	}
 	return m.Total

@@ -206,6 +206,15 @@ func TestMemoryCheckPerDevice(t *testing.T) {
 	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 20e9, Available: 6.06e9}}, 1); err != nil {
 		t.Errorf("6.06 GB for 4 ranks with dp on one GPU: %v", err)
 	}
+	// A GPU another job has filled: nothing available is not unknown
+	// (which Total would stand in for).
+	err = c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 20e9, AvailableKnown: true}}, 1)
+	if err == nil || !strings.Contains(err.Error(), "on cuda:0 (rank 0), but nothing is available there") {
+		t.Errorf("a full GPU: %v", err)
+	}
+	if err := c.checkMemory(fakeMemory{mem: runtime.DeviceMemory{Total: 20e9}}, 1); err != nil {
+		t.Errorf("20 GB, available unknown: %v", err)
+	}
 }
 
 // countedMemory describes every device as the host's memory and counts

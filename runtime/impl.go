@@ -148,7 +148,11 @@ type MemoryDescriber interface {
 // DeviceMemory is the memory a device allocates from.
 type DeviceMemory struct {
 	Total     int64 // bytes; 0 where unknown
-	Available int64 // bytes new allocations can still get; 0 where unknown
+	Available int64 // bytes new allocations can still get; 0 where unknown, unless AvailableKnown
+	// AvailableKnown says Available was measured: 0 is then no memory
+	// left, not an unknown amount (a GPU another job filled, a cpu
+	// device whose WithMemoryLimit is taken).
+	AvailableKnown bool
 	// Host reports that the memory is the host's, shared by every device
 	// of the backend and by the host's own allocations (the CPU
 	// backend's devices): what each of them allocates counts against it.

@@ -20,7 +20,7 @@ func (m *Impl) DeviceMemory(index int) (runtime.DeviceMemory, error) {
 		return runtime.DeviceMemory{}, err
 	}
 	if lim := m.cfg.memLimit; lim > 0 {
-		return runtime.DeviceMemory{Total: lim, Available: max(0, lim-d.inUse.Load())}, nil
+		return runtime.DeviceMemory{Total: lim, Available: max(0, lim-d.inUse.Load()), AvailableKnown: true}, nil
 	}
 	total, avail := hostMemory()
 	return runtime.DeviceMemory{Total: total, Available: avail, Host: true}, nil

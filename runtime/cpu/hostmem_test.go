@@ -35,9 +35,18 @@ func TestDeviceMemoryWithLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Free(h)
-	for i, want := range []runtime.DeviceMemory{{Total: 1000, Available: 1000}, {Total: 1000, Available: 700}} {
+	for i, want := range []runtime.DeviceMemory{{Total: 1000, Available: 1000, AvailableKnown: true}, {Total: 1000, Available: 700, AvailableKnown: true}} {
 		if got, err := m.DeviceMemory(i); err != nil || got != want {
 			t.Errorf("cpu:%d: %+v, %v; want %+v", i, got, err, want)
 		}
+	}
+	// The cap taken whole: none left, which is not unknown.
+	h2, err := m.Malloc(1, 700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free(h2)
+	if got, err := m.DeviceMemory(1); err != nil || got != (runtime.DeviceMemory{Total: 1000, AvailableKnown: true}) {
+		t.Errorf("cpu:1 full: %+v, %v; want nothing available, known", got, err)
 	}
 }

@@ -372,7 +372,7 @@ func (m *Impl) DeviceMemory(index int) (runtime.DeviceMemory, error) {
 	free, total := int64(f.Out[0]), int64(f.Out[1])
 	d.free.Store(free)
 	d.total.Store(total)
-	return runtime.DeviceMemory{Total: total, Available: free}, nil
+	return runtime.DeviceMemory{Total: total, Available: free, AvailableKnown: true}, nil
 }
 
 // ResetPeakMemory sets the peak to the bytes in use now.
