@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU evidence that needs one GPU per rank, in one call of about six
+# The GPU evidence that needs one GPU per rank, in one call of about eight
 # minutes, for a machine with two GPUs (it runs with one too, where every
 # part says that its ranks share the GPU):
 #
