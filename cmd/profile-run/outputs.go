@@ -602,6 +602,15 @@ func (out *outputs) discard() {
 // closes the network ones, and prints the summary. Training's own outcome
 // is not its business: a destination that fails is reported, and returned.
 func (out *outputs) finish(stdout io.Writer) error {
+	// The trace window's records, copied once for the rank files and the
+	// trace (a copy of up to 262,144 records, tens of MB, and a sort).
+	var windowRecs []profiler.Record
+	windowRecords := func() []profiler.Record {
+		if windowRecs == nil {
+			windowRecs = out.detail.Records()
+		}
+		return windowRecs
+	}
 	defer out.closeFiles()
 	collected := out.prof.Stats().Collected
 	var errs []error
@@ -636,7 +645,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		var detail []profiler.Record
 		var rankHeader []string
 		if out.report != nil {
-			detail = out.detail.Records()
+			detail = windowRecords()
 			st := out.detail.Stats()
 			if covers := st.Covers(); len(out.o.command) > 0 && covers == "no steps" {
 				// A job that marks no steps: the window keeps the first
@@ -716,7 +725,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			// trace is not on one clock (a report of it must not say so).
 			opts = append(opts, chrometrace.WithOtherData("clocks", unalignedText(a)))
 		}
-		st, err := chrometrace.Write(out.traceFile, out.detail.Records(), opts...)
+		st, err := chrometrace.Write(out.traceFile, windowRecords(), opts...)
 		switch {
 		case errors.Is(err, chrometrace.ErrNoRecords):
 			// A run cut short before the window's steps: an empty file
