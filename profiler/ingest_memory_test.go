@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/trainscope/trainscope/internal/testmem"
 )
 
 // TestIngestKeepsNoRoomForALargeBatch: the batch of a large Ingest (an
@@ -23,12 +25,12 @@ func TestIngestKeepsNoRoomForALargeBatch(t *testing.T) {
 	for i := range recs {
 		recs[i] = Record{ID: uint64(i + 1), Name: "r", HostStart: time.Duration(i), HostEnd: time.Duration(i + 1)}
 	}
-	before := liveHeap()
+	before := testmem.LiveHeap()
 	if err := p.Ingest(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
 	recs = nil
-	after := liveHeap()
+	after := testmem.LiveHeap()
 	// The records themselves: what a batch kept for the next pass holds.
 	one := uint64(n) * uint64(unsafe.Sizeof(Record{}))
 	if after > before && after-before > one/10 {

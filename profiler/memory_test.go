@@ -5,17 +5,9 @@ import (
 	"testing"
 
 	"github.com/trainscope/trainscope/internal/synthtrace"
+	"github.com/trainscope/trainscope/internal/testmem"
 	"github.com/trainscope/trainscope/profiler"
 )
-
-// heapAfterGC is the live heap, measured after two collections.
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 // The whole-run summaries hold as much after 10,000 steps as after 100:
 // the same entries, and a heap that differs by less than a small
@@ -35,9 +27,9 @@ func TestSummariesMemoryBounded(t *testing.T) {
 		}
 	}
 	feed(100)
-	heap100, entries100 := heapAfterGC(), summary.Entries()
+	heap100, entries100 := testmem.LiveHeap(), summary.Entries()
 	feed(9900)
-	heap10k, entries10k := heapAfterGC(), summary.Entries()
+	heap10k, entries10k := testmem.LiveHeap(), summary.Entries()
 	if entries100 != entries10k {
 		t.Errorf("summary entries: %d after 100 steps, %d after 10,000", entries100, entries10k)
 	}

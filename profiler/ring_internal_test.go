@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/trainscope/trainscope/internal/testmem"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -15,15 +16,6 @@ import (
 // buffer of capacity ranges in memory: one pending and one extra a range.
 func queueBytes(capacity int) uint64 {
 	return uint64(capacity) * uint64(unsafe.Sizeof(pending{})+unsafe.Sizeof(extra{}))
-}
-
-// liveHeap is the live heap, measured after two collections.
-func liveHeap() uint64 {
-	var ms goruntime.MemStats
-	goruntime.GC()
-	goruntime.GC()
-	goruntime.ReadMemStats(&ms)
-	return ms.HeapAlloc
 }
 
 // fillQueues takes every slot of r's two queues, as a recorder whose
@@ -55,7 +47,7 @@ func heldPerRecorder(t testing.TB, n int, fill func(*Recorder), opts ...Option) 
 		t.Fatal(err)
 	}
 	recs := make([]*Recorder, n)
-	before := liveHeap()
+	before := testmem.LiveHeap()
 	for i := range recs {
 		if recs[i], err = p.NewRecorder(i, runtime.Device{Type: runtime.DeviceType(99)}); err != nil {
 			t.Fatal(err)
@@ -64,7 +56,7 @@ func heldPerRecorder(t testing.TB, n int, fill func(*Recorder), opts ...Option) 
 			fill(recs[i])
 		}
 	}
-	after := liveHeap()
+	after := testmem.LiveHeap()
 	goruntime.KeepAlive(recs)
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)

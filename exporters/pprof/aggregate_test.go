@@ -13,6 +13,7 @@ import (
 
 	"github.com/trainscope/trainscope/exporters/pprof"
 	"github.com/trainscope/trainscope/internal/synthtrace"
+	"github.com/trainscope/trainscope/internal/testmem"
 	"github.com/trainscope/trainscope/internal/trainrun"
 	"github.com/trainscope/trainscope/profiler"
 )
@@ -341,14 +342,6 @@ func TestAggregateEmpty(t *testing.T) {
 	}
 }
 
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // After 10,000 steps the aggregate holds what it held after 100: the
 // same samples, no more records, and a live heap within a small constant.
 func TestAggregateMemoryBounded(t *testing.T) {
@@ -362,9 +355,9 @@ func TestAggregateMemoryBounded(t *testing.T) {
 		}
 	}
 	feed(100)
-	heap100, st100 := heapAfterGC(), a.Stats()
+	heap100, st100 := testmem.LiveHeap(), a.Stats()
 	feed(9900)
-	heap10k, st10k := heapAfterGC(), a.Stats()
+	heap10k, st10k := testmem.LiveHeap(), a.Stats()
 	if st100.Samples != st10k.Samples || st10k.Kept > st100.Kept || st10k.Waiting > st100.Waiting {
 		t.Errorf("after 100 steps %+v, after 10,000 %+v", st100, st10k)
 	}
@@ -474,9 +467,9 @@ func TestAggregateMemoryBoundedSelfParents(t *testing.T) {
 	}
 	const first, more = 1000, 200_000
 	feed(first)
-	heapBefore := heapAfterGC()
+	heapBefore := testmem.LiveHeap()
 	feed(more)
-	heapAfter := heapAfterGC()
+	heapAfter := testmem.LiveHeap()
 	const slack = 256 << 10 // the bug kept 8 B per pair: 1.6 MB here
 	if heapAfter > heapBefore+slack {
 		t.Errorf("live heap %d B after %d pairs, %d B after %d more: grew by more than %d B", heapBefore, first, heapAfter, more, slack)
@@ -513,11 +506,11 @@ func TestAggregateMemoryBoundedDuplicateIDs(t *testing.T) {
 	for range first {
 		a.Consume(batch)
 	}
-	heapBefore := heapAfterGC()
+	heapBefore := testmem.LiveHeap()
 	for range more {
 		a.Consume(batch)
 	}
-	heapAfter := heapAfterGC()
+	heapAfter := testmem.LiveHeap()
 	const slack = 256 << 10 // about 90 B a record without the bound: 18 MB here
 	if heapAfter > heapBefore+slack {
 		t.Errorf("live heap %d B after %d records, %d B after %d more: grew by more than %d B", heapBefore, first, heapAfter, more, slack)

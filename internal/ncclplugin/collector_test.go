@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/trainscope/trainscope/internal/testmem"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -2242,14 +2243,6 @@ func heavyProcesses(c *Collector) int {
 	return n
 }
 
-func heapInUse() uint64 {
-	var m goruntime.MemStats
-	goruntime.GC()
-	goruntime.GC()
-	goruntime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // TestCollectorReleasesGoneProcesses: a process whose connections have
 // all closed, with nothing left to deliver, keeps only a tombstone once
 // the grace for a reconnect has passed: the collector's memory does not
@@ -2271,7 +2264,7 @@ func TestCollectorReleasesGoneProcesses(t *testing.T) {
 	}
 	defer c.Close(context.Background())
 	const procs, names = 200, 64
-	before := heapInUse()
+	before := testmem.LiveHeap()
 	goneJob(t, c, procs, names)
 	// Per process: a kernel, three collectives and the send.
 	const want = procs * 5
@@ -2283,7 +2276,7 @@ func TestCollectorReleasesGoneProcesses(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	heavy := heavyProcesses(c)
-	grew := int64(heapInUse()) - int64(before)
+	grew := int64(testmem.LiveHeap()) - int64(before)
 	t.Logf("%d processes: %d still heavy, heap grew %d KiB (%d bytes a process)", procs, heavy, grew>>10, grew/procs)
 	if heavy > 0 {
 		t.Errorf("%d of %d gone processes still hold their state", heavy, procs)

@@ -1,9 +1,9 @@
 package analysis
 
 import (
-	"runtime"
 	"testing"
 
+	"github.com/trainscope/trainscope/internal/testmem"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -24,15 +24,6 @@ func longRun(s *Sink, b *build, from, to int) {
 	}
 }
 
-// liveHeap is the heap in use after a collection.
-func liveHeap() uint64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // TestSinkMemoryFlat: over a run of 100,000 steps a Sink holds what it
 // held after 10,000 (within 1 MiB, where each step's records are 1 kB),
 // and its totals cover every step.
@@ -40,9 +31,9 @@ func TestSinkMemoryFlat(t *testing.T) {
 	s := NewSink(WithClockAlignment())
 	var b build
 	longRun(s, &b, 0, 10000)
-	early := liveHeap()
+	early := testmem.LiveHeap()
 	longRun(s, &b, 10000, 100000)
-	late := liveHeap()
+	late := testmem.LiveHeap()
 	s.Flush()
 	sum := s.Summary()
 	if sum.Steps != 100000 || sum.Complete != 100000 || sum.Collectives.Matched != 100000 {
@@ -70,9 +61,9 @@ func BenchmarkSinkLongRun(b *testing.B) {
 		s := NewSink(WithClockAlignment())
 		var bl build
 		longRun(s, &bl, 0, 10000)
-		early := liveHeap()
+		early := testmem.LiveHeap()
 		longRun(s, &bl, 10000, 100000)
-		growth = float64(liveHeap()) - float64(early)
+		growth = float64(testmem.LiveHeap()) - float64(early)
 		s.Flush()
 	}
 	b.ReportMetric(growth, "heap-growth-B")
