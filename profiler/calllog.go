@@ -29,21 +29,25 @@ import (
 //
 // At most MaxOpenCallLogs files are open at once (each holds a file
 // descriptor and about a megabyte of compressor state): past that, the
-// rank's least recently written file is closed, ending its gzip member,
-// and reopened for appending, as a new member, when its rank writes
-// again. Concatenated gzip members are one gzip file to zcat, Python's
-// gzip module and compress/gzip alike.
+// least recently written file is closed, ending its gzip member, and
+// reopened for appending, as a new member, when its rank's lines are
+// compressed again. Each rank's lines wait in a buffer of its own
+// (CallLogBuffer bytes) until it is full, so a batch of many ranks'
+// records, in any order, reopens a file only once a buffer's worth of
+// its lines has come. Concatenated gzip members are one gzip file to
+// zcat, Python's gzip module and compress/gzip alike.
 type CallLog struct {
 	prefix  string
 	limit   int64
 	maxOpen int
+	bufSize int // each rank's buffer: CallLogBuffer
 
 	mu    sync.Mutex
 	ranks map[int]*rankLog
-	open  []*rankLog // the ranks whose file is open
-	clock uint64     // counts writes, for the least recently written
-	spare []*rankLog // the writers of closed files, to reuse
-	err   error      // the first error, returned by Close
+	open  []*rankLog     // the ranks whose file is open
+	clock uint64         // counts writes, for the least recently written
+	spare []*gzip.Writer // the compressors of closed files, to reuse
+	err   error          // the first error, returned by Close
 	// stopped is the first write error: it stops every rank's log (the
 	// disk is full, say).
 	stopped error
@@ -55,15 +59,20 @@ type CallLog struct {
 // at once.
 const MaxOpenCallLogs = 64
 
+// CallLogBuffer is the size of each rank's buffer of lines not yet
+// compressed: 16 MB for a thousand ranks.
+const CallLogBuffer = 16 << 10
+
 type rankLog struct {
 	path     string
 	err      error // the first error that cut this file short
 	created  bool  // the file was made (false: it could not be)
 	f        *os.File
-	zw       *gzip.Writer // with bw, set while the file is open
-	bw       *bufio.Writer
-	used     uint64 // CallLog.clock at its last write
-	written  int64  // uncompressed bytes
+	zw       *gzip.Writer  // with f, set while the file is open
+	zwrote   bool          // zw has had bytes since it was attached
+	bw       *bufio.Writer // lines not yet compressed, into rankFile
+	used     uint64        // CallLog.clock at its last write to the file
+	written  int64         // uncompressed bytes
 	lines    uint64
 	skipped  uint64
 	minStep  int
@@ -77,7 +86,7 @@ const CallLogHeader = "# end_us step rank depth kind name device host_us device_
 // NewCallLog returns a call log writing <prefix>.rank<N>.gz files, each
 // capped at limit uncompressed bytes (limit < 1: no cap).
 func NewCallLog(prefix string, limit int64) *CallLog {
-	return &CallLog{prefix: prefix, limit: limit, maxOpen: MaxOpenCallLogs, ranks: map[int]*rankLog{}}
+	return &CallLog{prefix: prefix, limit: limit, maxOpen: MaxOpenCallLogs, bufSize: CallLogBuffer, ranks: map[int]*rankLog{}}
 }
 
 // Consume implements Sink.
@@ -103,11 +112,7 @@ func (c *CallLog) Consume(batch []Record) {
 			rl.skipped++
 			continue
 		}
-		err := c.reopen(rl)
-		if err == nil {
-			_, err = rl.bw.Write(c.line)
-		}
-		if err != nil {
+		if _, err := rl.bw.Write(c.line); err != nil {
 			if c.stopped == nil { // (makeRoom sets it for the file it closed)
 				c.stop(fmt.Errorf("profiler: call log of rank %d: %w", r.Rank, err))
 			}
@@ -149,9 +154,26 @@ func (c *CallLog) rank(rank int) *rankLog {
 	}
 	rl.created = true
 	c.attach(rl, f)
+	rl.bw = bufio.NewWriterSize(rankFile{c, rl}, c.bufSize)
 	n, _ := io.WriteString(rl.bw, CallLogHeader)
 	rl.written = int64(n)
 	return rl
+}
+
+// rankFile is where a rank's buffered lines go when its buffer fills
+// or is flushed: its compressor, on its file opened again if makeRoom
+// closed it.
+type rankFile struct {
+	c  *CallLog
+	rl *rankLog
+}
+
+func (w rankFile) Write(p []byte) (int, error) {
+	if err := w.c.reopen(w.rl); err != nil {
+		return 0, err
+	}
+	w.rl.zwrote = true
+	return w.rl.zw.Write(p)
 }
 
 // reopen opens rl's file again for appending, a new gzip member, when
@@ -159,7 +181,7 @@ func (c *CallLog) rank(rank int) *rankLog {
 func (c *CallLog) reopen(rl *rankLog) error {
 	c.clock++
 	rl.used = c.clock
-	if rl.bw != nil {
+	if rl.zw != nil {
 		return nil
 	}
 	if err := c.makeRoom(); err != nil {
@@ -173,19 +195,16 @@ func (c *CallLog) reopen(rl *rankLog) error {
 	return nil
 }
 
-// attach gives rl, whose file f has just been opened, a compressor and a
-// buffer (reused from a closed file where there is one).
+// attach gives rl, whose file f has just been opened, a compressor
+// (reused from a closed file where there is one).
 func (c *CallLog) attach(rl *rankLog, f *os.File) {
-	rl.f = f
+	rl.f, rl.zwrote = f, false
 	if n := len(c.spare); n > 0 {
-		w := c.spare[n-1]
+		rl.zw = c.spare[n-1]
 		c.spare = c.spare[:n-1]
-		rl.zw, rl.bw = w.zw, w.bw
 		rl.zw.Reset(f)
-		rl.bw.Reset(rl.zw)
 	} else {
 		rl.zw, _ = gzip.NewWriterLevel(f, gzip.BestSpeed)
-		rl.bw = bufio.NewWriterSize(rl.zw, 64<<10)
 	}
 	c.clock++
 	rl.used = c.clock
@@ -207,7 +226,7 @@ func (c *CallLog) makeRoom() error {
 	rl := c.open[oldest]
 	c.open = slices.Delete(c.open, oldest, oldest+1)
 	if err := c.detach(rl); err != nil {
-		// Its buffered lines are lost: it is cut short, and, the disk
+		// What it had compressed is lost: it is cut short, and, the disk
 		// failing, so is every log.
 		rl.err = fmt.Errorf("profiler: call log %s: %w", rl.path, err)
 		c.stop(rl.err)
@@ -224,11 +243,16 @@ func (c *CallLog) stop(err error) {
 	}
 }
 
-// detach flushes and closes rl's file, keeping its writers for reuse.
+// detach ends rl's gzip member and closes its file, keeping the
+// compressor for reuse; lines still in rl's buffer stay there.
 func (c *CallLog) detach(rl *rankLog) error {
-	err := errors.Join(rl.bw.Flush(), rl.zw.Close(), rl.f.Close())
-	c.spare = append(c.spare, &rankLog{zw: rl.zw, bw: rl.bw})
-	rl.f, rl.zw, rl.bw = nil, nil, nil
+	var err error
+	if rl.zwrote { // else nothing was compressed: no member to end
+		err = rl.zw.Close()
+	}
+	err = errors.Join(err, rl.f.Close())
+	c.spare = append(c.spare, rl.zw)
+	rl.f, rl.zw = nil, nil
 	return err
 }
 
@@ -314,9 +338,27 @@ func (c *CallLog) Close() error {
 	for _, rank := range slices.Sorted(maps.Keys(c.ranks)) {
 		rl := c.ranks[rank]
 		if rl.bw == nil {
-			continue
+			continue // not created
 		}
-		if err := c.detach(rl); err != nil {
+		var err error
+		switch {
+		case rl.bw.Buffered() == 0:
+		case c.stopped != nil:
+			// Stopped at a write error: the lines still buffered are
+			// not written.
+			if rl.err == nil {
+				rl.err = c.stopped
+			}
+		default:
+			err = rl.bw.Flush()
+		}
+		if i := slices.Index(c.open, rl); i >= 0 {
+			// Out of the open files first: a later rank's flush may
+			// make room.
+			c.open = slices.Delete(c.open, i, i+1)
+			err = errors.Join(err, c.detach(rl))
+		}
+		if err != nil {
 			err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
 			if rl.err == nil {
 				rl.err = err

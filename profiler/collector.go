@@ -130,6 +130,12 @@ func (p *Profiler) collectLocked() {
 func (p *Profiler) keepLocked(rec Record) {
 	if len(p.sinks) > 0 {
 		p.batch = append(p.batch, rec)
+		if len(p.batch) == maxKeptBatch {
+			// A pass this large (an Ingest, a collector that fell
+			// behind a thousand ranks) goes to the sinks in parts: the
+			// batch never outgrows the room kept for it.
+			p.deliverLocked()
+		}
 		if p.cfg.maxRecords == 0 {
 			return
 		}
@@ -260,18 +266,13 @@ func (p *Profiler) deliverLocked() {
 			p.sinks = slices.Delete(p.sinks, i, i+1)
 		}
 	}
-	if cap(p.batch) > maxKeptBatch {
-		// An Ingest of a whole imported profile, or a pass after a long
-		// stall: not kept for the passes after it, which are small.
-		p.batch = nil
-		return
-	}
 	clear(p.batch)
 	p.batch = p.batch[:0]
 }
 
-// maxKeptBatch is the most records (about 300 bytes each) whose room the
-// collector keeps between passes.
+// maxKeptBatch is the most records (about 300 bytes each) the collector
+// hands its sinks at once: a larger pass goes in parts (keepLocked), so
+// the batch's room, kept between passes, stays within about 10 MB.
 const maxKeptBatch = 1 << 15
 
 // consume hands batch to s. A sink that panics is a broken exporter, not

@@ -6,6 +6,11 @@ import "time"
 // by default), for tests of closing and reopening them.
 func SetCallLogMaxOpen(c *CallLog, n int) { c.maxOpen = n }
 
+// SetCallLogBuffer sets the size of each rank's buffer of lines
+// (CallLogBuffer by default) for ranks created after it: small, every
+// line goes to the file as it comes.
+func SetCallLogBuffer(c *CallLog, n int) { c.bufSize = n }
+
 // CallLogOpen is how many of c's files are open.
 func CallLogOpen(c *CallLog) int {
 	c.mu.Lock()
