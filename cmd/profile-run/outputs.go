@@ -745,6 +745,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 				line += fmt.Sprintf(" (%s left out whole: the trace holds %d records at most; -trace-steps to choose the steps)", ws.CutText(), out.detail.Bound())
 			}
 			out.summary = append(out.summary, fmt.Sprintf("%s → %s (open in ui.perfetto.dev)", line, out.traceFile.Name()))
+			if out.runDir != "" && filepath.Clean(out.traceFile.Name()) == filepath.Join(out.runDir, "trace.json") {
+				// Where profile-run report finds it: the page is a
+				// command away.
+				out.summary = append(out.summary, "html: profile-run report "+commandLine([]string{out.runDir})+" --html (these steps' pipeline chart, bubbles, stragglers)")
+			}
 		}
 	}
 	if collected > 0 && out.runDir != "" && out.removeRunDir() {

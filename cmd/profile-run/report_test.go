@@ -443,3 +443,39 @@ func TestReportPageInAMissingDirectory(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit %d ending %q", code, stderr, exitFail, want)
 	}
 }
+
+// TestSummaryNamesTheHTMLCommand: a run's summary names the command that
+// draws its trace as a page, and that command, run as printed, writes
+// RUN_DIR/report.html. A trace written elsewhere (-trace PATH), which
+// profile-run report does not look for, gets no such line.
+func TestSummaryNamesTheHTMLCommand(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-quiet", "-progress", "off", "-no-step-lines", "-steps", "3")
+	if code != exitOK {
+		t.Fatalf("training: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`(?m)^\s*html: profile-run (report \S+ --html) `).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no html: line in the summary:\n%s", stdout)
+	}
+	args := strings.Fields(m[1])
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 || args[1] != dirs[0] {
+		t.Fatalf("the html: line names %q; the run directories are %v", args[1], dirs)
+	}
+	if code, so, se := runCmd(t, args...); code != exitOK {
+		t.Fatalf("profile-run %s: exit %d\n%s\n%s", m[1], code, so, se)
+	}
+	if fi, err := os.Stat(filepath.Join(dirs[0], "report.html")); err != nil || fi.Size() == 0 {
+		t.Fatalf("report.html after the command the summary names: %v", err)
+	}
+
+	elsewhere := filepath.Join(t.TempDir(), "t.json")
+	code, stdout, stderr = runCmd(t, "-out", t.TempDir(), "-trace", elsewhere, "-metrics-addr", "off", "-backend", "cpu", "-quiet", "-progress", "off", "-no-step-lines", "-steps", "3")
+	if code != exitOK {
+		t.Fatalf("training with -trace %s: exit %d\n%s\n%s", elsewhere, code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, elsewhere) || strings.Contains(stdout, "html: ") {
+		t.Errorf("with -trace elsewhere, want the trace named and no html: line:\n%s", stdout)
+	}
+}
