@@ -13,8 +13,10 @@ import (
 // caller) with the profiler's lock held, the sinks one after another in the
 // order they were added; with WithConcurrentSinks, each batch goes to every
 // sink at once, each on a goroutine of its own, and all have consumed it
-// before the next. Consume must return quickly, must not call back into the
-// Profiler, and must copy what it keeps, since the batch is reused.
+// before the next. A batch holds at most 32,768 records: a larger pass (an
+// Ingest of a whole profile, say) comes in several. Consume must return
+// quickly, must not call back into the Profiler, and must copy what it
+// keeps, since the batch is reused.
 // Exporters implement it. A sink whose Consume panics is removed (it gets
 // nothing more, nor a Shutdown) and counted in Stats.SinkFailures; the
 // other sinks and the run go on.
