@@ -21,8 +21,10 @@ import (
 // file per rank (<prefix>.rank<N>.gz), buffered. Each rank's log is capped
 // at a number of uncompressed bytes; lines beyond it are counted, not
 // written, so a run of any length leaves files of bounded size. The first
-// write error stops the log (counted like the cap) and is returned by
-// Close, and each rank's file says in Files whether an error cut it short.
+// write error stops the log: lines that come after it are counted like
+// the cap, those taken before it are still written where the disk takes
+// them, the error is returned by Close, and each rank's file says in
+// Files whether an error cut it short.
 // A file is created only where none exists: an existing one is never
 // replaced (the rank's log is then not written, and Files says why).
 // Training is never slowed by waiting on it beyond the write itself.
@@ -64,6 +66,7 @@ const MaxOpenCallLogs = 64
 const CallLogBuffer = 16 << 10
 
 type rankLog struct {
+	rank     int
 	path     string
 	err      error // the first error that cut this file short
 	created  bool  // the file was made (false: it could not be)
@@ -113,7 +116,7 @@ func (c *CallLog) Consume(batch []Record) {
 			continue
 		}
 		if _, err := rl.bw.Write(c.line); err != nil {
-			if c.stopped == nil { // (makeRoom sets it for the file it closed)
+			if c.stopped == nil {
 				c.stop(fmt.Errorf("profiler: call log of rank %d: %w", r.Rank, err))
 			}
 			rl.err = c.stopped
@@ -138,13 +141,10 @@ func (c *CallLog) rank(rank int) *rankLog {
 	if rl, ok := c.ranks[rank]; ok {
 		return rl
 	}
-	rl := &rankLog{path: c.Path(rank)}
+	rl := &rankLog{path: c.Path(rank), rank: rank}
 	c.ranks[rank] = rl
-	err := c.makeRoom()
-	var f *os.File
-	if err == nil {
-		f, err = os.OpenFile(rl.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	}
+	c.makeRoom()
+	f, err := os.OpenFile(rl.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		rl.err = fmt.Errorf("profiler: call log of rank %d: %w", rank, err)
 		if c.err == nil {
@@ -184,9 +184,7 @@ func (c *CallLog) reopen(rl *rankLog) error {
 	if rl.zw != nil {
 		return nil
 	}
-	if err := c.makeRoom(); err != nil {
-		return err
-	}
+	c.makeRoom()
 	f, err := os.OpenFile(rl.path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
@@ -212,10 +210,12 @@ func (c *CallLog) attach(rl *rankLog, f *os.File) {
 }
 
 // makeRoom closes the least recently written open file when maxOpen are
-// open.
-func (c *CallLog) makeRoom() error {
+// open. A file that fails to close is that rank's loss (its log is cut
+// short) and, the disk failing, stops the log: later lines are counted,
+// not written. The room is made either way.
+func (c *CallLog) makeRoom() {
 	if len(c.open) < c.maxOpen || len(c.open) == 0 {
-		return nil
+		return
 	}
 	oldest := 0
 	for i, rl := range c.open {
@@ -226,18 +226,20 @@ func (c *CallLog) makeRoom() error {
 	rl := c.open[oldest]
 	c.open = slices.Delete(c.open, oldest, oldest+1)
 	if err := c.detach(rl); err != nil {
-		// What it had compressed is lost: it is cut short, and, the disk
-		// failing, so is every log.
-		rl.err = fmt.Errorf("profiler: call log %s: %w", rl.path, err)
-		c.stop(rl.err)
-		return err
+		err = fmt.Errorf("profiler: call log of rank %d: %w", rl.rank, err)
+		if rl.err == nil {
+			rl.err = err
+		}
+		c.stop(err)
 	}
-	return nil
 }
 
-// stop records err as the write error that stops every rank's log.
+// stop records err as the write error that stops every rank's log, unless
+// an earlier one has.
 func (c *CallLog) stop(err error) {
-	c.stopped = err
+	if c.stopped == nil {
+		c.stopped = err
+	}
 	if c.err == nil {
 		c.err = err
 	}
@@ -340,18 +342,9 @@ func (c *CallLog) Close() error {
 		if rl.bw == nil {
 			continue // not created
 		}
-		var err error
-		switch {
-		case rl.bw.Buffered() == 0:
-		case c.stopped != nil:
-			// Stopped at a write error: the lines still buffered are
-			// not written.
-			if rl.err == nil {
-				rl.err = c.stopped
-			}
-		default:
-			err = rl.bw.Flush()
-		}
+		// Lines taken before a write error stopped the log are written
+		// too: a log cut short keeps what came before the error.
+		err := rl.bw.Flush()
 		if i := slices.Index(c.open, rl); i >= 0 {
 			// Out of the open files first: a later rank's flush may
 			// make room.
@@ -363,7 +356,11 @@ func (c *CallLog) Close() error {
 			if rl.err == nil {
 				rl.err = err
 			}
-			errs = append(errs, err)
+			if c.stopped == nil || len(errs) < 8 {
+				// After a stop (a full disk) every rank may fail alike:
+				// the first few say it, each file keeps its own.
+				errs = append(errs, err)
+			}
 		}
 	}
 	c.open, c.spare = nil, nil
