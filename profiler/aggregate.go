@@ -1,6 +1,8 @@
 package profiler
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -81,13 +83,72 @@ func (s NameStats) AvgDevice() time.Duration {
 	return s.DeviceTotal / time.Duration(s.DeviceCount)
 }
 
-// Group is the summary of one rank and tag.
+// Group is the summary of one rank and tag, or of several ranks' groups
+// of one tag summed (MergeRanks).
 type Group struct {
-	Rank        int
+	Rank        int // AllRanks for several ranks summed
+	Ranks       int // how many ranks' groups MergeRanks summed (0 for one rank's)
 	Tag         string
 	HostTotal   time.Duration // sum of the group's top-level ranges' host time
 	DeviceTotal time.Duration // sum of the group's outermost device ranges' device time
 	Names       []NameStats   // ordered by name
+}
+
+// AllRanks is the Rank of a group that sums several ranks' (MergeRanks).
+const AllRanks = -1
+
+// MergeRanks sums the groups of one tag across ranks: one group per tag,
+// tags in order of first appearance, Rank AllRanks and Ranks the number
+// of ranks summed; each name's counts and totals are added, and its
+// shares are of the summed group totals, so they weigh each rank by its
+// time. A job of many ranks reads from one such table what a table per
+// rank spreads over hundreds of lines.
+func MergeRanks(groups []Group) []Group {
+	var out []Group
+	tagAt := map[string]int{}
+	nameAt := map[[2]string]int{} // tag, name → index in its group's Names
+	for _, g := range groups {
+		i, ok := tagAt[g.Tag]
+		if !ok {
+			i = len(out)
+			tagAt[g.Tag] = i
+			out = append(out, Group{Rank: AllRanks, Tag: g.Tag})
+		}
+		m := &out[i]
+		m.Ranks++
+		m.HostTotal += g.HostTotal
+		m.DeviceTotal += g.DeviceTotal
+		for _, n := range g.Names {
+			k := [2]string{g.Tag, n.Name}
+			j, ok := nameAt[k]
+			if !ok {
+				j = len(m.Names)
+				nameAt[k] = j
+				m.Names = append(m.Names, NameStats{Name: n.Name})
+			}
+			t := &m.Names[j]
+			t.Count += n.Count
+			t.HostTotal += n.HostTotal
+			t.DeviceTotal += n.DeviceTotal
+			t.DeviceCount += n.DeviceCount
+			t.TransferCount += n.TransferCount
+			t.TransferTotal += n.TransferTotal
+		}
+	}
+	for i := range out {
+		g := &out[i]
+		for j := range g.Names {
+			n := &g.Names[j]
+			if g.HostTotal > 0 {
+				n.HostPercent = 100 * float64(n.HostTotal) / float64(g.HostTotal)
+			}
+			if g.DeviceTotal > 0 {
+				n.DevicePercent = 100 * float64(n.DeviceTotal) / float64(g.DeviceTotal)
+			}
+		}
+		slices.SortFunc(g.Names, func(a, b NameStats) int { return cmp.Compare(a.Name, b.Name) })
+	}
+	return out
 }
 
 // Summarize groups records by rank and tag (ranks ascending, tags in order

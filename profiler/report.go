@@ -156,7 +156,8 @@ func WithPeakNote(note func(rank int) string) ReportOption {
 // network transport in a wrapped run: how long after their kernels
 // started they were done), each rank's section
 // ending with its peak device memory (peak maps rank to bytes; a missing
-// rank prints "not measured").
+// rank prints "not measured"). Groups of ranks summed (MergeRanks) are
+// titled "all N ranks" and end with the largest rank's peak.
 func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, opts ...ReportOption) error {
 	if err := checkWriter("WriteReport", w); err != nil {
 		return err
@@ -167,7 +168,11 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 	}
 	bw := bufio.NewWriter(w)
 	for i, g := range groups {
-		fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, oneLine(g.Tag))
+		if g.Rank == AllRanks {
+			fmt.Fprintf(bw, "=== all %d ranks · %s ===\n", g.Ranks, oneLine(g.Tag))
+		} else {
+			fmt.Fprintf(bw, "=== rank %d · %s ===\n", g.Rank, oneLine(g.Tag))
+		}
 		rows := slices.Clone(g.Names)
 		sortNames(rows, by)
 		// Each figure column is as wide as the seed's, or as its widest
@@ -206,7 +211,10 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 			}
 		}
 		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
-		if last {
+		switch {
+		case last && g.Rank == AllRanks:
+			writeLargestPeak(bw, peak, c.peakNote)
+		case last:
 			if p, ok := peak[g.Rank]; ok {
 				fmt.Fprintf(bw, "Peak device memory (rank %d): %.2f MB", g.Rank, float64(p)/mib)
 				if c.peakNote != nil {
@@ -224,6 +232,28 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 		fmt.Fprintln(bw)
 	}
 	return bw.Flush()
+}
+
+// writeLargestPeak ends the tables of ranks summed (MergeRanks) with the
+// largest rank's peak device memory, the lowest rank of those at it.
+func writeLargestPeak(w io.Writer, peak map[int]int64, note func(rank int) string) {
+	rank, p := -1, int64(0)
+	for r, b := range peak {
+		if rank < 0 || b > p || b == p && r < rank {
+			rank, p = r, b
+		}
+	}
+	if rank < 0 {
+		fmt.Fprintln(w, "Peak device memory (largest of the ranks): not measured")
+		return
+	}
+	fmt.Fprintf(w, "Peak device memory (largest of the ranks: rank %d): %.2f MB", rank, float64(p)/mib)
+	if note != nil {
+		if n := note(rank); n != "" {
+			fmt.Fprintf(w, " (%s)", n)
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // WriteRecords writes the per-call log: one line per range in the order

@@ -479,3 +479,49 @@ func TestSummaryNamesTheHTMLCommand(t *testing.T) {
 		t.Errorf("with -trace elsewhere, want the trace named and no html: line:\n%s", stdout)
 	}
 }
+
+// TestManyRanksSummedOnScreen: with 9 ranks (pp 3 × dp 3) the summary on
+// stdout holds one table for all ranks, whose step row counts 9 ranks × 3
+// steps, and says each rank's table is in the report file, which holds
+// all 9; with 8 ranks (pp 2 × dp 4) stdout keeps a table per rank.
+func TestManyRanksSummedOnScreen(t *testing.T) {
+	for _, c := range []struct {
+		ranks  int
+		layout []string
+	}{
+		{9, []string{"-pp", "3", "-dp", "3", "-layers", "6", "-microbatches", "6"}},
+		{8, []string{"-pp", "2", "-dp", "4", "-layers", "4"}},
+	} {
+		out := t.TempDir()
+		args := append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "3"}, c.layout...)
+		code, stdout, stderr := runCmd(t, args...)
+		if code != exitOK {
+			t.Fatalf("%d ranks: exit %d\n%s\n%s", c.ranks, code, stdout, stderr)
+		}
+		dirs := runDirs(t, out)
+		if len(dirs) != 1 {
+			t.Fatalf("run directories %v", dirs)
+		}
+		file, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(file), "=== rank "); n != c.ranks {
+			t.Errorf("%d ranks: report.txt has %d rank tables", c.ranks, n)
+		}
+		perRank := strings.Count(stdout, "=== rank ")
+		if c.ranks <= 8 {
+			if perRank != c.ranks || strings.Contains(stdout, "=== all ") {
+				t.Errorf("%d ranks: stdout has %d rank tables (want %d) and no summed one:\n%.2000s", c.ranks, perRank, c.ranks, stdout)
+			}
+			continue
+		}
+		m := regexp.MustCompile(`(?m)^=== all (\d+) ranks · all steps ===\n.*\nstep +(\d+) `).FindStringSubmatch(stdout)
+		if m == nil || m[1] != strconv.Itoa(c.ranks) || m[2] != strconv.Itoa(3*c.ranks) || perRank != 0 {
+			t.Errorf("%d ranks: want one table of all ranks whose step row counts %d, and no rank's table on stdout; got %q, %d rank tables:\n%.3000s", c.ranks, 3*c.ranks, m, perRank, stdout)
+		}
+		if !strings.Contains(stdout, "each rank's is in the report file") {
+			t.Errorf("%d ranks: stdout does not say where each rank's table is", c.ranks)
+		}
+	}
+}

@@ -404,9 +404,22 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	}
 	times := steps.Ranks()
 	breakdown := steps.Breakdown()
-	write := func(w io.Writer) error {
+	// The screen gets one table per tag for all ranks where a table per
+	// rank would run to hundreds of lines; the file keeps each rank's.
+	screenGroups, screenNote := groups, ""
+	if ranks := rankCount(groups); ranks > listEach {
+		screenGroups = profiler.MergeRanks(groups)
+		screenNote = fmt.Sprintf("the %d ranks' tables summed, one per tag; each rank's is in the report file", ranks)
+		if f == nil {
+			screenNote = fmt.Sprintf("the %d ranks' tables summed, one per tag (each rank's goes to the report file, not written: -report off)", ranks)
+		}
+	}
+	write := func(w io.Writer, groups []profiler.Group, note string) error {
 		for _, h := range header {
 			fmt.Fprintln(w, h)
+		}
+		if note != "" {
+			fmt.Fprintln(w, note)
 		}
 		if err := profiler.WriteReport(w, groups, peaks, by, opts...); err != nil {
 			return fmt.Errorf("report: %w", err)
@@ -441,18 +454,27 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	if stdout != nil {
 		if _, err := fmt.Fprintln(stdout); err != nil {
 			screenErr = fmt.Errorf("summary on stdout: %w", err)
-		} else if err := write(stdout); err != nil {
+		} else if err := write(stdout, screenGroups, screenNote); err != nil {
 			screenErr = fmt.Errorf("summary on stdout: %w", err)
 		}
 	}
 	if f == nil {
 		return nil, nil, screenErr
 	}
-	if err := write(f); err != nil {
+	if err := write(f, groups, ""); err != nil {
 		return nil, err, screenErr
 	}
 	paths, fileErr = profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader, opts...)
 	return paths, fileErr, screenErr
+}
+
+// rankCount is the number of ranks among groups.
+func rankCount(groups []profiler.Group) int {
+	seen := map[int]bool{}
+	for _, g := range groups {
+		seen[g.Rank] = true
+	}
+	return len(seen)
 }
 
 // count is n with its noun: "1 step", "8 steps".
