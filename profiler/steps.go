@@ -135,18 +135,26 @@ const StandOut = 0.10
 // ranks' mean steps compare with their median: the rank with the longest
 // one when it is more than StandOut above the median, else how close they
 // all are; and, when ideal is positive, the schedule's ideal bubble
-// fraction to compare the idle shares with.
-func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64) error {
+// fraction to compare the idle shares with. WithRankRows keeps the lines
+// of the ranks with the longest mean step.
+func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64, opts ...TableOption) error {
 	if err := checkWriter("WriteStepBreakdown", w); err != nil {
 		return err
 	}
 	if len(ranks) == 0 {
 		return nil
 	}
+	rows := standingOut(w, len(ranks), tableOptions(opts).rows, func(i int) int64 {
+		if ranks[i].Steps == 0 {
+			return -1
+		}
+		return int64(ranks[i].MeanStep())
+	}, "the longest mean step")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "Rank\tStage\tSteps\tMean step(ms)\tBusy %\tIdle %\t")
 	var uncomputed []int
-	for _, r := range ranks {
+	for _, i := range rows {
+		r := ranks[i]
 		stage := "-"
 		if r.Stage != None {
 			stage = fmt.Sprint(r.Stage)

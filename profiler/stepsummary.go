@@ -236,7 +236,8 @@ func (s *StepSummary) Stats() StepSummaryStats {
 
 // WriteStepTimes writes one line per rank: steps, mean, minimum, the
 // quantiles and the maximum of its step times in milliseconds.
-func WriteStepTimes(w io.Writer, ranks []StepStats) error {
+// WithRankRows keeps the lines of the ranks with the highest p99.
+func WriteStepTimes(w io.Writer, ranks []StepStats, opts ...TableOption) error {
 	if err := checkWriter("WriteStepTimes", w); err != nil {
 		return err
 	}
@@ -244,9 +245,16 @@ func WriteStepTimes(w io.Writer, ranks []StepStats) error {
 		return nil
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	rows := standingOut(w, len(ranks), tableOptions(opts).rows, func(i int) int64 {
+		if ranks[i].Steps == 0 {
+			return -1
+		}
+		return int64(ranks[i].P99)
+	}, "the highest p99")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "Rank\tSteps\tMean(ms)\tMin(ms)\tp50(ms)\tp90(ms)\tp99(ms)\tMax(ms)\t")
-	for _, r := range ranks {
+	for _, i := range rows {
+		r := ranks[i]
 		if r.Steps == 0 {
 			fmt.Fprintf(tw, "%d\t0\t-\t-\t-\t-\t-\t-\t\n", r.Rank)
 			continue

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -524,4 +525,91 @@ func TestManyRanksSummedOnScreen(t *testing.T) {
 			t.Errorf("%d ranks: stdout does not say where each rank's table is", c.ranks)
 		}
 	}
+}
+
+// TestWideJobScreenShowsStandouts: with 36 ranks (pp 6 × dp 6) the
+// per-rank tables on stdout hold 16 ranks' lines, said so above each;
+// those of the step breakdown are the ranks with the longest mean steps
+// and those of the pipeline analysis the ranks that caused the most
+// waiting, checked against report.txt, which holds every rank's line.
+func TestWideJobScreenShowsStandouts(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "3",
+		"-pp", "6", "-dp", "6", "-layers", "12", "-microbatches", "6")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	file, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		section, intro string
+		col            int // the column the shown ranks lead in
+	}{
+		{"=== where the steps went", "the 16 of 36 ranks with the longest mean step", 3},
+		{"=== pipeline analysis", "the 16 of 36 ranks that caused the most waiting", 7},
+	} {
+		shown := rankRows(t, stdout, c.section, "  Rank  Stage")
+		all := rankRows(t, string(file), c.section, "  Rank  Stage")
+		if len(all) != 36 || len(shown) != 16 {
+			t.Fatalf("%s: %d rows on stdout, %d in report.txt; want 16 and 36", c.section, len(shown), len(all))
+		}
+		if !strings.Contains(stdout, c.intro) {
+			t.Errorf("stdout lacks %q", c.intro)
+		}
+		least := math.Inf(1)
+		for rank, row := range shown {
+			if all[rank] == nil || all[rank][c.col] != row[c.col] {
+				t.Errorf("%s: rank %d on stdout %v, in report.txt %v", c.section, rank, row, all[rank])
+			}
+			least = min(least, num(t, row[c.col]))
+		}
+		for rank, row := range all {
+			if _, ok := shown[rank]; !ok && num(t, row[c.col]) > least {
+				t.Errorf("%s: rank %d (%s) left out, but a rank shown has %.3f", c.section, rank, row[c.col], least)
+			}
+		}
+	}
+}
+
+// rankRows parses the rows of the table headed by header in the section
+// of text that starts with section: rank → its fields.
+func rankRows(t *testing.T, text, section, header string) map[int][]string {
+	t.Helper()
+	i := strings.Index(text, section)
+	if i < 0 {
+		t.Fatalf("no %q section", section)
+	}
+	text = text[i:]
+	j := strings.Index(text, header)
+	if j < 0 {
+		t.Fatalf("%s: no table headed %q", section, header)
+	}
+	rows := map[int][]string{}
+	for _, line := range strings.Split(text[j:], "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			break
+		}
+		r, err := strconv.Atoi(f[0])
+		if err != nil {
+			break
+		}
+		rows[r] = f
+	}
+	return rows
+}
+
+func num(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return v
 }

@@ -406,15 +406,21 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	breakdown := steps.Breakdown()
 	// The screen gets one table per tag for all ranks where a table per
 	// rank would run to hundreds of lines; the file keeps each rank's.
-	screenGroups, screenNote := groups, ""
+	screenGroups, screenNote, screenRows := groups, "", 0
 	if ranks := rankCount(groups); ranks > listEach {
 		screenGroups = profiler.MergeRanks(groups)
 		screenNote = fmt.Sprintf("the %d ranks' tables summed, one per tag; each rank's is in the report file", ranks)
 		if f == nil {
 			screenNote = fmt.Sprintf("the %d ranks' tables summed, one per tag (each rank's goes to the report file, not written: -report off)", ranks)
 		}
+		if ranks > screenRankRows {
+			// The per-rank lines below, likewise: those of the ranks
+			// that stand out, every rank's in the file.
+			screenRows = screenRankRows
+			screenNote += fmt.Sprintf(", as are all the per-rank lines of the tables below, which show %d", screenRows)
+		}
 	}
-	write := func(w io.Writer, groups []profiler.Group, note string) error {
+	write := func(w io.Writer, groups []profiler.Group, note string, rows int) error {
 		for _, h := range header {
 			fmt.Fprintln(w, h)
 		}
@@ -426,23 +432,23 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 		}
 		if len(breakdown) > 0 {
 			fmt.Fprintf(w, "\n=== where the steps went (%s) ===\n", profiler.BusyDefinition)
-			if err := profiler.WriteStepBreakdown(w, breakdown, ideal); err != nil {
+			if err := profiler.WriteStepBreakdown(w, breakdown, ideal, profiler.WithRankRows(rows)); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 			fmt.Fprintf(w, "\n=== step times, all steps (nearest-rank quantiles within %.0f%%) ===\n", 100*profiler.StepQuantileAccuracy)
-			if err := profiler.WriteStepTimes(w, times); err != nil {
+			if err := profiler.WriteStepTimes(w, times, profiler.WithRankRows(rows)); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 		}
 		switch {
 		case pipe != nil && pipe.Stepless && pipe.Collectives.Matched+pipe.Collectives.Incomplete > 0:
 			fmt.Fprintln(w, "\n=== collectives across ranks: skew, waiting, stragglers, clocks (docs/analysis.md) ===")
-			if err := analysis.WriteReport(w, *pipe); err != nil {
+			if err := analysis.WriteReport(w, *pipe, analysis.WithRankRows(rows)); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 		case pipe != nil && pipe.Steps > 0:
 			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")
-			if err := analysis.WriteReport(w, *pipe); err != nil {
+			if err := analysis.WriteReport(w, *pipe, analysis.WithRankRows(rows)); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 		}
@@ -454,19 +460,23 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 	if stdout != nil {
 		if _, err := fmt.Fprintln(stdout); err != nil {
 			screenErr = fmt.Errorf("summary on stdout: %w", err)
-		} else if err := write(stdout, screenGroups, screenNote); err != nil {
+		} else if err := write(stdout, screenGroups, screenNote, screenRows); err != nil {
 			screenErr = fmt.Errorf("summary on stdout: %w", err)
 		}
 	}
 	if f == nil {
 		return nil, nil, screenErr
 	}
-	if err := write(f, groups, ""); err != nil {
+	if err := write(f, groups, "", 0); err != nil {
 		return nil, err, screenErr
 	}
 	paths, fileErr = profiler.WriteRankFiles(rankReportPrefix(f.Name()), detail, by, rankHeader, opts...)
 	return paths, fileErr, screenErr
 }
+
+// screenRankRows is how many ranks' lines the per-rank tables on the
+// screen show when there are more ranks.
+const screenRankRows = 16
 
 // rankCount is the number of ranks among groups.
 func rankCount(groups []profiler.Group) int {

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -366,10 +367,17 @@ func pct(num, den time.Duration) string {
 // WriteReport writes the summary as the text report's pipeline section.
 // What the records could not tell — missing ranks, incomplete
 // collectives, steps cut short — is said after the figures, which leave
-// those steps out.
-func WriteReport(w io.Writer, s Summary) error {
+// those steps out. WithRankRows keeps the per-rank lines of the ranks
+// that caused the most waiting.
+func WriteReport(w io.Writer, s Summary, opts ...ReportOption) error {
+	var c reportConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyReport(&c)
+		}
+	}
 	if s.Stepless {
-		return writeCalls(w, s)
+		return writeCalls(w, s, c)
 	}
 	fmt.Fprintf(w, "%d of %d steps complete", s.Complete, s.Steps)
 	if s.Complete < s.Steps {
@@ -377,7 +385,7 @@ func WriteReport(w io.Writer, s Summary) error {
 	}
 	fmt.Fprintln(w)
 	if s.Complete > 0 {
-		if err := writeFigures(w, s); err != nil {
+		if err := writeFigures(w, s, c); err != nil {
 			return err
 		}
 	}
@@ -433,7 +441,7 @@ func counted(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-func writeFigures(w io.Writer, s Summary) error {
+func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 	p := s.Pipeline
 	if len(s.Stages) > 0 {
 		chunks := 0
@@ -502,8 +510,9 @@ func writeFigures(w io.Writer, s Summary) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	rows := rc.rankRows(w, s.Ranks)
 	fmt.Fprintln(tw, "Rank\tStage\tSteps\tBusy %\tComm/step(ms)\tOverlap %\tWaited/step(ms)\tCaused/step(ms)\tStraggler score\t")
-	for _, r := range s.Ranks {
+	for _, r := range rows {
 		n := time.Duration(max(r.Steps, 1))
 		stage := "-"
 		if r.Stage != profiler.None {
@@ -536,8 +545,20 @@ func writeFigures(w io.Writer, s Summary) error {
 		n := time.Duration(cp.Steps)
 		fmt.Fprintf(w, "critical path: %.3f ms per step (the chain of computations and transfers across ranks that set the step's time): compute %s%%, transfers %s%%, gaps %s%%; by rank:",
 			ms(cp.Total()/n), pct(cp.Compute, cp.Total()), pct(cp.Transfer, cp.Total()), pct(cp.Gap, cp.Total()))
-		for _, r := range cp.ByRank {
+		by := cp.ByRank
+		if rc.rows > 0 && len(by) > rc.rows {
+			// The ranks the path spends most time on.
+			by = slices.Clone(by)
+			slices.SortStableFunc(by, func(a, b RankPath) int {
+				return cmp.Compare(b.Compute+b.Transfer+b.Gap, a.Compute+a.Transfer+a.Gap)
+			})
+			by = by[:rc.rows]
+		}
+		for _, r := range by {
 			fmt.Fprintf(w, " %d %s%%", r.Rank, pct(r.Compute+r.Transfer+r.Gap, cp.Total()))
+		}
+		if len(by) < len(cp.ByRank) {
+			fmt.Fprintf(w, " (the %d of %d ranks it spends most on)", len(by), len(cp.ByRank))
 		}
 		fmt.Fprintln(w)
 	}
@@ -570,7 +591,7 @@ const MinStragglerShare = 0.01
 
 // writeCalls writes a CallSink's summary: the collectives matched across
 // ranks, each rank's waiting, the straggler, the clocks.
-func writeCalls(w io.Writer, s Summary) error {
+func writeCalls(w io.Writer, s Summary, rc reportConfig) error {
 	c := s.Collectives
 	fmt.Fprintf(w, "collectives: %d matched across ranks", c.Matched)
 	if c.Incomplete > 0 {
@@ -583,8 +604,9 @@ func writeCalls(w io.Writer, s Summary) error {
 		fmt.Fprintf(w, "; arrival skew p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; mean per call: waiting %.3f ms (all ranks), transfer %.3f ms\n",
 			ms(c.P50Skew), ms(c.P90Skew), ms(c.P99Skew), ms(c.MaxSkew), ms(c.Wait/n), ms(c.Transfer/n))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		rows := rc.rankRows(w, s.Ranks)
 		fmt.Fprintln(tw, "Rank\tCalls\tWaited(ms)\tWaited/call(ms)\tCaused(ms)\tHeld up(ms)\tStraggler score\t")
-		for _, r := range s.Ranks {
+		for _, r := range rows {
 			fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t\n", r.Rank, r.Calls, ms(r.Waited), ms(r.Waited/time.Duration(max(r.Calls, 1))), ms(r.Caused), ms(r.HeldUp), r.Score)
 		}
 		if err := tw.Flush(); err != nil {
@@ -661,4 +683,42 @@ func p2pNote(ranks []int) string {
 		their = "its clock"
 	}
 	return fmt.Sprintf("; %s on sends and receives, no collective joining %s to the others' (coarser: a send may be done before its receive)", ranksList(ranks), their)
+}
+
+// ReportOption adjusts what WriteReport writes.
+type ReportOption interface{ applyReport(*reportConfig) }
+
+type reportConfig struct{ rows int }
+
+type reportOptionFunc func(*reportConfig)
+
+func (f reportOptionFunc) applyReport(c *reportConfig) { f(c) }
+
+// WithRankRows(n) keeps n lines of the per-rank table where there are
+// more ranks: those of the ranks that caused the most waiting, then
+// waited the most, in that order, under a line saying so; the critical
+// path's share by rank likewise names the n ranks it spends most time
+// on. The figures and findings around them still cover every rank. It is
+// for a screen, where a thousand lines would bury them; n < 1 keeps every
+// line.
+func WithRankRows(n int) ReportOption {
+	return reportOptionFunc(func(c *reportConfig) { c.rows = n })
+}
+
+// rankRows returns the ranks whose lines the table holds: all of them,
+// or c.rows of them, those that caused the most waiting (then waited the
+// most, then the lowest rank) first, after a line that says so.
+func (c reportConfig) rankRows(w io.Writer, ranks []RankTotals) []RankTotals {
+	if c.rows < 1 || len(ranks) <= c.rows {
+		return ranks
+	}
+	rows := slices.Clone(ranks)
+	slices.SortStableFunc(rows, func(a, b RankTotals) int {
+		if a.Caused != b.Caused {
+			return cmp.Compare(b.Caused, a.Caused)
+		}
+		return cmp.Compare(b.Waited, a.Waited)
+	})
+	fmt.Fprintf(w, "the %d of %d ranks that caused the most waiting, then waited the most (the others left out here):\n", c.rows, len(ranks))
+	return rows[:c.rows]
 }

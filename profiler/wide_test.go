@@ -2,8 +2,11 @@ package profiler_test
 
 import (
 	"bytes"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trainscope/trainscope/profiler"
 )
@@ -75,4 +78,66 @@ func TestMergeRanks(t *testing.T) {
 	if !strings.Contains(b.String(), "Peak device memory (largest of the ranks): not measured") {
 		t.Errorf("without peaks:\n%s", b.String())
 	}
+}
+
+// TestWithRankRows: of five ranks, WriteStepTimes with WithRankRows(2)
+// writes the two with the highest p99, highest first, under a line
+// saying so, and WriteStepBreakdown the two with the longest mean step;
+// the line under the breakdown still covers every rank (rank 4's mean,
+// the longest, is named though a rank of the five is not shown).
+func TestWithRankRows(t *testing.T) {
+	ms := time.Millisecond
+	var times []profiler.StepStats
+	var steps []profiler.RankSteps
+	for r, mean := range []time.Duration{10, 30, 20, 11, 50} {
+		rs := profiler.RankSteps{Rank: r, Stage: profiler.None, Steps: 2, Wall: 2 * mean * ms}
+		steps = append(steps, rs)
+		p99 := []time.Duration{15, 12, 40, 35, 13}[r] * ms
+		times = append(times, profiler.StepStats{RankSteps: rs, Min: ms, Max: p99, P50: ms, P90: p99, P99: p99})
+	}
+	var b bytes.Buffer
+	if err := profiler.WriteStepTimes(&b, times, profiler.WithRankRows(2)); err != nil {
+		t.Fatal(err)
+	}
+	got := rowRanks(b.String())
+	if want := []string{"2", "3"}; !slices.Equal(got, want) || !strings.HasPrefix(b.String(), "the 2 of 5 ranks with the highest p99") {
+		t.Errorf("step times: ranks %v, want %v:\n%s", got, want, b.String())
+	}
+	b.Reset()
+	if err := profiler.WriteStepBreakdown(&b, steps, 0, profiler.WithRankRows(2)); err != nil {
+		t.Fatal(err)
+	}
+	got = rowRanks(b.String())
+	if want := []string{"4", "1"}; !slices.Equal(got, want) || !strings.Contains(b.String(), "longest mean step: rank 4") {
+		t.Errorf("breakdown: ranks %v, want %v and rank 4 named:\n%s", got, want, b.String())
+	}
+	b.Reset()
+	if err := profiler.WriteStepTimes(&b, times, profiler.WithRankRows(5)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowRanks(b.String()); len(got) != 5 || strings.Contains(b.String(), "of 5 ranks") {
+		t.Errorf("a limit of every rank: %v\n%s", got, b.String())
+	}
+}
+
+// rowRanks is the first field of each table row after the header line
+// that starts with "Rank".
+func rowRanks(text string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == "Rank":
+			in = true
+		case in && len(f) > 1:
+			if _, err := strconv.Atoi(f[0]); err != nil {
+				return out
+			}
+			out = append(out, f[0])
+		case in:
+			return out
+		}
+	}
+	return out
 }
