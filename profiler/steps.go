@@ -167,7 +167,6 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64, opts ...T
 		if !r.Computed {
 			// No compute was timed: busy and idle are unknown, not 0 and 100.
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t-\t-\t\n", r.Rank, stage, r.Steps, float64(r.MeanStep())/float64(time.Millisecond))
-			uncomputed = append(uncomputed, r.Rank)
 			continue
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t%.1f\t%.1f\t\n", r.Rank, stage, r.Steps,
@@ -175,6 +174,11 @@ func WriteStepBreakdown(w io.Writer, ranks []RankSteps, ideal float64, opts ...T
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range ranks { // every rank's, shown or not
+		if r.Steps > 0 && !r.Computed {
+			uncomputed = append(uncomputed, r.Rank)
+		}
 	}
 	if len(uncomputed) > 0 {
 		who := "ranks " + intsText(uncomputed)

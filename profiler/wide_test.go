@@ -83,14 +83,17 @@ func TestMergeRanks(t *testing.T) {
 // TestWithRankRows: of five ranks, WriteStepTimes with WithRankRows(2)
 // writes the two with the highest p99, highest first, under a line
 // saying so, and WriteStepBreakdown the two with the longest mean step;
-// the line under the breakdown still covers every rank (rank 4's mean,
-// the longest, is named though a rank of the five is not shown).
+// the lines under the breakdown still cover every rank (rank 4's mean,
+// the longest, is named, and rank 0's busy time said to be unmeasured,
+// though its line is not shown).
 func TestWithRankRows(t *testing.T) {
 	ms := time.Millisecond
 	var times []profiler.StepStats
 	var steps []profiler.RankSteps
 	for r, mean := range []time.Duration{10, 30, 20, 11, 50} {
-		rs := profiler.RankSteps{Rank: r, Stage: profiler.None, Steps: 2, Wall: 2 * mean * ms}
+		// Rank 0's compute was not timed (a wrapped job's kernels not
+		// traced): said under the table though its line is not shown.
+		rs := profiler.RankSteps{Rank: r, Stage: profiler.None, Steps: 2, Wall: 2 * mean * ms, Busy: mean * ms, Computed: r != 0}
 		steps = append(steps, rs)
 		p99 := []time.Duration{15, 12, 40, 35, 13}[r] * ms
 		times = append(times, profiler.StepStats{RankSteps: rs, Min: ms, Max: p99, P50: ms, P90: p99, P99: p99})
@@ -108,8 +111,9 @@ func TestWithRankRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = rowRanks(b.String())
-	if want := []string{"4", "1"}; !slices.Equal(got, want) || !strings.Contains(b.String(), "longest mean step: rank 4") {
-		t.Errorf("breakdown: ranks %v, want %v and rank 4 named:\n%s", got, want, b.String())
+	if want := []string{"4", "1"}; !slices.Equal(got, want) || !strings.Contains(b.String(), "longest mean step: rank 4") ||
+		!strings.Contains(b.String(), "busy: not measured on rank 0:") {
+		t.Errorf("breakdown: ranks %v, want %v, rank 4 named the longest and rank 0's busy time not measured:\n%s", got, want, b.String())
 	}
 	b.Reset()
 	if err := profiler.WriteStepTimes(&b, times, profiler.WithRankRows(5)); err != nil {
