@@ -493,21 +493,8 @@ func TestManyRanksSummedOnScreen(t *testing.T) {
 		{9, []string{"-pp", "3", "-dp", "3", "-layers", "6", "-microbatches", "6"}},
 		{8, []string{"-pp", "2", "-dp", "4", "-layers", "4"}},
 	} {
-		out := t.TempDir()
-		args := append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "3"}, c.layout...)
-		code, stdout, stderr := runCmd(t, args...)
-		if code != exitOK {
-			t.Fatalf("%d ranks: exit %d\n%s\n%s", c.ranks, code, stdout, stderr)
-		}
-		dirs := runDirs(t, out)
-		if len(dirs) != 1 {
-			t.Fatalf("run directories %v", dirs)
-		}
-		file, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := strings.Count(string(file), "=== rank "); n != c.ranks {
+		stdout, file := screenAndReport(t, c.layout...)
+		if n := strings.Count(file, "=== rank "); n != c.ranks {
 			t.Errorf("%d ranks: report.txt has %d rank tables", c.ranks, n)
 		}
 		perRank := strings.Count(stdout, "=== rank ")
@@ -533,20 +520,7 @@ func TestManyRanksSummedOnScreen(t *testing.T) {
 // and those of the pipeline analysis the ranks that caused the most
 // waiting, checked against report.txt, which holds every rank's line.
 func TestWideJobScreenShowsStandouts(t *testing.T) {
-	out := t.TempDir()
-	code, stdout, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "3",
-		"-pp", "6", "-dp", "6", "-layers", "12", "-microbatches", "6")
-	if code != exitOK {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	dirs := runDirs(t, out)
-	if len(dirs) != 1 {
-		t.Fatalf("run directories %v", dirs)
-	}
-	file, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stdout, file := screenAndReport(t, "-pp", "6", "-dp", "6", "-layers", "12", "-microbatches", "6")
 	for _, c := range []struct {
 		section, intro string
 		col            int // the column the shown ranks lead in
@@ -555,7 +529,7 @@ func TestWideJobScreenShowsStandouts(t *testing.T) {
 		{"=== pipeline analysis", "the 16 of 36 ranks that caused the most waiting", 7},
 	} {
 		shown := rankRows(t, stdout, c.section, "  Rank  Stage")
-		all := rankRows(t, string(file), c.section, "  Rank  Stage")
+		all := rankRows(t, file, c.section, "  Rank  Stage")
 		if len(all) != 36 || len(shown) != 16 {
 			t.Fatalf("%s: %d rows on stdout, %d in report.txt; want 16 and 36", c.section, len(shown), len(all))
 		}
@@ -575,6 +549,26 @@ func TestWideJobScreenShowsStandouts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// screenAndReport trains 3 steps on the CPU with layout (profile-run
+// flags) and returns what it printed and its report.txt.
+func screenAndReport(t *testing.T, layout ...string) (stdout, report string) {
+	t.Helper()
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "3"}, layout...)...)
+	if code != exitOK {
+		t.Fatalf("%v: exit %d\n%s\n%s", layout, code, stdout, stderr)
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	file, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout, string(file)
 }
 
 // rankRows parses the rows of the table headed by header in the section
