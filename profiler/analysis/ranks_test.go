@@ -1,8 +1,12 @@
 package analysis
 
 import (
+	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/trainscope/trainscope/profiler"
 )
@@ -59,4 +63,65 @@ func TestIntList(t *testing.T) {
 	if got := ranksList([]int{4, 5, 6, 8}); got != "ranks 4–6, 8" {
 		t.Errorf("ranksList = %q", got)
 	}
+}
+
+// TestStageBands: five stages with 10…50 ms of bubble in one step each
+// (and work of no stage), written with WithRankRows(2), make two bands
+// of three and two stages whose figures are their stages' means, worked
+// by hand, under a line naming stage 4 as the most bubble and stage 0
+// as the least; WithRankRows(5) keeps a line per stage.
+func TestStageBands(t *testing.T) {
+	ms := time.Millisecond
+	s := Summary{Steps: 1, Complete: 1, Pipeline: Pipeline{Ideal: math.NaN()}}
+	s.Stages = append(s.Stages, StageTotals{Stage: profiler.None, RankSteps: 1, Bubble: 7 * ms, Span: 100 * ms, Drain: 0, Chunks: []time.Duration{7 * ms, 0}})
+	for st := range 5 {
+		b := time.Duration(10*(st+1)) * ms
+		s.Stages = append(s.Stages, StageTotals{Stage: st, RankSteps: 1, Bubble: b, Span: 100 * ms, Drain: time.Duration(st+1) * ms, Chunks: []time.Duration{b / 2, b / 2}})
+	}
+	var out strings.Builder
+	if err := WriteReport(&out, s, WithRankRows(2)); err != nil {
+		t.Fatal(err)
+	}
+	intro := "\n5 stages, summed in bands of 3 consecutive (the stages' own lines left out here); the most bubble: stage 4 (50.000 ms per step), the least: stage 0 (10.000 ms)\n"
+	if !strings.Contains(out.String(), intro) {
+		t.Errorf("no line %q in\n%s", intro, out.String())
+	}
+	want := []string{
+		"-  1  7.000  7.0  7.000  0.000  0.000",
+		"0–2  3  20.000  20.0  10.000  10.000  2.000",
+		"3–4  2  45.000  45.0  22.500  22.500  4.500",
+	}
+	got := squeezed(out.String())
+	for _, line := range want {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("no line %q in\n%s", line, out.String())
+		}
+	}
+	if strings.Contains(got, "\n2  1  ") {
+		t.Errorf("stage 2 has its own line in bands:\n%s", out.String())
+	}
+	out.Reset()
+	if err := WriteReport(&out, s, WithRankRows(5)); err != nil {
+		t.Fatal(err)
+	}
+	got = squeezed(out.String())
+	for st := range 5 {
+		line := fmt.Sprintf("\n%d  1  %d.000  %d.0  ", st, 10*(st+1), 10*(st+1))
+		if !strings.Contains(got, line) {
+			t.Errorf("WithRankRows(5): no line starting %q in\n%s", line[1:], out.String())
+		}
+	}
+	if strings.Contains(got, "bands") {
+		t.Errorf("WithRankRows(5) banded five stages:\n%s", out.String())
+	}
+}
+
+// squeezed is text with each line's leading spaces cut and every run
+// of spaces between fields made two.
+func squeezed(text string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		b.WriteString("\n" + strings.Join(strings.Fields(line), "  "))
+	}
+	return b.String() + "\n"
 }

@@ -465,6 +465,7 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 			fmt.Fprintln(w, "pipeline: shape unknown or not the same in every step; no ideal bubble to compare with")
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		rows := rc.stageRows(w, s.Stages)
 		fmt.Fprint(tw, "Stage\tRanks×steps\tBubble/step(ms)\tBubble %\t")
 		for c := range chunks {
 			fmt.Fprintf(tw, "chunk %d(ms)\t", c)
@@ -473,13 +474,9 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 			fmt.Fprint(tw, "drain(ms)\t")
 		}
 		fmt.Fprintln(tw)
-		for _, st := range s.Stages {
+		for _, st := range rows {
 			n := time.Duration(max(st.RankSteps, 1))
-			stage := "-"
-			if st.Stage != profiler.None {
-				stage = fmt.Sprint(st.Stage)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t", stage, st.RankSteps, ms(st.Bubble/n), pct(st.Bubble, st.Span))
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t", st.label, st.RankSteps, ms(st.Bubble/n), pct(st.Bubble, st.Span))
 			for c := range chunks {
 				if c < len(st.Chunks) {
 					fmt.Fprintf(tw, "%.3f\t", ms(st.Chunks[c]/n))
@@ -698,9 +695,11 @@ func (f reportOptionFunc) applyReport(c *reportConfig) { f(c) }
 // more ranks: those of the ranks that caused the most waiting, then
 // waited the most, in that order, under a line saying so; the critical
 // path's share by rank likewise names the n ranks it spends most time
-// on. The figures and findings around them still cover every rank. It is
-// for a screen, where a thousand lines would bury them; n < 1 keeps every
-// line.
+// on; and the per-stage table of more than n stages sums bands of
+// consecutive stages into at most n lines, naming the stages with the
+// most and the least bubble. The figures and findings around them still
+// cover every rank and stage. It is for a screen, where a thousand lines
+// would bury them; n < 1 keeps every line.
 func WithRankRows(n int) ReportOption {
 	return reportOptionFunc(func(c *reportConfig) { c.rows = n })
 }
@@ -721,4 +720,62 @@ func (c reportConfig) rankRows(w io.Writer, ranks []RankTotals) []RankTotals {
 	})
 	fmt.Fprintf(w, "the %d of %d ranks that caused the most waiting, then waited the most (the others left out here):\n", c.rows, len(ranks))
 	return rows[:c.rows]
+}
+
+// stageRow is a line of the per-stage table: one stage's totals, or a
+// band of consecutive stages' summed.
+type stageRow struct {
+	StageTotals
+	label string
+}
+
+// stageRows returns the lines of the per-stage table: one per stage, or,
+// with more than c.rows stages, at most c.rows bands of as many
+// consecutive stages each (the last band may hold fewer), their totals
+// summed so that a band's bubble per step is its stages' mean, after a
+// line naming the stages with the most and the least bubble per step,
+// which a band's mean would hide. Work of no stage keeps its own line.
+func (c reportConfig) stageRows(w io.Writer, stages []StageTotals) []stageRow {
+	var rows []stageRow
+	var staged []StageTotals
+	for _, st := range stages {
+		if st.Stage == profiler.None {
+			rows = append(rows, stageRow{st, "-"})
+			continue
+		}
+		staged = append(staged, st)
+	}
+	if c.rows < 1 || len(staged) <= c.rows {
+		for _, st := range staged {
+			rows = append(rows, stageRow{st, fmt.Sprint(st.Stage)})
+		}
+		return rows
+	}
+	perStep := func(st StageTotals) time.Duration { return st.Bubble / time.Duration(max(st.RankSteps, 1)) }
+	most := slices.MaxFunc(staged, func(a, b StageTotals) int { return cmp.Compare(perStep(a), perStep(b)) })
+	least := slices.MinFunc(staged, func(a, b StageTotals) int { return cmp.Compare(perStep(a), perStep(b)) })
+	size := (len(staged) + c.rows - 1) / c.rows
+	fmt.Fprintf(w, "%d stages, summed in bands of %d consecutive (the stages' own lines left out here); the most bubble: stage %d (%.3f ms per step), the least: stage %d (%.3f ms)\n",
+		len(staged), size, most.Stage, ms(perStep(most)), least.Stage, ms(perStep(least)))
+	for band := range slices.Chunk(staged, size) {
+		sum := StageTotals{Stage: band[0].Stage}
+		for _, st := range band {
+			sum.RankSteps += st.RankSteps
+			sum.Bubble += st.Bubble
+			sum.Span += st.Span
+			sum.Drain += st.Drain
+			for i, d := range st.Chunks {
+				if i == len(sum.Chunks) {
+					sum.Chunks = append(sum.Chunks, 0)
+				}
+				sum.Chunks[i] += d
+			}
+		}
+		label := fmt.Sprint(band[0].Stage)
+		if last := band[len(band)-1].Stage; last != band[0].Stage {
+			label += "–" + fmt.Sprint(last)
+		}
+		rows = append(rows, stageRow{sum, label})
+	}
+	return rows
 }
