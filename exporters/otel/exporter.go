@@ -523,9 +523,15 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 		cancel()
 		sent, ok = true, n
 		if err != nil {
-			lost := rejected(err, n)
+			lost, malformed := rejected(err, n)
 			ok = n - min(lost, n)
-			if lost == 0 {
+			switch {
+			case malformed:
+				// The endpoint answered success with a count no endpoint
+				// can mean: the spans count as taken, the answer as an
+				// error the user sees.
+				err = fmt.Errorf("malformed OTLP partial success (a negative count of rejected spans, counted as none rejected): %w", err)
+			case lost == 0:
 				// A partial success that rejects nothing is the endpoint's
 				// warning (OTLP allows a message alone): every span was
 				// taken, and the request did not fail.
@@ -550,7 +556,7 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 	}
 	// Log changes of state, not every request, handed to logLoop under the
 	// lock so that the lines keep the order of the changes.
-	failing := sent && err != nil
+	failing := sent && ok < n
 	down, up := failing && !e.failing, sent && !failing && e.failing
 	failed := st.Failed
 	if sent {
@@ -633,8 +639,9 @@ func (e *Exporter) awaitLogs(ctx context.Context) {
 // rejected is how many of n spans an export error stands for. An OTLP
 // partial success (the endpoint took the request but rejected some spans)
 // reaches us as an error that only says how many were rejected; any other
-// error loses the whole request.
-func rejected(err error, n uint64) uint64 {
+// error loses the whole request. A partial success counting a negative
+// number is malformed: it stands for no span.
+func rejected(err error, n uint64) (lost uint64, malformed bool) {
 	var leaves []error
 	var walk func(error)
 	walk = func(err error) {
@@ -654,25 +661,28 @@ func rejected(err error, n uint64) uint64 {
 		}
 	}
 	walk(err)
-	var total uint64
 	for _, l := range leaves {
 		// "OTLP partial success: <message> (<n> spans rejected)"
 		msg := l.Error()
 		if !strings.HasPrefix(msg, "OTLP partial success: ") || !strings.HasSuffix(msg, " spans rejected)") {
-			return n
+			return n, false
 		}
 		msg = strings.TrimSuffix(msg, " spans rejected)")
 		i := strings.LastIndexByte(msg, '(')
 		if i < 0 {
-			return n
+			return n, false
 		}
-		k, err := strconv.ParseUint(msg[i+1:], 10, 64)
-		if err != nil {
-			return n
+		k, err := strconv.ParseInt(msg[i+1:], 10, 64)
+		switch {
+		case err != nil:
+			return n, false
+		case k < 0:
+			malformed = true
+		default:
+			lost += uint64(k)
 		}
-		total += k
 	}
-	return total
+	return lost, malformed
 }
 
 // ForceFlush waits until every span queued before the call has been

@@ -249,6 +249,44 @@ func TestPartialSuccess(t *testing.T) {
 	}
 }
 
+// TestMalformedPartialSuccess: an endpoint whose partial success counts
+// -3 rejected spans took every span it was sent; each such answer is a
+// request error naming the malformed count, and the log does not say
+// the endpoint is not taking spans. Before, every span of those requests
+// counted as failed.
+func TestMalformedPartialSuccess(t *testing.T) {
+	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			clearOTLPEnv(t)
+			c := newCollector()
+			c.rejected = -3
+			addr, _ := serveProtocol(t, protocol, c)
+			core, logs := observer.New(zapcore.InfoLevel)
+			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch, BatchSize: 4},
+				otelexp.WithLogger(zap.New(core)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, _ := records(12) // 16 spans, in requests of at most 4
+			exp.Consume(recs)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := exp.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := exp.Stats()
+			reqs := uint64(c.requests.Load())
+			if c.spans.Load() != 16 || st.Exported != 16 || st.Failed != 0 || st.Requests != reqs || st.RequestErrors != reqs ||
+				st.LastError == nil || !strings.Contains(st.LastError.Error(), "malformed OTLP partial success") {
+				t.Errorf("collector took %d of 16 spans in %d requests, each answered with -3 rejected; stats %+v", c.spans.Load(), reqs, st)
+			}
+			if n := logs.FilterMessageSnippet("not taking spans").Len(); n != 0 {
+				t.Errorf("the log says the endpoint is not taking spans: %v", logs.All())
+			}
+		})
+	}
+}
+
 // TestPartialSuccessWarning: OTLP lets an endpoint send a message in a
 // partial success that rejects nothing (a warning); every span was taken.
 // Before, each such request counted as a request error and set LastError,

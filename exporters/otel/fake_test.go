@@ -26,7 +26,7 @@ import (
 type collector struct {
 	coltracepb.UnimplementedTraceServiceServer
 	spans, requests atomic.Int64
-	rejected        int64  // partial success: spans rejected per request
+	rejected        int64  // partial success: spans rejected per request (negative: a malformed answer)
 	warning         string // partial success with nothing rejected: a message only
 
 	mu      sync.Mutex
@@ -49,7 +49,7 @@ func (c *collector) count(req *coltracepb.ExportTraceServiceRequest, headers map
 	c.headers, c.path = headers, path
 	c.mu.Unlock()
 	resp := &coltracepb.ExportTraceServiceResponse{}
-	if c.rejected > 0 {
+	if c.rejected != 0 {
 		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: c.rejected, ErrorMessage: "too old"}
 	} else if c.warning != "" {
 		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{ErrorMessage: c.warning}
