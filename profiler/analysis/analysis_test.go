@@ -744,3 +744,29 @@ func TestSummaryProblemsDistinct(t *testing.T) {
 		t.Errorf("%d steps with problems, problems %q; want 19 and %q", sum.ProblemSteps, sum.Problems, want)
 	}
 }
+
+// TestChunkTieIsOrderFree: after 10 ms of bubble, chunks 1 and 0 of one
+// rank start together on two streams (as two kernels can in a trace
+// timed to the microsecond). The gap is chunk 0's, the lower, in either
+// record order; before, it went to whichever record came first.
+func TestChunkTieIsOrderFree(t *testing.T) {
+	for _, order := range [][2]int{{1, 0}, {0, 1}} {
+		var b build
+		b.step(0, 0, 0, 0, 100)
+		b.dev(0, 0, 0, 0, 0, profiler.Forward, 1, 0, 20)
+		for _, chunk := range order {
+			b.dev(0, 0, 0, chunk, 1, profiler.Forward, uint64(1+chunk), 30, 40+float64(chunk))
+		}
+		b.dev(0, 0, 0, 1, 0, profiler.Backward, 2, 50, 60)
+		steps := Analyze(b.recs)
+		if len(steps) != 1 || len(steps[0].Ranks) != 1 {
+			t.Fatalf("order %v: %d steps", order, len(steps))
+		}
+		r := steps[0].Ranks[0]
+		// Busy 0–20, 30–41, 50–60: gaps 20–30 (before both chunks) and
+		// 41–50 (before chunk 1's backward).
+		if len(r.Chunks) != 2 || r.Chunks[0] != d(10) || r.Chunks[1] != d(9) || r.Bubble != d(19) {
+			t.Errorf("order %v: bubble %v split %v, want 19ms as [10ms 9ms]", order, r.Bubble, r.Chunks)
+		}
+	}
+}

@@ -241,9 +241,9 @@ func mess(rng *rand.Rand, recs []profiler.Record) []profiler.Record {
 }
 
 // TestChunkSweep asks a sweep the chunk running at instants worked out by
-// hand: of the actions running then, the first in the list; none at an
-// instant where every action has ended or is empty; and an instant
-// earlier than the last one asked is answered too.
+// hand: of the actions running then, the lowest chunk, wherever it is in
+// the list; none at an instant where every action has ended or is empty;
+// and an instant earlier than the last one asked is answered too.
 func TestChunkSweep(t *testing.T) {
 	act := func(chunk int16, from, to time.Duration) *item {
 		return &item{chunk: chunk, work: profiler.StreamWork{Interval: profiler.Interval{Start: from, End: to}}}
@@ -256,15 +256,17 @@ func TestChunkSweep(t *testing.T) {
 		act(3, 30, 30), // empty: runs at no instant
 		act(4, 25, 40),
 		act(6, 26, 27),
+		act(profiler.None, 50, 60), // no chunk: only where no other runs
+		act(7, 55, 60),
 	}
 	sw := chunkSweep{acts: acts}
 	for _, c := range []struct {
 		at   time.Duration
 		want int
 	}{
-		{-1, -1}, {0, 0}, {5, 0}, {8, 5}, {10, 5}, {12, 1}, {14, 1}, {20, -1}, {24, -1},
-		{26, 4}, {30, 4}, {40, -1},
-		{9, 5}, {11, 5}, {13, 1}, // earlier than the last: the sweep starts over
+		{-1, -1}, {0, 0}, {5, 0}, {8, 0}, {10, 1}, {12, 1}, {14, 1}, {20, -1}, {24, -1},
+		{26, 4}, {30, 4}, {40, -1}, {50, -1}, {55, 7}, {60, -1},
+		{9, 0}, {11, 1}, {13, 1}, // earlier than the last: the sweep starts over
 		{26, 4},
 	} {
 		if got := sw.at(c.at); got != c.want {

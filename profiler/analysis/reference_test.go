@@ -188,14 +188,20 @@ func refBubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
 	}
 }
 
-// refChunkAt is chunkAt as it was: a scan of every action.
+// refChunkAt is chunkAt as it was: a scan of every action, for the
+// lowest chunk running at t, one of no chunk only where no other runs.
 func refChunkAt(acts []*item, t time.Duration) int {
+	chunk, found := -1, false
 	for i := range acts {
-		if w := acts[i].work; w.Start <= t && t < w.End {
-			return int(acts[i].chunk)
+		w, c := acts[i].work, int(acts[i].chunk)
+		if w.Start > t || t >= w.End {
+			continue
+		}
+		if !found || (c >= 0 && (chunk < 0 || c < chunk)) {
+			chunk, found = c, true
 		}
 	}
-	return -1
+	return chunk
 }
 
 // refCriticalTolerance absorbs clock rounding between an refActivity's end and

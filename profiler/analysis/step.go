@@ -475,18 +475,22 @@ func bubble(rk *Rank, items []item, span profiler.Interval, sc *scratch) {
 }
 
 // chunkSweep finds the chunk of the action running at each of a series of
-// instants: of the actions running at t (start ≤ t < end), the one first
-// in acts, or −1 without one. bubble asks at the start of each gap, in
-// rising order; with the actions sorted by start once and those started
-// by t in a heap by their place in acts, each action goes in and out of
-// the heap once, where a scan of every action at every gap was quadratic
-// in the actions of a rank's step (a step of 10⁵ actions took a minute).
+// instants: of the actions running at t (start ≤ t < end), the lowest
+// chunk (that of an action of no chunk only where no other runs), or −1
+// without one. bubble asks at the end of each gap, where
+// every action running began at that instant: actions of two chunks
+// starting together (timestamps of a microsecond, as a Kineto trace's,
+// make such ties common) give the gap to the lower chunk whatever order
+// their records came in. With the actions sorted by start once and those
+// started by t in a heap by chunk, each action goes in and out of the
+// heap once, where a scan of every action at every gap was quadratic in
+// the actions of a rank's step (a step of 10⁵ actions took a minute).
 type chunkSweep struct {
 	acts    []*item
 	byStart []actStart // the nonempty actions by start, once asked
 	sorted  bool
 	next    int     // byStart[next:] had not started at the last instant asked
-	started []int32 // min-heap of the indices of the actions started by then
+	started []int32 // indices of the actions started by then, a min-heap by chunk, then index
 	last    time.Duration
 }
 
@@ -539,11 +543,20 @@ func (c *chunkSweep) at(t time.Duration) int {
 	return int(c.acts[c.started[0]].chunk)
 }
 
+// before orders the heap: the lower chunk, one of no chunk after every
+// other, then the earlier in acts.
+func (c *chunkSweep) before(i, j int32) bool {
+	if a, b := uint16(c.acts[i].chunk), uint16(c.acts[j].chunk); a != b {
+		return a < b // None (−1) is the largest
+	}
+	return i < j
+}
+
 func (c *chunkSweep) push(i int32) {
 	h := append(c.started, i)
 	for k := len(h) - 1; k > 0; {
 		p := (k - 1) / 2
-		if h[p] <= h[k] {
+		if !c.before(h[k], h[p]) {
 			break
 		}
 		h[p], h[k] = h[k], h[p]
@@ -559,10 +572,10 @@ func (c *chunkSweep) pop() {
 	h = h[:n]
 	for k := 0; ; {
 		m, l, r := k, 2*k+1, 2*k+2
-		if l < n && h[l] < h[m] {
+		if l < n && c.before(h[l], h[m]) {
 			m = l
 		}
-		if r < n && h[r] < h[m] {
+		if r < n && c.before(h[r], h[m]) {
 			m = r
 		}
 		if m == k {
