@@ -255,36 +255,19 @@ func TestPartialSuccess(t *testing.T) {
 // the endpoint is not taking spans. Before, every span of those requests
 // counted as failed.
 func TestMalformedPartialSuccess(t *testing.T) {
-	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
-		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
-			clearOTLPEnv(t)
-			c := newCollector()
-			c.rejected = -3
-			addr, _ := serveProtocol(t, protocol, c)
-			core, logs := observer.New(zapcore.InfoLevel)
-			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch, BatchSize: 4},
-				otelexp.WithLogger(zap.New(core)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs, _ := records(12) // 16 spans, in requests of at most 4
-			exp.Consume(recs)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := exp.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
-			st := exp.Stats()
-			reqs := uint64(c.requests.Load())
-			if c.spans.Load() != 16 || st.Exported != 16 || st.Failed != 0 || st.Requests != reqs || st.RequestErrors != reqs ||
-				st.LastError == nil || !strings.Contains(st.LastError.Error(), "malformed OTLP partial success") {
-				t.Errorf("collector took %d of 16 spans in %d requests, each answered with -3 rejected; stats %+v", c.spans.Load(), reqs, st)
-			}
-			if n := logs.FilterMessageSnippet("not taking spans").Len(); n != 0 {
-				t.Errorf("the log says the endpoint is not taking spans: %v", logs.All())
-			}
-		})
-	}
+	forEachProtocol(t, func(t *testing.T, protocol string) {
+		c := newCollector()
+		c.rejected = -3
+		st, logs := sendSixteen(t, protocol, c)
+		reqs := uint64(c.requests.Load())
+		if c.spans.Load() != 16 || st.Exported != 16 || st.Failed != 0 || st.Requests != reqs || st.RequestErrors != reqs ||
+			st.LastError == nil || !strings.Contains(st.LastError.Error(), "malformed OTLP partial success") {
+			t.Errorf("collector took %d of 16 spans in %d requests, each answered with -3 rejected; stats %+v", c.spans.Load(), reqs, st)
+		}
+		if n := logs.FilterMessageSnippet("not taking spans").Len(); n != 0 {
+			t.Errorf("the log says the endpoint is not taking spans: %v", logs.All())
+		}
+	})
 }
 
 // TestPartialSuccessWarning: OTLP lets an endpoint send a message in a
@@ -292,36 +275,50 @@ func TestMalformedPartialSuccess(t *testing.T) {
 // Before, each such request counted as a request error and set LastError,
 // and the log said the endpoint was not taking spans.
 func TestPartialSuccessWarning(t *testing.T) {
+	forEachProtocol(t, func(t *testing.T, protocol string) {
+		c := newCollector()
+		c.warning = "attribute training.tag is deprecated"
+		st, logs := sendSixteen(t, protocol, c)
+		if c.spans.Load() != 16 || st.Exported != 16 || st.Failed != 0 || st.Requests < 4 || st.RequestErrors != 0 || st.LastError != nil {
+			t.Errorf("collector took %d of 16 spans, warning only; stats %+v", c.spans.Load(), st)
+		}
+		if n := logs.FilterMessageSnippet("not taking spans").Len(); n != 0 {
+			t.Errorf("the log says the endpoint is not taking spans: %v", logs.All())
+		}
+	})
+}
+
+// forEachProtocol runs test as a subtest for gRPC and for HTTP, the
+// OTLP environment variables cleared.
+func forEachProtocol(t *testing.T, test func(t *testing.T, protocol string)) {
 	for _, protocol := range []string{otelexp.ProtocolGRPC, otelexp.ProtocolHTTP} {
 		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
 			clearOTLPEnv(t)
-			c := newCollector()
-			c.warning = "attribute training.tag is deprecated"
-			addr, _ := serveProtocol(t, protocol, c)
-			core, logs := observer.New(zapcore.InfoLevel)
-			exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch, BatchSize: 4},
-				otelexp.WithLogger(zap.New(core)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// 12 records, every third device-timed: 16 spans, in requests
-			// of at most 4.
-			recs, _ := records(12)
-			exp.Consume(recs)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := exp.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
-			st := exp.Stats()
-			if c.spans.Load() != 16 || st.Exported != 16 || st.Failed != 0 || st.Requests < 4 || st.RequestErrors != 0 || st.LastError != nil {
-				t.Errorf("collector took %d of 16 spans, warning only; stats %+v", c.spans.Load(), st)
-			}
-			if n := logs.FilterMessageSnippet("not taking spans").Len(); n != 0 {
-				t.Errorf("the log says the endpoint is not taking spans: %v", logs.All())
-			}
+			test(t, protocol)
 		})
 	}
+}
+
+// sendSixteen exports 12 records, every third device-timed (16 spans),
+// to c over protocol in requests of at most 4 spans, shuts the exporter
+// down and returns its stats and what it logged.
+func sendSixteen(t *testing.T, protocol string, c *collector) (otelexp.Stats, *observer.ObservedLogs) {
+	t.Helper()
+	addr, _ := serveProtocol(t, protocol, c)
+	core, logs := observer.New(zapcore.InfoLevel)
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Protocol: protocol, Endpoint: "http://" + addr, Epoch: epoch, BatchSize: 4},
+		otelexp.WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := records(12)
+	exp.Consume(recs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := exp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return exp.Stats(), logs
 }
 
 func TestQueueFullDropsWithoutBlocking(t *testing.T) {
