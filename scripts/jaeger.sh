@@ -48,19 +48,10 @@ pidfile="$dir/jaeger.pid"
 host=127.0.0.1
 tcp_ports=(4317 4318 16686 16685 14250 14268 9411 5778 5779 13133 13132 27777 27778 8888)
 
-say() { echo "jaeger.sh: $*" >&2; }
-die() { say "$*"; exit 1; }
-
-# running prints the pid of the Jaeger this script started, if it is still
-# running; the command name is checked so a reused pid is not taken for it.
-running() {
-	[ -f "$pidfile" ] || return 1
-	local pid
-	pid="$(cat "$pidfile")"
-	[ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-	[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = jaeger ] || return 1
-	echo "$pid"
-}
+service=jaeger
+keep="${TRAINSCOPE_JAEGER_KEEP:-}"
+# shellcheck source=lib/service.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/service.sh"
 
 build() {
 	[ -x "$bin" ] && return
@@ -119,40 +110,10 @@ start() {
 	echo "export TRAINSCOPE_JAEGER_METRICS=http://$host:8888/metrics"
 }
 
-stop() {
-	local pid
-	if pid="$(running)"; then
-		kill -TERM "$pid" 2>/dev/null || true
-		local deadline=$((SECONDS + 20))
-		while kill -0 "$pid" 2>/dev/null; do
-			if [ "$SECONDS" -ge "$deadline" ]; then
-				say "pid $pid did not stop on SIGTERM within 20s; sending SIGKILL"
-				kill -KILL "$pid" 2>/dev/null || true
-				break
-			fi
-			sleep 0.2
-		done
-		say "stopped (pid $pid)"
-	else
-		say "not running"
-	fi
-	rm -f "$pidfile"
-	if [ "${TRAINSCOPE_JAEGER_KEEP:-}" != 1 ]; then
-		rm -rf "$dir"
-	fi
-}
-
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
-status)
-	if pid="$(running)"; then
-		say "running (pid $pid) on $host, state in $dir"
-	else
-		say "not running"
-		exit 1
-	fi
-	;;
+status) status "$host" ;;
 *)
 	echo "usage: $0 start | stop | status" >&2
 	exit 2

@@ -39,26 +39,16 @@ interval="${TRAINSCOPE_PROMETHEUS_INTERVAL:-1s}"
 pidfile="$dir/prometheus.pid"
 features="${TRAINSCOPE_PROMETHEUS_FEATURES-native-histograms,exemplar-storage}"
 
-say() { echo "prometheus.sh: $*" >&2; }
-die() { say "$*"; exit 1; }
+service=prometheus
+keep="${TRAINSCOPE_PROMETHEUS_KEEP:-}"
+# shellcheck source=lib/service.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/service.sh"
 
 is_loopback() {
 	case "$1" in
 	127.*:* | localhost:* | \[::1\]:*) return 0 ;;
 	esac
 	return 1
-}
-
-# running prints the pid of the Prometheus this script started, if it is
-# still running; the command name is checked so a reused pid is not taken
-# for it.
-running() {
-	[ -f "$pidfile" ] || return 1
-	local pid
-	pid="$(cat "$pidfile")"
-	[ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-	[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = prometheus ] || return 1
-	echo "$pid"
 }
 
 install_prometheus() {
@@ -160,43 +150,13 @@ start() {
 	echo "export TRAINSCOPE_PROMETHEUS_URL=http://$listen"
 }
 
-stop() {
-	local pid
-	if pid="$(running)"; then
-		kill -TERM "$pid" 2>/dev/null || true
-		local deadline=$((SECONDS + 20))
-		while kill -0 "$pid" 2>/dev/null; do
-			if [ "$SECONDS" -ge "$deadline" ]; then
-				say "pid $pid did not stop on SIGTERM within 20s; sending SIGKILL"
-				kill -KILL "$pid" 2>/dev/null || true
-				break
-			fi
-			sleep 0.2
-		done
-		say "stopped (pid $pid)"
-	else
-		say "not running"
-	fi
-	rm -f "$pidfile"
-	if [ "${TRAINSCOPE_PROMETHEUS_KEEP:-}" != 1 ]; then
-		rm -rf "$dir"
-	fi
-}
-
 case "${1:-}" in
 start)
 	shift
 	start "$@"
 	;;
 stop) stop ;;
-status)
-	if pid="$(running)"; then
-		say "running (pid $pid) on $listen, state in $dir"
-	else
-		say "not running"
-		exit 1
-	fi
-	;;
+status) status "$listen" ;;
 *)
 	echo "usage: $0 start [HOST:PORT ...] | stop | status" >&2
 	exit 2
