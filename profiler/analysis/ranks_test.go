@@ -125,3 +125,35 @@ func squeezed(text string) string {
 	}
 	return b.String() + "\n"
 }
+
+// TestRankRowsWithoutWaiting: where no rank waited at a collective,
+// WithRankRows(2) keeps the two ranks with the most communication per
+// step — rank 2 (30 ms in one step) and rank 0 (40 ms in two steps, 20
+// per step), not rank 1 (50 ms in five steps, 10 per step) — under a line
+// saying why; with a rank that waited, the rule is the waiting again.
+func TestRankRowsWithoutWaiting(t *testing.T) {
+	ms := time.Millisecond
+	s := Summary{Steps: 5, Complete: 5, Pipeline: Pipeline{Ideal: math.NaN()}, Ranks: []RankTotals{
+		{Rank: 0, Stage: profiler.None, Steps: 2, Comm: 40 * ms},
+		{Rank: 1, Stage: profiler.None, Steps: 5, Comm: 50 * ms},
+		{Rank: 2, Stage: profiler.None, Steps: 1, Comm: 30 * ms},
+	}}
+	var out strings.Builder
+	if err := WriteReport(&out, s, WithRankRows(2)); err != nil {
+		t.Fatal(err)
+	}
+	got := squeezed(out.String())
+	if !strings.Contains(out.String(), "\nno rank waited at a collective; the 2 of 3 ranks with the most communication per step (the others left out here):\n") ||
+		!strings.Contains(got, "\n2  -  1  -  30.000  ") || !strings.Contains(got, "\n0  -  2  -  20.000  ") || strings.Contains(got, "\n1  -  5  ") ||
+		strings.Index(got, "\n2  -  1  ") > strings.Index(got, "\n0  -  2  ") {
+		t.Errorf("want ranks 2 then 0, by communication per step:\n%s", out.String())
+	}
+	s.Ranks[1].Waited = 5 * ms
+	out.Reset()
+	if err := WriteReport(&out, s, WithRankRows(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := squeezed(out.String()); !strings.Contains(out.String(), "the 2 of 3 ranks that caused the most waiting, then waited the most") || !strings.Contains(got, "\n1  -  5  ") {
+		t.Errorf("rank 1 waited, so the table should lead with it:\n%s", out.String())
+	}
+}

@@ -693,7 +693,8 @@ func (f reportOptionFunc) applyReport(c *reportConfig) { f(c) }
 
 // WithRankRows(n) keeps n lines of the per-rank table where there are
 // more ranks: those of the ranks that caused the most waiting, then
-// waited the most, in that order, under a line saying so; the critical
+// waited the most, in that order (where no rank waited at a collective,
+// those that communicated the most per step), under a line saying so; the critical
 // path's share by rank likewise names the n ranks it spends most time
 // on; and the per-stage table of more than n stages sums bands of
 // consecutive stages into at most n lines, naming the stages with the
@@ -706,12 +707,23 @@ func WithRankRows(n int) ReportOption {
 
 // rankRows returns the ranks whose lines the table holds: all of them,
 // or c.rows of them, those that caused the most waiting (then waited the
-// most, then the lowest rank) first, after a line that says so.
+// most, then the lowest rank) first, or where none waited those with the
+// most communication per step, after a line that says so.
 func (c reportConfig) rankRows(w io.Writer, ranks []RankTotals) []RankTotals {
 	if c.rows < 1 || len(ranks) <= c.rows {
 		return ranks
 	}
 	rows := slices.Clone(ranks)
+	if !slices.ContainsFunc(rows, func(r RankTotals) bool { return r.Caused > 0 || r.Waited > 0 }) {
+		// Nobody waited at a collective (a pipeline without data
+		// parallelism): rank 0 to 15 would say nothing. The ranks that
+		// spent the most time communicating, waiting for their peers'
+		// transfers among it, stand out instead.
+		perStep := func(r RankTotals) time.Duration { return r.Comm / time.Duration(max(r.Steps, 1)) }
+		slices.SortStableFunc(rows, func(a, b RankTotals) int { return cmp.Compare(perStep(b), perStep(a)) })
+		fmt.Fprintf(w, "no rank waited at a collective; the %d of %d ranks with the most communication per step (the others left out here):\n", c.rows, len(ranks))
+		return rows[:c.rows]
+	}
 	slices.SortStableFunc(rows, func(a, b RankTotals) int {
 		if a.Caused != b.Caused {
 			return cmp.Compare(b.Caused, a.Caused)
