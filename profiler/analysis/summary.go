@@ -694,9 +694,9 @@ func (f reportOptionFunc) applyReport(c *reportConfig) { f(c) }
 // WithRankRows(n) keeps n lines of the per-rank table where there are
 // more ranks: those of the ranks that caused the most waiting, then
 // waited the most, in that order (where no rank waited at a collective,
-// those that communicated the most per step), under a line saying so; the critical
-// path's share by rank likewise names the n ranks it spends most time
-// on; and the per-stage table of more than n stages sums bands of
+// those that communicated the most per step), under a line saying so;
+// the critical path's share by rank likewise names the n ranks it spends
+// most time on; and the per-stage table of more than n stages sums bands of
 // consecutive stages into at most n lines, naming the stages with the
 // most and the least bubble. The figures and findings around them still
 // cover every rank and stage. It is for a screen, where a thousand lines
