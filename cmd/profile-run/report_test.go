@@ -551,6 +551,49 @@ func TestWideJobScreenShowsStandouts(t *testing.T) {
 	}
 }
 
+// TestDeepPipelineScreenBandsStages: with 17 stages (pp 17, no data
+// parallelism) the pipeline analysis on stdout sums the stages in bands
+// of two (nine lines, the last of stage 16 alone) and, no rank having
+// waited at a collective, keeps the ranks that communicated the most;
+// report.txt keeps a line per stage.
+func TestDeepPipelineScreenBandsStages(t *testing.T) {
+	stdout, file := screenAndReport(t, "-pp", "17", "-vpp", "1", "-layers", "17")
+	if !strings.Contains(stdout, "17 stages, summed in bands of 2 consecutive") ||
+		!strings.Contains(stdout, "no rank waited at a collective; the 16 of 17 ranks with the most communication per step") {
+		t.Errorf("stdout lacks the bands' or the rank lines' heading:\n%s", stdout)
+	}
+	bands := stageLines(t, stdout)
+	want := []string{"0–1 6", "2–3 6", "4–5 6", "6–7 6", "8–9 6", "10–11 6", "12–13 6", "14–15 6", "16 3"}
+	if !slices.Equal(bands, want) {
+		t.Errorf("stdout's stage lines (stages, ranks×steps) %q, want %q", bands, want)
+	}
+	stages := stageLines(t, file)
+	if len(stages) != 17 || stages[0] != "0 3" || stages[16] != "16 3" || strings.Contains(file, "summed in bands") {
+		t.Errorf("report.txt's stage lines %q, want 17, unbanded", stages)
+	}
+}
+
+// stageLines is the first two fields, stages and ranks×steps, of each
+// line of the pipeline analysis' per-stage table in text.
+func stageLines(t *testing.T, text string) []string {
+	t.Helper()
+	i := strings.Index(text, "=== pipeline analysis")
+	j := strings.Index(text[max(i, 0):], "  Stage  Ranks×steps")
+	if i < 0 || j < 0 {
+		t.Fatalf("no per-stage table in the pipeline analysis")
+	}
+	var lines []string
+	stage := regexp.MustCompile(`^\d+(–\d+)?$`)
+	for _, line := range strings.Split(text[i+j:], "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || !stage.MatchString(f[0]) {
+			break
+		}
+		lines = append(lines, f[0]+" "+f[1])
+	}
+	return lines
+}
+
 // screenAndReport trains 3 steps on the CPU with layout (profile-run
 // flags) and returns what it printed and its report.txt.
 func screenAndReport(t *testing.T, layout ...string) (stdout, report string) {
