@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/exporters/jsonsummary"
 	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/exporters/pprof"
 	"github.com/trainscope/trainscope/exporters/prom"
@@ -696,6 +697,9 @@ func (out *outputs) finish(stdout io.Writer) error {
 				// The per-rank files hold the steps the trace keeps.
 				out.summary = append(out.summary, fmt.Sprintf("        report.rank<N>: not written: no records in the steps -trace-steps %s covers", out.o.detail))
 			}
+			if out.runDir != "" && filepath.Dir(out.report.Name()) == out.runDir {
+				errs = append(errs, out.writeJSONSummary(&pipe))
+			}
 		}
 	}
 	if out.pprofFile != nil {
@@ -1119,4 +1123,25 @@ func (out *outputs) liveCounts() liveCounts {
 		c.backlog = out.spans.Stats().Pending
 	}
 	return c
+}
+
+// writeJSONSummary writes the summary's figures for programs
+// (summary.json in the run directory, beside report.txt) and says so.
+func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
+	path := filepath.Join(out.runDir, "summary.json")
+	f, err := createFile("summary", path)
+	if err == nil {
+		in := jsonsummary.Input{RunID: out.runID, Stats: out.prof.Stats(), Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
+		err = jsonsummary.Write(f, in)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		out.summary = append(out.summary, fmt.Sprintf("summary: %s: INCOMPLETE: %v", path, err))
+		return fmt.Errorf("summary.json: %w", err)
+	}
+	out.whole(path)
+	out.summary = append(out.summary, "summary: "+path+" (the figures as JSON, docs/summary-json.md)")
+	return nil
 }

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestSummaryJSON: a CPU run writes summary.json beside report.txt, and
+// its figures are report.txt's: each rank's step times, each stage's
+// bubble per step, the forward ranges counted over both ranks' tables,
+// the records the summary line counts, the run directory's name as the
+// run id. With -report off no summary.json is written.
+func TestSummaryJSON(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "4")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	text, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dirs[0], "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout, "summary: "+filepath.Join(dirs[0], "summary.json")) {
+		t.Errorf("stdout does not name summary.json:\n%s", stdout)
+	}
+	var doc struct {
+		Schema  string `json:"schema"`
+		RunID   string `json:"run_id"`
+		Records struct {
+			Collected int `json:"collected"`
+		} `json:"records"`
+		RawSteps []map[string]float64 `json:"steps"`
+		Pipeline struct {
+			Bubbles []struct {
+				Stage  int     `json:"stage"`
+				Bubble float64 `json:"bubble_s"`
+			} `json:"bubbles"`
+		} `json:"pipeline"`
+		Ranges []struct {
+			Tag, Name string
+			Count     int
+		} `json:"ranges"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if doc.Schema != "trainscope.summary/v1" || doc.RunID != filepath.Base(dirs[0]) {
+		t.Errorf("schema %q, run id %q; want trainscope.summary/v1, %q", doc.Schema, doc.RunID, filepath.Base(dirs[0]))
+	}
+	if m := regexp.MustCompile(`report: (\d+) records`).FindStringSubmatch(stdout); m == nil || m[1] != strconv.Itoa(doc.Records.Collected) {
+		t.Errorf("records collected %d, the summary line says %q", doc.Records.Collected, m)
+	}
+	// Step times: report.txt's table in ms, three decimals.
+	times := rankRows(t, string(text), "=== step times", "  Rank  Steps")
+	if len(times) != 2 || len(doc.RawSteps) != 2 {
+		t.Fatalf("%d ranks' step times in report.txt, %d in summary.json", len(times), len(doc.RawSteps))
+	}
+	for _, s := range doc.RawSteps {
+		row := times[int(s["rank"])]
+		for i, k := range []string{"mean_s", "min_s", "p50_s", "p90_s", "p99_s", "max_s"} {
+			if got := fmt.Sprintf("%.3f", 1000*s[k]); row == nil || got != row[2+i] {
+				t.Errorf("rank %v %s: %s ms in summary.json, report.txt's row %v", s["rank"], k, got, row)
+			}
+		}
+	}
+	// Bubbles per stage.
+	stages := rankRows(t, string(text), "=== pipeline analysis", "  Stage  Ranks×steps")
+	if len(doc.Pipeline.Bubbles) != 2 || len(stages) != 2 {
+		t.Fatalf("%d stages' bubbles in summary.json, %d in report.txt", len(doc.Pipeline.Bubbles), len(stages))
+	}
+	for _, b := range doc.Pipeline.Bubbles {
+		if got := fmt.Sprintf("%.3f", 1000*b.Bubble); stages[b.Stage] == nil || got != stages[b.Stage][2] {
+			t.Errorf("stage %d bubble %s ms per step in summary.json, report.txt's row %v", b.Stage, got, stages[b.Stage])
+		}
+	}
+	// The forward ranges, over both ranks' tables.
+	forward := 0
+	for _, m := range regexp.MustCompile(`(?m)^forward +(\d+) `).FindAllStringSubmatch(string(text), -1) {
+		n, _ := strconv.Atoi(m[1])
+		forward += n
+	}
+	found := false
+	for _, r := range doc.Ranges {
+		if r.Name == "forward" {
+			found = true
+			if r.Count != forward || r.Tag != "all steps" {
+				t.Errorf("forward: %d in tag %q in summary.json, %d over report.txt's tables", r.Count, r.Tag, forward)
+			}
+		}
+	}
+	if !found || forward == 0 {
+		t.Errorf("forward: in summary.json %v, %d in report.txt", found, forward)
+	}
+
+	out = t.TempDir()
+	code, stdout, stderr = runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "2", "-report", "off")
+	if code != exitOK {
+		t.Fatalf("-report off: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, d := range runDirs(t, out) {
+		if fileExists(filepath.Join(d, "summary.json")) || strings.Contains(stdout, "summary.json") {
+			t.Errorf("-report off wrote or named summary.json in %s", d)
+		}
+	}
+}

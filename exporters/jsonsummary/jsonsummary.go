@@ -1,0 +1,214 @@
+package jsonsummary
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
+)
+
+// Schema names the document's layout.
+const Schema = "trainscope.summary/v1"
+
+// Input is what a summary is made of: the sinks' figures at the end of a
+// run.
+type Input struct {
+	RunID string
+	// Stats are the profiler's counts (Profiler.Stats).
+	Stats profiler.Stats
+	// Steps are the step times per rank (StepSummary.Ranks).
+	Steps []profiler.StepStats
+	// Groups are the range tables per rank and tag (Summary.Groups);
+	// the document sums them over ranks (profiler.MergeRanks).
+	Groups []profiler.Group
+	// Pipeline is the pipeline analysis (analysis.Sink.Summary); nil
+	// leaves it out.
+	Pipeline *analysis.Summary
+}
+
+// Document is the JSON summary.
+type Document struct {
+	Schema   string     `json:"schema"`
+	RunID    string     `json:"run_id,omitempty"`
+	Records  Records    `json:"records"`
+	Steps    []RankStep `json:"steps"`
+	Pipeline *Pipeline  `json:"pipeline,omitempty"`
+	Ranges   []Range    `json:"ranges"`
+}
+
+// Records counts what the profiler collected and lost.
+type Records struct {
+	Collected uint64 `json:"collected"`
+	// Dropped: ranges lost while recording (full buffers) or to the
+	// record bound; HostOnly: device ranges timed on the host only.
+	Dropped  uint64 `json:"dropped"`
+	HostOnly uint64 `json:"host_only"`
+	Errors   uint64 `json:"backend_errors"`
+}
+
+// RankStep is one rank's step times over the run.
+type RankStep struct {
+	Rank  int  `json:"rank"`
+	Stage *int `json:"stage"` // null: its step ranges carried no stage, or several
+	Steps int  `json:"steps"`
+	// Mean, Min, Max and the quantiles (nearest rank, within 1%) of its
+	// steps' host wall time, in seconds.
+	Mean float64 `json:"mean_s"`
+	Min  float64 `json:"min_s"`
+	P50  float64 `json:"p50_s"`
+	P90  float64 `json:"p90_s"`
+	P99  float64 `json:"p99_s"`
+	Max  float64 `json:"max_s"`
+	// Busy is the share of its steps' wall time a stream computed (the
+	// report's Busy %); null without device-timed compute.
+	Busy     *float64 `json:"busy_fraction"`
+	CutShort int      `json:"cut_short_steps"`
+}
+
+// Pipeline is the pipeline analysis over the complete steps.
+type Pipeline struct {
+	Steps         int `json:"steps"`
+	CompleteSteps int `json:"complete_steps"`
+	Stages        int `json:"stages"`
+	Chunks        int `json:"chunks"`
+	Microbatches  int `json:"microbatches"`
+	// IdealBubble is (p−1)/(v·m+p−1); null where the shape is unknown.
+	IdealBubble *float64      `json:"ideal_bubble_fraction"`
+	Bubbles     []StageBubble `json:"bubbles"`
+	Ranks       []RankWait    `json:"ranks"`
+	Collectives Collectives   `json:"collectives"`
+	// Straggler is the rank that caused most of the waiting at
+	// collectives, when one stands out; null otherwise.
+	Straggler *int     `json:"straggler"`
+	Problems  []string `json:"problems"`
+}
+
+// StageBubble is one stage's bubble per rank and step.
+type StageBubble struct {
+	Stage     *int      `json:"stage"` // null: work of no stage
+	RankSteps int       `json:"rank_steps"`
+	Bubble    float64   `json:"bubble_s"`        // per rank and step
+	Fraction  float64   `json:"bubble_fraction"` // of the span
+	Chunks    []float64 `json:"chunk_bubble_s"`  // per chunk, per rank and step
+	Drain     float64   `json:"drain_s"`         // per rank and step
+}
+
+// RankWait is one rank's communication and waiting per step.
+type RankWait struct {
+	Rank  int  `json:"rank"`
+	Stage *int `json:"stage"`
+	Steps int  `json:"steps"`
+	// Comm is its communication time per step; Overlap the share of it
+	// that computation overlapped (null without device-timed compute).
+	Comm    float64  `json:"comm_s"`
+	Overlap *float64 `json:"overlap_fraction"`
+	// Waited and Caused are, per step, its waiting at collectives for
+	// the last rank and the others' waiting for it; Score its share of
+	// all the waiting caused.
+	Waited float64 `json:"waited_s"`
+	Caused float64 `json:"caused_s"`
+	Score  float64 `json:"straggler_score"`
+}
+
+// Collectives sums the complete steps' collectives matched across ranks.
+type Collectives struct {
+	Matched   int `json:"matched"`
+	Transfers int `json:"p2p_matched"`
+	// Skew quantiles of the members' arrival times (within 1%) and the
+	// largest, in seconds.
+	SkewP50 float64 `json:"skew_p50_s"`
+	SkewP90 float64 `json:"skew_p90_s"`
+	SkewP99 float64 `json:"skew_p99_s"`
+	SkewMax float64 `json:"skew_max_s"`
+}
+
+// Range is one range name's totals over every rank, in one tag.
+type Range struct {
+	Tag   string `json:"tag"`
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+	// Host and Device are the report's Host Total and Device Total, in
+	// seconds.
+	Host   float64 `json:"host_s"`
+	Device float64 `json:"device_s"`
+}
+
+// Make builds the document from in.
+func Make(in Input) Document {
+	d := Document{Schema: Schema, RunID: in.RunID, Steps: []RankStep{}, Ranges: []Range{}}
+	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Errors: in.Stats.Errors}
+	for _, st := range in.Steps {
+		n := time.Duration(max(st.Steps, 1))
+		rs := RankStep{Rank: st.Rank, Stage: stage(st.Stage), Steps: st.Steps, Mean: sec(st.Wall / n),
+			Min: sec(st.Min), P50: sec(st.P50), P90: sec(st.P90), P99: sec(st.P99), Max: sec(st.Max), CutShort: st.CutShort}
+		if st.Computed && st.Wall > 0 {
+			rs.Busy = ptr(float64(st.Busy) / float64(st.Wall))
+		}
+		d.Steps = append(d.Steps, rs)
+	}
+	for _, g := range profiler.MergeRanks(in.Groups) {
+		for _, n := range g.Names {
+			d.Ranges = append(d.Ranges, Range{Tag: g.Tag, Name: n.Name, Count: n.Count, Host: sec(n.HostTotal), Device: sec(n.DeviceTotal)})
+		}
+	}
+	if in.Pipeline != nil {
+		d.Pipeline = pipeline(*in.Pipeline)
+	}
+	return d
+}
+
+func pipeline(s analysis.Summary) *Pipeline {
+	p := &Pipeline{Steps: s.Steps, CompleteSteps: s.Complete, Stages: s.Pipeline.Stages, Chunks: s.Pipeline.Chunks,
+		Microbatches: s.Pipeline.Microbatches, Bubbles: []StageBubble{}, Ranks: []RankWait{}, Problems: []string{}}
+	if !math.IsNaN(s.Pipeline.Ideal) {
+		p.IdealBubble = ptr(s.Pipeline.Ideal)
+	}
+	for _, st := range s.Stages {
+		n := time.Duration(max(st.RankSteps, 1))
+		b := StageBubble{Stage: stage(st.Stage), RankSteps: st.RankSteps, Bubble: sec(st.Bubble / n), Fraction: st.Fraction(),
+			Chunks: []float64{}, Drain: sec(st.Drain / n)}
+		for _, c := range st.Chunks {
+			b.Chunks = append(b.Chunks, sec(c/n))
+		}
+		p.Bubbles = append(p.Bubbles, b)
+	}
+	for _, r := range s.Ranks {
+		n := time.Duration(max(r.Steps, 1))
+		rw := RankWait{Rank: r.Rank, Stage: stage(r.Stage), Steps: r.Steps, Comm: sec(r.Comm / n),
+			Waited: sec(r.Waited / n), Caused: sec(r.Caused / n), Score: r.Score}
+		if r.Computed && r.Comm > 0 {
+			rw.Overlap = ptr(float64(r.Overlap) / float64(r.Comm))
+		}
+		p.Ranks = append(p.Ranks, rw)
+	}
+	c := s.Collectives
+	p.Collectives = Collectives{Matched: c.Matched, Transfers: c.Transfers,
+		SkewP50: sec(c.P50Skew), SkewP90: sec(c.P90Skew), SkewP99: sec(c.P99Skew), SkewMax: sec(c.MaxSkew)}
+	if s.Straggler != profiler.None {
+		p.Straggler = ptr(s.Straggler)
+	}
+	p.Problems = append(p.Problems, s.Problems...)
+	return p
+}
+
+// Write writes the document made from in as indented JSON.
+func Write(w io.Writer, in Input) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(Make(in))
+}
+
+func sec(d time.Duration) float64 { return d.Seconds() }
+
+func ptr[T any](v T) *T { return &v }
+
+// stage is a stage label as JSON: null for none.
+func stage(s int) *int {
+	if s == profiler.None {
+		return nil
+	}
+	return ptr(s)
+}

@@ -1,0 +1,169 @@
+package jsonsummary_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/exporters/jsonsummary"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/analysis"
+)
+
+// TestDocument: figures worked by hand from a small input come out in
+// seconds and fractions; what was not measured (a busy share without
+// device-timed compute, an overlap likewise, the ideal bubble without a
+// pipeline shape, a straggler where none stands out, a stage on work of
+// none) is null, not 0; ranges are summed over ranks per tag.
+func TestDocument(t *testing.T) {
+	ms := time.Millisecond
+	step := func(rank, stage int, computed bool) profiler.StepStats {
+		return profiler.StepStats{
+			RankSteps: profiler.RankSteps{Rank: rank, Stage: stage, Steps: 4, Wall: 40 * ms, Busy: 10 * ms, Computed: computed, CutShort: 1},
+			Min:       8 * ms, Max: 13 * ms, P50: 9 * ms, P90: 12 * ms, P99: 13 * ms,
+		}
+	}
+	in := jsonsummary.Input{
+		RunID: "run-1",
+		Stats: profiler.Stats{Collected: 100, Dropped: 2, Overflow: 3, EventDrops: 4, Errors: 5},
+		Steps: []profiler.StepStats{step(0, 0, true), step(1, profiler.None, false)},
+		Groups: []profiler.Group{
+			{Rank: 0, Tag: "all steps", Names: []profiler.NameStats{{Name: "forward", Count: 2, HostTotal: 1 * ms, DeviceTotal: 4 * ms}}},
+			{Rank: 1, Tag: "all steps", Names: []profiler.NameStats{{Name: "forward", Count: 3, HostTotal: 2 * ms, DeviceTotal: 5 * ms}}},
+		},
+		Pipeline: &analysis.Summary{
+			Steps: 5, Complete: 4, Straggler: profiler.None,
+			Pipeline: analysis.Pipeline{Ideal: math.NaN()},
+			Stages:   []analysis.StageTotals{{Stage: 0, RankSteps: 4, Bubble: 20 * ms, Span: 80 * ms, Drain: 4 * ms, Chunks: []time.Duration{8 * ms, 8 * ms}}},
+			Ranks: []analysis.RankTotals{
+				{Rank: 0, Stage: 0, Steps: 4, Comm: 8 * ms, Overlap: 2 * ms, Waited: 4 * ms, Caused: 12 * ms, Score: 0.75, Computed: true},
+				{Rank: 1, Stage: profiler.None, Steps: 4, Comm: 8 * ms, Computed: false},
+			},
+			Collectives: analysis.CollectiveTotals{Matched: 7, Transfers: 9, P50Skew: 1 * ms, P90Skew: 2 * ms, P99Skew: 3 * ms, MaxSkew: 4 * ms},
+			Problems:    []string{"step 4: rank 1 cut short"},
+		},
+	}
+	var b bytes.Buffer
+	if err := jsonsummary.Write(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	for _, c := range []struct {
+		path string
+		want any
+	}{
+		{"schema", "trainscope.summary/v1"},
+		{"run_id", "run-1"},
+		{"records.collected", 100.0},
+		{"records.dropped", 5.0},
+		{"records.host_only", 4.0},
+		{"records.backend_errors", 5.0},
+		{"steps.0.mean_s", 0.010},
+		{"steps.0.p50_s", 0.009},
+		{"steps.0.p99_s", 0.013},
+		{"steps.0.busy_fraction", 0.25},
+		{"steps.0.cut_short_steps", 1.0},
+		{"steps.1.stage", nil},
+		{"steps.1.busy_fraction", nil},
+		{"pipeline.steps", 5.0},
+		{"pipeline.complete_steps", 4.0},
+		{"pipeline.ideal_bubble_fraction", nil},
+		{"pipeline.straggler", nil},
+		{"pipeline.bubbles.0.bubble_s", 0.005},
+		{"pipeline.bubbles.0.bubble_fraction", 0.25},
+		{"pipeline.bubbles.0.chunk_bubble_s.1", 0.002},
+		{"pipeline.bubbles.0.drain_s", 0.001},
+		{"pipeline.ranks.0.comm_s", 0.002},
+		{"pipeline.ranks.0.overlap_fraction", 0.25},
+		{"pipeline.ranks.0.waited_s", 0.001},
+		{"pipeline.ranks.0.caused_s", 0.003},
+		{"pipeline.ranks.0.straggler_score", 0.75},
+		{"pipeline.ranks.1.overlap_fraction", nil},
+		{"pipeline.ranks.1.stage", nil},
+		{"pipeline.collectives.matched", 7.0},
+		{"pipeline.collectives.p2p_matched", 9.0},
+		{"pipeline.collectives.skew_p90_s", 0.002},
+		{"pipeline.collectives.skew_max_s", 0.004},
+		{"pipeline.problems.0", "step 4: rank 1 cut short"},
+		{"ranges.0.tag", "all steps"},
+		{"ranges.0.name", "forward"},
+		{"ranges.0.count", 5.0},
+		{"ranges.0.host_s", 0.003},
+		{"ranges.0.device_s", 0.009},
+	} {
+		got, ok := lookup(doc, c.path)
+		if !ok {
+			t.Errorf("%s: missing\n%s", c.path, b.String())
+			continue
+		}
+		if g, isNum := got.(float64); isNum {
+			if w, _ := c.want.(float64); math.Abs(g-w) > 1e-12 {
+				t.Errorf("%s = %v, want %v", c.path, got, c.want)
+			}
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s = %v, want %v", c.path, got, c.want)
+		}
+	}
+	if n, _ := lookup(doc, "ranges"); len(n.([]any)) != 1 {
+		t.Errorf("ranges %v: want forward once, summed over both ranks", n)
+	}
+}
+
+// TestEmpty: a run with nothing summed still makes a document whose
+// lists are empty arrays, not null, and no pipeline.
+func TestEmpty(t *testing.T) {
+	var b bytes.Buffer
+	if err := jsonsummary.Write(&b, jsonsummary.Input{}); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"steps", "ranges"} {
+		if l, ok := doc[k].([]any); !ok || len(l) != 0 {
+			t.Errorf("%s = %v, want []", k, doc[k])
+		}
+	}
+	if _, ok := doc["pipeline"]; ok {
+		t.Errorf("pipeline present without one: %s", b.String())
+	}
+}
+
+// lookup follows a dotted path of keys and indices through doc.
+func lookup(doc any, path string) (any, bool) {
+	cur := doc
+	for _, k := range strings.Split(path, ".") {
+		switch v := cur.(type) {
+		case map[string]any:
+			x, ok := v[k]
+			if !ok {
+				return nil, false
+			}
+			cur = x
+		case []any:
+			i := 0
+			for _, c := range k {
+				if c < '0' || c > '9' {
+					return nil, false
+				}
+				i = 10*i + int(c-'0')
+			}
+			if i >= len(v) {
+				return nil, false
+			}
+			cur = v[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
