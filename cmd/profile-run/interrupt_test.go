@@ -87,8 +87,8 @@ func (w *lineWaiter) Write(p []byte) (int, error) {
 }
 
 // SIGINT in the middle of a run: training stops at the next action
-// boundary, every output is written, valid and marked partial, and the
-// exit status is 130.
+// boundary, every output (summary.json too) is written, valid and marked
+// partial, and the exit status is 130.
 func TestInterruptMidRunWritesPartialOutputs(t *testing.T) {
 	dir := t.TempDir()
 	in := newInterrupt(context.Background())
@@ -160,6 +160,20 @@ func TestInterruptMidRunWritesPartialOutputs(t *testing.T) {
 	}
 	if tr.OtherData["partial"] != m[0] || len(tr.TraceEvents) == 0 {
 		t.Errorf("trace: %d events, otherData %v", len(tr.TraceEvents), tr.OtherData)
+	}
+	b, err = os.ReadFile(filepath.Join(run, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Partial string           `json:"partial"`
+		Steps   []map[string]any `json:"steps"`
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatalf("summary.json: %v", err)
+	}
+	if sum.Partial != m[0] || len(sum.Steps) != 2 {
+		t.Errorf("summary.json: partial %q, %d ranks' steps; want %q and 2", sum.Partial, len(sum.Steps), m[0])
 	}
 }
 

@@ -1131,7 +1131,7 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 	path := filepath.Join(out.runDir, "summary.json")
 	f, err := createFile("summary", path)
 	if err == nil {
-		in := jsonsummary.Input{RunID: out.runID, Stats: out.prof.Stats(), Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
+		in := jsonsummary.Input{RunID: out.runID, Partial: out.partial, Stats: out.prof.Stats(), Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
 		err = jsonsummary.Write(f, in)
 		if cerr := f.Close(); err == nil {
 			err = cerr

@@ -17,6 +17,9 @@ const Schema = "trainscope.summary/v1"
 // run.
 type Input struct {
 	RunID string
+	// Partial, when set, says why the run is incomplete ("partial run:
+	// interrupted by SIGINT at step 46"); the figures cover what ran.
+	Partial string
 	// Stats are the profiler's counts (Profiler.Stats).
 	Stats profiler.Stats
 	// Steps are the step times per rank (StepSummary.Ranks).
@@ -33,6 +36,7 @@ type Input struct {
 type Document struct {
 	Schema   string     `json:"schema"`
 	RunID    string     `json:"run_id,omitempty"`
+	Partial  string     `json:"partial,omitempty"`
 	Records  Records    `json:"records"`
 	Steps    []RankStep `json:"steps"`
 	Pipeline *Pipeline  `json:"pipeline,omitempty"`
@@ -138,7 +142,7 @@ type Range struct {
 
 // Make builds the document from in.
 func Make(in Input) Document {
-	d := Document{Schema: Schema, RunID: in.RunID, Steps: []RankStep{}, Ranges: []Range{}}
+	d := Document{Schema: Schema, RunID: in.RunID, Partial: in.Partial, Steps: []RankStep{}, Ranges: []Range{}}
 	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Errors: in.Stats.Errors}
 	for _, st := range in.Steps {
 		n := time.Duration(max(st.Steps, 1))

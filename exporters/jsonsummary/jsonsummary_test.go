@@ -27,9 +27,10 @@ func TestDocument(t *testing.T) {
 		}
 	}
 	in := jsonsummary.Input{
-		RunID: "run-1",
-		Stats: profiler.Stats{Collected: 100, Dropped: 2, Overflow: 3, EventDrops: 4, Errors: 5},
-		Steps: []profiler.StepStats{step(0, 0, true), step(1, profiler.None, false)},
+		RunID:   "run-1",
+		Partial: "partial run: interrupted by SIGINT at step 5",
+		Stats:   profiler.Stats{Collected: 100, Dropped: 2, Overflow: 3, EventDrops: 4, Errors: 5},
+		Steps:   []profiler.StepStats{step(0, 0, true), step(1, profiler.None, false)},
 		Groups: []profiler.Group{
 			{Rank: 0, Tag: "all steps", Names: []profiler.NameStats{{Name: "forward", Count: 2, HostTotal: 1 * ms, DeviceTotal: 4 * ms}}},
 			{Rank: 1, Tag: "all steps", Names: []profiler.NameStats{{Name: "forward", Count: 3, HostTotal: 2 * ms, DeviceTotal: 5 * ms}}},
@@ -60,6 +61,7 @@ func TestDocument(t *testing.T) {
 	}{
 		{"schema", "trainscope.summary/v1"},
 		{"run_id", "run-1"},
+		{"partial", "partial run: interrupted by SIGINT at step 5"},
 		{"records.collected", 100.0},
 		{"records.dropped", 5.0},
 		{"records.host_only", 4.0},
@@ -133,8 +135,10 @@ func TestEmpty(t *testing.T) {
 			t.Errorf("%s = %v, want []", k, doc[k])
 		}
 	}
-	if _, ok := doc["pipeline"]; ok {
-		t.Errorf("pipeline present without one: %s", b.String())
+	for _, k := range []string{"pipeline", "partial", "run_id"} {
+		if _, ok := doc[k]; ok {
+			t.Errorf("%s present without one: %s", k, b.String())
+		}
 	}
 }
 
