@@ -74,11 +74,15 @@ type RankStep struct {
 
 // Pipeline is the pipeline analysis over the complete steps.
 type Pipeline struct {
-	Steps         int `json:"steps"`
-	CompleteSteps int `json:"complete_steps"`
-	Stages        int `json:"stages"`
-	Chunks        int `json:"chunks"`
-	Microbatches  int `json:"microbatches"`
+	// Stepless: the job marked no steps (a wrapped command without NVTX
+	// steps): collectives were matched as they came, and each rank's
+	// figures are totals over the run, not per step.
+	Stepless      bool `json:"stepless"`
+	Steps         int  `json:"steps"`
+	CompleteSteps int  `json:"complete_steps"`
+	Stages        int  `json:"stages"`
+	Chunks        int  `json:"chunks"`
+	Microbatches  int  `json:"microbatches"`
 	// IdealBubble is (p−1)/(v·m+p−1); null where the shape is unknown.
 	IdealBubble *float64      `json:"ideal_bubble_fraction"`
 	Bubbles     []StageBubble `json:"bubbles"`
@@ -105,6 +109,8 @@ type RankWait struct {
 	Rank  int  `json:"rank"`
 	Stage *int `json:"stage"`
 	Steps int  `json:"steps"`
+	// Calls counts the complete collectives it took part in.
+	Calls int `json:"collectives"`
 	// Comm is its communication time per step; Overlap the share of it
 	// that computation overlapped (null without device-timed compute).
 	Comm    float64  `json:"comm_s"`
@@ -165,7 +171,7 @@ func Make(in Input) Document {
 }
 
 func pipeline(s analysis.Summary) *Pipeline {
-	p := &Pipeline{Steps: s.Steps, CompleteSteps: s.Complete, Stages: s.Pipeline.Stages, Chunks: s.Pipeline.Chunks,
+	p := &Pipeline{Stepless: s.Stepless, Steps: s.Steps, CompleteSteps: s.Complete, Stages: s.Pipeline.Stages, Chunks: s.Pipeline.Chunks,
 		Microbatches: s.Pipeline.Microbatches, Bubbles: []StageBubble{}, Ranks: []RankWait{}, Problems: []string{}}
 	if !math.IsNaN(s.Pipeline.Ideal) {
 		p.IdealBubble = ptr(s.Pipeline.Ideal)
@@ -181,7 +187,7 @@ func pipeline(s analysis.Summary) *Pipeline {
 	}
 	for _, r := range s.Ranks {
 		n := time.Duration(max(r.Steps, 1))
-		rw := RankWait{Rank: r.Rank, Stage: stage(r.Stage), Steps: r.Steps, Comm: sec(r.Comm / n),
+		rw := RankWait{Rank: r.Rank, Stage: stage(r.Stage), Steps: r.Steps, Calls: r.Calls, Comm: sec(r.Comm / n),
 			Waited: sec(r.Waited / n), Caused: sec(r.Caused / n), Score: r.Score}
 		if r.Computed && r.Comm > 0 {
 			rw.Overlap = ptr(float64(r.Overlap) / float64(r.Comm))

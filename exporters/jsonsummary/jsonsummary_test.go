@@ -40,7 +40,7 @@ func TestDocument(t *testing.T) {
 			Pipeline: analysis.Pipeline{Ideal: math.NaN()},
 			Stages:   []analysis.StageTotals{{Stage: 0, RankSteps: 4, Bubble: 20 * ms, Span: 80 * ms, Drain: 4 * ms, Chunks: []time.Duration{8 * ms, 8 * ms}}},
 			Ranks: []analysis.RankTotals{
-				{Rank: 0, Stage: 0, Steps: 4, Comm: 8 * ms, Overlap: 2 * ms, Waited: 4 * ms, Caused: 12 * ms, Score: 0.75, Computed: true},
+				{Rank: 0, Stage: 0, Steps: 4, Calls: 6, Comm: 8 * ms, Overlap: 2 * ms, Waited: 4 * ms, Caused: 12 * ms, Score: 0.75, Computed: true},
 				{Rank: 1, Stage: profiler.None, Steps: 4, Comm: 8 * ms, Computed: false},
 			},
 			Collectives: analysis.CollectiveTotals{Matched: 7, Transfers: 9, P50Skew: 1 * ms, P90Skew: 2 * ms, P99Skew: 3 * ms, MaxSkew: 4 * ms},
@@ -73,7 +73,9 @@ func TestDocument(t *testing.T) {
 		{"steps.0.cut_short_steps", 1.0},
 		{"steps.1.stage", nil},
 		{"steps.1.busy_fraction", nil},
+		{"pipeline.stepless", false},
 		{"pipeline.steps", 5.0},
+		{"pipeline.ranks.0.collectives", 6.0},
 		{"pipeline.complete_steps", 4.0},
 		{"pipeline.ideal_bubble_fraction", nil},
 		{"pipeline.straggler", nil},
