@@ -99,7 +99,7 @@ type StageBubble struct {
 	Stage     *int      `json:"stage"` // null: work of no stage
 	RankSteps int       `json:"rank_steps"`
 	Bubble    float64   `json:"bubble_s"`        // per rank and step
-	Fraction  float64   `json:"bubble_fraction"` // of the span
+	Fraction  *float64  `json:"bubble_fraction"` // of the span; null without one
 	Chunks    []float64 `json:"chunk_bubble_s"`  // per chunk, per rank and step
 	Drain     float64   `json:"drain_s"`         // per rank and step
 }
@@ -178,8 +178,10 @@ func pipeline(s analysis.Summary) *Pipeline {
 	}
 	for _, st := range s.Stages {
 		n := time.Duration(max(st.RankSteps, 1))
-		b := StageBubble{Stage: stage(st.Stage), RankSteps: st.RankSteps, Bubble: sec(st.Bubble / n), Fraction: st.Fraction(),
-			Chunks: []float64{}, Drain: sec(st.Drain / n)}
+		b := StageBubble{Stage: stage(st.Stage), RankSteps: st.RankSteps, Bubble: sec(st.Bubble / n), Chunks: []float64{}, Drain: sec(st.Drain / n)}
+		if st.Span > 0 {
+			b.Fraction = ptr(st.Fraction())
+		}
 		for _, c := range st.Chunks {
 			b.Chunks = append(b.Chunks, sec(c/n))
 		}

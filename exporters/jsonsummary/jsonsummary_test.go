@@ -38,7 +38,10 @@ func TestDocument(t *testing.T) {
 		Pipeline: &analysis.Summary{
 			Steps: 5, Complete: 4, Straggler: profiler.None,
 			Pipeline: analysis.Pipeline{Ideal: math.NaN()},
-			Stages:   []analysis.StageTotals{{Stage: 0, RankSteps: 4, Bubble: 20 * ms, Span: 80 * ms, Drain: 4 * ms, Chunks: []time.Duration{8 * ms, 8 * ms}}},
+			Stages: []analysis.StageTotals{
+				{Stage: 0, RankSteps: 4, Bubble: 20 * ms, Span: 80 * ms, Drain: 4 * ms, Chunks: []time.Duration{8 * ms, 8 * ms}},
+				{Stage: 1, RankSteps: 1}, // no span: no fraction
+			},
 			Ranks: []analysis.RankTotals{
 				{Rank: 0, Stage: 0, Steps: 4, Calls: 6, Comm: 8 * ms, Overlap: 2 * ms, Waited: 4 * ms, Caused: 12 * ms, Score: 0.75, Computed: true},
 				{Rank: 1, Stage: profiler.None, Steps: 4, Comm: 8 * ms, Computed: false},
@@ -83,6 +86,7 @@ func TestDocument(t *testing.T) {
 		{"pipeline.bubbles.0.bubble_fraction", 0.25},
 		{"pipeline.bubbles.0.chunk_bubble_s.1", 0.002},
 		{"pipeline.bubbles.0.drain_s", 0.001},
+		{"pipeline.bubbles.1.bubble_fraction", nil},
 		{"pipeline.ranks.0.comm_s", 0.002},
 		{"pipeline.ranks.0.overlap_fraction", 0.25},
 		{"pipeline.ranks.0.waited_s", 0.001},
