@@ -21,6 +21,9 @@ import (
 
 // options are the parsed command line.
 type options struct {
+	// args is the command line after "profile-run" (the subcommand
+	// included), as given: summary.json records it.
+	args    []string
 	train   pipeline.Config
 	backend string // "auto", "cpu", "cuda"
 	outDir  string
@@ -96,7 +99,7 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	def := pipeline.DefaultConfig()
-	o := &options{train: def}
+	o := &options{train: def, args: args}
 	fs := flag.NewFlagSet("profile-run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := &o.train

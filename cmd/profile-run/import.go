@@ -28,6 +28,7 @@ type importOptions struct {
 
 func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	o := &importOptions{}
+	o.args = append([]string{"import"}, args...)
 	// What finish says about device timing: every device range an
 	// imported profile holds was timed on the device.
 	o.profile, o.depth = "on", 0

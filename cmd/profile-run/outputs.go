@@ -1131,7 +1131,17 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 	path := filepath.Join(out.runDir, "summary.json")
 	f, err := createFile("summary", path)
 	if err == nil {
-		in := jsonsummary.Input{RunID: out.runID, Partial: out.partial, Stats: out.prof.Stats(), Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
+		in := jsonsummary.Input{RunID: out.runID, Partial: out.partial, Command: out.o.args, Stats: out.prof.Stats(),
+			Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
+		if c := out.o.train; len(out.o.command) == 0 && out.o.importing == 0 {
+			where := c.Backend.String()
+			if pl, err := c.Placement(); err == nil {
+				where = pl.String()
+			}
+			in.Trainer = &jsonsummary.Trainer{Placement: where, Stages: c.Stages, Chunks: c.Chunks, Replicas: c.Replicas,
+				Microbatches: c.Microbatches, MicrobatchSize: c.MicrobatchSize, Layers: c.Layers, Width: c.Width,
+				Precision: c.Precision.String(), Schedule: c.Schedule, Steps: c.Steps}
+		}
 		err = jsonsummary.Write(f, in)
 		if cerr := f.Close(); err == nil {
 			err = cerr

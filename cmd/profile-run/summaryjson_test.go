@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 // run id. With -report off no summary.json is written.
 func TestSummaryJSON(t *testing.T) {
 	out := t.TempDir()
-	code, stdout, stderr := runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "4")
+	args := []string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "4"}
+	code, stdout, stderr := runCmd(t, args...)
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -38,8 +40,13 @@ func TestSummaryJSON(t *testing.T) {
 		t.Errorf("stdout does not name summary.json:\n%s", stdout)
 	}
 	var doc struct {
-		Schema  string `json:"schema"`
-		RunID   string `json:"run_id"`
+		Schema  string   `json:"schema"`
+		RunID   string   `json:"run_id"`
+		Command []string `json:"command"`
+		Trainer struct {
+			Placement      string
+			PP, VPP, Steps int
+		} `json:"trainer"`
 		Records struct {
 			Collected int `json:"collected"`
 		} `json:"records"`
@@ -60,6 +67,12 @@ func TestSummaryJSON(t *testing.T) {
 	}
 	if doc.Schema != "trainscope.summary/v1" || doc.RunID != filepath.Base(dirs[0]) {
 		t.Errorf("schema %q, run id %q; want trainscope.summary/v1, %q", doc.Schema, doc.RunID, filepath.Base(dirs[0]))
+	}
+	// The job: its command line as given, and the trainer's first line.
+	first := regexp.MustCompile(`training on (.+): pp=(\d+) vpp=(\d+) `).FindStringSubmatch(stdout)
+	if !slices.Equal(doc.Command, args) || first == nil || doc.Trainer.Placement != first[1] ||
+		strconv.Itoa(doc.Trainer.PP) != first[2] || strconv.Itoa(doc.Trainer.VPP) != first[3] || doc.Trainer.Steps != 4 {
+		t.Errorf("command %q, trainer %+v; want %q and the first line's %q", doc.Command, doc.Trainer, args, first)
 	}
 	if m := regexp.MustCompile(`report: (\d+) records`).FindStringSubmatch(stdout); m == nil || m[1] != strconv.Itoa(doc.Records.Collected) {
 		t.Errorf("records collected %d, the summary line says %q", doc.Records.Collected, m)

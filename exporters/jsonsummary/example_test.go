@@ -28,6 +28,7 @@ func ExampleWrite() {
 	// {
 	//   "schema": "trainscope.summary/v1",
 	//   "run_id": "example",
+	//   "command": [],
 	//   "records": {
 	//     "collected": 4,
 	//     "dropped": 0,

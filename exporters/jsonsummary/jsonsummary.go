@@ -20,6 +20,11 @@ type Input struct {
 	// Partial, when set, says why the run is incomplete ("partial run:
 	// interrupted by SIGINT at step 46"); the figures cover what ran.
 	Partial string
+	// Command is the profile-run command line after "profile-run".
+	Command []string
+	// Trainer is the built-in trainer's job; nil for a wrapped command
+	// or an import.
+	Trainer *Trainer
 	// Stats are the profiler's counts (Profiler.Stats).
 	Stats profiler.Stats
 	// Steps are the step times per rank (StepSummary.Ranks).
@@ -37,10 +42,27 @@ type Document struct {
 	Schema   string     `json:"schema"`
 	RunID    string     `json:"run_id,omitempty"`
 	Partial  string     `json:"partial,omitempty"`
+	Command  []string   `json:"command"`
+	Trainer  *Trainer   `json:"trainer,omitempty"`
 	Records  Records    `json:"records"`
 	Steps    []RankStep `json:"steps"`
 	Pipeline *Pipeline  `json:"pipeline,omitempty"`
 	Ranges   []Range    `json:"ranges"`
+}
+
+// Trainer is the built-in trainer's job, as its first line says it.
+type Trainer struct {
+	Placement      string `json:"placement"` // "2 ranks on 2 cuda devices", "2 ranks sharing 1 cuda device (in-process collectives)"
+	Stages         int    `json:"pp"`
+	Chunks         int    `json:"vpp"`
+	Replicas       int    `json:"dp"`
+	Microbatches   int    `json:"microbatches"`
+	MicrobatchSize int    `json:"microbatch_size"`
+	Layers         int    `json:"layers"`
+	Width          int    `json:"width"`
+	Precision      string `json:"precision"` // the one it computed in
+	Schedule       string `json:"schedule"`
+	Steps          int    `json:"steps"` // asked for; steps[].steps says how many ran
 }
 
 // Records counts what the profiler collected and lost.
@@ -148,7 +170,8 @@ type Range struct {
 
 // Make builds the document from in.
 func Make(in Input) Document {
-	d := Document{Schema: Schema, RunID: in.RunID, Partial: in.Partial, Steps: []RankStep{}, Ranges: []Range{}}
+	d := Document{Schema: Schema, RunID: in.RunID, Partial: in.Partial, Command: append([]string{}, in.Command...), Trainer: in.Trainer,
+		Steps: []RankStep{}, Ranges: []Range{}}
 	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Errors: in.Stats.Errors}
 	for _, st := range in.Steps {
 		n := time.Duration(max(st.Steps, 1))

@@ -29,6 +29,8 @@ func TestDocument(t *testing.T) {
 	in := jsonsummary.Input{
 		RunID:   "run-1",
 		Partial: "partial run: interrupted by SIGINT at step 5",
+		Command: []string{"-pp", "4", "-steps", "5"},
+		Trainer: &jsonsummary.Trainer{Placement: "4 ranks on 4 cpu devices", Stages: 4, Chunks: 2, Replicas: 1, Precision: "bf16", Steps: 5},
 		Stats:   profiler.Stats{Collected: 100, Dropped: 2, Overflow: 3, EventDrops: 4, Errors: 5},
 		Steps:   []profiler.StepStats{step(0, 0, true), step(1, profiler.None, false)},
 		Groups: []profiler.Group{
@@ -65,6 +67,11 @@ func TestDocument(t *testing.T) {
 		{"schema", "trainscope.summary/v1"},
 		{"run_id", "run-1"},
 		{"partial", "partial run: interrupted by SIGINT at step 5"},
+		{"command.1", "4"},
+		{"trainer.placement", "4 ranks on 4 cpu devices"},
+		{"trainer.pp", 4.0},
+		{"trainer.vpp", 2.0},
+		{"trainer.precision", "bf16"},
 		{"records.collected", 100.0},
 		{"records.dropped", 5.0},
 		{"records.host_only", 4.0},
@@ -136,12 +143,12 @@ func TestEmpty(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"steps", "ranges"} {
+	for _, k := range []string{"steps", "ranges", "command"} {
 		if l, ok := doc[k].([]any); !ok || len(l) != 0 {
 			t.Errorf("%s = %v, want []", k, doc[k])
 		}
 	}
-	for _, k := range []string{"pipeline", "partial", "run_id"} {
+	for _, k := range []string{"pipeline", "partial", "run_id", "trainer"} {
 		if _, ok := doc[k]; ok {
 			t.Errorf("%s present without one: %s", k, b.String())
 		}
