@@ -598,20 +598,36 @@ func stageLines(t *testing.T, text string) []string {
 // flags) and returns what it printed and its report.txt.
 func screenAndReport(t *testing.T, layout ...string) (stdout, report string) {
 	t.Helper()
+	stdout, dir := trainOnCPU(t, append([]string{"-steps", "3"}, layout...)...)
+	file, err := os.ReadFile(filepath.Join(dir, "report.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout, string(file)
+}
+
+// trainOnCPU runs profile-run on the CPU backend with args after
+// -out (a temporary directory), -metrics-addr off, -backend cpu,
+// -progress off and -no-step-lines, and returns what it printed and its
+// run directory.
+func trainOnCPU(t *testing.T, args ...string) (stdout, runDir string) {
+	t.Helper()
 	out := t.TempDir()
-	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "3"}, layout...)...)
+	code, stdout, stderr := runCmd(t, append(cpuRunFlags(out), args...)...)
 	if code != exitOK {
-		t.Fatalf("%v: exit %d\n%s\n%s", layout, code, stdout, stderr)
+		t.Fatalf("%v: exit %d\n%s\n%s", args, code, stdout, stderr)
 	}
 	dirs := runDirs(t, out)
 	if len(dirs) != 1 {
 		t.Fatalf("run directories %v", dirs)
 	}
-	file, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stdout, string(file)
+	return stdout, dirs[0]
+}
+
+// cpuRunFlags are trainOnCPU's flags before its own, out the -out
+// directory.
+func cpuRunFlags(out string) []string {
+	return []string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines"}
 }
 
 // rankRows parses the rows of the table headed by header in the section

@@ -18,25 +18,16 @@ import (
 // the records the summary line counts, the run directory's name as the
 // run id. With -report off no summary.json is written.
 func TestSummaryJSON(t *testing.T) {
-	out := t.TempDir()
-	args := []string{"-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "4"}
-	code, stdout, stderr := runCmd(t, args...)
-	if code != exitOK {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	dirs := runDirs(t, out)
-	if len(dirs) != 1 {
-		t.Fatalf("run directories %v", dirs)
-	}
-	text, err := os.ReadFile(filepath.Join(dirs[0], "report.txt"))
+	stdout, dir := trainOnCPU(t, "-steps", "4")
+	text, err := os.ReadFile(filepath.Join(dir, "report.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dirs[0], "summary.json"))
+	raw, err := os.ReadFile(filepath.Join(dir, "summary.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stdout, "summary: "+filepath.Join(dirs[0], "summary.json")) {
+	if !strings.Contains(stdout, "summary: "+filepath.Join(dir, "summary.json")) {
 		t.Errorf("stdout does not name summary.json:\n%s", stdout)
 	}
 	var doc struct {
@@ -65,11 +56,12 @@ func TestSummaryJSON(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("%v\n%s", err, raw)
 	}
-	if doc.Schema != "trainscope.summary/v1" || doc.RunID != filepath.Base(dirs[0]) {
-		t.Errorf("schema %q, run id %q; want trainscope.summary/v1, %q", doc.Schema, doc.RunID, filepath.Base(dirs[0]))
+	if doc.Schema != "trainscope.summary/v1" || doc.RunID != filepath.Base(dir) {
+		t.Errorf("schema %q, run id %q; want trainscope.summary/v1, %q", doc.Schema, doc.RunID, filepath.Base(dir))
 	}
 	// The job: its command line as given, and the trainer's first line.
 	first := regexp.MustCompile(`training on (.+): pp=(\d+) vpp=(\d+) `).FindStringSubmatch(stdout)
+	args := append(cpuRunFlags(filepath.Dir(dir)), "-steps", "4")
 	if !slices.Equal(doc.Command, args) || first == nil || doc.Trainer.Placement != first[1] ||
 		strconv.Itoa(doc.Trainer.PP) != first[2] || strconv.Itoa(doc.Trainer.VPP) != first[3] || doc.Trainer.Steps != 4 {
 		t.Errorf("command %q, trainer %+v; want %q and the first line's %q", doc.Command, doc.Trainer, args, first)
@@ -119,14 +111,8 @@ func TestSummaryJSON(t *testing.T) {
 		t.Errorf("forward: in summary.json %v, %d in report.txt", found, forward)
 	}
 
-	out = t.TempDir()
-	code, stdout, stderr = runCmd(t, "-out", out, "-metrics-addr", "off", "-backend", "cpu", "-progress", "off", "-no-step-lines", "-steps", "2", "-report", "off")
-	if code != exitOK {
-		t.Fatalf("-report off: exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	for _, d := range runDirs(t, out) {
-		if fileExists(filepath.Join(d, "summary.json")) || strings.Contains(stdout, "summary.json") {
-			t.Errorf("-report off wrote or named summary.json in %s", d)
-		}
+	stdout, dir = trainOnCPU(t, "-steps", "2", "-report", "off")
+	if fileExists(filepath.Join(dir, "summary.json")) || strings.Contains(stdout, "summary.json") {
+		t.Errorf("-report off wrote or named summary.json in %s", dir)
 	}
 }
