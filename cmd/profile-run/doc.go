@@ -11,6 +11,8 @@
 //	profile-run import [flags] FILE…    import profiles (docs/import.md)
 //	profile-run report RUN_DIR [--html] a run's text report, or its HTML
 //	                                    pipeline chart (docs/report-html.md)
+//	profile-run compare BASE NEW        two runs' figures side by side; a CI gate
+//	                                    on the step time (docs/compare.md)
 //
 // Run `profile-run -h` for the flags.
 package main

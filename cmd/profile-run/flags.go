@@ -163,6 +163,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
   profile-run report RUN_DIR --html   write RUN_DIR/report.html: the pipeline chart of
                                       the steps the run's trace kept, bubbles,
                                       stragglers, top ranges (profile-run report -h)
+  profile-run compare BASE NEW        compare two runs' summaries: step time, bubble,
+                                      waiting, the ranges that moved; -fail-above 5%
+                                      gates a CI job on the step time (profile-run compare -h)
 
 Flags:
 `)
@@ -200,8 +203,13 @@ Flags:
 	switch {
 	case wrapping && len(o.command) == 0:
 		return nil, usagef("nothing after --: name the command to profile (profile-run [flags] -- CMD ARGS…)")
-	case !wrapping && len(o.command) > 0 && (o.command[0] == "import" || o.command[0] == "report"):
-		return nil, usagef("%s is a subcommand and comes first, before any flag: profile-run %s %s", o.command[0], o.command[0], commandLine(append(args[:rest:rest], o.command[1:]...)))
+	case !wrapping && len(o.command) > 0 && o.command[0] == "import":
+		// import takes the flags of a run's outputs.
+		return nil, usagef("import is a subcommand and comes first, before any flag: profile-run import %s", commandLine(append(args[:rest:rest], o.command[1:]...)))
+	case !wrapping && len(o.command) > 0 && (o.command[0] == "report" || o.command[0] == "compare"):
+		// Flags of their own, none of a run's.
+		return nil, usagef("%s is a subcommand and comes first, before any flag, and takes flags of its own (profile-run %s -h): profile-run %s %s",
+			o.command[0], o.command[0], o.command[0], commandLine(o.command[1:]))
 	case wrapping && o.command[0] == "":
 		return nil, usagef("an empty command after --: name the command to profile (profile-run [flags] -- CMD ARGS…)")
 	case !wrapping && len(o.command) > 0:

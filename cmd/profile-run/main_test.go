@@ -80,7 +80,8 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"metrics address as a URL", []string{"-metrics-addr", "http://127.0.0.1:9464/metrics"}, []string{"-metrics-addr", "HOST:PORT"}},
 		{"empty metrics address", []string{"-metrics-addr", ""}, []string{`-metrics-addr ""`, "or off"}},
 		{"flag before import", []string{"-quiet", "import", "a.json"}, []string{"import is a subcommand and comes first", "profile-run import -out ", " -quiet a.json"}},
-		{"flag before report", []string{"-quiet", "report", "dir"}, []string{"report is a subcommand and comes first"}},
+		{"flag before report", []string{"-quiet", "report", "dir"}, []string{"report is a subcommand and comes first", "flags of its own (profile-run report -h): profile-run report dir"}},
+		{"flag before compare", []string{"-quiet", "compare", "a", "b"}, []string{"compare is a subcommand and comes first", "flags of its own (profile-run compare -h): profile-run compare a b"}},
 		{"empty command", []string{"--", ""}, []string{"an empty command after --"}},
 	}
 	for _, c := range cases {
@@ -151,7 +152,8 @@ func TestHelpExitsZero(t *testing.T) {
 
 // "profile-run help", as many commands take it, prints the usage -h
 // prints and exits 0 (it is no command to wrap: that comes after --);
-// "help import" and "help report" print the subcommand's.
+// "help import", "help report" and "help compare" print the
+// subcommand's.
 func TestHelpSubcommand(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -160,6 +162,7 @@ func TestHelpSubcommand(t *testing.T) {
 		{[]string{"help"}, []string{"Usage:", "profile-run [flags] -- CMD ARGS", "-pp int", "-vpp int"}},
 		{[]string{"help", "import"}, []string{"Usage: profile-run import [flags] FILE|DIR", "-trace-steps string"}},
 		{[]string{"help", "report"}, []string{"Usage: profile-run report [flags] RUN_DIR [--html]", "-html"}},
+		{[]string{"help", "compare"}, []string{"Usage: profile-run compare [flags] BASE NEW", "-fail-above PERCENT"}},
 	} {
 		code, stdout, stderr := runCmd(t, tc.args...)
 		if code != exitOK {
@@ -175,7 +178,7 @@ func TestHelpSubcommand(t *testing.T) {
 		}
 	}
 	code, _, stderr := runCmd(t, "help", "wrap")
-	if code != exitUsage || stderr != "profile-run: help \"wrap\": no such subcommand (profile-run help, profile-run help import, profile-run help report) (see profile-run -h)\n" {
+	if code != exitUsage || stderr != "profile-run: help \"wrap\": no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare) (see profile-run -h)\n" {
 		t.Errorf("help wrap: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -51,16 +51,19 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "report" {
 		return runReport(in, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "compare" {
+		return runCompare(in, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "help" {
 		// A command to wrap comes after --, so "help" first is a request
 		// for the usage, as -h is.
 		switch {
 		case len(args) == 1:
 			args = []string{"-h"}
-		case len(args) == 2 && (args[1] == "import" || args[1] == "report"):
+		case len(args) == 2 && (args[1] == "import" || args[1] == "report" || args[1] == "compare"):
 			return runWith(in, []string{args[1], "-h"}, stdout, stderr)
 		default:
-			fmt.Fprintf(stderr, "profile-run: help %q: no such subcommand (profile-run help, profile-run help import, profile-run help report) (see profile-run -h)\n", strings.Join(args[1:], " "))
+			fmt.Fprintf(stderr, "profile-run: help %q: no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare) (see profile-run -h)\n", strings.Join(args[1:], " "))
 			return exitUsage
 		}
 	}

@@ -2,8 +2,12 @@ package jsonsummary
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/trainscope/trainscope/profiler"
@@ -246,4 +250,63 @@ func stage(s int) *int {
 		return nil
 	}
 	return ptr(s)
+}
+
+// Read reads a document Write wrote. A document of another schema is
+// refused, naming it: one of a later trainscope.summary version says it
+// was written by a newer profile-run. Fields this version does not know
+// are ignored (a schema may add fields).
+func Read(r io.Reader) (Document, error) {
+	var d Document
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&d); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return Document{}, fmt.Errorf("not JSON at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			field := "the document"
+			if te.Field != "" {
+				field = "field " + te.Field
+			}
+			return Document{}, fmt.Errorf("%s at byte %d: a JSON %s where %s belongs", field, te.Offset, te.Value, jsonKind(te.Type))
+		case errors.Is(err, io.EOF):
+			return Document{}, errors.New("empty: no JSON document")
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return Document{}, errors.New("truncated: the JSON document ends early")
+		}
+		return Document{}, err
+	}
+	switch {
+	case d.Schema == Schema:
+	case d.Schema == "":
+		return Document{}, fmt.Errorf("no \"schema\" field: not a summary.json trainscope wrote (want %q)", Schema)
+	case strings.HasPrefix(d.Schema, "trainscope.summary/"):
+		return Document{}, fmt.Errorf("schema %q: written by another profile-run version; this one reads %q", d.Schema, Schema)
+	default:
+		return Document{}, fmt.Errorf("schema %q: not a summary.json trainscope wrote (want %q)", d.Schema, Schema)
+	}
+	return d, nil
+}
+
+// jsonKind names what JSON a Go type is read from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	}
+	return "an object"
 }

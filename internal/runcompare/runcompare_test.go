@@ -1,0 +1,289 @@
+package runcompare_test
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/trainscope/trainscope/exporters/jsonsummary"
+	"github.com/trainscope/trainscope/internal/runcompare"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// job is a built-in trainer's document: two stages, one rank each, with
+// the step times, busy shares, bubbles and waiting given.
+func job(p50 [2]float64, busy [2]*float64, bubble [2]float64, waited [2]float64) jsonsummary.Document {
+	t := &jsonsummary.Trainer{Placement: "2 ranks on 2 cpu devices", Stages: 2, Chunks: 2, Replicas: 1, Microbatches: 8,
+		MicrobatchSize: 16, Layers: 16, Width: 128, Precision: "float32", Schedule: "1f1b", Steps: 20}
+	d := jsonsummary.Document{Schema: jsonsummary.Schema, Command: []string{"-steps", "20"}, Trainer: t,
+		Pipeline: &jsonsummary.Pipeline{Steps: 20, CompleteSteps: 20, Stages: 2, Chunks: 2, Microbatches: 8, IdealBubble: ptr(1.0 / 17)}}
+	for r := range 2 {
+		d.Steps = append(d.Steps, jsonsummary.RankStep{Rank: r, Stage: ptr(r), Steps: 20, Mean: p50[r] * 1.1, P50: p50[r], P90: p50[r] * 1.5, Busy: busy[r]})
+		// Stage 1 has three times stage 0's rank-steps: the mean over
+		// stages weighs it so.
+		d.Pipeline.Bubbles = append(d.Pipeline.Bubbles, jsonsummary.StageBubble{Stage: ptr(r), RankSteps: 20 * (2*r + 1), Fraction: ptr(bubble[r])})
+		d.Pipeline.Ranks = append(d.Pipeline.Ranks, jsonsummary.RankWait{Rank: r, Stage: ptr(r), Steps: 20, Comm: 0.002 * float64(r+1), Waited: waited[r]})
+	}
+	return d
+}
+
+func figure(t *testing.T, c runcompare.Comparison, name string) runcompare.Figure {
+	t.Helper()
+	for _, f := range c.Figures {
+		if f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("no figure %q among %v", name, c.Figures)
+	return runcompare.Figure{}
+}
+
+// TestFigures: each run-wide figure is worked by hand from the two
+// documents: the slowest rank's step times, the mean busy share over
+// ranks that measured one, the bubble over stages weighed by rank-steps,
+// the communication's mean and the waiting's sum over ranks, the
+// straggler, and each change in its unit.
+func TestFigures(t *testing.T) {
+	base := job([2]float64{0.010, 0.012}, [2]*float64{ptr(0.5), ptr(0.7)}, [2]float64{0.4, 0.2}, [2]float64{0.001, 0.003})
+	new := job([2]float64{0.015, 0.011}, [2]*float64{ptr(0.6), nil}, [2]float64{0.2, 0.2}, [2]float64{0, 0.002})
+	new.Pipeline.Straggler = ptr(1)
+	new.Records.Dropped = 7
+	c := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "b", Doc: new})
+	for _, w := range []struct {
+		name      string
+		base, new float64
+		change    string
+	}{
+		// max(10, 12) ms → max(15, 11) ms: +25 %.
+		{"step time p50, slowest rank", 0.012, 0.015, "+25.0 %"},
+		{"step time mean, slowest rank", 0.0132, 0.0165, "+25.0 %"},
+		{"step time p90, slowest rank", 0.018, 0.0225, "+25.0 %"},
+		// (0.5 + 0.7) / 2 → 0.6 alone (rank 1 measured none): −0.0 pts.
+		{"busy, mean over ranks", 0.6, 0.6, "±0.0 pts"},
+		// (0.4·20 + 0.2·60) / 80 = 0.25 → 0.2: −5 pts.
+		{"bubble, mean over stages", 0.25, 0.2, "−5.0 pts"},
+		{"ideal bubble", 1.0 / 17, 1.0 / 17, "±0.0 pts"},
+		// (2 + 4) / 2 ms both.
+		{"communication per step, mean over ranks", 0.003, 0.003, "="},
+		// 1 + 3 ms → 0 + 2 ms: −50 %.
+		{"waiting at collectives per step, all ranks", 0.004, 0.002, "−50.0 %"},
+		{"straggler", -1, 1, "none → rank 1"},
+		{"records dropped", 0, 7, "from 0"},
+	} {
+		f := figure(t, c, w.name)
+		if !f.Base.Known || !f.New.Known || !near(f.Base.V, w.base) || !near(f.New.V, w.new) || f.Change() != w.change {
+			t.Errorf("%s: %+v, %+v, change %q; want %v, %v, %q", w.name, f.Base, f.New, f.Change(), w.base, w.new, w.change)
+		}
+	}
+	if f := figure(t, c, "collective arrival skew p90"); f.Base.Known || f.New.Known || f.Change() != "" {
+		t.Errorf("skew with no collective matched: %+v; want unknown on both sides", f)
+	}
+	if len(c.JobDiffs) != 0 {
+		t.Errorf("the same job: differences %q", c.JobDiffs)
+	}
+	if len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "new dropped 7 records") {
+		t.Errorf("notes %q; want one, on new's 7 drops", c.Notes)
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-12 && b-a < 1e-12 }
+
+// TestGate: the slowest rank's p50 is gated; 25 % growth fails a 20 %
+// bound and passes a 25 % one (the bound is inclusive); a faster run
+// passes any bound; a run without step times cannot be gated.
+func TestGate(t *testing.T) {
+	base := job([2]float64{0.010, 0.008}, [2]*float64{}, [2]float64{}, [2]float64{})
+	slower := job([2]float64{0.0125, 0.002}, [2]*float64{}, [2]float64{}, [2]float64{})
+	faster := job([2]float64{0.009, 0.009}, [2]*float64{}, [2]float64{}, [2]float64{})
+	for _, w := range []struct {
+		new    jsonsummary.Document
+		bound  float64
+		growth float64
+		ok     bool
+	}{
+		{slower, 0.20, 0.25, false},
+		{slower, 0.25, 0.25, true},
+		{faster, 0, -0.10, true},
+	} {
+		c := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "b", Doc: w.new})
+		g, ok, err := c.Gate(w.bound)
+		if err != nil || !near(g, w.growth) || ok != w.ok {
+			t.Errorf("bound %v: growth %v, ok %v, %v; want %v, %v", w.bound, g, ok, err, w.growth, w.ok)
+		}
+	}
+	stepless := jsonsummary.Document{Schema: jsonsummary.Schema, Command: []string{"--", "torchrun", "train.py"},
+		Pipeline: &jsonsummary.Pipeline{Stepless: true}}
+	c := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "wrapped", Doc: stepless})
+	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) || !strings.Contains(err.Error(), "new wrapped") {
+		t.Errorf("gate on a run without steps: %v; want ErrNotGated naming new's run", err)
+	}
+}
+
+// TestJobDiffs: the trainer's fields that differ are named with both
+// values; a trainer against a wrapped command, and two wrapped commands,
+// are told apart by what they ran.
+func TestJobDiffs(t *testing.T) {
+	a := job([2]float64{0.01, 0.01}, [2]*float64{}, [2]float64{}, [2]float64{})
+	b := job([2]float64{0.01, 0.01}, [2]*float64{}, [2]float64{}, [2]float64{})
+	b.Trainer.Width, b.Trainer.Precision, b.Trainer.Placement = 1024, "bf16", "2 ranks sharing 1 cuda device (in-process collectives)"
+	b.Trainer.Steps = 100 // not a difference of job: a note
+	c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	want := []string{"placement 2 ranks on 2 cpu devices → 2 ranks sharing 1 cuda device (in-process collectives)", "width 128 → 1024", "precision float32 → bf16"}
+	if strings.Join(c.JobDiffs, "|") != strings.Join(want, "|") {
+		t.Errorf("differences %q; want %q", c.JobDiffs, want)
+	}
+	if !strings.Contains(strings.Join(c.Notes, "|"), "base was asked for 20 steps, new for 100") {
+		t.Errorf("notes %q; want the steps asked for", c.Notes)
+	}
+
+	w1 := jsonsummary.Document{Command: []string{"-quiet", "--", "torchrun", "a.py"}}
+	w2 := jsonsummary.Document{Command: []string{"--", "torchrun", "b.py"}}
+	c = runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: w1})
+	if len(c.JobDiffs) != 1 || !strings.Contains(c.JobDiffs[0], "new is wrapped: torchrun a.py") || !strings.Contains(c.JobDiffs[0], "base is pp 2 × vpp 2") {
+		t.Errorf("trainer against a wrapped command: %q", c.JobDiffs)
+	}
+	c = runcompare.Compare(runcompare.Run{Doc: w1}, runcompare.Run{Doc: w2})
+	if len(c.JobDiffs) != 1 || c.JobDiffs[0] != "base is wrapped: torchrun a.py; new is wrapped: torchrun b.py" {
+		t.Errorf("two wrapped commands: %q", c.JobDiffs)
+	}
+	w2.Command = []string{"--", "torchrun", "a.py"}
+	if c = runcompare.Compare(runcompare.Run{Doc: w1}, runcompare.Run{Doc: w2}); len(c.JobDiffs) != 0 {
+		t.Errorf("one wrapped command, profile-run's flags aside: %q", c.JobDiffs)
+	}
+}
+
+// TestNotes: an interrupted run, one of few steps, a pipeline analysis
+// with problems and a job without steps are each said; the stepless
+// run's totals are not set beside the other's figures per step.
+func TestNotes(t *testing.T) {
+	a := job([2]float64{0.01, 0.01}, [2]*float64{}, [2]float64{}, [2]float64{0.001, 0})
+	a.Partial = "partial run: interrupted by SIGINT at step 3"
+	for i := range a.Steps {
+		a.Steps[i].Steps = 3
+	}
+	a.Pipeline.Problems = []string{"step 2: rank 1 cut short", "step 3: missing rank 0"}
+	b := jsonsummary.Document{Command: []string{"--", "python", "x.py"}, Pipeline: &jsonsummary.Pipeline{Stepless: true,
+		Ranks: []jsonsummary.RankWait{{Rank: 0, Comm: 5, Waited: 2}}}}
+	c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	notes := strings.Join(c.Notes, "\n")
+	for _, w := range []string{
+		"base is partial run: interrupted by SIGINT at step 3",
+		"base counted 3 steps",
+		"base's pipeline analysis names 2 problems (its report lists them): step 2: rank 1 cut short",
+		"one run marked no steps",
+	} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("notes lack %q:\n%s", w, notes)
+		}
+	}
+	for _, name := range []string{"communication per step, mean over ranks", "waiting at collectives per step, all ranks"} {
+		if f := figure(t, c, name); f.Base.Known || f.New.Known {
+			t.Errorf("%s compared between a run per step and one of totals: %+v", name, f)
+		}
+	}
+	if f := figure(t, c, "step time p50, slowest rank"); !f.Base.Known || f.New.Known {
+		t.Errorf("step time: %+v; want base's only", f)
+	}
+}
+
+// TestRanges: ranges are paired by tag and name, summed over ranks, and
+// divided by each run's steps; device time where either run timed one on
+// the device, else host time; ranges new or gone are kept, those one run
+// did not time on the device go last, and at most ten are kept, the
+// largest change first.
+func TestRanges(t *testing.T) {
+	doc := func(steps int, rs ...jsonsummary.Range) jsonsummary.Document {
+		return jsonsummary.Document{Steps: []jsonsummary.RankStep{{Rank: 0, Steps: steps}, {Rank: 1, Steps: steps - 1}}, Ranges: rs}
+	}
+	a := doc(10,
+		jsonsummary.Range{Tag: "all steps", Name: "forward", Count: 40, Host: 0.01, Device: 0.5}, // 50 ms a step
+		jsonsummary.Range{Tag: "all steps", Name: "step", Count: 20, Host: 1.0},                  // host: 100 ms
+		jsonsummary.Range{Tag: "all steps", Name: "old", Count: 1, Host: 0.02},                   // gone: 2 ms
+		jsonsummary.Range{Tag: "all steps", Name: "linear", Count: 5, Host: 0.001},               // not device-timed here
+	)
+	b := doc(20,
+		jsonsummary.Range{Tag: "all steps", Name: "forward", Count: 80, Host: 0.02, Device: 0.8}, // 40 ms: −10 ms
+		jsonsummary.Range{Tag: "all steps", Name: "step", Count: 40, Host: 2.4},                  // 120 ms: +20 ms
+		jsonsummary.Range{Tag: "all steps", Name: "linear", Count: 9, Host: 0.001, Device: 4},    // 200 ms, but untimed in a
+		jsonsummary.Range{Tag: "step 3", Name: "forward", Count: 4, Device: 0.06},                // new: 3 ms
+	)
+	c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	if !c.PerStep {
+		t.Fatal("PerStep false with steps on both sides")
+	}
+	type row struct {
+		tag, name string
+		dev       bool
+		base, new float64 // ms; -1: unknown
+	}
+	ms := func(x runcompare.Value) float64 {
+		if !x.Known {
+			return -1
+		}
+		return math.Round(x.V*1e6) / 1e3 // to the µs: the sums are not exact in binary
+	}
+	want := []row{
+		{"all steps", "step", false, 100, 120},
+		{"all steps", "forward", true, 50, 40},
+		{"step 3", "forward", true, -1, 3},
+		{"all steps", "old", false, 2, -1},
+		{"all steps", "linear", true, -1, 200},
+	}
+	if len(c.Ranges) != len(want) {
+		t.Fatalf("ranges %+v; want %+v", c.Ranges, want)
+	}
+	for i, r := range c.Ranges {
+		if got := (row{r.Tag, r.Name, r.Device, ms(r.Base), ms(r.New)}); got != want[i] {
+			t.Errorf("range %d: %+v; want %+v", i, got, want[i])
+		}
+	}
+	if u := c.Ranges[4].Untimed; !u[0] || u[1] {
+		t.Errorf("linear: Untimed %v; want base only", u)
+	}
+
+	var many []jsonsummary.Range
+	for i := range 15 {
+		many = append(many, jsonsummary.Range{Tag: "t", Name: string(rune('a' + i)), Count: 1, Host: float64(i)})
+	}
+	c = runcompare.Compare(runcompare.Run{Doc: doc(1)}, runcompare.Run{Doc: doc(1, many...)})
+	if len(c.Ranges) != 10 || c.Ranges[0].Name != "o" || c.Ranges[9].Name != "f" {
+		t.Errorf("15 new ranges: kept %d, first %q, last %q; want 10, o … f", len(c.Ranges), c.Ranges[0].Name, c.Ranges[9].Name)
+	}
+}
+
+// TestWrite: the text names both runs and their jobs, says how they
+// differ, and sets each figure beside the other in its unit.
+func TestWrite(t *testing.T) {
+	base := job([2]float64{0.010, 0.012}, [2]*float64{ptr(0.5), ptr(0.7)}, [2]float64{0.4, 0.2}, [2]float64{0.001, 0.003})
+	new := job([2]float64{0.015, 0.011}, [2]*float64{ptr(0.6), nil}, [2]float64{0.2, 0.2}, [2]float64{0, 0.002})
+	new.Trainer.Layers = 32
+	c := runcompare.Compare(runcompare.Run{Name: "out/a", Doc: base}, runcompare.Run{Name: "out/b", Doc: new})
+	var b bytes.Buffer
+	if err := c.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, w := range []string{
+		"base  out/a  (pp 2 × vpp 2 × dp 1, 8 microbatches of 16 rows, 16 layers of width 128, float32, 1f1b; 2 ranks on 2 cpu devices)\n",
+		"new   out/b  (pp 2 × vpp 2 × dp 1, 8 microbatches of 16 rows, 32 layers of width 128",
+		"the jobs differ: layers 16 → 32",
+		"step time p50, slowest rank                 12.0 ms  15.0 ms   +25.0 %\n",
+		"bubble, mean over stages                     25.0 %   20.0 %  −5.0 pts\n",
+		"waiting at collectives per step, all ranks  4.00 ms  2.00 ms   −50.0 %\n",
+		"straggler                                      none     none         =\n",
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the text lacks %q:\n%s", w, text)
+		}
+	}
+	if err := c.Write(failing{}); err == nil {
+		t.Error("Write to a failing writer: no error")
+	}
+}
+
+type failing struct{}
+
+func (failing) Write([]byte) (int, error) { return 0, errors.New("disk full") }
