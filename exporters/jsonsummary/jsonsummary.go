@@ -253,8 +253,8 @@ func stage(s int) *int {
 }
 
 // Read reads a document Write wrote. A document of another schema is
-// refused, naming it: one of a later trainscope.summary version says it
-// was written by a newer profile-run. Fields this version does not know
+// refused, naming it: one of another trainscope.summary version says it
+// was written by another profile-run version. Fields this version does not know
 // are ignored (a schema may add fields).
 func Read(r io.Reader) (Document, error) {
 	var d Document
