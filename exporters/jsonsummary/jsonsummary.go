@@ -85,13 +85,13 @@ type RankStep struct {
 	Stage *int `json:"stage"` // null: its step ranges carried no stage, or several
 	Steps int  `json:"steps"`
 	// Mean, Min, Max and the quantiles (nearest rank, within 1%) of its
-	// steps' host wall time, in seconds.
-	Mean float64 `json:"mean_s"`
-	Min  float64 `json:"min_s"`
-	P50  float64 `json:"p50_s"`
-	P90  float64 `json:"p90_s"`
-	P99  float64 `json:"p99_s"`
-	Max  float64 `json:"max_s"`
+	// steps' host wall time, in seconds; null where it ended no step.
+	Mean *float64 `json:"mean_s"`
+	Min  *float64 `json:"min_s"`
+	P50  *float64 `json:"p50_s"`
+	P90  *float64 `json:"p90_s"`
+	P99  *float64 `json:"p99_s"`
+	Max  *float64 `json:"max_s"`
 	// Busy is the share of its steps' wall time a stream computed (the
 	// report's Busy %); null without device-timed compute.
 	Busy     *float64 `json:"busy_fraction"`
@@ -137,9 +137,11 @@ type RankWait struct {
 	Steps int  `json:"steps"`
 	// Calls counts the complete collectives it took part in.
 	Calls int `json:"collectives"`
-	// Comm is its communication time per step; Overlap the share of it
-	// that computation overlapped (null without device-timed compute).
-	Comm    float64  `json:"comm_s"`
+	// Comm is its communication time per step (null for a job without
+	// steps: its collectives were matched as they came, and their time
+	// is not summed); Overlap the share of it that computation
+	// overlapped (null without device-timed compute, or without Comm).
+	Comm    *float64 `json:"comm_s"`
 	Overlap *float64 `json:"overlap_fraction"`
 	// Waited and Caused are, per step, its waiting at collectives for
 	// the last rank and the others' waiting for it; Score its share of
@@ -154,11 +156,11 @@ type Collectives struct {
 	Matched   int `json:"matched"`
 	Transfers int `json:"p2p_matched"`
 	// Skew quantiles of the members' arrival times (within 1%) and the
-	// largest, in seconds.
-	SkewP50 float64 `json:"skew_p50_s"`
-	SkewP90 float64 `json:"skew_p90_s"`
-	SkewP99 float64 `json:"skew_p99_s"`
-	SkewMax float64 `json:"skew_max_s"`
+	// largest, in seconds; null where no collective was matched.
+	SkewP50 *float64 `json:"skew_p50_s"`
+	SkewP90 *float64 `json:"skew_p90_s"`
+	SkewP99 *float64 `json:"skew_p99_s"`
+	SkewMax *float64 `json:"skew_max_s"`
 }
 
 // Range is one range name's totals over every rank, in one tag.
@@ -179,8 +181,10 @@ func Make(in Input) Document {
 	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Errors: in.Stats.Errors}
 	for _, st := range in.Steps {
 		n := time.Duration(max(st.Steps, 1))
-		rs := RankStep{Rank: st.Rank, Stage: stage(st.Stage), Steps: st.Steps, Mean: sec(st.Wall / n),
-			Min: sec(st.Min), P50: sec(st.P50), P90: sec(st.P90), P99: sec(st.P99), Max: sec(st.Max), CutShort: st.CutShort}
+		rs := RankStep{Rank: st.Rank, Stage: stage(st.Stage), Steps: st.Steps, CutShort: st.CutShort}
+		if st.Steps > 0 {
+			rs.Mean, rs.Min, rs.P50, rs.P90, rs.P99, rs.Max = ptr(sec(st.Wall/n)), ptr(sec(st.Min)), ptr(sec(st.P50)), ptr(sec(st.P90)), ptr(sec(st.P99)), ptr(sec(st.Max))
+		}
 		if st.Computed && st.Wall > 0 {
 			rs.Busy = ptr(float64(st.Busy) / float64(st.Wall))
 		}
@@ -216,16 +220,21 @@ func pipeline(s analysis.Summary) *Pipeline {
 	}
 	for _, r := range s.Ranks {
 		n := time.Duration(max(r.Steps, 1))
-		rw := RankWait{Rank: r.Rank, Stage: stage(r.Stage), Steps: r.Steps, Calls: r.Calls, Comm: sec(r.Comm / n),
+		rw := RankWait{Rank: r.Rank, Stage: stage(r.Stage), Steps: r.Steps, Calls: r.Calls,
 			Waited: sec(r.Waited / n), Caused: sec(r.Caused / n), Score: r.Score}
-		if r.Computed && r.Comm > 0 {
-			rw.Overlap = ptr(float64(r.Overlap) / float64(r.Comm))
+		if !s.Stepless {
+			rw.Comm = ptr(sec(r.Comm / n))
+			if r.Computed && r.Comm > 0 {
+				rw.Overlap = ptr(float64(r.Overlap) / float64(r.Comm))
+			}
 		}
 		p.Ranks = append(p.Ranks, rw)
 	}
 	c := s.Collectives
-	p.Collectives = Collectives{Matched: c.Matched, Transfers: c.Transfers,
-		SkewP50: sec(c.P50Skew), SkewP90: sec(c.P90Skew), SkewP99: sec(c.P99Skew), SkewMax: sec(c.MaxSkew)}
+	p.Collectives = Collectives{Matched: c.Matched, Transfers: c.Transfers}
+	if c.Matched > 0 {
+		p.Collectives.SkewP50, p.Collectives.SkewP90, p.Collectives.SkewP99, p.Collectives.SkewMax = ptr(sec(c.P50Skew)), ptr(sec(c.P90Skew)), ptr(sec(c.P99Skew)), ptr(sec(c.MaxSkew))
+	}
 	if s.Straggler != profiler.None {
 		p.Straggler = ptr(s.Straggler)
 	}

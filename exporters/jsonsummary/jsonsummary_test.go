@@ -132,6 +132,40 @@ func TestDocument(t *testing.T) {
 	}
 }
 
+// TestUnmeasuredIsNull: a rank that ended no step (a run interrupted in
+// its first) has no step times, a run whose collectives none matched
+// has no skew, and a job without steps (a CallSink's summary) has its
+// waiting but no communication time per rank, nor an overlap of it:
+// each null, not 0.
+func TestUnmeasuredIsNull(t *testing.T) {
+	ms := time.Millisecond
+	in := jsonsummary.Input{
+		Steps: []profiler.StepStats{{RankSteps: profiler.RankSteps{Rank: 0, Stage: profiler.None, CutShort: 1}}},
+		Pipeline: &analysis.Summary{Stepless: true, Straggler: profiler.None, Pipeline: analysis.Pipeline{Ideal: math.NaN()},
+			Ranks: []analysis.RankTotals{{Rank: 0, Stage: profiler.None, Calls: 3, Comm: 5 * ms, Overlap: 1 * ms, Waited: 2 * ms, Computed: true}}},
+	}
+	var b bytes.Buffer
+	if err := jsonsummary.Write(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"steps.0.mean_s", "steps.0.min_s", "steps.0.p50_s", "steps.0.p90_s", "steps.0.p99_s", "steps.0.max_s",
+		"pipeline.collectives.skew_p50_s", "pipeline.collectives.skew_p90_s", "pipeline.collectives.skew_p99_s", "pipeline.collectives.skew_max_s",
+		"pipeline.ranks.0.comm_s", "pipeline.ranks.0.overlap_fraction"} {
+		if v, ok := lookup(doc, path); !ok || v != nil {
+			t.Errorf("%s = %v (present %v); want null\n%s", path, v, ok, b.String())
+		}
+	}
+	for path, want := range map[string]float64{"steps.0.cut_short_steps": 1, "pipeline.ranks.0.waited_s": 0.002, "pipeline.ranks.0.collectives": 3} {
+		if v, ok := lookup(doc, path); !ok || v != want {
+			t.Errorf("%s = %v; want %v", path, v, want)
+		}
+	}
+}
+
 // TestEmpty: a run with nothing summed still makes a document whose
 // lists are empty arrays, not null, and no pipeline.
 func TestEmpty(t *testing.T) {

@@ -16,8 +16,8 @@ func Example() {
 			Schema:  jsonsummary.Schema,
 			Command: []string{"--", "torchrun", "train.py"},
 			Steps: []jsonsummary.RankStep{
-				{Rank: 0, Steps: 50, Mean: p50, P50: p50, P90: p50 * 1.25, Busy: &busy},
-				{Rank: 1, Steps: 50, Mean: p50 * 0.9, P50: p50 * 0.9, P90: p50, Busy: &busy},
+				{Rank: 0, Steps: 50, Mean: ptr(p50), P50: ptr(p50), P90: ptr(p50 * 1.25), Busy: &busy},
+				{Rank: 1, Steps: 50, Mean: ptr(p50 * 0.9), P50: ptr(p50 * 0.9), P90: ptr(p50), Busy: &busy},
 			},
 		}
 	}

@@ -259,20 +259,20 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 	add := func(name string, k Kind, of func(jsonsummary.Document) Value) {
 		fs = append(fs, Figure{Name: name, Kind: k, Base: of(a), New: of(b)})
 	}
-	slowest := func(of func(jsonsummary.RankStep) float64) func(jsonsummary.Document) Value {
+	slowest := func(of func(jsonsummary.RankStep) *float64) func(jsonsummary.Document) Value {
 		return func(d jsonsummary.Document) Value {
 			v := Value{}
 			for _, s := range d.Steps {
-				if s.Steps > 0 && (!v.Known || of(s) > v.V) {
-					v = known(of(s))
+				if x := of(s); s.Steps > 0 && x != nil && (!v.Known || *x > v.V) {
+					v = known(*x)
 				}
 			}
 			return v
 		}
 	}
-	add(gated, Seconds, slowest(func(s jsonsummary.RankStep) float64 { return s.P50 }))
-	add("step time mean, slowest rank", Seconds, slowest(func(s jsonsummary.RankStep) float64 { return s.Mean }))
-	add("step time p90, slowest rank", Seconds, slowest(func(s jsonsummary.RankStep) float64 { return s.P90 }))
+	add(gated, Seconds, slowest(func(s jsonsummary.RankStep) *float64 { return s.P50 }))
+	add("step time mean, slowest rank", Seconds, slowest(func(s jsonsummary.RankStep) *float64 { return s.Mean }))
+	add("step time p90, slowest rank", Seconds, slowest(func(s jsonsummary.RankStep) *float64 { return s.P90 }))
 	add("busy, mean over ranks", Fraction, func(d jsonsummary.Document) Value {
 		sum, n := 0.0, 0
 		for _, s := range d.Steps {
@@ -314,18 +314,22 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 	perStep := !stepless(a) && !stepless(b)
 	if stepless(a) && stepless(b) {
 		perStep = true // both totals: comparable as such
-		*notes = append(*notes, "neither run marked steps: communication and waiting are totals over each run")
+		*notes = append(*notes, "neither run marked steps: waiting is a total over each run, not per step")
 	} else if !perStep {
-		*notes = append(*notes, "one run marked no steps: its communication and waiting are totals over the run, not per step, and are not compared")
+		*notes = append(*notes, "one run marked no steps: its waiting is a total over the run, not per step, and is not compared")
 	}
-	ranks := func(of func(jsonsummary.RankWait) float64, mean bool) func(jsonsummary.Document) Value {
+	ranks := func(of func(jsonsummary.RankWait) *float64, mean bool) func(jsonsummary.Document) Value {
 		return func(d jsonsummary.Document) Value {
 			if d.Pipeline == nil || len(d.Pipeline.Ranks) == 0 || !perStep {
 				return Value{}
 			}
 			sum := 0.0
 			for _, r := range d.Pipeline.Ranks {
-				sum += of(r)
+				x := of(r)
+				if x == nil {
+					return Value{} // not measured (a job without steps sums no communication)
+				}
+				sum += *x
 			}
 			if mean {
 				sum /= float64(len(d.Pipeline.Ranks))
@@ -333,13 +337,13 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 			return known(sum)
 		}
 	}
-	add("communication per step, mean over ranks", Seconds, ranks(func(r jsonsummary.RankWait) float64 { return r.Comm }, true))
-	add("waiting at collectives per step, all ranks", Seconds, ranks(func(r jsonsummary.RankWait) float64 { return r.Waited }, false))
+	add("communication per step, mean over ranks", Seconds, ranks(func(r jsonsummary.RankWait) *float64 { return r.Comm }, true))
+	add("waiting at collectives per step, all ranks", Seconds, ranks(func(r jsonsummary.RankWait) *float64 { return &r.Waited }, false))
 	add("collective arrival skew p90", Seconds, func(d jsonsummary.Document) Value {
-		if d.Pipeline == nil || d.Pipeline.Collectives.Matched == 0 {
+		if d.Pipeline == nil || d.Pipeline.Collectives.SkewP90 == nil {
 			return Value{}
 		}
-		return known(d.Pipeline.Collectives.SkewP90)
+		return known(*d.Pipeline.Collectives.SkewP90)
 	})
 	add("straggler", Rank, func(d jsonsummary.Document) Value {
 		switch {

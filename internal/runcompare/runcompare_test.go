@@ -21,11 +21,11 @@ func job(p50 [2]float64, busy [2]*float64, bubble [2]float64, waited [2]float64)
 	d := jsonsummary.Document{Schema: jsonsummary.Schema, Command: []string{"-steps", "20"}, Trainer: t,
 		Pipeline: &jsonsummary.Pipeline{Steps: 20, CompleteSteps: 20, Stages: 2, Chunks: 2, Microbatches: 8, IdealBubble: ptr(1.0 / 17)}}
 	for r := range 2 {
-		d.Steps = append(d.Steps, jsonsummary.RankStep{Rank: r, Stage: ptr(r), Steps: 20, Mean: p50[r] * 1.1, P50: p50[r], P90: p50[r] * 1.5, Busy: busy[r]})
+		d.Steps = append(d.Steps, jsonsummary.RankStep{Rank: r, Stage: ptr(r), Steps: 20, Mean: ptr(p50[r] * 1.1), P50: ptr(p50[r]), P90: ptr(p50[r] * 1.5), Busy: busy[r]})
 		// Stage 1 has three times stage 0's rank-steps: the mean over
 		// stages weighs it so.
 		d.Pipeline.Bubbles = append(d.Pipeline.Bubbles, jsonsummary.StageBubble{Stage: ptr(r), RankSteps: 20 * (2*r + 1), Fraction: ptr(bubble[r])})
-		d.Pipeline.Ranks = append(d.Pipeline.Ranks, jsonsummary.RankWait{Rank: r, Stage: ptr(r), Steps: 20, Comm: 0.002 * float64(r+1), Waited: waited[r]})
+		d.Pipeline.Ranks = append(d.Pipeline.Ranks, jsonsummary.RankWait{Rank: r, Stage: ptr(r), Steps: 20, Comm: ptr(0.002 * float64(r+1)), Waited: waited[r]})
 	}
 	return d
 }
@@ -166,7 +166,7 @@ func TestNotes(t *testing.T) {
 	}
 	a.Pipeline.Problems = []string{"step 2: rank 1 cut short", "step 3: missing rank 0"}
 	b := jsonsummary.Document{Command: []string{"--", "python", "x.py"}, Pipeline: &jsonsummary.Pipeline{Stepless: true,
-		Ranks: []jsonsummary.RankWait{{Rank: 0, Comm: 5, Waited: 2}}}}
+		Ranks: []jsonsummary.RankWait{{Rank: 0, Waited: 2}}}}
 	c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
 	notes := strings.Join(c.Notes, "\n")
 	for _, w := range []string{
