@@ -130,7 +130,11 @@ func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "profile-run: import: %v\n", err)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if line != "" {
+				fmt.Fprintf(stderr, "profile-run: import: %s\n", line)
+			}
+		}
 		return exitFail
 	}
 	if in.signal() != nil {

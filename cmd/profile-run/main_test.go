@@ -1098,3 +1098,84 @@ func TestSummaryOfSixteenRanks(t *testing.T) {
 		t.Errorf("%d calls lines, want 1:\n%s", n, stdout)
 	}
 }
+
+// TestFullDisk: a run whose -out directory fills up (a real tmpfs of
+// 300 KiB, which the run's files outgrow) exits 1; every output is
+// either written whole and listed so, or marked: the text report
+// INCOMPLETE, the pprof profile, summary.json and the trace "not
+// written" and gone (half a gzip or JSON document is none), never an
+// empty file listed as written. Each error goes on a line of its own
+// with the log's prefix. Mounting needs privileges: where the mount is
+// refused, the test says so and skips.
+func TestFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=300k"); err != nil {
+		t.Skipf("mounting a 300 KiB tmpfs to fill: %v (needs CAP_SYS_ADMIN)", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	code, stdout, stderr := runCmd(t, append(cpuRunFlags(dir), "-steps", "3")...)
+	if code != exitFail {
+		t.Fatalf("exit %d, want %d\n%s\n%s", code, exitFail, stdout, stderr)
+	}
+	runs := runDirs(t, dir)
+	if len(runs) != 1 {
+		t.Fatalf("run directories %v", runs)
+	}
+	run := runs[0]
+	listed := func(prefix string) string {
+		for _, l := range strings.Split(stdout, "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, prefix) {
+				return l
+			}
+		}
+		return ""
+	}
+	failed := 0
+	for _, o := range []struct{ line, file string }{{"pprof:", "profile.pb.gz"}, {"summary:", "summary.json"}, {"trace:", "trace.json"}} {
+		l := listed(o.line)
+		fi, err := os.Stat(filepath.Join(run, o.file))
+		switch {
+		case strings.HasPrefix(l, o.line+" not written: ") && strings.Contains(l, "no space left on device"):
+			failed++
+			if err == nil {
+				t.Errorf("%s is not written, but %s is there (%d bytes)", o.line, o.file, fi.Size())
+			}
+		case l == "" || err != nil || fi.Size() == 0:
+			t.Errorf("%s: listed %q, file %v, %v", o.file, l, fi, err)
+		}
+	}
+	if l := listed("report:"); strings.Contains(l, "INCOMPLETE") {
+		failed++
+	}
+	if failed == 0 {
+		t.Fatalf("nothing failed on a 300 KiB disk:\n%s", stdout)
+	}
+	errLines := 0
+	for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if !strings.Contains(l, "ERROR\t") && !strings.Contains(l, "WARN\t") {
+			t.Errorf("a stderr line without the log's prefix: %q", l)
+		}
+		if strings.Contains(l, "no space left on device") {
+			errLines++
+		}
+	}
+	if errLines < failed {
+		t.Errorf("%d outputs failed, %d error lines:\n%s", failed, errLines, stderr)
+	}
+}
+
+// TestOutputIsADirectory: -trace, -pprof or -report naming a directory is
+// a usage error that says so and suggests a file in it; nothing runs.
+func TestOutputIsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	for flag, file := range map[string]string{"-trace": "trace.json", "-pprof": "profile.pb.gz", "-report": "report.txt"} {
+		code, _, stderr := runCmd(t, append(cpuRunFlags(t.TempDir()), flag, dir)...)
+		want := fmt.Sprintf("profile-run: %s %s: a directory: name a file (in it, say: %s)", flag, dir, filepath.Join(dir, file))
+		if code != exitUsage || !strings.HasPrefix(stderr, want) {
+			t.Errorf("%s DIR: exit %d, %q; want exit 2 and %q", flag, code, stderr, want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the directory named got %v", entries)
+	}
+}

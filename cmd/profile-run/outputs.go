@@ -205,12 +205,29 @@ func createFile(what, path string) (*os.File, error) {
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
+		if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
+			return nil, usagef("%s %s: a directory: name a file (in it, say: %s)", what, path, filepath.Join(path, filepath.Base(defaultName(what))))
+		}
 		return nil, usagef("%s %s: the file exists: profile-run never replaces a file; name another path", what, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return f, nil
+}
+
+// defaultName is the file an output flag names in the run directory by
+// default.
+func defaultName(what string) string {
+	switch what {
+	case "-report":
+		return "report.txt"
+	case "-pprof":
+		return "profile.pb.gz"
+	case "-trace":
+		return "trace.json"
+	}
+	return strings.TrimPrefix(what, "-")
 }
 
 // rankReportPrefix is where the per-rank reports go beside the report
@@ -709,13 +726,22 @@ func (out *outputs) finish(stdout io.Writer) error {
 			opts = append(opts, pprof.WithComment(out.partial))
 		}
 		st, err := out.profile.Write(out.pprofFile, opts...)
-		errs = append(errs, err)
 		if err == nil {
-			out.whole(out.pprofFile.Name())
+			err = out.pprofFile.Close() // a full disk may say so only here
 		}
-		// The command is for pasting into a shell: a path with a space
-		// or a quote is quoted.
-		out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), commandLine([]string{out.pprofFile.Name()})))
+		if err != nil {
+			// A profile cut short is no profile: gzip and protobuf read
+			// nothing of it. It goes, as a trace cut short does.
+			out.summary = append(out.summary, fmt.Sprintf("pprof: not written: %v", err))
+			_ = os.Remove(out.pprofFile.Name())
+			out.pprofFile = nil
+			errs = append(errs, fmt.Errorf("-pprof: %w", err))
+		} else {
+			out.whole(out.pprofFile.Name())
+			// The command is for pasting into a shell: a path with a
+			// space or a quote is quoted.
+			out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), commandLine([]string{out.pprofFile.Name()})))
+		}
 	}
 	if out.traceFile != nil {
 		opts := []chrometrace.Option{chrometrace.WithEpoch(out.prof.Epoch())}
@@ -1148,7 +1174,11 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 		}
 	}
 	if err != nil {
-		out.summary = append(out.summary, fmt.Sprintf("summary: %s: INCOMPLETE: %v", path, err))
+		// Half a JSON document is none: it goes (when made).
+		if f != nil {
+			_ = os.Remove(path)
+		}
+		out.summary = append(out.summary, fmt.Sprintf("summary: not written: %v", err))
 		return fmt.Errorf("summary.json: %w", err)
 	}
 	out.whole(path)

@@ -126,7 +126,13 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage
 		}
-		log.Error(trainError(err))
+		// Errors joined (outputs that each failed) are a line each, every
+		// line with the log's prefix.
+		for _, line := range strings.Split(trainError(err), "\n") {
+			if line != "" {
+				log.Error(line)
+			}
+		}
 		return exitFail
 	}
 	return exitOK
