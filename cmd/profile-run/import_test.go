@@ -214,6 +214,12 @@ func TestImportSeedLogWithReport(t *testing.T) {
 	if !strings.Contains(stdout, "the 3 report tables agree with the call log") || strings.Contains(stderr, "disagree") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
+	// The call log marks no steps and holds no collective: the trace has
+	// nothing profile-run report --html could draw, so no command to
+	// draw it is suggested.
+	if !strings.Contains(stdout, "trace: ") || strings.Contains(stdout, "html: ") {
+		t.Errorf("want a trace and no html: line:\n%s", stdout)
+	}
 	// A report holds no ranges; its summary line names the rank of its
 	// tables ("=== Profiler Report for Rank N ===").
 	for _, want := range []string{

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/trainscope/trainscope/exporters/chrometrace"
+	"github.com/trainscope/trainscope/exporters/htmlreport"
 	"github.com/trainscope/trainscope/exporters/jsonsummary"
 	"github.com/trainscope/trainscope/exporters/otel"
 	"github.com/trainscope/trainscope/exporters/pprof"
@@ -775,7 +776,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 				line += fmt.Sprintf(" (%s left out whole: the trace holds %d records at most; -trace-steps to choose the steps)", ws.CutText(), out.detail.Bound())
 			}
 			out.summary = append(out.summary, fmt.Sprintf("%s → %s (open in ui.perfetto.dev)", line, out.traceFile.Name()))
-			if out.runDir != "" && filepath.Clean(out.traceFile.Name()) == filepath.Join(out.runDir, "trace.json") {
+			if out.runDir != "" && filepath.Clean(out.traceFile.Name()) == filepath.Join(out.runDir, "trace.json") && htmlreport.Drawable(windowRecords()) {
 				// Where profile-run report finds it: the page is a
 				// command away.
 				out.summary = append(out.summary, "html: profile-run report "+commandLine([]string{out.runDir})+" --html (these steps' pipeline chart, bubbles, stragglers)")

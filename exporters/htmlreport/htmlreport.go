@@ -162,6 +162,18 @@ func Write(w io.Writer, in Input) (Stats, error) {
 	return st, nil
 }
 
+// Drawable reports whether Write has something to draw of records: a
+// record with a step label, or a collective or point-to-point operation.
+// Where it has not, Write returns ErrNoSteps.
+func Drawable(records []profiler.Record) bool {
+	for i := range records {
+		if r := &records[i]; r.Step != profiler.None || isTransfer(r) {
+			return true
+		}
+	}
+	return false
+}
+
 // writeOps writes the page of records without steps.
 func writeOps(w io.Writer, in Input) (Stats, error) {
 	var ops []*profiler.Record

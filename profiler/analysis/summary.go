@@ -578,6 +578,14 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 		}
 	case c.Matched > 0:
 		fmt.Fprintln(w, "straggler: no rank stands out (none caused half the waiting at collectives and twice any other)")
+	case s.Complete > 0:
+		// A pipeline without data parallelism: a receive's wait is the
+		// pipeline's own (the bubble), so no rank is charged with it.
+		line := "straggler: not measured: stragglers are found by the waiting at collectives, and these steps have none"
+		if cp := s.Critical; cp.Steps > 0 && cp.Total() > 0 {
+			line += " (the critical path's share by rank, above, says which ranks set the step)"
+		}
+		fmt.Fprintln(w, line)
 	}
 	return nil
 }

@@ -122,7 +122,8 @@ func TestAnalysisIgnoresRecordOrder(t *testing.T) {
 
 // A pipeline without data parallelism has no collective: its report says
 // its communication is point to point, counting the sends, rather than
-// that no collective matched (which reads as a fault). Each of its
+// that no collective matched (which reads as a fault), and that no
+// straggler can be measured without one. Each of its
 // steps sends 2 directions × 3 chunk boundaries (stage 0 chunk 0 → stage
 // 1 chunk 0 → stage 0 chunk 1 → stage 1 chunk 1) × 4 microbatches = 24
 // activations and gradients.
@@ -146,6 +147,11 @@ func TestReportOfAPipelineWithoutCollectives(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("collectives: none in the complete steps, whose communication is point to point (%d sends matched with their receives)", 24*s.Complete)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+		// No straggler line would leave a reader to think none stood out.
+		want = "straggler: not measured: stragglers are found by the waiting at collectives, and these steps have none (the critical path's share by rank, above, says which ranks set the step)\n"
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
