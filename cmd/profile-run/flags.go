@@ -261,6 +261,7 @@ Flags:
 		// check refuses a rank beyond the job.
 		return nil, usagef("-straggler-rank %d needs -straggler-delay: the rank alone slows nothing", c.StragglerRank)
 	}
+	normalizeKeywords(o, sortBy, detail)
 	c.LearningRate = *lr
 	var err error
 	if c.Precision, err = runtime.ParseMathMode(*dtype); err != nil {
@@ -350,6 +351,38 @@ Flags:
 		return nil, usagef("-call-log-size %d: the call logs go beside the report (calls.rank<N>.gz), but -report is off", o.callLogMiB)
 	}
 	return o, nil
+}
+
+// normalizeKeywords writes the flags' keywords as they are defined
+// (-schedule GPIPE as gpipe, -report OFF as off), so that the case a
+// user typed them in changes nothing: not whether they are taken, nor
+// what the first line, the report and summary.json say. A value that is
+// no keyword (a path, an address) is left as given.
+func normalizeKeywords(o *options, sortBy, traceSteps *string) {
+	keyword := func(v *string, words ...string) {
+		for _, w := range words {
+			if strings.EqualFold(*v, w) {
+				*v = w
+				return
+			}
+		}
+	}
+	keyword(&o.train.Schedule, pipeline.Schedule1F1B, pipeline.ScheduleGPipe)
+	keyword(&o.backend, "auto", "cpu", "cuda")
+	keyword(&o.profile, "on", "off", "sync", "seed-sync")
+	keyword(&o.progress, "auto", "bar", "log", "off")
+	keyword(&o.logFormat, logConsole, logJSON)
+	keyword(&o.otlpProtocol, otel.ProtocolGRPC, otel.ProtocolHTTP)
+	for _, v := range []*string{&o.report, &o.pprofPath, &o.tracePath, &o.metricsAddr} {
+		keyword(v, "off")
+	}
+	if sortBy != nil {
+		keyword(sortBy, profiler.SortKeys()...)
+	}
+	if traceSteps != nil {
+		// "all", "last:5": keywords and numbers only.
+		*traceSteps = strings.ToLower(*traceSteps)
+	}
 }
 
 // checkOutputFlags checks the output flags a run and an import share: a

@@ -66,6 +66,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 		return nil, flagError("import: ", fs, err, nil)
 	}
 	o.files = files
+	normalizeKeywords(&o.options, sortBy, detail)
 	if len(o.files) == 0 {
 		return nil, usagef("import: no files to import")
 	}

@@ -1179,3 +1179,24 @@ func TestOutputIsADirectory(t *testing.T) {
 		t.Errorf("the directory named got %v", entries)
 	}
 }
+
+// TestKeywordsInAnyCase: a flag's keyword typed in capitals is the
+// keyword (not refused, and not a file named OFF), and is written as
+// defined, so that runs typed differently read alike; paths and
+// addresses keep their case.
+func TestKeywordsInAnyCase(t *testing.T) {
+	o, err := parseFlags([]string{"-schedule", "GPipe", "-backend", "CPU", "-sort", "NAME", "-profile", "ON", "-progress", "LOG",
+		"-trace-steps", "ALL", "-metrics-addr", "OFF", "-report", "Off", "-pprof", "Profile.PB.GZ", "-log-format", "JSON", "-otlp-protocol", "GRPC"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{o.train.Schedule, o.backend, o.sortBy.String(), o.profile, o.progress, o.detail.String(), o.metricsAddr, o.report, o.pprofPath, o.logFormat, o.otlpProtocol}
+	want := []string{"gpipe", "cpu", "name", "on", "log", "all", "off", "off", "Profile.PB.GZ", "json", "grpc"}
+	if !slices.Equal(got, want) {
+		t.Errorf("parsed %q; want %q", got, want)
+	}
+	imp, err := parseImportFlags([]string{"-report", "OFF", "-sort", "Count", "a.json"}, io.Discard)
+	if err != nil || imp.report != "off" || imp.sortBy.String() != "count" {
+		t.Errorf("import: %+v, %v; want -report off, -sort count", imp, err)
+	}
+}
