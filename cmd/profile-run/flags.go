@@ -213,6 +213,12 @@ Flags:
 	case wrapping && o.command[0] == "":
 		return nil, usagef("an empty command after --: name the command to profile (profile-run [flags] -- CMD ARGS…)")
 	case !wrapping && len(o.command) > 0:
+		for _, sub := range []string{"import", "report", "compare", "help"} {
+			if d := editDistance(o.command[0], sub); d > 0 && d <= 2 {
+				return nil, usagef("unexpected arguments %q: did you mean the subcommand %s (profile-run %s)? To profile a command, put it after --: profile-run [flags] -- %s",
+					o.command, sub, commandLine(append([]string{sub}, o.command[1:]...)), commandLine(o.command))
+			}
+		}
 		return nil, usagef("unexpected arguments %q: to profile a command, put it after --: profile-run [flags] -- %s", o.command, commandLine(o.command))
 	}
 	if wrapping {

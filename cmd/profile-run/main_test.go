@@ -82,6 +82,7 @@ func TestUsageErrorsAreOneLineAndExitTwo(t *testing.T) {
 		{"flag before import", []string{"-quiet", "import", "a.json"}, []string{"import is a subcommand and comes first", "profile-run import -out ", " -quiet a.json"}},
 		{"flag before report", []string{"-quiet", "report", "dir"}, []string{"report is a subcommand and comes first", "flags of its own (profile-run report -h): profile-run report dir"}},
 		{"flag before compare", []string{"-quiet", "compare", "a", "b"}, []string{"compare is a subcommand and comes first", "flags of its own (profile-run compare -h): profile-run compare a b"}},
+		{"misspelled subcommand", []string{"reprot", "dir"}, []string{"did you mean the subcommand report (profile-run report dir)?", "profile-run [flags] -- reprot dir"}},
 		{"empty command", []string{"--", ""}, []string{"an empty command after --"}},
 	}
 	for _, c := range cases {
@@ -1198,5 +1199,19 @@ func TestKeywordsInAnyCase(t *testing.T) {
 	imp, err := parseImportFlags([]string{"-report", "OFF", "-sort", "Count", "a.json"}, io.Discard)
 	if err != nil || imp.report != "off" || imp.sortBy.String() != "count" {
 		t.Errorf("import: %+v, %v; want -report off, -sort count", imp, err)
+	}
+}
+
+// TestEveryOutputOff: with every file and exporter off, the summary says
+// so under its heading rather than leaving it over nothing, and nothing
+// is written.
+func TestEveryOutputOff(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append(cpuRunFlags(out), append(small, "-report", "off", "-pprof", "off", "-trace", "off")...)...)
+	if code != exitOK || !strings.HasSuffix(stdout, "\noutputs: none (every file and exporter is off)\n") {
+		t.Errorf("exit %d; stdout ends %q\n%s", code, stdout[max(0, len(stdout)-200):], stderr)
+	}
+	if dirs := runDirs(t, out); len(dirs) != 0 {
+		t.Errorf("run directories %v with every file off", dirs)
 	}
 }

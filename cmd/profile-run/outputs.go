@@ -894,7 +894,13 @@ func (out *outputs) finish(stdout io.Writer) error {
 	if out.partial != "" {
 		fmt.Fprintln(stdout, out.partial)
 	}
-	fmt.Fprintln(stdout, "outputs:")
+	if len(out.summary) == 0 {
+		// Every output off (-report, -pprof, -trace off, -metrics-addr
+		// off): a heading over nothing would look like a fault.
+		fmt.Fprintln(stdout, "outputs: none (every file and exporter is off)")
+	} else {
+		fmt.Fprintln(stdout, "outputs:")
+	}
 	for _, line := range out.summary {
 		fmt.Fprintf(stdout, "  %s\n", line)
 	}
