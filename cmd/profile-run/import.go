@@ -58,7 +58,7 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE|DIR…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals), torch.profiler's Chrome trace JSON (one file per rank), or the\ntrace.json of trainscope runs (one per host of a job) — gzipped or not —\nand writes the report, pprof profile and trace a training run writes.\nA directory stands for its *.json and *.json.gz files (torch.profiler's\ntensorboard_trace_handler output). Formats are told by content. Each\nfile is one clock; the files' clocks are aligned on the collectives they\nshare. See docs/import.md.\n\nFlags:\n")
+			fmt.Fprintf(stderr, "Usage: profile-run import [flags] FILE|DIR…\n\nLoads profiles written elsewhere — the C++ framework profiler's call log\n(\"=== Kernel Call Log for Rank N ===\", with its report beside it to check the\ntotals), torch.profiler's Chrome trace JSON (one file per rank), or the\ntrace.json of trainscope runs (one per host of a job) — gzipped or not —\nand writes the report, pprof profile and trace a training run writes.\nA directory stands for its *.json and *.json.gz files (torch.profiler's\ntensorboard_trace_handler output), a trainscope run directory for its\ntrace.json. Formats are told by content. Each\nfile is one clock; the files' clocks are aligned on the collectives they\nshare. See docs/import.md.\n\nFlags:\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return nil, errHelp
@@ -194,8 +194,8 @@ func sameFileTwice(files []string) error {
 
 // expandDirs replaces each directory among files with the traces in it:
 // its files named *.json or *.json.gz, in name order (torch.profiler's
-// tensorboard_trace_handler writes one per rank into a directory; a
-// trainscope run directory holds its trace.json). Subdirectories are not
+// tensorboard_trace_handler writes one per rank into a directory), or a
+// trainscope run directory's trace.json alone. Subdirectories are not
 // read.
 func expandDirs(files []string) ([]string, error) {
 	var out []string
@@ -227,6 +227,15 @@ func expandDirs(files []string) ([]string, error) {
 			if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() && (e.Type().IsRegular() || e.Type()&os.ModeSymlink != 0) {
 				traces = append(traces, entry{file, fi, e.Type()&os.ModeSymlink != 0})
 			}
+		}
+		// A trainscope run directory holds summary.json beside its
+		// trace.json: the run's figures, for profile-run compare, which
+		// no import reads. The directory stands for its trace alone.
+		named := func(name string) func(entry) bool {
+			return func(t entry) bool { return filepath.Base(t.file) == name }
+		}
+		if i := slices.IndexFunc(traces, named("trace.json")); i >= 0 && slices.ContainsFunc(traces, named("summary.json")) {
+			traces = traces[i : i+1]
 		}
 		for _, t := range traces {
 			// A link to another trace of the directory (latest.json, say)
@@ -388,13 +397,13 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 		}
 	}
 	out.partial = strings.Join(partial, "; ")
-	fmt.Fprintf(stdout, "profile-run: importing %d file(s), %d ranges:\n", len(profiles), len(recs))
+	fmt.Fprintf(stdout, "profile-run: importing %d file(s), %s:\n", len(profiles), count(len(recs), "range", "ranges"))
 	for _, p := range profiles {
 		line := fmt.Sprintf("  %s: %s", p.Path, p.Format)
 		if ranks := fileRanks(p); len(ranks) > 0 || len(p.LeftOut) == 0 {
 			line += ", " + ranksText(ranks)
 		}
-		line += fmt.Sprintf(", %d ranges", len(p.Records))
+		line += ", " + count(len(p.Records), "range", "ranges")
 		line += pipelineText(p) + memoryText(p)
 		line += clockText(o.applied, p, profiles)
 		if len(p.Tables) > 0 {
@@ -413,7 +422,7 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 			}
 			fmt.Fprintf(stdout, "  %s with the call log (counts and totals)\n", agree)
 		} else {
-			fmt.Fprintf(stdout, "  the report tables disagree with the call log in %d places (see the warnings)\n", len(problems))
+			fmt.Fprintf(stdout, "  the report tables disagree with the call log in %s (see the warnings)\n", count(len(problems), "place", "places"))
 		}
 	}
 	if err := prof.Ingest(in.abort, recs); err != nil {
@@ -496,7 +505,7 @@ func clockText(o *analysis.Offsets, p *importer.Profile, profiles []*importer.Pr
 	r := ranks[0]
 	if slices.Contains(o.Unaligned, r) || o.Reference == profiler.None {
 		if n := o.Samples[r]; n > 0 {
-			return fmt.Sprintf(", clock left as recorded (only %d collectives or sends shared with the other files' ranks; alignment needs %d)", n, o.MinSamples)
+			return fmt.Sprintf(", clock left as recorded (only %s shared with the other files' ranks; alignment needs %d)", count(n, "collective or send", "collectives or sends"), o.MinSamples)
 		}
 		return ", clock left as recorded (no collective, send or receive shared with the other files' ranks)"
 	}
@@ -540,7 +549,7 @@ func pipelineText(p *importer.Profile) string {
 		s += fmt.Sprintf(", stage %d (from its %s)", p.Records[0].Stage, p.StagedBy)
 	}
 	if p.KernelsLabelled > 0 {
-		s += fmt.Sprintf(", %d kernels launched inside ranges named as forward or backward work", p.KernelsLabelled)
+		s += fmt.Sprintf(", %s launched inside ranges named as forward or backward work", count(p.KernelsLabelled, "kernel", "kernels"))
 	}
 	return s
 }
@@ -551,6 +560,6 @@ func memoryText(p *importer.Profile) string {
 	if p.MemoryEvents == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", peak device memory %.2f MB allocated, %.2f MB reserved (from %d memory events)",
-		float64(p.PeakMemory)/(1<<20), float64(p.PeakReserved)/(1<<20), p.MemoryEvents)
+	return fmt.Sprintf(", peak device memory %.2f MB allocated, %.2f MB reserved (from %s)",
+		float64(p.PeakMemory)/(1<<20), float64(p.PeakReserved)/(1<<20), count(p.MemoryEvents, "memory event", "memory events"))
 }

@@ -109,7 +109,7 @@ func TestImportKinetoTraces(t *testing.T) {
 	// Its HTML page draws the step: each rank's kernel and its
 	// all-reduce and all-gather.
 	code, stdout, stderr = runCmd(t, "report", dirs[0], "--html")
-	if code != exitOK || !strings.Contains(stdout, "1 steps (step 3), 2 traced kernels drawn as 2 boxes, 4 transfers") {
+	if code != exitOK || !strings.Contains(stdout, "1 step (step 3), 2 traced kernels drawn as 2 boxes, 4 transfers") {
 		t.Errorf("report --html: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	raw, err := os.ReadFile(filepath.Join(dirs[0], "trace.json"))

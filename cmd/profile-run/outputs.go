@@ -671,13 +671,13 @@ func (out *outputs) finish(stdout io.Writer) error {
 				// records, up to its bound.
 				rankHeader = append(slices.Clone(header), fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges: the first %d are listed, %d more left out", len(detail), st.Outside+st.Full))
 			} else if len(out.o.command) > 0 {
-				line := fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges of %s (-trace-steps %s) and outside every step; %d records of other steps left out (all ranks')", covers, out.o.detail, st.Outside+st.Full)
+				line := fmt.Sprintf("the wrapped command's NCCL operations, kernels and NVTX ranges of %s (-trace-steps %s) and outside every step; %s of other steps left out (all ranks')", covers, out.o.detail, count(st.Outside+st.Full, "record", "records"))
 				if st.CutText() != "" {
 					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
 				}
 				rankHeader = append(slices.Clone(header), line)
 			} else {
-				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %d records of other steps left out (all ranks')", st.Covers(), out.o.detail, st.Outside+st.Full)
+				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %s of other steps left out (all ranks')", st.Covers(), out.o.detail, count(st.Outside+st.Full, "record", "records"))
 				if st.CutText() != "" {
 					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
 				}
@@ -697,7 +697,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			out.whole(out.report.Name())
 		}
 		if out.report != nil {
-			line := fmt.Sprintf("report: %d records → %s", collected, out.report.Name())
+			line := fmt.Sprintf("report: %s → %s", count(collected, "record", "records"), out.report.Name())
 			if err != nil {
 				line += fmt.Sprintf(": INCOMPLETE: %v", err) // the report, or a rank's file (those listed are whole)
 			}
@@ -741,7 +741,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			out.whole(out.pprofFile.Name())
 			// The command is for pasting into a shell: a path with a
 			// space or a quote is quoted.
-			out.summary = append(out.summary, fmt.Sprintf("pprof: %d samples → %s (go tool pprof -http=:8080 %s)", st.Samples, out.pprofFile.Name(), commandLine([]string{out.pprofFile.Name()})))
+			out.summary = append(out.summary, fmt.Sprintf("pprof: %s → %s (go tool pprof -http=:8080 %s)", count(st.Samples, "sample", "samples"), out.pprofFile.Name(), commandLine([]string{out.pprofFile.Name()})))
 		}
 	}
 	if out.traceFile != nil {
@@ -763,7 +763,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			// would only look like a trace (and profile-run report could
 			// not read it).
 			ws := out.detail.Stats()
-			out.summary = append(out.summary, fmt.Sprintf("trace: not written: no records in the steps -trace-steps %s covers (%d records of other steps left out)", out.o.detail, ws.Outside+ws.Full))
+			out.summary = append(out.summary, fmt.Sprintf("trace: not written: no records in the steps -trace-steps %s covers (%s of other steps left out)", out.o.detail, count(ws.Outside+ws.Full, "record", "records")))
 			out.dropTrace()
 		case err != nil:
 			out.summary = append(out.summary, fmt.Sprintf("trace: not written: %v", err))
@@ -771,7 +771,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			errs = append(errs, fmt.Errorf("-trace: %w", err))
 		default:
 			out.whole(out.traceFile.Name())
-			line := fmt.Sprintf("trace: %d events, %d flows (%d unmatched), %s", st.Events, st.Flows, st.Unmatched, covers)
+			line := fmt.Sprintf("trace: %s, %s (%d unmatched), %s", count(st.Events, "event", "events"), count(st.Flows, "flow", "flows"), st.Unmatched, covers)
 			if ws := out.detail.Stats(); ws.CutText() != "" {
 				line += fmt.Sprintf(" (%s left out whole: the trace holds %d records at most; -trace-steps to choose the steps)", ws.CutText(), out.detail.Bound())
 			}
@@ -794,7 +794,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		// (flushed before a push or linger, then at the shutdown), each
 		// wait up to closeTimeout: said, or the run seems to hang.
 		if n := out.spans.Stats().Pending; n > 0 {
-			out.log.Info(fmt.Sprintf("waiting for the OTLP endpoint to take %d queued spans (each wait at most %v; a signal ends it, the spans not delivered counted below)", n, closeTimeout),
+			out.log.Info(fmt.Sprintf("waiting for the OTLP endpoint to take %s (each wait at most %v; a signal ends it, the spans not delivered counted below)", count(n, "queued span", "queued spans"), closeTimeout),
 				zap.String("endpoint", out.spans.Endpoint()))
 		}
 	}
@@ -843,11 +843,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 	}
 	if out.spans != nil {
 		st := out.spans.Stats()
-		line := fmt.Sprintf("otlp (%s → %s): %d spans delivered, %d dropped, %d failed", out.spans.Protocol(), out.spans.Endpoint(), st.Exported, st.Dropped, st.Failed)
+		line := fmt.Sprintf("otlp (%s → %s): %s delivered, %d dropped, %d failed", out.spans.Protocol(), out.spans.Endpoint(), count(st.Exported, "span", "spans"), st.Dropped, st.Failed)
 		if st.Unsampled > 0 {
-			line += fmt.Sprintf("; %d spans of unsampled steps left out", st.Unsampled)
+			line += fmt.Sprintf("; %s of unsampled steps left out", count(st.Unsampled, "span", "spans"))
 			if st.KeptFirst+st.KeptSlow > 0 {
-				line += fmt.Sprintf(" (%d steps kept beyond the ratio: %d first, %d slowest so far)", st.KeptFirst+st.KeptSlow, st.KeptFirst, st.KeptSlow)
+				line += fmt.Sprintf(" (%s kept beyond the ratio: %d first, %d slowest so far)", count(st.KeptFirst+st.KeptSlow, "step", "steps"), st.KeptFirst, st.KeptSlow)
 			}
 		}
 		if st.LastError != nil {
@@ -859,8 +859,8 @@ func (out *outputs) finish(stdout io.Writer) error {
 		out.summary = append(out.summary, fmt.Sprintf("metrics: served on http://%s/metrics during the run", out.metricsAddr))
 	}
 	st := out.prof.Stats()
-	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %d unbalanced ends, %d backend errors\n",
-		st.Collected, st.Dropped, st.Pending, st.EventDrops, st.Unbalanced, st.Errors)
+	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %s, %s\n",
+		st.Collected, st.Dropped, st.Pending, st.EventDrops, count(st.Unbalanced, "unbalanced end", "unbalanced ends"), count(st.Errors, "backend error", "backend errors"))
 	if st.FirstError != nil {
 		fmt.Fprintf(stdout, "backend errors: the first was %v\n", st.FirstError)
 	}
@@ -886,7 +886,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		// What the timing put on the streams: each event is a command the
 		// device runs between kernels.
-		fmt.Fprintf(stdout, "%s; %d timing events recorded on the streams, %d range starts and ends shared the stream's latest\n", line, st.Events, st.Adjacent)
+		fmt.Fprintf(stdout, "%s; %s recorded on the streams, %s shared the stream's latest\n", line, count(st.Events, "timing event", "timing events"), count(st.Adjacent, "range start or end", "range starts and ends"))
 	}
 	if out.o.profile == "sync" {
 		fmt.Fprintln(stdout, "synchronised: the stream was synchronised around every device range (-profile sync), so host times include the waits")
@@ -1068,9 +1068,9 @@ func callLogLines(files []profiler.CallLogFile, capMiB int) []string {
 func callLogLine(f profiler.CallLogFile, capMiB int) string {
 	switch {
 	case f.Err != nil && f.Bytes == 0:
-		return fmt.Sprintf("calls: rank %d's log not written (%d calls left out): %v", f.Rank, f.Skipped, f.Err)
+		return fmt.Sprintf("calls: rank %d's log not written (%s left out): %v", f.Rank, count(f.Skipped, "call", "calls"), f.Err)
 	case f.Err != nil:
-		return fmt.Sprintf("calls: %s is INCOMPLETE: %v (%d calls given to it before the error, %d more not written)", f.Path, f.Err, f.Lines, f.Skipped)
+		return fmt.Sprintf("calls: %s is INCOMPLETE: %v (%s given to it before the error, %d more not written)", f.Path, f.Err, count(f.Lines, "call", "calls"), f.Skipped)
 	}
 	line := fmt.Sprintf("calls: %d → %s", f.Lines, f.Path)
 	switch {

@@ -242,20 +242,21 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 		return err
 	}
 	if st.Steps == 0 {
-		fmt.Fprintf(stdout, "profile-run: report: %s, operations without steps to account, %d windows of operations drawn, %d transfers, %d KiB → %s\n",
-			path, st.Windows, st.Transfers, (size+1023)/1024, o.out)
+		fmt.Fprintf(stdout, "profile-run: report: %s, operations without steps to account, %s of operations drawn, %s, %d KiB → %s\n",
+			path, count(st.Windows, "window", "windows"), count(st.Transfers, "transfer", "transfers"), (size+1023)/1024, o.out)
 		return nil
 	}
 	blocks := fmt.Sprintf("%d forward and %d backward blocks", st.Forward, st.Backward)
 	if st.Kernels > 0 {
 		// A wrapped run's traced kernels: no forward or backward to tell.
-		blocks = fmt.Sprintf("%d traced kernels drawn as %d boxes", st.Kernels, st.KernelBoxes)
+		kernels := fmt.Sprintf("%s drawn as %s", count(st.Kernels, "traced kernel", "traced kernels"), count(st.KernelBoxes, "box", "boxes"))
+		blocks = kernels
 		if st.Forward+st.Backward > 0 {
-			blocks = fmt.Sprintf("%d forward and %d backward blocks, %d traced kernels drawn as %d boxes", st.Forward, st.Backward, st.Kernels, st.KernelBoxes)
+			blocks = fmt.Sprintf("%d forward and %d backward blocks, %s", st.Forward, st.Backward, kernels)
 		}
 	}
-	fmt.Fprintf(stdout, "profile-run: report: %s, %d steps (%s), %s, %d transfers, %d KiB → %s\n",
-		path, st.Steps, in.Covers, blocks, st.Transfers, (size+1023)/1024, o.out)
+	fmt.Fprintf(stdout, "profile-run: report: %s, %s (%s), %s, %s, %d KiB → %s\n",
+		path, count(st.Steps, "step", "steps"), in.Covers, blocks, count(st.Transfers, "transfer", "transfers"), (size+1023)/1024, o.out)
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -293,16 +292,16 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		if prof == nil {
 			next = "-profile off: nothing was recorded"
 		}
-		log.Warn(fmt.Sprintf("%v at step %d (%d of %d steps complete); %s", interrupted, done, done, cfg.Steps, next))
+		log.Warn(fmt.Sprintf("%v at step %d (%d of %s complete); %s", interrupted, done, done, count(cfg.Steps, "step", "steps"), next))
 		if out != nil {
-			out.partial = fmt.Sprintf("partial run: %v at step %d (%d of %d steps complete)", interrupted, done, done, cfg.Steps)
+			out.partial = fmt.Sprintf("partial run: %v at step %d (%d of %s complete)", interrupted, done, done, count(cfg.Steps, "step", "steps"))
 		}
 	}
 	if trainErr != nil && out != nil {
 		// The error goes to stderr in full; the outputs say that the run
 		// stopped and where, so that nobody takes them for a whole run.
 		msg, _, _ := strings.Cut(trainError(trainErr), "\n")
-		out.partial = fmt.Sprintf("partial run: training failed at step %d (%d of %d steps complete): %s", done, done, cfg.Steps, msg)
+		out.partial = fmt.Sprintf("partial run: training failed at step %d (%d of %s complete): %s", done, done, count(cfg.Steps, "step", "steps"), msg)
 	}
 	if prof == nil {
 		return errors.Join(trainErr, interrupted)
@@ -496,10 +495,11 @@ func rankCount(groups []profiler.Group) int {
 	return len(seen)
 }
 
-// count is n with its noun: "1 step", "8 steps".
-func count(n int, one, many string) string {
+// count is n with its noun: "1 step", "8 steps". Any integer type: the
+// statistics it counts are ints and uint64s.
+func count[N int | int64 | uint64](n N, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
-	return strconv.Itoa(n) + " " + many
+	return fmt.Sprint(n) + " " + many
 }

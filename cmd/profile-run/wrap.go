@@ -522,7 +522,7 @@ func (w *wrapper) progressLine() string {
 	}
 	st := w.col.Stats()
 	ps := w.prof.Stats()
-	line := fmt.Sprintf("profile-run: %v: %d collectives and p2p from %d processes, %d dropped", elapsed, st.Records, st.Communicating, st.PluginDrops()+ps.Dropped)
+	line := fmt.Sprintf("profile-run: %v: %s from %s, %d dropped", elapsed, ncclOps(st.Records), count(st.Communicating, "process", "processes"), st.PluginDrops()+ps.Dropped)
 	if w.out != nil && w.out.steps != nil {
 		line += progressSteps(w.out.steps.Ranks())
 	}
@@ -530,6 +530,12 @@ func (w *wrapper) progressLine() string {
 		line += stragglerText(w.out.pipe.Summary())
 	}
 	return line
+}
+
+// ncclOps counts a wrapped command's NCCL operations, collectives and p2p
+// alike.
+func ncclOps(n uint64) string {
+	return count(n, "collective or p2p operation", "collectives and p2p")
 }
 
 // elapsedText is the progress line's elapsed time: whole seconds, or
@@ -556,7 +562,7 @@ func progressSteps(ranks []profiler.StepStats) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", %d steps (mean %.1f ms)", most, float64(wall)/float64(n)/float64(time.Millisecond))
+	return fmt.Sprintf(", %s (mean %.1f ms)", count(most, "step", "steps"), float64(wall)/float64(n)/float64(time.Millisecond))
 }
 
 // stragglerText is what the progress line says of the collectives matched
@@ -678,19 +684,19 @@ func ncclLine(st ncclplugin.Stats, plugin string) string {
 		// ranges: what its plugin could not send still counts.
 		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes) + lossText(st)
 	}
-	line := fmt.Sprintf("nccl: %d collectives and p2p from %d process(es), %d timed on the device", st.Records, st.Communicating, st.Records-st.HostOnly)
+	line := fmt.Sprintf("nccl: %s from %d process(es), %d timed on the device", ncclOps(st.Records), st.Communicating, st.Records-st.HostOnly)
 	if n := st.Processes - st.Communicating; n > 0 {
 		// A launcher that touched CUDA loads the plugin too.
-		line = fmt.Sprintf("nccl: %d collectives and p2p from %d process(es) (%d more loaded the plugin and issued none), %d timed on the device", st.Records, st.Communicating, n, st.Records-st.HostOnly)
+		line = fmt.Sprintf("nccl: %s from %d process(es) (%d more loaded the plugin and issued none), %d timed on the device", ncclOps(st.Records), st.Communicating, n, st.Records-st.HostOnly)
 	}
 	if st.ProxyTimed > 0 {
 		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
 	}
 	if st.AllToAlls > 0 {
-		line += fmt.Sprintf(", %d all-to-alls gathered from %d sends and receives", st.AllToAlls, st.AllToAllParts)
+		line += fmt.Sprintf(", %s gathered from %d sends and receives", count(st.AllToAlls, "all-to-all", "all-to-alls"), st.AllToAllParts)
 	}
 	if st.StaleChannels > 0 {
-		line += fmt.Sprintf("; %d kernel channels left out: NCCL's timers of %d communicator(s) ran before their operations were enqueued, so their operations are host-only from the first such", st.StaleChannels, st.StaleComms)
+		line += fmt.Sprintf("; %s left out: NCCL's timers of %d communicator(s) ran before their operations were enqueued, so their operations are host-only from the first such", count(st.StaleChannels, "kernel channel", "kernel channels"), st.StaleComms)
 	}
 	if st.ClockSteps > 0 {
 		line += fmt.Sprintf("; GPU timer: stepped %d time(s) against the host clock, the device times after each placed with the new offset", st.ClockSteps)
@@ -710,19 +716,19 @@ func ncclLine(st ncclplugin.Stats, plugin string) string {
 func lossText(st ncclplugin.Stats) string {
 	var s string
 	if d := st.PluginDrops(); d > 0 {
-		s += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %d kernel records by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, st.PluginActivityDropped)
+		s += fmt.Sprintf("; %d dropped in the plugin (%d ring full, %d refused, %d unsent, %s by CUPTI)", d, st.PluginRingFull, st.PluginRefused, st.PluginUnsent, count(st.PluginActivityDropped, "kernel record", "kernel records"))
 	}
 	if st.PluginBuffersUnreturned > 0 {
-		s += fmt.Sprintf("; %d CUPTI activity buffers still out as their processes exited (the kernels in them, up to a few hundred each, never came and are not counted)", st.PluginBuffersUnreturned)
+		s += fmt.Sprintf("; %s still out as their processes exited (the kernels in them, up to a few hundred each, never came and are not counted)", count(st.PluginBuffersUnreturned, "CUPTI activity buffer", "CUPTI activity buffers"))
 	}
 	if st.PluginForeignProxyOps > 0 {
-		s += fmt.Sprintf("; %d proxy operations of other processes (PXN) ran on these processes' proxy threads and are not recorded (NCCL reports them only there; their own processes' p2p have no transfer end for them)", st.PluginForeignProxyOps)
+		s += fmt.Sprintf("; %s of other processes (PXN) ran on these processes' proxy threads and are not recorded (NCCL reports them only there; their own processes' p2p have no transfer end for them)", count(st.PluginForeignProxyOps, "proxy operation", "proxy operations"))
 	}
 	if st.CutShort > 0 {
 		s += fmt.Sprintf("; %d stream(s) ended inside a record, their process exiting or killed mid-send (a plugin that cut its stream at exit counted the record as unsent)", st.CutShort)
 	}
 	if st.DecodeErrors+st.IngestErrors > 0 {
-		s += fmt.Sprintf("; %d bad streams, %d records refused (last: %s)", st.DecodeErrors, st.IngestErrors, st.LastError)
+		s += fmt.Sprintf("; %s, %s refused (last: %s)", count(st.DecodeErrors, "bad stream", "bad streams"), count(st.IngestErrors, "record", "records"), st.LastError)
 	}
 	if st.Cut > 0 {
 		s += fmt.Sprintf("; %d connection(s) still sending were cut when profile-run stopped waiting for them (%v after the command ended): what they still held is lost, and not counted", st.Cut, collectorCloseTimeout)
@@ -749,9 +755,9 @@ func (w *wrapper) kernelSummary() string {
 	case st.Traced == 0:
 		return "kernels: not traced: no process initialised CUDA with the plugin as its injection library (no GPU work, or a CUDA older than injection); busy and idle time are unknown"
 	}
-	line := fmt.Sprintf("kernels: %d kernels and %d copies and memsets traced in %d process(es)", st.Kernels, st.Copies, st.Traced)
+	line := fmt.Sprintf("kernels: %s and %s traced in %d process(es)", count(st.Kernels, "kernel", "kernels"), count(st.Copies, "copy or memset", "copies and memsets"), st.Traced)
 	if st.KernelsLabelled > 0 {
-		line += fmt.Sprintf(", %d kernels launched inside NVTX ranges named as forward or backward work (their phase, chunk and microbatch)", st.KernelsLabelled)
+		line += fmt.Sprintf(", %s launched inside NVTX ranges named as forward or backward work (their phase, chunk and microbatch)", count(st.KernelsLabelled, "kernel", "kernels"))
 	}
 	if st.MemoryOps > 0 {
 		// The peaks per rank are the report's: memory each process held
@@ -788,7 +794,7 @@ func (w *wrapper) pipelineSummary() string {
 		}
 		return line + stagingCaveats(st)
 	case st.Staged > 0:
-		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%d stages): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, st.Stages)
+		line := fmt.Sprintf("pipeline: %d process(es) staged by their rank in communicator %q (%s): bubbles per stage from their kernels", st.Staged, st.PipelineGroup, count(st.Stages, "stage", "stages"))
 		if st.StagedBySends > 0 {
 			line += fmt.Sprintf("; %d of them by their sends and receives, none of their communicators named as a pipeline's", st.StagedBySends)
 		}
@@ -844,11 +850,15 @@ func (w *wrapper) nvtxSummary() string {
 		return "nvtx: no ranges seen, so no steps: to have the report account each training step, " +
 			`mark it as an NVTX range named "step" (torch.cuda.nvtx.range_push("step") … range_pop(), or -step-range NAME for the name the job uses; docs/wrap.md)`
 	case w.o.stepRange == "":
-		return fmt.Sprintf("nvtx: %d ranges%s (steps not accounted: -step-range is empty)", st.Ranges, lost)
+		return fmt.Sprintf("nvtx: %s%s (steps not accounted: -step-range is empty)", count(st.Ranges, "range", "ranges"), lost)
 	case st.Steps == 0:
-		return fmt.Sprintf("nvtx: %d ranges%s, none of them a step: no top-level range was named %q (-step-range NAME names the job's)", st.Ranges, lost, w.o.stepRange)
+		return fmt.Sprintf("nvtx: %s%s, none of them a step: no top-level range was named %q (-step-range NAME names the job's)", count(st.Ranges, "range", "ranges"), lost, w.o.stepRange)
 	}
-	return fmt.Sprintf("nvtx: %d ranges%s, %d of them steps (%q)", st.Ranges, lost, st.Steps, w.o.stepRange)
+	steps := fmt.Sprintf("%d of them steps", st.Steps)
+	if st.Steps == 1 {
+		steps = "1 of them a step"
+	}
+	return fmt.Sprintf("nvtx: %s%s, %s (%q)", count(st.Ranges, "range", "ranges"), lost, steps, w.o.stepRange)
 }
 
 // describeExit puts a shell status into words.

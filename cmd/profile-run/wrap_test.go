@@ -522,7 +522,7 @@ func TestWrapMatchesCollectivesAcrossProcesses(t *testing.T) {
 	// 5 operations each (an AllReduce and a Broadcast, two Sends and a
 	// Recv) fit in one window.
 	code, stdout, stderr = runCmd(t, "report", filepath.Dir(reportPath), "--html")
-	if code != exitOK || !strings.Contains(stdout, "operations without steps to account, 1 windows of operations drawn, 20 transfers") {
+	if code != exitOK || !strings.Contains(stdout, "operations without steps to account, 1 window of operations drawn, 20 transfers") {
 		t.Fatalf("report --html: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 	page := filepath.Join(filepath.Dir(reportPath), "report.html")
@@ -939,7 +939,7 @@ func TestLossTextCutShortIsNoBadStream(t *testing.T) {
 		t.Errorf("streams cut short: %q", cut)
 	}
 	bad := lossText(ncclplugin.Stats{DecodeErrors: 1, LastError: "version 9"})
-	if !strings.Contains(bad, "1 bad streams, 0 records refused (last: version 9)") || strings.Contains(bad, "inside a record") {
+	if !strings.Contains(bad, "1 bad stream, 0 records refused (last: version 9)") || strings.Contains(bad, "inside a record") {
 		t.Errorf("a malformed stream: %q", bad)
 	}
 	if got := lossText(ncclplugin.Stats{}); got != "" {

@@ -49,12 +49,12 @@ func CheckTables(tables []Table, recs []profiler.Record) (problems []string, unc
 			seen[k] = true
 			s := got[k]
 			if s == nil {
-				problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: %d calls in the report, none in the call log", t.Rank, t.Tag, row.Name, row.Count))
+				problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: %s in the report, none in the call log", t.Rank, t.Tag, row.Name, plural(int(row.Count), "call")))
 				continue
 			}
 			if s.count != row.Count || s.host != row.HostTotalUS || s.device != row.DeviceTotalUS {
-				problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: the report says %d calls, %d µs host, %d µs device; the call log sums to %d calls, %d µs, %d µs",
-					t.Rank, t.Tag, row.Name, row.Count, row.HostTotalUS, row.DeviceTotalUS, s.count, s.host, s.device))
+				problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: the report says %s, %d µs host, %d µs device; the call log sums to %s, %d µs, %d µs",
+					t.Rank, t.Tag, row.Name, plural(int(row.Count), "call"), row.HostTotalUS, row.DeviceTotalUS, plural(int(s.count), "call"), s.host, s.device))
 			}
 		}
 	}
@@ -67,7 +67,7 @@ func CheckTables(tables []Table, recs []profiler.Record) (problems []string, unc
 	}
 	for k, s := range got {
 		if reported[k.rank] && !seen[k] {
-			problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: %d calls in the call log, none in the report", k.rank, k.tag, k.name, s.count))
+			problems = append(problems, fmt.Sprintf("rank %d, tag %q: %s: %s in the call log, none in the report", k.rank, k.tag, k.name, plural(int(s.count), "call")))
 		}
 	}
 	slices.Sort(problems)

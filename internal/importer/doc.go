@@ -24,5 +24,9 @@
 // carry over. Combine puts the records of several files on one timeline
 // with IDs unique per rank; Profiler.Ingest takes them from there.
 // Malformed input is a *ParseError naming the file and the line or byte
-// offset, never a panic.
+// offset (of a gzipped file's decompressed content, which the message
+// says; a gzip stream cut short or corrupt is said to be so), never a
+// panic. The other files of a trainscope run directory (summary.json,
+// the reports, call logs, pprof profile and HTML page) are named for what
+// they are, with the run's trace.json to import instead.
 package importer

@@ -161,6 +161,15 @@ func plural(n int, thing string) string {
 	return strconv.Itoa(n) + " " + thing + "s"
 }
 
+// either is one where n is 1, else many: the verb or pronoun that agrees
+// with plural(n, …).
+func either(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // mergeArgs sets the args an "E" event states on its "B" event's, as the
 // trace-event format merges them.
 func mergeArgs(dst, src *kinetoArgs) {
@@ -716,7 +725,7 @@ func kinetoRecords(p *Profile, events *eventList, rank int) ([]profiler.Record, 
 		p.warnf("%s: collectives of dtype %q: element size unknown, so their bytes and bandwidths are 0", p.Path, dt)
 	}
 	if n := numberCollectives(out); n > 0 {
-		p.warnf("%s: %d collectives carry no sequence number (\"Seq\"): numbered in their order per process group and step, to match them across ranks", p.Path, n)
+		p.warnf("%s: %s %s no sequence number (\"Seq\"): numbered in their order per process group and step, to match them across ranks", p.Path, plural(n, "collective"), either(n, "carries", "carry"))
 	}
 	return out, actionStage
 }

@@ -165,6 +165,8 @@ func TestRepeatedRank(t *testing.T) {
 		return p
 	}
 	seed := loadFile(t, "testdata/seed/calls.rank0")
+	oneRange := loadFile(t, "testdata/kineto/rank0.json")
+	oneRange.Records = oneRange.Records[:1]
 	for _, tc := range []struct {
 		name     string
 		second   *Profile
@@ -178,6 +180,7 @@ func TestRepeatedRank(t *testing.T) {
 		{"later, same step", later(loadFile(t, "testdata/kineto/rank0.json"), time.Second, 0), false, "left out"},
 		{"same time, next step", later(loadFile(t, "testdata/kineto/rank0.json"), 0, 1), false, "left out"},
 		{"another format", seed, false, "testdata/seed/calls.rank0's 8 ranges of rank 0 are left out"},
+		{"one range of a copy", oneRange, false, "testdata/kineto/rank0.json's 1 range of rank 0 is left out"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			first := loadFile(t, "testdata/kineto/rank0.json")

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"compress/flate"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -106,13 +108,20 @@ func (p *Profile) warnf(format string, args ...any) {
 type ParseError struct {
 	Path   string
 	Line   int   // 1-based; 0 when Offset applies
-	Offset int64 // byte offset into the (decompressed) input, when Line is 0
-	Err    error
+	Offset int64 // byte offset into the input, when Line is 0
+	// Decompressed says Offset counts the bytes of a gzipped file's
+	// decompressed content: it may lie past the end of the file itself,
+	// and the message says so.
+	Decompressed bool
+	Err          error
 }
 
 func (e *ParseError) Error() string {
-	if e.Line > 0 {
+	switch {
+	case e.Line > 0:
 		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
+	case e.Decompressed:
+		return fmt.Sprintf("%s: byte %d of its decompressed content: %v", e.Path, e.Offset, e.Err)
 	}
 	return fmt.Sprintf("%s: byte %d: %v", e.Path, e.Offset, e.Err)
 }
@@ -123,7 +132,9 @@ func (e *ParseError) Unwrap() error { return e.Err }
 var ErrUnknownFormat = errors.New("not a profile this command reads (want the framework profiler's report or call log, or a Chrome/Kineto trace JSON)")
 
 // unknownFormat says why head is no format Load reads: empty, or one of
-// trainscope's own text outputs, or anything else (ErrUnknownFormat).
+// the files of a trainscope run directory other than its trace, named
+// with the trace.json to import instead (import RUN_DIR/* meets them
+// all), or anything else (ErrUnknownFormat).
 func unknownFormat(head []byte) error {
 	t := bytes.TrimLeft(bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")), " \t\r\n")
 	switch {
@@ -131,6 +142,12 @@ func unknownFormat(head []byte) error {
 		return errors.New("empty file")
 	case len(t) == 0:
 		return errors.New("nothing but white space")
+	case pprofHead(head):
+		return fmt.Errorf("%w: this is a pprof profile (a run's profile.pb.gz: time summed per stack, with no ranges to place on a timeline); import its run's trace.json instead (go tool pprof reads the profile)", ErrUnknownFormat)
+	case t[0] == '{' && summarySchema.Match(t):
+		return fmt.Errorf("%w: this is a trainscope run summary (summary.json: the run's figures, for profile-run compare, not its ranges); import its run's trace.json instead (beside it, unless the run was made with -trace off or -trace PATH)", ErrUnknownFormat)
+	case bytes.HasPrefix(t, []byte("<!DOCTYPE html>")) && bytes.Contains(t, []byte("<title>trainscope ")):
+		return fmt.Errorf("%w: this is a trainscope HTML report (profile-run report --html); import its run's trace.json instead", ErrUnknownFormat)
 	case bytes.HasPrefix(t, []byte("# end_us step rank ")):
 		return fmt.Errorf("%w: this is a trainscope call log (calls.rank<N>.gz); import its run's trace.json instead", ErrUnknownFormat)
 	case bytes.HasPrefix(t, []byte("=== rank ")), bytes.HasPrefix(t, []byte("partial run: ")),
@@ -140,15 +157,30 @@ func unknownFormat(head []byte) error {
 	return ErrUnknownFormat
 }
 
+// summarySchema finds the schema of the summary.json a trainscope run
+// writes beside its trace (exporters/jsonsummary), of any version.
+var summarySchema = regexp.MustCompile(`"schema"\s*:\s*"trainscope\.summary/`)
+
+// pprofHead reports whether head begins as a pprof profile does
+// (profile.proto, decompressed): field 1, sample_type, holding a
+// ValueType whose first field is its type. No text begins with a line
+// end, a byte below 0x80, then a backspace.
+func pprofHead(head []byte) bool {
+	return len(head) >= 3 && head[0] == 0x0a && head[1] < 0x80 && head[2] == 0x08
+}
+
 // Detect tells the format from the first bytes of a (decompressed) file.
 // A JSON object whose head names trainscope as its producer is
-// trainscope's own trace; any other JSON is read as Kineto's.
+// trainscope's own trace; a trainscope run's summary.json is no format
+// (FormatUnknown); any other JSON is read as Kineto's.
 func Detect(head []byte) Format {
 	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
 	head = bytes.TrimLeft(head, " \t\r\n")
 	switch {
 	case len(head) > 0 && head[0] == '{' && producerTrainscope.Match(head):
 		return FormatTrainscope
+	case len(head) > 0 && head[0] == '{' && summarySchema.Match(head):
+		return FormatUnknown
 	case len(head) > 0 && (head[0] == '{' || head[0] == '['):
 		return FormatKineto
 	case bytes.HasPrefix(head, []byte(seedReportPrefix)), bytes.HasPrefix(head, []byte(seedLogPrefix)):
@@ -161,14 +193,24 @@ func Detect(head []byte) Format {
 // format from its content. path names the file in errors and warnings.
 func Load(path string, r io.Reader) (*Profile, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, &ParseError{Path: path, Offset: 0, Err: fmt.Errorf("gzip: %w", err)}
-		}
-		defer zr.Close()
-		br = bufio.NewReaderSize(gzipBody{zr}, 64<<10)
+	if magic, _ := br.Peek(2); len(magic) != 2 || magic[0] != 0x1f || magic[1] != 0x8b {
+		return load(path, br)
 	}
+	zr, err := gzip.NewReader(br)
+	if err != nil {
+		if compressionFault(err) {
+			err = &gzipError{err}
+		}
+		return nil, &ParseError{Path: path, Offset: 0, Err: err}
+	}
+	defer zr.Close()
+	gz := &gzipBody{r: zr}
+	p, err := load(path, bufio.NewReaderSize(gz, 64<<10))
+	return p, gz.blame(path, err)
+}
+
+// load reads one file's (decompressed) content.
+func load(path string, br *bufio.Reader) (*Profile, error) {
 	head, err := br.Peek(4096)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		return nil, &ParseError{Path: path, Offset: int64(len(head)), Err: err}
@@ -190,18 +232,71 @@ func Load(path string, r io.Reader) (*Profile, error) {
 	return p, err
 }
 
-// gzipBody reads a gzip member's body, its errors (a file cut short, a
-// bad checksum) said to be the compression's: a parser that meets one
-// reports it at its line or offset, as "gzip: unexpected EOF".
-type gzipBody struct{ r io.Reader }
+// gzipBody reads a gzip member's body, counting the bytes it gives and
+// keeping the first error of the compression (a file cut short, a bad
+// checksum), for blame.
+type gzipBody struct {
+	r   io.Reader
+	n   int64
+	err *gzipError
+}
 
-func (g gzipBody) Read(p []byte) (int, error) {
+func (g *gzipBody) Read(p []byte) (int, error) {
 	n, err := g.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = fmt.Errorf("gzip: %w (the file is cut short or corrupt)", err)
+	g.n += int64(n)
+	if err != nil && compressionFault(err) {
+		if g.err == nil {
+			g.err = &gzipError{err}
+		}
+		return n, g.err
 	}
 	return n, err
 }
+
+// blame says what is wrong with the gzipped file that failed to load
+// with err. Where the compression failed, that is what is wrong (unless
+// the content is no format Load reads at all): the parser met the
+// content cut short, as a JSON value ended early or a last line without
+// its line end, and the error says where the content stopped. Otherwise
+// err stands, its byte offset (of a JSON format) said to count the
+// decompressed content, not the file's: a 5000-byte file can fail at
+// byte 60000 of what it decompresses to.
+func (g *gzipBody) blame(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if g.err != nil && !errors.Is(err, ErrUnknownFormat) {
+		return &ParseError{Path: path, Offset: g.n, Decompressed: true, Err: g.err}
+	}
+	var pe *ParseError
+	if errors.As(err, &pe) && pe.Line == 0 {
+		pe.Decompressed = true
+	}
+	return err
+}
+
+// compressionFault tells gzip's own errors from those of the reader under
+// it (a file that cannot be read, an import cancelled), which stand as
+// they are.
+func compressionFault(err error) bool {
+	var corrupt flate.CorruptInputError
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrChecksum) ||
+		errors.Is(err, gzip.ErrHeader) || errors.As(err, &corrupt)
+}
+
+// gzipError is a gzipped file's compression at fault, not its content:
+// the compressed file cut short (a copy interrupted, a file still being
+// written), or corrupt.
+type gzipError struct{ err error }
+
+func (e *gzipError) Error() string {
+	if errors.Is(e.err, io.ErrUnexpectedEOF) {
+		return "the compressed file is truncated (gzip: unexpected EOF)"
+	}
+	return fmt.Sprintf("the compressed file is corrupt (%v)", e.err)
+}
+
+func (e *gzipError) Unwrap() error { return e.err }
 
 // validUTF8 makes the records' names valid UTF-8 (a log written in
 // Latin-1, say): every exporter needs them so, OTLP and Prometheus
@@ -264,8 +359,9 @@ func AssignRanks(profiles []*Profile) []string {
 				continue
 			}
 			drop = append(drop, r)
-			warnings = append(warnings, fmt.Sprintf("rank %d is in both %s and %s, over the same time or steps: %s's %d ranges of rank %d are left out (give one file per rank)",
-				r, strings.Join(names, ", "), p.Path, p.Path, rankRecords(p, r), r))
+			n := rankRecords(p, r)
+			warnings = append(warnings, fmt.Sprintf("rank %d is in both %s and %s, over the same time or steps: %s's %s of rank %d %s left out (give one file per rank)",
+				r, strings.Join(names, ", "), p.Path, p.Path, plural(n, "range"), r, either(n, "is", "are")))
 		}
 		if len(drop) > 0 {
 			p.Records = slices.DeleteFunc(p.Records, func(rec profiler.Record) bool { return slices.Contains(drop, rec.Rank) })

@@ -462,7 +462,7 @@ func placeSeedCalls(p *Profile, calls []seedCall) ([]profiler.Record, error) {
 			out = append(out, rec)
 		}
 		if late > 0 {
-			p.warnf("%s: rank %d: %d calls end later than their timestamp's second allows: the rank's ranges overlapped (several threads recorded for it), so its timeline is stretched", p.Path, rank, late)
+			p.warnf("%s: rank %d: %s %s later than %s timestamp's second allows: the rank's ranges overlapped (several threads recorded for it), so its timeline is stretched", p.Path, rank, plural(late, "call"), either(late, "ends", "end"), either(late, "its", "their"))
 		}
 	}
 	return out, nil

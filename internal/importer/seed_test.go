@@ -373,6 +373,28 @@ func TestCheckTablesTagMissingFromReport(t *testing.T) {
 	}
 }
 
+// A disagreement over one call says "1 call", on either side.
+func TestCheckTablesCountsOneCall(t *testing.T) {
+	us := time.Microsecond
+	recs := []profiler.Record{
+		{Rank: 0, Tag: "A", Name: "mm", HostStart: 0, HostEnd: 10 * us},
+		{Rank: 0, Tag: "A", Name: "gelu", HostStart: 10 * us, HostEnd: 12 * us},
+	}
+	tables := []Table{{Rank: 0, Tag: "A", Rows: []Row{
+		{Name: "mm", Count: 2, HostTotalUS: 10},
+		{Name: "relu", Count: 1, HostTotalUS: 3},
+	}}}
+	problems, _ := CheckTables(tables, recs)
+	want := []string{
+		`rank 0, tag "A": gelu: 1 call in the call log, none in the report`,
+		`rank 0, tag "A": mm: the report says 2 calls, 10 µs host, 0 µs device; the call log sums to 1 call, 10 µs, 0 µs`,
+		`rank 0, tag "A": relu: 1 call in the report, none in the call log`,
+	}
+	if !slices.Equal(problems, want) {
+		t.Errorf("problems\n%s\nwant\n%s", strings.Join(problems, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestSeedFirstRangeEndsAtItsSecond: a rank's first range ends at its
 // timestamp's second, however long it is; it used to be laid out after
 // time 0, as though a range before it had ended there, so on a clock

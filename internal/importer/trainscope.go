@@ -315,13 +315,13 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		}
 	}
 	if noStream > 0 {
-		p.warnf("%s: %d device events carry no stream (a trace written before streams were recorded): each rank's compute and communication tracks are taken as one stream each", path, noStream)
+		p.warnf("%s: %s %s no stream (a trace written before streams were recorded): each rank's compute and communication tracks are taken as one stream each", path, plural(noStream, "device event"), either(noStream, "carries", "carry"))
 	}
 	if unpairedHost > 0 {
-		p.warnf("%s: %d device-timed ranges have no device event: kept with their host times only", path, unpairedHost)
+		p.warnf("%s: %s %s no device event: kept with %s host times only", path, plural(unpairedHost, "device-timed range"), either(unpairedHost, "has", "have"), either(unpairedHost, "its", "their"))
 	}
 	if unpairedDev > 0 {
-		p.warnf("%s: %d device events have no host event: left out", path, unpairedDev)
+		p.warnf("%s: %s %s no host event: left out", path, plural(unpairedDev, "device event"), either(unpairedDev, "has", "have"))
 	}
 	p.Records = nestHost(hosts)
 	if len(kernels) > 0 {

@@ -193,6 +193,32 @@ func TestTrainscopeRoundTrip(t *testing.T) {
 	}
 }
 
+// The warnings about one device event say "1 device event", with their
+// verbs agreeing: a trace without streams whose send lost its device
+// event.
+func TestTrainscopeWarningsOfOne(t *testing.T) {
+	const text = `{"displayTimeUnit":"ns","otherData":{"producer":"trainscope"},
+"traceEvents":[
+{"ph":"M","name":"process_name","pid":1,"args":{"name":"rank 0 (cpu:0)"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"host"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":2,"args":{"name":"cpu:0 compute"}},
+{"ph":"X","name":"forward","cat":"device","ts":10.0005,"dur":5.0005,"pid":1,"tid":1,"args":{"step":3,"phase":"forward","device_us":20}},
+{"ph":"X","name":"Send","cat":"p2p","ts":16.0005,"dur":1.0005,"pid":1,"tid":1,"args":{"step":3,"device_us":7.5,"op":"Send","bytes":64,"count":16,"peer":1,"group":"pp0","group_size":2,"group_rank":0,"seq":4}},
+{"ph":"X","name":"forward","cat":"device","ts":12.0005,"dur":20.0005,"pid":1,"tid":2,"args":{"step":3,"phase":"forward","host_us":5}}
+]}`
+	p, err := ParseTrainscope("old.json", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"old.json: 1 device event carries no stream (a trace written before streams were recorded): each rank's compute and communication tracks are taken as one stream each",
+		"old.json: 1 device-timed range has no device event: kept with its host times only",
+	}
+	if !slices.Equal(p.Warnings, want) {
+		t.Errorf("warnings\n%s\nwant\n%s", strings.Join(p.Warnings, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // A trace written before streams were recorded reads with one stream per
 // track class, and says so.
 func TestTrainscopeWithoutStreams(t *testing.T) {
