@@ -19,26 +19,19 @@ func TestLoadGzipBodyCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var z bytes.Buffer
-	zw := gzip.NewWriter(&z)
-	if _, err := zw.Write(plain); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	whole, err := Load("rank0.json.gz", bytes.NewReader(z.Bytes()))
+	z := gzipped(t, plain)
+	whole, err := Load("rank0.json.gz", bytes.NewReader(z))
 	if err != nil {
 		t.Fatalf("the whole file: %v", err)
 	}
 	if want := loadFile(t, "testdata/kineto/rank0.json"); len(whole.Records) != len(want.Records) {
 		t.Fatalf("gzipped: %d records, plain: %d", len(whole.Records), len(want.Records))
 	}
-	corrupt := bytes.Clone(z.Bytes())
+	corrupt := bytes.Clone(z)
 	corrupt[len(corrupt)-6] ^= 0xff // the checksum
 	for name, b := range map[string][]byte{
-		"cut short":    z.Bytes()[:len(z.Bytes())/2],
-		"header only":  z.Bytes()[:12],
+		"cut short":    z[:len(z)/2],
+		"header only":  z[:12],
 		"bad checksum": corrupt,
 	} {
 		_, err := Load("rank0.json.gz", bytes.NewReader(b))
