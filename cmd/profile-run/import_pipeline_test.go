@@ -148,7 +148,7 @@ func TestImportKinetoPipeline(t *testing.T) {
 	}
 	_, section, _ := strings.Cut(report, "=== pipeline analysis")
 	for _, want := range []string{
-		"1 of 1 steps complete",
+		"1 of 1 step complete",
 		"pipeline: 2 stages × 1 chunk × 8 microbatches; ideal bubble (p−1)/(v·m+p−1) = 11.1% of the span",
 	} {
 		if !strings.Contains(section, want) {

@@ -652,7 +652,7 @@ func TestReportOffAndQuiet(t *testing.T) {
 			if code != exitOK {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			for _, w := range []string{summary, breakdown, pipe, "1 of 1 steps complete"} {
+			for _, w := range []string{summary, breakdown, pipe, "1 of 1 step complete"} {
 				if got := strings.Contains(stdout, w); got != c.printed {
 					t.Errorf("stdout has %q: %v, want %v\n%s", w, got, c.printed, stdout)
 				}

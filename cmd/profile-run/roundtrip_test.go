@@ -119,7 +119,7 @@ func TestReimportKeepsClocksUnaligned(t *testing.T) {
 			t.Errorf("the re-import's report lacks %q:\n%s", want, again)
 		}
 	}
-	if strings.Contains(again, "1 of 1 steps complete") {
+	if strings.Contains(again, "1 of 1 step complete") {
 		t.Errorf("the re-import measured the step across unaligned clocks:\n%s", again)
 	}
 	if got := traceOtherData(t, runDirs(t, second)[0])["clocks"]; got == "" {

@@ -379,7 +379,11 @@ func WriteReport(w io.Writer, s Summary, opts ...ReportOption) error {
 	if s.Stepless {
 		return writeCalls(w, s, c)
 	}
-	fmt.Fprintf(w, "%d of %d steps complete", s.Complete, s.Steps)
+	noun := "steps"
+	if s.Steps == 1 {
+		noun = "step"
+	}
+	fmt.Fprintf(w, "%d of %d %s complete", s.Complete, s.Steps, noun)
 	if s.Complete < s.Steps {
 		fmt.Fprintf(w, "; the figures cover the complete ones")
 	}
