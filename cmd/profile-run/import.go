@@ -248,6 +248,20 @@ func expandDirs(files []string) ([]string, error) {
 			out = append(out, t.file)
 		}
 		if len(out) == n {
+			if runs := runsUnder(path, "trace.json"); len(runs) > 0 {
+				// An -out directory: its runs' traces (one job's hosts,
+				// say) are imported by naming them.
+				list := make([]string, len(runs))
+				for i, r := range runs {
+					list[i] = filepath.Join(path, r, "trace.json")
+				}
+				cmd := commandLine(list)
+				if len(runs) > 4 {
+					cmd = commandLine([]string{path}) + "/*/trace.json"
+				}
+				return nil, usagef("import: %s is an output directory holding %s, not a trace: name the traces to import (profile-run import %s)",
+					path, count(len(runs), "run directory", "run directories"), cmd)
+			}
 			return nil, usagef("import: %s is a directory with no trace in it (no *.json or *.json.gz file): name the files to import", path)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // gpipeTraces writes two torch.profiler traces, one per stage, of a GPipe
@@ -233,6 +234,35 @@ func TestImportDirectory(t *testing.T) {
 	code, _, stderr = runCmd(t, "import", "-out", out, empty)
 	if code != exitUsage || !strings.Contains(stderr, empty+" is a directory with no trace in it (no *.json or *.json.gz file)") {
 		t.Errorf("an empty directory: exit %d, %s", code, stderr)
+	}
+	// An -out directory holding runs: their traces are named for it, two
+	// one by one, five by a pattern.
+	for i, name := range []string{"20260101-000000-aaaaaa", "20260101-000100-bbbbbb", "c", "d", "e"} {
+		run := filepath.Join(empty, name)
+		if err := os.Mkdir(run, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(run, "trace.json"), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Date(2026, 1, 1, 0, i, 0, 0, time.UTC)
+		if err := os.Chtimes(filepath.Join(run, "trace.json"), at, at); err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		switch i {
+		case 1:
+			want = empty + " is an output directory holding 2 run directories, not a trace: name the traces to import (profile-run import " +
+				filepath.Join(empty, "20260101-000000-aaaaaa", "trace.json") + " " + filepath.Join(empty, "20260101-000100-bbbbbb", "trace.json") + ")"
+		case 4:
+			want = empty + " is an output directory holding 5 run directories, not a trace: name the traces to import (profile-run import " + empty + "/*/trace.json)"
+		default:
+			continue
+		}
+		code, _, stderr = runCmd(t, "import", "-out", out, empty)
+		if code != exitUsage || !strings.Contains(stderr, want) {
+			t.Errorf("%d runs: exit %d, %s; want exit 2 and %q", i+1, code, stderr, want)
+		}
 	}
 }
 
