@@ -340,7 +340,12 @@ func (f *ProcessGroupFactory) Names() []string {
 // destroyed in the order of their names, so that processes holding the
 // same groups tear their communicators down in the same order: NCCL's
 // destroy and abort may wait for the other ranks of a node to do theirs.
-func (f *ProcessGroupFactory) Destroy() error {
+func (f *ProcessGroupFactory) Destroy() error { return f.DestroyContext(context.Background()) }
+
+// DestroyContext is Destroy with each group destroyed by
+// ProcessGroup.DestroyContext(ctx): once ctx has ended, the groups whose
+// work is still pending are aborted at once.
+func (f *ProcessGroupFactory) DestroyContext(ctx context.Context) error {
 	if f == nil {
 		return nil
 	}
@@ -355,7 +360,7 @@ func (f *ProcessGroupFactory) Destroy() error {
 	for _, e := range entries {
 		<-e.ready
 		if e.pg != nil {
-			if err := e.pg.Destroy(); err != nil {
+			if err := e.pg.DestroyContext(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}

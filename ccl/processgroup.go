@@ -405,7 +405,17 @@ var destroyTimeout = DestroyTimeout
 // streams. Works still held in a group that has not ended fail. Later
 // calls return the first call's result; operations issued after Destroy
 // fail.
-func (pg *ProcessGroup) Destroy() error {
+func (pg *ProcessGroup) Destroy() error { return pg.DestroyContext(context.Background()) }
+
+// DestroyContext is Destroy with every wait bounded by ctx too: once ctx
+// has ended, a rank whose communication stream is still busy (its work
+// waits for a peer, or for a compute stream that does not get there) is
+// aborted at once instead of DestroyTimeout later; so is a rank on which
+// an operation being issued has not returned (its host blocked handing
+// work to a full queue), whose stream is then left, not destroyed under
+// it. The first call decides: a later call, whatever its ctx, returns its
+// result.
+func (pg *ProcessGroup) DestroyContext(ctx context.Context) error {
 	pg.destroyOnce.Do(func() {
 		pg.destroyed.Store(true)
 		// The name is free at once: the factory must not hand out a group
@@ -415,28 +425,7 @@ func (pg *ProcessGroup) Destroy() error {
 		}
 		var errs []error
 		for _, r := range pg.ranks {
-			r.mu.Lock() // let an operation being issued finish
-			ctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
-			err := r.stream.Synchronize(ctx)
-			cancel()
-			r.commMu.Lock()
-			r.finalErr, r.final = pg.impl.GetAsyncError(r.comm), true
-			if err != nil {
-				// Work still pending past the deadline (a peer that never
-				// came, say): abort rather than wait on it for ever.
-				err = fmt.Errorf("ccl: group %q rank %d: work still pending after %v, aborting: %w", pg.name, r.rank, destroyTimeout, err)
-				errs = append(errs, err, pg.impl.CommAbort(r.comm))
-				if !isFailure(r.finalErr) {
-					// The abandoned work did not succeed, whatever the
-					// communicator said before the abort.
-					r.finalErr = &Error{Op: "Destroy", Status: StatusError, Detail: "communicator aborted", Err: err}
-				}
-			} else {
-				errs = append(errs, pg.impl.CommDestroy(r.comm))
-			}
-			r.commMu.Unlock()
-			errs = append(errs, r.stream.Destroy())
-			r.mu.Unlock()
+			errs = append(errs, pg.destroyRank(ctx, r))
 		}
 		// Every operation issued has returned: fail those still held in a
 		// group that was never ended (its goroutine gone, say), which
@@ -445,6 +434,66 @@ func (pg *ProcessGroup) Destroy() error {
 		pg.destroyErr = errors.Join(errs...)
 	})
 	return pg.destroyErr
+}
+
+// destroyRank waits for r's work, within ctx and DestroyTimeout, and
+// destroys or aborts its communicator and its stream.
+func (pg *ProcessGroup) destroyRank(ctx context.Context, r *localRank) error {
+	wctx, cancel := context.WithTimeout(ctx, destroyTimeout)
+	defer cancel()
+	// why says, when the wait gave up, what ended it.
+	why := func() string {
+		if ctx.Err() != nil {
+			return "when the caller's deadline passed"
+		}
+		return fmt.Sprintf("after %v", destroyTimeout)
+	}
+	if !lockBy(wctx, &r.mu) { // let an operation being issued finish
+		err := fmt.Errorf("ccl: group %q rank %d: an operation being issued had not returned %s, aborting; its communication stream is left", pg.name, r.rank, why())
+		r.commMu.Lock()
+		defer r.commMu.Unlock()
+		r.finalErr, r.final = &Error{Op: "Destroy", Status: StatusError, Detail: "communicator aborted", Err: err}, true
+		return errors.Join(err, pg.impl.CommAbort(r.comm))
+	}
+	defer r.mu.Unlock()
+	err := r.stream.Synchronize(wctx)
+	var errs []error
+	r.commMu.Lock()
+	r.finalErr, r.final = pg.impl.GetAsyncError(r.comm), true
+	if err != nil {
+		// Work still pending past the deadline (a peer that never came,
+		// say): abort rather than wait on it for ever.
+		err = fmt.Errorf("ccl: group %q rank %d: work still pending %s, aborting: %w", pg.name, r.rank, why(), err)
+		errs = append(errs, err, pg.impl.CommAbort(r.comm))
+		if !isFailure(r.finalErr) {
+			// The abandoned work did not succeed, whatever the
+			// communicator said before the abort.
+			r.finalErr = &Error{Op: "Destroy", Status: StatusError, Detail: "communicator aborted", Err: err}
+		}
+	} else {
+		errs = append(errs, pg.impl.CommDestroy(r.comm))
+	}
+	r.commMu.Unlock()
+	errs = append(errs, r.stream.Destroy())
+	return errors.Join(errs...)
+}
+
+// lockBy locks mu unless ctx ends first, polling with a backoff to a
+// millisecond: Destroy's wait for an operation being issued keeps its
+// deadline.
+func lockBy(ctx context.Context, mu *sync.Mutex) bool {
+	for pause := 10 * time.Microsecond; !mu.TryLock(); pause = min(2*pause, time.Millisecond) {
+		if ctx.Err() != nil {
+			return false
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return true
 }
 
 // asyncError returns rank r's communicator failure, or nil while it is

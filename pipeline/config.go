@@ -81,7 +81,11 @@ type Config struct {
 	// in-process collectives' own waits too (ranks on CPU devices, or
 	// sharing devices), and a rank's host held up handing work to a device
 	// whose queue is full: the trainer fails the step and aborts the
-	// communicators after CommTimeout of that (see Trainer.Step).
+	// communicators after CommTimeout of that (see Trainer.Step). Once a
+	// step is stopped (its context ends), the work its ranks had queued
+	// gets CommTimeout from then, and Trainer.Close CommTimeout in all
+	// (no longer than that), for the ranks' device work and the process
+	// groups' communication.
 	CommTimeout time.Duration
 	// Devices is the most devices the run uses; 0 means every device the
 	// backend has. With fewer devices than ranks, ranks share them (see

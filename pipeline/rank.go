@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/profiler"
@@ -192,13 +193,14 @@ func (r *rank) setup() error {
 	return timedOut(r.compute.Synchronize(ctx), context.Background(), ctx, cfg.commTimeout())
 }
 
-// teardown waits (bounded) for the rank's device work, then destroys its
-// stream and frees its buffers. It runs on the rank's goroutine.
-func (r *rank) teardown() error {
+// teardown waits until deadline for the rank's device work, then
+// destroys its stream and frees its buffers. It runs on the rank's
+// goroutine.
+func (r *rank) teardown(deadline time.Time) error {
 	if r.compute == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.commTimeout())
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var errs []error
 	if err := timedOut(r.compute.Synchronize(ctx), context.Background(), ctx, r.cfg.commTimeout()); err != nil {

@@ -37,7 +37,11 @@ type Trainer struct {
 	broken     error // the failure that ended the run
 	aborted    bool  // the communicators were aborted
 	stranded   bool  // a failed step left ranks running (Step's stopGrace)
-	closed     bool
+	// drainBy is when the work queued by the ranks of a step the caller
+	// stopped had to be done (CommTimeout after the stop, see Step); Close
+	// waits no later. Zero: no step was stopped.
+	drainBy time.Time
+	closed  bool
 }
 
 // StepResult is the outcome of one step.
@@ -60,6 +64,9 @@ type rankWorker struct {
 	lockThread bool
 	cmds       chan stepCmd
 	done       chan error // the teardown's result, when the goroutine ends
+	// closeBy bounds the teardown's wait for the rank's device work; Close
+	// sets it before it closes cmds.
+	closeBy time.Time
 	// What the watchdog (Trainer.stuck) last saw of the rank: its
 	// rank.busy, its compute stream's operation count, and since when
 	// (busyNow) neither has moved.
@@ -157,7 +164,9 @@ func newTrainerHooks(ctx context.Context, cfg Config, hk hooks) (*Trainer, error
 	}
 	pp, dp, err := t.createGroups(ctx)
 	if err != nil {
-		return nil, errors.Join(err, t.destroyGroups())
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.commTimeout())
+		defer cancel()
+		return nil, errors.Join(err, t.destroyGroups(dctx))
 	}
 	setup := make(chan error, cfg.Stages*cfg.Replicas)
 	for id := range cfg.Stages * cfg.Replicas {
@@ -301,22 +310,25 @@ func (w *rankWorker) run(setup chan<- error, results chan<- rankResult) {
 		err = fmt.Errorf("pipeline: %v: setup: %w", r, err)
 	}
 	setup <- err
-	if err == nil {
-		for cmd := range w.cmds {
-			sse, err := r.step(cmd.ctx, cmd.failed, cmd.step)
-			if err != nil {
-				err = fmt.Errorf("pipeline: %v: step %d: %w", r, cmd.step, sharedTimeout(w.ownTimeout, r.cfg, err))
-			}
-			results <- rankResult{rank: r.id, sse: sse, err: err}
+	for cmd := range w.cmds { // after a failed setup, Close closes it at once
+		sse, err := r.step(cmd.ctx, cmd.failed, cmd.step)
+		if err != nil {
+			err = fmt.Errorf("pipeline: %v: step %d: %w", r, cmd.step, sharedTimeout(w.ownTimeout, r.cfg, err))
 		}
+		results <- rankResult{rank: r.id, sse: sse, err: err}
 	}
-	w.done <- r.teardown()
+	w.done <- r.teardown(w.closeBy)
 }
 
 // Step runs the next training step on every rank and returns its loss and
 // wall time. A ctx that ends stops each rank at its next action; a rank
 // that had queued the whole step waits for that work (within the
 // communication timeout), so when every rank had, the step completes.
+// The work the ranks queued gets CommTimeout from ctx's end in all: a
+// step not done by then fails with a *CommTimeoutError, its
+// communicators aborted, and a rank that is not back within a tick of
+// the watchdog's (a host blocked handing work to a device that does not
+// get through it) is left running; Close waits no later either.
 // The first rank to fail cancels the others and aborts the
 // process groups so that no rank waits for a peer that will not come; its
 // error, which names the rank, is returned once every rank has stopped,
@@ -345,10 +357,11 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 		w.cmds <- stepCmd{ctx: sctx, failed: failed, step: t.step}
 	}
 	var (
-		sse    float64
-		first  error
-		giveUp <-chan time.Time
-		grace  *time.Timer
+		sse      float64
+		first    error
+		giveUp   <-chan time.Time
+		grace    *time.Timer
+		graceFor time.Duration
 	)
 	timeout := t.cfg.commTimeout()
 	fail := func(err error) {
@@ -361,7 +374,8 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 			// The other ranks stop at once, unless the abort did not
 			// reach one (a backend call that ignores it): the step
 			// does not wait for such a rank for ever.
-			grace = time.NewTimer(stopGrace(timeout))
+			graceFor = stopGrace(timeout)
+			grace = time.NewTimer(graceFor)
 			giveUp = grace.C
 		}
 	}
@@ -370,8 +384,19 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 			grace.Stop()
 		}
 	}()
-	watch := time.NewTicker(min(max(timeout/4, time.Millisecond), time.Second))
+	tick := watchTick(timeout)
+	watch := time.NewTicker(tick)
 	defer watch.Stop()
+	stopped := ctx.Done()
+	var (
+		drain   *time.Timer
+		drained <-chan time.Time
+	)
+	defer func() {
+		if drain != nil {
+			drain.Stop()
+		}
+	}()
 	for left := len(t.ranks); left > 0; {
 		select {
 		case res := <-t.results:
@@ -384,8 +409,23 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 			if err := t.stuck(timeout); err != nil {
 				fail(err)
 			}
+		case <-stopped:
+			// The ranks stop at their next action; what they queued
+			// gets the timeout from now to finish.
+			stopped = nil
+			t.drainBy = time.Now().Add(timeout)
+			drain = time.NewTimer(timeout)
+			drained = drain.C
+		case <-drained:
+			drained = nil
+			fail(fmt.Errorf("pipeline: step %d: %w", t.step, &CommTimeoutError{Timeout: timeout, Err: errDrain}))
+			// The caller stopped the step and its deadline has passed:
+			// the ranks the abort and the cancellation reach are back
+			// within a tick; stopGrace is not waited for.
+			graceFor = tick
+			grace.Reset(tick)
 		case <-giveUp:
-			first = fmt.Errorf("%w (then %d of the %d ranks did not stop within %v of it: they are left running)", first, left, len(t.ranks), stopGrace(timeout))
+			first = fmt.Errorf("%w (then %d of the %d ranks did not stop within %v of it: they are left running)", first, left, len(t.ranks), graceFor)
 			t.stranded = true
 			left = 0
 		}
@@ -402,6 +442,15 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 	}
 	t.step++
 	return res, nil
+}
+
+// errDrain is what a step whose caller stopped it says when the work its
+// ranks had queued was not done CommTimeout after the stop.
+var errDrain = errors.New("the step was stopped, and the work its ranks had queued did not finish within the timeout after that")
+
+// watchTick is the period of the watchdog (Trainer.stuck) for timeout.
+func watchTick(timeout time.Duration) time.Duration {
+	return min(max(timeout/4, time.Millisecond), time.Second)
 }
 
 // errStuck is what the watchdog says of a rank whose host is held up
@@ -461,34 +510,51 @@ func (t *Trainer) abort() {
 }
 
 // Close stops the rank goroutines, which wait for their device work and
-// free their buffers, and destroys the process groups. It is safe to call
-// more than once; later calls return nil.
+// free their buffers, and destroys the process groups, which wait for
+// their communication. All of it is bounded by one deadline: CommTimeout
+// from the call, or, after a step the caller stopped, the end of the time
+// that step's queued work had (see Step). Past it, a rank's device work
+// still running keeps its buffers (not freed), a communicator with work
+// pending is aborted, and a rank a failed step left running is left. It
+// is safe to call more than once; later calls return nil.
 func (t *Trainer) Close() error {
 	if t.closed {
 		return nil
 	}
 	t.closed = true
+	deadline := time.Now().Add(t.cfg.commTimeout())
+	if !t.drainBy.IsZero() && t.drainBy.Before(deadline) {
+		deadline = t.drainBy
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	var errs []error
 	for _, w := range t.ranks {
+		w.closeBy = deadline
 		close(w.cmds)
 	}
-	// A rank a failed step left running (stranded) may never end: the
-	// others are waited for, and it only so long.
-	var deadline <-chan time.Time
-	if t.stranded {
-		g := time.NewTimer(stopGrace(t.cfg.commTimeout()))
-		defer g.Stop()
-		deadline = g.C
-	}
 	for id, w := range t.ranks {
+		if !t.stranded {
+			// Each rank's teardown keeps the deadline.
+			errs = append(errs, <-w.done)
+			continue
+		}
+		// A rank a failed step left running (stranded) may never end:
+		// it is waited for until the deadline only.
 		select {
 		case err := <-w.done:
 			errs = append(errs, err)
-		case <-deadline:
+			continue
+		default:
+		}
+		select {
+		case err := <-w.done:
+			errs = append(errs, err)
+		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("pipeline: rank %d did not stop: its goroutine and its buffers are left", id))
 		}
 	}
-	gerr := t.destroyGroups()
+	gerr := t.destroyGroups(ctx)
 	if !t.aborted {
 		// After an abort the backend refuses to destroy the aborted
 		// communicators again; that is expected, not news.
@@ -507,11 +573,13 @@ func stopGrace(timeout time.Duration) time.Duration {
 // stopGraceMin is stopGrace's least value (a variable for tests).
 var stopGraceMin = 10 * time.Second
 
-func (t *Trainer) destroyGroups() error {
+// destroyGroups destroys the process groups, each wait for their work
+// bounded by ctx.
+func (t *Trainer) destroyGroups(ctx context.Context) error {
 	t.groups = nil
 	var errs []error
 	for _, f := range t.factories {
-		errs = append(errs, f.Destroy())
+		errs = append(errs, f.DestroyContext(ctx))
 	}
 	t.factories = nil
 	if err := errors.Join(errs...); err != nil {

@@ -52,3 +52,41 @@ func TestFlushNotStarvedByBusyCollector(t *testing.T) {
 		t.Logf("Flush %d: %v", i, time.Since(t0))
 	}
 }
+
+// A Flush whose context has ended already (one that must not wait for the
+// device: the end of a stopped run) still gathers what is complete while
+// a collector pass is under way; it used to give up at the first look and
+// gather nothing.
+func TestFlushWithEndedContextUnderBusyCollector(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if err := p.AddSink(slowSink{3 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.NewRecorder(0, runtime.Device{Type: runtime.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			r.Start("x")
+			r.End()
+			time.Sleep(20 * time.Microsecond)
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	time.Sleep(50 * time.Millisecond)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 20; i++ {
+		if err := p.Flush(ended); err != nil {
+			t.Fatalf("Flush %d with an ended context under a busy collector: %v", i, err)
+		}
+	}
+}

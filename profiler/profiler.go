@@ -484,13 +484,16 @@ func (p *Profiler) Snapshot() []Record {
 // holds all of it. An error means ctx ended first; the ranges still
 // outstanding stay pending and nothing is lost. That includes ctx ending
 // while the collector is stuck delivering to a sink that has not returned
-// from Consume: Flush then gathers nothing and says so. After Close it
-// returns an error wrapping ErrClosed and changes nothing.
+// from Consume: Flush then gathers nothing and says so. A ctx that has
+// ended already (a flush that must not wait for the device) gathers what
+// is complete: the collector's lock is waited for as long as Close waits
+// for it, so that a pass under way does not make Flush gather nothing.
+// After Close it returns an error wrapping ErrClosed and changes nothing.
 func (p *Profiler) Flush(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	if !p.lockBy(ctx, 0) {
+	if !p.lockBy(ctx, closeGrace) {
 		return fmt.Errorf("profiler: flush: the collector is still delivering to a sink that has not returned from Consume (or another Flush is waiting on the device), so nothing was gathered: %w", ctx.Err())
 	}
 	defer p.unlock()
@@ -606,15 +609,16 @@ func (p *Profiler) Stats() Stats {
 	return s
 }
 
-// closeGrace is how long Close waits for the collector's lock even when
-// its context has ended: a collector pass holds it for milliseconds, and
-// giving up at the first look lost the last records and the sinks'
-// shutdown (call logs left unclosed) whenever one was under way.
+// closeGrace is how long Close and Flush wait for the collector's lock
+// even when their context has ended: a collector pass holds it for
+// milliseconds, and giving up at the first look lost the last records and
+// the sinks' shutdown (call logs left unclosed) whenever one was under
+// way.
 const closeGrace = 500 * time.Millisecond
 
 // lockBy takes p.mu unless ctx ends, and grace has passed, first: a sink
-// stuck in Consume holds it. It polls, backing off to 5 ms. Close waits
-// with closeGrace, Flush with none.
+// stuck in Consume holds it. It polls, backing off to 5 ms. Close and
+// Flush wait with closeGrace, the others with none.
 func (p *Profiler) lockBy(ctx context.Context, grace time.Duration) bool {
 	var graceC <-chan time.Time // nil, never ready, without a grace
 	graced := grace <= 0

@@ -115,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&c.Seed, "seed", def.Seed, "seed for weights and data")
 	lr := fs.Float64("lr", float64(def.LearningRate), "SGD learning rate")
 	dtype := fs.String("dtype", "float32", "compute precision of the model's GEMMs: float32 (or fp32: full precision), tf32 or bf16 (tensor cores, accumulating in fp32; weights and activations stay float32); a backend without it runs in float32 and says so")
-	fs.DurationVar(&c.CommTimeout, "comm-timeout", def.CommTimeout, "deadline for any one communication wait")
+	fs.DurationVar(&c.CommTimeout, "comm-timeout", def.CommTimeout, "deadline for any one communication or device wait, and for the device work already queued once training stops (a signal, a failure)")
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
 	fs.DurationVar(&c.ActionDelay, "action-delay", 0, "add this much device time to every forward and backward action (backends that can hold a stream still: cpu, cuda; for checking the pipeline analysis)")
 	fs.IntVar(&c.StragglerRank, "straggler-rank", 0, "the rank -straggler-delay slows (only with -straggler-delay)")

@@ -13,7 +13,8 @@ import (
 // SIGQUIT. The first
 // signal during training ends stop: training stops at the next action
 // boundary, and everything recorded is flushed and written out, marked
-// partial. A second signal, or any signal once training is over, ends
+// partial. A second signal (not the first one delivered twice: see
+// watch), or any signal once training is over, ends
 // abort: every wait left (flushing device work, delivering spans, the
 // metrics linger, a push) ends at once. No wait in profile-run ignores
 // them: each is bounded by a deadline and by abort.
@@ -68,12 +69,31 @@ func newInterrupt(parent context.Context) *interrupt {
 	return in
 }
 
-// watch delivers signals from ch until it is closed.
+// watch delivers signals from ch until it is closed. A signal that comes
+// again within repeatWindow of its last delivery is that one delivered
+// twice, not a second signal, and is dropped.
 func (in *interrupt) watch(ch <-chan os.Signal) {
+	var (
+		last   os.Signal
+		lastAt time.Time
+	)
 	for s := range ch {
+		if s == last && time.Since(lastAt) < repeatWindow {
+			continue
+		}
+		last, lastAt = s, time.Now()
 		in.deliver(s)
 	}
 }
+
+// repeatWindow is how soon the same signal again is taken for the one
+// just received, delivered twice: timeout(1) sends its signal to
+// profile-run and then to its process group, which holds profile-run too,
+// so that profile-run gets it twice, microseconds apart, or once, when
+// the kernel or the Go runtime merged the two (which depends on timing).
+// Taken for a second signal, the copy cut the run's outputs short. A
+// second Ctrl-C typed on purpose comes later than this.
+const repeatWindow = 100 * time.Millisecond
 
 // deliver acts on one signal.
 func (in *interrupt) deliver(s os.Signal) {
@@ -99,9 +119,11 @@ func (in *interrupt) deliver(s os.Signal) {
 // wrapped command is not touched (its output is its own, and it meets the
 // closed pipe itself), and once training is over, or for import and
 // report, nothing stops: only what would have been printed is dropped.
+// stdout and stderr going together (`profile-run 2>&1 | head`) are one
+// reader gone, not a second signal.
 func (in *interrupt) readerGone() {
 	in.mu.Lock()
-	leave := in.wrapped || !in.training
+	leave := in.wrapped || !in.training || in.first == syscall.SIGPIPE
 	in.mu.Unlock()
 	if !leave {
 		in.deliver(syscall.SIGPIPE)

@@ -65,6 +65,10 @@ func TestReaderGoneStopsOnlyTraining(t *testing.T) {
 	if in.abort.Err() != nil {
 		t.Error("the first SIGPIPE cut the waits short; it should stop training only")
 	}
+	in.readerGone() // stderr too: `profile-run 2>&1 | head`
+	if in.abort.Err() != nil {
+		t.Error("stdout and stderr closing together cut the waits short, as a second signal")
+	}
 
 	in = newInterrupt(context.Background())
 	in.wrapping()

@@ -277,15 +277,31 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		defer close(said)
 		sayStopping(in, cfg, log, trained)
 	}()
-	done, trainErr := trainSteps(in.stop, cfg, pr)
+	done, trainErr := trainSteps(in.stop, cfg, pr, func(step int, err error) {
+		if in.stopped() {
+			return // sayStopping has said what happens
+		}
+		// The error is printed in full at the end, after the outputs; the
+		// ranks may take -comm-timeout to stop before then.
+		msg, _, _ := strings.Cut(trainError(err), "\n")
+		log.Warn(fmt.Sprintf("training failed at step %d: %s; the ranks' device work gets up to -comm-timeout %v to stop, then what was recorded is written", step, msg, commTimeout(cfg)))
+	})
 	close(trained)
 	<-said // a stop is said before what follows it
 	pr.stop()
 	in.trainingDone()
 	var interrupted error
+	// A failed or stopped run's trainer has waited for the ranks' device
+	// work already, within -comm-timeout; what had not finished then is
+	// not waited for again.
+	cutShort := trainErr != nil || in.stopped()
 	if in.stopped() {
-		// What the interrupted step's ranks said on their way out is not
-		// news: the signal is.
+		if errors.Is(trainErr, pipeline.ErrCommTimeout) {
+			// Device work that outlasted the stop's deadline is news;
+			// the rest the ranks said on their way out follows from the
+			// signal.
+			log.Warn(fmt.Sprintf("device work the ranks had queued did not finish within -comm-timeout %v: it is abandoned", commTimeout(cfg)))
+		}
 		trainErr = nil
 		interrupted = context.Cause(in.stop)
 		next := "writing what was recorded (another signal stops at once)"
@@ -307,11 +323,21 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		return errors.Join(trainErr, interrupted)
 	}
 	// Whatever happened to training, what was recorded is written out.
-	fctx, cancel := context.WithTimeout(in.abort, flushTimeout)
+	bound := flushTimeout
+	if cutShort {
+		bound = 0 // gather what is complete, without waiting
+	}
+	fctx, cancel := context.WithTimeout(in.abort, bound)
 	flushErr := prof.Flush(fctx)
 	cancel()
-	if flushErr != nil && in.abort.Err() != nil {
+	switch {
+	case flushErr != nil && in.abort.Err() != nil:
 		flushErr = fmt.Errorf("flush cut short (%v): device ranges still pending are left out", context.Cause(in.abort))
+	case flushErr != nil && cutShort:
+		if n := prof.Stats().Pending; n > 0 {
+			log.Warn(fmt.Sprintf("%d device ranges whose device work had not finished when training ended are left out (counted as pending below)", n))
+			flushErr = nil
+		}
 	}
 	err := errors.Join(trainErr, flushErr, out.finish(stdout), interrupted)
 	if err == nil && in.signal() != nil {
@@ -330,7 +356,9 @@ var stepFault func(step int) error
 // next: the ranks stop at their next pipeline action, but device work
 // they already queued must finish before its buffers are freed and its
 // times read, which can take long (a step's worth of queued kernels, or
-// -action-delay). Without it the terminal stays silent meanwhile.
+// -action-delay): it gets -comm-timeout from the signal in all (see
+// pipeline.Trainer.Step and Close), then what has not finished is given
+// up. Without it the terminal stays silent meanwhile.
 func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-chan struct{}) {
 	select {
 	case <-in.stop.Done():
@@ -341,26 +369,32 @@ func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-
 	if !in.stopped() {
 		return
 	}
-	timeout := cfg.CommTimeout
-	if timeout <= 0 {
-		timeout = pipeline.DefaultCommTimeout
-	}
+	timeout := commTimeout(cfg)
 	what := signalName(in.signal())
 	if in.signal() == syscall.SIGPIPE {
 		what = "the reader of profile-run's output has gone (SIGPIPE)"
 	}
-	then := ", then what was recorded is written"
+	then := ", then what was recorded is written (what has not finished by then is left out)"
 	if cfg.Profiler == nil {
 		then = "" // -profile off: nothing is
 	}
-	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued finishes first (each wait at most -comm-timeout %v)%s; another signal stops at once",
+	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued gets up to -comm-timeout %v to finish%s; another signal stops at once",
 		what, timeout, then))
 }
 
+// commTimeout is cfg's CommTimeout, or the default where it is 0.
+func commTimeout(cfg pipeline.Config) time.Duration {
+	if cfg.CommTimeout <= 0 {
+		return pipeline.DefaultCommTimeout
+	}
+	return cfg.CommTimeout
+}
+
 // trainSteps runs cfg's steps, reporting each to pr as it finishes, until
-// they are done, one fails, or ctx ends. It returns the number of steps
-// completed.
-func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, error) {
+// they are done, one fails, or ctx ends. A step that fails is passed to
+// failed before the trainer is closed (which waits for the ranks' device
+// work). It returns the number of steps completed.
+func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress, failed func(step int, err error)) (int, error) {
 	tr, err := pipeline.NewTrainer(ctx, cfg)
 	if err != nil {
 		return 0, err
@@ -369,11 +403,13 @@ func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress) (int, er
 	for done < cfg.Steps {
 		if stepFault != nil {
 			if err := stepFault(done); err != nil {
+				failed(done, err)
 				return done, errors.Join(err, tr.Close())
 			}
 		}
 		sr, err := tr.Step(ctx)
 		if err != nil {
+			failed(done, err)
 			return done, errors.Join(err, tr.Close())
 		}
 		done++

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// stuckArgs is a run whose device never gets through its work: every
+// forward and backward action holds its rank's stream still for an hour
+// (a kernel that hangs), with -comm-timeout timeout. The test process
+// keeps the streams' goroutines sleeping; nothing else stays.
+func stuckArgs(t *testing.T, timeout time.Duration) []string {
+	return append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-action-delay", "1h", "-comm-timeout", timeout.String()}, small...)
+}
+
+// ranksWaiting counts the trainer's ranks that wait for their step's
+// device work (they have queued their whole step).
+func ranksWaiting() int {
+	buf := make([]byte, 1<<22)
+	return strings.Count(string(buf[:goruntime.Stack(buf, true)]), "pipeline.(*rank).finish(")
+}
+
+// runUntil runs profile-run with in and args on this goroutine's behalf
+// and returns its exit status and when it returned; it fails t if it has
+// not returned by limit (it is then left running).
+func runUntil(t *testing.T, in *interrupt, args []string, stdout, stderr *syncBuffer, limit time.Time) (int, time.Time) {
+	t.Helper()
+	type result struct {
+		code int
+		at   time.Time
+	}
+	res := make(chan result, 1)
+	go func() {
+		code := runWith(in, args, stdout, stderr)
+		res <- result{code, time.Now()}
+	}()
+	select {
+	case r := <-res:
+		return r.code, r.at
+	case <-time.After(time.Until(limit)):
+		t.Fatalf("profile-run still running %v past its limit\nstderr:\n%s", time.Since(limit), stderr)
+		return 0, time.Time{}
+	}
+}
+
+// The first signal with the ranks' whole step queued on a device that
+// never gets through it: what they queued gets -comm-timeout from the
+// signal, as profile-run says at once; then it writes what was recorded,
+// marked partial, and exits with the signal's status, without a second
+// signal. It used to wait -comm-timeout for the step, -comm-timeout again
+// for the ranks' streams, then a minute per process group (two here) and
+// 30 s for the device ranges, promising each wait at most -comm-timeout.
+func TestStopOnAStuckDeviceWritesWithinCommTimeout(t *testing.T) {
+	const timeout = 2 * time.Second
+	args := stuckArgs(t, timeout)
+	out := args[1]
+	in := newInterrupt(context.Background())
+	var stdout, stderr syncBuffer
+	signalled := make(chan time.Time, 1)
+	before := ranksWaiting()
+	go func() {
+		// Both ranks (pp 2) have queued their step.
+		for deadline := time.Now().Add(time.Minute); ranksWaiting() < before+2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				signalled <- time.Time{}
+				return
+			}
+		}
+		signalled <- time.Now()
+		in.deliver(os.Interrupt)
+	}()
+	// The minute to get there, the timeout, and a margin for a loaded
+	// machine; far below the minutes it took.
+	code, ended := runUntil(t, in, args, &stdout, &stderr, time.Now().Add(time.Minute+timeout+30*time.Second))
+	sent := <-signalled
+	if sent.IsZero() {
+		t.Fatalf("the ranks never waited for their device work; stderr:\n%s", stderr.String())
+	}
+	t.Logf("exit %d, %v after the signal", code, ended.Sub(sent))
+	if code != 130 {
+		t.Fatalf("exit %d, want 130\nstderr:\n%s", code, stderr.String())
+	}
+	if d := ended.Sub(sent); d > timeout+20*time.Second {
+		t.Errorf("ended %v after the signal, with -comm-timeout %v", d, timeout)
+	}
+	errs := stderr.String()
+	for _, want := range []string{
+		"SIGINT: stopping training at the next pipeline action; device work already queued gets up to -comm-timeout 2s to finish",
+		"device work the ranks had queued did not finish within -comm-timeout 2s: it is abandoned",
+		"device ranges whose device work had not finished when training ended are left out (counted as pending below)",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "exiting without finishing") {
+		t.Errorf("the outputs were not finished:\n%s", errs)
+	}
+	runs, _ := filepath.Glob(filepath.Join(out, "*", "report.txt"))
+	if len(runs) != 1 {
+		t.Fatalf("report files %v", runs)
+	}
+	b, err := os.ReadFile(runs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "partial run: interrupted by SIGINT at step 0 (0 of 2 steps complete)"; !bytes.HasPrefix(b, []byte(want)) {
+		t.Errorf("report.txt does not start with %q:\n%s", want, b)
+	}
+}
+
+// With no signal, a step whose device never gets through its work fails
+// after -comm-timeout, which profile-run says at once; the ranks get
+// -comm-timeout to stop, then the outputs are written and the error
+// printed. It used to say nothing for minutes: the end of the run waited
+// a minute per process group, and 30 s for the device ranges.
+func TestCommTimeoutOnAStuckDeviceIsSaidAndEnds(t *testing.T) {
+	const timeout = 2 * time.Second
+	args := stuckArgs(t, timeout)
+	var stdout, stderr syncBuffer
+	start := time.Now()
+	// The step's timeout, Close's, and a margin for a loaded machine.
+	code, ended := runUntil(t, newInterrupt(context.Background()), args, &stdout, &stderr, start.Add(2*timeout+30*time.Second))
+	t.Logf("exit %d after %v", code, ended.Sub(start))
+	if code != exitFail {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitFail, stderr.String())
+	}
+	errs := stderr.String()
+	said := strings.Index(errs, "training failed at step 0: -comm-timeout 2s expired")
+	last := strings.Index(errs, "ERROR")
+	if said < 0 || last < said {
+		t.Errorf("stderr does not say at once that the step failed, before the error in full:\n%s", errs)
+	}
+	if !strings.Contains(stdout.String(), "partial run: training failed at step 0") {
+		t.Errorf("the summary is not marked partial:\n%s", stdout.String())
+	}
+}
+
+// timeout(1) sends its signal to profile-run and to its process group:
+// profile-run may get it twice at once. That is one signal, which stops
+// training gracefully; the copy used to count as a second signal and cut
+// the outputs short (profile-run exited 2 s later without them). The same
+// signal later, or another signal, is a second one.
+func TestSignalDeliveredTwiceIsOne(t *testing.T) {
+	watchAll := func(sigs ...any) *interrupt {
+		in := newInterrupt(context.Background())
+		ch := make(chan os.Signal, len(sigs))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			in.watch(ch)
+		}()
+		for _, s := range sigs {
+			switch v := s.(type) {
+			case os.Signal:
+				ch <- v
+			case time.Duration:
+				time.Sleep(v)
+			}
+		}
+		close(ch)
+		<-done
+		return in
+	}
+	in := watchAll(syscall.SIGTERM, syscall.SIGTERM)
+	if in.stop.Err() == nil || in.abort.Err() != nil {
+		t.Errorf("SIGTERM twice at once: stop %v, abort %v; want a stop only", in.stop.Err(), in.abort.Err())
+	}
+	in = watchAll(syscall.SIGTERM, 2*repeatWindow, syscall.SIGTERM)
+	if in.abort.Err() == nil {
+		t.Errorf("SIGTERM, then SIGTERM %v later: abort not ended", 2*repeatWindow)
+	}
+	in = watchAll(syscall.SIGTERM, os.Interrupt)
+	if in.abort.Err() == nil {
+		t.Error("SIGTERM then SIGINT at once: abort not ended")
+	}
+	if c := in.exitCode(); c != 143 {
+		t.Errorf("exit code %d, want 143 (the first signal)", c)
+	}
+}

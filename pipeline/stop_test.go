@@ -1,0 +1,178 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	goruntime "runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A device that does not get through its work: every forward and backward
+// action holds its rank's stream still for an hour (ActionDelay), longer
+// than any test waits. The ranks' stream goroutines are left sleeping;
+// nothing else is.
+const stuckDelay = time.Hour
+
+// stuckConfig is a 2-stage, 2-chunk 1F1B step on such a device. Its host
+// work is small: each rank queues its whole step without waiting.
+func stuckConfig(timeout time.Duration) Config {
+	cfg := smallConfig(2, 2, 1, Schedule1F1B)
+	cfg.Steps = 1
+	cfg.ActionDelay = stuckDelay
+	cfg.CommTimeout = timeout
+	return cfg
+}
+
+// stepAndClose runs one step of tr under ctx and Close, and returns when
+// Close returned, the step's error and Close's. It fails t if they have
+// not both returned by limit (the goroutine is then left).
+func stepAndClose(ctx context.Context, t *testing.T, tr *Trainer, limit time.Time) (closed time.Time, stepErr, closeErr error) {
+	t.Helper()
+	type result struct {
+		step, close error
+		at          time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, serr := tr.Step(ctx)
+		cerr := tr.Close()
+		done <- result{serr, cerr, time.Now()}
+	}()
+	select {
+	case r := <-done:
+		return r.at, r.step, r.close
+	case <-time.After(time.Until(limit)):
+		t.Fatalf("Step and Close still running %v past their limit", time.Since(limit))
+		return time.Time{}, nil, nil
+	}
+}
+
+// The caller stops a step once every rank has queued it whole, on a
+// device that never gets through it (a kernel that does not end). The
+// queued work gets CommTimeout from the stop; then the step fails with a
+// *CommTimeoutError and Close returns too, without waiting again for
+// the device or for the communication streams stuck behind it. Before,
+// Close waited CommTimeout more for the ranks' streams, then a minute
+// (ccl.DestroyTimeout) for each process group's.
+func TestStopWithQueuedWorkOnAStuckDevice(t *testing.T) {
+	const timeout = time.Second
+	cfg := stuckConfig(timeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var queued atomic.Int32
+	var stoppedAt atomic.Int64
+	fault := func(_ context.Context, rank, step, round int) error {
+		if round == queuedRound && queued.Add(1) == int32(cfg.Stages) {
+			stoppedAt.Store(time.Now().UnixNano())
+			cancel() // a signal, once every rank has queued the step
+		}
+		return nil
+	}
+	tr, err := newTrainer(context.Background(), cfg, fault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Generous for a loaded machine, far below the minutes it took.
+	limit := time.Now().Add(timeout + 20*time.Second)
+	closed, stepErr, closeErr := stepAndClose(ctx, t, tr, limit)
+	if queued.Load() != int32(cfg.Stages) {
+		t.Fatalf("%d of %d ranks queued the step", queued.Load(), cfg.Stages)
+	}
+	var te *CommTimeoutError
+	if !errors.As(stepErr, &te) || te.Timeout != timeout {
+		t.Errorf("Step = %v, want a CommTimeoutError of %v", stepErr, timeout)
+	}
+	stop := time.Unix(0, stoppedAt.Load())
+	if d := closed.Sub(stop); d < timeout-100*time.Millisecond {
+		t.Errorf("Close returned %v after the stop: the queued work did not get its %v", d, timeout)
+	}
+	// The ranks' device work did not finish: their buffers are kept, and
+	// Close says so; the communicators stuck behind it are aborted.
+	if closeErr == nil || !strings.Contains(closeErr.Error(), "buffers not freed") {
+		t.Errorf("Close = %v, want the ranks' unfinished device work reported", closeErr)
+	}
+	t.Logf("stop → Close returned: %v; Step: %v; Close: %v", closed.Sub(stop), stepErr, closeErr)
+}
+
+// A step that fails on its own (no stop) on a stuck device: Close after it
+// waits CommTimeout in all, for the ranks' device work and the process
+// groups' communication together.
+func TestCloseAfterATimeoutOnAStuckDevice(t *testing.T) {
+	const timeout = time.Second
+	cfg := stuckConfig(timeout)
+	tr, err := NewTrainer(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// The step's own wait, then Close's: a timeout each, and a margin.
+	limit := start.Add(2*timeout + 20*time.Second)
+	_, stepErr, closeErr := stepAndClose(context.Background(), t, tr, limit)
+	if !errors.Is(stepErr, ErrCommTimeout) {
+		t.Errorf("Step = %v, want a communication timeout", stepErr)
+	}
+	if closeErr == nil || !strings.Contains(closeErr.Error(), "buffers not freed") {
+		t.Errorf("Close = %v, want the ranks' unfinished device work reported", closeErr)
+	}
+	t.Logf("Step and Close took %v", time.Since(start))
+}
+
+// The caller stops a step while the rank's host is blocked handing work
+// to a device that does not get through it (its queue full behind an
+// action that does not end): no cancellation or abort reaches that call.
+// Step returns a tick after the stop's CommTimeout with the rank left
+// running, and Close does not wait for it again; before, the step waited
+// stopGrace (at least 10 s) for it, and Close as long again.
+func TestStopWhileAHostIsBlockedOnAStuckDevice(t *testing.T) {
+	const timeout = time.Second
+	cfg := fullQueueConfig() // a step of far more work than a queue holds
+	cfg.Stages = 1
+	cfg.ActionDelay = stuckDelay
+	cfg.CommTimeout = timeout
+	tr, err := NewTrainer(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The hosts and streams that earlier runs of this test left blocked
+	// stay so. The rank's host is blocked for good once its stream holds
+	// still in its first action's delay, with no room left in its queue.
+	hosts, streams := blockedHosts(), stuckStreams()
+	go func() {
+		for blockedHosts() == hosts || stuckStreams() == streams {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+	}()
+	start := time.Now()
+	limit := start.Add(2*timeout + 20*time.Second)
+	closed, stepErr, closeErr := stepAndClose(ctx, t, tr, limit)
+	if stepErr == nil || !strings.Contains(stepErr.Error(), "left running") || closeErr == nil || !strings.Contains(closeErr.Error(), "did not stop") {
+		t.Errorf("Step = %v\nClose = %v\nwant the blocked rank left running, and said so", stepErr, closeErr)
+	}
+	t.Logf("Step and Close took %v", closed.Sub(start))
+}
+
+// blockedHosts counts the ranks' hosts blocked handing work to their
+// device: their goroutines wait in the cpu backend's enqueue for room in
+// a full queue.
+func blockedHosts() int {
+	buf := make([]byte, 1<<22)
+	n := 0
+	for _, g := range strings.Split(string(buf[:goruntime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "pipeline.(*rankWorker).run") && strings.Contains(g, "cpu.(*stream).push") {
+			n++
+		}
+	}
+	return n
+}
+
+// stuckStreams counts the cpu streams holding still in a delay.
+func stuckStreams() int {
+	buf := make([]byte, 1<<22)
+	return strings.Count(string(buf[:goruntime.Stack(buf, true)]), "cpu.(*Impl).Sleep.func1(")
+}
