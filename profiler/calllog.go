@@ -285,9 +285,12 @@ func appendCall(b []byte, r *Record) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendFloat(b, us(r.HostDuration()), 'f', 3, 64)
 	b = append(b, ' ')
-	if r.HasDevice {
+	switch {
+	case r.HasDevice:
 		b = strconv.AppendFloat(b, us(r.DeviceDuration()), 'f', 3, 64)
-	} else {
+	case r.DeviceUnfinished:
+		b = append(b, unfinished...)
+	default:
 		b = append(b, '-')
 	}
 	b = append(b, ' ')

@@ -174,6 +174,32 @@ func (p *Profiler) resolveLocked(wait bool) {
 	p.returnEventsLocked()
 }
 
+// abandonLocked gives up on the device work of every device range still
+// pending after a last try to resolve it: each goes to the sinks (and the
+// store) with its host times only, marked DeviceUnfinished, and counts in
+// Stats.Abandoned. Their events do not go back to the recorders' pools:
+// the device has not reached them, so one recorded again for a later
+// range could complete when the stuck work does and time that range
+// wrong. They stay out of the pool for good, two events of WithEventPool
+// at most per range. It returns how many ranges it abandoned. Its callers
+// collect first, which tries each pending range once more.
+func (p *Profiler) abandonLocked() int {
+	n := len(p.unresolved)
+	for _, u := range p.unresolved {
+		rec := u.rec
+		// No bandwidths: the transfer did not finish, and the host time
+		// (an enqueue) says nothing of how fast it would have been.
+		rec.HasDevice, rec.DeviceUnfinished = false, true
+		p.collected.Add(1)
+		p.abandoned.Add(1)
+		p.keepLocked(rec)
+	}
+	clear(p.unresolved)
+	p.unresolved = p.unresolved[:0]
+	p.deliverLocked()
+	return n
+}
+
 // returnEventsLocked hands resolved events back to their recorders, one
 // lock per recorder rather than one per event.
 func (p *Profiler) returnEventsLocked() {

@@ -10,7 +10,11 @@
 // runtime.Impl; nothing synchronises the stream or waits for the event on
 // that path. A background collector (and Snapshot, Flush) gathers the
 // completed ranges, resolves device times once their events complete and
-// places them on the host clock through a calibration event.
+// places them on the host clock through a calibration event. A device
+// range whose device work never finishes (a kernel that hangs) stays
+// pending until AbandonPending or Close hands it to the sinks with its
+// host times only, marked Record.DeviceUnfinished and counted in
+// Stats.Abandoned.
 //
 // The hot path takes only the recording rank's own lock, once, and
 // allocates nothing; memory is bounded per recorder and overall, and every

@@ -32,3 +32,7 @@ func SetSetupLockTimeout(d time.Duration) (restore func()) {
 	setupLockTimeout = d
 	return func() { setupLockTimeout = old }
 }
+
+// Now is p's clock, the one record times are read from: a test brackets
+// a range's host times with it.
+func Now(p *Profiler) time.Duration { return p.now() }

@@ -55,6 +55,7 @@ type Profiler struct {
 
 	storeDrops   atomic.Uint64
 	resetDrops   atomic.Uint64 // device ranges Reset discarded unresolved
+	abandoned    atomic.Uint64 // device ranges delivered without their unfinished device work (abandonLocked)
 	collected    atomic.Uint64 // records finished: stored, delivered to sinks, or over the bound
 	resolveErrs  atomic.Uint64
 	firstErr     atomic.Pointer[error] // the first backend error counted in Stats.Errors
@@ -78,8 +79,8 @@ type figures struct {
 }
 
 type counts struct {
-	records, pending                                            int
-	collected, overflow, discarded, resolveErrs, events, shared uint64
+	records, pending                                                       int
+	collected, overflow, discarded, abandoned, resolveErrs, events, shared uint64
 }
 
 // unlock publishes the figures (when they changed) and releases p.mu.
@@ -93,6 +94,7 @@ func (p *Profiler) unlock() {
 		collected:   p.collected.Load(),
 		overflow:    p.storeDrops.Load(),
 		discarded:   p.resetDrops.Load(),
+		abandoned:   p.abandoned.Load(),
 		resolveErrs: p.resolveErrs.Load(),
 		events:      p.eventsRecorded,
 		shared:      p.eventsShared,
@@ -482,7 +484,8 @@ func (p *Profiler) Snapshot() []Record {
 // Flush gathers everything completed and waits (until ctx ends) for the
 // device work of every outstanding device range, so a following Snapshot
 // holds all of it. An error means ctx ended first; the ranges still
-// outstanding stay pending and nothing is lost. That includes ctx ending
+// outstanding stay pending and nothing is lost (AbandonPending hands them
+// on without device times, should their device work never finish). That includes ctx ending
 // while the collector is stuck delivering to a sink that has not returned
 // from Consume: Flush then gathers nothing and says so. A ctx that has
 // ended already (a flush that must not wait for the device) gathers what
@@ -511,6 +514,41 @@ func (p *Profiler) Flush(ctx context.Context) error {
 	p.resolveLocked(true)
 	p.deliverLocked()
 	return nil
+}
+
+// AbandonPending gives up on the device work of the device ranges still
+// pending: it gathers what is complete, tries once more, without waiting,
+// to resolve each pending range, and hands every one still pending to the
+// sinks (and the store) with its host times only, marked
+// Record.DeviceUnfinished (HasDevice false), counting it in
+// Stats.Abandoned. It returns how many it abandoned. Call it when the
+// device will not get through its work — a kernel that hangs, a stopped
+// run whose queued work is given up — so that the ranges that hung reach
+// the traces and reports instead of staying pending; Flush first to wait
+// for work that will finish. The events of an abandoned range do not go
+// back to its recorder's pool: the device has not reached them, and one
+// recorded again for a later range could complete with the stuck work and
+// time that range wrong; each abandoned range keeps up to two of the
+// recorder's WithEventPool events out of use for good.
+//
+// It waits for the collector's lock as Flush does: until ctx ends, and
+// at least as long as Close waits, then returns an error saying a sink
+// has not returned from Consume, abandoning nothing. After Close it
+// returns an error wrapping ErrClosed and changes nothing (Close
+// abandons what is pending then).
+func (p *Profiler) AbandonPending(ctx context.Context) (int, error) {
+	if p == nil {
+		return 0, nil
+	}
+	if !p.lockBy(ctx, closeGrace) {
+		return 0, fmt.Errorf("profiler: abandon pending: the collector is still delivering to a sink that has not returned from Consume (or a Flush is waiting on the device), so nothing was delivered: %w", ctx.Err())
+	}
+	defer p.unlock()
+	if p.done {
+		return 0, fmt.Errorf("profiler: abandon pending: %w", ErrClosed)
+	}
+	p.collectLocked()
+	return p.abandonLocked(), nil
 }
 
 // Reset discards every record kept and every completed range not yet
@@ -556,6 +594,12 @@ type Stats struct {
 	// Discarded counts device ranges Reset discarded while they still
 	// waited for their events: no sink saw them.
 	Discarded uint64
+	// Abandoned counts device ranges whose device work had not finished
+	// when the profiler gave up on it (AbandonPending, Close): they were
+	// delivered with their host times only, marked
+	// Record.DeviceUnfinished, and count in Collected too; they are not
+	// backend errors.
+	Abandoned uint64
 	Errors    uint64 // events the backend refused to record or resolve
 	// FirstError is the first of those errors, to say what went wrong;
 	// nil when Errors is 0.
@@ -569,9 +613,9 @@ type Stats struct {
 
 // Stats returns current counts. It never waits: the counts the
 // collector keeps (Recorders, Records, Collected, Pending, Overflow,
-// Events, Adjacent, Discarded, and Errors' backend part) are those of the
+// Events, Adjacent, Discarded, Abandoned, and Errors' backend part) are those of the
 // end of its last pass, or of the last Snapshot, Flush, Reset, Ingest,
-// NewRecorder or Close, and agree with one another; during a pass,
+// NewRecorder, AbandonPending or Close, and agree with one another; during a pass,
 // including one stuck in a sink's Consume, they lag it by that pass.
 // The recorders' own counts (Dropped, EventDrops, Unbalanced, and
 // Errors' recording part) and the sink failures are read as they are now.
@@ -587,6 +631,7 @@ func (p *Profiler) Stats() Stats {
 		Overflow:  f.overflow,
 		Collected: f.collected,
 		Discarded: f.discarded,
+		Abandoned: f.abandoned,
 		Errors:    f.resolveErrs,
 		Events:    f.events,
 		Adjacent:  f.shared,
@@ -710,8 +755,10 @@ var ErrClosed = errors.New("profiler: already closed")
 // returns from Consume leaves the last pass and the sinks' Shutdown out,
 // and Close returns when ctx ends, saying so; the profiler is closed all
 // the same, and a later Close, once the sink has returned, makes the
-// last pass and shuts the sinks down). Call Flush first to include
-// device ranges whose events are still outstanding.
+// last pass and shuts the sinks down). Device ranges whose device work
+// has not finished by the last pass are delivered without device times
+// before the sinks shut down, as AbandonPending does: call Flush first to
+// wait for their device work instead.
 //
 // After Close, recorders still accept Start and End, which cost what they
 // did and allocate nothing; nothing collects their ranges in the
@@ -748,6 +795,9 @@ func (p *Profiler) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	p.collectLocked()
+	// What is still pending would stay pending for good: the sinks get
+	// it with host times only before they shut down.
+	p.abandonLocked()
 	for _, c := range p.calib {
 		c.close()
 	}

@@ -40,6 +40,12 @@ type Record struct {
 	// device interval. A device range whose events could not be resolved
 	// (a backend error) keeps HasDevice false and counts in Stats.
 	HasDevice bool
+	// DeviceUnfinished reports that this device range's device work had
+	// not finished when the profiler gave up waiting for it
+	// (Profiler.AbandonPending, Close): a kernel that hangs, work a
+	// stopped run left queued. The record has its host times only
+	// (HasDevice false), no bandwidths, and counts in Stats.Abandoned.
+	DeviceUnfinished bool
 	// DeviceNested reports that a range of the same recorder with a
 	// device time of its own (its start event recorded) enclosed this
 	// device range when it started, so this range's device time is

@@ -257,7 +257,9 @@ func writeLargestPeak(w io.Writer, peak map[int]int64, note func(rank int) strin
 }
 
 // WriteRecords writes the per-call log: one line per range in the order
-// given, with its start time since the profiler's epoch.
+// given, with its start time since the profiler's epoch. The device time
+// is "-" for a range without one, "unfinished" for a device range whose
+// device work had not finished (Record.DeviceUnfinished).
 func WriteRecords(w io.Writer, records []Record) error {
 	if err := checkWriter("WriteRecords", w); err != nil {
 		return err
@@ -291,6 +293,8 @@ func WriteRecords(w io.Writer, records []Record) error {
 		dev := "-"
 		if r.HasDevice {
 			dev = fixed(us(r.DeviceDuration()), 3)
+		} else if r.DeviceUnfinished {
+			dev = unfinished
 		}
 		name := strings.Repeat("  ", max(r.Depth, 0)) + oneLine(r.Name)
 		fmt.Fprintf(bw, "%*d %*.3f  %-*s %-8s %*.3f %*s %*.2f\n", idxW, i, tsW, us(r.HostStart), width, name,
@@ -298,6 +302,10 @@ func WriteRecords(w io.Writer, records []Record) error {
 	}
 	return bw.Flush()
 }
+
+// unfinished is the device time column of a record whose device work had
+// not finished (Record.DeviceUnfinished), in the call logs.
+const unfinished = "unfinished"
 
 // Report writes the summary tables of everything recorded so far.
 func (p *Profiler) Report(w io.Writer, by SortKey) error {

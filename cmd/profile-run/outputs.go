@@ -859,8 +859,10 @@ func (out *outputs) finish(stdout io.Writer) error {
 		out.summary = append(out.summary, fmt.Sprintf("metrics: served on http://%s/metrics during the run", out.metricsAddr))
 	}
 	st := out.prof.Stats()
-	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d timed on host only (no pooled event), %s, %s\n",
-		st.Collected, st.Dropped, st.Pending, st.EventDrops, count(st.Unbalanced, "unbalanced end", "unbalanced ends"), count(st.Errors, "backend error", "backend errors"))
+	// Abandoned ranges are among those collected: written to every
+	// output, with host times only.
+	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d written without device times (device work unfinished), %d timed on host only (no pooled event), %s, %s\n",
+		st.Collected, st.Dropped, st.Pending, st.Abandoned, st.EventDrops, count(st.Unbalanced, "unbalanced end", "unbalanced ends"), count(st.Errors, "backend error", "backend errors"))
 	if st.FirstError != nil {
 		fmt.Fprintf(stdout, "backend errors: the first was %v\n", st.FirstError)
 	}

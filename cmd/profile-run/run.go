@@ -329,15 +329,27 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	}
 	fctx, cancel := context.WithTimeout(in.abort, bound)
 	flushErr := prof.Flush(fctx)
+	abandoned := 0
+	if flushErr != nil {
+		// The device ranges whose device work has not finished — the
+		// actions that hung, which a reader of the trace looks for —
+		// are written with their host times only, marked unfinished,
+		// rather than left pending and out of every output. The
+		// context has ended: nothing waits for the device.
+		abandoned, _ = prof.AbandonPending(fctx)
+	}
 	cancel()
 	switch {
 	case flushErr != nil && in.abort.Err() != nil:
-		flushErr = fmt.Errorf("flush cut short (%v): device ranges still pending are left out", context.Cause(in.abort))
+		flushErr = fmt.Errorf("flush cut short (%v): %s", context.Cause(in.abort), unfinishedSaid(abandoned, prof.Stats().Pending))
 	case flushErr != nil && cutShort:
-		if n := prof.Stats().Pending; n > 0 {
-			log.Warn(fmt.Sprintf("%d device ranges whose device work had not finished when training ended are left out (counted as pending below)", n))
+		if abandoned > 0 || prof.Stats().Pending > 0 {
+			log.Warn(fmt.Sprintf("device work had not finished when training ended: %s", unfinishedSaid(abandoned, prof.Stats().Pending)))
 			flushErr = nil
 		}
+	case flushErr != nil && abandoned > 0:
+		// Device work outlasted the flush of a run that went well.
+		flushErr = fmt.Errorf("%w; %s", flushErr, unfinishedSaid(abandoned, prof.Stats().Pending))
 	}
 	err := errors.Join(trainErr, flushErr, out.finish(stdout), interrupted)
 	if err == nil && in.signal() != nil {
@@ -346,6 +358,22 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		err = context.Cause(in.abort)
 	}
 	return err
+}
+
+// unfinishedSaid says what became of the device ranges whose device work
+// had not finished at the end of the run: abandoned ones are written with
+// host times only; pending ones (AbandonPending could not run: a sink
+// stuck in Consume) are left out.
+func unfinishedSaid(abandoned, pending int) string {
+	var parts []string
+	if abandoned > 0 || pending == 0 {
+		parts = append(parts, fmt.Sprintf("%s written with host times only, marked unfinished (counted as device work unfinished below)",
+			count(abandoned, "device range", "device ranges")))
+	}
+	if pending > 0 {
+		parts = append(parts, fmt.Sprintf("%s left out (counted as pending below)", count(pending, "device range", "device ranges")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // stepFault, set by tests only, fails the run before a step: a device lost

@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,7 +98,8 @@ func TestStopOnAStuckDeviceWritesWithinCommTimeout(t *testing.T) {
 	for _, want := range []string{
 		"SIGINT: stopping training at the next pipeline action; device work already queued gets up to -comm-timeout 2s to finish",
 		"device work the ranks had queued did not finish within -comm-timeout 2s: it is abandoned",
-		"device ranges whose device work had not finished when training ended are left out (counted as pending below)",
+		"device work had not finished when training ended: ",
+		"device ranges written with host times only, marked unfinished (counted as device work unfinished below)",
 	} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errs)
@@ -114,16 +119,21 @@ func TestStopOnAStuckDeviceWritesWithinCommTimeout(t *testing.T) {
 	if want := "partial run: interrupted by SIGINT at step 0 (0 of 2 steps complete)"; !bytes.HasPrefix(b, []byte(want)) {
 		t.Errorf("report.txt does not start with %q:\n%s", want, b)
 	}
+	checkHungActions(t, out, stdout.String())
 }
 
 // With no signal, a step whose device never gets through its work fails
 // after -comm-timeout, which profile-run says at once; the ranks get
 // -comm-timeout to stop, then the outputs are written and the error
 // printed. It used to say nothing for minutes: the end of the run waited
-// a minute per process group, and 30 s for the device ranges.
+// a minute per process group, and 30 s for the device ranges. The
+// forward and backward actions that hung are in the trace and the
+// per-call reports, marked unfinished, without device times, and the
+// records line counts them; they were left out, counted as pending.
 func TestCommTimeoutOnAStuckDeviceIsSaidAndEnds(t *testing.T) {
 	const timeout = 2 * time.Second
 	args := stuckArgs(t, timeout)
+	out := args[1]
 	var stdout, stderr syncBuffer
 	start := time.Now()
 	// The step's timeout, Close's, and a margin for a loaded machine.
@@ -140,6 +150,93 @@ func TestCommTimeoutOnAStuckDeviceIsSaidAndEnds(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "partial run: training failed at step 0") {
 		t.Errorf("the summary is not marked partial:\n%s", stdout.String())
+	}
+	checkHungActions(t, out, stdout.String())
+}
+
+// checkHungActions checks, in the run under out whose summary is stdout,
+// that every forward and backward action of step 0 — each queued behind
+// the first, which holds its rank's stream for an hour — is in trace.json
+// on its rank's host track with device_unfinished and no device time, and
+// in report.rank<N> with "unfinished" for its device time; and that the
+// records line counts as many unfinished ranges as the trace holds.
+func checkHungActions(t *testing.T, out, stdout string) {
+	t.Helper()
+	// Each rank runs every microbatch through each of its chunks once
+	// forward, once backward: vpp × microbatches actions of each.
+	m := regexp.MustCompile(`pp=(\d+) vpp=(\d+) dp=(\d+), (\d+) microbatch`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no training line in the summary:\n%s", stdout)
+	}
+	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
+	ranks, perRank := atoi(m[1])*atoi(m[3]), atoi(m[2])*atoi(m[4])
+	dirs, _ := filepath.Glob(filepath.Join(out, "*", "trace.json"))
+	if len(dirs) != 1 {
+		t.Fatalf("trace files %v", dirs)
+	}
+	run := filepath.Dir(dirs[0])
+	b, err := os.ReadFile(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trace struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Pid  int            `json:"pid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &trace); err != nil {
+		t.Fatal(err)
+	}
+	unfinished := 0
+	hung := map[string]int{} // "pid name" → unfinished actions
+	for _, ev := range trace.TraceEvents {
+		if ev.Ph != "X" {
+			continue
+		}
+		marked := ev.Args["device_unfinished"] == true
+		if marked {
+			unfinished++
+		}
+		if ev.Name != "forward" && ev.Name != "backward" {
+			continue
+		}
+		if _, ok := ev.Args["device_us"]; ok || !marked {
+			t.Errorf("trace: %s of process %d has args %v, want device_unfinished and no device time", ev.Name, ev.Pid, ev.Args)
+			continue
+		}
+		hung[fmt.Sprint(ev.Pid, " ", ev.Name)]++
+	}
+	if len(hung) != 2*ranks {
+		t.Errorf("trace: unfinished forward and backward actions %v, want both on each of %d ranks", hung, ranks)
+	}
+	for k, n := range hung {
+		if n != perRank {
+			t.Errorf("trace: %d unfinished actions %q, want %d", n, k, perRank)
+		}
+	}
+	line := regexp.MustCompile(`records: .*, (\d+) written without device times \(device work unfinished\)`).FindStringSubmatch(stdout)
+	if line == nil || atoi(line[1]) != unfinished {
+		t.Errorf("the records line does not count the trace's %d unfinished ranges:\n%s", unfinished, stdout)
+	}
+	row := regexp.MustCompile(`(?m)^\s*\d+\s+[\d.]+\s+(forward|backward)\s+\S+\s+[\d.]+\s+(\S+)\s`)
+	for rank := range ranks {
+		b, err := os.ReadFile(filepath.Join(run, fmt.Sprintf("report.rank%d", rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, r := range row.FindAllStringSubmatch(string(b), -1) {
+			if r[2] != "unfinished" {
+				t.Errorf("report.rank%d: %s with device time %s, want unfinished", rank, r[1], r[2])
+			}
+			got[r[1]]++
+		}
+		if got["forward"] != perRank || got["backward"] != perRank {
+			t.Errorf("report.rank%d: %v calls, want %d forward and %d backward", rank, got, perRank, perRank)
+		}
 	}
 }
 

@@ -25,7 +25,10 @@
 // timeline's duration ("device_us" on the host event, "host_us" on the
 // device event), and a host-only record on a device other than its
 // rank's (the one its process is named after) that device ("device"), so
-// a reader can put each record back together.
+// a reader can put each record back together. A device range whose device
+// work had not finished when the profiler gave up on it
+// (Record.DeviceUnfinished: a kernel that hangs) is on the host track
+// only, with "device_unfinished": true.
 //
 // Flow arrows join each Send to its matching Recv and the participants of
 // each collective, bound to their device events where they have device

@@ -175,6 +175,9 @@ func appendArgs(b []byte, r *profiler.Record, device bool, tr *trace) []byte {
 	if r.CutShort {
 		b = append(sep(b, "cut_short"), "true"...)
 	}
+	if r.DeviceUnfinished {
+		b = append(sep(b, "device_unfinished"), "true"...)
+	}
 	if r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P {
 		return b
 	}

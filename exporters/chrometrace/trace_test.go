@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -619,5 +620,61 @@ func TestWithOtherData(t *testing.T) {
 	}
 	if got := doc.OtherData["producer"]; got != "trainscope" {
 		t.Errorf("otherData.producer = %q, want trainscope", got)
+	}
+}
+
+// A device range whose device work did not finish (Record.DeviceUnfinished)
+// is drawn on its rank's host track only, at its host times, with
+// "device_unfinished": true, and no device time or stream.
+func TestDeviceUnfinishedOnTheHostTrack(t *testing.T) {
+	cpu0 := runtime.Device{Type: runtime.CPU, Index: 0}
+	recs := []profiler.Record{
+		{ID: 1, Name: "step", Rank: 0, Device: cpu0, Labels: profiler.NoLabels, HostStart: 0, HostEnd: 100 * us},
+		{ID: 2, Parent: 1, Depth: 1, Name: "forward", Kind: profiler.KindDevice, Rank: 0, Device: cpu0, Labels: profiler.NoLabels,
+			HostStart: 10 * us, HostEnd: 30 * us, DeviceUnfinished: true},
+	}
+	var buf bytes.Buffer
+	if _, err := chrometrace.Write(&buf, recs); err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Ts   float64        `json:"ts"`
+			Dur  float64        `json:"dur"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &tr); err != nil {
+		t.Fatal(err)
+	}
+	var step, forward []int
+	for i, ev := range tr.TraceEvents {
+		switch {
+		case ev.Ph == "X" && ev.Name == "step":
+			step = append(step, i)
+		case ev.Ph == "X" && ev.Name == "forward":
+			forward = append(forward, i)
+		}
+	}
+	if len(step) != 1 || len(forward) != 1 {
+		t.Fatalf("%d step and %d forward events, want one each (the forward on the host track only):\n%s", len(step), len(forward), buf.String())
+	}
+	f, s := tr.TraceEvents[forward[0]], tr.TraceEvents[step[0]]
+	if f.Tid != s.Tid || math.Round(f.Ts) != 10 || math.Round(f.Dur) != 20 {
+		t.Errorf("forward on tid %d at %v for %v µs, want the host track's (tid %d) at 10 for 20", f.Tid, f.Ts, f.Dur, s.Tid)
+	}
+	if f.Args["device_unfinished"] != true {
+		t.Errorf("forward's args %v lack device_unfinished", f.Args)
+	}
+	for _, k := range []string{"device_us", "stream", "host_us"} {
+		if _, ok := f.Args[k]; ok {
+			t.Errorf("forward's args %v have %s", f.Args, k)
+		}
+	}
+	if _, ok := s.Args["device_unfinished"]; ok {
+		t.Errorf("step's args %v have device_unfinished", s.Args)
 	}
 }

@@ -152,6 +152,11 @@ func observeRate(o prometheus.Observer, v float64) {
 }
 
 func (e *Exporter) collective(r *profiler.Record) {
+	if r.DeviceUnfinished {
+		// Its transfer did not finish: no time, bytes or bandwidth to
+		// count (the range is in the range series all the same).
+		return
+	}
 	c := &r.Collective
 	k := collKey{dev: r.Device, op: c.Op, group: c.Group, rank: int32(r.Rank), size: noSize}
 	if e.cfg.detail {

@@ -53,17 +53,20 @@ type ownArgs struct {
 	Stream     *uint64      `json:"stream"`
 	PeakMemory int64        `json:"peak_memory_bytes"`
 	CutShort   bool         `json:"cut_short"`
-	Op         string       `json:"op"`
-	Bytes      int64        `json:"bytes"`
-	Count      int64        `json:"count"`
-	DType      string       `json:"dtype"`
-	Peer       *int64       `json:"peer"`
-	Root       *int64       `json:"root"`
-	Group      string       `json:"group"`
-	GroupID    string       `json:"group_id"` // hexadecimal: profiler.Collective.GroupID
-	GroupSize  int64        `json:"group_size"`
-	GroupRank  int64        `json:"group_rank"`
-	Seq        uint64       `json:"seq"`
+	// DeviceUnfinished: a device range whose device work had not finished
+	// (profiler.Record.DeviceUnfinished), on the host track only.
+	DeviceUnfinished bool   `json:"device_unfinished"`
+	Op               string `json:"op"`
+	Bytes            int64  `json:"bytes"`
+	Count            int64  `json:"count"`
+	DType            string `json:"dtype"`
+	Peer             *int64 `json:"peer"`
+	Root             *int64 `json:"root"`
+	Group            string `json:"group"`
+	GroupID          string `json:"group_id"` // hexadecimal: profiler.Collective.GroupID
+	GroupSize        int64  `json:"group_size"`
+	GroupRank        int64  `json:"group_rank"`
+	Seq              uint64 `json:"seq"`
 	// TransferAfterUS: a p2p's network transfer ended this long after its
 	// device interval (NCCL's proxy; profiler.Collective.TransferEnd).
 	TransferAfterUS *json.Number `json:"transfer_end_after_device_us"`
@@ -229,7 +232,7 @@ func ParseTrainscope(path string, r io.Reader) (*Profile, error) {
 		}
 		rec := profiler.Record{Name: ev.Name, Kind: kind, Rank: t.rank, Device: t.device, Tag: ev.Args.Tag, Labels: labels,
 			HostStart: time.Duration(ts), HostEnd: time.Duration(ts + dur), PeakMemory: max(ev.Args.PeakMemory, 0),
-			CutShort: ev.Args.CutShort}
+			CutShort: ev.Args.CutShort, DeviceUnfinished: ev.Args.DeviceUnfinished}
 		if kind == profiler.KindCollective || kind == profiler.KindP2P {
 			rec.Collective = ownCollective(&ev.Args)
 			rec.Collective.GroupID = gid
