@@ -402,7 +402,7 @@ func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-
 	if in.signal() == syscall.SIGPIPE {
 		what = "the reader of profile-run's output has gone (SIGPIPE)"
 	}
-	then := ", then what was recorded is written (what has not finished by then is left out)"
+	then := ", then what was recorded is written (what has not finished by then with host times only, marked unfinished)"
 	if cfg.Profiler == nil {
 		then = "" // -profile off: nothing is
 	}
