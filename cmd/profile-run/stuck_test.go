@@ -221,6 +221,14 @@ func checkHungActions(t *testing.T, out, stdout string) {
 	if line == nil || atoi(line[1]) != unfinished {
 		t.Errorf("the records line does not count the trace's %d unfinished ranges:\n%s", unfinished, stdout)
 	}
+	var sum struct {
+		Records struct {
+			Unfinished int `json:"device_unfinished"`
+		} `json:"records"`
+	}
+	if b, err := os.ReadFile(filepath.Join(run, "summary.json")); err != nil || json.Unmarshal(b, &sum) != nil || sum.Records.Unfinished != unfinished {
+		t.Errorf("summary.json: records.device_unfinished %d (%v); the trace has %d unfinished ranges", sum.Records.Unfinished, err, unfinished)
+	}
 	row := regexp.MustCompile(`(?m)^\s*\d+\s+[\d.]+\s+(forward|backward)\s+\S+\s+[\d.]+\s+(\S+)\s`)
 	for rank := range ranks {
 		b, err := os.ReadFile(filepath.Join(run, fmt.Sprintf("report.rank%d", rank)))

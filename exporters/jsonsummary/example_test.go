@@ -33,6 +33,7 @@ func ExampleWrite() {
 	//     "collected": 4,
 	//     "dropped": 0,
 	//     "host_only": 0,
+	//     "device_unfinished": 0,
 	//     "backend_errors": 0
 	//   },
 	//   "steps": [

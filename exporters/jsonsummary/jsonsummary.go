@@ -76,7 +76,11 @@ type Records struct {
 	// record bound; HostOnly: device ranges timed on the host only.
 	Dropped  uint64 `json:"dropped"`
 	HostOnly uint64 `json:"host_only"`
-	Errors   uint64 `json:"backend_errors"`
+	// Unfinished: device ranges written with host times only because
+	// their device work had not finished when the run gave up on it (a
+	// kernel that hangs; profiler.Stats.Abandoned).
+	Unfinished uint64 `json:"device_unfinished"`
+	Errors     uint64 `json:"backend_errors"`
 }
 
 // RankStep is one rank's step times over the run.
@@ -178,7 +182,7 @@ type Range struct {
 func Make(in Input) Document {
 	d := Document{Schema: Schema, RunID: in.RunID, Partial: in.Partial, Command: append([]string{}, in.Command...), Trainer: in.Trainer,
 		Steps: []RankStep{}, Ranges: []Range{}}
-	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Errors: in.Stats.Errors}
+	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Unfinished: in.Stats.Abandoned, Errors: in.Stats.Errors}
 	for _, st := range in.Steps {
 		n := time.Duration(max(st.Steps, 1))
 		rs := RankStep{Rank: st.Rank, Stage: stage(st.Stage), Steps: st.Steps, CutShort: st.CutShort}

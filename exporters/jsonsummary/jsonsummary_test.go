@@ -31,7 +31,7 @@ func TestDocument(t *testing.T) {
 		Partial: "partial run: interrupted by SIGINT at step 5",
 		Command: []string{"-pp", "4", "-steps", "5"},
 		Trainer: &jsonsummary.Trainer{Placement: "4 ranks on 4 cpu devices", Stages: 4, Chunks: 2, Replicas: 1, Precision: "bf16", Steps: 5},
-		Stats:   profiler.Stats{Collected: 100, Dropped: 2, Overflow: 3, EventDrops: 4, Errors: 5},
+		Stats:   profiler.Stats{Collected: 100, Dropped: 2, Overflow: 3, EventDrops: 4, Errors: 5, Abandoned: 6},
 		Steps:   []profiler.StepStats{step(0, 0, true), step(1, profiler.None, false)},
 		Groups: []profiler.Group{
 			{Rank: 0, Tag: "all steps", Names: []profiler.NameStats{{Name: "forward", Count: 2, HostTotal: 1 * ms, DeviceTotal: 4 * ms}}},
@@ -76,6 +76,7 @@ func TestDocument(t *testing.T) {
 		{"records.dropped", 5.0},
 		{"records.host_only", 4.0},
 		{"records.backend_errors", 5.0},
+		{"records.device_unfinished", 6.0},
 		{"steps.0.mean_s", 0.010},
 		{"steps.0.p50_s", 0.009},
 		{"steps.0.p99_s", 0.013},

@@ -237,6 +237,9 @@ func notes(side string, d jsonsummary.Document) []string {
 	if d.Records.Dropped > 0 {
 		n = append(n, fmt.Sprintf("%s dropped %d records: its ranges are undercounted", side, d.Records.Dropped))
 	}
+	if d.Records.Unfinished > 0 {
+		n = append(n, fmt.Sprintf("%s has %d device ranges whose device work never finished (a device that hung): their device times are missing", side, d.Records.Unfinished))
+	}
 	if p := d.Pipeline; p != nil && len(p.Problems) > 0 {
 		n = append(n, fmt.Sprintf("%s's pipeline analysis names %d problems (its report lists them): %s", side, len(p.Problems), p.Problems[0]))
 	}

@@ -51,6 +51,7 @@ func TestFigures(t *testing.T) {
 	new := job([2]float64{0.015, 0.011}, [2]*float64{ptr(0.6), nil}, [2]float64{0.2, 0.2}, [2]float64{0, 0.002})
 	new.Pipeline.Straggler = ptr(1)
 	new.Records.Dropped = 7
+	base.Records.Unfinished = 3
 	c := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "b", Doc: new})
 	for _, w := range []struct {
 		name      string
@@ -84,8 +85,8 @@ func TestFigures(t *testing.T) {
 	if len(c.JobDiffs) != 0 {
 		t.Errorf("the same job: differences %q", c.JobDiffs)
 	}
-	if len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "new dropped 7 records") {
-		t.Errorf("notes %q; want one, on new's 7 drops", c.Notes)
+	if len(c.Notes) != 2 || !strings.Contains(c.Notes[0], "base has 3 device ranges whose device work never finished") || !strings.Contains(c.Notes[1], "new dropped 7 records") {
+		t.Errorf("notes %q; want two: base's 3 unfinished ranges, new's 7 drops", c.Notes)
 	}
 }
 
