@@ -60,7 +60,9 @@ func destroyWithin(t *testing.T, d time.Duration, destroy func() error) error {
 // waits for a compute stream that does not get there (a kernel that does
 // not end: no abort reaches it) keeps DestroyContext only until its
 // context ends, not DestroyTimeout (a minute); the rank is aborted, and
-// the error says why. Its Work fails.
+// the error says why. Its Work fails. The communication stream, still
+// busy after the abort, is left to its work, not destroyed (CUDA's
+// cudaStreamDestroy of such a stream blocked until the kernel ended).
 func TestDestroyContextEndsWithItsContext(t *testing.T) {
 	noLeaks(t)
 	f, _ := newFactory(t, time.Minute)
@@ -82,15 +84,32 @@ func TestDestroyContextEndsWithItsContext(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "aborting") || !strings.Contains(err.Error(), "caller's deadline") {
 		t.Errorf("DestroyContext = %v, want the abort at the caller's deadline reported", err)
 	}
+	if err == nil || !strings.Contains(err.Error(), "stream is left") {
+		t.Errorf("DestroyContext = %v, want the busy communication stream said to be left", err)
+	}
 	if werr := w.Err(); werr == nil {
 		t.Error("the AllReduce behind the stuck stream reports success after the abort")
 	}
 	if _, err := pg.AllReduce(context.Background(), s, buf, runtime.Float32, ccl.Sum); err == nil {
 		t.Error("an operation after DestroyContext was accepted")
 	}
+	cs := pg.Stream(devs[0])
+	if cs == nil {
+		t.Fatal("the group has no communication stream for its device")
+	}
+	if err := cs.Err(); err != nil {
+		t.Errorf("the communication stream with work pending was destroyed: %v", err)
+	}
 	release()
 	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Left to its work, it ends with it, and its owner may destroy it.
+	if err := cs.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.Destroy(); err != nil {
+		t.Errorf("destroying the stream DestroyContext left: %v", err)
 	}
 	// The first call decides; a second returns its result.
 	if err2 := pg.Destroy(); err2 == nil || err2.Error() != err.Error() {

@@ -399,6 +399,10 @@ const DestroyTimeout = 60 * time.Second
 // destroyTimeout is DestroyTimeout; tests shorten it.
 var destroyTimeout = DestroyTimeout
 
+// abortDrain is how long Destroy gives a rank's communication stream to
+// drain after an abort before it leaves the stream undestroyed.
+const abortDrain = 100 * time.Millisecond
+
 // Destroy removes the group from its factory, waits for the work on the
 // communication streams (at most DestroyTimeout per rank, then it aborts,
 // and the Works of that rank fail), and destroys the communicators and the
@@ -413,7 +417,9 @@ func (pg *ProcessGroup) Destroy() error { return pg.DestroyContext(context.Backg
 // aborted at once instead of DestroyTimeout later; so is a rank on which
 // an operation being issued has not returned (its host blocked handing
 // work to a full queue), whose stream is then left, not destroyed under
-// it. The first call decides: a later call, whatever its ctx, returns its
+// it. So is a communication stream still busy after its rank's abort:
+// destroying it could block until its work ends, which may be never. The
+// first call decides: a later call, whatever its ctx, returns its
 // result.
 func (pg *ProcessGroup) DestroyContext(ctx context.Context) error {
 	pg.destroyOnce.Do(func() {
@@ -474,6 +480,19 @@ func (pg *ProcessGroup) destroyRank(ctx context.Context, r *localRank) error {
 		errs = append(errs, pg.impl.CommDestroy(r.comm))
 	}
 	r.commMu.Unlock()
+	if err != nil {
+		// The abort ends the communication kernels; work that waits on
+		// something it does not reach (a compute stream's kernel that
+		// does not end) stays. Destroying a stream with work pending can
+		// block in the driver until that work ends (CUDA's does), so a
+		// stream still busy a moment after the abort is left.
+		actx, cancel := context.WithTimeout(context.Background(), abortDrain)
+		qerr := r.stream.Synchronize(actx)
+		cancel()
+		if qerr != nil {
+			return errors.Join(append(errs, fmt.Errorf("ccl: group %q rank %d: its communication stream still has work pending %v after the abort: the stream is left, not destroyed", pg.name, r.rank, abortDrain))...)
+		}
+	}
 	errs = append(errs, r.stream.Destroy())
 	return errors.Join(errs...)
 }

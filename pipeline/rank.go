@@ -18,27 +18,30 @@ import (
 // one it shares with other ranks: see Placement), driven by its own
 // goroutine. Everything here belongs to that goroutine.
 type rank struct {
-	cfg              Config
-	id               int // replica·Stages + stage
-	replica, stage   int
-	dev              runtime.Device
-	layers, rows, n  int // layers per chunk, rows per microbatch, rows·Width
-	rounds           []round
-	pp, dp           *ccl.ProcessGroup // nil when the group would have one rank
-	groups           bool              // bracket each batch with GroupStart/GroupEnd
-	prof             *profiler.Profiler
-	rec              *profiler.Recorder
-	compute          *runtime.Stream
-	chunks           []chunk
-	scratch          [2]runtime.Buffer // dZ and dX of the layer being differentiated
-	allocs           []runtime.Buffer
-	data             []byte           // the replica's share of the dataset, host (first and last stages)
-	proj             runtime.Buffer   // the target projection P (last stage)
-	inputs, targets  runtime.Buffer   // a step's inputs and their targets (last stage)
-	inputViews       []runtime.Buffer // inputs, per microbatch
-	sse              runtime.Buffer   // per microbatch, Σ(output − target)², device (last stage)
-	hostSSE          []byte           // sse copied back at the end of a step
-	hostFree         []func() error   // releases host memory from runtime.HostAlloc
+	cfg             Config
+	id              int // replica·Stages + stage
+	replica, stage  int
+	dev             runtime.Device
+	layers, rows, n int // layers per chunk, rows per microbatch, rows·Width
+	rounds          []round
+	pp, dp          *ccl.ProcessGroup // nil when the group would have one rank
+	groups          bool              // bracket each batch with GroupStart/GroupEnd
+	prof            *profiler.Profiler
+	rec             *profiler.Recorder
+	compute         *runtime.Stream
+	chunks          []chunk
+	scratch         [2]runtime.Buffer // dZ and dX of the layer being differentiated
+	allocs          []runtime.Buffer
+	data            []byte           // the replica's share of the dataset, host (first and last stages)
+	proj            runtime.Buffer   // the target projection P (last stage)
+	inputs, targets runtime.Buffer   // a step's inputs and their targets (last stage)
+	inputViews      []runtime.Buffer // inputs, per microbatch
+	sse             runtime.Buffer   // per microbatch, Σ(output − target)², device (last stage)
+	hostSSE         []byte           // sse copied back at the end of a step
+	// syncing, when set, delivers the result of a wait for compute that
+	// idle gave up on and that has not returned yet (rank.idle).
+	syncing          chan error
+	hostFree         []func() error // releases host memory from runtime.HostAlloc
 	works            []*ccl.Work
 	batchOpen        bool
 	fault            faultFunc // tests only
@@ -190,7 +193,31 @@ func (r *rank) setup() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.commTimeout())
 	defer cancel()
-	return timedOut(r.compute.Synchronize(ctx), context.Background(), ctx, cfg.commTimeout())
+	return timedOut(r.idle(ctx), context.Background(), ctx, cfg.commTimeout())
+}
+
+// idle waits until the compute stream's work has completed, or ctx ends.
+// The wait itself is the backend's blocking one (CUDA's
+// cudaStreamSynchronize), which wakes as soon as the work is done and,
+// unlike a copy into pageable memory or a cudaFree, holds back no other
+// thread's calls while it waits (docs/gpu.md); it runs on a goroutine of
+// its own, so that ctx bounds this call. One that ctx cut short goes on
+// waiting, and the next call waits for it rather than start another:
+// the stream is destroyed only once nothing waits on it.
+func (r *rank) idle(ctx context.Context) error {
+	if r.syncing == nil {
+		ch := make(chan error, 1)
+		s := r.compute
+		go func() { ch <- s.Synchronize(context.Background()) }()
+		r.syncing = ch
+	}
+	select {
+	case err := <-r.syncing:
+		r.syncing = nil
+		return err
+	case <-ctx.Done():
+		return &runtime.Error{Op: "StreamSynchronize", Status: runtime.StatusTimeout, Detail: "gave up waiting", Err: ctx.Err()}
+	}
 }
 
 // teardown waits until deadline for the rank's device work, then
@@ -203,7 +230,7 @@ func (r *rank) teardown(deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var errs []error
-	if err := timedOut(r.compute.Synchronize(ctx), context.Background(), ctx, r.cfg.commTimeout()); err != nil {
+	if err := timedOut(r.idle(ctx), context.Background(), ctx, r.cfg.commTimeout()); err != nil {
 		// Freeing memory the device may still use is not safe on every
 		// backend: keep it and say so.
 		return fmt.Errorf("pipeline: rank %d: teardown: device work did not finish, %d buffers not freed: %w", r.id, len(r.allocs), err)

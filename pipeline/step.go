@@ -141,10 +141,19 @@ func (r *rank) labels(kind schedule.Kind, chunk, mb int) {
 
 // finish waits for the step's device work and communication, each wait
 // bounded by the configured timeout, and sums the squared errors.
+//
+// The loss is copied back only once the compute stream is idle (idle): a
+// copy into pageable host memory waits inside the driver for the work
+// queued before it, where no deadline reaches, and while it waits CUDA
+// holds back other threads' event creation and destruction (the
+// profiler's included).
 func (r *rank) finish(ctx context.Context) (float64, error) {
 	timeout := r.cfg.commTimeout()
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if err := r.idle(wctx); err != nil {
+		return 0, fmt.Errorf("waiting for the step's device work: %w", timedOut(err, ctx, wctx, timeout))
+	}
 	if r.hostSSE != nil {
 		r.enter()
 		err := runtime.CopyToHost(r.hostSSE, r.sse, r.compute)
@@ -152,9 +161,10 @@ func (r *rank) finish(ctx context.Context) (float64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("copying the step's loss: %w", err)
 		}
-	}
-	if err := r.compute.Synchronize(wctx); err != nil {
-		return 0, fmt.Errorf("waiting for the step's device work: %w", timedOut(err, ctx, wctx, timeout))
+		// A stream's copy may be asynchronous (the cpu backend's is).
+		if err := r.idle(wctx); err != nil {
+			return 0, fmt.Errorf("copying the step's loss: %w", timedOut(err, ctx, wctx, timeout))
+		}
 	}
 	deadline := time.Now().Add(timeout)
 	for _, w := range r.works {

@@ -533,14 +533,14 @@ func (t *Trainer) Close() error {
 		w.closeBy = deadline
 		close(w.cmds)
 	}
+	// Each rank is waited for until the deadline only, and a moment
+	// more for a teardown whose own wait ends with it: one a failed step
+	// left running (stranded) may never end, and a teardown may block in
+	// the driver where its deadline does not reach (CUDA's cudaFree waits
+	// for every stream of the device, another rank's included).
+	rctx, rcancel := context.WithDeadline(context.Background(), deadline.Add(teardownGrace))
+	defer rcancel()
 	for id, w := range t.ranks {
-		if !t.stranded {
-			// Each rank's teardown keeps the deadline.
-			errs = append(errs, <-w.done)
-			continue
-		}
-		// A rank a failed step left running (stranded) may never end:
-		// it is waited for until the deadline only.
 		select {
 		case err := <-w.done:
 			errs = append(errs, err)
@@ -550,8 +550,12 @@ func (t *Trainer) Close() error {
 		select {
 		case err := <-w.done:
 			errs = append(errs, err)
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("pipeline: rank %d did not stop: its goroutine and its buffers are left", id))
+		case <-rctx.Done():
+			if t.stranded {
+				errs = append(errs, fmt.Errorf("pipeline: rank %d did not stop: its goroutine and its buffers are left", id))
+			} else {
+				errs = append(errs, fmt.Errorf("pipeline: rank %d: teardown did not return by the deadline (freeing device memory waits for the device's other work): its goroutine is left", id))
+			}
 		}
 	}
 	gerr := t.destroyGroups(ctx)
@@ -572,6 +576,10 @@ func stopGrace(timeout time.Duration) time.Duration {
 
 // stopGraceMin is stopGrace's least value (a variable for tests).
 var stopGraceMin = 10 * time.Second
+
+// teardownGrace is how long past Close's deadline it waits for a rank
+// whose teardown gives up at that deadline to say so.
+const teardownGrace = 250 * time.Millisecond
 
 // destroyGroups destroys the process groups, each wait for their work
 // bounded by ctx.

@@ -60,6 +60,7 @@ func (p *Profiler) loop() {
 		}
 		p.collectLocked()
 		p.unlock()
+		p.recalibrate(true)
 	}
 }
 
@@ -112,14 +113,63 @@ func (p *Profiler) collectLocked() {
 	}
 	p.resolveLocked(false)
 	p.deliverLocked()
-	if p.done {
-		return // the calibrations are released
+}
+
+// recalibrate takes a new calibration point for each device whose
+// interval has passed. It runs in the collector's goroutine without the
+// collector's lock, which it takes only to add the point: the device calls
+// a point needs (an event recorded and waited for on the clock sync's
+// private stream) can block in the driver behind another thread's call
+// (CUDA's cudaEventRecord waits while another thread is in a cudaFree
+// that waits for a kernel that does not end), and a Flush, AbandonPending
+// or Close must not wait behind them. It gives way to any of those
+// waiting for the lock, and to Close. collector says the background
+// collector calls it (Profiler.measuring).
+func (p *Profiler) recalibrate(collector bool) {
+	if p.cfg.recalibrate <= 0 {
+		return
 	}
+	p.mu.Lock()
+	if p.done {
+		p.unlock()
+		return
+	}
+	now := p.now()
+	var due []*clockSync
 	for _, cs := range p.calib {
-		if err := cs.maybeRecalibrate(p.cfg.recalibrate, p.now); err != nil {
+		if now >= cs.next {
+			cs.next = now + p.cfg.recalibrate
+			due = append(due, cs)
+		}
+	}
+	p.unlock()
+	for _, cs := range due {
+		if p.lockWaiters.Load() > 0 || p.closing() {
+			return
+		}
+		if collector {
+			p.measuring.Store(true)
+		}
+		c, ok, err := cs.measure(p.now)
+		if collector {
+			p.measuring.Store(false)
+		}
+		if err != nil {
 			p.resolveErrs.Add(1)
 			p.backendError(err)
 		}
+		if !ok {
+			continue
+		}
+		p.mu.Lock()
+		var old *runtime.Event
+		if !p.done {
+			old, c.ev = cs.insert(c), nil
+		}
+		p.unlock()
+		// Back to the spares: the point pushed out, or the new one if
+		// Close came first.
+		cs.putSpare(old, c.ev)
 	}
 }
 

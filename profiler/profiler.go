@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +51,10 @@ type Profiler struct {
 	// and keep a poller out for as long as its passes outlast the
 	// interval (a slow sink).
 	lockWaiters atomic.Int32
+	// measuring is set while the background collector takes a
+	// calibration point, outside the lock (recalibrate): Close need not
+	// wait for it to stop then, since it holds nothing Close needs.
+	measuring atomic.Bool
 	// Timing events the collected device ranges recorded, and their
 	// starts and ends that took the stream's latest event (Stats).
 	eventsRecorded, eventsShared uint64
@@ -473,6 +479,9 @@ func (p *Profiler) Snapshot() []Record {
 	if p == nil {
 		return nil
 	}
+	// Deferred first, so it runs after the unlock: a calibration point
+	// due is taken outside the lock (recalibrate).
+	defer p.recalibrate(false)
 	p.mu.Lock()
 	defer p.unlock()
 	p.collectLocked()
@@ -499,6 +508,7 @@ func (p *Profiler) Flush(ctx context.Context) error {
 	if !p.lockBy(ctx, closeGrace) {
 		return fmt.Errorf("profiler: flush: the collector is still delivering to a sink that has not returned from Consume (or another Flush is waiting on the device), so nothing was gathered: %w", ctx.Err())
 	}
+	defer p.recalibrate(false) // after the unlock below
 	defer p.unlock()
 	if p.done {
 		return fmt.Errorf("profiler: flush: %w", ErrClosed)
@@ -707,11 +717,23 @@ func (p *Profiler) collectorStopped(ctx context.Context, grace time.Duration) bo
 		return true
 	case <-g.C:
 	}
-	select {
-	case <-p.closed:
-		return true
-	case <-ctx.Done():
-		return false
+	// A collector taking a calibration point, which takes microseconds
+	// on a device that gets through its work, is blocked in a device
+	// call outside the lock: it stops once the call returns, and holds
+	// nothing Close needs meanwhile.
+	tick := time.NewTicker(closeGrace / 10)
+	defer tick.Stop()
+	for {
+		if p.measuring.Load() {
+			return true
+		}
+		select {
+		case <-p.closed:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
 	}
 }
 
@@ -798,16 +820,44 @@ func (p *Profiler) Close(ctx context.Context) error {
 	// What is still pending would stay pending for good: the sinks get
 	// it with host times only before they shut down.
 	p.abandonLocked()
-	for _, c := range p.calib {
-		c.close()
-	}
-	// The calibrations are gone: device ranges collected from now on
-	// are kept without device times (deviceTimesLocked).
+	// The calibrations go: device ranges collected from now on are kept
+	// without device times (deviceTimesLocked). They are released after
+	// the sinks shut down, outside the lock: destroying an event or a
+	// stream can block in the driver while the device does not get
+	// through its work (CUDA's, while another thread waits in a copy or
+	// a cudaFree behind a kernel that has not ended).
+	calibs := slices.Collect(maps.Values(p.calib))
+	clear(p.calib)
 	p.done = true
 	p.finished.Store(true)
 	sinks := p.sinks
 	p.sinks, p.sinksClosed = nil, true
 	p.unlock()
 	errs = append(errs, shutdownSinks(ctx, sinks))
+	releaseCalibrations(ctx, calibs)
 	return errors.Join(errs...)
+}
+
+// releaseCalibrations closes the clock syncs, waiting until ctx ends or
+// closeGrace has passed, whichever is first; past that they are left to
+// finish in the background (a device call that blocked), which loses
+// nothing recorded.
+func releaseCalibrations(ctx context.Context, calibs []*clockSync) {
+	if len(calibs) == 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, c := range calibs {
+			c.close()
+		}
+	}()
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

