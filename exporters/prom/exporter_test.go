@@ -1,6 +1,7 @@
 package prom_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -17,7 +18,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
-	_ "github.com/trainscope/trainscope/runtime/cpu" // host backend: the default describer finds it
+	"github.com/trainscope/trainscope/runtime/cpu" // host backend: the default describer finds it
 )
 
 const host = "node-7"
@@ -317,7 +318,7 @@ type fakeStats profiler.Stats
 func (f *fakeStats) Stats() profiler.Stats { return profiler.Stats(*f) }
 
 func TestStatsCollectorReadsAtScrape(t *testing.T) {
-	s := &fakeStats{Recorders: 4, Records: 100, Pending: 3, Dropped: 5, Overflow: 6, EventDrops: 7, Unbalanced: 8, Errors: 9}
+	s := &fakeStats{Recorders: 4, Records: 100, Pending: 3, Dropped: 5, Overflow: 6, EventDrops: 7, Unbalanced: 8, Errors: 9, Abandoned: 10, Discarded: 11, SinkFailures: 12}
 	c := prom.NewStatsCollector(s)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
@@ -325,14 +326,17 @@ func TestStatsCollectorReadsAtScrape(t *testing.T) {
 		t.Helper()
 		got := gatherValues(t, reg)
 		want := map[string]float64{
-			"trainscope_backend_errors_total{}":   float64(s.Errors),
-			"trainscope_event_shortages_total{}":  float64(s.EventDrops),
-			"trainscope_recorders{}":              float64(s.Recorders),
-			"trainscope_records_dropped_total{}":  float64(s.Dropped),
-			"trainscope_records_kept{}":           float64(s.Records),
-			"trainscope_records_overflow_total{}": float64(s.Overflow),
-			"trainscope_records_pending{}":        float64(s.Pending),
-			"trainscope_unbalanced_ends_total{}":  float64(s.Unbalanced),
+			"trainscope_backend_errors_total{}":    float64(s.Errors),
+			"trainscope_event_shortages_total{}":   float64(s.EventDrops),
+			"trainscope_recorders{}":               float64(s.Recorders),
+			"trainscope_records_dropped_total{}":   float64(s.Dropped),
+			"trainscope_records_kept{}":            float64(s.Records),
+			"trainscope_records_overflow_total{}":  float64(s.Overflow),
+			"trainscope_records_pending{}":         float64(s.Pending),
+			"trainscope_unbalanced_ends_total{}":   float64(s.Unbalanced),
+			"trainscope_device_unfinished_total{}": float64(s.Abandoned),
+			"trainscope_records_discarded_total{}": float64(s.Discarded),
+			"trainscope_sink_failures_total{}":     float64(s.SinkFailures),
 		}
 		for k, v := range want {
 			if got[k] != v {
@@ -556,5 +560,51 @@ func TestCollectiveOpsBounded(t *testing.T) {
 	}
 	if want := float64(1000-prom.MaxOps) * 1024; other != want {
 		t.Errorf("bytes under op %q: %v, want %v (every op past the bound)", prom.OtherLabel, other, want)
+	}
+}
+
+// TestDeviceUnfinishedIsCounted: a device range on a stream that never
+// reaches it, given up by AbandonPending, shows as one in
+// trainscope_device_unfinished_total of the profiler's exporter, and the
+// range itself in trainscope_records_total.
+func TestDeviceUnfinishedIsCounted(t *testing.T) {
+	p, err := profiler.New(profiler.WithCollectInterval(0), profiler.WithMaxRecords(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	e, err := prom.New(p, prom.WithHostname(host)) // its profiler's sink
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := runtime.Device{Type: runtime.CPU, Index: 6}
+	r, err := p.NewRecorder(0, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := runtime.NewStream(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	defer func() { close(held); _ = s.Synchronize(context.Background()); _ = s.Destroy() }()
+	if err := cpu.Enqueue(s, func() { <-held }); err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("hung", s)
+	r.End()
+	if got := gatherValues(t, e.Registry())[`trainscope_device_unfinished_total{Hostname="`+host+`"}`]; got != 0 {
+		t.Errorf("before AbandonPending: %v unfinished, want 0", got)
+	}
+	n, err := p.AbandonPending(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("AbandonPending = %d, %v; want 1 range given up", n, err)
+	}
+	got := gatherValues(t, e.Registry())
+	if v := got[`trainscope_device_unfinished_total{Hostname="`+host+`"}`]; v != 1 {
+		t.Errorf("trainscope_device_unfinished_total = %v, want 1 (series: %v)", v, got)
+	}
+	if v := got[`trainscope_records_total{Hostname="`+host+`",name="hung"}`]; v != 1 {
+		t.Errorf("trainscope_records_total for the hung range = %v, want 1", v)
 	}
 }

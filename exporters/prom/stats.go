@@ -20,15 +20,17 @@ type statsCollector struct {
 
 	recorders, kept, pending                 *prometheus.Desc
 	dropped, overflow, shortages, unbalanced *prometheus.Desc
-	backendErrors                            *prometheus.Desc
+	backendErrors, unfinished, discarded     *prometheus.Desc
+	sinkFailures                             *prometheus.Desc
 }
 
 // NewStatsCollector returns a collector exporting src's Stats as the
 // trainscope_recorders, trainscope_records_kept and
 // trainscope_records_pending gauges and the trainscope_records_dropped_total,
 // trainscope_records_overflow_total, trainscope_event_shortages_total,
-// trainscope_unbalanced_ends_total and trainscope_backend_errors_total
-// counters. The counts are the profiler's, across all its recorders, so the
+// trainscope_unbalanced_ends_total, trainscope_backend_errors_total,
+// trainscope_device_unfinished_total, trainscope_records_discarded_total
+// and trainscope_sink_failures_total counters. The counts are the profiler's, across all its recorders, so the
 // series carry no rank. New registers one for its profiler.
 func NewStatsCollector(src StatsSource) prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -45,11 +47,16 @@ func NewStatsCollector(src StatsSource) prometheus.Collector {
 			"Device ranges timed on the host only because the recorder's event pool was empty."),
 		unbalanced:    d("trainscope_unbalanced_ends_total", "End calls with no open range."),
 		backendErrors: d("trainscope_backend_errors_total", "Events the device backend refused to record or resolve."),
+		unfinished: d("trainscope_device_unfinished_total",
+			"Device ranges whose device work had not finished when the profiler gave up on it (a kernel that hangs, a stopped run): exported with host times only."),
+		discarded: d("trainscope_records_discarded_total",
+			"Device ranges a Reset discarded while they still waited for their events: no exporter saw them."),
+		sinkFailures: d("trainscope_sink_failures_total", "Exporters removed because they panicked; the others get every record."),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.recorders, c.kept, c.pending, c.dropped, c.overflow, c.shortages, c.unbalanced, c.backendErrors} {
+	for _, d := range []*prometheus.Desc{c.recorders, c.kept, c.pending, c.dropped, c.overflow, c.shortages, c.unbalanced, c.backendErrors, c.unfinished, c.discarded, c.sinkFailures} {
 		ch <- d
 	}
 }
@@ -70,4 +77,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.shortages, s.EventDrops)
 	counter(c.unbalanced, s.Unbalanced)
 	counter(c.backendErrors, s.Errors)
+	counter(c.unfinished, s.Abandoned)
+	counter(c.discarded, s.Discarded)
+	counter(c.sinkFailures, s.SinkFailures)
 }
