@@ -176,3 +176,68 @@ func stuckStreams() int {
 	buf := make([]byte, 1<<22)
 	return strings.Count(string(buf[:goruntime.Stack(buf, true)]), "cpu.(*Impl).Sleep.func1(")
 }
+
+// A second interrupt: the caller stops a step once every rank has queued
+// it whole on a device that never gets through it, then calls StopNow.
+// The queued work does not get its CommTimeout (a minute here): the step
+// fails with ErrStoppedNow and Close returns moments after StopNow,
+// without waiting for the device; a later step fails the same way at
+// once.
+func TestStopNowGivesUpQueuedWork(t *testing.T) {
+	const timeout = time.Minute
+	cfg := stuckConfig(timeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var queued atomic.Int32
+	var tr *Trainer
+	var nowAt atomic.Int64
+	fault := func(_ context.Context, rank, step, round int) error {
+		if round == queuedRound && queued.Add(1) == int32(cfg.Stages) {
+			cancel() // the first signal
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				nowAt.Store(time.Now().UnixNano())
+				tr.StopNow() // the second
+			}()
+		}
+		return nil
+	}
+	var err error
+	tr, err = newTrainer(context.Background(), cfg, fault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		step, close error
+		at          time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, serr := tr.Step(ctx)
+		_, again := tr.Step(context.Background())
+		if !errors.Is(again, ErrStoppedNow) {
+			t.Errorf("a step after StopNow = %v, want ErrStoppedNow", again)
+		}
+		cerr := tr.Close()
+		done <- result{serr, cerr, time.Now()}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(timeout / 2):
+		t.Fatalf("Step and Close still running %v after the stop: StopNow did not cut the wait short", timeout/2)
+	}
+	if !errors.Is(r.step, ErrStoppedNow) || errors.Is(r.step, ErrCommTimeout) {
+		t.Errorf("Step = %v, want ErrStoppedNow, not a communication timeout", r.step)
+	}
+	// Two graces (the step's, Close's for the ranks) and the process
+	// groups' aborts; generous for a loaded machine, far below the
+	// minute the queued work would otherwise get.
+	if d := r.at.Sub(time.Unix(0, nowAt.Load())); d > 10*time.Second {
+		t.Errorf("Close returned %v after StopNow", d)
+	}
+	if r.close == nil || !strings.Contains(r.close.Error(), "buffers not freed") {
+		t.Errorf("Close = %v, want the ranks' unfinished device work reported", r.close)
+	}
+	t.Logf("StopNow → Close returned: %v; Step: %v", r.at.Sub(time.Unix(0, nowAt.Load())), r.step)
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -42,6 +43,10 @@ type Trainer struct {
 	// waits no later. Zero: no step was stopped.
 	drainBy time.Time
 	closed  bool
+	// now is closed by StopNow; nowAt holds when (UnixNano), for Close.
+	now     chan struct{}
+	nowOnce sync.Once
+	nowAt   atomic.Int64
 }
 
 // StepResult is the outcome of one step.
@@ -161,6 +166,7 @@ func newTrainerHooks(ctx context.Context, cfg Config, hk hooks) (*Trainer, error
 		rt:         rt,
 		placement:  pl,
 		results:    make(chan rankResult, cfg.Stages*cfg.Replicas),
+		now:        make(chan struct{}),
 	}
 	pp, dp, err := t.createGroups(ctx)
 	if err != nil {
@@ -348,6 +354,11 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 	if err := ctx.Err(); err != nil {
 		return StepResult{}, fmt.Errorf("pipeline: step %d: %w", t.step, err)
 	}
+	select {
+	case <-t.now:
+		return StepResult{}, fmt.Errorf("pipeline: step %d: %w", t.step, ErrStoppedNow)
+	default:
+	}
 	sctx, cancelStep := context.WithCancel(ctx)
 	failed, cancelFailed := context.WithCancel(context.WithoutCancel(ctx))
 	cancel := func() { cancelStep(); cancelFailed() }
@@ -387,7 +398,7 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 	tick := watchTick(timeout)
 	watch := time.NewTicker(tick)
 	defer watch.Stop()
-	stopped := ctx.Done()
+	stopped, now := ctx.Done(), (<-chan struct{})(t.now)
 	var (
 		drain   *time.Timer
 		drained <-chan time.Time
@@ -424,6 +435,14 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 			// within a tick; stopGrace is not waited for.
 			graceFor = tick
 			grace.Reset(tick)
+		case <-now:
+			// The caller gives up the step's queued work at once: the
+			// ranks the abort and the cancellation reach are back
+			// within moments; the others are left.
+			now, stopped, drained = nil, nil, nil
+			fail(fmt.Errorf("pipeline: step %d: %w", t.step, ErrStoppedNow))
+			graceFor = stopNowGrace
+			grace.Reset(graceFor)
 		case <-giveUp:
 			first = fmt.Errorf("%w (then %d of the %d ranks did not stop within %v of it: they are left running)", first, left, len(t.ranks), graceFor)
 			t.stranded = true
@@ -447,6 +466,27 @@ func (t *Trainer) Step(ctx context.Context) (StepResult, error) {
 // errDrain is what a step whose caller stopped it says when the work its
 // ranks had queued was not done CommTimeout after the stop.
 var errDrain = errors.New("the step was stopped, and the work its ranks had queued did not finish within the timeout after that")
+
+// ErrStoppedNow is wrapped by the error of a step that StopNow ended, and
+// of every step after it.
+var ErrStoppedNow = errors.New("stopped at once (Trainer.StopNow): the work the ranks had queued was given up")
+
+// stopNowGrace is how long a step that StopNow ended waits for the ranks
+// the abort and the cancellation reach, and Close for their teardown.
+const stopNowGrace = 100 * time.Millisecond
+
+// StopNow gives up at once the work of the step under way, if any, as a
+// second interrupt asks: the step fails with ErrStoppedNow without
+// waiting for the device work the ranks had queued, the communicators are
+// aborted, and ranks that do not stop at once are left; later steps fail
+// the same way, and Close waits for nothing more than stopNowGrace. It is
+// safe to call from any goroutine, at any time, more than once.
+func (t *Trainer) StopNow() {
+	t.nowOnce.Do(func() {
+		t.nowAt.Store(time.Now().UnixNano())
+		close(t.now)
+	})
+}
 
 // watchTick is the period of the watchdog (Trainer.stuck) for timeout.
 func watchTick(timeout time.Duration) time.Duration {
@@ -515,8 +555,9 @@ func (t *Trainer) abort() {
 // from the call, or, after a step the caller stopped, the end of the time
 // that step's queued work had (see Step). Past it, a rank's device work
 // still running keeps its buffers (not freed), a communicator with work
-// pending is aborted, and a rank a failed step left running is left. It
-// is safe to call more than once; later calls return nil.
+// pending is aborted, and a rank a failed step left running is left.
+// After StopNow the deadline is stopNowGrace after it. It is safe to call
+// more than once; later calls return nil.
 func (t *Trainer) Close() error {
 	if t.closed {
 		return nil
@@ -525,6 +566,10 @@ func (t *Trainer) Close() error {
 	deadline := time.Now().Add(t.cfg.commTimeout())
 	if !t.drainBy.IsZero() && t.drainBy.Before(deadline) {
 		deadline = t.drainBy
+	}
+	if at := t.nowAt.Load(); at != 0 {
+		// StopNow: nothing is waited for past its grace.
+		deadline = time.Unix(0, at).Add(stopNowGrace)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

@@ -4,6 +4,9 @@
 # part says that its ranks share the GPU):
 #
 #   1. profile-run with no flags: pp=2 × vpp=2 on two GPUs with NCCL;
+#      then SIGINT to the same job on a device that does not get through
+#      its work (-action-delay 1h): exit 130 within about 10 s, outputs
+#      written, the hung ranges marked device_unfinished;
 #   2. the trainer's losses sharing one GPU (in-process collectives)
 #      against the NCCL layout on two, and NCCL's own tests;
 #   3. the pipeline analysis (scripts/gpu-analysis.sh): the fidelity
@@ -93,6 +96,16 @@ run() {
 		(cd "$bin" && timeout -k 10 120 ./profile-run -metrics-addr off -out "$OUT/default" >"$OUT/default.log" 2>&1)
 		echo "exit $?" >>"$OUT/default.log"
 		grep -E '^profile-run: training|^step [0-9]+:|^exit' "$OUT/default.log" | sed -n '1,3p;$p'
+		local t1=$SECONDS
+		(cd "$bin" && timeout -k 40 --preserve-status -s INT 4 ./profile-run -backend cuda -steps 1 -comm-timeout 5s \
+			-action-delay 1h -metrics-addr off -out "$OUT/stuck" >"$OUT/stuck.log" 2>&1)
+		echo "exit $? after $((SECONDS - t1)) s" >>"$OUT/stuck.log"
+		{
+			ls "$OUT"/stuck/*/
+			grep -h '"device_unfinished"' "$OUT"/stuck/*/summary.json
+		} >>"$OUT/stuck.log" 2>&1
+		rm -f "$OUT"/stuck/*/trace.json
+		grep -E '^profile-run: training|^exit|device_unfinished' "$OUT/stuck.log"
 		pack
 	fi
 

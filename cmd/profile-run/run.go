@@ -119,6 +119,16 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if err := train(in, o, log, stdout); err != nil {
 		var ei *errInterrupted
 		if errors.As(err, &ei) {
+			// The signal sets the status; what else went wrong on the
+			// way out (a flush cut short, an output not written) is
+			// still said.
+			if rest := besidesInterruption(err); rest != nil {
+				for _, line := range strings.Split(trainError(rest), "\n") {
+					if line != "" {
+						log.Warn(line)
+					}
+				}
+			}
 			return in.exitCode()
 		}
 		if errors.As(err, &ue) {
@@ -135,6 +145,26 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// besidesInterruption is err without the signal's own error: the errors
+// joined into it that are not an *errInterrupted, joined again; nil when
+// there are none.
+func besidesInterruption(err error) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	var rest []error
+	for _, e := range errs {
+		var ei *errInterrupted
+		if !errors.As(e, &ei) {
+			rest = append(rest, e)
+		}
+	}
+	return errors.Join(rest...)
 }
 
 // trainError is the text of a failed run's error, led by the flag whose
@@ -277,7 +307,7 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		defer close(said)
 		sayStopping(in, cfg, log, trained)
 	}()
-	done, trainErr := trainSteps(in.stop, cfg, pr, func(step int, err error) {
+	done, trainErr := trainSteps(in.stop, in.abort.Done(), cfg, pr, func(step int, err error) {
 		if in.stopped() {
 			return // sayStopping has said what happens
 		}
@@ -296,7 +326,10 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	// not waited for again.
 	cutShort := trainErr != nil || in.stopped()
 	if in.stopped() {
-		if errors.Is(trainErr, pipeline.ErrCommTimeout) {
+		switch {
+		case errors.Is(trainErr, pipeline.ErrStoppedNow):
+			log.Warn("device work the ranks had queued was given up at the second signal")
+		case errors.Is(trainErr, pipeline.ErrCommTimeout):
 			// Device work that outlasted the stop's deadline is news;
 			// the rest the ranks said on their way out follows from the
 			// signal.
@@ -305,6 +338,9 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		trainErr = nil
 		interrupted = context.Cause(in.stop)
 		next := "writing what was recorded (another signal stops at once)"
+		if in.abort.Err() != nil {
+			next = "writing what was recorded"
+		}
 		if prof == nil {
 			next = "-profile off: nothing was recorded"
 		}
@@ -406,7 +442,7 @@ func sayStopping(in *interrupt, cfg pipeline.Config, log *zap.Logger, trained <-
 	if cfg.Profiler == nil {
 		then = "" // -profile off: nothing is
 	}
-	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued gets up to -comm-timeout %v to finish%s; another signal stops at once",
+	log.Warn(fmt.Sprintf("%s: stopping training at the next pipeline action; device work already queued gets up to -comm-timeout %v to finish%s; another signal gives that work up and stops at once",
 		what, timeout, then))
 }
 
@@ -421,12 +457,23 @@ func commTimeout(cfg pipeline.Config) time.Duration {
 // trainSteps runs cfg's steps, reporting each to pr as it finishes, until
 // they are done, one fails, or ctx ends. A step that fails is passed to
 // failed before the trainer is closed (which waits for the ranks' device
-// work). It returns the number of steps completed.
-func trainSteps(ctx context.Context, cfg pipeline.Config, pr *progress, failed func(step int, err error)) (int, error) {
+// work). Once now is closed (a second signal) the device work the ranks
+// queued is given up at once (Trainer.StopNow) instead of getting
+// -comm-timeout. It returns the number of steps completed.
+func trainSteps(ctx context.Context, now <-chan struct{}, cfg pipeline.Config, pr *progress, failed func(step int, err error)) (int, error) {
 	tr, err := pipeline.NewTrainer(ctx, cfg)
 	if err != nil {
 		return 0, err
 	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-now:
+			tr.StopNow()
+		case <-finished:
+		}
+	}()
 	done := 0
 	for done < cfg.Steps {
 		if stepFault != nil {

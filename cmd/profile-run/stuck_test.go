@@ -122,6 +122,74 @@ func TestStopOnAStuckDeviceWritesWithinCommTimeout(t *testing.T) {
 	checkHungActions(t, out, stdout.String())
 }
 
+// A second signal while the ranks' queued work waits for its
+// -comm-timeout (a minute here) on a device that never gets through it:
+// the work is given up at once and the outputs are written, whole, well
+// within the grace after which profile-run exits whatever it is doing
+// (abortGrace). It used to wait for the trainer, which did not see the
+// second signal, until that grace ended the process with its outputs
+// removed or cut off.
+func TestSecondSignalGivesUpQueuedWork(t *testing.T) {
+	const timeout = time.Minute
+	args := stuckArgs(t, timeout)
+	out := args[1]
+	in := newInterrupt(context.Background())
+	var stdout, stderr syncBuffer
+	signalled := make(chan time.Time, 1)
+	before := ranksWaiting()
+	go func() {
+		for deadline := time.Now().Add(time.Minute); ranksWaiting() < before+2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				signalled <- time.Time{}
+				return
+			}
+		}
+		in.deliver(os.Interrupt)
+		// Past the 100 ms within which a copy of the first counts as
+		// the same signal.
+		time.Sleep(300 * time.Millisecond)
+		signalled <- time.Now()
+		in.deliver(os.Interrupt)
+	}()
+	code, ended := runUntil(t, in, args, &stdout, &stderr, time.Now().Add(time.Minute+timeout/2))
+	sent := <-signalled
+	if sent.IsZero() {
+		t.Fatalf("the ranks never waited for their device work; stderr:\n%s", stderr.String())
+	}
+	t.Logf("exit %d, %v after the second signal", code, ended.Sub(sent))
+	if code != 130 {
+		t.Fatalf("exit %d, want 130\nstderr:\n%s", code, stderr.String())
+	}
+	if d := ended.Sub(sent); d > abortGrace {
+		t.Errorf("ended %v after the second signal: past the %v after which profile-run exits without its outputs", d, abortGrace)
+	}
+	errs := stderr.String()
+	for _, want := range []string{
+		"another signal gives that work up and stops at once",
+		"device work the ranks had queued was given up at the second signal",
+		"device ranges written with host times only, marked unfinished",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "within -comm-timeout") && strings.Contains(errs, "it is abandoned") {
+		t.Errorf("the queued work was given its -comm-timeout:\n%s", errs)
+	}
+	runs, _ := filepath.Glob(filepath.Join(out, "*", "report.txt"))
+	if len(runs) != 1 {
+		t.Fatalf("report files %v", runs)
+	}
+	b, err := os.ReadFile(runs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "partial run: interrupted by SIGINT at step 0 (0 of 2 steps complete)"; !bytes.HasPrefix(b, []byte(want)) {
+		t.Errorf("report.txt does not start with %q:\n%s", want, b)
+	}
+	checkHungActions(t, out, stdout.String())
+}
+
 // With no signal, a step whose device never gets through its work fails
 // after -comm-timeout, which profile-run says at once; the ranks get
 // -comm-timeout to stop, then the outputs are written and the error
