@@ -187,8 +187,16 @@ func (r *rank) setup() error {
 	// One GEMM (into scratch, whose contents nothing reads before writing)
 	// before the first step, so that a backend's one-time setup is not
 	// timed inside step 0: cuBLAS loads its kernels at its first call on a
-	// device, about 2.5 s with eager module loading.
+	// device, about 2.5 s with eager module loading. So does one tanh
+	// (into the same scratch): the CUDA backend loads its own kernels at
+	// the first launch of one, which on a machine whose JIT cache was
+	// cold compiled them inside step 0 (the last stage's "targets" took
+	// about 80 ms of a 93 ms step 0 there, in the first run on a fresh
+	// H100; 0.5 ms in the next).
 	if err = linearForward(r.compute, r.chunks[0].w[0], r.scratch[0], r.scratch[1], r.rows, w, cfg.Precision); err != nil {
+		return err
+	}
+	if err = runtime.Tanh(r.compute, r.scratch[1], r.scratch[1], r.rows*w); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.commTimeout())
