@@ -111,21 +111,28 @@ func (c *countingImpl) EventQuery(ev any) error {
 	return c.Impl.EventQuery(ev)
 }
 
+// countingClockSync returns a clock sync of a cpu device through a
+// countingImpl, its first point taken, closed at cleanup, and its clock.
+func countingClockSync(t *testing.T) (*countingImpl, *clockSync, func() time.Duration) {
+	t.Helper()
+	impl := &countingImpl{Impl: cpu.New()}
+	epoch := time.Now()
+	now := func() time.Duration { return time.Since(epoch) }
+	cs, err := newClockSync(context.Background(), impl, runtime.Device{Type: runtime.CPU, Index: 2}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cs.close)
+	return impl, cs, now
+}
+
 // TestClockSyncCreatesNoEventAfterTheFirstPoint: every event a clock sync
 // uses is created with its first point, so the collector, which takes the
 // later ones holding its lock, never waits in an event's creation (CUDA's
 // blocked behind another thread's copy queued after a kernel that did
 // not end). The points kept hold distinct events all along.
 func TestClockSyncCreatesNoEventAfterTheFirstPoint(t *testing.T) {
-	impl := &countingImpl{Impl: cpu.New()}
-	dev := runtime.Device{Type: runtime.CPU, Index: 2}
-	epoch := time.Now()
-	now := func() time.Duration { return time.Since(epoch) }
-	cs, err := newClockSync(context.Background(), impl, dev, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.close()
+	impl, cs, now := countingClockSync(t)
 	first := impl.created.Load()
 	for i := range 2*maxCalibrations + 3 {
 		if err := cs.add(context.Background(), now); err != nil {
@@ -154,15 +161,7 @@ func TestClockSyncCreatesNoEventAfterTheFirstPoint(t *testing.T) {
 // point again. (The event left recorded on the private stream is
 // re-recorded then.)
 func TestRecalibrationSkipsAStuckDevice(t *testing.T) {
-	impl := &countingImpl{Impl: cpu.New()}
-	dev := runtime.Device{Type: runtime.CPU, Index: 2}
-	epoch := time.Now()
-	now := func() time.Duration { return time.Since(epoch) }
-	cs, err := newClockSync(context.Background(), impl, dev, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.close()
+	impl, cs, now := countingClockSync(t)
 	created := impl.created.Load()
 	impl.stuck.Store(true)
 	start := time.Now()
