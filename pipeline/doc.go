@@ -44,5 +44,7 @@
 // profiler nothing is recorded.
 //
 // Train runs a whole job; NewTrainer, Trainer.Step and Trainer.Close run
-// it a step at a time.
+// it a step at a time. A step whose context ends stops at its ranks' next
+// action and gives the device work they queued CommTimeout to finish;
+// Trainer.StopNow (a second interrupt) gives that work up at once.
 package pipeline
