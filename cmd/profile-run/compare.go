@@ -88,13 +88,8 @@ func listed(args []string) string {
 func runCompare(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	in.nothingToStop()
 	o, err := parseCompareFlags(args, stderr)
-	if errors.Is(err, errHelp) {
-		return exitOK
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run compare -h)\n", ue.msg)
-		return exitUsage
+	if code, failed := setupFailed(err, stderr, "profile-run compare"); failed {
+		return code
 	}
 	var sides [2]runcompare.Run
 	for i, name := range []string{o.base, o.new} {

@@ -97,6 +97,26 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
+// setupFailed says whether err, from reading a command line or setting up
+// from it, ends the run, and with what status, having said on stderr what
+// went wrong: nothing after -h (exit 0), the mistake and where help is
+// (help, e.g. "profile-run import") for a usage error (exit 2), the error
+// itself for anything else (exit 1).
+func setupFailed(err error, stderr io.Writer, help string) (code int, failed bool) {
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK, false
+	case errors.Is(err, errHelp):
+		return exitOK, true
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "profile-run: %s (see %s -h)\n", ue.msg, help)
+		return exitUsage, true
+	}
+	fmt.Fprintf(stderr, "profile-run: %v\n", err)
+	return exitFail, true
+}
+
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	def := pipeline.DefaultConfig()
 	o := &options{train: def, args: args}

@@ -105,18 +105,12 @@ func parseImportFlags(args []string, stderr io.Writer) (*importOptions, error) {
 // the outputs are written.
 func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	o, err := parseImportFlags(args, stderr)
-	if errors.Is(err, errHelp) {
-		return exitOK
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
-		return exitUsage
+	if code, failed := setupFailed(err, stderr, "profile-run import"); failed {
+		return code
 	}
 	log, err := newLogger(stderr, o.logFormat, o.logLevel)
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
-		return exitUsage
+	if code, failed := setupFailed(err, stderr, "profile-run import"); failed {
+		return code
 	}
 	defer func() { _ = log.Sync() }()
 	// Nothing here is worth finishing after a signal: the files are still
@@ -127,6 +121,7 @@ func runImport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: import: %v: nothing written\n", context.Cause(in.abort))
 			return in.exitCode()
 		}
+		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run import -h)\n", ue.msg)
 			return exitUsage

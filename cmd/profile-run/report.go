@@ -87,13 +87,8 @@ func runReport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	// A page half made is worth nothing: the first signal ends it.
 	in.nothingToStop()
 	o, err := parseReportFlags(args, stderr)
-	if errors.Is(err, errHelp) {
-		return exitOK
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run report -h)\n", ue.msg)
-		return exitUsage
+	if code, failed := setupFailed(err, stderr, "profile-run report"); failed {
+		return code
 	}
 	write := writeHTMLReport
 	if !o.html {
@@ -104,6 +99,7 @@ func runReport(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: report: %v: nothing written\n", context.Cause(in.abort))
 			return in.exitCode()
 		}
+		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run report -h)\n", ue.msg)
 			return exitUsage

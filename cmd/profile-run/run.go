@@ -67,22 +67,12 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, errHelp) {
-		return exitOK
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
-		return exitUsage
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
-		return exitFail
+	if code, failed := setupFailed(err, stderr, "profile-run"); failed {
+		return code
 	}
 	log, err := newLogger(stderr, o.logFormat, o.logLevel)
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
-		return exitUsage
+	if code, failed := setupFailed(err, stderr, "profile-run"); failed {
+		return code
 	}
 	defer func() { _ = log.Sync() }()
 	for _, d := range slices.Concat(o.deprecations, o.warnings) {
@@ -92,13 +82,8 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 		return runWrapped(in, o, log, stdout, stderr)
 	}
 	backend, err := chooseBackend(o.backend)
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
-		return exitUsage
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "profile-run: %v\n", err)
-		return exitFail
+	if code, failed := setupFailed(err, stderr, "profile-run"); failed {
+		return code
 	}
 	o.train.Backend = backend
 	if err := o.train.Validate(); err != nil {
@@ -131,6 +116,7 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			}
 			return in.exitCode()
 		}
+		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "profile-run: %s (see profile-run -h)\n", ue.msg)
 			return exitUsage

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -218,5 +221,29 @@ func TestImportCallLogSizeWithReportOffIsAUsageError(t *testing.T) {
 	// -call-log-size 0 asks for no call log: nothing to refuse.
 	if code, _, stderr := runCmd(t, "import", "-quiet", "-out", out, "-report", "off", "-call-log-size", "0", kinetoDir+"rank0.json"); code != 0 {
 		t.Errorf("-call-log-size 0 -report off: exit %d\n%s", code, stderr)
+	}
+}
+
+// setupFailed ends a run on -h quietly with 0, on a usage mistake with 2
+// and the help to read, on any other setup error with 1 and the error;
+// no error goes on.
+func TestSetupFailed(t *testing.T) {
+	cases := []struct {
+		err    error
+		code   int
+		failed bool
+		said   string
+	}{
+		{nil, exitOK, false, ""},
+		{errHelp, exitOK, true, ""},
+		{fmt.Errorf("parsing: %w", usagef("-steps: must be positive")), exitUsage, true, "profile-run: -steps: must be positive (see profile-run import -h)\n"},
+		{errors.New("disk gone"), exitFail, true, "profile-run: disk gone\n"},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		code, failed := setupFailed(c.err, &stderr, "profile-run import")
+		if code != c.code || failed != c.failed || stderr.String() != c.said {
+			t.Errorf("setupFailed(%v) = %d, %v, said %q; want %d, %v, %q", c.err, code, failed, stderr.String(), c.code, c.failed, c.said)
+		}
 	}
 }
