@@ -12,11 +12,11 @@ import (
 
 const (
 	calibrationTimeout = 10 * time.Second
-	// recalibrationTimeout bounds a later point's wait, which the
-	// collector makes holding its lock: an event on the idle private
-	// stream completes within microseconds, so one that has not within
-	// this is on a device that is not getting through its work, and the
-	// point is skipped (the ones kept stay correct).
+	// recalibrationTimeout bounds a later point's wait (the collector's,
+	// outside its lock): an event on the idle private stream completes
+	// within microseconds, so one that has not within this is on a device
+	// that is not getting through its work, and the point is skipped (the
+	// ones kept stay correct).
 	recalibrationTimeout = 250 * time.Millisecond
 	// maxCalibrations bounds the points a device keeps; older ranges use
 	// the oldest one kept, which is still correct, only less precise.
@@ -49,7 +49,8 @@ type clockSync struct {
 }
 
 // clockEvents is how many events a clockSync uses: one per point kept and
-// one to take the next point with.
+// two to take the next point with (the best round's, and the next
+// round's).
 const clockEvents = maxCalibrations + 2
 
 // calibration ties a device event to the host clock: ev completed on the
