@@ -31,6 +31,24 @@ func ranksWaiting() int {
 	return strings.Count(string(buf[:goruntime.Stack(buf, true)]), "pipeline.(*rank).finish(")
 }
 
+// whenQueued calls send on a goroutine of its own once both ranks (pp 2)
+// of a run starting now wait for their queued step, and delivers the time
+// send returns; the zero time if they have not within a minute.
+func whenQueued(send func() time.Time) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	before := ranksWaiting()
+	go func() {
+		for deadline := time.Now().Add(time.Minute); ranksWaiting() < before+2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				at <- time.Time{}
+				return
+			}
+		}
+		at <- send()
+	}()
+	return at
+}
+
 // runUntil runs profile-run with in and args on this goroutine's behalf
 // and returns its exit status and when it returned; it fails t if it has
 // not returned by limit (it is then left running).
@@ -67,19 +85,10 @@ func TestStopOnAStuckDeviceWritesWithinCommTimeout(t *testing.T) {
 	out := args[1]
 	in := newInterrupt(context.Background())
 	var stdout, stderr syncBuffer
-	signalled := make(chan time.Time, 1)
-	before := ranksWaiting()
-	go func() {
-		// Both ranks (pp 2) have queued their step.
-		for deadline := time.Now().Add(time.Minute); ranksWaiting() < before+2; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				signalled <- time.Time{}
-				return
-			}
-		}
-		signalled <- time.Now()
+	signalled := whenQueued(func() time.Time {
 		in.deliver(os.Interrupt)
-	}()
+		return time.Now()
+	})
 	// The minute to get there, the timeout, and a margin for a loaded
 	// machine; far below the minutes it took.
 	code, ended := runUntil(t, in, args, &stdout, &stderr, time.Now().Add(time.Minute+timeout+30*time.Second))
@@ -124,22 +133,15 @@ func TestSecondSignalGivesUpQueuedWork(t *testing.T) {
 	out := args[1]
 	in := newInterrupt(context.Background())
 	var stdout, stderr syncBuffer
-	signalled := make(chan time.Time, 1)
-	before := ranksWaiting()
-	go func() {
-		for deadline := time.Now().Add(time.Minute); ranksWaiting() < before+2; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				signalled <- time.Time{}
-				return
-			}
-		}
+	signalled := whenQueued(func() time.Time {
 		in.deliver(os.Interrupt)
 		// Past the 100 ms within which a copy of the first counts as
 		// the same signal.
 		time.Sleep(300 * time.Millisecond)
-		signalled <- time.Now()
+		second := time.Now()
 		in.deliver(os.Interrupt)
-	}()
+		return second
+	})
 	code, ended := runUntil(t, in, args, &stdout, &stderr, time.Now().Add(time.Minute+timeout/2))
 	sent := <-signalled
 	if sent.IsZero() {
