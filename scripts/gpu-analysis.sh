@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The pipeline analysis on the GPU machine (docs/analysis.md): the
-# fidelity tests (bubble against the ideal, straggler, clock offsets) on
+# fidelity tests (bubble against the ideal, straggler, stage balance,
+# clock offsets) on
 # the CUDA backend, and the built-in trainer at pp=2 × vpp=2 with the
 # report's pipeline section. It uses every GPU the machine has: with one,
 # the ranks share it (in-process collectives); with one per rank, NCCL.
@@ -54,8 +55,8 @@ run() {
 	# stream 15 ms (a one-thread kernel), so chunks cost the same. They set
 	# CUDA_DEVICE_MAX_CONNECTIONS=32 themselves (docs/gpu.md says why).
 	TRAINSCOPE_FIDELITY_BACKEND=cuda timeout 400 ./analysis.test \
-		-test.run 'TestBubbleFidelity|TestStragglerFidelity|TestClockOffsetsRecovered' -test.v 2>&1 |
-		tee "$OUT/fidelity.txt" | grep -E '^\s*(---|ok|FAIL|PASS)|bubble|injected|named|jitter|fidelity_test'
+		-test.run 'TestBubbleFidelity|TestStragglerFidelity|TestStageBalanceFidelity|TestClockOffsetsRecovered' -test.v 2>&1 |
+		tee "$OUT/fidelity.txt" | grep -E '^\s*(---|ok|FAIL|PASS)|bubble|injected|named|slowest|jitter|fidelity_test'
 	echo "fidelity tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/fidelity.txt"
 
 	# The trainer's own work, no sleeps.

@@ -139,7 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.backend, "backend", "auto", "device backend: auto, cpu or cuda")
 	fs.DurationVar(&c.ActionDelay, "action-delay", 0, "add this much device time to every forward and backward action (backends that can hold a stream still: cpu, cuda; for checking the pipeline analysis)")
 	fs.IntVar(&c.StragglerRank, "straggler-rank", 0, "the rank -straggler-delay slows (only with -straggler-delay)")
-	fs.DurationVar(&c.StragglerDelay, "straggler-delay", 0, "add this much device time per microbatch on -straggler-rank (cpu and cuda backends; for checking the straggler analysis, which measures waiting at collectives: with -dp 2 or more)")
+	fs.DurationVar(&c.StragglerDelay, "straggler-delay", 0, "add this much device time per microbatch on -straggler-rank (cpu and cuda backends; for checking the straggler analysis, which measures waiting at collectives with -dp 2 or more, and without data parallelism the stage balance)")
 	fs.IntVar(&c.Devices, "devices", 0, "use at most this many devices (0: all); with fewer devices than ranks (pp·dp), ranks share them and communicate in process")
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))

@@ -159,7 +159,7 @@ func TestImportKinetoPipeline(t *testing.T) {
 	// Each stage: 0.300 ms of bubble in a 2.700 ms span; stage 0's before
 	// its first backward (the wait for stage 1's), stage 1's before its
 	// first forward and after its last backward (the drain).
-	for stage, want := range map[string][]string{"0": {"1", "0.300", "11.1", "0.300", "0.000"}, "1": {"1", "0.300", "11.1", "0.100", "0.200"}} {
+	for stage, want := range map[string][]string{"0": {"1", "2.400", "0.300", "11.1", "0.300", "0.000"}, "1": {"1", "2.400", "0.300", "11.1", "0.100", "0.200"}} {
 		got := stageRow(section, stage)
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("stage %s row %q, want %q:\n%s", stage, got, want, section)
@@ -303,8 +303,8 @@ func TestImportPipelineSchedule(t *testing.T) {
 			t.Errorf("%v: pipeline section lacks %q:\n%s", tc.flags, tc.want, section)
 		}
 		for _, stage := range []string{"0", "1"} {
-			if got := stageRow(section, stage); len(got) < 3 || got[1] != "0.300" || got[2] != "11.1" {
-				t.Errorf("%v: stage %s row %q, want a bubble of 0.300 ms, 11.1%%", tc.flags, stage, got)
+			if got := stageRow(section, stage); len(got) < 4 || got[1] != "2.400" || got[2] != "0.300" || got[3] != "11.1" {
+				t.Errorf("%v: stage %s row %q, want 2.400 ms of computation, a bubble of 0.300 ms, 11.1%%", tc.flags, stage, got)
 			}
 		}
 	}

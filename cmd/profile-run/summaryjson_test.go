@@ -44,9 +44,11 @@ func TestSummaryJSON(t *testing.T) {
 		RawSteps []map[string]float64 `json:"steps"`
 		Pipeline struct {
 			Bubbles []struct {
-				Stage  int     `json:"stage"`
-				Bubble float64 `json:"bubble_s"`
+				Stage   int     `json:"stage"`
+				Bubble  float64 `json:"bubble_s"`
+				Compute float64 `json:"compute_s"`
 			} `json:"bubbles"`
+			SlowestStage *int `json:"slowest_stage"`
 		} `json:"pipeline"`
 		Ranges []struct {
 			Tag, Name string
@@ -88,9 +90,22 @@ func TestSummaryJSON(t *testing.T) {
 		t.Fatalf("%d stages' bubbles in summary.json, %d in report.txt", len(doc.Pipeline.Bubbles), len(stages))
 	}
 	for _, b := range doc.Pipeline.Bubbles {
-		if got := fmt.Sprintf("%.3f", 1000*b.Bubble); stages[b.Stage] == nil || got != stages[b.Stage][2] {
+		if got := fmt.Sprintf("%.3f", 1000*b.Bubble); stages[b.Stage] == nil || got != stages[b.Stage][3] {
 			t.Errorf("stage %d bubble %s ms per step in summary.json, report.txt's row %v", b.Stage, got, stages[b.Stage])
 		}
+		if got := fmt.Sprintf("%.3f", 1000*b.Compute); stages[b.Stage] == nil || got != stages[b.Stage][2] {
+			t.Errorf("stage %d computation %s ms per step in summary.json, report.txt's row %v", b.Stage, got, stages[b.Stage])
+		}
+	}
+	// The stage the others wait for, as the stage balance line has it.
+	balance := regexp.MustCompile(`stage balance \(computation per step within the span\): stage (\d+) the most.* — (a pipeline goes|within)`).FindStringSubmatch(string(text))
+	switch {
+	case balance == nil:
+		t.Errorf("report.txt has no stage balance line")
+	case balance[2] == "within" && doc.Pipeline.SlowestStage != nil:
+		t.Errorf("slowest stage %d in summary.json; report.txt: %q", *doc.Pipeline.SlowestStage, balance[0])
+	case balance[2] != "within" && (doc.Pipeline.SlowestStage == nil || strconv.Itoa(*doc.Pipeline.SlowestStage) != balance[1]):
+		t.Errorf("slowest stage %v in summary.json; report.txt: %q", doc.Pipeline.SlowestStage, balance[0])
 	}
 	// The forward ranges, over both ranks' tables.
 	forward := 0

@@ -120,8 +120,13 @@ type Pipeline struct {
 	Collectives Collectives   `json:"collectives"`
 	// Straggler is the rank that caused most of the waiting at
 	// collectives, when one stands out; null otherwise.
-	Straggler *int     `json:"straggler"`
-	Problems  []string `json:"problems"`
+	Straggler *int `json:"straggler"`
+	// SlowestStage is the stage whose forward and backward computation
+	// per step leads the next stage's by analysis.MinStageLead or more
+	// (the report's "stage balance"): the one the others wait for; null
+	// when none does or there are fewer than two stages.
+	SlowestStage *int     `json:"slowest_stage"`
+	Problems     []string `json:"problems"`
 }
 
 // StageBubble is one stage's bubble per rank and step.
@@ -129,6 +134,7 @@ type StageBubble struct {
 	Stage     *int      `json:"stage"` // null: work of no stage
 	RankSteps int       `json:"rank_steps"`
 	Bubble    float64   `json:"bubble_s"`        // per rank and step
+	Compute   *float64  `json:"compute_s"`       // forward and backward computation per rank and step; null without a span
 	Fraction  *float64  `json:"bubble_fraction"` // of the span; null without one
 	Chunks    []float64 `json:"chunk_bubble_s"`  // per chunk, per rank and step
 	Drain     float64   `json:"drain_s"`         // per rank and step
@@ -216,6 +222,7 @@ func pipeline(s analysis.Summary) *Pipeline {
 		b := StageBubble{Stage: stage(st.Stage), RankSteps: st.RankSteps, Bubble: sec(st.Bubble / n), Chunks: []float64{}, Drain: sec(st.Drain / n)}
 		if st.Span > 0 {
 			b.Fraction = ptr(st.Fraction())
+			b.Compute = ptr(sec(st.Compute()))
 		}
 		for _, c := range st.Chunks {
 			b.Chunks = append(b.Chunks, sec(c/n))
@@ -241,6 +248,9 @@ func pipeline(s analysis.Summary) *Pipeline {
 	}
 	if s.Straggler != profiler.None {
 		p.Straggler = ptr(s.Straggler)
+	}
+	if b, ok := s.Balance(); ok && b.StandsOut() {
+		p.SlowestStage = ptr(b.Slowest.Stage)
 	}
 	p.Problems = append(p.Problems, s.Problems...)
 	return p

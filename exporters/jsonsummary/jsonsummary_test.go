@@ -95,6 +95,10 @@ func TestDocument(t *testing.T) {
 		{"pipeline.bubbles.0.chunk_bubble_s.1", 0.002},
 		{"pipeline.bubbles.0.drain_s", 0.001},
 		{"pipeline.bubbles.1.bubble_fraction", nil},
+		{"pipeline.bubbles.0.compute_s", 0.015}, // (80 − 20) ms over 4 rank-steps
+		{"pipeline.bubbles.1.compute_s", nil},
+		{"pipeline.slowest_stage", nil}, // one stage computed: nothing to compare
+
 		{"pipeline.ranks.0.comm_s", 0.002},
 		{"pipeline.ranks.0.overlap_fraction", 0.25},
 		{"pipeline.ranks.0.waited_s", 0.001},

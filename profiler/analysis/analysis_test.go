@@ -489,9 +489,12 @@ func TestKernelBubbles(t *testing.T) {
 	}
 	for _, line := range []string{
 		"pipeline: 2 stages; the work carries no chunk or microbatch (traced kernels outside any range named as forward or backward work), so there is no ideal bubble to compare with",
-		"Stage  Ranks×steps  Bubble/step(ms)  Bubble %\n",
-		"0            1           45.000      52.9\n",
-		"1            1           40.000      47.1\n",
+		"Stage  Ranks×steps  Compute/step(ms)  Bubble/step(ms)  Bubble %\n",
+		"0            1            40.000           45.000      52.9\n",
+		"1            1            45.000           40.000      47.1\n",
+		// 45 ms leads 40 by 1/9, more than 5%; the mean is 42.5 ms.
+		"stage balance (computation per step within the span): stage 1 the most, 45.000 ms; the next and least, stage 0, 40.000 ms (11.1% less); the mean 42.500 ms — a pipeline goes at its slowest stage's pace: the others wait for stage 1, and spreading the work evenly over the stages would save about 2.500 ms a step (the most less the mean)\n",
+		"straggler: not measured: stragglers are found by the waiting at collectives, and these steps have none; but the pipeline's stages are uneven: the others wait for stage 1 (rank 1), which computes 5.000 ms a step more than the next (stage balance, above)\n",
 	} {
 		if !strings.Contains(report.String(), line) {
 			t.Errorf("report lacks %q:\n%s", line, report.String())

@@ -8,7 +8,9 @@
 // split into waiting for the last rank and transfer), and a straggler
 // score per rank: the share of the others' waiting it caused, by arriving
 // last or by holding up, through a receive or an earlier collective, the
-// rank that arrived last.
+// rank that arrived last. A pipeline without collectives is compared
+// stage by stage instead (Summary.Balance): it goes at the pace of its
+// slowest stage.
 //
 // It works offline over a list of records (Analyze) and online as a
 // profiler.Sink (NewSink) that keeps only the records of steps not yet

@@ -439,3 +439,61 @@ func simulatedLag(t *testing.T, p, v, m, slow int, delay time.Duration) float64 
 	}
 	return lag / float64(len(slowed))
 }
+
+// TestStageBalanceFidelity: a pipeline without data parallelism has no
+// collective to find a straggler at; its slowest stage is the one the
+// others wait for. Every action sleeps fidelityDelay, so the stages
+// compute the same, and one stage sleeps delay more in each of its m
+// chunk-0 forwards: it must be the slowest, leading the next stage by
+// m·delay per step within 10%. Without the delay no stage stands out.
+func TestStageBalanceFidelity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the runs sleep about 6 s")
+	}
+	skipUnderRace(t)
+	const (
+		delay = 50 * time.Millisecond // as the straggler tests'
+		m     = 4
+	)
+	for _, tc := range []struct {
+		name       string
+		p, v, slow int // slow: the stage slowed, or -1
+	}{
+		{name: "pp2-vpp2-stage0", p: 2, v: 2, slow: 0},
+		{name: "pp4-vpp1-stage2", p: 4, v: 1, slow: 2},
+		{name: "pp2-vpp1-even", p: 2, v: 1, slow: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fidelityConfig(t, tc.p, tc.v, m, pipeline.Schedule1F1B)
+			if tc.slow >= 0 {
+				cfg.StragglerRank, cfg.StragglerDelay = tc.slow, delay
+			}
+			steps := Analyze(runRecords(t, cfg))
+			for _, st := range steps {
+				if !st.Complete() {
+					t.Fatalf("step %d: %q", st.Step, st.Problems)
+				}
+			}
+			sum := Summarize(steps)
+			b, ok := sum.Balance()
+			if !ok {
+				t.Fatalf("no stage balance: stages %+v", sum.Stages)
+			}
+			t.Logf("slowest stage %d %v, next stage %d %v (lead %v), least stage %d %v, mean %v",
+				b.Slowest.Stage, b.Slowest.Compute, b.Next.Stage, b.Next.Compute, b.Lead(), b.Least.Stage, b.Least.Compute, b.Mean)
+			if tc.slow < 0 {
+				if b.StandsOut() {
+					t.Errorf("stage %d stands out, leading by %v, with every stage sleeping the same", b.Slowest.Stage, b.Lead())
+				}
+				return
+			}
+			injected := float64(m * delay)
+			if b.Slowest.Stage != tc.slow || !b.StandsOut() {
+				t.Errorf("slowest stage %d (stands out %v), want stage %d", b.Slowest.Stage, b.StandsOut(), tc.slow)
+			}
+			if lead := float64(b.Lead()); math.Abs(lead-injected) > 0.1*injected {
+				t.Errorf("lead %v, more than 10%% from the injected %v per step", b.Lead(), time.Duration(injected))
+			}
+		})
+	}
+}

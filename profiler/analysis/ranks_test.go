@@ -67,8 +67,8 @@ func TestIntList(t *testing.T) {
 
 // TestStageBands: five stages with 10…50 ms of bubble in one step each
 // (and work of no stage), written with WithRankRows(2), make two bands
-// of three and two stages whose figures are their stages' means, worked
-// by hand, under a line naming stage 4 as the most bubble and stage 0
+// of three and two stages whose figures are their stages' means (their
+// computation per step the 100 ms span less the bubble), worked by hand, under a line naming stage 4 as the most bubble and stage 0
 // as the least; WithRankRows(5) keeps a line per stage.
 func TestStageBands(t *testing.T) {
 	ms := time.Millisecond
@@ -87,9 +87,9 @@ func TestStageBands(t *testing.T) {
 		t.Errorf("no line %q in\n%s", intro, out.String())
 	}
 	want := []string{
-		"-  1  7.000  7.0  7.000  0.000  0.000",
-		"0–2  3  20.000  20.0  10.000  10.000  2.000",
-		"3–4  2  45.000  45.0  22.500  22.500  4.500",
+		"-  1  93.000  7.000  7.0  7.000  0.000  0.000",
+		"0–2  3  80.000  20.000  20.0  10.000  10.000  2.000",
+		"3–4  2  55.000  45.000  45.0  22.500  22.500  4.500",
 	}
 	got := squeezed(out.String())
 	for _, line := range want {
@@ -106,7 +106,7 @@ func TestStageBands(t *testing.T) {
 	}
 	got = squeezed(out.String())
 	for st := range 5 {
-		line := fmt.Sprintf("\n%d  1  %d.000  %d.0  ", st, 10*(st+1), 10*(st+1))
+		line := fmt.Sprintf("\n%d  1  %d.000  %d.000  %d.0  ", st, 100-10*(st+1), 10*(st+1), 10*(st+1))
 		if !strings.Contains(got, line) {
 			t.Errorf("WithRankRows(5): no line starting %q in\n%s", line[1:], out.String())
 		}

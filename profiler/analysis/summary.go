@@ -121,6 +121,16 @@ type StageTotals struct {
 	Chunks    []time.Duration
 }
 
+// Compute is the stage's forward and backward computation per rank and
+// step: its Span less its Bubble, the work the schedule spreads over the
+// step's span; 0 without a rank-step.
+func (s StageTotals) Compute() time.Duration {
+	if s.RankSteps <= 0 {
+		return 0
+	}
+	return (s.Span - s.Bubble) / time.Duration(s.RankSteps)
+}
+
 // Fraction is Bubble / Span.
 func (s StageTotals) Fraction() float64 {
 	if s.Span <= 0 {
@@ -470,7 +480,7 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		rows := rc.stageRows(w, s.Stages)
-		fmt.Fprint(tw, "Stage\tRanks×steps\tBubble/step(ms)\tBubble %\t")
+		fmt.Fprint(tw, "Stage\tRanks×steps\tCompute/step(ms)\tBubble/step(ms)\tBubble %\t")
 		for c := range chunks {
 			fmt.Fprintf(tw, "chunk %d(ms)\t", c)
 		}
@@ -480,7 +490,7 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 		fmt.Fprintln(tw)
 		for _, st := range rows {
 			n := time.Duration(max(st.RankSteps, 1))
-			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t", st.label, st.RankSteps, ms(st.Bubble/n), pct(st.Bubble, st.Span))
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%s\t", st.label, st.RankSteps, ms(st.Compute()), ms(st.Bubble/n), pct(st.Bubble, st.Span))
 			for c := range chunks {
 				if c < len(st.Chunks) {
 					fmt.Fprintf(tw, "%.3f\t", ms(st.Chunks[c]/n))
@@ -495,6 +505,9 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if b, ok := s.Balance(); ok {
+			writeBalance(w, b)
 		}
 	} else if len(s.Ranks) > 0 {
 		staged := 0
@@ -586,7 +599,14 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 		// A pipeline without data parallelism: a receive's wait is the
 		// pipeline's own (the bubble), so no rank is charged with it.
 		line := "straggler: not measured: stragglers are found by the waiting at collectives, and these steps have none"
-		if cp := s.Critical; cp.Steps > 0 && cp.Total() > 0 {
+		if b, ok := s.Balance(); ok {
+			if b.StandsOut() {
+				line += fmt.Sprintf("; but the pipeline's stages are uneven: the others wait for stage %d (%s), which computes %.3f ms a step more than the next (stage balance, above)",
+					b.Slowest.Stage, ranksOfStage(s.Ranks, b.Slowest.Stage), ms(b.Lead()))
+			} else {
+				line += "; nor are the pipeline's stages uneven (stage balance, above)"
+			}
+		} else if cp := s.Critical; cp.Steps > 0 && cp.Total() > 0 {
 			line += " (the critical path's share by rank, above, says which ranks set the step)"
 		}
 		fmt.Fprintln(w, line)
