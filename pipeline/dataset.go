@@ -42,7 +42,7 @@ func (r *rank) setupData(staging []float32, stagingBytes []byte) error {
 	if lc.target, err = views(r.targets, m, r.n); err != nil {
 		return err
 	}
-	if r.sse, err = r.malloc(m); err != nil {
+	if r.sse, err = r.malloc(m + 1); err != nil { // and a spare slot: lossGrad
 		return err
 	}
 	r.hostSSE = make([]byte, 4*m)

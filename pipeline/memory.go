@@ -58,7 +58,7 @@ func (c Config) rankMemory(s int) MemoryEstimate {
 			dev += m * n // gradients sent back
 		}
 		if virtual == p*v-1 {
-			dev += w*w + 2*m*n + m // projection, a step's inputs and targets, per-microbatch losses
+			dev += w*w + 2*m*n + m + 1 // projection, a step's inputs and targets, per-microbatch losses and a spare
 		}
 	}
 	first, last := s == 0, s == c.Stages-1

@@ -156,6 +156,34 @@ func Scale(s *Stream, alpha float32, x Buffer, n int) error {
 	return ew.Scale(s.h, alpha, x, n)
 }
 
+// Dot enqueues result[0] = Σ x[i]·y[i] over n float32 elements, the sum
+// written to the device in stream order (a one-element result buffer on
+// s's device): a reduction for the built-in trainer's loss that needs no
+// copy back until the step's end, and runs in parallel on a GPU, where a
+// GEMM of one row by one column does not. n is at most math.MaxInt32 (a
+// BLAS library's C int): callers sum longer vectors in parts.
+func Dot(s *Stream, x, y, result Buffer, n int) error {
+	if n > math.MaxInt32 {
+		return Errorf("Dot", StatusInvalidArgument, "n=%d: more than %d elements in one sum; sum the parts", n, math.MaxInt32)
+	}
+	// The result first: elementwise counts the operation once it has
+	// checked the vectors.
+	if err := result.check("Dot"); err != nil {
+		return err
+	}
+	if result.size < 4 {
+		return Errorf("Dot", StatusInvalidArgument, "a %d-byte result buffer holds no float32", result.size)
+	}
+	if result.dev != s.dev {
+		return Errorf("Dot", StatusInvalidArgument, "result on %s, stream on %s", result.dev, s.dev)
+	}
+	ew, err := elementwise(s, "Dot", n, x, y)
+	if err != nil {
+		return err
+	}
+	return ew.Dot(s.h, x, y, result, n)
+}
+
 // Sleep enqueues a wait of d on s (see Sleeper): the stream holds still
 // for d without computing, and what is enqueued after it starts no sooner.
 // A d of 0 enqueues nothing; backends without the capability return

@@ -123,6 +123,9 @@ type Elementwise interface {
 	Axpy(stream any, alpha float32, x, y Buffer, n int) error
 	// Scale computes x[i] *= alpha.
 	Scale(stream any, alpha float32, x Buffer, n int) error
+	// Dot computes result[0] = Σ x[i]·y[i], written on the device in
+	// stream order: nothing comes back to the host.
+	Dot(stream any, x, y, result Buffer, n int) error
 }
 
 // Sleeper is an optional backend capability: a stream that holds still

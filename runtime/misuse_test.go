@@ -230,6 +230,8 @@ func TestKernelsRefuseBuffersOfAnotherDevice(t *testing.T) {
 		"Axpy":         func() error { return runtime.Axpy(s, 1, x, local, 4) },
 		"Tanh":         func() error { return runtime.Tanh(s, local, x, 4) },
 		"TanhBackward": func() error { return runtime.TanhBackward(s, local, local, x, 4) },
+		"Dot x":        func() error { return runtime.Dot(s, x, local, local, 4) },
+		"Dot result":   func() error { return runtime.Dot(s, local, local, x, 4) },
 	}
 	for name, op := range ops {
 		err := call(t, name, op)

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -203,7 +204,14 @@ func TestElementwiseCountOverflow(t *testing.T) {
 		"Scale":        runtime.Scale(s, 2, x, n),
 		"Tanh":         runtime.Tanh(s, x, x, n),
 		"TanhBackward": runtime.TanhBackward(s, x, x, x, n),
+		"Dot":          runtime.Dot(s, x, x, x, 1<<30+1), // 2^30+1 float32s: 4 bytes past 4 GiB
 	} {
+		if name == "Dot" {
+			if !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "1073741825 float32 elements in a 16-byte buffer") {
+				t.Errorf("%s: %v, want InvalidArgument naming the count and the buffer", name, err)
+			}
+			continue
+		}
 		if !errors.Is(err, runtime.StatusInvalidArgument) || !strings.Contains(err.Error(), "4611686018427387905 float32 elements in a 16-byte buffer") {
 			t.Errorf("%s: %v, want InvalidArgument naming the count and the buffer", name, err)
 		}
@@ -307,5 +315,81 @@ func TestHostAllocFallsBackToGoMemory(t *testing.T) {
 	size := 4 * mem.Available
 	if _, _, err := runtime.HostAlloc(runtime.CPU, size); !errors.Is(err, runtime.StatusOutOfMemory) || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes requested, but the host has", size)) {
 		t.Errorf("size %d: %v, want StatusOutOfMemory naming the size and what is available", size, err)
+	}
+}
+
+// Dot writes Σ x[i]·y[i] into its result on the device, in stream order:
+// after a Scale of x enqueued before it, and before a copy back enqueued
+// after it. A result buffer too small for a float32, n beyond a BLAS
+// call's C int, and a zero result buffer are refused before anything is
+// enqueued.
+func TestDot(t *testing.T) {
+	dev := runtime.Device{Type: runtime.CPU}
+	s, err := runtime.NewStream(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	x, _ := runtime.Malloc(dev, 4*4)
+	y, _ := runtime.Malloc(dev, 4*4)
+	out, _ := runtime.Malloc(dev, 2*4)
+	defer func() { runtime.Free(x); runtime.Free(y); runtime.Free(out) }()
+	f32 := func(v ...float32) []byte {
+		b := make([]byte, 4*len(v))
+		for i, f := range v {
+			binary.NativeEndian.PutUint32(b[4*i:], math.Float32bits(f))
+		}
+		return b
+	}
+	if err := runtime.CopyToDevice(x, f32(1, 2, 3, 4), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.CopyToDevice(y, f32(5, 6, 7, 8), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.CopyToDevice(out, f32(-1, -1), s); err != nil {
+		t.Fatal(err)
+	}
+	second, err := out.Elems(runtime.Float32, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x·2 = (2, 4, 6, 8); its dot with y is 10 + 24 + 42 + 64 = 140, and
+	// over the first three elements 76.
+	if err := runtime.Scale(s, 2, x, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Dot(s, x, y, out, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Dot(s, x, y, second, 3); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 8)
+	if err := runtime.CopyToHost(got, out, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := math.Float32frombits(binary.NativeEndian.Uint32(got)), math.Float32frombits(binary.NativeEndian.Uint32(got[4:])); a != 140 || b != 76 {
+		t.Errorf("dot products %v and %v, want 140 and 76", a, b)
+	}
+
+	tiny, err := out.Slice(0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		err  error
+		want string
+	}{
+		"result of 3 bytes": {runtime.Dot(s, x, y, tiny, 4), "a 3-byte result buffer holds no float32"},
+		"n beyond a C int":  {runtime.Dot(s, x, y, out, math.MaxInt32+1), "n=2147483648: more than 2147483647 elements in one sum"},
+		"zero result":       {runtime.Dot(s, x, y, runtime.Buffer{}, 4), "zero Buffer"},
+	} {
+		if !errors.Is(c.err, runtime.StatusInvalidArgument) || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: %v, want InvalidArgument saying %q", name, c.err, c.want)
+		}
 	}
 }

@@ -43,6 +43,20 @@ func (m *Impl) Scale(sh any, alpha float32, x runtime.Buffer, n int) error {
 	return s.push("Scale", &item{kind: opScale, alpha: alpha, a: bufs[0]})
 }
 
+// Dot enqueues result[0] = Σ x[i]·y[i] for n float32s, summed in float64.
+func (m *Impl) Dot(sh any, x, y, result runtime.Buffer, n int) error {
+	const op = "Dot"
+	bufs, s, err := m.vectors(op, sh, n, x, y)
+	if err != nil {
+		return err
+	}
+	out, _, err := m.vectors(op, sh, 1, result)
+	if err != nil {
+		return err
+	}
+	return s.push(op, &item{kind: opDot, a: bufs[0], b: bufs[1], c: out[0]})
+}
+
 // vectors resolves the stream and the first n float32s of each buffer, as
 // bytes (at most three buffers).
 func (m *Impl) vectors(op string, sh any, n int, bufs ...runtime.Buffer) ([3][]byte, *stream, error) {
@@ -90,6 +104,15 @@ func axpy(alpha float32, x, y []float32) {
 	for i, v := range x {
 		y[i] += alpha * v
 	}
+}
+
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var sum float64
+	for i, v := range x {
+		sum += float64(v) * float64(y[i])
+	}
+	return float32(sum)
 }
 
 func scale(alpha float32, x []float32) {

@@ -16,6 +16,7 @@ const (
 	opTanhBackward                   // c = b·(1 − a²)
 	opAxpy                           // b += alpha·a
 	opScale                          // a *= alpha
+	opDot                            // c[0] = Σ a[i]·b[i]
 	opFunc                           // call fn
 )
 
@@ -60,6 +61,8 @@ func (it *item) exec() {
 		axpy(it.alpha, f32(it.a), f32(it.b))
 	case opScale:
 		scale(it.alpha, f32(it.a))
+	case opDot:
+		f32(it.c)[0] = dot(f32(it.a), f32(it.b))
 	case opFunc:
 		it.fn()
 	}

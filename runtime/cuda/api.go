@@ -78,7 +78,8 @@ type cublas struct {
 	create, destroy, setStream     uintptr
 	setMathMode, getVersion        uintptr
 	sgemm, dgemm, gemmEx           uintptr
-	saxpy, sscal                   uintptr
+	saxpy, sscal, sdot             uintptr
+	setPointerMode                 uintptr
 	getStatusName, getStatusString uintptr
 }
 
@@ -95,6 +96,8 @@ func bindCublas(lib *dl.Library) (*cublas, error) {
 	b.Sym(&a.gemmEx, "cublasGemmEx")
 	b.Sym(&a.saxpy, "cublasSaxpy_v2")
 	b.Sym(&a.sscal, "cublasSscal_v2")
+	b.Sym(&a.sdot, "cublasSdot_v2")
+	b.Sym(&a.setPointerMode, "cublasSetPointerMode_v2")
 	b.Optional(&a.getStatusName, "cublasGetStatusName")
 	b.Optional(&a.getStatusString, "cublasGetStatusString")
 	if err := b.Err(); err != nil {

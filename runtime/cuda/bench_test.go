@@ -407,3 +407,57 @@ func benchDeviceGap(b *testing.B, launch func(*runtime.Stream) error, events boo
 	})
 	b.ReportMetric(float64(per.Nanoseconds()), "device-ns/kernel")
 }
+
+// BenchmarkLossSum measures the built-in trainer's per-microbatch sum of
+// squared errors at its sizes (the default job's 16 rows × 128, 64 × 1024
+// and 256 × 4096) two ways: runtime.Dot (cublasSdot, what the trainer
+// calls) beside its baseline, the GEMM of one row by one column the
+// trainer called before. Device time per sum is timed by events around
+// the whole loop; ns/op is the host's enqueueing. Run on a GPU with
+// -test.bench LossSum.
+func BenchmarkLossSum(b *testing.B) {
+	gpu(b)
+	d := dev(0)
+	for _, n := range []int{16 * 128, 64 * 1024, 256 * 4096} {
+		x := malloc(b, d, int64(4*n))
+		out := malloc(b, d, 4)
+		for _, how := range []string{"dot", "gemm-1x1"} {
+			b.Run(fmt.Sprintf("%s/%d", how, n), func(b *testing.B) {
+				s := newStream(b, d)
+				sum := func() error {
+					if how == "dot" {
+						return runtime.Dot(s, x, x, out, n)
+					}
+					return runtime.Gemm(s, runtime.GemmArgs{TransA: true, M: 1, N: 1, K: n, Alpha: 1,
+						A: x, LDA: n, B: x, LDB: n, C: out, LDC: 1, Type: runtime.Float32})
+				}
+				if err := sum(); err != nil { // cuBLAS picks its kernel, the handle is made
+					b.Fatal(err)
+				}
+				start, _ := runtime.NewEvent(d, runtime.EventDefault)
+				end, _ := runtime.NewEvent(d, runtime.EventDefault)
+				defer start.Destroy()
+				defer end.Destroy()
+				_ = s.Synchronize(context.Background())
+				b.ReportAllocs()
+				b.ResetTimer()
+				_ = start.Record(s)
+				iters := 0
+				for b.Loop() {
+					if err := sum(); err != nil {
+						b.Fatal(err)
+					}
+					iters++
+				}
+				_ = end.Record(s)
+				_ = s.Synchronize(context.Background())
+				b.StopTimer()
+				raw, err := runtime.Elapsed(start, end)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(raw.Nanoseconds())/1e3/float64(iters), "device-µs/op")
+			})
+		}
+	}
+}

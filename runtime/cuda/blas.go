@@ -304,6 +304,42 @@ func (m *Impl) Axpy(sh any, alpha float32, x, y runtime.Buffer, n int) error {
 	return nil
 }
 
+// cublasPointerMode_t: where scalar arguments and results live.
+const (
+	cublasPointerModeHost   = 0
+	cublasPointerModeDevice = 1
+)
+
+// Dot enqueues result[0] = Σ x[i]·y[i] for n float32s (cublasSdot), the
+// handle switched to device pointer mode for the call so that the sum is
+// written on the device in stream order, with no wait for it on the host;
+// the handle is back in host mode, which every other call here assumes,
+// before the stream's lock is let go.
+func (m *Impl) Dot(sh any, x, y, result runtime.Buffer, n int) error {
+	const op = "Dot"
+	s, p, err := m.vectors(op, sh, n, x, y)
+	if err != nil {
+		return err
+	}
+	_, r, err := m.vectors(op, sh, 1, result)
+	if err != nil {
+		return err
+	}
+	if n > maxBlasLen {
+		return runtime.Errorf(op, runtime.StatusInvalidArgument, "n=%d: more than a cuBLAS call takes (%d); sum the parts", n, maxBlasLen)
+	}
+	return m.blasCall(op, s, func(b *cublas, h uintptr, f *dl.Frame) int32 {
+		if rc := int32(f.Call(b.setPointerMode, h, cublasPointerModeDevice)); rc != 0 {
+			return rc
+		}
+		rc := int32(f.Call(b.sdot, h, uintptr(n), p[0], 1, p[1], 1, r[0]))
+		if back := int32(f.Call(b.setPointerMode, h, cublasPointerModeHost)); rc == 0 {
+			rc = back
+		}
+		return rc
+	})
+}
+
 // maxBlasLen is the longest vector one cuBLAS level-1 call takes (its
 // length is a C int).
 const maxBlasLen = math.MaxInt32

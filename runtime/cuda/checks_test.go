@@ -42,6 +42,7 @@ func TestElementwiseLengthOverflow(t *testing.T) {
 			"Scale":        func() error { return m.Scale(s, 2, x, n) },
 			"Tanh":         func() error { return m.Tanh(s, x, y, n) },
 			"TanhBackward": func() error { return m.TanhBackward(s, x, y, z, n) },
+			"Dot":          func() error { return m.Dot(s, x, y, z, n) },
 		}
 		for name, call := range calls {
 			if err := call(); !errors.Is(err, runtime.StatusInvalidArgument) {
@@ -118,6 +119,7 @@ func TestKeptLoadErrorNamesItsCaller(t *testing.T) {
 			return m.Gemm(s, runtime.GemmArgs{Type: runtime.Float32, M: 2, N: 2, K: 2, LDA: 2, LDB: 2, LDC: 2, A: x, B: y, C: x})
 		}},
 		{"Axpy", func() error { return m.Axpy(s, 2, x, y, 4) }},
+		{"Dot", func() error { return m.Dot(s, x, y, x, 4) }},
 	} {
 		err := c.call()
 		if !errors.Is(err, runtime.StatusUnavailable) || opOf(err) != c.op || !strings.HasPrefix(err.Error(), "runtime: "+c.op+": ") {
