@@ -159,9 +159,8 @@ func Scale(s *Stream, alpha float32, x Buffer, n int) error {
 // Dot enqueues result[0] = Σ x[i]·y[i] over n float32 elements, the sum
 // written to the device in stream order (a one-element result buffer on
 // s's device): a reduction for the built-in trainer's loss that needs no
-// copy back until the step's end, and runs in parallel on a GPU, where a
-// GEMM of one row by one column does not. n is at most math.MaxInt32 (a
-// BLAS library's C int): callers sum longer vectors in parts.
+// copy back until the step's end. n is at most math.MaxInt32 (a BLAS
+// library's C int): callers sum longer vectors in parts.
 func Dot(s *Stream, x, y, result Buffer, n int) error {
 	if n > math.MaxInt32 {
 		return Errorf("Dot", StatusInvalidArgument, "n=%d: more than %d elements in one sum; sum the parts", n, math.MaxInt32)

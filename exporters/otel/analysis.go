@@ -20,6 +20,7 @@ const (
 	KeyPipelineIdle          = attribute.Key("training.pipeline.idle")
 	KeyPipelineBubble        = attribute.Key("training.pipeline.bubble")
 	KeyPipelineBubbleShare   = attribute.Key("training.pipeline.bubble_fraction")
+	KeyPipelineCompute       = attribute.Key("training.pipeline.compute")
 	KeyPipelineIdealBubble   = attribute.Key("training.pipeline.bubble_ideal_fraction")
 	KeyPipelineOverlap       = attribute.Key("training.pipeline.overlap_ratio")
 	KeyPipelineWaited        = attribute.Key("training.pipeline.collective_wait")
@@ -80,7 +81,10 @@ func (e *Exporter) AddStep(st *analysis.Step) {
 		}
 		if span := st.Span.Len(); span > 0 && st.Pipeline.Stages > 0 {
 			// A bubble only where the work is a pipeline's (stage-labelled).
-			a = append(a, KeyPipelineBubble.Float64(r.Bubble.Seconds()), KeyPipelineBubbleShare.Float64(float64(r.Bubble)/float64(span)))
+			// Its computation there is the rest of the span: what the
+			// stages are compared by (analysis.StageBalance).
+			a = append(a, KeyPipelineBubble.Float64(r.Bubble.Seconds()), KeyPipelineBubbleShare.Float64(float64(r.Bubble)/float64(span)),
+				KeyPipelineCompute.Float64((span - r.Bubble).Seconds()))
 		}
 		if ideal := st.Pipeline.Ideal; !math.IsNaN(ideal) {
 			a = append(a, KeyPipelineIdealBubble.Float64(ideal))

@@ -92,8 +92,16 @@ func TestAnalysisSpans(t *testing.T) {
 		if got := a[string(otelexp.KeyPipelineBusy)] + a[string(otelexp.KeyPipelineIdle)]; math.Abs(got-wall) > 1e-9 {
 			t.Errorf("rank %d step %d: busy + idle = %v s, step span %v s", k.rank, k.step, got, wall)
 		}
-		if f, ok := a[string(otelexp.KeyPipelineBubbleShare)]; !ok || f < 0 || f > 1 {
+		f, ok := a[string(otelexp.KeyPipelineBubbleShare)]
+		if !ok || f < 0 || f > 1 {
 			t.Errorf("rank %d step %d: bubble fraction %v (present %v)", k.rank, k.step, f, ok)
+		}
+		// The computation is the span less the bubble, the span the
+		// bubble over its fraction (every rank of a pipeline idles some
+		// of it); and it is part of the busy time.
+		bubble, compute := a[string(otelexp.KeyPipelineBubble)], a[string(otelexp.KeyPipelineCompute)]
+		if span := bubble / f; f > 0 && (math.Abs(compute+bubble-span) > 1e-9 || compute <= 0 || compute > a[string(otelexp.KeyPipelineBusy)]+1e-9) {
+			t.Errorf("rank %d step %d: compute %v s, bubble %v s (%.3f of the span, %v s), busy %v s", k.rank, k.step, compute, bubble, f, span, a[string(otelexp.KeyPipelineBusy)])
 		}
 		if _, ok := a[string(otelexp.KeyPipelineScore)]; !ok {
 			t.Errorf("rank %d step %d: no straggler score with dp=2", k.rank, k.step)
