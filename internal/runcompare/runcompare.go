@@ -31,11 +31,13 @@ const (
 	Fraction
 	// Rank is a rank, or none; it changes or it does not.
 	Rank
+	// Stage is a pipeline stage, or none, as Rank.
+	Stage
 )
 
 // Value is one side's figure. Known is false where the run did not
-// measure it (no steps, no pipeline, no device-timed compute); a Rank
-// figure's V is -1 for none.
+// measure it (no steps, no pipeline, no device-timed compute); a Rank or
+// Stage figure's V is -1 for none.
 type Value struct {
 	V     float64
 	Known bool
@@ -61,11 +63,11 @@ func (f Figure) Change() string {
 	switch f.Kind {
 	case Fraction:
 		return signed((n-b)*100, " pts")
-	case Rank:
+	case Rank, Stage:
 		if b == n {
 			return "="
 		}
-		return rankText(b) + " → " + rankText(n)
+		return labelText(f.Kind, b) + " → " + labelText(f.Kind, n)
 	}
 	switch {
 	case b == n:
@@ -357,6 +359,24 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 		}
 		return known(float64(*d.Pipeline.Straggler))
 	})
+	add("slowest stage (stage balance)", Stage, func(d jsonsummary.Document) Value {
+		if d.Pipeline == nil {
+			return Value{}
+		}
+		// A summary written before stages' computation was measured has
+		// no compute_s: unknown, not "none".
+		measured := false
+		for _, s := range d.Pipeline.Bubbles {
+			measured = measured || s.Compute != nil
+		}
+		switch {
+		case !measured:
+			return Value{}
+		case d.Pipeline.SlowestStage == nil:
+			return known(-1)
+		}
+		return known(float64(*d.Pipeline.SlowestStage))
+	})
 	add("records dropped", Count, func(d jsonsummary.Document) Value { return known(float64(d.Records.Dropped)) })
 	return fs
 }
@@ -537,8 +557,8 @@ func valueText(k Kind, v Value) string {
 		return strconv.FormatFloat(v.V*100, 'f', 1, 64) + " %"
 	case Count:
 		return strconv.FormatFloat(v.V, 'f', 0, 64)
-	case Rank:
-		return rankText(v.V)
+	case Rank, Stage:
+		return labelText(k, v.V)
 	}
 	return seconds(v.V)
 }
@@ -569,9 +589,13 @@ func sigDecimals(a float64) int {
 	return 2
 }
 
-func rankText(v float64) string {
-	if v < 0 {
+// labelText is "rank 3" or "stage 3" as k says, or "none".
+func labelText(k Kind, v float64) string {
+	switch {
+	case v < 0:
 		return "none"
+	case k == Stage:
+		return "stage " + strconv.Itoa(int(v))
 	}
 	return "rank " + strconv.Itoa(int(v))
 }

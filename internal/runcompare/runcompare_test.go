@@ -52,6 +52,12 @@ func TestFigures(t *testing.T) {
 	new.Pipeline.Straggler = ptr(1)
 	new.Records.Dropped = 7
 	base.Records.Unfinished = 3
+	// Both measured their stages' computation; only new's stage 1 stood
+	// out.
+	for i := range 2 {
+		base.Pipeline.Bubbles[i].Compute, new.Pipeline.Bubbles[i].Compute = ptr(0.01), ptr(0.01*float64(i+1))
+	}
+	new.Pipeline.SlowestStage = ptr(1)
 	c := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "b", Doc: new})
 	for _, w := range []struct {
 		name      string
@@ -72,6 +78,7 @@ func TestFigures(t *testing.T) {
 		// 1 + 3 ms → 0 + 2 ms: −50 %.
 		{"waiting at collectives per step, all ranks", 0.004, 0.002, "−50.0 %"},
 		{"straggler", -1, 1, "none → rank 1"},
+		{"slowest stage (stage balance)", -1, 1, "none → stage 1"},
 		{"records dropped", 0, 7, "from 0"},
 	} {
 		f := figure(t, c, w.name)
@@ -81,6 +88,15 @@ func TestFigures(t *testing.T) {
 	}
 	if f := figure(t, c, "collective arrival skew p90"); f.Base.Known || f.New.Known || f.Change() != "" {
 		t.Errorf("skew with no collective matched: %+v; want unknown on both sides", f)
+	}
+	// A summary from before the stages' computation was measured: its
+	// slowest stage is unknown, not none.
+	for i := range 2 {
+		base.Pipeline.Bubbles[i].Compute = nil
+	}
+	old := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "b", Doc: new})
+	if f := figure(t, old, "slowest stage (stage balance)"); f.Base.Known || !f.New.Known || f.Change() != "" {
+		t.Errorf("slowest stage against a summary without compute_s: %+v, change %q; want base unknown", f, f.Change())
 	}
 	if len(c.JobDiffs) != 0 {
 		t.Errorf("the same job: differences %q", c.JobDiffs)
