@@ -38,7 +38,7 @@ func Example() {
 	// step time p90, slowest rank   125 ms  135 ms    +8.0 %
 	// busy, mean over ranks         80.0 %  75.0 %  −5.0 pts
 	// records dropped                    0       0         =
-	// (measured by neither run: bubble, mean over stages; ideal bubble; communication per step, mean over ranks; waiting at collectives per step, all ranks; collective arrival skew p90; straggler)
+	// (measured by neither run: bubble, mean over stages; ideal bubble; communication per step, mean over ranks; waiting at collectives per step, all ranks; collective arrival skew p90; straggler; slowest stage (stage balance))
 	//
 	// growth 0.080, within 5 %: false, <nil>
 }
