@@ -986,7 +986,12 @@ func (v *view) stepTable(steps []analysis.Step) {
 		if s.Straggler != profiler.None {
 			row.Straggler = "rank " + strconv.Itoa(s.Straggler)
 		} else if len(s.Collectives) == 0 {
+			// A pipeline without collectives: the stage the others
+			// waited for, where one led the next by 5% or more.
 			row.Straggler = "no collectives"
+			if b, ok := s.Balance(); ok && b.StandsOut() {
+				row.Straggler = fmt.Sprintf("no collectives; stage %d slowest, %s ms ahead", b.Slowest.Stage, msText(b.Lead()))
+			}
 		}
 		for _, head := range v.StageHeads {
 			cell := "-"

@@ -93,6 +93,29 @@ func TestWrite(t *testing.T) {
 	if strings.Contains(page, "<kernel>") || strings.Contains(page, "run <1>") {
 		t.Error("names are not escaped")
 	}
+	// Both stages compute 40 ms of the span: no stage named.
+	if !strings.Contains(page, `<td class="name">no collectives</td>`) {
+		t.Error("the step's row does not say it has no collectives, and no stage behind")
+	}
+}
+
+// Rank 1's last backward runs 10 ms longer (40–60 ms): stage 1 computes
+// 50 ms of the 0–60 ms span, stage 0 40, and the step's row names stage
+// 1, 10 ms ahead.
+func TestWriteNamesTheSlowestStage(t *testing.T) {
+	recs := twoStages()
+	for i := range recs {
+		if r := &recs[i]; r.Rank == 1 && r.Name == "backward" && r.Microbatch == 1 {
+			r.DeviceEnd = 60 * time.Millisecond
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := htmlreport.Write(&buf, htmlreport.Input{Title: "run", Covers: "steps 0", Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	if want := `<td class="name">no collectives; stage 1 slowest, 10.000 ms ahead</td>`; !strings.Contains(buf.String(), want) {
+		t.Errorf("page lacks %q", want)
+	}
 }
 
 // The same work without stage labels is a data-parallel job's, not a

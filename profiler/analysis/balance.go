@@ -59,18 +59,37 @@ func (b StageBalance) StandsOut() bool {
 // out).
 func (s Summary) Balance() (b StageBalance, ok bool) {
 	var all []StageCompute
-	var sum time.Duration
 	for _, st := range s.Stages {
 		if c := st.Compute(); st.Stage != profiler.None && st.RankSteps > 0 && c > 0 {
 			all = append(all, StageCompute{st.Stage, c})
-			sum += c
 		}
 	}
+	return balanceOf(all)
+}
+
+// Balance compares the step's stages by their computation within its
+// span (the span less the mean bubble of their ranks), as Summary.Balance
+// does over the run.
+func (s *Step) Balance() (b StageBalance, ok bool) {
+	span := s.Span.Len()
+	var all []StageCompute
+	for _, st := range s.Stages {
+		if c := span - st.Bubble; st.Stage != profiler.None && st.Ranks > 0 && c > 0 {
+			all = append(all, StageCompute{st.Stage, c})
+		}
+	}
+	return balanceOf(all)
+}
+
+// balanceOf compares the stages of all (in stage order).
+func balanceOf(all []StageCompute) (b StageBalance, ok bool) {
 	if len(all) < 2 {
 		return StageBalance{}, false
 	}
+	var sum time.Duration
 	slowest := 0
 	for i, sc := range all {
+		sum += sc.Compute
 		if sc.Compute > all[slowest].Compute {
 			slowest = i
 		}

@@ -111,3 +111,22 @@ func TestStageBalanceReport(t *testing.T) {
 		}
 	}
 }
+
+// TestStepBalance: a step's stages are compared by the span less their
+// ranks' mean bubble: over a 100 ms span, stage 0's ranks idle 30 ms
+// (compute 70), stage 1's 10 ms (90), and work of no stage is left out.
+func TestStepBalance(t *testing.T) {
+	ms := time.Millisecond
+	st := Step{Span: profiler.Interval{Start: 50 * ms, End: 150 * ms}, Stages: []Stage{
+		{Stage: profiler.None, Ranks: 1, Bubble: 0},
+		{Stage: 0, Ranks: 2, Bubble: 30 * ms},
+		{Stage: 1, Ranks: 2, Bubble: 10 * ms},
+	}}
+	b, ok := st.Balance()
+	if !ok || b.Slowest != (StageCompute{1, 90 * ms}) || b.Next != (StageCompute{0, 70 * ms}) || b.Lead() != 20*ms || !b.StandsOut() {
+		t.Errorf("balance %+v (ok %v), want stage 1 at 90 ms leading stage 0 by 20 ms", b, ok)
+	}
+	if _, ok := (&Step{Span: st.Span, Stages: st.Stages[:2]}).Balance(); ok {
+		t.Error("one stage with work of no stage: compared")
+	}
+}
