@@ -199,7 +199,8 @@ func TestUnwritableOutputFailsBeforeTraining(t *testing.T) {
 }
 
 // With -devices 1 the two ranks share one device; the first line says so,
-// and the transfers between them are profiled as between devices.
+// the transfers between them are profiled as between devices, and the
+// stage balance says what sharing does to a stage's computation.
 func TestRanksShareADevice(t *testing.T) {
 	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-devices", "1"}, small...)...)
 	if code != exitOK {
@@ -209,7 +210,8 @@ func TestRanksShareADevice(t *testing.T) {
 	if want := "profile-run: training on 2 ranks sharing 1 cpu device (in-process collectives): pp=2 vpp=2"; !strings.HasPrefix(first, want) {
 		t.Errorf("first line %q, want it to start %q", first, want)
 	}
-	for _, w := range []string{"step 1: loss", "Send", "Recv"} {
+	for _, w := range []string{"step 1: loss", "Send", "Recv",
+		"; but with 2 ranks sharing 1 cpu device (in-process collectives), a stage's computation includes the time its kernels waited for the other ranks' (docs/analysis.md, Limits)\n"} {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("stdout lacks %q:\n%s", w, stdout)
 		}

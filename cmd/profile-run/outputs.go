@@ -157,6 +157,10 @@ type outputs struct {
 	// partial, when set, says why the run is incomplete ("interrupted by
 	// SIGINT at step 46"); every output says it.
 	partial string
+	// shared is the trainer's placement where ranks share devices ("2
+	// ranks sharing 1 cuda device (in-process collectives)"), for the
+	// report's stage balance; empty otherwise.
+	shared string
 
 	report, pprofFile, traceFile *os.File
 	detail                       *profiler.Window // the steps the trace and the per-call logs cover
@@ -690,7 +694,8 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if len(out.o.command) > 0 || out.o.importing > 0 {
 			ideal = 0 // the schedule is not the built-in trainer's, nor known
 		}
-		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks)
+		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks,
+			analysis.WithSharedDevices(out.shared))
 		errs = append(errs, err, screenErr)
 		out.whole(paths...) // those listed are whole, error or not
 		if out.report != nil && err == nil {

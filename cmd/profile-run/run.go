@@ -279,6 +279,9 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 	where := cfg.Backend.String()
 	if pl, err := cfg.Placement(); err == nil {
 		where = pl.String()
+		if pl.Shared && out != nil {
+			out.shared = where
+		}
 	}
 	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %s of %s, %s of width %d, precision %s, schedule %s, %s\n",
 		where, cfg.Stages, cfg.Chunks, cfg.Replicas, count(cfg.Microbatches, "microbatch", "microbatches"),
@@ -493,7 +496,7 @@ type peakSource struct {
 // writeReports prints the all-steps summary on stdout and writes it to f,
 // either of them nil to skip it, and writes one file per rank beside f with
 // per-step tables and the per-call log of the detail records.
-func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string, src peakSource) (paths []string, fileErr, screenErr error) {
+func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps *profiler.StepSummary, pipe *analysis.Summary, detail []profiler.Record, by profiler.SortKey, ideal float64, header, rankHeader []string, src peakSource, aopts ...analysis.ReportOption) (paths []string, fileErr, screenErr error) {
 	groups, peaks := tables.Groups(), tables.Peaks()
 	if peaks == nil {
 		peaks = map[int]int64{}
@@ -548,12 +551,12 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 		switch {
 		case pipe != nil && pipe.Stepless && pipe.Collectives.Matched+pipe.Collectives.Incomplete > 0:
 			fmt.Fprintln(w, "\n=== collectives across ranks: skew, waiting, stragglers, clocks (docs/analysis.md) ===")
-			if err := analysis.WriteReport(w, *pipe, analysis.WithRankRows(rows)); err != nil {
+			if err := analysis.WriteReport(w, *pipe, append(slices.Clip(aopts), analysis.WithRankRows(rows))...); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 		case pipe != nil && pipe.Steps > 0:
 			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")
-			if err := analysis.WriteReport(w, *pipe, analysis.WithRankRows(rows)); err != nil {
+			if err := analysis.WriteReport(w, *pipe, append(slices.Clip(aopts), analysis.WithRankRows(rows))...); err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
 		}

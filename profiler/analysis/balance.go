@@ -110,8 +110,9 @@ func balanceOf(all []StageCompute) (b StageBalance, ok bool) {
 	return b, true
 }
 
-// writeBalance writes the report's stage balance line.
-func writeBalance(w io.Writer, b StageBalance) {
+// writeBalance writes the report's stage balance line; shared, where
+// not empty, says how the ranks shared their devices.
+func writeBalance(w io.Writer, b StageBalance, shared string) {
 	fmt.Fprintf(w, "stage balance (computation per step within the span): stage %d the most, %.3f ms; ", b.Slowest.Stage, ms(b.Slowest.Compute))
 	lead := pct(b.Lead(), b.Slowest.Compute)
 	if b.Next == b.Least {
@@ -121,11 +122,15 @@ func writeBalance(w io.Writer, b StageBalance) {
 			b.Next.Stage, ms(b.Next.Compute), lead, b.Least.Stage, ms(b.Least.Compute), ms(b.Mean))
 	}
 	if !b.StandsOut() {
-		fmt.Fprintf(w, " — within %.0f%%: no stage holds the others back\n", 100*MinStageLead)
-		return
+		fmt.Fprintf(w, " — within %.0f%%: no stage holds the others back", 100*MinStageLead)
+	} else {
+		fmt.Fprintf(w, " — a pipeline goes at its slowest stage's pace: the others wait for stage %d, and spreading the work evenly over the stages would save about %.3f ms a step (the most less the mean)",
+			b.Slowest.Stage, ms(b.Excess()))
 	}
-	fmt.Fprintf(w, " — a pipeline goes at its slowest stage's pace: the others wait for stage %d, and spreading the work evenly over the stages would save about %.3f ms a step (the most less the mean)\n",
-		b.Slowest.Stage, ms(b.Excess()))
+	if shared != "" {
+		fmt.Fprintf(w, "; but with %s, a stage's computation includes the time its kernels waited for the other ranks' (docs/analysis.md, Limits)", shared)
+	}
+	fmt.Fprintln(w)
 }
 
 // ranksOfStage is "rank 3" or "ranks 1, 5": the ranks of stage among

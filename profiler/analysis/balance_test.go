@@ -89,7 +89,7 @@ func TestStageBalance(t *testing.T) {
 func TestStageBalanceReport(t *testing.T) {
 	ms := time.Millisecond
 	var w strings.Builder
-	writeBalance(&w, StageBalance{Slowest: StageCompute{1, 90 * ms}, Next: StageCompute{2, 80 * ms}, Least: StageCompute{3, 60 * ms}, Mean: 75 * ms})
+	writeBalance(&w, StageBalance{Slowest: StageCompute{1, 90 * ms}, Next: StageCompute{2, 80 * ms}, Least: StageCompute{3, 60 * ms}, Mean: 75 * ms}, "")
 	if want := "stage balance (computation per step within the span): stage 1 the most, 90.000 ms; the next, stage 2, 80.000 ms (11.1% less); the least, stage 3, 60.000 ms; the mean 75.000 ms — a pipeline goes at its slowest stage's pace: the others wait for stage 1, and spreading the work evenly over the stages would save about 15.000 ms a step (the most less the mean)\n"; w.String() != want {
 		t.Errorf("got  %q\nwant %q", w.String(), want)
 	}
@@ -109,6 +109,15 @@ func TestStageBalanceReport(t *testing.T) {
 		if !strings.Contains(w.String(), line) {
 			t.Errorf("report lacks %q:\n%s", line, w.String())
 		}
+	}
+	// Ranks that shared a GPU: the line says what that does to the
+	// figures.
+	w.Reset()
+	if err := WriteReport(&w, s, WithSharedDevices("2 ranks sharing 1 cuda device")); err != nil {
+		t.Fatal(err)
+	}
+	if want := "— within 5%: no stage holds the others back; but with 2 ranks sharing 1 cuda device, a stage's computation includes the time its kernels waited for the other ranks' (docs/analysis.md, Limits)\n"; !strings.Contains(w.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, w.String())
 	}
 }
 

@@ -507,7 +507,7 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 			return err
 		}
 		if b, ok := s.Balance(); ok {
-			writeBalance(w, b)
+			writeBalance(w, b, rc.shared)
 		}
 	} else if len(s.Ranks) > 0 {
 		staged := 0
@@ -717,7 +717,10 @@ func p2pNote(ranks []int) string {
 // ReportOption adjusts what WriteReport writes.
 type ReportOption interface{ applyReport(*reportConfig) }
 
-type reportConfig struct{ rows int }
+type reportConfig struct {
+	rows   int
+	shared string // WithSharedDevices
+}
 
 type reportOptionFunc func(*reportConfig)
 
@@ -735,6 +738,15 @@ func (f reportOptionFunc) applyReport(c *reportConfig) { f(c) }
 // would bury them; n < 1 keeps every line.
 func WithRankRows(n int) ReportOption {
 	return reportOptionFunc(func(c *reportConfig) { c.rows = n })
+}
+
+// WithSharedDevices says that the ranks shared their devices (how, in
+// words: "2 ranks sharing 1 cuda device"), as a trainer placing several
+// ranks on one GPU does: the stage balance line then says that a stage's
+// computation includes the time its kernels waited for the others'. An
+// empty how says nothing.
+func WithSharedDevices(how string) ReportOption {
+	return reportOptionFunc(func(c *reportConfig) { c.shared = how })
 }
 
 // rankRows returns the ranks whose lines the table holds: all of them,
