@@ -202,7 +202,8 @@ func TestUnwritableOutputFailsBeforeTraining(t *testing.T) {
 // the transfers between them are profiled as between devices, and the
 // stage balance says what sharing does to a stage's computation.
 func TestRanksShareADevice(t *testing.T) {
-	code, stdout, stderr := runCmd(t, append([]string{"-out", t.TempDir(), "-metrics-addr", "off", "-devices", "1"}, small...)...)
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"-out", out, "-metrics-addr", "off", "-devices", "1"}, small...)...)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -215,6 +216,22 @@ func TestRanksShareADevice(t *testing.T) {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("stdout lacks %q:\n%s", w, stdout)
 		}
+	}
+	// The HTML report of the run says it too: the trace keeps the
+	// placement.
+	dirs := runDirs(t, out)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v", dirs)
+	}
+	if code, _, stderr := runCmd(t, "report", dirs[0], "--html"); code != exitOK {
+		t.Fatalf("report --html: exit %d: %s", code, stderr)
+	}
+	page, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "but with 2 ranks sharing 1 cpu device (in-process collectives), a stage&#39;s computation includes"; !strings.Contains(string(page), want) {
+		t.Errorf("report.html lacks %q", want)
 	}
 }
 

@@ -756,6 +756,10 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		covers := out.detail.Stats().Covers()
 		opts = append(opts, chrometrace.WithOtherData("steps", covers))
+		if out.shared != "" {
+			// For profile-run report's stage balance.
+			opts = append(opts, chrometrace.WithOtherData("shared", out.shared))
+		}
 		if a := out.o.applied; a != nil && (a.Reference == profiler.None || len(a.Unaligned) > 0) {
 			// Records of several clocks, some left as recorded: the
 			// trace is not on one clock (a report of it must not say so).

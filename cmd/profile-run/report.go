@@ -190,7 +190,8 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	if p.Format != importer.FormatTrainscope {
 		return fmt.Errorf("%s: a %s, not a trace trainscope wrote (profile-run import reads it into a run directory of its own)", path, p.Format)
 	}
-	in := htmlreport.Input{Title: filepath.Base(filepath.Clean(o.runDir)), Covers: p.OtherData["steps"], Records: p.Records}
+	in := htmlreport.Input{Title: filepath.Base(filepath.Clean(o.runDir)), Covers: p.OtherData["steps"], Records: p.Records,
+		SharedDevices: p.OtherData["shared"]}
 	if clocks := p.OtherData["clocks"]; clocks != "" {
 		in.SeveralClocks = true
 		in.Notes = append(in.Notes, "clocks "+clocks)

@@ -47,6 +47,11 @@ type Input struct {
 	// that left some files' clocks as recorded): the collectives section
 	// then shows departures without claiming one clock.
 	SeveralClocks bool
+	// SharedDevices, where set, says how the ranks shared their devices
+	// ("2 ranks sharing 1 cuda device"): the analysis's stage balance
+	// says what that does to a stage's computation
+	// (analysis.WithSharedDevices).
+	SharedDevices string
 }
 
 // Stats says what a page holds.
@@ -150,7 +155,7 @@ func Write(w io.Writer, in Input) (Stats, error) {
 	v.StepCount = len(v.Charts)
 	st.Steps = len(v.Charts)
 	var text bytes.Buffer
-	if err := analysis.WriteReport(&text, sum); err != nil {
+	if err := analysis.WriteReport(&text, sum, analysis.WithSharedDevices(in.SharedDevices)); err != nil {
 		return Stats{}, err
 	}
 	v.Analysis = text.String()
