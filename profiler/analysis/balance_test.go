@@ -110,13 +110,13 @@ func TestStageBalanceReport(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", line, w.String())
 		}
 	}
-	// Ranks that shared a GPU: the line says what that does to the
+	// Ranks that shared a device: the line says what that does to the
 	// figures.
 	w.Reset()
-	if err := WriteReport(&w, s, WithSharedDevices("2 ranks sharing 1 cuda device")); err != nil {
+	if err := WriteReport(&w, s, WithSharedDevices("2 ranks sharing 1 device")); err != nil {
 		t.Fatal(err)
 	}
-	if want := "— within 5%: no stage holds the others back; but with 2 ranks sharing 1 cuda device, a stage's computation includes the time its kernels waited for the other ranks' (docs/analysis.md, Limits)\n"; !strings.Contains(w.String(), want) {
+	if want := "— within 5%: no stage holds the others back; but with 2 ranks sharing 1 device, a stage's computation includes the time its kernels waited for the other ranks' (docs/analysis.md, Limits)\n"; !strings.Contains(w.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, w.String())
 	}
 }

@@ -741,8 +741,8 @@ func WithRankRows(n int) ReportOption {
 }
 
 // WithSharedDevices says that the ranks shared their devices (how, in
-// words: "2 ranks sharing 1 cuda device"), as a trainer placing several
-// ranks on one GPU does: the stage balance line then says that a stage's
+// words: "2 ranks sharing 1 device"), as a trainer placing several ranks
+// on one device does: the stage balance line then says that a stage's
 // computation includes the time its kernels waited for the others'. An
 // empty how says nothing.
 func WithSharedDevices(how string) ReportOption {
