@@ -147,6 +147,10 @@ func newTrainerHooks(ctx context.Context, cfg Config, hk hooks) (*Trainer, error
 		impl, own = local.NewShared(cfg.Backend, local.WithTimeout(cfg.commTimeout())), true
 	case hk.ccl != nil:
 		impl = hk.ccl
+	case pl.Ranks == 1:
+		// One rank needs no collective library either: it communicates
+		// with no one, and its groups of one are made in process.
+		impl, own = local.NewShared(cfg.Backend, local.WithTimeout(cfg.commTimeout())), true
 	default:
 		if impl, err = ccl.Available(cfg.Backend); err != nil {
 			return nil, fmt.Errorf("pipeline: %w", err)

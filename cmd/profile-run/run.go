@@ -16,13 +16,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/trainscope/trainscope/ccl"
 	_ "github.com/trainscope/trainscope/ccl/local" // in-process collectives for the CPU backend
 	_ "github.com/trainscope/trainscope/ccl/nccl"  // NCCL, loaded at run time where present
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
-	"github.com/trainscope/trainscope/runtime"
 	_ "github.com/trainscope/trainscope/runtime/cpu"  // host device backend
 	_ "github.com/trainscope/trainscope/runtime/cuda" // CUDA, loaded at run time where present
 )
@@ -81,11 +79,11 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if len(o.command) > 0 {
 		return runWrapped(in, o, log, stdout, stderr)
 	}
-	backend, err := chooseBackend(o.backend)
+	choice, err := chooseBackend(o.backend, o.train, systemBackends)
 	if code, failed := setupFailed(err, stderr, "profile-run"); failed {
 		return code
 	}
-	o.train.Backend = backend
+	o.train.Backend = choice.backend
 	if err := o.train.Validate(); err != nil {
 		var ce *pipeline.ConfigError
 		if errors.As(err, &ce) {
@@ -94,6 +92,16 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "profile-run: %v\n", err)
 		}
 		return exitUsage
+	}
+	// Why auto passed a backend over, once the job is known to be valid:
+	// a usage error stays one line.
+	for _, p := range choice.passedOver {
+		if p.found {
+			log.Warn(p.String())
+		} else {
+			log.Info(p.Brief())
+			log.Debug(p.String())
+		}
 	}
 	// A precision the backend lacks is a warning, not a mistake: the
 	// same command line runs everywhere, in float32 where it must.
@@ -162,38 +170,6 @@ func trainError(err error) string {
 		return fmt.Sprintf("-comm-timeout %v expired (raise it if waits this long are expected): %v", te.Timeout, err)
 	}
 	return err.Error()
-}
-
-// chooseBackend resolves -backend: auto picks the first device type, in
-// order of preference, whose runtime and collective backends both load.
-func chooseBackend(name string) (runtime.DeviceType, error) {
-	if name != "auto" {
-		t, err := runtime.ParseDeviceType(name)
-		if err != nil {
-			return 0, usagef("-backend: unknown backend %q (one of: auto, cpu, cuda)", name)
-		}
-		if err := usable(t); err != nil {
-			return 0, fmt.Errorf("backend %s is not usable here: %w", t, err)
-		}
-		return t, nil
-	}
-	var reasons []error
-	for _, t := range []runtime.DeviceType{runtime.CUDA, runtime.CPU} {
-		err := usable(t)
-		if err == nil {
-			return t, nil
-		}
-		reasons = append(reasons, fmt.Errorf("%s: %w", t, err))
-	}
-	return 0, fmt.Errorf("no usable backend: %w", errors.Join(reasons...))
-}
-
-func usable(t runtime.DeviceType) error {
-	if _, err := runtime.Available(t); err != nil {
-		return err
-	}
-	_, err := ccl.Available(t)
-	return err
 }
 
 // newRunID names a run by time and a random suffix.
