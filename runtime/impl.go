@@ -162,6 +162,26 @@ type DeviceMemory struct {
 	Host bool
 }
 
+// LibraryDescriber is an optional capability, of a device backend or a
+// collective one, that names the vendor libraries it loaded and their
+// versions, so that a run's summary says what it ran on and two runs'
+// comparison can tell a new driver from a slower step. Discover it with a
+// type assertion.
+type LibraryDescriber interface {
+	// Libraries lists the libraries in the order they are loaded; one
+	// that failed to load has its Problem set. Before the backend is
+	// initialised it returns nothing.
+	Libraries() []Library
+}
+
+// Library is a vendor library a backend loaded, or tried to.
+type Library struct {
+	Name    string // "CUDA runtime", "cuBLAS", "NCCL"
+	Version string // "13.0", "2.28.3"; "" where unknown
+	Path    string // the file loaded; "" where unknown
+	Problem string // why it did not load; "" where it did
+}
+
 // DeviceDescriber is an optional backend capability that names devices the
 // way other tools do, so metrics can join with them (NVIDIA's DCGM exporter
 // labels GPUs by index and UUID). Discover it with a type assertion.

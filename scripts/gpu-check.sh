@@ -8,6 +8,7 @@
 #   scripts/gpu-check.sh quick   # after a ccl or trainer change: NCCL tests, bench b, profile-run
 #   scripts/gpu-check.sh stall   # bench b's stall under variants, with goroutine dumps
 #   scripts/gpu-check.sh overhead  # bench b's off vs device depth 1, repeated in fresh processes
+#   scripts/gpu-check.sh machine   # profile-run version, the environment a run records, one GPU without NCCL
 #
 # run writes at most four files under $OUT: env.log, tests.log,
 # profile-run.log and bench.log. Every step is bounded by `timeout`, so a
@@ -94,6 +95,30 @@ run_tests() {
 		echo "=== $f" >>"$pr"
 		cat "$f" >>"$pr"
 	done
+}
+
+# run_machine: what profile-run says of the machine (version, -json), the
+# environment a run's summary.json records, and jobs that need no NCCL
+# (ranks sharing the GPU, one rank) trained with libnccl hidden; the
+# one-rank job's losses beside the host backend's. Writes machine.log.
+run_machine() {
+	ml=$OUT/machine.log
+	runs=$(mktemp -d)
+	step "version" 60 "$ml" ./profile-run version
+	step "version -json" 60 "$ml" ./profile-run version -json
+	step "version, libnccl hidden" 60 "$ml" env TRAINSCOPE_NCCL_LIB=/nonexistent/libnccl.so.2 ./profile-run version
+	step "cuda tests: devices and libraries" 90 "$ml" ./cuda.test -test.v -test.count=1 -test.run 'TestDevices|TestLibrariesBeforeInit|TestNvidiaDriverVersion'
+	step "nccl tests: the library named" 90 "$ml" ./nccl.test -test.v -test.count=1 -test.run 'TestGroupedOnOneGPU|TestMissingLibraryIsUnavailable'
+	step "profile-run, libnccl hidden" 90 "$ml" env TRAINSCOPE_NCCL_LIB=/nonexistent/libnccl.so.2 ./profile-run -steps 5 -quiet -metrics-addr off -out "$runs/nonccl"
+	step "profile-run with NCCL" 90 "$ml" ./profile-run -steps 5 -quiet -metrics-addr off -out "$runs/nccl"
+	for d in "$runs"/nonccl/* "$runs"/nccl/*; do
+		echo "=== environment of $d" >>"$ml"
+		python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["environment"], indent=1))' "$d/summary.json" >>"$ml" 2>&1
+	done
+	step "profile-run one rank on cuda, libnccl hidden" 90 "$ml" env TRAINSCOPE_NCCL_LIB=/nonexistent/libnccl.so.2 ./profile-run -backend cuda -pp 1 -vpp 1 -steps 5 -profile off
+	step "profile-run one rank on cpu" 90 "$ml" ./profile-run -backend cpu -pp 1 -vpp 1 -steps 5 -profile off
+	step "profile-run cpu for compare" 90 "$ml" ./profile-run -backend cpu -steps 5 -quiet -metrics-addr off -out "$runs/cpu"
+	step "compare cuda with cpu" 60 "$ml" ./profile-run compare "$runs"/cpu/* "$runs"/nccl/*
 }
 
 run_bench() {
@@ -198,6 +223,7 @@ run_overhead() {
 case ${1:-all} in
 stall) setup_run && run_stall ;;
 overhead) setup_run && run_overhead ;;
+machine) setup_run && run_machine ;;
 quick) setup_run && run_quick ;;
 build) build ;;
 run) setup_run && run_tests && run_bench ;;
@@ -205,7 +231,7 @@ tests) setup_run && run_tests ;;
 bench) setup_run && run_bench ;;
 all) build && setup_run && run_tests && run_bench ;;
 *)
-	echo "usage: $0 [build|run|tests|bench|quick|stall|overhead|all]" >&2
+	echo "usage: $0 [build|run|tests|bench|quick|stall|overhead|machine|all]" >&2
 	exit 2
 	;;
 esac

@@ -15,7 +15,10 @@ import (
 )
 
 // Compile-time check that Backend is a complete ccl backend.
-var _ ccl.Impl = (*Backend)(nil)
+var (
+	_ ccl.Impl                 = (*Backend)(nil)
+	_ runtime.LibraryDescriber = (*Backend)(nil)
+)
 
 // Environment variables: EnvLibrary overrides the search for libnccl;
 // EnvBlocking=1 makes backends created without an explicit
@@ -190,6 +193,16 @@ func versionString(v int) string {
 		return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
 	}
 	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+}
+
+// Libraries names libnccl, its version and the file the process mapped
+// (PyTorch's copy or the system's) once Init has succeeded
+// (runtime.LibraryDescriber); nothing before.
+func (b *Backend) Libraries() []runtime.Library {
+	if !b.loaded.Load() {
+		return nil
+	}
+	return []runtime.Library{{Name: "NCCL", Version: versionString(b.version), Path: b.api.lib.File("ncclGetVersion")}}
 }
 
 // Blocking reports whether the backend makes blocking communicators.

@@ -3,6 +3,7 @@ package nccl_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -276,6 +277,14 @@ func TestProcessGroupProfiled(t *testing.T) {
 // With two ranks (TestProcessGroupProfiled) it holds the transfer.
 func TestGroupedOnOneGPU(t *testing.T) {
 	rt, b := gpus(t, 1)
+	// The library as a run's summary names it: the file loaded, and the
+	// version ncclGetVersion gave (22803 is 2.28.3).
+	v := b.Version()
+	want := fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+	if libs := b.Libraries(); len(libs) != 1 || libs[0].Name != "NCCL" || libs[0].Version != want ||
+		!strings.HasPrefix(libs[0].Path, "/") || !strings.Contains(libs[0].Path, "libnccl") {
+		t.Errorf("Libraries = %+v, want NCCL %s from an absolute path to libnccl (loaded as %s)", libs, want, b.LibraryPath())
+	}
 	pg := rankGroups(t, b, rt, "solo", 1)[0]
 	p, err := profiler.New(profiler.WithCollectInterval(0))
 	if err != nil {

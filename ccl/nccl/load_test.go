@@ -57,6 +57,9 @@ func TestMissingLibraryIsUnavailable(t *testing.T) {
 			if err := b.GetAsyncError(nil); err == nil {
 				t.Error("GetAsyncError(nil) succeeded")
 			}
+			if libs := b.Libraries(); libs != nil {
+				t.Errorf("Libraries of a backend that did not load: %+v", libs)
+			}
 		})
 	}
 }

@@ -60,6 +60,14 @@ func (p passedOver) String() string {
 	return fmt.Sprintf("-backend auto: not %s: %s; training on the %s backend", p.backend, p.why, p.chosen)
 }
 
+// Reason is why, in a few words where they say it.
+func (p passedOver) Reason() string {
+	if p.brief != "" {
+		return p.brief
+	}
+	return p.why
+}
+
 // Brief is String in a line, naming the detail logged at debug level.
 func (p passedOver) Brief() string {
 	if p.brief == "" {

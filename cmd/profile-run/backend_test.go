@@ -9,10 +9,10 @@ import (
 	"github.com/trainscope/trainscope/runtime"
 )
 
-// machine is a fake of what chooseBackend asks: how many GPUs load (an
+// fakeMachine is a fake of what chooseBackend asks: how many GPUs load (an
 // error where the CUDA runtime does not) and whether NCCL loads; the host
 // backend always has 4 devices and its in-process collectives.
-func machine(gpus int, cudaErr, ncclErr error) backends {
+func fakeMachine(gpus int, cudaErr, ncclErr error) backends {
 	return backends{
 		devices: func(t runtime.DeviceType) (int, error) {
 			if t == runtime.CUDA {
@@ -49,19 +49,19 @@ func TestChooseBackend(t *testing.T) {
 		found   []bool   // passedOver's found, in order
 		mention []string // in the passed-over lines
 	}{
-		{"one GPU, no NCCL, the default job", machine(1, nil, noNCCL), job(2, 1, 0), runtime.CUDA, nil, nil},
-		{"two GPUs, NCCL", machine(2, nil, nil), job(2, 1, 0), runtime.CUDA, nil, nil},
-		{"two GPUs, no NCCL, -devices 1", machine(2, nil, noNCCL), job(2, 1, 1), runtime.CUDA, nil, nil},
-		{"two GPUs, no NCCL, one rank", machine(2, nil, noNCCL), job(1, 1, 0), runtime.CUDA, nil, nil},
-		{"eight GPUs, no NCCL, pp 2 × dp 8 share them", machine(8, nil, noNCCL), job(2, 8, 0), runtime.CUDA, nil, nil},
-		{"two GPUs, no NCCL, two ranks", machine(2, nil, noNCCL), job(2, 1, 0), runtime.CPU, []bool{true},
+		{"one GPU, no NCCL, the default job", fakeMachine(1, nil, noNCCL), job(2, 1, 0), runtime.CUDA, nil, nil},
+		{"two GPUs, NCCL", fakeMachine(2, nil, nil), job(2, 1, 0), runtime.CUDA, nil, nil},
+		{"two GPUs, no NCCL, -devices 1", fakeMachine(2, nil, noNCCL), job(2, 1, 1), runtime.CUDA, nil, nil},
+		{"two GPUs, no NCCL, one rank", fakeMachine(2, nil, noNCCL), job(1, 1, 0), runtime.CUDA, nil, nil},
+		{"eight GPUs, no NCCL, pp 2 × dp 8 share them", fakeMachine(8, nil, noNCCL), job(2, 8, 0), runtime.CUDA, nil, nil},
+		{"two GPUs, no NCCL, two ranks", fakeMachine(2, nil, noNCCL), job(2, 1, 0), runtime.CPU, []bool{true},
 			[]string{"not cuda: 2 ranks on 2 cuda devices", "NCCL library (libnccl) not found", "-devices 1", "TRAINSCOPE_NCCL_LIB=", "training on the cpu backend"}},
-		{"no CUDA runtime", machine(0, noCUDA, noNCCL), job(2, 1, 0), runtime.CPU, []bool{false},
+		{"no CUDA runtime", fakeMachine(0, noCUDA, noNCCL), job(2, 1, 0), runtime.CPU, []bool{false},
 			[]string{"-backend auto: not cuda: CUDA runtime library (libcudart) not found; training on the cpu backend"}},
-		{"no CUDA runtime, as the backend says it", machine(0, &runtime.Error{Op: "Init", Status: runtime.StatusUnavailable,
+		{"no CUDA runtime, as the backend says it", fakeMachine(0, &runtime.Error{Op: "Init", Status: runtime.StatusUnavailable,
 			Detail: "CUDA runtime library (libcudart) not found", Err: errors.New("tried libcudart.so.13 (No such file or directory)")}, noNCCL),
 			job(2, 1, 0), runtime.CPU, []bool{false}, []string{"libcudart.so.13 (No such file"}},
-		{"a driver with no GPU", machine(0, nil, nil), job(2, 1, 0), runtime.CPU, []bool{false},
+		{"a driver with no GPU", fakeMachine(0, nil, nil), job(2, 1, 0), runtime.CPU, []bool{false},
 			[]string{"not cuda: no cuda devices"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,10 +100,10 @@ func TestChooseBackend(t *testing.T) {
 // or the run fails saying what it lacks.
 func TestChooseBackendNamed(t *testing.T) {
 	noNCCL := errors.New("NCCL library (libnccl) not found")
-	if got, err := chooseBackend("cuda", job(2, 1, 0), machine(1, nil, noNCCL)); err != nil || got.backend != runtime.CUDA || len(got.passedOver) != 0 {
+	if got, err := chooseBackend("cuda", job(2, 1, 0), fakeMachine(1, nil, noNCCL)); err != nil || got.backend != runtime.CUDA || len(got.passedOver) != 0 {
 		t.Errorf("cuda on one GPU without NCCL: %+v, %v", got, err)
 	}
-	_, err := chooseBackend("cuda", job(2, 1, 0), machine(2, nil, noNCCL))
+	_, err := chooseBackend("cuda", job(2, 1, 0), fakeMachine(2, nil, noNCCL))
 	if err == nil || !errors.Is(err, noNCCL) {
 		t.Fatalf("cuda, 2 ranks on 2 GPUs without NCCL: %v", err)
 	}
@@ -113,10 +113,10 @@ func TestChooseBackendNamed(t *testing.T) {
 		}
 	}
 	var ue *usageError
-	if _, err := chooseBackend("gpu", job(2, 1, 0), machine(1, nil, nil)); !errors.As(err, &ue) || !strings.Contains(err.Error(), `"gpu"`) {
+	if _, err := chooseBackend("gpu", job(2, 1, 0), fakeMachine(1, nil, nil)); !errors.As(err, &ue) || !strings.Contains(err.Error(), `"gpu"`) {
 		t.Errorf("-backend gpu: %v, want a usage error naming it", err)
 	}
-	broken := machine(1, nil, nil)
+	broken := fakeMachine(1, nil, nil)
 	broken.devices = func(t runtime.DeviceType) (int, error) { return 0, errors.New(t.String() + " broken") }
 	if _, err := chooseBackend("auto", job(2, 1, 0), broken); err == nil || !strings.Contains(err.Error(), "no usable backend") ||
 		!strings.Contains(err.Error(), "cuda broken") || !strings.Contains(err.Error(), "cpu broken") {

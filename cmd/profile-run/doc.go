@@ -13,6 +13,8 @@
 //	                                    pipeline chart (docs/report-html.md)
 //	profile-run compare BASE NEW        two runs' figures side by side; a CI gate
 //	                                    on the step time (docs/compare.md)
+//	profile-run version [-json]         this build, the host, the devices and
+//	                                    libraries each backend finds here
 //
 // Run `profile-run -h` for the flags.
 package main

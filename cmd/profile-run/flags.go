@@ -186,6 +186,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
   profile-run compare BASE NEW        compare two runs' summaries: step time, bubble,
                                       waiting, the ranges that moved; -fail-above 5%
                                       gates a CI job on the step time (profile-run compare -h)
+  profile-run version [-json]         this build, the host, and what each backend finds
+                                      here: devices, library versions, or why not
 
 Flags:
 `)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -39,6 +40,23 @@ func TestImportRunDirectory(t *testing.T) {
 	}
 	if summary := filepath.Join(run, "summary.json"); bytes.Contains([]byte(istdout+istderr), []byte(summary)) {
 		t.Errorf("the import read %s:\n%s\n%s", summary, istdout, istderr)
+	}
+	// The import's summary names the build that imported, and no host:
+	// its records come from elsewhere.
+	if dirs := runDirs(t, out); len(dirs) != 1 {
+		t.Errorf("the import made run directories %v", dirs)
+	} else if b, err := os.ReadFile(filepath.Join(dirs[0], "summary.json")); err != nil {
+		t.Error(err)
+	} else {
+		var doc struct {
+			Environment map[string]json.RawMessage `json:"environment"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := doc.Environment["profile_run"]; !ok || len(doc.Environment) != 1 {
+			t.Errorf("the import's environment has %d fields (%v); want profile_run alone", len(doc.Environment), doc.Environment)
+		}
 	}
 
 	// What each file of the run directory is, after "PATH:1: not a

@@ -164,6 +164,7 @@ func TestHelpSubcommand(t *testing.T) {
 		{[]string{"help", "import"}, []string{"Usage: profile-run import [flags] FILE|DIR", "-trace-steps string"}},
 		{[]string{"help", "report"}, []string{"Usage: profile-run report [flags] RUN_DIR [--html]", "-html"}},
 		{[]string{"help", "compare"}, []string{"Usage: profile-run compare [flags] BASE NEW", "-fail-above PERCENT"}},
+		{[]string{"help", "version"}, []string{"Usage: profile-run version [-json]", "-json"}},
 	} {
 		code, stdout, stderr := runCmd(t, tc.args...)
 		if code != exitOK {
@@ -179,7 +180,7 @@ func TestHelpSubcommand(t *testing.T) {
 		}
 	}
 	code, _, stderr := runCmd(t, "help", "wrap")
-	if code != exitUsage || stderr != "profile-run: help \"wrap\": no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare) (see profile-run -h)\n" {
+	if code != exitUsage || stderr != "profile-run: help \"wrap\": no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare, profile-run help version) (see profile-run -h)\n" {
 		t.Errorf("help wrap: exit %d, stderr %q", code, stderr)
 	}
 }

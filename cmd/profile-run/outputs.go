@@ -161,6 +161,10 @@ type outputs struct {
 	// ranks sharing 1 cuda device (in-process collectives)"), for the
 	// report's stage balance; empty otherwise.
 	shared string
+	// env is what the built-in trainer ran on (trainerEnvironment); nil
+	// for a wrapped command or an import, whose summary names this build
+	// and, for a wrapped command, this host.
+	env *jsonsummary.Environment
 
 	report, pprofFile, traceFile *os.File
 	detail                       *profiler.Window // the steps the trace and the per-call logs cover
@@ -1185,6 +1189,13 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 			in.Trainer = &jsonsummary.Trainer{Placement: where, Stages: c.Stages, Chunks: c.Chunks, Replicas: c.Replicas,
 				Microbatches: c.Microbatches, MicrobatchSize: c.MicrobatchSize, Layers: c.Layers, Width: c.Width,
 				Precision: c.Precision.String(), Schedule: c.Schedule, Steps: c.Steps}
+		}
+		in.Environment = out.env
+		if in.Environment == nil {
+			in.Environment = &jsonsummary.Environment{ProfileRun: thisBuild()}
+			if out.o.importing == 0 {
+				in.Environment.Host = thisHost()
+			}
 		}
 		err = jsonsummary.Write(f, in)
 		if cerr := f.Close(); err == nil {

@@ -51,16 +51,19 @@ func runWith(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "compare" {
 		return runCompare(in, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && (args[0] == "version" || args[0] == "-version" || args[0] == "--version") {
+		return runVersion(in, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "help" {
 		// A command to wrap comes after --, so "help" first is a request
 		// for the usage, as -h is.
 		switch {
 		case len(args) == 1:
 			args = []string{"-h"}
-		case len(args) == 2 && (args[1] == "import" || args[1] == "report" || args[1] == "compare"):
+		case len(args) == 2 && (args[1] == "import" || args[1] == "report" || args[1] == "compare" || args[1] == "version"):
 			return runWith(in, []string{args[1], "-h"}, stdout, stderr)
 		default:
-			fmt.Fprintf(stderr, "profile-run: help %q: no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare) (see profile-run -h)\n", strings.Join(args[1:], " "))
+			fmt.Fprintf(stderr, "profile-run: help %q: no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare, profile-run help version) (see profile-run -h)\n", strings.Join(args[1:], " "))
 			return exitUsage
 		}
 	}
@@ -257,6 +260,9 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		where = pl.String()
 		if pl.Shared && out != nil {
 			out.shared = where
+		}
+		if out != nil {
+			out.env = trainerEnvironment(pl)
 		}
 	}
 	fmt.Fprintf(stdout, "profile-run: training on %s: pp=%d vpp=%d dp=%d, %s of %s, %s of width %d, precision %s, schedule %s, %s\n",

@@ -54,6 +54,20 @@ func TestSummaryJSON(t *testing.T) {
 			Tag, Name string
 			Count     int
 		} `json:"ranges"`
+		Environment struct {
+			ProfileRun struct{ Version, Go string } `json:"profile_run"`
+			Host       *struct {
+				Name string
+				CPUs int
+			} `json:"host"`
+			Backend string
+			Devices []struct {
+				Index       int
+				MemoryBytes int64 `json:"memory_bytes"`
+				HostMemory  bool  `json:"host_memory"`
+			}
+			Libraries []any
+		} `json:"environment"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("%v\n%s", err, raw)
@@ -124,6 +138,23 @@ func TestSummaryJSON(t *testing.T) {
 	}
 	if !found || forward == 0 {
 		t.Errorf("forward: in summary.json %v, %d in report.txt", found, forward)
+	}
+
+	// What it ran on: this test binary's build, this host, and the
+	// placement's two host devices, whose memory is the host's.
+	env := doc.Environment
+	hostname, _ := os.Hostname()
+	if env.ProfileRun.Version != "(devel)" || !strings.HasPrefix(env.ProfileRun.Go, "go1.") || env.Host == nil ||
+		env.Host.Name != hostname || env.Host.CPUs < 1 || env.Backend != "cpu" || len(env.Libraries) != 0 {
+		t.Errorf("environment %+v (host %+v); want (devel), a Go toolchain, host %q, the cpu backend and no libraries", env, env.Host, hostname)
+	}
+	if !strings.HasPrefix(doc.Trainer.Placement, fmt.Sprintf("%d ranks on %d cpu devices", len(env.Devices), len(env.Devices))) || len(env.Devices) != 2 {
+		t.Errorf("devices %+v for placement %q", env.Devices, doc.Trainer.Placement)
+	}
+	for i, d := range env.Devices {
+		if d.Index != i || d.MemoryBytes <= 0 || !d.HostMemory {
+			t.Errorf("device %+v: want index %d, the host's memory", d, i)
+		}
 	}
 
 	stdout, dir = trainOnCPU(t, "-steps", "2", "-report", "off")

@@ -29,6 +29,8 @@ type Input struct {
 	// Trainer is the built-in trainer's job; nil for a wrapped command
 	// or an import.
 	Trainer *Trainer
+	// Environment is what the run ran on; nil leaves it out.
+	Environment *Environment
 	// Stats are the profiler's counts (Profiler.Stats).
 	Stats profiler.Stats
 	// Steps are the step times per rank (StepSummary.Ranks).
@@ -43,15 +45,18 @@ type Input struct {
 
 // Document is the JSON summary.
 type Document struct {
-	Schema   string     `json:"schema"`
-	RunID    string     `json:"run_id,omitempty"`
-	Partial  string     `json:"partial,omitempty"`
-	Command  []string   `json:"command"`
-	Trainer  *Trainer   `json:"trainer,omitempty"`
-	Records  Records    `json:"records"`
-	Steps    []RankStep `json:"steps"`
-	Pipeline *Pipeline  `json:"pipeline,omitempty"`
-	Ranges   []Range    `json:"ranges"`
+	Schema  string   `json:"schema"`
+	RunID   string   `json:"run_id,omitempty"`
+	Partial string   `json:"partial,omitempty"`
+	Command []string `json:"command"`
+	Trainer *Trainer `json:"trainer,omitempty"`
+	// Environment is what the run ran on; summaries written before it
+	// was added have none.
+	Environment *Environment `json:"environment,omitempty"`
+	Records     Records      `json:"records"`
+	Steps       []RankStep   `json:"steps"`
+	Pipeline    *Pipeline    `json:"pipeline,omitempty"`
+	Ranges      []Range      `json:"ranges"`
 }
 
 // Trainer is the built-in trainer's job, as its first line says it.
@@ -67,6 +72,56 @@ type Trainer struct {
 	Precision      string `json:"precision"` // the one it computed in
 	Schedule       string `json:"schedule"`
 	Steps          int    `json:"steps"` // asked for; steps[].steps says how many ran
+}
+
+// Environment is what a run ran on: profile-run's build, the host, and
+// the devices and vendor libraries the built-in trainer used.
+type Environment struct {
+	ProfileRun Build `json:"profile_run"`
+	// Host is where profile-run ran; nil for an import, whose records
+	// come from elsewhere.
+	Host *Host `json:"host,omitempty"`
+	// Backend, Devices and Libraries are the built-in trainer's: the
+	// device type, the devices in use, and the libraries loaded for them
+	// (the collective library only where the ranks used it).
+	Backend   string    `json:"backend,omitempty"`
+	Devices   []Device  `json:"devices,omitempty"`
+	Libraries []Library `json:"libraries,omitempty"`
+}
+
+// Build is the build of profile-run that wrote the summary.
+type Build struct {
+	Version  string `json:"version"`            // the module's version; "(devel)" when built from a checkout
+	Revision string `json:"revision,omitempty"` // the commit built, where the build recorded it
+	Time     string `json:"time,omitempty"`     // that commit's time, RFC 3339
+	Modified bool   `json:"modified,omitempty"` // built with changes not committed
+	Go       string `json:"go"`                 // the Go toolchain, "go1.26.8"
+}
+
+// Host is the machine profile-run ran on.
+type Host struct {
+	Name     string `json:"name"`
+	OS       string `json:"os"`
+	Arch     string `json:"arch"`
+	CPUs     int    `json:"cpus"`                // logical CPUs the process may use
+	CPUModel string `json:"cpu_model,omitempty"` // where the system says it
+}
+
+// Device is a device the run used.
+type Device struct {
+	Index       int    `json:"index"`
+	Name        string `json:"name,omitempty"`         // "NVIDIA H100 80GB HBM3"; none for the host backend's
+	MemoryBytes int64  `json:"memory_bytes,omitempty"` // total
+	// HostMemory: the memory is the host's, shared by the backend's
+	// devices and the host (the host backend's devices).
+	HostMemory bool `json:"host_memory,omitempty"`
+}
+
+// Library is a vendor library the run loaded.
+type Library struct {
+	Name    string `json:"name"`    // "CUDA runtime", "CUDA driver", "NVIDIA driver", "cuBLAS", "NCCL"
+	Version string `json:"version"` // "13.0", "2.28.3"; "" where the library does not say
+	Path    string `json:"path,omitempty"`
 }
 
 // Records counts what the profiler collected and lost.
@@ -187,7 +242,8 @@ type Range struct {
 // Make builds the document from in.
 func Make(in Input) Document {
 	d := Document{Schema: Schema, RunID: in.RunID, Partial: in.Partial, Command: append([]string{}, in.Command...), Trainer: in.Trainer,
-		Steps: []RankStep{}, Ranges: []Range{}}
+		Environment: in.Environment,
+		Steps:       []RankStep{}, Ranges: []Range{}}
 	d.Records = Records{Collected: in.Stats.Collected, Dropped: in.Stats.Dropped + in.Stats.Overflow, HostOnly: in.Stats.EventDrops, Unfinished: in.Stats.Abandoned, Errors: in.Stats.Errors}
 	for _, st := range in.Steps {
 		n := time.Duration(max(st.Steps, 1))

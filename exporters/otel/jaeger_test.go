@@ -296,6 +296,11 @@ func checkAgainstRecords(t *testing.T, spans []jaegerSpan, recs []profiler.Recor
 		if h.OperationName != r.Name || h.tags["training.kind"] != r.Kind.String() {
 			t.Errorf("record %s (%s) became span %s (%v)", r.Name, r.Kind, h.OperationName, h.tags["training.kind"])
 		}
+		// The scope names this package and trainscope's version: this
+		// test binary is the module's, built from a checkout.
+		if h.tags["otel.scope.name"] != "github.com/trainscope/trainscope/exporters/otel" || h.tags["otel.scope.version"] != "(devel)" {
+			t.Errorf("%s: scope %v %v, want this package at (devel)", r.Name, h.tags["otel.scope.name"], h.tags["otel.scope.version"])
+		}
 		// One trace per step, shared by every rank.
 		if tr, ok := traces[r.Step]; !ok {
 			traces[r.Step] = h.TraceID

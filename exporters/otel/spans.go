@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trainscope/trainscope/internal/buildinfo"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -98,7 +99,7 @@ func newBuilder(runID string, epoch time.Time, maxLinks int, base *resource.Reso
 		maxLinks:    maxLinks,
 		base:        base,
 		runID:       runID,
-		scope:       instrumentation.Scope{Name: scopeName},
+		scope:       instrumentation.Scope{Name: scopeName, Version: buildinfo.Version()},
 		resources:   map[int]*resource.Resource{},
 		devices:     map[runtime.Device]string{},
 		groups:      map[string]uint64{},

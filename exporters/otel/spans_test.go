@@ -533,3 +533,12 @@ func TestBuilderCachesBounded(t *testing.T) {
 		t.Errorf("caches hold %d device names and %d groups, want at most %d each", len(b.deviceNames), len(b.groups), maxCached)
 	}
 }
+
+// The spans' scope carries trainscope's version: a test binary of this
+// module, built from a checkout, is the main module at "(devel)".
+func TestScopeVersion(t *testing.T) {
+	b := newBuilder("run", time.Unix(0, 0), 0, resource.Empty())
+	if b.scope.Name != "github.com/trainscope/trainscope/exporters/otel" || b.scope.Version != "(devel)" {
+		t.Errorf("scope %+v, want this package at (devel)", b.scope)
+	}
+}

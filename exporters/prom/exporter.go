@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/trainscope/trainscope/internal/buildinfo"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -288,8 +289,8 @@ func New(p *profiler.Profiler, opts ...Option) (*Exporter, error) {
 	if cfg.runID != "" {
 		info := prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "trainscope_run_info",
-			Help:        "Always 1; its run label identifies the training run these series describe.",
-			ConstLabels: prometheus.Labels{"run": cfg.runID},
+			Help:        "Always 1; its run label identifies the training run these series describe, its version label the trainscope that measured it.",
+			ConstLabels: prometheus.Labels{"run": cfg.runID, "version": buildinfo.Version()},
 		})
 		info.Set(1)
 		cs = append(cs, info)

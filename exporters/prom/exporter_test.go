@@ -608,3 +608,20 @@ func TestDeviceUnfinishedIsCounted(t *testing.T) {
 		t.Errorf("trainscope_records_total for the hung range = %v, want 1", v)
 	}
 }
+
+// The run's info series names the run and the trainscope that measured
+// it: a test binary of this module is its main module at "(devel)".
+func TestRunInfo(t *testing.T) {
+	e, err := prom.New(nil, prom.WithHostname(host), prom.WithRunID("20261206-0900-abc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP trainscope_run_info Always 1; its run label identifies the training run these series describe, its version label the trainscope that measured it.
+# TYPE trainscope_run_info gauge
+trainscope_run_info{Hostname="node-7",run="20261206-0900-abc",version="(devel)"} 1
+`
+	if err := testutil.GatherAndCompare(e.Registry(), strings.NewReader(want), "trainscope_run_info"); err != nil {
+		t.Error(err)
+	}
+}

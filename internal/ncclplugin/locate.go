@@ -33,22 +33,66 @@ type Located struct {
 // the error says what was tried and what to do. cacheDir "" means
 // os.UserCacheDir()/trainscope.
 func Locate(ctx context.Context, cacheDir string) (Located, error) {
+	s, err := search(cacheDir)
+	if err != nil || s.found.Path != "" {
+		return s.found, err
+	}
+	if s.damaged {
+		_ = os.RemoveAll(s.dir)
+	}
+	cc, err := s.compiler()
+	if err != nil {
+		return Located{}, err
+	}
+	if err := build(ctx, cc, s.dir); err != nil {
+		return Located{}, fmt.Errorf("no NCCL profiler plugin: %s, and building one failed: %w", strings.Join(s.tried, ", "), err)
+	}
+	return Located{Path: s.path, How: "built"}, nil
+}
+
+// Find is Locate without building: the plugin library where one is;
+// where none is, an error saying where profile-run -- CMD would build one
+// (How "to be built", with the compiler in the error's text), or what to
+// install.
+func Find(cacheDir string) (Located, error) {
+	s, err := search(cacheDir)
+	if err != nil || s.found.Path != "" {
+		return s.found, err
+	}
+	cc, err := s.compiler()
+	if err != nil {
+		return Located{}, err
+	}
+	return Located{Path: s.path, How: "to be built"}, fmt.Errorf("no NCCL profiler plugin yet: %s; profile-run -- CMD builds one there with %s on first use", strings.Join(s.tried, ", "), cc)
+}
+
+// searched is what search found: a plugin, or the places it looked and
+// where one would be built.
+type searched struct {
+	found     Located
+	tried     []string
+	dir, path string // the cache directory of this version, and its library
+	damaged   bool   // a library is there, not usable: to be built again in its place
+}
+
+// search looks for the plugin where Locate does, building nothing.
+func search(cacheDir string) (searched, error) {
 	if p := os.Getenv(EnvPluginPath); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return Located{}, fmt.Errorf("%s=%s: %w", EnvPluginPath, p, err)
+			return searched{}, fmt.Errorf("%s=%s: %w", EnvPluginPath, p, err)
 		}
-		return Located{Path: p, How: EnvPluginPath}, nil
+		return searched{found: Located{Path: p, How: EnvPluginPath}}, nil
 	}
-	var tried []string
+	var s searched
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), plugins.NCCLLibrary)
 		switch err := sharedLibrary(p); {
 		case err == nil:
-			return Located{Path: p, How: "beside profile-run"}, nil
+			return searched{found: Located{Path: p, How: "beside profile-run"}}, nil
 		case os.IsNotExist(err):
-			tried = append(tried, "none beside profile-run ("+p+")")
+			s.tried = append(s.tried, "none beside profile-run ("+p+")")
 		default:
-			tried = append(tried, "none usable beside profile-run ("+err.Error()+")")
+			s.tried = append(s.tried, "none usable beside profile-run ("+err.Error()+")")
 		}
 	}
 	if cacheDir == "" {
@@ -60,31 +104,34 @@ func Locate(ctx context.Context, cacheDir string) (Located, error) {
 	}
 	sum, err := sourcesHash()
 	if err != nil {
-		return Located{}, err
+		return searched{}, err
 	}
-	dir := filepath.Join(cacheDir, "nccl-plugin-"+sum)
-	p := filepath.Join(dir, plugins.NCCLLibrary)
-	switch err := sharedLibrary(p); {
+	s.dir = filepath.Join(cacheDir, "nccl-plugin-"+sum)
+	s.path = filepath.Join(s.dir, plugins.NCCLLibrary)
+	switch err := sharedLibrary(s.path); {
 	case err == nil:
-		return Located{Path: p, How: "cached"}, nil
+		return searched{found: Located{Path: s.path, How: "cached"}}, nil
 	case os.IsNotExist(err):
-		tried = append(tried, "none cached ("+p+")")
+		s.tried = append(s.tried, "none cached ("+s.path+")")
 	default: // damaged (a disk that filled, say): built again in its place
-		tried = append(tried, "none usable cached ("+err.Error()+")")
-		_ = os.RemoveAll(dir)
+		s.tried = append(s.tried, "none usable cached ("+err.Error()+")")
+		s.damaged = true
 	}
+	return s, nil
+}
+
+// compiler is the C compiler that would build the plugin, or the error
+// saying there is none and what to do.
+func (s searched) compiler() (string, error) {
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
 	if _, err := exec.LookPath(cc); err != nil {
-		return Located{}, fmt.Errorf("no NCCL profiler plugin: %s, and no C compiler (%s) to build one: install one (gcc), or build it with `make -C plugins/nccl` and put %s beside profile-run, or name it in %s",
-			strings.Join(tried, ", "), cc, plugins.NCCLLibrary, EnvPluginPath)
+		return "", fmt.Errorf("no NCCL profiler plugin: %s, and no C compiler (%s) to build one: install one (gcc), or build it with `make -C plugins/nccl` and put %s beside profile-run, or name it in %s",
+			strings.Join(s.tried, ", "), cc, plugins.NCCLLibrary, EnvPluginPath)
 	}
-	if err := build(ctx, cc, dir); err != nil {
-		return Located{}, fmt.Errorf("no NCCL profiler plugin: %s, and building one failed: %w", strings.Join(tried, ", "), err)
-	}
-	return Located{Path: p, How: "built"}, nil
+	return cc, nil
 }
 
 // sharedLibrary checks that p is an ELF file, as a library the dynamic

@@ -126,3 +126,47 @@ func needCompiler(t *testing.T) {
 		t.Skipf("skipped: no C compiler (%s) to build the plugin with", cc)
 	}
 }
+
+// Find looks where Locate does and builds nothing: before a build it says
+// where one would go and with what; after Locate's build it finds it. A
+// damaged cached library is left in place, and reported.
+func TestFindBuildsNothing(t *testing.T) {
+	needCompiler(t)
+	t.Setenv(EnvPluginPath, "")
+	cache := t.TempDir()
+	got, err := Find(cache)
+	if got.How == "beside profile-run" {
+		t.Skipf("skipped: a plugin lies beside the test binary (%s)", got.Path)
+	}
+	if err == nil || got.How != "to be built" || !strings.HasPrefix(got.Path, cache) {
+		t.Fatalf("Find before a build = %+v, %v; want where it would be built, and an error", got, err)
+	}
+	for _, w := range []string{"no NCCL profiler plugin yet", "none cached", "builds one there"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	if _, err := os.Stat(got.Path); !os.IsNotExist(err) {
+		t.Fatalf("Find made %s (%v)", got.Path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(got.Path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(got.Path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find(cache); err == nil || !strings.Contains(err.Error(), "no ELF header") {
+		t.Errorf("Find with a damaged library: %v, want it named as no shared library", err)
+	}
+	if fi, err := os.Stat(got.Path); err != nil || fi.Size() != 0 {
+		t.Fatalf("Find touched the damaged library: %v", err)
+	}
+	built, err := Locate(context.Background(), cache)
+	if err != nil || built.Path != got.Path {
+		t.Fatalf("Locate = %+v, %v", built, err)
+	}
+	found, err := Find(cache)
+	if err != nil || found.Path != got.Path || found.How != "cached" {
+		t.Fatalf("Find after the build = %+v, %v; want the cached %s", found, err, got.Path)
+	}
+}

@@ -132,6 +132,9 @@ const fewSteps = 5
 func Compare(base, new Run) Comparison {
 	c := Comparison{Base: base, New: new}
 	c.JobDiffs = jobDiffs(base.Doc, new.Doc)
+	machine, env := environmentDiffs(base.Doc.Environment, new.Doc.Environment)
+	c.JobDiffs = append(c.JobDiffs, machine...)
+	c.Notes = append(c.Notes, env...)
 	for _, s := range []struct {
 		side string
 		d    jsonsummary.Document
@@ -217,6 +220,97 @@ func jobDiffs(a, b jsonsummary.Document) []string {
 	diff("precision", ta.Precision, tb.Precision)
 	diff("schedule", ta.Schedule, tb.Schedule)
 	return d
+}
+
+// environmentDiffs says where two runs' environments differ: the devices
+// (a difference of job: the same job on another GPU is not a change of
+// speed), and in notes the libraries' versions, the host and the build
+// of profile-run. Summaries without an environment (written before it
+// was added) compare as alike.
+func environmentDiffs(a, b *jsonsummary.Environment) (job, notes []string) {
+	if a == nil || b == nil {
+		return nil, nil
+	}
+	if da, db := devicesText(a), devicesText(b); da != "" && db != "" && da != db {
+		job = append(job, fmt.Sprintf("devices %s → %s", da, db))
+	}
+	if len(a.Libraries) > 0 && len(b.Libraries) > 0 {
+		va, vb := map[string]string{}, map[string]string{}
+		for _, l := range a.Libraries {
+			va[l.Name] = l.Version
+		}
+		var moved []string
+		for _, l := range b.Libraries {
+			vb[l.Name] = l.Version
+			if v, ok := va[l.Name]; ok && v != l.Version {
+				moved = append(moved, fmt.Sprintf("%s %s → %s", l.Name, v, l.Version))
+			}
+		}
+		for _, l := range a.Libraries {
+			if _, ok := vb[l.Name]; !ok {
+				moved = append(moved, fmt.Sprintf("%s %s in base only", l.Name, l.Version))
+			}
+		}
+		for _, l := range b.Libraries {
+			if _, ok := va[l.Name]; !ok {
+				moved = append(moved, fmt.Sprintf("%s %s in new only", l.Name, l.Version))
+			}
+		}
+		if len(moved) > 0 {
+			notes = append(notes, "the libraries differ: "+strings.Join(moved, ", "))
+		}
+	}
+	if a.Host != nil && b.Host != nil && a.Host.Name != b.Host.Name {
+		notes = append(notes, fmt.Sprintf("the runs ran on different hosts: %s → %s", a.Host.Name, b.Host.Name))
+	}
+	if ba, bb := buildName(a.ProfileRun), buildName(b.ProfileRun); ba != "" && bb != "" && ba != bb {
+		notes = append(notes, fmt.Sprintf("profile-run builds differ: %s → %s (what profiling costs may differ with them)", ba, bb))
+	}
+	return job, notes
+}
+
+// devicesText names a run's devices, "2 × NVIDIA H100 80GB HBM3"; the
+// host backend's by the host's processor; "" where nothing names them.
+func devicesText(e *jsonsummary.Environment) string {
+	var names []string
+	for _, d := range e.Devices {
+		if d.Name != "" {
+			names = append(names, d.Name)
+		}
+	}
+	if len(names) == 0 || len(names) < len(e.Devices) {
+		if e.Backend == "cpu" && e.Host != nil && e.Host.CPUModel != "" {
+			return fmt.Sprintf("%s (%d CPUs)", e.Host.CPUModel, e.Host.CPUs)
+		}
+		return ""
+	}
+	var parts []string
+	for i := 0; i < len(names); {
+		j := i + 1
+		for j < len(names) && names[j] == names[i] {
+			j++
+		}
+		parts = append(parts, fmt.Sprintf("%d × %s", j-i, names[i]))
+		i = j
+	}
+	return strings.Join(parts, " + ")
+}
+
+// buildName names a build of profile-run by its version and commit
+// (with "+changes" where it had changes not committed); "" where the
+// build did not say which it was.
+func buildName(b jsonsummary.Build) string {
+	if b.Revision == "" {
+		if b.Version == "" || b.Version == "(devel)" || b.Version == "(unknown)" {
+			return ""
+		}
+		return b.Version
+	}
+	n := b.Revision[:min(len(b.Revision), 12)]
+	if b.Modified {
+		n += "+changes"
+	}
+	return n
 }
 
 // asked is the steps the built-in trainer was asked for; 0 otherwise.

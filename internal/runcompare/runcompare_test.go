@@ -172,6 +172,74 @@ func TestJobDiffs(t *testing.T) {
 	}
 }
 
+// TestEnvironmentDiffs: the same job on other GPUs is a different job;
+// other library versions, another host and another build of profile-run
+// are notes; summaries without an environment compare as alike.
+func TestEnvironmentDiffs(t *testing.T) {
+	env := func(gpu string, n int, nccl, rev string) *jsonsummary.Environment {
+		e := &jsonsummary.Environment{ProfileRun: jsonsummary.Build{Version: "v0.0.0-x", Revision: rev, Go: "go1.26.8"},
+			Host: &jsonsummary.Host{Name: "node-" + gpu, CPUs: 16}, Backend: "cuda",
+			Libraries: []jsonsummary.Library{{Name: "CUDA runtime", Version: "13.0"}, {Name: "NCCL", Version: nccl}}}
+		for i := range n {
+			e.Devices = append(e.Devices, jsonsummary.Device{Index: i, Name: gpu})
+		}
+		return e
+	}
+	a := job([2]float64{0.01, 0.01}, [2]*float64{}, [2]float64{}, [2]float64{})
+	b := job([2]float64{0.01, 0.01}, [2]*float64{}, [2]float64{}, [2]float64{})
+	a.Environment = env("NVIDIA H100 80GB HBM3", 2, "2.28.3", "89e3a542128fa3299ae260ddf26d65971fb7329d")
+	b.Environment = env("NVIDIA H200", 2, "2.28.9", "0123456789abcdef0123456789abcdef01234567")
+	b.Environment.ProfileRun.Modified = true
+	c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	if want := "devices 2 × NVIDIA H100 80GB HBM3 → 2 × NVIDIA H200"; strings.Join(c.JobDiffs, "|") != want {
+		t.Errorf("differences %q; want %q", c.JobDiffs, want)
+	}
+	notes := strings.Join(c.Notes, "|")
+	for _, w := range []string{"the libraries differ: NCCL 2.28.3 → 2.28.9", "different hosts: node-NVIDIA H100 80GB HBM3 → node-NVIDIA H200",
+		"profile-run builds differ: 89e3a542128f → 0123456789ab+changes"} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("notes %q: no %q", c.Notes, w)
+		}
+	}
+	if strings.Contains(notes, "CUDA runtime") {
+		t.Errorf("notes %q name a library whose version did not change", c.Notes)
+	}
+
+	// The same machine and build: nothing to say.
+	b.Environment = env("NVIDIA H100 80GB HBM3", 2, "2.28.3", "89e3a542128fa3299ae260ddf26d65971fb7329d")
+	b.Environment.Host.Name = a.Environment.Host.Name
+	if c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b}); len(c.JobDiffs) != 0 || len(c.Notes) != 0 {
+		t.Errorf("the same environment: differences %q, notes %q", c.JobDiffs, c.Notes)
+	}
+	// One GPU more is said by the device count; a library only one run
+	// loaded (NCCL, used by ranks on GPUs of their own) by its side.
+	b.Environment = env("NVIDIA H100 80GB HBM3", 1, "2.28.3", "89e3a542128fa3299ae260ddf26d65971fb7329d")
+	b.Environment.Host.Name = a.Environment.Host.Name
+	b.Environment.Libraries = b.Environment.Libraries[:1]
+	c = runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	if want := "devices 2 × NVIDIA H100 80GB HBM3 → 1 × NVIDIA H100 80GB HBM3"; strings.Join(c.JobDiffs, "|") != want {
+		t.Errorf("differences %q; want %q", c.JobDiffs, want)
+	}
+	if want := "the libraries differ: NCCL 2.28.3 in base only"; strings.Join(c.Notes, "|") != want {
+		t.Errorf("notes %q; want %q", c.Notes, want)
+	}
+	// Host backends are told apart by the host's processor.
+	cpu := func(model string) *jsonsummary.Environment {
+		return &jsonsummary.Environment{Host: &jsonsummary.Host{Name: "h", CPUs: 2, CPUModel: model}, Backend: "cpu",
+			Devices: []jsonsummary.Device{{Index: 0, MemoryBytes: 1 << 30, HostMemory: true}}}
+	}
+	a.Environment, b.Environment = cpu("AMD EPYC"), cpu("Intel(R) Xeon(R) Platinum 8480+")
+	c = runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	if want := "devices AMD EPYC (2 CPUs) → Intel(R) Xeon(R) Platinum 8480+ (2 CPUs)"; strings.Join(c.JobDiffs, "|") != want {
+		t.Errorf("host backends: differences %q; want %q", c.JobDiffs, want)
+	}
+	// A summary of before environments: nothing is compared.
+	a.Environment = nil
+	if c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b}); len(c.JobDiffs) != 0 || len(c.Notes) != 0 {
+		t.Errorf("without an environment: differences %q, notes %q", c.JobDiffs, c.Notes)
+	}
+}
+
 // TestNotes: an interrupted run, one of few steps, a pipeline analysis
 // with problems and a job without steps are each said; the stepless
 // run's totals are not set beside the other's figures per step.

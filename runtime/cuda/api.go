@@ -81,6 +81,7 @@ type cublas struct {
 	saxpy, sscal, sdot             uintptr
 	setPointerMode                 uintptr
 	getStatusName, getStatusString uintptr
+	getProperty                    uintptr // optional: the version, for Libraries
 }
 
 func bindCublas(lib *dl.Library) (*cublas, error) {
@@ -100,6 +101,7 @@ func bindCublas(lib *dl.Library) (*cublas, error) {
 	b.Sym(&a.setPointerMode, "cublasSetPointerMode_v2")
 	b.Optional(&a.getStatusName, "cublasGetStatusName")
 	b.Optional(&a.getStatusString, "cublasGetStatusString")
+	b.Optional(&a.getProperty, "cublasGetProperty")
 	if err := b.Err(); err != nil {
 		return nil, err
 	}

@@ -1,11 +1,14 @@
 package dl
 
 import (
+	"bufio"
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -369,4 +372,57 @@ func (f *Frame) BufString() string {
 		n++
 	}
 	return string(f.Buf[:n])
+}
+
+// mapsFile lists the process's memory mappings with the files they map
+// (Linux's proc(5)).
+const mapsFile = "/proc/self/maps"
+
+// File returns the file the library was loaded from, as the process maps
+// it: the path dlopen resolved the candidate to (libnccl.so.2 found
+// through the loader's search is /usr/lib/x86_64-linux-gnu/libnccl.so.2,
+// or a Python environment's copy), told by the mapping that holds symbol.
+// Where the system does not say, or symbol is not the library's, it
+// returns Path.
+func (l *Library) File(symbol string) string {
+	p, err := l.Lookup(symbol)
+	if err != nil {
+		return l.Path
+	}
+	if f := mappedFile(mapsFile, p); f != "" {
+		return f
+	}
+	return l.Path
+}
+
+// mappedFile returns the file of the mapping in the maps file at path
+// that holds addr; "" where none does or it maps no file.
+func mappedFile(path string, addr uintptr) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// start-end perms offset dev inode pathname
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fields[0], "-")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || uint64(addr) < start || uint64(addr) >= end {
+			continue
+		}
+		if file := strings.Join(fields[5:], " "); strings.HasPrefix(file, "/") {
+			return file
+		}
+		return ""
+	}
+	return ""
 }

@@ -2,6 +2,8 @@ package dl_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -214,5 +216,31 @@ func TestOpenWithSkips(t *testing.T) {
 	})
 	if err != errBad || !slices.Equal(asked, []string{"libc.so.6"}) {
 		t.Errorf("err %v, asked %v; want %v after libc.so.6 alone", err, asked, errBad)
+	}
+}
+
+// File is the library's file as the process maps it: libc.so.6, found
+// through the loader's search, resolves to an absolute path of a file
+// that is there; a symbol the library lacks leaves the name given.
+func TestFile(t *testing.T) {
+	lib, _, err := dl.Open([]string{"libc.so.6"})
+	if err != nil {
+		t.Skipf("skipped: no libc.so.6 to open: %v", err)
+	}
+	f := lib.File("malloc")
+	if _, err := os.Stat("/proc/self/maps"); err != nil {
+		if f != "libc.so.6" {
+			t.Errorf("without /proc/self/maps: %q, want the name given", f)
+		}
+		t.Skipf("skipped the rest: the system has no /proc/self/maps (%v)", err)
+	}
+	if !filepath.IsAbs(f) || !strings.HasPrefix(filepath.Base(f), "libc") {
+		t.Errorf("File(malloc) = %q, want an absolute path to libc", f)
+	}
+	if _, err := os.Stat(f); err != nil {
+		t.Errorf("File(malloc) = %q: %v", f, err)
+	}
+	if got := lib.File("no_such_symbol_here"); got != "libc.so.6" {
+		t.Errorf("File of a missing symbol = %q, want the name given", got)
 	}
 }

@@ -47,3 +47,37 @@ func TestCompareVersions(t *testing.T) {
 		}
 	}
 }
+
+// A maps file's lines, as proc(5) writes them: the mapping that holds the
+// address names the file; anonymous mappings and addresses outside every
+// mapping name none.
+func TestMappedFile(t *testing.T) {
+	maps := `55d0c6a00000-55d0c6a28000 r--p 00000000 08:01 1837 /usr/bin/profile run
+7f1a2c000000-7f1a2c021000 rw-p 00000000 00:00 0
+7f1a2d400000-7f1a2d5b8000 r-xp 00028000 08:01 2214 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd4b9e6000-7ffd4ba07000 rw-p 00000000 00:00 0                          [stack]
+`
+	p := filepath.Join(t.TempDir(), "maps")
+	if err := os.WriteFile(p, []byte(maps), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr uintptr
+		want string
+	}{
+		{0x7f1a2d400000, "/usr/lib/x86_64-linux-gnu/libc.so.6"},
+		{0x7f1a2d5b7fff, "/usr/lib/x86_64-linux-gnu/libc.so.6"},
+		{0x7f1a2d5b8000, ""},
+		{0x55d0c6a00010, "/usr/bin/profile run"},
+		{0x7f1a2c000100, ""},
+		{0x7ffd4b9e6010, ""},
+		{0x1000, ""},
+	} {
+		if got := mappedFile(p, tc.addr); got != tc.want {
+			t.Errorf("%#x: %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+	if got := mappedFile(filepath.Join(t.TempDir(), "absent"), 0x1000); got != "" {
+		t.Errorf("no maps file: %q", got)
+	}
+}

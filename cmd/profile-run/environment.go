@@ -1,0 +1,118 @@
+package main
+
+import (
+	"os"
+	goruntime "runtime"
+	"strings"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/exporters/jsonsummary"
+	"github.com/trainscope/trainscope/internal/buildinfo"
+	"github.com/trainscope/trainscope/pipeline"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// thisBuild is the build of this profile-run (buildinfo.Read).
+func thisBuild() jsonsummary.Build {
+	b := buildinfo.Read()
+	if b.Version == "" {
+		b.Version = "(unknown)"
+	}
+	return jsonsummary.Build{Version: b.Version, Revision: b.Revision, Time: b.Time, Modified: b.Modified, Go: b.Go}
+}
+
+// buildText is a build in a line: "(devel), commit 89e3a54c1f2b of
+// 2026-12-06T08:40:00Z with changes not committed, go1.26.8".
+func buildText(b jsonsummary.Build) string {
+	s := b.Version
+	if b.Revision != "" {
+		s += ", commit " + b.Revision[:min(len(b.Revision), 12)]
+		if b.Time != "" {
+			s += " of " + b.Time
+		}
+		if b.Modified {
+			s += " with changes not committed"
+		}
+	}
+	return s + ", " + b.Go
+}
+
+// thisHost is the machine profile-run runs on.
+func thisHost() *jsonsummary.Host {
+	name, _ := os.Hostname()
+	return &jsonsummary.Host{Name: name, OS: goruntime.GOOS, Arch: goruntime.GOARCH, CPUs: goruntime.NumCPU(), CPUModel: cpuModel("/proc/cpuinfo")}
+}
+
+// cpuModel is the first "model name" of a /proc/cpuinfo; "" where the
+// file is not there or names none (other systems, some architectures).
+func cpuModel(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// trainerEnvironment is what the built-in trainer runs on with placement
+// pl: this build and host, the devices in use and the libraries loaded
+// for them. It asks the backends what they have already loaded, and the
+// devices' names and memory (a driver call each, before training).
+func trainerEnvironment(pl pipeline.Placement) *jsonsummary.Environment {
+	env := &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Backend: pl.Type.String()}
+	impl, err := runtime.Lookup(pl.Type)
+	if err != nil {
+		return env
+	}
+	env.Devices = describeDevices(impl, pl.Devices)
+	env.Libraries = libraries(impl)
+	// The collective library only where the ranks go through it: ranks
+	// sharing devices, or one rank, communicate in process.
+	if !pl.Shared && pl.Ranks > 1 {
+		if c, err := ccl.Lookup(pl.Type); err == nil {
+			env.Libraries = append(env.Libraries, libraries(c)...)
+		}
+	}
+	return env
+}
+
+// describeDevices names devices 0 to n−1 of impl, with their memory, as
+// far as the backend says them.
+func describeDevices(impl runtime.Impl, n int) []jsonsummary.Device {
+	names, _ := impl.(runtime.DeviceDescriber)
+	mem, _ := impl.(runtime.MemoryDescriber)
+	devs := make([]jsonsummary.Device, 0, n)
+	for i := range n {
+		d := jsonsummary.Device{Index: i}
+		if names != nil {
+			d.Name, _ = names.DeviceName(i)
+		}
+		if mem != nil {
+			if m, err := mem.DeviceMemory(i); err == nil {
+				d.MemoryBytes, d.HostMemory = m.Total, m.Host
+			}
+		}
+		devs = append(devs, d)
+	}
+	return devs
+}
+
+// libraries are the vendor libraries b loaded (runtime.LibraryDescriber),
+// leaving out those that did not load.
+func libraries(b any) []jsonsummary.Library {
+	ld, ok := b.(runtime.LibraryDescriber)
+	if !ok {
+		return nil
+	}
+	var libs []jsonsummary.Library
+	for _, l := range ld.Libraries() {
+		if l.Problem == "" {
+			libs = append(libs, jsonsummary.Library{Name: l.Name, Version: l.Version, Path: l.Path})
+		}
+	}
+	return libs
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/trainscope/trainscope/exporters/jsonsummary"
+	"github.com/trainscope/trainscope/runtime"
+)
+
+// TestVersion: profile-run version names this build, the host, each
+// backend (its devices, or why it is not usable), where -backend auto
+// would train the default job, and the plugin; -json says the same. It
+// trains nothing and writes no run directory.
+func TestVersion(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	code, stdout, stderr := runCmd(t, "version")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	hostname, _ := os.Hostname()
+	for _, re := range []string{
+		`(?m)^profile-run \(devel\), go1\.\d+`,
+		`(?m)^host: ` + regexp.QuoteMeta(hostname) + `, \w+/\w+, \d+ CPUs?`,
+		`(?m)^cuda: (not usable: .+|\d+ devices?)$`,
+		`(?m)^cpu: \d+ devices?\n  (device 0|devices 0–\d+): [\d.]+ GiB of host memory, shared$`,
+		`(?m)^-backend auto: the default job trains on 2 ranks (on 2|sharing 1) (cpu|cuda) devices?`,
+		`(?m)^NCCL profiler plugin \(profile-run -- CMD\): .+`,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("no line matching %s in:\n%s", re, stdout)
+		}
+	}
+	// Without CUDA, auto says why it passed it over, in the words of the
+	// cuda line above.
+	if m := regexp.MustCompile(`(?m)^cuda: not usable: .*: (CUDA runtime library \(libcudart\) not found):`).FindStringSubmatch(stdout); m != nil {
+		if !strings.Contains(stdout, "\n  not cuda: "+m[1]+"\n") {
+			t.Errorf("auto does not say it passed cuda over (%s):\n%s", m[1], stdout)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("version wrote %v", entries)
+	}
+
+	code, js, stderr := runCmd(t, "version", "-json")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("-json: exit %d, stderr %q", code, stderr)
+	}
+	var m struct {
+		ProfileRun jsonsummary.Build `json:"profile_run"`
+		Host       jsonsummary.Host  `json:"host"`
+		Backends   []struct {
+			Backend string
+			Problem string
+			Devices []jsonsummary.Device
+		}
+		Auto string
+	}
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatalf("%v\n%s", err, js)
+	}
+	if m.ProfileRun.Version != "(devel)" || m.Host.Name != hostname || len(m.Backends) != 2 || m.Auto == "" {
+		t.Errorf("-json: %+v", m)
+	}
+	for _, b := range m.Backends {
+		if _, err := runtime.ParseDeviceType(b.Backend); err != nil || (b.Problem == "") == (len(b.Devices) == 0) {
+			t.Errorf("-json backend %+v: want a known backend with devices or a problem", b)
+		}
+		if b.Backend == "cpu" && len(b.Devices) == 0 {
+			t.Errorf("-json: the host backend has no devices: %+v", b)
+		}
+	}
+}
+
+// Misuse of version is a usage error; help version and -version work.
+func TestVersionUsage(t *testing.T) {
+	if code, _, stderr := runCmd(t, "version", "extra"); code != exitUsage || !strings.Contains(stderr, `unexpected arguments ["extra"]`) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("version extra: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "version", "-speed"); code != exitUsage || !strings.Contains(stderr, "speed") {
+		t.Errorf("version -speed: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "help", "version"); code != exitOK || !strings.Contains(stderr, "Usage: profile-run version") || !strings.Contains(stderr, "-json") {
+		t.Errorf("help version: exit %d, %q", code, stderr)
+	}
+	for _, a := range []string{"-version", "--version"} {
+		if code, stdout, _ := runCmd(t, a); code != exitOK || !strings.HasPrefix(stdout, "profile-run (devel), go1.") {
+			t.Errorf("%s: exit %d, %q", a, code, stdout)
+		}
+	}
+}
+
+// deviceGroups puts consecutive devices alike on one line.
+func TestDeviceGroups(t *testing.T) {
+	h100 := jsonsummary.Device{Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 85 << 30}
+	at := func(d jsonsummary.Device, i int) jsonsummary.Device { d.Index = i; return d }
+	devs := []jsonsummary.Device{at(h100, 0), at(h100, 1), at(jsonsummary.Device{Name: "NVIDIA H200", MemoryBytes: 141 << 30}, 2), at(h100, 3), {Index: 4}}
+	want := []string{"devices 0–1: NVIDIA H100 80GB HBM3, 85.0 GiB", "device 2: NVIDIA H200, 141.0 GiB", "device 3: NVIDIA H100 80GB HBM3, 85.0 GiB"}
+	if got := deviceGroups(devs); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// cpuModel reads the first processor's model name as /proc/cpuinfo
+// writes it; none where the file names none or is not there.
+func TestCPUModel(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	x86 := write("x86", "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
+	arm := write("arm", "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n")
+	for _, tc := range []struct{ path, want string }{
+		{x86, "Intel(R) Xeon(R) Platinum 8480+"}, {arm, ""}, {dir + "/absent", ""},
+	} {
+		if got := cpuModel(tc.path); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
