@@ -91,11 +91,15 @@ run() {
 		nvidia-smi topo -m
 	} >"$OUT/machine.txt" 2>&1
 	echo "GPUs: $ngpu" | tee -a "$OUT/machine.txt"
+	(cd "$bin" && timeout -k 5 30 ./profile-run version) >>"$OUT/machine.txt" 2>&1
+	grep -E '^(cuda|  device|  NCCL|-backend auto)' "$OUT/machine.txt"
 
 	if part "1. profile-run with no flags"; then
 		(cd "$bin" && timeout -k 10 120 ./profile-run -metrics-addr off -out "$OUT/default" >"$OUT/default.log" 2>&1)
 		echo "exit $?" >>"$OUT/default.log"
 		grep -E '^profile-run: training|^step [0-9]+:|^exit' "$OUT/default.log" | sed -n '1,3p;$p'
+		# The devices and libraries it ran on: with a GPU per rank, NCCL among them.
+		python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["environment"]; print("environment:", [d.get("name") for d in e.get("devices", [])], [(l["name"], l["version"]) for l in e.get("libraries", [])])' "$OUT"/default/*/summary.json 2>&1 | tee -a "$OUT/default.log"
 		local t1=$SECONDS
 		(cd "$bin" && timeout -k 40 --preserve-status -s INT 4 ./profile-run -backend cuda -steps 1 -comm-timeout 5s \
 			-action-delay 1h -metrics-addr off -out "$OUT/stuck" >"$OUT/stuck.log" 2>&1)

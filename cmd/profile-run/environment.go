@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	goruntime "runtime"
+	"slices"
 	"strings"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -58,12 +59,40 @@ func cpuModel(path string) string {
 	return ""
 }
 
+// steering names the environment variables a run's summary keeps: those
+// that change what NCCL, CUDA, cuBLAS, PyTorch's distributed layer and
+// OpenMP do, and trainscope's own.
+var steering = []string{"NCCL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "NVIDIA_TF32_OVERRIDE", "TORCH_NCCL_", "TORCH_DISTRIBUTED_",
+	"PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "TRAINSCOPE_"}
+
+// secretWords mark a variable whose value may be a credential: it is left
+// out whatever its prefix.
+var secretWords = []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"}
+
+// steeringVariables are the variables of environ (NAME=value entries)
+// that steering names, without any that may hold a credential.
+func steeringVariables(environ []string) map[string]string {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !slices.ContainsFunc(steering, func(p string) bool { return strings.HasPrefix(name, p) }) ||
+			slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(strings.ToUpper(name), w) }) {
+			continue
+		}
+		vars[name] = value
+	}
+	if len(vars) == 0 {
+		return nil
+	}
+	return vars
+}
+
 // trainerEnvironment is what the built-in trainer runs on with placement
 // pl: this build and host, the devices in use and the libraries loaded
 // for them. It asks the backends what they have already loaded, and the
 // devices' names and memory (a driver call each, before training).
 func trainerEnvironment(pl pipeline.Placement) *jsonsummary.Environment {
-	env := &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Backend: pl.Type.String()}
+	env := &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Backend: pl.Type.String(), Variables: steeringVariables(os.Environ())}
 	impl, err := runtime.Lookup(pl.Type)
 	if err != nil {
 		return env

@@ -1195,6 +1195,7 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 			in.Environment = &jsonsummary.Environment{ProfileRun: thisBuild()}
 			if out.o.importing == 0 {
 				in.Environment.Host = thisHost()
+				in.Environment.Variables = steeringVariables(os.Environ())
 			}
 		}
 		err = jsonsummary.Write(f, in)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +19,8 @@ import (
 // the records the summary line counts, the run directory's name as the
 // run id. With -report off no summary.json is written.
 func TestSummaryJSON(t *testing.T) {
+	t.Setenv("NCCL_ALGO", "Ring")
+	t.Setenv("TRAINSCOPE_TEST_TOKEN", "not-to-be-written")
 	stdout, dir := trainOnCPU(t, "-steps", "4")
 	text, err := os.ReadFile(filepath.Join(dir, "report.txt"))
 	if err != nil {
@@ -67,6 +70,7 @@ func TestSummaryJSON(t *testing.T) {
 				HostMemory  bool  `json:"host_memory"`
 			}
 			Libraries []any
+			Variables map[string]string
 		} `json:"environment"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -155,6 +159,9 @@ func TestSummaryJSON(t *testing.T) {
 		if d.Index != i || d.MemoryBytes <= 0 || !d.HostMemory {
 			t.Errorf("device %+v: want index %d, the host's memory", d, i)
 		}
+	}
+	if env.Variables["NCCL_ALGO"] != "Ring" || bytes.Contains(raw, []byte("not-to-be-written")) {
+		t.Errorf("variables %v: want NCCL_ALGO=Ring, and no variable named like a credential", env.Variables)
 	}
 
 	stdout, dir = trainOnCPU(t, "-steps", "2", "-report", "off")

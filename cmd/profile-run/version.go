@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/trainscope/trainscope/ccl"
@@ -17,8 +20,9 @@ import (
 
 const versionUsage = `Usage: profile-run version [-json]
 
-Prints this build of profile-run, the host, what each device backend finds
-here (devices, libraries and their versions, or why it is not usable),
+Prints this build of profile-run, the host, the environment variables
+that steer NCCL, CUDA and PyTorch's distributed layer, what each device
+backend finds here (devices, libraries and their versions, or why it is not usable),
 the backend -backend auto would train the default job on, and where the
 NCCL profiler plugin for profile-run -- CMD is. Run it first on a new
 machine, and put its output in bug reports. It trains nothing.
@@ -39,6 +43,9 @@ type machine struct {
 	// yet.
 	Plugin        string `json:"nccl_plugin,omitempty"`
 	PluginProblem string `json:"nccl_plugin_problem,omitempty"`
+	// Variables are the environment variables that steer the libraries
+	// (steeringVariables).
+	Variables map[string]string `json:"variables,omitempty"`
 }
 
 // backendReport is one device type's runtime and collective backends.
@@ -95,7 +102,7 @@ func runVersion(in *interrupt, args []string, stdout, stderr io.Writer) int {
 
 // survey asks every backend what it finds here.
 func survey(m backends) machine {
-	out := machine{ProfileRun: thisBuild(), Host: thisHost()}
+	out := machine{ProfileRun: thisBuild(), Host: thisHost(), Variables: steeringVariables(os.Environ())}
 	for _, t := range []runtime.DeviceType{runtime.CUDA, runtime.CPU} {
 		out.Backends = append(out.Backends, surveyBackend(t))
 	}
@@ -173,6 +180,13 @@ func (m machine) write(w io.Writer) error {
 		fmt.Fprintf(ew, " (%s)", h.CPUModel)
 	}
 	fmt.Fprintln(ew)
+	if len(m.Variables) > 0 {
+		var kv []string
+		for _, n := range slices.Sorted(maps.Keys(m.Variables)) {
+			kv = append(kv, n+"="+m.Variables[n])
+		}
+		fmt.Fprintf(ew, "variables: %s\n", strings.Join(kv, " "))
+	}
 	for _, b := range m.Backends {
 		if b.Problem != "" {
 			fmt.Fprintf(ew, "%s: not usable: %s\n", b.Backend, b.Problem)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"regexp"
 	"strings"
@@ -18,6 +19,7 @@ import (
 func TestVersion(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
+	t.Setenv("NCCL_ALGO", "Ring")
 	code, stdout, stderr := runCmd(t, "version")
 	if code != exitOK || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
@@ -30,6 +32,7 @@ func TestVersion(t *testing.T) {
 		`(?m)^cpu: \d+ devices?\n  (device 0|devices 0–\d+): [\d.]+ GiB of host memory, shared$`,
 		`(?m)^-backend auto: the default job trains on 2 ranks (on 2|sharing 1) (cpu|cuda) devices?`,
 		`(?m)^NCCL profiler plugin \(profile-run -- CMD\): .+`,
+		`(?m)^variables: .*\bNCCL_ALGO=Ring\b`,
 	} {
 		if !regexp.MustCompile(re).MatchString(stdout) {
 			t.Errorf("no line matching %s in:\n%s", re, stdout)
@@ -124,5 +127,21 @@ func TestCPUModel(t *testing.T) {
 		if got := cpuModel(tc.path); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.path, got, tc.want)
 		}
+	}
+}
+
+// The variables that steer the libraries are kept, others and any named
+// like a credential left out.
+func TestSteeringVariables(t *testing.T) {
+	got := steeringVariables([]string{"NCCL_ALGO=Ring", "CUDA_VISIBLE_DEVICES=0,1", "HOME=/root", "PATH=/bin", "NCCL_IB_HCA=mlx5",
+		"TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "TRAINSCOPE_NCCL_LIB=/x/libnccl.so.2", "TRAINSCOPE_API_TOKEN=t0k", "NCCL_SECRET_THING=s",
+		"CUDA_MODULE_LOADING=EAGER", "OMP_NUM_THREADS=8", "MY_NCCL_ALGO=Tree", "NCCL_EMPTY=", "malformed"})
+	want := map[string]string{"NCCL_ALGO": "Ring", "CUDA_VISIBLE_DEVICES": "0,1", "NCCL_IB_HCA": "mlx5", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+		"TRAINSCOPE_NCCL_LIB": "/x/libnccl.so.2", "CUDA_MODULE_LOADING": "EAGER", "OMP_NUM_THREADS": "8", "NCCL_EMPTY": ""}
+	if !maps.Equal(got, want) {
+		t.Errorf("%v\nwant %v", got, want)
+	}
+	if got := steeringVariables([]string{"HOME=/root"}); got != nil {
+		t.Errorf("none that steer: %v, want nil", got)
 	}
 }

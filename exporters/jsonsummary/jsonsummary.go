@@ -87,6 +87,11 @@ type Environment struct {
 	Backend   string    `json:"backend,omitempty"`
 	Devices   []Device  `json:"devices,omitempty"`
 	Libraries []Library `json:"libraries,omitempty"`
+	// Variables are the environment variables that steer the libraries
+	// (NCCL_*, CUDA_*, TORCH_NCCL_*, …) as profile-run saw them: what a
+	// wrapped command inherits unless its launcher changes them. None
+	// for an import.
+	Variables map[string]string `json:"variables,omitempty"`
 }
 
 // Build is the build of profile-run that wrote the summary.

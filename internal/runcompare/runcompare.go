@@ -263,10 +263,51 @@ func environmentDiffs(a, b *jsonsummary.Environment) (job, notes []string) {
 	if a.Host != nil && b.Host != nil && a.Host.Name != b.Host.Name {
 		notes = append(notes, fmt.Sprintf("the runs ran on different hosts: %s → %s", a.Host.Name, b.Host.Name))
 	}
+	// Variables are known for runs on a host (not imports); none set is
+	// a value to compare.
+	if a.Host != nil && b.Host != nil {
+		if d := variableDiffs(a.Variables, b.Variables); d != "" {
+			notes = append(notes, "environment variables differ: "+d)
+		}
+	}
 	if ba, bb := buildName(a.ProfileRun), buildName(b.ProfileRun); ba != "" && bb != "" && ba != bb {
 		notes = append(notes, fmt.Sprintf("profile-run builds differ: %s → %s (what profiling costs may differ with them)", ba, bb))
 	}
 	return job, notes
+}
+
+// maxVariableDiffs bounds the variables a note names.
+const maxVariableDiffs = 8
+
+// variableDiffs lists the variables whose values differ, by name, "(unset)"
+// for one a run did not have: "NCCL_ALGO (unset) → Ring"; "" where none do.
+func variableDiffs(a, b map[string]string) string {
+	var names []string
+	for n, v := range a {
+		if w, ok := b[n]; !ok || w != v {
+			names = append(names, n)
+		}
+	}
+	for n := range b {
+		if _, ok := a[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	value := func(m map[string]string, n string) string {
+		if v, ok := m[n]; ok {
+			return v
+		}
+		return "(unset)"
+	}
+	var d []string
+	for _, n := range names[:min(len(names), maxVariableDiffs)] {
+		d = append(d, fmt.Sprintf("%s %s → %s", n, value(a, n), value(b, n)))
+	}
+	if more := len(names) - maxVariableDiffs; more > 0 {
+		d = append(d, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(d, ", ")
 }
 
 // devicesText names a run's devices, "2 × NVIDIA H100 80GB HBM3"; the

@@ -3,6 +3,7 @@ package runcompare_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -232,6 +233,27 @@ func TestEnvironmentDiffs(t *testing.T) {
 	c = runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
 	if want := "devices AMD EPYC (2 CPUs) → Intel(R) Xeon(R) Platinum 8480+ (2 CPUs)"; strings.Join(c.JobDiffs, "|") != want {
 		t.Errorf("host backends: differences %q; want %q", c.JobDiffs, want)
+	}
+	// The variables that steer the libraries, set, changed or gone.
+	a.Environment, b.Environment = cpu("AMD EPYC"), cpu("AMD EPYC")
+	a.Environment.Variables = map[string]string{"NCCL_ALGO": "Ring", "CUDA_DEVICE_MAX_CONNECTIONS": "8", "NCCL_NVLS_ENABLE": "0"}
+	b.Environment.Variables = map[string]string{"NCCL_PROTO": "LL128", "CUDA_DEVICE_MAX_CONNECTIONS": "32", "NCCL_NVLS_ENABLE": "0"}
+	c = runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	if want := "environment variables differ: CUDA_DEVICE_MAX_CONNECTIONS 8 → 32, NCCL_ALGO Ring → (unset), NCCL_PROTO (unset) → LL128"; strings.Join(c.Notes, "|") != want {
+		t.Errorf("notes %q; want %q", c.Notes, want)
+	}
+	b.Environment.Variables = nil
+	for i := range 10 {
+		a.Environment.Variables[fmt.Sprintf("NCCL_X%d", i)] = "1"
+	}
+	c = runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b})
+	if n := strings.Join(c.Notes, "|"); !strings.HasPrefix(n, "environment variables differ: CUDA_DEVICE_MAX_CONNECTIONS 8 → (unset), NCCL_ALGO Ring → (unset), NCCL_NVLS_ENABLE 0 → (unset), NCCL_X0 1 → (unset)") ||
+		!strings.HasSuffix(n, ", and 5 more") {
+		t.Errorf("thirteen variables gone: notes %q; want the first eight named and 5 more counted", c.Notes)
+	}
+	b.Environment.Variables = a.Environment.Variables
+	if c := runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b}); len(c.Notes) != 0 {
+		t.Errorf("the same variables: notes %q", c.Notes)
 	}
 	// A summary of before environments: nothing is compared.
 	a.Environment = nil
