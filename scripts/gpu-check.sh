@@ -107,6 +107,8 @@ run_machine() {
 	step "version" 60 "$ml" ./profile-run version
 	step "version -json" 60 "$ml" ./profile-run version -json
 	step "version, libnccl hidden" 60 "$ml" env TRAINSCOPE_NCCL_LIB=/nonexistent/libnccl.so.2 ./profile-run version
+	# Alone in a process of its own: nothing may have used a GPU before.
+	step "cuda test: describing makes no context" 60 "$ml" ./cuda.test -test.v -test.count=1 -test.run '^TestDescribingMakesNoContext$'
 	step "cuda tests: devices and libraries" 90 "$ml" ./cuda.test -test.v -test.count=1 -test.run 'TestDevices|TestLibrariesBeforeInit|TestNvidiaDriverVersion'
 	step "nccl tests: the library named" 90 "$ml" ./nccl.test -test.v -test.count=1 -test.run 'TestGroupedOnOneGPU|TestMissingLibraryIsUnavailable'
 	step "profile-run, libnccl hidden" 90 "$ml" env TRAINSCOPE_NCCL_LIB=/nonexistent/libnccl.so.2 ./profile-run -steps 5 -quiet -metrics-addr off -out "$runs/nonccl"

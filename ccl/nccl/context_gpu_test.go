@@ -9,29 +9,18 @@ import (
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/runtime"
-	"github.com/trainscope/trainscope/runtime/cuda/dl"
+	"github.com/trainscope/trainscope/runtime/cuda"
 )
 
 // primaryContextActive asks the driver whether GPU index has its primary
-// context (cuDevicePrimaryCtxGetState); a context costs hundreds of MiB of
-// that GPU's memory, and a process using only other GPUs should make none.
-func primaryContextActive(t *testing.T, index int) bool {
+// context; a process using only other GPUs should make none.
+func primaryContextActive(t *testing.T, rt *cuda.Impl, index int) bool {
 	t.Helper()
-	lib, _, err := dl.Open([]string{"libcuda.so.1", "libcuda.so"})
+	active, err := rt.PrimaryContextActive(index)
 	if err != nil {
-		t.Skipf("skipped: the CUDA driver library does not load: %v", err)
+		t.Fatalf("PrimaryContextActive(%d): %v", index, err)
 	}
-	fn, err := lib.Lookup("cuDevicePrimaryCtxGetState")
-	if err != nil {
-		t.Skipf("skipped: %v", err)
-	}
-	f := dl.Get()
-	defer f.Put()
-	f.Out[0], f.Out[1] = 0, 0
-	if rc := int32(f.Call(fn, uintptr(index), f.OutPtr(0), f.OutPtr(1))); rc != 0 {
-		t.Fatalf("cuDevicePrimaryCtxGetState(%d) = %d", index, rc)
-	}
-	return int32(f.Out[1]) != 0
+	return active
 }
 
 // onFreshThread runs fn on a goroutine locked to an OS thread that it
@@ -56,7 +45,7 @@ func onFreshThread(fn func() error) error {
 //	nccl.test -test.run '^TestNoContextOnGPU0$'
 func TestNoContextOnGPU0(t *testing.T) {
 	rt, b := gpus(t, 2)
-	if primaryContextActive(t, 0) {
+	if primaryContextActive(t, rt, 0) {
 		t.Skip("skipped: GPU 0 has a context already; run this test alone in a fresh process (-test.run '^TestNoContextOnGPU0$')")
 	}
 	dev := runtime.Device{Type: runtime.CUDA, Index: 1}
@@ -68,7 +57,7 @@ func TestNoContextOnGPU0(t *testing.T) {
 		if err := onFreshThread(fn); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if primaryContextActive(t, 0) {
+		if primaryContextActive(t, rt, 0) {
 			t.Errorf("%s on %s made a context on GPU 0", name, dev)
 		}
 	}

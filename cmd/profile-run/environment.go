@@ -109,10 +109,21 @@ func trainerEnvironment(pl pipeline.Placement) *jsonsummary.Environment {
 	return env
 }
 
+// totalMemory is a backend that says a device's memory without using the
+// device (runtime/cuda: through the driver, making no context).
+type totalMemory interface {
+	DeviceTotalMemory(index int) (int64, error)
+}
+
 // describeDevices names devices 0 to n−1 of impl, with their memory, as
-// far as the backend says them.
+// far as the backend says them. It uses no device: a GPU's memory comes
+// from the driver where the backend has it that way (totalMemory), not
+// from a query that makes a context on every GPU of a machine that may
+// be busy; the backend's MemoryDescriber is asked only where its memory
+// is the host's.
 func describeDevices(impl runtime.Impl, n int) []jsonsummary.Device {
 	names, _ := impl.(runtime.DeviceDescriber)
+	total, _ := impl.(totalMemory)
 	mem, _ := impl.(runtime.MemoryDescriber)
 	devs := make([]jsonsummary.Device, 0, n)
 	for i := range n {
@@ -120,7 +131,10 @@ func describeDevices(impl runtime.Impl, n int) []jsonsummary.Device {
 		if names != nil {
 			d.Name, _ = names.DeviceName(i)
 		}
-		if mem != nil {
+		switch {
+		case total != nil:
+			d.MemoryBytes, _ = total.DeviceTotalMemory(i)
+		case mem != nil && impl.Type() == runtime.CPU:
 			if m, err := mem.DeviceMemory(i); err == nil {
 				d.MemoryBytes, d.HostMemory = m.Total, m.Host
 			}

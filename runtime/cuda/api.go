@@ -121,6 +121,7 @@ type driver struct {
 	moduleUnload                        uintptr
 	launchKernel                        uintptr
 	getErrorName, getErrorString        uintptr
+	deviceTotalMem                      uintptr // optional: DeviceTotalMemory
 }
 
 func bindDriver(lib *dl.Library) (*driver, error) {
@@ -130,6 +131,7 @@ func bindDriver(lib *dl.Library) (*driver, error) {
 	b.Sym(&a.deviceGet, "cuDeviceGet")
 	b.Sym(&a.deviceGetName, "cuDeviceGetName")
 	b.Sym(&a.deviceGetUUID, "cuDeviceGetUuid_v2", "cuDeviceGetUuid")
+	b.Optional(&a.deviceTotalMem, "cuDeviceTotalMem_v2")
 	b.Sym(&a.primaryCtxRetain, "cuDevicePrimaryCtxRetain")
 	// CUDA 11 added cuDevicePrimaryCtxRelease_v2 (same signature); its
 	// headers map the plain name onto it.

@@ -43,6 +43,16 @@ func TestDevices(t *testing.T) {
 		}
 		seen[id] = true
 		t.Logf("cuda:%d %s %s", i, name, id)
+		// The driver's total, without a context, is the runtime's
+		// (cudaMemGetInfo's, through a context).
+		total, err := impl.DeviceTotalMemory(i)
+		mem, merr := impl.DeviceMemory(i)
+		if err != nil || merr != nil || total <= 0 || total != mem.Total {
+			t.Errorf("DeviceTotalMemory(%d) = %d, %v; DeviceMemory's total %d, %v", i, total, err, mem.Total, merr)
+		}
+	}
+	if _, err := impl.DeviceTotalMemory(n); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Errorf("DeviceTotalMemory(%d) of %d GPUs: %v, want InvalidArgument", n, n, err)
 	}
 	// The libraries as the run's summary names them: each loaded from a
 	// file, with a version in the form the vendor prints (the runtime's
@@ -1172,5 +1182,50 @@ func TestGemmDotOfMaxLength(t *testing.T) {
 	want := float64(k) * v * v
 	if got := float64(download(t, s, c, 1)[0]); math.Abs(got-want) > 1e-3*want {
 		t.Errorf("g·g over %d elements = %g, want %g", k, got, want)
+	}
+}
+
+// TestDescribingMakesNoContext: what profile-run version asks of the
+// backend — the device count, each GPU's name, UUID and total memory, the
+// libraries and their versions — makes no context on any GPU, so that
+// describing a machine whose GPUs train costs them no memory. It needs a
+// process in which nothing has used a GPU, so it runs alone:
+//
+//	cuda.test -test.run '^TestDescribingMakesNoContext$'
+func TestDescribingMakesNoContext(t *testing.T) {
+	impl := gpu(t)
+	n, err := impl.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if active, err := impl.PrimaryContextActive(i); err != nil || active {
+			t.Skipf("skipped: GPU %d has a context already (%v); run this test alone in a fresh process (-test.run '^TestDescribingMakesNoContext$')", i, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { // on a thread of its own, given up afterwards: no context current before or kept
+		defer close(done)
+		goruntime.LockOSThread()
+		for i := range n {
+			if _, err := impl.DeviceName(i); err != nil {
+				t.Errorf("DeviceName(%d): %v", i, err)
+			}
+			if _, err := impl.DeviceUUID(i); err != nil {
+				t.Errorf("DeviceUUID(%d): %v", i, err)
+			}
+			if b, err := impl.DeviceTotalMemory(i); err != nil || b <= 0 {
+				t.Errorf("DeviceTotalMemory(%d) = %d, %v", i, b, err)
+			}
+		}
+		if len(impl.Libraries()) < 3 {
+			t.Errorf("Libraries = %+v", impl.Libraries())
+		}
+	}()
+	<-done
+	for i := range n {
+		if active, err := impl.PrimaryContextActive(i); err != nil || active {
+			t.Errorf("GPU %d: context made by describing it (%v)", i, err)
+		}
 	}
 }

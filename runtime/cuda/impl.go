@@ -492,6 +492,58 @@ func (m *Impl) DeviceUUID(index int) (string, error) {
 	return formatUUID(u), nil
 }
 
+// DeviceTotalMemory returns the GPU's memory in bytes through the driver
+// (cuDeviceTotalMem), which, unlike DeviceMemory (cudaMemGetInfo), makes
+// no context on the device: a description of the machine costs a busy
+// GPU no memory, and works on one another process holds exclusively.
+func (m *Impl) DeviceTotalMemory(index int) (int64, error) {
+	const op = "DeviceTotalMemory"
+	if _, err := m.device(op, index); err != nil {
+		return 0, err
+	}
+	d, err := m.driverAPI(op)
+	if err != nil {
+		return 0, err
+	}
+	if d.deviceTotalMem == 0 {
+		return 0, runtime.Errorf(op, runtime.StatusNotSupported, "%s has no cuDeviceTotalMem_v2", d.lib.Path)
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(d.deviceGet, f.OutPtr(0), uintptr(index))); rc != 0 {
+		return 0, m.driverErr(op, rc)
+	}
+	if rc := int32(f.Call(d.deviceTotalMem, f.OutPtr(1), uintptr(int32(f.Out[0])))); rc != 0 {
+		return 0, m.driverErr(op, rc)
+	}
+	return int64(f.Out[1]), nil
+}
+
+// PrimaryContextActive reports whether GPU index has its primary context
+// (cuDevicePrimaryCtxGetState). A context costs hundreds of MiB of the
+// GPU's memory: a process that uses only other GPUs, or only describes
+// them, should make none. Asking makes none.
+func (m *Impl) PrimaryContextActive(index int) (bool, error) {
+	const op = "PrimaryContextActive"
+	if _, err := m.device(op, index); err != nil {
+		return false, err
+	}
+	d, err := m.driverAPI(op)
+	if err != nil {
+		return false, err
+	}
+	f := dl.Get()
+	defer f.Put()
+	if rc := int32(f.Call(d.deviceGet, f.OutPtr(0), uintptr(index))); rc != 0 {
+		return false, m.driverErr(op, rc)
+	}
+	f.Out[1], f.Out[2] = 0, 0
+	if rc := int32(f.Call(d.primaryCtxGetState, uintptr(int32(f.Out[0])), f.OutPtr(1), f.OutPtr(2))); rc != 0 {
+		return false, m.driverErr(op, rc)
+	}
+	return int32(f.Out[2]) != 0, nil
+}
+
 // formatUUID writes 16 bytes the way nvidia-smi does.
 func formatUUID(u [16]byte) string {
 	h := fmt.Sprintf("%x", u[:])

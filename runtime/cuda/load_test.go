@@ -66,6 +66,9 @@ func TestMissingLibraryIsUnavailable(t *testing.T) {
 			if _, err := impl.DeviceName(0); !errors.Is(err, runtime.StatusUnavailable) {
 				t.Errorf("DeviceName: %v", err)
 			}
+			if n, err := impl.DeviceTotalMemory(0); !errors.Is(err, runtime.StatusUnavailable) || n != 0 {
+				t.Errorf("DeviceTotalMemory: %d, %v", n, err)
+			}
 			if mem, err := impl.DeviceMemory(0); !errors.Is(err, runtime.StatusUnavailable) || mem != (runtime.DeviceMemory{}) {
 				t.Errorf("DeviceMemory: %+v, %v", mem, err)
 			}
