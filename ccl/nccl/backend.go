@@ -157,7 +157,7 @@ func (b *Backend) load() error {
 	}
 	b.version = int(int32(f.Out[0]))
 	if b.version < b.cfg.minVersion {
-		return ccl.Errorf(op, ccl.StatusNotSupported, "%s is NCCL %s; trainscope needs %s or newer", lib.Path, versionString(b.version), versionString(b.cfg.minVersion))
+		return ccl.Errorf(op, ccl.StatusNotSupported, "%s is NCCL %s; trainscope needs %s or newer", lib.Path, VersionString(b.version), VersionString(b.cfg.minVersion))
 	}
 	// The library is checked first, so that its problems are reported
 	// on machines without a GPU too; then the CUDA runtime it runs on.
@@ -169,7 +169,7 @@ func (b *Backend) load() error {
 		}
 	}
 	if err := rt.Init(); err != nil {
-		return &ccl.Error{Op: op, Status: cclStatusOfRuntime(err), Detail: "NCCL " + versionString(b.version) + " found, but the CUDA runtime is not usable", Err: err}
+		return &ccl.Error{Op: op, Status: cclStatusOfRuntime(err), Detail: "NCCL " + VersionString(b.version) + " found, but the CUDA runtime is not usable", Err: err}
 	}
 	b.rt = rt
 	return nil
@@ -187,8 +187,8 @@ func cclStatusOfRuntime(err error) ccl.Status {
 	return ccl.StatusError
 }
 
-// versionString writes NCCL_VERSION_CODE (22803) as "2.28.3".
-func versionString(v int) string {
+// VersionString writes NCCL_VERSION_CODE (22803) as "2.28.3".
+func VersionString(v int) string {
 	if v < 10000 { // before 2.9: X*1000 + Y*100 + Z
 		return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
 	}
@@ -202,7 +202,7 @@ func (b *Backend) Libraries() []runtime.Library {
 	if !b.loaded.Load() {
 		return nil
 	}
-	return []runtime.Library{{Name: "NCCL", Version: versionString(b.version), Path: b.api.lib.File("ncclGetVersion")}}
+	return []runtime.Library{{Name: "NCCL", Version: VersionString(b.version), Path: b.api.lib.File("ncclGetVersion")}}
 }
 
 // Blocking reports whether the backend makes blocking communicators.

@@ -22,8 +22,8 @@ func TestStatusOf(t *testing.T) {
 
 func TestVersionString(t *testing.T) {
 	for v, want := range map[int]string{22803: "2.28.3", 21400: "2.14.0", 2708: "2.7.8"} {
-		if got := versionString(v); got != want {
-			t.Errorf("versionString(%d) = %s, want %s", v, got, want)
+		if got := VersionString(v); got != want {
+			t.Errorf("VersionString(%d) = %s, want %s", v, got, want)
 		}
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/nccl"
 	"github.com/trainscope/trainscope/exporters/jsonsummary"
 	"github.com/trainscope/trainscope/internal/buildinfo"
+	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/runtime"
 )
@@ -87,12 +89,30 @@ func steeringVariables(environ []string) map[string]string {
 	return vars
 }
 
+// hostEnvironment is what any run on this host ran with: this build, the
+// host, and the variables that steer the libraries.
+func hostEnvironment() *jsonsummary.Environment {
+	return &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Variables: steeringVariables(os.Environ())}
+}
+
+// wrappedEnvironment is what a wrapped command ran with, as far as its
+// plugin said: this host's environment, and the NCCL versions its
+// processes reported (no path: the plugin does not send it).
+func wrappedEnvironment(st ncclplugin.Stats) *jsonsummary.Environment {
+	env := hostEnvironment()
+	for _, v := range st.NCCLVersions {
+		env.Libraries = append(env.Libraries, jsonsummary.Library{Name: "NCCL", Version: nccl.VersionString(int(v))})
+	}
+	return env
+}
+
 // trainerEnvironment is what the built-in trainer runs on with placement
 // pl: this build and host, the devices in use and the libraries loaded
 // for them. It asks the backends what they have already loaded, and the
 // devices' names and memory (a driver call each, before training).
 func trainerEnvironment(pl pipeline.Placement) *jsonsummary.Environment {
-	env := &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Backend: pl.Type.String(), Variables: steeringVariables(os.Environ())}
+	env := hostEnvironment()
+	env.Backend = pl.Type.String()
 	impl, err := runtime.Lookup(pl.Type)
 	if err != nil {
 		return env

@@ -161,9 +161,9 @@ type outputs struct {
 	// ranks sharing 1 cuda device (in-process collectives)"), for the
 	// report's stage balance; empty otherwise.
 	shared string
-	// env is what the built-in trainer ran on (trainerEnvironment); nil
-	// for a wrapped command or an import, whose summary names this build
-	// and, for a wrapped command, this host.
+	// env is what the run ran on (trainerEnvironment,
+	// wrappedEnvironment); nil for an import, whose summary names this
+	// build only.
 	env *jsonsummary.Environment
 
 	report, pprofFile, traceFile *os.File
@@ -1190,13 +1190,12 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 				Microbatches: c.Microbatches, MicrobatchSize: c.MicrobatchSize, Layers: c.Layers, Width: c.Width,
 				Precision: c.Precision.String(), Schedule: c.Schedule, Steps: c.Steps}
 		}
-		in.Environment = out.env
-		if in.Environment == nil {
+		switch in.Environment = out.env; {
+		case in.Environment != nil:
+		case out.o.importing > 0: // the records come from elsewhere: only the build is this run's
 			in.Environment = &jsonsummary.Environment{ProfileRun: thisBuild()}
-			if out.o.importing == 0 {
-				in.Environment.Host = thisHost()
-				in.Environment.Variables = steeringVariables(os.Environ())
-			}
+		default:
+			in.Environment = hostEnvironment()
 		}
 		err = jsonsummary.Write(f, in)
 		if cerr := f.Close(); err == nil {

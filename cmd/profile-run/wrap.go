@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/trainscope/trainscope/ccl/nccl"
 	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
@@ -611,6 +612,9 @@ func (w *wrapper) finish(code int) {
 		cancel()
 	}
 	w.out.summary = append(w.out.summary, w.ncclSummary())
+	if w.col != nil {
+		w.out.env = wrappedEnvironment(w.col.Stats())
+	}
 	if line := w.kernelSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
@@ -684,10 +688,10 @@ func ncclLine(st ncclplugin.Stats, plugin string) string {
 		// ranges: what its plugin could not send still counts.
 		return fmt.Sprintf("nccl: no collectives seen: %d process(es) loaded the plugin but issued no collective or p2p operation", st.Processes) + lossText(st)
 	}
-	line := fmt.Sprintf("nccl: %s from %d process(es), %d timed on the device", ncclOps(st.Records), st.Communicating, st.Records-st.HostOnly)
+	line := fmt.Sprintf("nccl: %s from %d process(es)%s, %d timed on the device", ncclOps(st.Records), st.Communicating, ncclVersions(st), st.Records-st.HostOnly)
 	if n := st.Processes - st.Communicating; n > 0 {
 		// A launcher that touched CUDA loads the plugin too.
-		line = fmt.Sprintf("nccl: %s from %d process(es) (%d more loaded the plugin and issued none), %d timed on the device", ncclOps(st.Records), st.Communicating, n, st.Records-st.HostOnly)
+		line = fmt.Sprintf("nccl: %s from %d process(es)%s (%d more loaded the plugin and issued none), %d timed on the device", ncclOps(st.Records), st.Communicating, ncclVersions(st), n, st.Records-st.HostOnly)
 	}
 	if st.ProxyTimed > 0 {
 		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
@@ -708,6 +712,20 @@ func ncclLine(st ncclplugin.Stats, plugin string) string {
 		line += fmt.Sprintf("; %d kernel-channel and proxy records found no operation (its record lost, or delivered before them) and are left out", st.Orphans)
 	}
 	return line + lossText(st)
+}
+
+// ncclVersions is " of NCCL 2.28.9" for the versions the processes'
+// NCCL reported ("2.28.3 and 2.28.9" where they differ), "" where none
+// did.
+func ncclVersions(st ncclplugin.Stats) string {
+	if len(st.NCCLVersions) == 0 {
+		return ""
+	}
+	var v []string
+	for _, code := range st.NCCLVersions {
+		v = append(v, nccl.VersionString(int(code)))
+	}
+	return " of NCCL " + strings.Join(v, " and ")
 }
 
 // lossText says what the plugin dropped and the collector could not

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -406,7 +407,8 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "nccl: 5 collectives and p2p from 1 process(es), 1 timed on the device, 1 p2p with their network transfer's end; 2 dropped in the plugin") {
+	// The driver stands in for NCCL 2.28.9 (its ncclGetVersion says 22809).
+	if !strings.Contains(stdout, "nccl: 5 collectives and p2p from 1 process(es) of NCCL 2.28.9, 1 timed on the device, 1 p2p with their network transfer's end; 2 dropped in the plugin") {
 		t.Errorf("summary line missing or wrong:\n%s", stdout)
 	}
 	if !strings.Contains(stdout, "device timing: each NCCL operation from its first kernel channel's start to its last one's stop, on the GPU's timer; kernels, memory copies and memsets from CUPTI's activity records\n") {
@@ -429,6 +431,21 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	report := string(b)
+	// The summary names the NCCL the process reported, and the host.
+	var doc struct {
+		Environment struct {
+			Host      struct{ Name string }
+			Libraries []struct{ Name, Version, Path string }
+		}
+	}
+	if sj, err := os.ReadFile(filepath.Join(filepath.Dir(runs[0]), "summary.json")); err != nil {
+		t.Error(err)
+	} else if err := json.Unmarshal(sj, &doc); err != nil {
+		t.Error(err)
+	} else if hostname, _ := os.Hostname(); doc.Environment.Host.Name != hostname || len(doc.Environment.Libraries) != 1 ||
+		doc.Environment.Libraries[0].Name != "NCCL" || doc.Environment.Libraries[0].Version != "2.28.9" {
+		t.Errorf("environment %+v; want host %q and NCCL 2.28.9", doc.Environment, hostname)
+	}
 	if !strings.Contains(report, "=== rank 2 · whole run ===") {
 		t.Errorf("report has no whole-run table for rank 2:\n%s", report)
 	}

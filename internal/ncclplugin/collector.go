@@ -169,6 +169,10 @@ type Stats struct {
 	// device, so that the report's peak per rank is the highest.
 	MemoryOps       uint64
 	ActivityDropped uint64
+	// NCCLVersions are the NCCL version codes (ncclGetVersion: 22809 for
+	// 2.28.9) the processes' communicators reported, distinct and
+	// ascending; none from plugins that did not say.
+	NCCLVersions []int32
 	// PipelineGroup is the largest communicator named as the pipeline's
 	// that gave processes their stage (WithPipelineGroup), "" where none
 	// did; Staged counts the processes that have a stage, and Stages the
@@ -347,6 +351,9 @@ type process struct {
 	// kernel-channel timers were found to run before their operations:
 	// none of their channels is taken any more.
 	staleComms map[commRank]bool
+	// ncclVersion is its NCCL's version code, 0 until a communicator
+	// reported one.
+	ncclVersion int32
 	// passed is, per communicator and rank in it (a GPU), the latest
 	// enqueue time (plugin CLOCK_MONOTONIC ns) of an operation whose
 	// kernel channels all reported their stop: that GPU has run every
@@ -668,6 +675,13 @@ func (c *Collector) Stats() Stats {
 			s.Unstaged++
 		}
 	}
+	s.NCCLVersions = nil
+	for _, pr := range c.procs {
+		if v := pr.ncclVersion; v > 0 && !slices.Contains(s.NCCLVersions, v) {
+			s.NCCLVersions = append(s.NCCLVersions, v)
+		}
+	}
+	slices.Sort(s.NCCLVersions)
 	s.PairName = c.pairName
 	s.PluginRingFull, s.PluginRefused, s.PluginUnsent, s.PluginActivityDropped, s.PluginBuffersUnreturned, s.PluginForeignProxyOps = 0, 0, 0, 0, 0, 0
 	s.ClockConflicts = 0
@@ -851,6 +865,9 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 	switch r.Kind {
 	case KindCommInit:
 		pr.devices[commRank{r.Comm, r.Rank}] = r.Device
+		if r.NCCLVersion > 0 {
+			pr.ncclVersion = r.NCCLVersion
+		}
 		c.stageLocked(pr, r)
 		if pr.device < 0 && r.Device >= 0 {
 			pr.device = r.Device

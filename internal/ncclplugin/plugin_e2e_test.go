@@ -56,6 +56,10 @@ func TestPluginEndToEnd(t *testing.T) {
 		st.PluginRingFull != 0 || st.DecodeErrors != 0 {
 		t.Errorf("stats %+v", st)
 	}
+	// The driver's ncclGetVersion stands in for NCCL 2.28.9's.
+	if !slices.Equal(st.NCCLVersions, []int32{22809}) {
+		t.Errorf("NCCL versions %v, want [22809]: the plugin asks the process's ncclGetVersion", st.NCCLVersions)
+	}
 }
 
 // TestPluginEndToEndNVTX: the driver acts as NVTX's loader and the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 )
 
@@ -133,6 +134,9 @@ type Record struct {
 	NRanks   int32
 	NNodes   int32 // comm-init
 	Device   int32 // comm-init: CUDA device ordinal, -1 unknown
+	// NCCLVersion is the process's NCCL version code (comm-init:
+	// ncclGetVersion, 22809 for 2.28.9), 0 where it did not say.
+	NCCLVersion int32
 
 	// Collective, p2p, and (the parent's) kernel-channel identity.
 	Task  uint64 // the plugin's number for the operation, unique in the process
@@ -389,6 +393,9 @@ func decode(b []byte) (Record, error) {
 		if k == KindCommInit {
 			r.NNodes = int32(le.Uint32(b[76:]))
 			r.Device = peer
+			if a0 <= math.MaxInt32 {
+				r.NCCLVersion = int32(a0)
+			}
 		}
 	case KindCollective, KindP2P:
 		r.Task, r.Seq, r.HostStart, r.HostEnd = task, seq, t0, t1

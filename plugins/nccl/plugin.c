@@ -903,6 +903,27 @@ static int current_device(void) {
   return dev;
 }
 
+/* NCCL's version code (ncclGetVersion: 22809 for 2.28.9), asked of the
+ * NCCL already loaded in the process (nothing is loaded here): a shared
+ * libnccl.so.2 found by name whatever scope it was loaded in (PyTorch's
+ * is local to its extension module), else a symbol of the global scope
+ * (NCCL linked into the program); 0 where neither answers. Asked once. */
+static int nccl_version(void) {
+  static _Atomic int cached = -1;
+  int v = atomic_load(&cached);
+  if (v >= 0) return v;
+  typedef int (*get_version_fn)(int*);
+  get_version_fn get = NULL;
+  void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  if (nccl) get = (get_version_fn)dlsym(nccl, "ncclGetVersion");
+  if (!get) get = (get_version_fn)dlsym(RTLD_DEFAULT, "ncclGetVersion");
+  v = 0;
+  if (!get || get(&v) != 0 || v < 0) v = 0;
+  if (nccl) dlclose(nccl); /* NOLOAD took a reference; the library stays loaded */
+  atomic_store(&cached, v);
+  return v;
+}
+
 static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const char* name, int nnodes, int nranks,
                             int rank, ncclDebugLogger_t logfn) {
   *context = NULL;
@@ -930,6 +951,7 @@ static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const c
   r.t0 = mono_ns();
   r.nnodes = nnodes;
   r.peer = current_device();
+  r.a0 = (uint64_t)nccl_version();
   push(&r);
   if (logfn)
     logfn(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__, "trainscope profiler: comm %lx rank %d/%d, records to %s",

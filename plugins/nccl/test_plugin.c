@@ -55,6 +55,16 @@
 #include "nvtx_injection_abi.h"
 #include "trainscope_nccl_wire.h"
 
+/* The plugin asks the process's NCCL for its version: this program stands
+ * in for it, exporting ncclGetVersion to the global scope (linked with
+ * -rdynamic). */
+#define TEST_NCCL_VERSION 22809
+__attribute__((visibility("default"))) int ncclGetVersion(int* version);
+int ncclGetVersion(int* version) {
+  *version = TEST_NCCL_VERSION;
+  return 0;
+}
+
 static const char* lib_path;
 static char sock_path[108];
 static int failures;
@@ -413,6 +423,8 @@ static void check_main_records(const struct stream* s, pid_t pid, int ranges) {
     case TSNP_COMM_INIT:
       inits++;
       CHECK(r->nnodes == 1, "nnodes %d", r->nnodes);
+      CHECK(r->a0 == TEST_NCCL_VERSION, "comm init NCCL version %llu, want %d (this program's ncclGetVersion)",
+            (unsigned long long)r->a0, TEST_NCCL_VERSION);
       break;
     case TSNP_COMM_FINALIZE: fins++; break;
     case TSNP_COLLECTIVE:
