@@ -613,7 +613,9 @@ func (w *wrapper) finish(code int) {
 	}
 	w.out.summary = append(w.out.summary, w.ncclSummary())
 	if w.col != nil {
-		w.out.env = wrappedEnvironment(w.col.Stats())
+		st := w.col.Stats()
+		w.out.env = wrappedEnvironment(st)
+		w.out.shared = sharedGPUs(st)
 	}
 	if line := w.kernelSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
@@ -696,6 +698,9 @@ func ncclLine(st ncclplugin.Stats, plugin string) string {
 	if st.ProxyTimed > 0 {
 		line += fmt.Sprintf(", %d p2p with their network transfer's end", st.ProxyTimed)
 	}
+	if shared := sharedGPUs(st); shared != "" {
+		line += fmt.Sprintf("; %s (MPS, or taking turns): each one's device times include waits for the others' work", shared)
+	}
 	if st.AllToAlls > 0 {
 		line += fmt.Sprintf(", %s gathered from %d sends and receives", count(st.AllToAlls, "all-to-all", "all-to-alls"), st.AllToAllParts)
 	}
@@ -712,6 +717,15 @@ func ncclLine(st ncclplugin.Stats, plugin string) string {
 		line += fmt.Sprintf("; %d kernel-channel and proxy records found no operation (its record lost, or delivered before them) and are left out", st.Orphans)
 	}
 	return line + lossText(st)
+}
+
+// sharedGPUs says how the command's processes shared GPUs, "2 processes
+// sharing 1 GPU", for the report's stage balance; "" where none did.
+func sharedGPUs(st ncclplugin.Stats) string {
+	if st.SharedGPUs == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d processes sharing %s", st.SharingProcesses, count(st.SharedGPUs, "GPU", "GPUs"))
 }
 
 // ncclVersions is " of NCCL 2.28.9" for the versions the processes'

@@ -1259,6 +1259,28 @@ func TestNCCLLineSaysWhatWasNotPlaced(t *testing.T) {
 	}
 }
 
+// The nccl: line names the NCCL versions the processes reported, and the
+// GPUs they shared; the stage balance's caveat says the same.
+func TestNCCLLineVersionsAndSharedGPUs(t *testing.T) {
+	st := ncclplugin.Stats{Processes: 4, Communicating: 4, Records: 40, NCCLVersions: []int32{22803, 22809}, SharedGPUs: 1, SharingProcesses: 4}
+	line := ncclLine(st, "")
+	for _, want := range []string{
+		"nccl: 40 collectives and p2p from 4 process(es) of NCCL 2.28.3 and 2.28.9, 40 timed on the device",
+		"; 4 processes sharing 1 GPU (MPS, or taking turns): each one's device times include waits for the others' work",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("nccl line lacks %q:\n%s", want, line)
+		}
+	}
+	if got := sharedGPUs(st); got != "4 processes sharing 1 GPU" {
+		t.Errorf("sharedGPUs = %q", got)
+	}
+	st.SharedGPUs, st.SharingProcesses, st.NCCLVersions = 0, 0, nil
+	if line := ncclLine(st, ""); strings.Contains(line, "sharing") || strings.Contains(line, "of NCCL") || sharedGPUs(st) != "" {
+		t.Errorf("nothing shared, no version: %s", line)
+	}
+}
+
 // Progress lines a few times a second tell their times apart; at the
 // default 10 s, whole seconds.
 func TestProgressElapsedText(t *testing.T) {

@@ -169,6 +169,11 @@ type Stats struct {
 	// device, so that the report's peak per rank is the highest.
 	MemoryOps       uint64
 	ActivityDropped uint64
+	// SharedGPUs counts the GPUs that processes of one host shared (two
+	// or more made communicators on a GPU of one UUID: MPS, or
+	// time-slicing), SharingProcesses the processes on them: their
+	// kernels' times include waits for one another's.
+	SharedGPUs, SharingProcesses int
 	// NCCLVersions are the NCCL version codes (ncclGetVersion: 22809 for
 	// 2.28.9) the processes' communicators reported, distinct and
 	// ascending; none from plugins that did not say.
@@ -271,6 +276,13 @@ type Collector struct {
 	closeErr   error
 }
 
+// gpuUUID names a GPU across processes (cuDeviceGetUuid).
+type gpuUUID [16]byte
+
+// maxGPUs bounds the GPUs a process's record keeps: a process drives a
+// few GPUs at most (one per rank it holds).
+const maxGPUs = 16
+
 type procKey struct {
 	host string
 	pid  uint32
@@ -354,6 +366,10 @@ type process struct {
 	// ncclVersion is its NCCL's version code, 0 until a communicator
 	// reported one.
 	ncclVersion int32
+	// gpus are the UUIDs of the GPUs its communicators were made on (at
+	// most maxGPUs): processes of one host with a UUID in common share
+	// that GPU.
+	gpus []gpuUUID
 	// passed is, per communicator and rank in it (a GPU), the latest
 	// enqueue time (plugin CLOCK_MONOTONIC ns) of an operation whose
 	// kernel channels all reported their stop: that GPU has run every
@@ -652,6 +668,33 @@ func (c *Collector) SocketPath() string { return c.path }
 func (c *Collector) Env() string { return EnvSocket + "=" + c.path }
 
 // Stats returns the counts so far.
+// sharedGPUsLocked counts the GPUs that two or more processes of one
+// host made communicators on, and the processes on them.
+func (c *Collector) sharedGPUsLocked() (gpus, procs int) {
+	type hostGPU struct {
+		host string
+		gpu  gpuUUID
+	}
+	on := map[hostGPU][]procKey{}
+	for k, pr := range c.procs {
+		for _, u := range pr.gpus {
+			hg := hostGPU{k.host, u}
+			on[hg] = append(on[hg], k)
+		}
+	}
+	sharing := map[procKey]bool{}
+	for _, ps := range on {
+		if len(ps) < 2 {
+			continue
+		}
+		gpus++
+		for _, k := range ps {
+			sharing[k] = true
+		}
+	}
+	return gpus, len(sharing)
+}
+
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -675,6 +718,7 @@ func (c *Collector) Stats() Stats {
 			s.Unstaged++
 		}
 	}
+	s.SharedGPUs, s.SharingProcesses = c.sharedGPUsLocked()
 	s.NCCLVersions = nil
 	for _, pr := range c.procs {
 		if v := pr.ncclVersion; v > 0 && !slices.Contains(s.NCCLVersions, v) {
@@ -867,6 +911,9 @@ func (c *Collector) handleLocked(pr *process, r Record, now time.Time, out []pro
 		pr.devices[commRank{r.Comm, r.Rank}] = r.Device
 		if r.NCCLVersion > 0 {
 			pr.ncclVersion = r.NCCLVersion
+		}
+		if u := gpuUUID(r.DeviceUUID); u != (gpuUUID{}) && !slices.Contains(pr.gpus, u) && len(pr.gpus) < maxGPUs {
+			pr.gpus = append(pr.gpus, u)
 		}
 		c.stageLocked(pr, r)
 		if pr.device < 0 && r.Device >= 0 {

@@ -2375,3 +2375,40 @@ func TestCollectorReleasedProcessReconnects(t *testing.T) {
 
 // withGrace shortens the grace for a gone process's reconnect.
 func withGrace(d time.Duration) Option { return optionFunc(func(c *config) { c.grace = d }) }
+
+// TestCollectorSharedGPUs: processes of one host that made communicators
+// on a GPU of one UUID share it; the same UUID on another host, a GPU of
+// one process, and a process whose plugin read no UUID share nothing. A
+// process's second communicator on its GPU counts it once.
+func TestCollectorSharedGPUs(t *testing.T) {
+	c, sink, _ := newTestCollector(t)
+	uuid := func(b byte) (a1, a2 uint64) {
+		var u [16]byte
+		for i := range u {
+			u[i] = b + byte(i)
+		}
+		return binary.LittleEndian.Uint64(u[:8]), binary.LittleEndian.Uint64(u[8:])
+	}
+	procs := []struct {
+		pid  uint32
+		host string
+		gpu  byte // 0: no UUID read
+	}{{1, "a", 0x10}, {2, "a", 0x10}, {3, "a", 0x20}, {4, "b", 0x10}, {5, "a", 0}}
+	for i, p := range procs {
+		a1, a2 := uint64(0), uint64(0)
+		if p.gpu != 0 {
+			a1, a2 = uuid(p.gpu)
+		}
+		hash := uint64(100 + i)
+		send(t, c, stream(helloFrame(wireVersion, p.pid, p.host),
+			wireRec{kind: 1, hash: hash, t0: 10, a0: 22809, a1: a1, a2: a2, rank: 0, nranks: 1, peer: 0}.frame(),
+			wireRec{kind: 1, hash: hash + 50, t0: 11, a0: 22809, a1: a1, a2: a2, rank: 0, nranks: 1, peer: 0}.frame(),
+			wireRec{kind: 2, hash: hash, task: 1, seq: 0, t0: 1000, t1: 2000, a0: 4, a1: 16, rank: 0, nranks: 1, peer: -1, fn: 1, dtype: 8, nch: 1}.frame(),
+			wireRec{kind: 4, hash: hash, task: 1, parent: 2, channel: 0, t0: 50, t1: 60, a0: 1500, a1: 1600}.frame()), false)
+	}
+	sink.wait(t, len(procs))
+	st := c.Stats()
+	if st.Processes != len(procs) || st.SharedGPUs != 1 || st.SharingProcesses != 2 || !slices.Equal(st.NCCLVersions, []int32{22809}) {
+		t.Errorf("processes %d, shared GPUs %d by %d processes, NCCL %v; want 5, 1 by 2, [22809]", st.Processes, st.SharedGPUs, st.SharingProcesses, st.NCCLVersions)
+	}
+}

@@ -137,6 +137,10 @@ type Record struct {
 	// NCCLVersion is the process's NCCL version code (comm-init:
 	// ncclGetVersion, 22809 for 2.28.9), 0 where it did not say.
 	NCCLVersion int32
+	// DeviceUUID is the GPU's UUID (comm-init: cuDeviceGetUuid), zero
+	// where it was not read: it names the GPU across processes, whatever
+	// their CUDA_VISIBLE_DEVICES made its ordinal.
+	DeviceUUID [16]byte
 
 	// Collective, p2p, and (the parent's) kernel-channel identity.
 	Task  uint64 // the plugin's number for the operation, unique in the process
@@ -396,6 +400,8 @@ func decode(b []byte) (Record, error) {
 			if a0 <= math.MaxInt32 {
 				r.NCCLVersion = int32(a0)
 			}
+			le.PutUint64(r.DeviceUUID[:8], a1)
+			le.PutUint64(r.DeviceUUID[8:], a2)
 		}
 	case KindCollective, KindP2P:
 		r.Task, r.Seq, r.HostStart, r.HostEnd = task, seq, t0, t1

@@ -18,7 +18,7 @@ import (
 func TestReaderDecodesEveryKind(t *testing.T) {
 	in := stream(
 		helloFrame(wireVersion, 4242, "node7"),
-		wireRec{kind: 1, tid: 9, hash: 0xfeed, t0: 100, a0: 22809, rank: 2, nranks: 8, nnodes: 2, peer: 3, name: "pg0"}.frame(),
+		wireRec{kind: 1, tid: 9, hash: 0xfeed, t0: 100, a0: 22809, a1: 0x0706050403020100, a2: 0x0f0e0d0c0b0a0908, rank: 2, nranks: 8, nnodes: 2, peer: 3, name: "pg0"}.frame(),
 		wireRec{kind: 2, tid: 9, hash: 0xfeed, task: 11, seq: 4, t0: 200, t1: 250, a0: 1024, a1: 2048, rank: 2, nranks: 8, peer: -1,
 			fn: 1, dtype: 10, algo: 2, proto: 3, nch: 4, nwarps: 16, name: "pg0"}.frame(),
 		wireRec{kind: 3, hash: 0xfeed, task: 12, seq: 1, t0: 300, t1: 310, a0: 3, a1: 24, rank: 2, nranks: 8, peer: 5, fn: 6, dtype: 5, nch: 1}.frame(),
@@ -41,7 +41,7 @@ func TestReaderDecodesEveryKind(t *testing.T) {
 	}
 	ci := got[0]
 	if ci.Kind != KindCommInit || ci.At != 100 || ci.Rank != 2 || ci.NRanks != 8 || ci.NNodes != 2 || ci.Device != 3 || ci.CommName != "pg0" || ci.Comm != 0xfeed ||
-		ci.NCCLVersion != 22809 {
+		ci.NCCLVersion != 22809 || ci.DeviceUUID != [16]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} {
 		t.Errorf("comm init %+v", ci)
 	}
 	co := got[1]

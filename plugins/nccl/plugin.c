@@ -891,14 +891,21 @@ static void comm_record(struct tsnp_record* r, const struct ts_comm* c, uint16_t
 }
 
 /* The CUDA device of the calling thread's current context, through the
- * driver already loaded in the process (nothing is loaded here); -1 when
- * there is none. NCCL initialises a communicator on its device. */
-static int current_device(void) {
+ * driver already loaded in the process (nothing is loaded here), and its
+ * UUID (left zero where the driver does not say); -1 when there is none.
+ * NCCL initialises a communicator on its device. The UUID names the GPU
+ * across processes, whatever CUDA_VISIBLE_DEVICES made its ordinal: the
+ * collector tells processes sharing a GPU by it. */
+static int current_device(uint8_t uuid[16]) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!cuda) return -1;
   int dev = -1;
   int (*get)(int*) = (int (*)(int*))dlsym(cuda, "cuCtxGetDevice");
   if (!get || get(&dev) != 0) dev = -1;
+  int (*get_uuid)(uint8_t*, int) = (int (*)(uint8_t*, int))dlsym(cuda, "cuDeviceGetUuid_v2");
+  if (!get_uuid) get_uuid = (int (*)(uint8_t*, int))dlsym(cuda, "cuDeviceGetUuid");
+  uint8_t u[16] = {0};
+  if (dev >= 0 && get_uuid && get_uuid(u, dev) == 0) memcpy(uuid, u, sizeof u);
   dlclose(cuda);
   return dev;
 }
@@ -950,8 +957,11 @@ static ncclResult_t ts_init(void** context, uint64_t comm_id, int* mask, const c
   comm_record(&r, c, TSNP_COMM_INIT);
   r.t0 = mono_ns();
   r.nnodes = nnodes;
-  r.peer = current_device();
+  uint8_t uuid[16] = {0};
+  r.peer = current_device(uuid);
   r.a0 = (uint64_t)nccl_version();
+  memcpy(&r.a1, uuid, 8); /* little-endian hosts: the bytes in order */
+  memcpy(&r.a2, uuid + 8, 8);
   push(&r);
   if (logfn)
     logfn(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__, "trainscope profiler: comm %lx rank %d/%d, records to %s",

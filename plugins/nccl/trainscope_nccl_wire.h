@@ -128,7 +128,9 @@ enum { TSNP_PROTO_UNKNOWN = 0, TSNP_PROTO_LL = 1, TSNP_PROTO_LL128 = 2, TSNP_PRO
  *   peer = the CUDA device ordinal current on the initialising thread
  *   (-1 when it could not be read); a0 = NCCL's version code
  *   (ncclGetVersion: 22809 for 2.28.9), 0 where the process's NCCL did
- *   not say (and from plugins built before the field: it was 0).
+ *   not say (and from plugins built before the field: it was 0); a1, a2 =
+ *   that device's UUID (cuDeviceGetUuid), its 16 bytes in order, zero
+ *   where it could not be read (and from plugins built before the field).
  * COMM_FINALIZE: t0 = CLOCK_MONOTONIC ns, rank, nranks, comm name.
  * DROPS: t0 = CLOCK_MONOTONIC ns; counts since the plugin was loaded:
  *   a0 = records lost to a full ring, a1 = events refused (no free event
