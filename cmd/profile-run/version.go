@@ -192,7 +192,13 @@ func (m machine) write(w io.Writer) error {
 			fmt.Fprintf(ew, "%s: not usable: %s\n", b.Backend, b.Problem)
 			continue
 		}
-		fmt.Fprintf(ew, "%s: %s\n", b.Backend, count(len(b.Devices), "device", "devices"))
+		devices := count(len(b.Devices), "device", "devices")
+		if len(b.Devices) > 0 && b.Devices[0].HostMemory {
+			// The host backend's devices are its streams' workers, on
+			// the host's CPUs and memory, however many the CPUs.
+			devices = count(len(b.Devices), "virtual device", "virtual devices") + " on the host's CPUs and memory"
+		}
+		fmt.Fprintf(ew, "%s: %s\n", b.Backend, devices)
 		for _, g := range deviceGroups(b.Devices) {
 			fmt.Fprintf(ew, "  %s\n", g)
 		}

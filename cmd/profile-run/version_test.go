@@ -29,7 +29,7 @@ func TestVersion(t *testing.T) {
 		`(?m)^profile-run \(devel\), go1\.\d+`,
 		`(?m)^host: ` + regexp.QuoteMeta(hostname) + `, \w+/\w+, \d+ CPUs?`,
 		`(?m)^cuda: (not usable: .+|\d+ devices?)$`,
-		`(?m)^cpu: \d+ devices?\n  (device 0|devices 0–\d+): [\d.]+ GiB of host memory, shared$`,
+		`(?m)^cpu: \d+ virtual devices? on the host's CPUs and memory\n  (device 0|devices 0–\d+): [\d.]+ GiB of host memory, shared$`,
 		`(?m)^-backend auto: the default job trains on 2 ranks (on 2|sharing 1) (cpu|cuda) devices?`,
 		`(?m)^NCCL profiler plugin \(profile-run -- CMD\): .+`,
 		`(?m)^variables: .*\bNCCL_ALGO=Ring\b`,
