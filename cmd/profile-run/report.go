@@ -202,6 +202,16 @@ func writeHTMLReport(ctx context.Context, o *reportOptions, stdout, stderr io.Wr
 	if partial := p.OtherData["partial"]; partial != "" {
 		in.Notes = append(in.Notes, "the run did not finish: "+partial)
 	}
+	// What the run ran on, from its summary.json where it wrote one; a
+	// page is drawn without it (a run of -report off, or older).
+	if sj := filepath.Join(filepath.Dir(path), "summary.json"); fileExists(sj) {
+		switch doc, err := readSummary(sj); {
+		case err != nil:
+			fmt.Fprintf(stderr, "profile-run: report: warning: %v: the page does not say what the run ran on\n", err)
+		case doc.Environment != nil:
+			in.Environment = doc.Environment.Text()
+		}
+	}
 	for _, w := range p.Warnings {
 		fmt.Fprintf(stderr, "profile-run: report: warning: %s\n", w)
 		in.Notes = append(in.Notes, w)

@@ -666,3 +666,38 @@ func num(t *testing.T, s string) float64 {
 	}
 	return v
 }
+
+// TestReportPageSaysWhatTheRunRanOn: the page names what the run ran on,
+// from its summary.json; a summary.json that does not read is warned of,
+// and the page is written without it.
+func TestReportPageSaysWhatTheRunRanOn(t *testing.T) {
+	run := reportRun(t, "-pp", "2", "-vpp", "1", "-layers", "4", "-width", "16", "-microbatches", "2", "-microbatch-size", "2", "-steps", "2")
+	page := filepath.Join(run, "report.html")
+	code, _, stderr := runCmd(t, "report", run, "--html")
+	if code != exitOK {
+		t.Fatalf("report --html: exit %d\n%s", code, stderr)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostname, _ := os.Hostname()
+	line := regexp.MustCompile(`<p class="sub" id="environment">ran on ([^<]*)</p>`).FindSubmatch(b)
+	if line == nil || !strings.Contains(string(line[1]), "host "+hostname) || !strings.HasSuffix(string(line[1]), "profile-run (devel)") {
+		t.Errorf("environment line %q; want this host and the test's build", line)
+	}
+	if model := cpuModel("/proc/cpuinfo"); model != "" && line != nil && !strings.HasPrefix(string(line[1]), model+" (") {
+		t.Errorf("environment line %q does not start with the host's processor %q", line[1], model)
+	}
+	if err := os.WriteFile(filepath.Join(run, "summary.json"), []byte(`{"schema": "trainscope.summary/v1", "steps": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(page); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCmd(t, "report", run, "--html")
+	if b, err := os.ReadFile(page); code != exitOK || err != nil || bytes.Contains(b, []byte(`id="environment"`)) ||
+		!strings.Contains(stderr, "summary.json") || !strings.Contains(stderr, "the page does not say what the run ran on") {
+		t.Errorf("a broken summary.json: exit %d, %v, stderr %q", code, err, stderr)
+	}
+}

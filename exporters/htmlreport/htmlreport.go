@@ -52,6 +52,9 @@ type Input struct {
 	// says what that does to a stage's computation
 	// (analysis.WithSharedDevices).
 	SharedDevices string
+	// Environment, where set, says what the run ran on, in a line under
+	// the title (jsonsummary.Environment.Text).
+	Environment string
 }
 
 // Stats says what a page holds.
@@ -122,7 +125,7 @@ func Write(w io.Writer, in Input) (Stats, error) {
 	var st Stats
 	// Notes clipped: the page's own notes are appended to them, not to
 	// whatever the caller keeps past them in the same array.
-	v := view{Title: in.Title, Covers: in.Covers, Notes: slices.Clip(in.Notes), CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
+	v := view{Title: in.Title, Covers: in.Covers, Environment: in.Environment, Notes: slices.Clip(in.Notes), CSS: template.CSS(styleText), JS: template.JS(scriptText), Steps: true}
 	byStep := map[int][]*profiler.Record{}
 	ranks := map[int]bool{}
 	ids := map[recKey]*profiler.Record{} // a nested action's enclosing ranges, in whatever step
@@ -194,7 +197,7 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	}
 	slices.SortStableFunc(ops, func(a, b *profiler.Record) int { return cmp.Compare(interval(a).Start, interval(b).Start) })
 	var st Stats
-	v := view{Title: in.Title, Covers: in.Covers, Notes: slices.Clip(in.Notes), CSS: template.CSS(styleText), JS: template.JS(scriptText), Ranks: len(ranks)}
+	v := view{Title: in.Title, Covers: in.Covers, Environment: in.Environment, Notes: slices.Clip(in.Notes), CSS: template.CSS(styleText), JS: template.JS(scriptText), Ranks: len(ranks)}
 	if v.Covers == "" {
 		v.Covers = fmt.Sprintf("%d operations without steps", len(ops))
 	}
@@ -282,6 +285,7 @@ type view struct {
 	// without steps (a wrapped run's).
 	Steps                bool
 	Title, Covers, Shape string
+	Environment          string
 	Notes                []string
 	Ranks, StepCount     int
 	CSS                  template.CSS

@@ -94,6 +94,64 @@ type Environment struct {
 	Variables map[string]string `json:"variables,omitempty"`
 }
 
+// DevicesText names the devices in use, "2 × NVIDIA H100 80GB HBM3"
+// (consecutive devices of one name together); the host backend's by the
+// host's processor, "AMD EPYC (16 CPUs)"; "" where nothing names them.
+func (e *Environment) DevicesText() string {
+	var names []string
+	for _, d := range e.Devices {
+		if d.Name != "" {
+			names = append(names, d.Name)
+		}
+	}
+	if len(names) == 0 || len(names) < len(e.Devices) {
+		if e.Backend == "cpu" && e.Host != nil && e.Host.CPUModel != "" {
+			return fmt.Sprintf("%s (%d CPUs)", e.Host.CPUModel, e.Host.CPUs)
+		}
+		return ""
+	}
+	var parts []string
+	for i := 0; i < len(names); {
+		j := i + 1
+		for j < len(names) && names[j] == names[i] {
+			j++
+		}
+		parts = append(parts, fmt.Sprintf("%d × %s", j-i, names[i]))
+		i = j
+	}
+	return strings.Join(parts, " + ")
+}
+
+// Text is the environment in a line, for a page or a report's header:
+// "1 × NVIDIA H100 80GB HBM3; CUDA runtime 13.0, cuBLAS 13.1.0, NCCL
+// 2.28.9; host node7; profile-run v0.3.1"; the parts it has.
+func (e *Environment) Text() string {
+	var parts []string
+	if d := e.DevicesText(); d != "" {
+		parts = append(parts, d)
+	}
+	var libs []string
+	for _, l := range e.Libraries {
+		if l.Version != "" {
+			libs = append(libs, l.Name+" "+l.Version)
+		}
+	}
+	if len(libs) > 0 {
+		parts = append(parts, strings.Join(libs, ", "))
+	}
+	if e.Host != nil && e.Host.Name != "" {
+		parts = append(parts, "host "+e.Host.Name)
+	}
+	if v := e.ProfileRun.Version; v != "" {
+		b := "profile-run " + v
+		if r := e.ProfileRun.Revision; r != "" && !strings.Contains(v, r[:min(len(r), 12)]) {
+			b += " (" + r[:min(len(r), 12)] + ")"
+		}
+		parts = append(parts, b)
+	}
+	return strings.Join(parts, "; ")
+}
+
 // Build is the build of profile-run that wrote the summary.
 type Build struct {
 	Version  string `json:"version"`            // the module's version; "(devel)" when built from a checkout

@@ -223,3 +223,33 @@ func lookup(doc any, path string) (any, bool) {
 	}
 	return cur, true
 }
+
+// An environment in a line: the devices, the libraries with versions, the
+// host and the build, each where known.
+func TestEnvironmentText(t *testing.T) {
+	gpu := func(i int, name string) jsonsummary.Device {
+		return jsonsummary.Device{Index: i, Name: name, MemoryBytes: 85 << 30}
+	}
+	e := jsonsummary.Environment{
+		ProfileRun: jsonsummary.Build{Version: "v0.0.0-20261206091222-dd0de816b417", Revision: "dd0de816b417aaaa", Go: "go1.26.8"},
+		Host:       &jsonsummary.Host{Name: "node7", CPUs: 16, CPUModel: "Intel(R) Xeon(R) Processor"},
+		Backend:    "cuda",
+		Devices:    []jsonsummary.Device{gpu(0, "NVIDIA H100 80GB HBM3"), gpu(1, "NVIDIA H100 80GB HBM3"), gpu(2, "NVIDIA H200")},
+		Libraries:  []jsonsummary.Library{{Name: "CUDA runtime", Version: "13.0"}, {Name: "NVIDIA driver", Version: "580.159.04"}, {Name: "cuBLAS", Version: ""}},
+	}
+	want := "2 × NVIDIA H100 80GB HBM3 + 1 × NVIDIA H200; CUDA runtime 13.0, NVIDIA driver 580.159.04; host node7; profile-run v0.0.0-20261206091222-dd0de816b417"
+	if got := e.Text(); got != want {
+		t.Errorf("Text = %q\nwant %q", got, want)
+	}
+	// A build whose version does not carry its commit names it; the host
+	// backend's devices are the host's processor.
+	e.ProfileRun.Version = "(devel)"
+	e.Backend, e.Devices, e.Libraries = "cpu", []jsonsummary.Device{{Index: 0, MemoryBytes: 1 << 30, HostMemory: true}}, nil
+	if got, want := e.Text(), "Intel(R) Xeon(R) Processor (16 CPUs); host node7; profile-run (devel) (dd0de816b417)"; got != want {
+		t.Errorf("Text = %q\nwant %q", got, want)
+	}
+	// An import's: the build alone.
+	if got := (&jsonsummary.Environment{ProfileRun: jsonsummary.Build{Version: "(devel)"}}).Text(); got != "profile-run (devel)" {
+		t.Errorf("an import's Text = %q", got)
+	}
+}

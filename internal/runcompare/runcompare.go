@@ -231,7 +231,7 @@ func environmentDiffs(a, b *jsonsummary.Environment) (job, notes []string) {
 	if a == nil || b == nil {
 		return nil, nil
 	}
-	if da, db := devicesText(a), devicesText(b); da != "" && db != "" && da != db {
+	if da, db := a.DevicesText(), b.DevicesText(); da != "" && db != "" && da != db {
 		job = append(job, fmt.Sprintf("devices %s → %s", da, db))
 	}
 	if len(a.Libraries) > 0 && len(b.Libraries) > 0 {
@@ -308,33 +308,6 @@ func variableDiffs(a, b map[string]string) string {
 		d = append(d, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(d, ", ")
-}
-
-// devicesText names a run's devices, "2 × NVIDIA H100 80GB HBM3"; the
-// host backend's by the host's processor; "" where nothing names them.
-func devicesText(e *jsonsummary.Environment) string {
-	var names []string
-	for _, d := range e.Devices {
-		if d.Name != "" {
-			names = append(names, d.Name)
-		}
-	}
-	if len(names) == 0 || len(names) < len(e.Devices) {
-		if e.Backend == "cpu" && e.Host != nil && e.Host.CPUModel != "" {
-			return fmt.Sprintf("%s (%d CPUs)", e.Host.CPUModel, e.Host.CPUs)
-		}
-		return ""
-	}
-	var parts []string
-	for i := 0; i < len(names); {
-		j := i + 1
-		for j < len(names) && names[j] == names[i] {
-			j++
-		}
-		parts = append(parts, fmt.Sprintf("%d × %s", j-i, names[i]))
-		i = j
-	}
-	return strings.Join(parts, " + ")
 }
 
 // buildName names a build of profile-run by its version and commit
