@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	goruntime "runtime"
 	"slices"
@@ -89,21 +90,75 @@ func steeringVariables(environ []string) map[string]string {
 	return vars
 }
 
+// startEnviron is the environment profile-run started with, before a
+// backend set anything in it (runtime/cuda sets CUDA_MODULE_LOADING when
+// it loads): what the user set, and what a wrapped command inherits.
+var startEnviron = os.Environ()
+
 // hostEnvironment is what any run on this host ran with: this build, the
 // host, and the variables that steer the libraries.
 func hostEnvironment() *jsonsummary.Environment {
-	return &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Variables: steeringVariables(os.Environ())}
+	return &jsonsummary.Environment{ProfileRun: thisBuild(), Host: thisHost(), Variables: steeringVariables(startEnviron)}
 }
 
 // wrappedEnvironment is what a wrapped command ran with, as far as its
-// plugin said: this host's environment, and the NCCL versions its
-// processes reported (no path: the plugin does not send it).
-func wrappedEnvironment(st ncclplugin.Stats) *jsonsummary.Environment {
+// plugin said: this host's environment, the GPUs its processes made
+// communicators on (named through gpus), and the NCCL versions they
+// reported (no path: the plugin does not send it).
+func wrappedEnvironment(st ncclplugin.Stats, gpus func() (runtime.Impl, error)) *jsonsummary.Environment {
 	env := hostEnvironment()
+	if len(st.GPUs) > 0 {
+		env.Backend = runtime.CUDA.String()
+		env.Devices = nameGPUs(st.GPUs, gpus)
+	}
 	for _, v := range st.NCCLVersions {
 		env.Libraries = append(env.Libraries, jsonsummary.Library{Name: "NCCL", Version: nccl.VersionString(int(v))})
 	}
 	return env
+}
+
+// uuidText writes a GPU UUID as nvidia-smi and cuda.Impl.DeviceUUID do.
+func uuidText(u [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// nameGPUs describes the GPUs of uuids as this host's CUDA backend (gpus)
+// sees them, the processes that reported them being on this host: the
+// ordinal profile-run sees, the name and the memory, through the driver
+// (no context is made). A GPU it does not see (CUDA_VISIBLE_DEVICES, or
+// no CUDA here) keeps its UUID alone, at index −1.
+func nameGPUs(uuids [][16]byte, gpus func() (runtime.Impl, error)) []jsonsummary.Device {
+	devs := make([]jsonsummary.Device, len(uuids))
+	for i, u := range uuids {
+		devs[i] = jsonsummary.Device{Index: -1, UUID: uuidText(u)}
+	}
+	impl, err := gpus()
+	if err != nil {
+		return devs
+	}
+	names, ok := impl.(runtime.DeviceDescriber)
+	n, err := impl.DeviceCount()
+	if !ok || err != nil {
+		return devs
+	}
+	total, _ := impl.(totalMemory)
+	for i := range n {
+		id, err := names.DeviceUUID(i)
+		if err != nil {
+			continue
+		}
+		for j := range devs {
+			if devs[j].UUID != id {
+				continue
+			}
+			devs[j].Index = i
+			devs[j].Name, _ = names.DeviceName(i)
+			if total != nil {
+				devs[j].MemoryBytes, _ = total.DeviceTotalMemory(i)
+			}
+		}
+	}
+	return devs
 }
 
 // trainerEnvironment is what the built-in trainer runs on with placement

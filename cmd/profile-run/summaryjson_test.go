@@ -21,6 +21,7 @@ import (
 func TestSummaryJSON(t *testing.T) {
 	t.Setenv("NCCL_ALGO", "Ring")
 	t.Setenv("TRAINSCOPE_TEST_TOKEN", "not-to-be-written")
+	setStartEnviron(t)
 	stdout, dir := trainOnCPU(t, "-steps", "4")
 	text, err := os.ReadFile(filepath.Join(dir, "report.txt"))
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
@@ -102,7 +101,7 @@ func runVersion(in *interrupt, args []string, stdout, stderr io.Writer) int {
 
 // survey asks every backend what it finds here.
 func survey(m backends) machine {
-	out := machine{ProfileRun: thisBuild(), Host: thisHost(), Variables: steeringVariables(os.Environ())}
+	out := machine{ProfileRun: thisBuild(), Host: thisHost(), Variables: steeringVariables(startEnviron)}
 	for _, t := range []runtime.DeviceType{runtime.CUDA, runtime.CPU} {
 		out.Backends = append(out.Backends, surveyBackend(t))
 	}

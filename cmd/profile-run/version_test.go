@@ -2,13 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/trainscope/trainscope/exporters/jsonsummary"
+	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -20,6 +23,7 @@ func TestVersion(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	t.Setenv("NCCL_ALGO", "Ring")
+	setStartEnviron(t)
 	code, stdout, stderr := runCmd(t, "version")
 	if code != exitOK || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
@@ -143,5 +147,61 @@ func TestSteeringVariables(t *testing.T) {
 	}
 	if got := steeringVariables([]string{"HOME=/root"}); got != nil {
 		t.Errorf("none that steer: %v, want nil", got)
+	}
+}
+
+// setStartEnviron makes the environment t set (t.Setenv) the one
+// profile-run started with, until t ends.
+func setStartEnviron(t *testing.T) {
+	old := startEnviron
+	startEnviron = os.Environ()
+	t.Cleanup(func() { startEnviron = old })
+}
+
+// fakeGPUs is a CUDA backend as nameGPUs asks it: devices by UUID, with
+// names and memory.
+type fakeGPUs struct {
+	runtime.Impl // nil: nothing else is asked
+	uuids, names []string
+}
+
+func (f fakeGPUs) DeviceCount() (int, error)              { return len(f.uuids), nil }
+func (f fakeGPUs) DeviceUUID(i int) (string, error)       { return f.uuids[i], nil }
+func (f fakeGPUs) DeviceName(i int) (string, error)       { return f.names[i], nil }
+func (f fakeGPUs) DeviceTotalMemory(i int) (int64, error) { return int64(i+1) << 30, nil }
+
+// A wrapped command's GPUs, reported by UUID, are named as this host's
+// CUDA backend sees them; one it does not see keeps its UUID alone.
+func TestWrappedEnvironmentNamesGPUs(t *testing.T) {
+	u := func(b byte) (x [16]byte) {
+		for i := range x {
+			x[i] = b + byte(i)
+		}
+		return x
+	}
+	st := ncclplugin.Stats{GPUs: [][16]byte{u(0x10), u(0x20), u(0x30)}, NCCLVersions: []int32{22809}}
+	if got := uuidText(u(0x10)); got != "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f" {
+		t.Fatalf("uuidText = %s", got)
+	}
+	gpus := fakeGPUs{uuids: []string{uuidText(u(0x20)), uuidText(u(0x10))}, names: []string{"NVIDIA H200", "NVIDIA H100 80GB HBM3"}}
+	env := wrappedEnvironment(st, func() (runtime.Impl, error) { return gpus, nil })
+	want := []jsonsummary.Device{
+		{Index: 1, Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 2 << 30, UUID: uuidText(u(0x10))},
+		{Index: 0, Name: "NVIDIA H200", MemoryBytes: 1 << 30, UUID: uuidText(u(0x20))},
+		{Index: -1, UUID: uuidText(u(0x30))},
+	}
+	if env.Backend != "cuda" || !slices.Equal(env.Devices, want) || len(env.Libraries) != 1 || env.Libraries[0] != (jsonsummary.Library{Name: "NCCL", Version: "2.28.9"}) {
+		t.Errorf("environment %+v\nwant devices %+v and NCCL 2.28.9", env, want)
+	}
+	// No CUDA here: the UUIDs alone.
+	env = wrappedEnvironment(st, func() (runtime.Impl, error) { return nil, errors.New("no libcudart") })
+	for i, d := range env.Devices {
+		if d.Index != -1 || d.Name != "" || d.UUID != want[i].UUID {
+			t.Errorf("without CUDA: device %+v", d)
+		}
+	}
+	// A run whose plugin sent no UUID has no devices.
+	if env := wrappedEnvironment(ncclplugin.Stats{}, nil); env.Backend != "" || env.Devices != nil {
+		t.Errorf("no GPUs reported: %+v", env)
 	}
 }

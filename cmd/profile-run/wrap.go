@@ -23,6 +23,7 @@ import (
 	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/runtime"
 )
 
 // Exit statuses of a command that could not be run, as shells give them.
@@ -614,7 +615,7 @@ func (w *wrapper) finish(code int) {
 	w.out.summary = append(w.out.summary, w.ncclSummary())
 	if w.col != nil {
 		st := w.col.Stats()
-		w.out.env = wrappedEnvironment(st)
+		w.out.env = wrappedEnvironment(st, func() (runtime.Impl, error) { return runtime.Available(runtime.CUDA) })
 		w.out.shared = sharedGPUs(st)
 	}
 	if line := w.kernelSummary(); line != "" {

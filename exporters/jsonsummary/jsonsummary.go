@@ -172,8 +172,12 @@ type Host struct {
 
 // Device is a device the run used.
 type Device struct {
-	Index       int    `json:"index"`
-	Name        string `json:"name,omitempty"`         // "NVIDIA H100 80GB HBM3"; none for the host backend's
+	Index int    `json:"index"`
+	Name  string `json:"name,omitempty"` // "NVIDIA H100 80GB HBM3"; none for the host backend's
+	// UUID is the GPU's ("GPU-6bd80cf2-…"), for a wrapped command's
+	// GPUs: its processes reported them by UUID, and Index is the
+	// ordinal profile-run saw them at, −1 where it did not see them.
+	UUID        string `json:"uuid,omitempty"`
 	MemoryBytes int64  `json:"memory_bytes,omitempty"` // total
 	// HostMemory: the memory is the host's, shared by the backend's
 	// devices and the host (the host backend's devices).

@@ -2,6 +2,7 @@ package ncclplugin
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -169,6 +170,9 @@ type Stats struct {
 	// device, so that the report's peak per rank is the highest.
 	MemoryOps       uint64
 	ActivityDropped uint64
+	// GPUs are the UUIDs (cuDeviceGetUuid) of the GPUs the processes made
+	// communicators on, distinct, in byte order, at most maxStatsGPUs.
+	GPUs [][16]byte
 	// SharedGPUs counts the GPUs that processes of one host shared (two
 	// or more made communicators on a GPU of one UUID: MPS, or
 	// time-slicing), SharingProcesses the processes on them: their
@@ -277,11 +281,15 @@ type Collector struct {
 }
 
 // gpuUUID names a GPU across processes (cuDeviceGetUuid).
-type gpuUUID [16]byte
+type gpuUUID = [16]byte
 
 // maxGPUs bounds the GPUs a process's record keeps: a process drives a
 // few GPUs at most (one per rank it holds).
 const maxGPUs = 16
+
+// maxStatsGPUs bounds Stats.GPUs: the processes that reach the collector
+// run on its host, whose GPUs are a few.
+const maxStatsGPUs = 64
 
 type procKey struct {
 	host string
@@ -719,6 +727,15 @@ func (c *Collector) Stats() Stats {
 		}
 	}
 	s.SharedGPUs, s.SharingProcesses = c.sharedGPUsLocked()
+	s.GPUs = nil
+	for _, pr := range c.procs {
+		for _, u := range pr.gpus {
+			if !slices.Contains(s.GPUs, u) && len(s.GPUs) < maxStatsGPUs {
+				s.GPUs = append(s.GPUs, u)
+			}
+		}
+	}
+	slices.SortFunc(s.GPUs, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
 	s.NCCLVersions = nil
 	for _, pr := range c.procs {
 		if v := pr.ncclVersion; v > 0 && !slices.Contains(s.NCCLVersions, v) {

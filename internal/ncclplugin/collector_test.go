@@ -2411,4 +2411,17 @@ func TestCollectorSharedGPUs(t *testing.T) {
 	if st.Processes != len(procs) || st.SharedGPUs != 1 || st.SharingProcesses != 2 || !slices.Equal(st.NCCLVersions, []int32{22809}) {
 		t.Errorf("processes %d, shared GPUs %d by %d processes, NCCL %v; want 5, 1 by 2, [22809]", st.Processes, st.SharedGPUs, st.SharingProcesses, st.NCCLVersions)
 	}
+	// The GPUs by UUID, each once, in byte order: 0x10… (hosts a and b)
+	// and 0x20….
+	var want [][16]byte
+	for _, b := range []byte{0x10, 0x20} {
+		var u [16]byte
+		for i := range u {
+			u[i] = b + byte(i)
+		}
+		want = append(want, u)
+	}
+	if !slices.Equal(st.GPUs, want) {
+		t.Errorf("GPUs %x, want %x", st.GPUs, want)
+	}
 }
