@@ -18,7 +18,10 @@
 #      -profile off / on at device depth 1 / on at depth 0 / sync, and
 #      benchmarks/torch/twin.py (the same model in eager PyTorch) without and
 #      with torch.profiler (VARIANTS may add torch-cuda: torch.profiler with
-#      the CUDA activity alone);
+#      the CUDA activity alone, and trainscope-cupti: profile-run -profile
+#      off wrapped by profile-run -- …, which has CUPTI record its every
+#      kernel, copy and memset, as a profiler timing ranges from CUPTI's
+#      records would);
 #      launch-bound: profile-run's default model on one rank (width 128, 16
 #      layers, 8 microbatches of 16 rows, pp 1 vpp 1);
 #      compute-bound: width 4096, 8 layers, 8 microbatches of 256 rows, pp 2
@@ -86,6 +89,12 @@ build() {
 	fi
 	if ! "$bin/cuda.test" -test.list "^${GEMM_BENCH}\$" | grep -q .; then
 		echo "note: .bin/cuda.test has no $GEMM_BENCH; run will fall back to BenchmarkGemm (square shapes)" >&2
+	fi
+	# The NCCL plugin, for the trainscope-cupti variant (a C compiler).
+	if make -C "$root/plugins/nccl" libtrainscope-nccl.so >/dev/null; then
+		cp "$root/plugins/nccl/libtrainscope-nccl.so" "$bin/"
+	else
+		echo "note: no NCCL plugin built: run will skip the trainscope-cupti variant" >&2
 	fi
 	if ! "$bin/profile-run" -h 2>&1 | grep -q -- '-dtype'; then
 		echo "note: .bin/profile-run has no -dtype flag; run will skip profile-run's tf32 and bf16 jobs" >&2
@@ -287,6 +296,16 @@ run_variant() {
 		trainscope-depth1) cmd+=(-profile on -device-depth 1) ;;
 		trainscope-depth0) cmd+=(-profile on -device-depth 0) ;;
 		trainscope-sync) cmd+=(-profile sync) ;;
+		trainscope-cupti)
+			# The same job unprofiled, wrapped: the plugin, its CUDA
+			# injection library, has CUPTI record every kernel, copy and
+			# memset. Its step lines are the wrapped process's.
+			if [ ! -f "$bin/libtrainscope-nccl.so" ]; then
+				skipped "$job" "$dtype" "$variant" "$round" "$w $l $m $r" "no .bin/libtrainscope-nccl.so (build needs a C compiler)"
+				return
+			fi
+			cmd=("$bin/profile-run" -metrics-addr off -progress off -quiet -trace off -pprof off -out "$runs-wrapper" -- "${cmd[@]}" -profile off)
+			;;
 		esac
 		;;
 	torch-*)
@@ -342,10 +361,12 @@ run_variant() {
 	fi
 	if [ "$tool" = trainscope ]; then
 		local rep
-		rep=$(find "$runs" -name report.txt 2>/dev/null | head -n 1)
+		# (trainscope-cupti: the wrapping profile-run's report, which
+		# counts the kernels CUPTI recorded)
+		rep=$(find "$runs" "$runs-wrapper" -name report.txt 2>/dev/null | head -n 1)
 		local keep=$OUT/reports/$job-$dtype-$variant.txt
 		[ -n "$rep" ] && [ ! -e "$keep" ] && cp "$rep" "$keep"
-		rm -rf "$runs"
+		rm -rf "$runs" "$runs-wrapper"
 	fi
 }
 
