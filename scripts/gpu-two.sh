@@ -54,7 +54,7 @@ build() {
 # from the device machine is a few files, two folders down at most.
 pack() {
 	local x=(--exclude=./default --exclude=./analysis/runs --exclude=./wrap/runs --exclude=./wrap/straggler --exclude=./wrap/mps
-		--exclude=./wrap-ddp/ddp --exclude=./wrap-ddp/ddp-kineto --exclude=./wrap-ddp/mps
+		--exclude=./wrap-ddp/ddp --exclude=./wrap-ddp/ddp-plain --exclude=./wrap-ddp/ddp-kineto --exclude=./wrap-ddp/mps
 		--exclude=./wrap-pipeline/pipeline --exclude=./wrap-pipeline/pipeline-named --exclude=./wrap-pipeline/mps
 		--exclude=./wrap-fsdp/fsdp --exclude=./wrap-fsdp/mps
 		--exclude=./wrap-overhead/overhead-runs --exclude=./wrap-overhead/mps --exclude=./wrap-signals/mps)

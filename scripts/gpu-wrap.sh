@@ -21,9 +21,11 @@
 #                statuses and the outputs left
 #   ddp.txt      a wrapped DistributedDataParallel loop with NVTX steps
 #                (examples/torch/ddp_steps.py): steps, step times and the
-#                all-reduces of each step against the script's own counts;
-#                then the same loop recorded by torch.profiler and
-#                imported, checked alike
+#                all-reduces of each step against the script's own counts,
+#                and the cycle of its all-reduces; the loop without NVTX,
+#                its step from that cycle (wrapcheck.py --cycle); then the
+#                same loop recorded by torch.profiler and imported, checked
+#                alike
 #   fsdp.txt     a wrapped fully sharded (FSDP2) loop with NVTX steps
 #                (examples/torch/fsdp_steps.py, fsdp mode only): steps,
 #                step times, and each step's all-gathers and
@@ -286,6 +288,16 @@ ddp() {
 	echo "exit $?" >>"$OUT/ddp.log"
 	cp "$OUT"/ddp/*/report.txt "$OUT/ddp-report.txt"
 	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp.log" "$OUT/ddp-report.txt" "$OUT"/ddp/*/trace.json | tee "$OUT/ddp.txt"
+	# The cycle of DDP's all-reduces, found whether or not the loop marks
+	# its steps: against the hook's count and the script's step times.
+	python3 "$root/scripts/wrapcheck.py" --cycle "$OUT/ddp.log" "$OUT"/ddp/*/summary.json | tee -a "$OUT/ddp.txt"
+	echo "== DDP without NVTX: the step from the cycle of its all-reduces"
+	timeout -k 10 300 "$pr" -out "$OUT/ddp-plain" -metrics-addr off -progress off -quiet -- \
+		"${tr[@]}" "$root/examples/torch/ddp_steps.py" "${share[@]}" --steps 30 --no-nvtx >"$OUT/ddp-plain.log" 2>&1
+	echo "exit $?" >>"$OUT/ddp-plain.log"
+	grep -E '^  (cycle|nvtx):' "$OUT/ddp-plain.log"
+	python3 "$root/scripts/wrapcheck.py" --cycle "$OUT/ddp-plain.log" "$OUT"/ddp-plain/*/summary.json | tee -a "$OUT/ddp.txt"
+	rm -f "$OUT"/ddp-plain/*/calls.rank*.gz "$OUT"/ddp-plain/*/trace.json
 	# The same loop recorded by torch.profiler in each rank and imported:
 	# DDP's all-reduces come from the autograd thread, and each must carry
 	# the step of the main thread's ProfilerStep it ran in.
@@ -308,6 +320,7 @@ fsdp() {
 	echo "exit $?" >>"$OUT/fsdp.log"
 	cp "$OUT"/fsdp/*/report.txt "$OUT/fsdp-report.txt"
 	python3 "$root/scripts/wrapcheck.py" --fsdp "$OUT/fsdp.log" "$OUT/fsdp-report.txt" "$OUT"/fsdp/*/trace.json | tee "$OUT/fsdp.txt"
+	python3 "$root/scripts/wrapcheck.py" --cycle-steps "$OUT"/fsdp/*/summary.json | tee -a "$OUT/fsdp.txt"
 }
 
 pipeline() {
@@ -367,6 +380,7 @@ pipeline() {
 		echo "exit $?" >>"$OUT/$name.log"
 		cp "$OUT"/$name/*/report.txt "$OUT/$name-report.txt"
 		python3 "$root/scripts/wrapcheck.py" --pipeline "$OUT/$name.log" "$OUT/$name-report.txt" "$(ls "$OUT"/$name/*/trace.json | head -1)" | tee "$OUT/$name.txt"
+		python3 "$root/scripts/wrapcheck.py" --cycle-steps "$(ls "$OUT"/$name/*/summary.json | head -1)" | tee -a "$OUT/$name.txt"
 		# The HTML page from the run's trace: its kernels read back.
 		timeout -k 10 120 "$pr" report "$(dirname "$(ls "$OUT"/$name/*/trace.json | head -1)")" --html 2>&1 | tee -a "$OUT/$name.txt"
 		rm -f "$OUT"/$name/*/calls.rank*.gz

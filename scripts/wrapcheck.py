@@ -48,6 +48,22 @@ every rank's steps and mean step time (within 5 % of the script's own
 timing of the same range), the all-reduces of each step against the
 count DDP's communication hook kept, and every step analysed complete.
 
+    python3 scripts/wrapcheck.py --cycle wrapped.log summary.json
+
+checks the cycle profile-run found in the collectives of a wrapped
+examples/torch/ddp_steps.py (summary.json's collective_cycle), with or
+without its NVTX steps (--no-nvtx), against the script's own figures: as
+many all-reduces per cycle as DDP's hook counted in each step after the
+first, and a cycle time within 5 % of the median of the ranks' median
+step times after the first. Where the loop marked no steps, profile-run's
+summary in wrapped.log must say the cycle on its "cycle:" line.
+
+    python3 scripts/wrapcheck.py --cycle-steps summary.json
+
+checks, for any wrapped run whose job marks NVTX steps, the cycle found
+in its collectives against its steps: a cycle time within 5 % of the
+median of the ranks' median step times (summary.json's steps).
+
     python3 scripts/wrapcheck.py --fsdp wrapped.log report.txt trace.json
 
 checks a run of examples/torch/fsdp_steps.py traced with -trace-steps
@@ -382,6 +398,56 @@ def ddp(log, report, trace):
     bad += not ok
     print("%s ddp no pipeline bubble reported (%s)" % ("PASS" if ok else "FAIL", "pipeline: none" if ok else "a stage table or no 'pipeline: none' line"))
     return 1 if bad else 0
+
+
+def cycle(log, summary):
+    """The cycle found in a wrapped ddp_steps.py's collectives against the
+    script's all-reduces per step and its own step times."""
+    runs = tool_lines(log, "ddp_steps")
+    if not runs:
+        print("FAIL cycle: no ddp_steps lines in %s" % log)
+        return 1
+    c = json.load(open(summary)).get("collective_cycle") or {}
+    later = [n for r in runs for n in r["allreduces_per_step"][1:]]
+    want_ops = collections.Counter(later).most_common(1)[0][0] if later else 0
+    want_s = statistics.median(statistics.median(r["host_step_s"][1:] or r["host_step_s"]) for r in runs)
+    bad = 0
+    ops = {o["op"]: o["count"] for o in c.get("ops", [])}
+    ok = bool(c.get("found")) and c.get("operations") == want_ops and set(ops) == {"AllReduce"} and c.get("agreeing_ranks") == len(runs)
+    bad += not ok
+    print("%s cycle: %s, %s of %s ranks agreeing; DDP's hook counted %d all-reduces a step after the first%s"
+          % ("PASS" if ok else "FAIL", "%s collectives %s" % (c.get("operations"), ops) if c.get("found") else "none found (%s)" % c.get("why"),
+             c.get("agreeing_ranks"), len(runs), want_ops, "" if c else " (no collective_cycle in %s)" % summary))
+    got = c.get("p50_s")
+    ok = got is not None and want_s > 0 and abs(got / want_s - 1) <= 0.05
+    bad += not ok
+    print("%s cycle: %s a cycle; the script's median step %.3f ms (within 5 %%)"
+          % ("PASS" if ok else "FAIL", "%.3f ms" % (1e3 * got) if got is not None else "no time", 1e3 * want_s))
+    if not any(r.get("nvtx", True) for r in runs):
+        m = re.search(r"^  cycle: every rank \((\d+)\) repeats a cycle of (\d+) collectives .* every ([\d.]+) (ms|s) ", open(log, errors="replace").read(), re.M)
+        ok = m is not None and int(m.group(1)) == len(runs) and int(m.group(2)) == want_ops
+        bad += not ok
+        print("%s cycle: the summary's cycle line for a loop that marks no steps: %s" % ("PASS" if ok else "FAIL", m.group(0).strip() if m else "none"))
+    return 1 if bad else 0
+
+
+def cycle_steps(summary):
+    """The cycle found in a wrapped run's collectives against the steps
+    its job marked (summary.json)."""
+    doc = json.load(open(summary))
+    c = doc.get("collective_cycle") or {}
+    p50s = [st["p50_s"] for st in doc.get("steps", []) if st.get("p50_s")]
+    if not p50s:
+        print("FAIL cycle-steps: no step times in %s" % summary)
+        return 1
+    want = statistics.median(p50s)
+    got = c.get("p50_s")
+    ok = got is not None and abs(got / want - 1) <= 0.05
+    ops = {o["op"]: o["count"] for o in c.get("ops", [])}
+    print("%s cycle-steps: %s; the ranks' median step %.3f ms (within 5 %%)"
+          % ("PASS" if ok else "FAIL", "a cycle of %s collectives %s, %d of %d ranks, %.3f ms" % (c["operations"], ops, c["agreeing_ranks"], c["ranks"], 1e3 * got)
+             if got is not None else "no cycle (%s)" % c.get("why"), 1e3 * want))
+    return 0 if ok else 1
 
 
 def fsdp(log, report, trace):
@@ -763,6 +829,10 @@ def main(argv):
         return pipeline(*argv[2:])
     if len(argv) == 5 and argv[1] == "--fsdp":
         return fsdp(argv[2], argv[3], argv[4])
+    if len(argv) == 3 and argv[1] == "--cycle-steps":
+        return cycle_steps(argv[2])
+    if len(argv) == 4 and argv[1] == "--cycle":
+        return cycle(argv[2], argv[3])
     if len(argv) == 5 and argv[1] == "--ddp":
         return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":

@@ -122,7 +122,11 @@ func runCompare(in *interrupt, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		verdict = "more than"
 	}
-	fmt.Fprintf(stdout, "\nstep time p50 (slowest rank) %s%.1f %%: %s the %s allowed by -fail-above\n", sign(g), abs(g*100), verdict, pct(o.failAbove))
+	what := "step time p50 (slowest rank)"
+	if c.GatedFigure() != runcompare.GatedStepTime {
+		what = "the collectives' cycle p50 (neither run marks steps)"
+	}
+	fmt.Fprintf(stdout, "\n%s %s%.1f %%: %s the %s allowed by -fail-above\n", what, sign(g), abs(g*100), verdict, pct(o.failAbove))
 	if !ok {
 		return exitSlower
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/profiler/cycle"
 )
 
 // closeTimeout bounds each exporter's shutdown at the end of a run.
@@ -178,6 +179,9 @@ type outputs struct {
 	stepSpans atomic.Pointer[otel.Exporter]
 	profile   *pprof.Aggregate  // the pprof profile
 	calls     *profiler.CallLog // every call, per rank, as it finishes
+	// cycles keeps a wrapped command's latest collectives per rank, for
+	// the cycle they repeat: the step of a job that marks none.
+	cycles *cycle.Sink
 
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
@@ -457,6 +461,10 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 	if out.report != nil && o.callLogMiB > 0 {
 		out.calls = profiler.NewCallLog(callLogPrefix(out.report.Name()), callLogLimit(o.callLogMiB))
 		sinks = append(sinks, out.calls)
+	}
+	if len(o.command) > 0 {
+		out.cycles = cycle.NewSink(0)
+		sinks = append(sinks, out.cycles)
 	}
 	for _, sk := range sinks {
 		if err := prof.AddSink(sk); err != nil {
@@ -1181,6 +1189,10 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 	if err == nil {
 		in := jsonsummary.Input{RunID: out.runID, Partial: out.partial, Command: out.o.args, Stats: out.prof.Stats(),
 			Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
+		if out.cycles != nil {
+			res := out.cycles.Result()
+			in.Cycle = &res
+		}
 		if c := out.o.train; len(out.o.command) == 0 && out.o.importing == 0 {
 			where := c.Backend.String()
 			if pl, err := c.Placement(); err == nil {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -627,6 +628,7 @@ func (w *wrapper) finish(code int) {
 	if line := w.nvtxSummary(); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
+	cycleAt := len(w.out.summary)
 	if line := costSummary(time.Since(w.started), w.cpuAtStart); line != "" {
 		w.out.summary = append(w.out.summary, line)
 	}
@@ -635,6 +637,11 @@ func (w *wrapper) finish(code int) {
 		w.log.Warn("flushing the profiler", zap.Error(err))
 	}
 	cancel()
+	// Every record has reached the sinks: the collectives' cycle, after
+	// what the NVTX ranges said.
+	if line := w.cycleSummary(); line != "" {
+		w.out.summary = slices.Insert(w.out.summary, cycleAt, line)
+	}
 	if err := w.out.finish(w.stdout); err != nil {
 		// Telemetry's trouble is reported, never the command's status.
 		w.log.Warn("writing the outputs", zap.Error(err))
@@ -892,6 +899,16 @@ func (w *wrapper) nvtxSummary() string {
 		steps = "1 of them a step"
 	}
 	return fmt.Sprintf("nvtx: %s%s, %s (%q)", count(st.Ranges, "range", "ranges"), lost, steps, w.o.stepRange)
+}
+
+// cycleSummary says what cycle the command's collectives repeat, the
+// step most likely, where the command marked no steps; "" where it did,
+// or issued no collectives.
+func (w *wrapper) cycleSummary() string {
+	if w.out.cycles == nil || w.col == nil || w.col.Stats().Steps > 0 {
+		return ""
+	}
+	return w.out.cycles.Result().Text()
 }
 
 // describeExit puts a shell status into words.

@@ -661,6 +661,9 @@ func TestWrapAccountsNVTXSteps(t *testing.T) {
 	if !strings.Contains(stdout, `nvtx: 6 ranges, 4 of them steps ("step")`) {
 		t.Errorf("summary lacks the NVTX line (2 processes × 2 steps and a forward):\n%s", stdout)
 	}
+	if strings.Contains(stdout, "repeat a cycle") || strings.Contains(stdout, "no repeating cycle") {
+		t.Errorf("a line of the collectives' cycle where the job marks its steps:\n%s", stdout)
+	}
 	_, report := oneReport(t, out)
 	i := strings.Index(report, "=== where the steps went")
 	if i < 0 {
@@ -696,6 +699,76 @@ func TestWrapAccountsNVTXSteps(t *testing.T) {
 		if !strings.HasPrefix(string(b), want) {
 			t.Errorf("report.rank%d does not begin %q:\n%.300s", r, want, b)
 		}
+	}
+}
+
+// TestWrapFindsTheStepFromTheCycleOfCollectives: two processes of the
+// plugin's driver issue a data-parallel loop's all-reduces and mark no
+// steps: two of a first step, then 12 steps of three (4000, 4000 and 1000
+// floats: 36,000 bytes) 5 ms apart with a 35 ms pause, 50 ms a step. The
+// summary says the cycle, after the NVTX line saying no steps were
+// marked, and summary.json holds it.
+func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
+	dir, lib := buildPlugin(t)
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	script := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-steps %q 12 $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "--", "bash", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`(?m)^  nvtx: no ranges seen, so no steps: .*\n  cycle: every rank \(2\) repeats a cycle of 3 collectives \(AllReduce ×3, 35\.2 KiB\) every ([0-9.]+) ms \(median over ([0-9]+) or more cycles a rank; p90 ([0-9.]+) ms\): the step, most likely\n`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no cycle line after the NVTX line:\n%s", stdout)
+	}
+	// Sleeps last at least what they ask, more on a loaded machine.
+	if p50, _ := strconv.ParseFloat(m[1], 64); p50 < 49.5 || p50 > 80 {
+		t.Errorf("median cycle %s ms; the driver's step sleeps 50 ms", m[1])
+	}
+	if cycles, _ := strconv.Atoi(m[2]); cycles != 12 {
+		t.Errorf("%s cycles; the driver ran 12 steps after a different first", m[2])
+	}
+	path, _ := oneReport(t, out)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cycle *struct {
+			Found      bool
+			Ranks      int
+			Agreeing   int `json:"agreeing_ranks"`
+			Operations int
+			Ops        []struct {
+				Op    string
+				Count int
+				Bytes int64
+			}
+			Bytes  int64
+			Cycles int
+			P50    *float64 `json:"p50_s"`
+		} `json:"collective_cycle"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	c := doc.Cycle
+	if c == nil || !c.Found || c.Ranks != 2 || c.Agreeing != 2 || c.Operations != 3 || c.Bytes != 36000 || c.Cycles != 12 ||
+		len(c.Ops) != 1 || c.Ops[0].Op != "AllReduce" || c.Ops[0].Count != 3 || c.P50 == nil || *c.P50 < 0.0495 || *c.P50 > 0.08 {
+		t.Errorf("summary.json's collective_cycle: %s", b[bytes.Index(b, []byte(`"collective_cycle"`)):])
+	}
+	// The same job again, and compare's gate on the cycle: neither run
+	// marks steps. Both cycles sleep 50 ms; the bound is wide, for a
+	// loaded machine's late wake-ups.
+	out2 := t.TempDir()
+	if code, stdout, stderr := runWrap(t, "-out", out2, "-metrics-addr", "off", "-quiet", "--", "bash", "-c", script); code != 0 {
+		t.Fatalf("second run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	path2, _ := oneReport(t, out2)
+	code, stdout, stderr = runCmd(t, "compare", "-fail-above", "50%", filepath.Dir(path), filepath.Dir(path2))
+	if code != exitOK || !regexp.MustCompile(`(?m)^collectives' cycle p50\s+[0-9.]+ ms\s+[0-9.]+ ms`).MatchString(stdout) ||
+		!regexp.MustCompile(`\nthe collectives' cycle p50 \(neither run marks steps\) [+−][0-9.]+ %: within the 50 % allowed by -fail-above\n`).MatchString(stdout) {
+		t.Errorf("compare -fail-above 50%%: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 }
 

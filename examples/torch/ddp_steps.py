@@ -21,6 +21,11 @@ runs the same loop on the CPU over gloo, NVTX left out where the PyTorch
 build has none: a check of the script itself, with nothing for
 profile-run to see.
 
+With --no-nvtx the loop marks nothing, as most training loops: profile-run
+then finds the step from the cycle DDP's all-reduces repeat
+(scripts/wrapcheck.py --cycle checks it against the script's own step
+times).
+
 With --torch-trace DIR, torch.profiler records the steps in each rank's
 process instead (its ranges record_function ones, each step a
 ProfilerStep#N), and each rank writes DIR/rank<R>.json for `profile-run
@@ -44,6 +49,8 @@ def parse(argv=None):
     p.add_argument("--bucket-mb", type=float, default=4.0, help="DDP bucket size in MiB (more buckets, more all-reduces)")
     p.add_argument("--share-gpu", action="store_true", help="let the ranks share GPUs when there are fewer GPUs than ranks")
     p.add_argument("--cpu", action="store_true", help="run on the CPU over gloo (checks the script; no NCCL)")
+    p.add_argument("--no-nvtx", action="store_true",
+                   help="mark no NVTX ranges (as most training loops): profile-run finds the step from the cycle of DDP's all-reduces")
     p.add_argument("--torch-trace", default="", metavar="DIR",
                    help="record the steps with torch.profiler and write DIR/rank<R>.json")
     p.add_argument("--profile-memory", action="store_true",
@@ -95,7 +102,9 @@ def main(argv=None):
 
     per_step, host = [], []
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-    if a.cpu:
+    if a.no_nvtx:
+        push, pop = (lambda name: None), (lambda: None)
+    elif a.cpu:
         try:
             push("check"), pop()
         except RuntimeError:  # a PyTorch built without CUDA has no NVTX
@@ -149,7 +158,7 @@ def main(argv=None):
     if prof is not None:
         prof.__exit__(None, None, None)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    print(json.dumps({"tool": "ddp_steps", "rank": rank, "world": world, "steps": a.steps,
+    print(json.dumps({"tool": "ddp_steps", "rank": rank, "world": world, "steps": a.steps, "nvtx": not a.no_nvtx,
                       "allreduces_per_step": per_step, "grad_bytes": grad_bytes,
                       "host_step_s": host, "wall_s": wall, "peak_allocated_bytes": peak,
                       "max_reserved_bytes": None if a.cpu else torch.cuda.max_memory_reserved(dev),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/profiler/cycle"
 )
 
 // Schema names the document's layout.
@@ -41,6 +42,9 @@ type Input struct {
 	// Pipeline is the pipeline analysis (analysis.Sink.Summary); nil
 	// leaves it out.
 	Pipeline *analysis.Summary
+	// Cycle is the cycle a wrapped command's collectives repeat
+	// (cycle.Sink.Result); nil leaves it out.
+	Cycle *cycle.Result
 }
 
 // Document is the JSON summary.
@@ -56,7 +60,38 @@ type Document struct {
 	Records     Records      `json:"records"`
 	Steps       []RankStep   `json:"steps"`
 	Pipeline    *Pipeline    `json:"pipeline,omitempty"`
-	Ranges      []Range      `json:"ranges"`
+	// CollectiveCycle is, for a wrapped command, the cycle its
+	// collectives repeat: the step, most likely, of a job that marks
+	// none. Absent for other runs and in summaries written before it.
+	CollectiveCycle *CollectiveCycle `json:"collective_cycle,omitempty"`
+	Ranges          []Range          `json:"ranges"`
+}
+
+// CollectiveCycle is what package cycle found in a wrapped command's
+// collectives: the cycle most ranks repeat, or why none was found.
+type CollectiveCycle struct {
+	Found bool `json:"found"`
+	// Why says why no cycle was found (the lowest rank's reason); empty
+	// where one was.
+	Why string `json:"why,omitempty"`
+	// Ranks counts the ranks that issued collectives, AgreeingRanks
+	// those whose cycle is the one below.
+	Ranks         int `json:"ranks"`
+	AgreeingRanks int `json:"agreeing_ranks"`
+	// Operations per cycle, by kind, and their bytes.
+	Operations int       `json:"operations"`
+	Ops        []CycleOp `json:"ops"`
+	Bytes      int64     `json:"bytes"`
+	Cycles     int       `json:"cycles"` // the fewest whole cycles an agreeing rank's stretch held
+	P50        *float64  `json:"p50_s"`  // median over the agreeing ranks of their median cycle time; null without a cycle
+	P90        *float64  `json:"p90_s"`  // the largest 90th percentile among them; null without a cycle
+}
+
+// CycleOp is one kind of operation in a cycle.
+type CycleOp struct {
+	Op    string `json:"op"`
+	Count int    `json:"count"`
+	Bytes int64  `json:"bytes"`
 }
 
 // Trainer is the built-in trainer's job, as its first line says it.
@@ -331,7 +366,25 @@ func Make(in Input) Document {
 	if in.Pipeline != nil {
 		d.Pipeline = pipeline(*in.Pipeline)
 	}
+	if in.Cycle != nil && len(in.Cycle.Ranks) > 0 {
+		d.CollectiveCycle = collectiveCycle(*in.Cycle)
+	}
 	return d
+}
+
+func collectiveCycle(r cycle.Result) *CollectiveCycle {
+	c := &CollectiveCycle{Ranks: len(r.Ranks), Ops: []CycleOp{}}
+	j, ok := r.Job()
+	if !ok {
+		c.Why = r.Ranks[0].Why
+		return c
+	}
+	c.Found, c.AgreeingRanks, c.Operations, c.Bytes, c.Cycles = true, j.Agreeing, j.Length, j.Bytes, j.Cycles
+	for _, o := range j.Ops {
+		c.Ops = append(c.Ops, CycleOp{Op: o.Op, Count: o.Count, Bytes: o.Bytes})
+	}
+	c.P50, c.P90 = ptr(sec(j.Median)), ptr(sec(j.P90))
+	return c
 }
 
 func pipeline(s analysis.Summary) *Pipeline {

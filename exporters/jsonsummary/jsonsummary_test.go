@@ -11,6 +11,7 @@ import (
 	"github.com/trainscope/trainscope/exporters/jsonsummary"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/profiler/cycle"
 )
 
 // TestDocument: figures worked by hand from a small input come out in
@@ -251,5 +252,75 @@ func TestEnvironmentText(t *testing.T) {
 	// An import's: the build alone.
 	if got := (&jsonsummary.Environment{ProfileRun: jsonsummary.Build{Version: "(devel)"}}).Text(); got != "profile-run (devel)" {
 		t.Errorf("an import's Text = %q", got)
+	}
+}
+
+// TestCollectiveCycle: a rank issuing an all-reduce of 1 MiB and a
+// broadcast of 4 KiB every 20 ms, 10 times, and a rank issuing five
+// operations: collective_cycle holds the first's cycle (two operations,
+// 1 MiB + 4 KiB, 20 ms), one of two ranks agreeing; with the first rank
+// alone removed, why none was found, the times null.
+func TestCollectiveCycle(t *testing.T) {
+	rec := func(rank int, at time.Duration, op string, bytes int64) profiler.Record {
+		return profiler.Record{Name: op, Kind: profiler.KindCollective, Rank: rank, HostStart: at,
+			Collective: profiler.Collective{Op: op, Bytes: bytes, Peer: -1, Root: -1, Group: "dp"}}
+	}
+	var steady, few []profiler.Record
+	for i := range 10 {
+		at := time.Duration(i) * 20 * time.Millisecond
+		steady = append(steady, rec(0, at, "AllReduce", 1<<20), rec(0, at+5*time.Millisecond, "Broadcast", 4096))
+	}
+	for i := range 5 {
+		few = append(few, rec(1, time.Duration(i)*time.Millisecond, "AllGather", 64))
+	}
+	for _, c := range []struct {
+		name string
+		recs []profiler.Record
+		want map[string]any
+	}{
+		{"found", append(append([]profiler.Record{}, steady...), few...), map[string]any{
+			"collective_cycle.found": true, "collective_cycle.ranks": 2.0, "collective_cycle.agreeing_ranks": 1.0,
+			"collective_cycle.operations": 2.0, "collective_cycle.bytes": float64(1<<20 + 4096), "collective_cycle.cycles": 10.0,
+			"collective_cycle.ops.0.op": "AllReduce", "collective_cycle.ops.1.op": "Broadcast", "collective_cycle.ops.1.bytes": 4096.0,
+			"collective_cycle.p50_s": 0.02, "collective_cycle.p90_s": 0.02,
+		}},
+		{"none", few, map[string]any{
+			"collective_cycle.found": false, "collective_cycle.ranks": 1.0, "collective_cycle.operations": 0.0,
+			"collective_cycle.why": "5 operations, too few to repeat 3 times", "collective_cycle.p50_s": nil,
+		}},
+	} {
+		s := cycle.NewSink(0)
+		s.Consume(c.recs)
+		res := s.Result()
+		var b bytes.Buffer
+		if err := jsonsummary.Write(&b, jsonsummary.Input{Cycle: &res}); err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for path, want := range c.want {
+			got, ok := lookup(doc, path)
+			if f, isF := want.(float64); isF && ok {
+				if g, _ := got.(float64); math.Abs(g-f) > 1e-9 {
+					t.Errorf("%s: %s = %v, want %v", c.name, path, got, want)
+				}
+				continue
+			}
+			if !ok || got != want {
+				t.Errorf("%s: %s = %v (present %v), want %v\n%s", c.name, path, got, ok, want, b.String())
+			}
+		}
+	}
+	// No collectives (the built-in trainer's runs carry none in Cycle;
+	// a wrapped command that used none): no collective_cycle at all.
+	var empty cycle.Result
+	var b bytes.Buffer
+	if err := jsonsummary.Write(&b, jsonsummary.Input{Cycle: &empty}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "collective_cycle") {
+		t.Errorf("collective_cycle without a rank: %s", b.String())
 	}
 }

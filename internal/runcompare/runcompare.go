@@ -120,7 +120,15 @@ type Comparison struct {
 }
 
 // The figure Gate judges: its name in Figures.
-const gated = "step time p50, slowest rank"
+const gated = GatedStepTime
+
+// GatedStepTime is the figure Gate judges where both runs have step
+// times (GatedFigure).
+const GatedStepTime = "step time p50, slowest rank"
+
+// cycled is the figure of a wrapped job that marks no steps: the median
+// time of the cycle its collectives repeat (package cycle).
+const cycled = "collectives' cycle p50"
 
 // maxRanges bounds Comparison.Ranges.
 const maxRanges = 10
@@ -152,20 +160,62 @@ func Compare(base, new Run) Comparison {
 // ErrNotGated is Gate's error where a run has no step times to judge.
 var ErrNotGated = errors.New("no step times")
 
+// GatedFigure is the figure Gate judges: the slowest rank's median step
+// time, or where neither run has step times and both found the same cycle
+// of collectives (a wrapped job that marks no steps), that cycle's median
+// time.
+func (c Comparison) GatedFigure() string {
+	if f := c.figure(gated); !stepTimes(f) {
+		if cf := c.figure(cycled); stepTimes(cf) && !f.Base.Known && !f.New.Known && c.sameCycle() == "" {
+			return cycled
+		}
+	}
+	return gated
+}
+
+// figure returns the figure of that name; an unknown one where there is
+// none.
+func (c Comparison) figure(name string) Figure {
+	if i := slices.IndexFunc(c.Figures, func(f Figure) bool { return f.Name == name }); i >= 0 {
+		return c.Figures[i]
+	}
+	return Figure{Name: name, Kind: Seconds}
+}
+
+// stepTimes reports whether both sides of f are known and positive.
+func stepTimes(f Figure) bool {
+	return f.Base.Known && f.New.Known && f.Base.V > 0 && f.New.V > 0
+}
+
+// sameCycle says how the runs' cycles of collectives differ; "" where
+// they are the same length.
+func (c Comparison) sameCycle() string {
+	a, b := c.Base.Doc.CollectiveCycle, c.New.Doc.CollectiveCycle
+	if a != nil && b != nil && a.Found && b.Found && a.Operations != b.Operations {
+		return fmt.Sprintf("their cycles of collectives differ (base %d operations, new %d)", a.Operations, b.Operations)
+	}
+	return ""
+}
+
 // Gate judges new against base: the slowest rank's median step time may
-// grow by at most maxGrowth (0.05: 5 %). It returns the growth, and
-// whether it is within maxGrowth; ErrNotGated (wrapped, naming the run)
-// where either run has no step times (a wrapped job without steps).
+// grow by at most maxGrowth (0.05: 5 %) — or, where neither run marks
+// steps, the median time of the cycle their collectives repeat
+// (GatedFigure). It returns the growth, and whether it is within
+// maxGrowth; ErrNotGated (wrapped, naming the run) where a run has
+// neither.
 func (c Comparison) Gate(maxGrowth float64) (float64, bool, error) {
-	i := slices.IndexFunc(c.Figures, func(f Figure) bool { return f.Name == gated })
-	f := c.Figures[i]
+	f := c.figure(c.GatedFigure())
 	for _, s := range []struct {
 		v    Value
 		side string
 		r    Run
 	}{{f.Base, "base", c.Base}, {f.New, "new", c.New}} {
 		if !s.v.Known || s.v.V <= 0 {
-			return 0, false, fmt.Errorf("%s %s: %w (a job that marks no steps — a wrapped command without NVTX or profiler steps — cannot be gated on its step time)", s.side, s.r.Name, ErrNotGated)
+			why := "a job that marks no steps — a wrapped command without NVTX or profiler steps — cannot be gated on its step time, nor on a cycle of collectives where none was found in both runs"
+			if d := c.sameCycle(); d != "" {
+				why = "a job that marks no steps is gated on the cycle its collectives repeat, but " + d
+			}
+			return 0, false, fmt.Errorf("%s %s: %w (%s)", s.side, s.r.Name, ErrNotGated, why)
 		}
 	}
 	g, _ := f.Growth()
@@ -386,6 +436,15 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 	add(gated, Seconds, slowest(func(s jsonsummary.RankStep) *float64 { return s.P50 }))
 	add("step time mean, slowest rank", Seconds, slowest(func(s jsonsummary.RankStep) *float64 { return s.Mean }))
 	add("step time p90, slowest rank", Seconds, slowest(func(s jsonsummary.RankStep) *float64 { return s.P90 }))
+	// Only where a run looked for one (a wrapped command's summary).
+	if a.CollectiveCycle != nil || b.CollectiveCycle != nil {
+		add(cycled, Seconds, func(d jsonsummary.Document) Value {
+			if c := d.CollectiveCycle; c != nil && c.Found && c.P50 != nil {
+				return known(*c.P50)
+			}
+			return Value{}
+		})
+	}
 	add("busy, mean over ranks", Fraction, func(d jsonsummary.Document) Value {
 		sum, n := 0.0, 0
 		for _, s := range d.Steps {

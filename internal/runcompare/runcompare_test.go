@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -137,6 +138,51 @@ func TestGate(t *testing.T) {
 	c := runcompare.Compare(runcompare.Run{Name: "a", Doc: base}, runcompare.Run{Name: "wrapped", Doc: stepless})
 	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) || !strings.Contains(err.Error(), "new wrapped") {
 		t.Errorf("gate on a run without steps: %v; want ErrNotGated naming new's run", err)
+	}
+}
+
+// TestGateOnTheCycleOfCollectives: two wrapped runs that mark no steps
+// are gated on the median time of the cycle their collectives repeat
+// (10 ms, then 12.5 ms: 25 % more); not where the cycles differ in
+// length, nor against a run with step times.
+func TestGateOnTheCycleOfCollectives(t *testing.T) {
+	wrapped := func(p50 float64, ops int) jsonsummary.Document {
+		return jsonsummary.Document{Schema: jsonsummary.Schema, Command: []string{"--", "torchrun", "train.py"},
+			Pipeline:        &jsonsummary.Pipeline{Stepless: true},
+			CollectiveCycle: &jsonsummary.CollectiveCycle{Found: true, Ranks: 2, AgreeingRanks: 2, Operations: ops, P50: &p50, P90: &p50}}
+	}
+	run := func(name string, d jsonsummary.Document) runcompare.Run { return runcompare.Run{Name: name, Doc: d} }
+	c := runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.0125, 4)))
+	if got := c.GatedFigure(); got == runcompare.GatedStepTime {
+		t.Fatalf("gated on %q; want the cycle's figure", got)
+	}
+	for _, w := range []struct {
+		bound float64
+		ok    bool
+	}{{0.20, false}, {0.25, true}} {
+		g, ok, err := c.Gate(w.bound)
+		if err != nil || !near(g, 0.25) || ok != w.ok {
+			t.Errorf("bound %v: growth %v, ok %v, %v; want 0.25, %v", w.bound, g, ok, err, w.ok)
+		}
+	}
+	var buf strings.Builder
+	if err := c.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`collectives' cycle p50\s+10\.0 ms\s+12\.5 ms\s+\+25\.0 %`).MatchString(buf.String()) {
+		t.Errorf("no row of the cycle's p50:\n%s", buf.String())
+	}
+	c = runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.020, 8)))
+	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) || !strings.Contains(err.Error(), "cycles of collectives differ (base 4 operations, new 8)") {
+		t.Errorf("cycles of other lengths: %v; want ErrNotGated saying they differ", err)
+	}
+	steps := job([2]float64{0.010, 0.008}, [2]*float64{}, [2]float64{}, [2]float64{})
+	c = runcompare.Compare(run("a", steps), run("b", wrapped(0.010, 4)))
+	if got := c.GatedFigure(); got != runcompare.GatedStepTime {
+		t.Errorf("a run with steps against one without: gated on %q; want the step time", got)
+	}
+	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) {
+		t.Errorf("a run with steps against one without: %v; want ErrNotGated", err)
 	}
 }
 

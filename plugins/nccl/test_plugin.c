@@ -28,6 +28,12 @@
  *
  *   ./test_plugin --drive-nvtx ./libtrainscope-nccl.so [RANK NRANKS]
  *
+ * With --drive-steps, a data-parallel loop's collectives and no NVTX
+ * ranges: two all-reduces of a first step, then STEPS steps of three
+ * all-reduces (4000, 4000 and 1000 floats) 5 ms apart and a 35 ms pause.
+ *
+ *   ./test_plugin --drive-steps ./libtrainscope-nccl.so STEPS [RANK NRANKS]
+ *
  * With --bench-nvtx, it prints what an NVTX push and pop cost with the
  * plugin attached (ns per pair, a recorded range and an ignored one).
  */
@@ -349,6 +355,41 @@ static void drive(int rank, int nranks) {
 }
 
 static void main_child(void) { drive(1, 4); }
+
+/* --drive-steps: a data-parallel training loop's collectives and nothing
+ * else (no NVTX): a first step of other sizes, then `steps` steps of
+ * three all-reduces 5 ms apart and a 35 ms pause after the last (the
+ * optimizer, the next batch): a step of about 50 ms that profile-run
+ * finds from the cycle. */
+static void drive_steps(int steps, int rank, int nranks) {
+  ncclProfiler_v5_t* p = load();
+  void* ctx = drive_init(p, rank, nranks);
+  static const size_t warm[] = {7000, 3000};
+  static const size_t sizes[] = {4000, 4000, 1000};
+  uint64_t seq = 0;
+  for (int s = -1; s < steps; s++) {
+    const size_t* counts = s < 0 ? warm : sizes;
+    int n = s < 0 ? 2 : 3;
+    for (int i = 0; i < n; i++) {
+      ncclProfilerEventDescr_v5_t c = {0};
+      c.type = ncclProfileColl;
+      c.rank = rank;
+      c.coll.seqNumber = seq++;
+      c.coll.func = "AllReduce";
+      c.coll.count = counts[i];
+      c.coll.datatype = "ncclFloat32";
+      c.coll.nChannels = 1;
+      c.coll.algo = "RING";
+      c.coll.proto = "SIMPLE";
+      void* h = NULL;
+      p->startEvent(ctx, &h, &c);
+      p->stopEvent(h);
+      usleep(5000);
+    }
+    usleep(35000);
+  }
+  drive_finish(p, ctx);
+}
 
 static const struct tsnp_record* rec(const struct stream* s, size_t i) {
   return (const struct tsnp_record*)(s->buf + TSNP_RECORD_SIZE * (i + 1));
@@ -2069,6 +2110,16 @@ int main(int argc, char** argv) {
     bench_nvtx();
     return 0;
   }
+  if ((argc == 4 || argc == 6) && strcmp(argv[1], "--drive-steps") == 0) {
+    lib_path = argv[2];
+    int steps = atoi(argv[3]), rank = argc == 6 ? atoi(argv[4]) : 1, nranks = argc == 6 ? atoi(argv[5]) : 4;
+    if (steps < 1 || nranks < 1 || rank < 0 || rank >= nranks) {
+      fprintf(stderr, "%s: %d steps as rank %d of %d ranks\n", argv[1], steps, rank, nranks);
+      return 2;
+    }
+    drive_steps(steps, rank, nranks);
+    return 0;
+  }
   if ((argc == 3 || argc == 5) && (strcmp(argv[1], "--drive") == 0 || strcmp(argv[1], "--drive-nvtx") == 0)) {
     lib_path = argv[2];
     int rank = argc == 5 ? atoi(argv[3]) : 1, nranks = argc == 5 ? atoi(argv[4]) : 4;
@@ -2083,7 +2134,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n       %s --drive-cupti[-labels] path/to/libtrainscope-nccl.so path/to/libfakecupti.so\n", argv[0], argv[0]);
+    fprintf(stderr, "usage: %s [--drive | --drive-nvtx | --bench-nvtx] path/to/libtrainscope-nccl.so [RANK NRANKS]\n       %s --drive-steps path/to/libtrainscope-nccl.so STEPS [RANK NRANKS]\n       %s --drive-cupti[-labels] path/to/libtrainscope-nccl.so path/to/libfakecupti.so\n", argv[0], argv[0], argv[0]);
     return 2;
   }
   lib_path = argv[1];

@@ -1,0 +1,422 @@
+package cycle
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+)
+
+// Defaults of the search.
+const (
+	// Window is how many of each rank's latest collectives a Sink keeps:
+	// a cycle of up to Window/MinRepeats operations can be found.
+	Window = 4096
+	// MinRepeats is how many times a cycle must repeat, back to back.
+	MinRepeats = 3
+	// MaxSpread bounds the interquartile range of a cycle's durations,
+	// as a share of their median: a step's time varies less than that.
+	MaxSpread = 0.2
+	// MinBoundary is how much longer than the typical gap between two
+	// operations the gap that starts a cycle must be, in three cycles
+	// of four at least, where the sequence alone does not say where a
+	// cycle starts.
+	MinBoundary = 3
+	// samples bounds the durations whose quantiles are taken per
+	// candidate length.
+	samples = 1024
+)
+
+// op is one collective as the search needs it.
+type op struct {
+	sig   uint64
+	start time.Duration // when the host issued it (Record.HostStart)
+	bytes int64
+	name  string
+}
+
+// ring holds a rank's latest collectives.
+type ring struct {
+	ops  []op
+	next int
+	seen uint64
+}
+
+func (r *ring) add(o op, window int) {
+	r.seen++
+	if len(r.ops) < window {
+		r.ops = append(r.ops, o)
+		return
+	}
+	r.ops[r.next] = o
+	r.next = (r.next + 1) % window
+}
+
+// ordered returns the ring's operations, oldest first, by issue time.
+func (r *ring) ordered() []op {
+	out := make([]op, 0, len(r.ops))
+	out = append(out, r.ops[r.next:]...)
+	out = append(out, r.ops[:r.next]...)
+	slices.SortStableFunc(out, func(a, b op) int { return cmp.Compare(a.start, b.start) })
+	return out
+}
+
+// Sink is a profiler.Sink that keeps each rank's latest collectives and
+// point-to-point operations, at most a window of them per rank, for
+// Result. It is safe for concurrent use.
+type Sink struct {
+	mu     sync.Mutex
+	window int
+	ranks  map[int]*ring
+}
+
+// NewSink returns a Sink that keeps window operations per rank (Window
+// where window is 0 or less).
+func NewSink(window int) *Sink {
+	if window <= 0 {
+		window = Window
+	}
+	return &Sink{window: window, ranks: map[int]*ring{}}
+}
+
+// Consume keeps the batch's collectives and point-to-point operations.
+func (s *Sink) Consume(batch []profiler.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range batch {
+		r := &batch[i]
+		if r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P {
+			continue
+		}
+		c := &r.Collective
+		name := c.Op
+		if name == "" {
+			name = r.Name
+		}
+		h := hashString(fnvOffset, name)
+		h = hashString(h, c.Group)
+		h = hashUint(h, c.GroupID)
+		h = hashUint(h, uint64(c.Bytes))
+		h = hashUint(h, uint64(uint32(c.Peer))<<32|uint64(uint32(c.Root)))
+		rg := s.ranks[r.Rank]
+		if rg == nil {
+			rg = &ring{}
+			s.ranks[r.Rank] = rg
+		}
+		rg.add(op{sig: h, start: r.HostStart, bytes: c.Bytes, name: name}, s.window)
+	}
+}
+
+// FNV-1a over a record's signature, without allocating.
+const (
+	fnvOffset uint64 = 14695981039346656037
+	fnvPrime  uint64 = 1099511628211
+)
+
+func hashString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return (h ^ 0xff) * fnvPrime // a separator: ("ab", "c") ≠ ("a", "bc")
+}
+
+func hashUint(h, v uint64) uint64 {
+	for range 8 {
+		h = (h ^ (v & 0xff)) * fnvPrime
+		v >>= 8
+	}
+	return h
+}
+
+// OpCount is how many operations of one kind a cycle holds, and their
+// bytes.
+type OpCount struct {
+	Op    string
+	Count int
+	Bytes int64
+}
+
+// Rank is what Result found of one rank.
+type Rank struct {
+	Rank int
+	// Seen counts the rank's collectives and point-to-point operations,
+	// Kept those the search looked at (the latest, up to the window).
+	Seen uint64
+	Kept int
+	// Found reports a cycle; otherwise Why says why there is none.
+	Found bool
+	Why   string
+	// Length is the cycle's number of operations, Period the shortest
+	// repeating sequence within it (Length is a multiple of Period).
+	Length, Period int
+	// Ops is what one cycle holds, by operation in the order of first
+	// appearance; Bytes their sum.
+	Ops   []OpCount
+	Bytes int64
+	// Cycles is how many whole cycles the repeating stretch measured
+	// holds.
+	Cycles int
+	// The cycle's duration, from any operation to the one Length later:
+	// quartiles, median and 90th percentile.
+	P25, Median, P75, P90 time.Duration
+}
+
+// Result searches every rank's kept operations for its cycle.
+func (s *Sink) Result() Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var res Result
+	for rank, rg := range s.ranks {
+		r := find(rg.ordered())
+		r.Rank, r.Seen = rank, rg.seen
+		res.Ranks = append(res.Ranks, r)
+	}
+	slices.SortFunc(res.Ranks, func(a, b Rank) int { return cmp.Compare(a.Rank, b.Rank) })
+	return res
+}
+
+// find searches one rank's operations, oldest first.
+func find(ops []op) Rank {
+	r := Rank{Kept: len(ops)}
+	n := len(ops)
+	if n < 2*MinRepeats {
+		r.Why = fmt.Sprintf("%d operations, too few to repeat %d times", n, MinRepeats)
+		return r
+	}
+	from, m, p := longestRepeat(ops)
+	if m == 0 {
+		r.Why = fmt.Sprintf("the latest %d operations hold no sequence repeated %d times back to back", n, MinRepeats)
+		return r
+	}
+	stretch := ops[from : from+m]
+	gaps := make([]time.Duration, m-1)
+	for i := range gaps {
+		gaps[i] = stretch[i+1].start - stretch[i].start
+	}
+	typical := median(slices.Clone(gaps))
+	for c := p; c*MinRepeats <= m; c += p {
+		q, ok := steady(stretch, c)
+		if !ok {
+			continue
+		}
+		// A sequence of two or more kinds of operation that repeats whole
+		// is the cycle; a multiple of it, or of a sequence of one kind,
+		// needs a gap of its own at the same place in every cycle (the
+		// optimizer's step, the next batch) to tell it from a part.
+		if c > p || p == 1 {
+			if b := boundary(gaps, c); b <= 0 || b < MinBoundary*typical {
+				continue
+			}
+		}
+		r.Found, r.Length, r.Period, r.Cycles = true, c, p, m/c
+		r.P25, r.Median, r.P75, r.P90 = q[0], q[1], q[2], q[3]
+		r.Ops, r.Bytes = composition(stretch[m-c:])
+		return r
+	}
+	r.Period = p
+	r.Why = fmt.Sprintf("%d of the latest operations repeat every %d, but no multiple of %d up to %d both takes a steady time (interquartile range within %.0f%% of the median) and starts after a gap of its own",
+		m, p, p, m/MinRepeats, 100*MaxSpread)
+	return r
+}
+
+// boundary returns the largest, over the places in a cycle of c
+// operations, of the lower quartile of the gaps before that place in
+// every cycle: large where every cycle pauses at the same place.
+func boundary(gaps []time.Duration, c int) time.Duration {
+	var best time.Duration
+	vals := make([]time.Duration, 0, len(gaps)/c+1)
+	for phase := range c {
+		vals = vals[:0]
+		for i := phase; i < len(gaps); i += c {
+			vals = append(vals, gaps[i])
+		}
+		slices.Sort(vals)
+		best = max(best, vals[(len(vals)-1)/4])
+	}
+	return best
+}
+
+// median sorts d and returns its middle value.
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// longestRepeat returns the longest stretch of ops made of MinRepeats or
+// more back-to-back repetitions of one sequence: its start, its length m
+// and the sequence's length p (the shortest among stretches of that
+// length); m is 0 where there is none. For each p it follows the runs of
+// operations equal to the one p later: a run of r such operations is a
+// stretch of r + p with period p. Operations after the stretch (a last
+// evaluation, a barrier before the end) do not hide it. O(n²/MinRepeats).
+func longestRepeat(ops []op) (start, m, p int) {
+	n := len(ops)
+	for q := 1; q*MinRepeats <= n; q++ {
+		run := 0
+		for i := 0; i+q <= n; i++ {
+			if i+q < n && ops[i].sig == ops[i+q].sig {
+				run++
+				continue
+			}
+			if l := run + q; run > 0 && l >= MinRepeats*q && l > m {
+				start, m, p = i-run, l, q
+			}
+			run = 0
+		}
+	}
+	return start, m, p
+}
+
+// steady returns the quartiles and 90th percentile of the times from each
+// operation of stretch to the one c later, and whether they vary within
+// MaxSpread of their median.
+func steady(stretch []op, c int) ([4]time.Duration, bool) {
+	var q [4]time.Duration
+	k := len(stretch) - c
+	step := 1
+	if k > samples {
+		step = (k + samples - 1) / samples
+	}
+	d := make([]time.Duration, 0, min(k, samples))
+	for i := 0; i < k; i += step {
+		d = append(d, stretch[i+c].start-stretch[i].start)
+	}
+	slices.Sort(d)
+	at := func(f float64) time.Duration { return d[int(f*float64(len(d)-1)+0.5)] }
+	q = [4]time.Duration{at(0.25), at(0.5), at(0.75), at(0.9)}
+	if q[1] <= 0 {
+		return q, false
+	}
+	return q, float64(q[2]-q[0]) <= MaxSpread*float64(q[1])
+}
+
+// composition counts the operations of one cycle by kind.
+func composition(cyc []op) ([]OpCount, int64) {
+	var out []OpCount
+	var total int64
+	for _, o := range cyc {
+		total += o.bytes
+		i := slices.IndexFunc(out, func(c OpCount) bool { return c.Op == o.name })
+		if i < 0 {
+			out = append(out, OpCount{Op: o.name})
+			i = len(out) - 1
+		}
+		out[i].Count++
+		out[i].Bytes += o.bytes
+	}
+	return out, total
+}
+
+// Result is what the search found, per rank.
+type Result struct {
+	Ranks []Rank
+}
+
+// Job is the cycle the ranks agree on: the length most of the ranks that
+// have a cycle found (the shortest among equals), and the median over
+// those ranks of their cycles' durations. ok is false where no rank has
+// one.
+func (r Result) Job() (j Job, ok bool) {
+	j.Ranks = len(r.Ranks)
+	byLength := map[int][]Rank{}
+	for _, rk := range r.Ranks {
+		if rk.Found {
+			byLength[rk.Length] = append(byLength[rk.Length], rk)
+		}
+	}
+	for length, rs := range byLength {
+		if len(rs) > len(j.agree) || len(rs) == len(j.agree) && length < j.Length {
+			j.Length, j.agree = length, rs
+		}
+	}
+	if len(j.agree) == 0 {
+		return j, false
+	}
+	j.Agreeing = len(j.agree)
+	first := j.agree[0]
+	j.Ops, j.Bytes, j.Cycles = first.Ops, first.Bytes, first.Cycles
+	med := make([]time.Duration, 0, len(j.agree))
+	for _, rk := range j.agree {
+		med = append(med, rk.Median)
+		j.P90 = max(j.P90, rk.P90)
+		j.Cycles = min(j.Cycles, rk.Cycles)
+	}
+	slices.Sort(med)
+	j.Median = med[len(med)/2]
+	if len(med)%2 == 0 {
+		j.Median = (med[len(med)/2-1] + med[len(med)/2]) / 2
+	}
+	return j, true
+}
+
+// Job is the cycle most ranks share.
+type Job struct {
+	// Ranks counts the ranks with operations, Agreeing those whose cycle
+	// is Length operations long.
+	Ranks, Agreeing int
+	Length          int
+	// Ops and Bytes are one cycle's, as the lowest agreeing rank has it.
+	Ops   []OpCount
+	Bytes int64
+	// Cycles is the fewest whole cycles an agreeing rank's stretch held.
+	Cycles int
+	// Median is the median over the agreeing ranks of their median cycle
+	// duration; P90 the largest of their 90th percentiles.
+	Median, P90 time.Duration
+	agree       []Rank
+}
+
+// Text says in one line what the ranks' collectives repeat, or why no
+// cycle was found; "" where no rank issued any.
+func (r Result) Text() string {
+	if len(r.Ranks) == 0 {
+		return ""
+	}
+	j, ok := r.Job()
+	if !ok {
+		rk := r.Ranks[0]
+		return fmt.Sprintf("cycle: no repeating cycle of collectives found (rank %d: %s)", rk.Rank, rk.Why)
+	}
+	who := fmt.Sprintf("every rank (%d) repeats", j.Ranks)
+	switch {
+	case j.Ranks == 1:
+		who = fmt.Sprintf("rank %d repeats", j.agree[0].Rank)
+	case j.Agreeing < j.Ranks:
+		who = fmt.Sprintf("%d of %d ranks repeat", j.Agreeing, j.Ranks)
+	}
+	parts := make([]string, 0, len(j.Ops))
+	for _, o := range j.Ops {
+		parts = append(parts, fmt.Sprintf("%s ×%d", o.Op, o.Count))
+	}
+	return fmt.Sprintf("cycle: %s a cycle of %d collectives (%s, %s) every %s (median over %d or more cycles a rank; p90 %s): the step, most likely",
+		who, j.Length, strings.Join(parts, ", "), bytesText(j.Bytes), durationText(j.Median), j.Cycles, durationText(j.P90))
+}
+
+func bytesText(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", b)
+}
+
+func durationText(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.3f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}

@@ -1,0 +1,284 @@
+package cycle_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/cycle"
+)
+
+const (
+	ms  = time.Millisecond
+	mib = 1 << 20
+)
+
+// job builds a rank's records: calls of op with bytes, issued at the
+// given times.
+type job struct {
+	rank int
+	recs []profiler.Record
+}
+
+func (j *job) call(at time.Duration, op string, bytes int64, peer int32) {
+	kind := profiler.KindCollective
+	if peer >= 0 {
+		kind = profiler.KindP2P
+	}
+	j.recs = append(j.recs, profiler.Record{
+		Name: op, Kind: kind, Rank: j.rank, HostStart: at, HostEnd: at + 10*time.Microsecond,
+		Collective: profiler.Collective{Op: op, Bytes: bytes, Peer: peer, Root: -1, Group: "dp"},
+	})
+}
+
+// ddp is a DDP-like rank: a first step whose buckets are not yet
+// rebuilt (other sizes), then steps of four all-reduces issued during the
+// backward pass, each step taking step ± jitter.
+func ddp(rank, steps int, step, jitter time.Duration, seed uint64) []profiler.Record {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	j := &job{rank: rank}
+	t := time.Duration(0)
+	for _, b := range []int64{40, 30, 13} { // the warm-up step
+		j.call(t+50*ms, "AllReduce", b*mib, -1)
+		t += 10 * ms
+	}
+	t += 200 * ms
+	for range steps {
+		d := step + time.Duration((rng.Float64()*2-1)*float64(jitter))
+		for i, b := range []int64{25, 25, 25, 8} {
+			j.call(t+d*6/10+time.Duration(i)*d/10, "AllReduce", b*mib, -1)
+		}
+		t += d
+	}
+	return j.recs
+}
+
+func near(t *testing.T, what string, got, want, tol time.Duration) {
+	t.Helper()
+	if got < want-tol || got > want+tol {
+		t.Errorf("%s: %v, want %v ± %v", what, got, want, tol)
+	}
+}
+
+func TestDataParallelStep(t *testing.T) {
+	s := cycle.NewSink(0)
+	recs := ddp(0, 20, 100*ms, 2*ms, 1)
+	// After the loop, a last evaluation's all-reduce and a barrier.
+	end := recs[len(recs)-1].HostStart
+	tail := &job{}
+	tail.call(end+50*ms, "AllReduce", 4, -1)
+	tail.call(end+60*ms, "AllReduce", 1, -1)
+	s.Consume(append(recs, tail.recs...))
+	// Host ranges are not collectives: left out.
+	s.Consume([]profiler.Record{{Name: "forward", Kind: profiler.KindHost, HostStart: time.Hour}})
+	res := s.Result()
+	if len(res.Ranks) != 1 {
+		t.Fatalf("%d ranks, want 1", len(res.Ranks))
+	}
+	r := res.Ranks[0]
+	if !r.Found {
+		t.Fatalf("no cycle: %s", r.Why)
+	}
+	if r.Length != 4 || r.Period != 4 {
+		t.Errorf("cycle of %d (period %d), want 4 all-reduces a step", r.Length, r.Period)
+	}
+	// 20 steps of 4 between a warm-up of other sizes and the end's two:
+	// the stretch is the 20.
+	if r.Cycles != 20 || r.Seen != 85 || r.Kept != 85 {
+		t.Errorf("%d cycles of %d seen, %d kept; want 20 cycles, 85 operations seen and kept", r.Cycles, r.Seen, r.Kept)
+	}
+	near(t, "median", r.Median, 100*ms, 2*ms)
+	if r.P25 > r.Median || r.Median > r.P75 || r.P75 > r.P90 || r.P90 > 103*ms {
+		t.Errorf("quantiles out of order or beyond the jitter: %v %v %v %v", r.P25, r.Median, r.P75, r.P90)
+	}
+	if len(r.Ops) != 1 || r.Ops[0].Op != "AllReduce" || r.Ops[0].Count != 4 || r.Bytes != 83*mib {
+		t.Errorf("one cycle: %+v, %d bytes; want AllReduce ×4, 83 MiB", r.Ops, r.Bytes)
+	}
+	text := res.Text()
+	for _, want := range []string{"cycle: rank 0 repeats a cycle of 4 collectives (AllReduce ×4, 83.0 MiB) every 10", "median over 20 or more cycles a rank"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text %q lacks %q", text, want)
+		}
+	}
+}
+
+// TestTensorParallelStep: every operation has the same signature, so the
+// sequence repeats every one; the step is the multiple whose duration is
+// steady: 24 all-reduces 1 ms apart forward, 24 at 2 ms backward, then
+// 20 ms of optimizer and data.
+func TestTensorParallelStep(t *testing.T) {
+	j := &job{rank: 3}
+	t0 := time.Duration(0)
+	for range 10 {
+		for i := range 24 {
+			j.call(t0+time.Duration(i)*ms, "AllReduce", 4*mib, -1)
+		}
+		for i := range 24 {
+			j.call(t0+24*ms+time.Duration(i)*2*ms, "AllReduce", 4*mib, -1)
+		}
+		t0 += 24*ms + 48*ms + 20*ms
+	}
+	s := cycle.NewSink(0)
+	s.Consume(j.recs)
+	r := s.Result().Ranks[0]
+	if !r.Found || r.Length != 48 || r.Period != 1 {
+		t.Fatalf("found %v: cycle of %d, period %d (%s); want 48 operations of period 1", r.Found, r.Length, r.Period, r.Why)
+	}
+	near(t, "median", r.Median, 92*ms, 0)
+	if r.Cycles != 10 {
+		t.Errorf("%d cycles, want 10", r.Cycles)
+	}
+}
+
+// TestPipelineStep: a pipeline stage's 1F1B step of sends and receives
+// to its neighbour and a gradient all-reduce.
+func TestPipelineStep(t *testing.T) {
+	j := &job{rank: 1}
+	t0 := time.Duration(0)
+	for range 12 {
+		at := t0
+		call := func(op string, peer int32) {
+			j.call(at, op, 2*mib, peer)
+			at += 3 * ms
+		}
+		call("Send", 2)
+		call("Send", 2)
+		for range 6 {
+			call("Recv", 2)
+			call("Send", 2)
+		}
+		call("Recv", 2)
+		call("Recv", 2)
+		j.call(at, "AllReduce", 64*mib, -1)
+		t0 += 80 * ms
+	}
+	s := cycle.NewSink(0)
+	s.Consume(j.recs)
+	r := s.Result().Ranks[0]
+	if !r.Found || r.Length != 17 {
+		t.Fatalf("found %v: cycle of %d (%s); want 17 operations", r.Found, r.Length, r.Why)
+	}
+	near(t, "median", r.Median, 80*ms, 0)
+	want := map[string]int{"Send": 8, "Recv": 8, "AllReduce": 1}
+	for _, o := range r.Ops {
+		if want[o.Op] != o.Count {
+			t.Errorf("%s ×%d, want ×%d", o.Op, o.Count, want[o.Op])
+		}
+	}
+}
+
+func TestNoCycle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	irregular := &job{}
+	for i := range 500 {
+		irregular.call(time.Duration(i)*ms, "AllReduce", int64(1+rng.IntN(1<<20)), -1)
+	}
+	// One signature, issued at random times: it repeats every operation,
+	// but no number of them takes a steady time.
+	unsteady := &job{rank: 1}
+	at := time.Duration(0)
+	for range 500 {
+		at += time.Duration(1+rng.IntN(100)) * ms
+		unsteady.call(at, "AllReduce", mib, -1)
+	}
+	few := &job{rank: 2}
+	for i := range 5 {
+		few.call(time.Duration(i)*ms, "Broadcast", mib, -1)
+	}
+	for _, c := range []struct {
+		name string
+		recs []profiler.Record
+		why  string
+	}{
+		{"sizes that never repeat", irregular.recs, "hold no sequence repeated 3 times"},
+		{"one kind at random times", unsteady.recs, "repeat every 1, but no multiple of 1"},
+		{"five operations", few.recs, "5 operations, too few"},
+	} {
+		s := cycle.NewSink(0)
+		s.Consume(c.recs)
+		res := s.Result()
+		r := res.Ranks[0]
+		if r.Found || !strings.Contains(r.Why, c.why) {
+			t.Errorf("%s: found %v (cycle of %d), why %q; want none, %q", c.name, r.Found, r.Length, r.Why, c.why)
+		}
+		if text := res.Text(); !strings.Contains(text, "cycle: no repeating cycle of collectives found") {
+			t.Errorf("%s: text %q", c.name, text)
+		}
+	}
+	if text := cycle.NewSink(0).Result().Text(); text != "" {
+		t.Errorf("no ranks: text %q, want none", text)
+	}
+}
+
+// TestWindow: a long run keeps only the latest operations, and the
+// search still finds the step in them.
+func TestWindow(t *testing.T) {
+	s := cycle.NewSink(64)
+	recs := ddp(0, 2000, 50*ms, ms, 2)
+	for len(recs) > 0 { // in the collector's batches
+		n := min(len(recs), 37)
+		s.Consume(recs[:n])
+		recs = recs[n:]
+	}
+	r := s.Result().Ranks[0]
+	if r.Seen != 8003 || r.Kept != 64 {
+		t.Errorf("seen %d, kept %d; want 8003, 64", r.Seen, r.Kept)
+	}
+	if !r.Found || r.Length != 4 || r.Cycles != 16 {
+		t.Fatalf("found %v: cycle of %d, %d cycles (%s); want 4 operations, 16 cycles", r.Found, r.Length, r.Cycles, r.Why)
+	}
+	near(t, "median", r.Median, 50*ms, ms)
+}
+
+// TestJobAcrossRanks: ranks that agree, and one whose operations do not
+// repeat.
+func TestJobAcrossRanks(t *testing.T) {
+	s := cycle.NewSink(0)
+	for rank := range 3 {
+		s.Consume(ddp(rank, 30, time.Duration(100+10*rank)*ms, ms, uint64(rank)))
+	}
+	odd := &job{rank: 3}
+	for i := range 50 {
+		odd.call(time.Duration(i)*ms, "AllGather", int64(i+1)*mib, -1)
+	}
+	s.Consume(odd.recs)
+	res := s.Result()
+	j, ok := res.Job()
+	if !ok || j.Ranks != 4 || j.Agreeing != 3 || j.Length != 4 || j.Cycles != 30 {
+		t.Fatalf("job %+v (ok %v); want 3 of 4 ranks agreeing on 4 operations, 30 cycles", j, ok)
+	}
+	near(t, "median over ranks", j.Median, 110*ms, ms) // the middle of 100, 110 and 120 ms
+	if j.P90 < 119*ms || j.P90 > 122*ms {
+		t.Errorf("p90 %v, want the slowest rank's, about 120 ms", j.P90)
+	}
+	if text := res.Text(); !strings.Contains(text, "cycle: 3 of 4 ranks repeat a cycle of 4 collectives") {
+		t.Errorf("text %q", text)
+	}
+}
+
+// TestRepeatWithinTheStep: sequence parallelism's all-gather and
+// reduce-scatter per layer repeat every two operations; forward layers
+// take 1 ms, backward 2 ms, and the step ends with 10 ms of optimizer:
+// 32 operations a step.
+func TestRepeatWithinTheStep(t *testing.T) {
+	j := &job{}
+	t0 := time.Duration(0)
+	for range 8 {
+		at := t0
+		for _, layer := range []time.Duration{ms, ms, ms, ms, ms, ms, ms, ms, 2 * ms, 2 * ms, 2 * ms, 2 * ms, 2 * ms, 2 * ms, 2 * ms, 2 * ms} {
+			j.call(at, "AllGather", 8*mib, -1)
+			j.call(at+layer/2, "ReduceScatter", 8*mib, -1)
+			at += layer
+		}
+		t0 = at + 10*ms
+	}
+	s := cycle.NewSink(0)
+	s.Consume(j.recs)
+	r := s.Result().Ranks[0]
+	if !r.Found || r.Length != 32 || r.Period != 2 || r.Cycles != 8 {
+		t.Fatalf("found %v: cycle of %d, period %d, %d cycles (%s); want 32 operations of period 2, 8 cycles", r.Found, r.Length, r.Period, r.Cycles, r.Why)
+	}
+	near(t, "median", r.Median, 34*ms, 0)
+}

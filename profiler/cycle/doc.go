@@ -1,0 +1,33 @@
+// Package cycle finds the step of a training job that marks none, from
+// its collectives alone.
+//
+// A data-parallel, sharded or pipelined training loop issues the same
+// collectives in the same order every step: DDP one all-reduce per
+// gradient bucket, FSDP an all-gather per unit forward and backward and a
+// reduce-scatter per unit, a pipeline its sends and receives and its
+// gradients' all-reduce. A wrapped command (profile-run -- CMD) that marks
+// no NVTX steps still shows that cycle. A Sink keeps each rank's latest
+// collectives (a bounded window), and Result finds, per rank:
+//
+//   - the longest recent stretch whose sequence of collectives — operation,
+//     communicator, size, peer and root — repeats with a period of p
+//     operations, three times at least (a warm-up step that differs, DDP's
+//     first with its buckets not yet rebuilt, falls outside it);
+//   - the shortest multiple c of p whose repetitions take a steady time
+//     (the time from any operation to the one c later has an
+//     interquartile range within MaxSpread of its median). Where the
+//     sequence has two kinds of operation or more and repeats whole, c = p
+//     is the cycle. A multiple of it, or of a sequence of one kind (the
+//     all-reduces of tensor parallelism, all of one size, repeat every
+//     operation), must also start after a gap of its own: in three cycles
+//     of four, the pause before that place is MinBoundary times the
+//     typical gap (the optimizer's step, the next batch). Sums of many
+//     gaps grow steady whatever they span; only a step pauses at the same
+//     place every time.
+//
+// That cycle's duration is the step time as the host issued the work: in
+// a loop that waits for its GPU each step (a loss read back, a
+// synchronising optimizer), the time of a step. Result says when no rank
+// has enough collectives, when they do not repeat, or when no multiple
+// takes a steady time, rather than guess.
+package cycle
