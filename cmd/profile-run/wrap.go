@@ -87,6 +87,10 @@ type wrapper struct {
 	cudaElsewhere string
 	started       time.Time
 	cpuAtStart    time.Duration // profile-run's own CPU time when the command started
+	// The progress line's latest word on the collectives' cycle, and
+	// when it was searched for (progressCycle; the progress goroutine's).
+	cycleAt   time.Time
+	cycleText string
 }
 
 // wrappedPeakNote is what a wrapped process's peak device memory is.
@@ -526,13 +530,48 @@ func (w *wrapper) progressLine() string {
 	st := w.col.Stats()
 	ps := w.prof.Stats()
 	line := fmt.Sprintf("profile-run: %v: %s from %s, %d dropped", elapsed, ncclOps(st.Records), count(st.Communicating, "process", "processes"), st.PluginDrops()+ps.Dropped)
+	steps := ""
 	if w.out != nil && w.out.steps != nil {
-		line += progressSteps(w.out.steps.Ranks())
+		steps = progressSteps(w.out.steps.Ranks())
+	}
+	line += steps
+	if steps == "" {
+		line += w.progressCycle()
 	}
 	if w.out != nil && w.out.pipe != nil {
 		line += stragglerText(w.out.pipe.Summary())
 	}
 	return line
+}
+
+// How often the progress line searches for the cycle of the collectives
+// again, once one is found and before (each search reads every process's
+// window: a few milliseconds a process).
+const (
+	cycleEvery   = 5 * time.Second
+	cycleUnfound = time.Second
+)
+
+// progressCycle is what the progress line says, while no step has been
+// accounted, of the cycle the command's collectives repeat: its time and
+// length, searched again at most every cycleEvery (cycleUnfound while
+// none is found); "" before one is found.
+func (w *wrapper) progressCycle() string {
+	if w.out == nil || w.out.cycles == nil {
+		return ""
+	}
+	every := cycleEvery
+	if w.cycleText == "" {
+		every = cycleUnfound
+	}
+	if now := time.Now(); now.Sub(w.cycleAt) >= every {
+		w.cycleAt = now
+		w.cycleText = ""
+		if j, ok := w.out.cycles.Result().Job(); ok {
+			w.cycleText = fmt.Sprintf(", no steps marked: a cycle of %d collectives every %.1f ms", j.Length, float64(j.Median)/float64(time.Millisecond))
+		}
+	}
+	return w.cycleText
 }
 
 // ncclOps counts a wrapped command's NCCL operations, collectives and p2p

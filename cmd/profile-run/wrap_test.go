@@ -757,12 +757,19 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 		len(c.Ops) != 1 || c.Ops[0].Op != "AllReduce" || c.Ops[0].Count != 3 || c.P50 == nil || *c.P50 < 0.0495 || *c.P50 > 0.08 {
 		t.Errorf("summary.json's collective_cycle: %s", b[bytes.Index(b, []byte(`"collective_cycle"`)):])
 	}
-	// The same job again, and compare's gate on the cycle: neither run
-	// marks steps. Both cycles sleep 50 ms; the bound is wide, for a
-	// loaded machine's late wake-ups.
+	// The same job again, 40 steps, with progress lines: once the cycle
+	// is found (the line searches every second until then), they say it.
+	// Then compare's gate on the cycle: neither run marks steps. Both
+	// cycles sleep 50 ms; the bound is wide, for a loaded machine's late
+	// wake-ups.
 	out2 := t.TempDir()
-	if code, stdout, stderr := runWrap(t, "-out", out2, "-metrics-addr", "off", "-quiet", "--", "bash", "-c", script); code != 0 {
+	long := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-steps %q 40 $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	code, stdout, stderr = runWrap(t, "-out", out2, "-metrics-addr", "off", "-quiet", "-progress", "log", "-progress-every", "100ms", "--", "bash", "-c", long)
+	if code != 0 {
 		t.Fatalf("second run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if !regexp.MustCompile(`(?m)^profile-run: [0-9.]+s: [0-9]+ collectives and p2p from 2 processes, 0 dropped, no steps marked: a cycle of 3 collectives every [0-9.]+ ms`).MatchString(stderr) {
+		t.Errorf("no progress line with the cycle:\n%s", stderr)
 	}
 	path2, _ := oneReport(t, out2)
 	code, stdout, stderr = runCmd(t, "compare", "-fail-above", "50%", filepath.Dir(path), filepath.Dir(path2))

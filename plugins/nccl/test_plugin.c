@@ -30,7 +30,8 @@
  *
  * With --drive-steps, a data-parallel loop's collectives and no NVTX
  * ranges: two all-reduces of a first step, then STEPS steps of three
- * all-reduces (4000, 4000 and 1000 floats) 5 ms apart and a 35 ms pause.
+ * all-reduces (4000, 4000 and 1000 floats, each with one kernel channel
+ * of 100 µs) 5 ms apart and a 35 ms pause.
  *
  *   ./test_plugin --drive-steps ./libtrainscope-nccl.so STEPS [RANK NRANKS]
  *
@@ -384,6 +385,23 @@ static void drive_steps(int steps, int rank, int nranks) {
       void* h = NULL;
       p->startEvent(ctx, &h, &c);
       p->stopEvent(h);
+      /* Its one kernel channel, 100 µs on the GPU's timer (here the host's
+       * clock): a collective completes with its channels, as in NCCL. */
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+      ncclProfilerEventDescr_v5_t k = {0};
+      k.type = ncclProfileKernelCh;
+      k.parentObj = h;
+      k.kernelCh.channelId = 0;
+      k.kernelCh.pTimer = t;
+      void* kh = NULL;
+      p->startEvent(ctx, &kh, &k);
+      if (!kh) _exit(14);
+      ncclProfilerEventStateArgs_v5_t a = {0};
+      a.kernelCh.pTimer = t + 100000;
+      p->recordEventState(kh, ncclProfilerKernelChStop, &a);
+      p->stopEvent(kh);
       usleep(5000);
     }
     usleep(35000);

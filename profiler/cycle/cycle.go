@@ -165,14 +165,25 @@ type Rank struct {
 	P25, Median, P75, P90 time.Duration
 }
 
-// Result searches every rank's kept operations for its cycle.
+// Result searches every rank's kept operations for its cycle. It copies
+// them under the Sink's lock and searches without it, so a Consume (the
+// profiler's collector) never waits for a search.
 func (s *Sink) Result() Result {
+	type kept struct {
+		rank int
+		seen uint64
+		ops  []op
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var res Result
+	all := make([]kept, 0, len(s.ranks))
 	for rank, rg := range s.ranks {
-		r := find(rg.ordered())
-		r.Rank, r.Seen = rank, rg.seen
+		all = append(all, kept{rank, rg.seen, rg.ordered()})
+	}
+	s.mu.Unlock()
+	var res Result
+	for _, k := range all {
+		r := find(k.ops)
+		r.Rank, r.Seen = k.rank, k.seen
 		res.Ranks = append(res.Ranks, r)
 	}
 	slices.SortFunc(res.Ranks, func(a, b Rank) int { return cmp.Compare(a.Rank, b.Rank) })
