@@ -506,6 +506,14 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 			out.discard()
 			return nil, err
 		}
+		// A wrapped command's cycle of collectives, its step where it
+		// marks none.
+		if out.cycles != nil {
+			if err := out.metrics.Register(prom.NewCycleCollector(out.cycles, 0)); err != nil {
+				out.discard()
+				return nil, err
+			}
+		}
 		if out.spans != nil {
 			spans := out.spans
 			err := out.metrics.AddDelivery("otel", prom.DeliveryFunc(func() prom.Delivery {

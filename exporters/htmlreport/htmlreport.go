@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/profiler/cycle"
 )
 
 var (
@@ -256,6 +257,13 @@ func writeOps(w io.Writer, in Input) (Stats, error) {
 	var text bytes.Buffer
 	if err := analysis.WriteReport(&text, calls.Summary()); err != nil {
 		return Stats{}, err
+	}
+	// The step the operations' cycle suggests, as the run's summary says
+	// it (package cycle).
+	cyc := cycle.NewSink(0)
+	cyc.Consume(in.Records)
+	if line := cyc.Result().Text(); line != "" {
+		fmt.Fprintf(&text, "\n%s\n", line)
 	}
 	v.Analysis = text.String()
 	v.Top = topRanges(in.Records)

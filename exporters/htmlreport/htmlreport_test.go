@@ -179,6 +179,9 @@ func TestWriteOperationsWithoutSteps(t *testing.T) {
 		"operations 1–64 of 600", "operations 269–332 of 600", "operations 537–600 of 600",
 		"collectives: 200 matched across ranks; arrival skew p50 0.200 ms",
 		"straggler: rank 2 caused 100% of the waiting",
+		// All-reduces of one kind, evenly spaced: nothing says where a
+		// step would start.
+		"cycle: no repeating cycle of collectives found (rank 0: 200 of the latest operations repeat every 1, but no multiple of 1 up to 66",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
@@ -201,6 +204,31 @@ func TestWriteOperationsWithoutSteps(t *testing.T) {
 	}
 	if st2 != st || !strings.Contains(buf.String(), "trainscope collectives report") {
 		t.Errorf("steps labelled, none accountable: stats %+v (without labels %+v)", st2, st)
+	}
+}
+
+// TestWriteOperationsCycle: a wrapped run without steps whose ranks
+// repeat two all-reduces (25 and 8 MiB) every 40 ms: the page says the
+// cycle, as the run's summary does.
+func TestWriteOperationsCycle(t *testing.T) {
+	var recs []profiler.Record
+	for k := range 30 {
+		for r := range 2 {
+			for i, mib := range []int64{25, 8} {
+				start := time.Duration(k)*40*time.Millisecond + time.Duration(20+5*i)*time.Millisecond
+				recs = append(recs, profiler.Record{ID: uint64(2*k + i + 1), Name: "AllReduce", Kind: profiler.KindCollective, Rank: r, Labels: profiler.NoLabels,
+					HostStart: start, HostEnd: start, HasDevice: true, DeviceStart: start, DeviceEnd: start + time.Millisecond,
+					Collective: profiler.Collective{Op: "AllReduce", Bytes: mib << 20, Group: "dp", GroupSize: 2, GroupRank: int32(r), Peer: -1, Root: -1, Seq: uint64(2*k + i)}})
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := htmlreport.Write(&buf, htmlreport.Input{Title: "wrapped", Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	want := "cycle: every rank (2) repeats a cycle of 2 collectives (AllReduce ×2, 33.0 MiB) every 40.0 ms"
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("page lacks %q", want)
 	}
 }
 

@@ -1,0 +1,64 @@
+package prom
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trainscope/trainscope/profiler/cycle"
+)
+
+// CycleCollector maps the cycle each rank's collectives repeat
+// (cycle.Sink: the step, most likely, of a wrapped command that marks
+// none) to two gauges per rank where one is found. The search reads every
+// rank's window, a few milliseconds each, so a scrape reuses the last
+// result for up to a refresh interval. Register it with Exporter.Register.
+type CycleCollector struct {
+	sink             *cycle.Sink
+	every            time.Duration
+	seconds, opsDesc *prometheus.Desc
+
+	mu   sync.Mutex
+	at   time.Time
+	last cycle.Result
+}
+
+// NewCycleCollector returns a collector of s's cycles, searched again at
+// most every refresh (5 s where refresh is 0 or less).
+func NewCycleCollector(s *cycle.Sink, refresh time.Duration) *CycleCollector {
+	if refresh <= 0 {
+		refresh = 5 * time.Second
+	}
+	return &CycleCollector{
+		sink:    s,
+		every:   refresh,
+		seconds: prometheus.NewDesc("trainscope_collective_cycle_seconds", "Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest 4096 operations.", []string{labelRank}, nil),
+		opsDesc: prometheus.NewDesc("trainscope_collective_cycle_operations", "Collectives and point-to-point operations in one cycle of the rank's.", []string{labelRank}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *CycleCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.seconds
+	ch <- c.opsDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *CycleCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	if now := time.Now(); c.at.IsZero() || now.Sub(c.at) >= c.every {
+		c.at, c.last = now, c.sink.Result()
+	}
+	res := c.last
+	c.mu.Unlock()
+	for _, r := range res.Ranks {
+		if !r.Found {
+			continue
+		}
+		rank := strconv.Itoa(r.Rank)
+		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.GaugeValue, r.Median.Seconds(), rank)
+		ch <- prometheus.MustNewConstMetric(c.opsDesc, prometheus.GaugeValue, float64(r.Length), rank)
+	}
+}

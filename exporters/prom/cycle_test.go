@@ -1,0 +1,57 @@
+package prom_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/trainscope/trainscope/exporters/prom"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/cycle"
+)
+
+// Rank 0 repeats three all-reduces (two of 25 MiB, one of 6) every 40
+// ms; rank 1 issues two operations, too few for a cycle, and has no
+// series. Within the refresh interval a scrape shows the last search's
+// result, whatever arrived since.
+func TestCycleCollector(t *testing.T) {
+	coll := func(rank int, at time.Duration, mib int64) profiler.Record {
+		return profiler.Record{Name: "AllReduce", Kind: profiler.KindCollective, Rank: rank, HostStart: at,
+			Collective: profiler.Collective{Op: "AllReduce", Bytes: mib << 20, Group: "dp", Peer: -1, Root: -1}}
+	}
+	var recs []profiler.Record
+	for k := range 10 {
+		at := time.Duration(k) * 40 * time.Millisecond
+		recs = append(recs, coll(0, at, 25), coll(0, at+2*time.Millisecond, 25), coll(0, at+4*time.Millisecond, 6))
+	}
+	recs = append(recs, coll(1, 0, 1), coll(1, time.Millisecond, 2))
+	s := cycle.NewSink(0)
+	s.Consume(recs)
+	c := prom.NewCycleCollector(s, time.Hour)
+	want := `
+# HELP trainscope_collective_cycle_operations Collectives and point-to-point operations in one cycle of the rank's.
+# TYPE trainscope_collective_cycle_operations gauge
+trainscope_collective_cycle_operations{rank="0"} 3
+# HELP trainscope_collective_cycle_seconds Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest 4096 operations.
+# TYPE trainscope_collective_cycle_seconds gauge
+trainscope_collective_cycle_seconds{rank="0"} 0.04
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	// Rank 1 now repeats too; the hour-long refresh keeps the first
+	// result.
+	var more []profiler.Record
+	for k := range 10 {
+		more = append(more, coll(1, time.Second+time.Duration(k)*10*time.Millisecond, 1), coll(1, time.Second+time.Duration(k)*10*time.Millisecond+time.Millisecond, 2))
+	}
+	s.Consume(more)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Errorf("within the refresh interval: %v", err)
+	}
+	if n := testutil.CollectAndCount(prom.NewCycleCollector(s, 0)); n != 4 {
+		t.Errorf("a fresh collector: %d series, want 4 (both ranks' two)", n)
+	}
+}
