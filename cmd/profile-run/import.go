@@ -449,7 +449,28 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 		out.removeFiles()
 		return context.Cause(in.abort)
 	}
+	// Without steps, the step the collectives' cycle suggests, as a
+	// wrapped run's summary says it.
+	if out.cycles != nil && !anySteps(out.steps) {
+		if line := out.cycles.Result().Text(); line != "" {
+			fmt.Fprintf(stdout, "  %s\n", line)
+		}
+	}
 	return errors.Join(flushErr, out.finish(stdout))
+}
+
+// anySteps reports whether s accounted a step on any rank; false for a
+// nil s.
+func anySteps(s *profiler.StepSummary) bool {
+	if s == nil {
+		return false
+	}
+	for _, r := range s.Ranks() {
+		if r.Steps > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // windowKeepsAny checks -trace-steps against the steps the imported

@@ -179,8 +179,9 @@ type outputs struct {
 	stepSpans atomic.Pointer[otel.Exporter]
 	profile   *pprof.Aggregate  // the pprof profile
 	calls     *profiler.CallLog // every call, per rank, as it finishes
-	// cycles keeps a wrapped command's latest collectives per rank, for
-	// the cycle they repeat: the step of a job that marks none.
+	// cycles keeps a wrapped command's or an import's latest collectives
+	// per rank, for the cycle they repeat: the step of a job that marks
+	// none.
 	cycles *cycle.Sink
 
 	metrics     *prom.Exporter
@@ -462,7 +463,7 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		out.calls = profiler.NewCallLog(callLogPrefix(out.report.Name()), callLogLimit(o.callLogMiB))
 		sinks = append(sinks, out.calls)
 	}
-	if len(o.command) > 0 {
+	if len(o.command) > 0 || o.importing > 0 {
 		out.cycles = cycle.NewSink(0)
 		sinks = append(sinks, out.cycles)
 	}

@@ -912,6 +912,45 @@ func TestImportTwoWrappedHosts(t *testing.T) {
 	}
 }
 
+// TestImportTwoWrappedHostsCycle: a loop that marks no steps, wrapped by
+// one profile-run per host (ranks 0–1 and 2–3, 12 steps each), then the
+// two runs' traces imported together: the import says the cycle of every
+// rank's collectives, as each run's summary did, and its summary.json
+// holds it.
+func TestImportTwoWrappedHostsCycle(t *testing.T) {
+	dir, lib := buildPlugin(t)
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	var traces []string
+	for host, ranks := range [][2]int{{0, 1}, {2, 3}} {
+		script := fmt.Sprintf(`for r in %d %d; do RANK=$r %q --drive-steps %q 12 $r 4 & done; wait`, ranks[0], ranks[1], filepath.Join(dir, "test_plugin"), lib)
+		out := t.TempDir()
+		if code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "-quiet", "--", "bash", "-c", script); code != 0 {
+			t.Fatalf("host %d: exit %d\nstdout %s\nstderr %s", host, code, stdout, stderr)
+		}
+		path, _ := oneReport(t, out)
+		traces = append(traces, filepath.Join(filepath.Dir(path), "trace.json"))
+	}
+	out := t.TempDir()
+	code, stdout, stderr := runCmd(t, append([]string{"import", "-out", out, "-quiet"}, traces...)...)
+	if code != exitOK {
+		t.Fatalf("import: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`(?m)^  cycle: every rank \(4\) repeats a cycle of 3 collectives \(AllReduce ×3, 35\.2 KiB\) every ([0-9.]+) ms`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("the import does not say the cycle:\n%s", stdout)
+	}
+	if p50, _ := strconv.ParseFloat(m[1], 64); p50 < 49.5 || p50 > 80 {
+		t.Errorf("median cycle %s ms; the driver's step sleeps 50 ms", m[1])
+	}
+	b, err := os.ReadFile(filepath.Join(runDirs(t, out)[0], "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"collective_cycle": {`)) || !bytes.Contains(b, []byte(`"agreeing_ranks": 4`)) {
+		t.Errorf("the import's summary.json lacks the cycle of its 4 ranks:\n%s", b)
+	}
+}
+
 // procState is the state letter of /proc/PID/stat ('T' stopped), or 0.
 func procState(pid int) byte {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

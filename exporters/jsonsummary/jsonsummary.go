@@ -42,8 +42,8 @@ type Input struct {
 	// Pipeline is the pipeline analysis (analysis.Sink.Summary); nil
 	// leaves it out.
 	Pipeline *analysis.Summary
-	// Cycle is the cycle a wrapped command's collectives repeat
-	// (cycle.Sink.Result); nil leaves it out.
+	// Cycle is the cycle a wrapped command's or an import's collectives
+	// repeat (cycle.Sink.Result); nil leaves it out.
 	Cycle *cycle.Result
 }
 
@@ -60,9 +60,10 @@ type Document struct {
 	Records     Records      `json:"records"`
 	Steps       []RankStep   `json:"steps"`
 	Pipeline    *Pipeline    `json:"pipeline,omitempty"`
-	// CollectiveCycle is, for a wrapped command, the cycle its
-	// collectives repeat: the step, most likely, of a job that marks
-	// none. Absent for other runs and in summaries written before it.
+	// CollectiveCycle is, for a wrapped command or an import, the cycle
+	// its collectives repeat: the step, most likely, of a job that marks
+	// none. Absent for the built-in trainer's runs, where no rank issued
+	// a collective, and in summaries written before it.
 	CollectiveCycle *CollectiveCycle `json:"collective_cycle,omitempty"`
 	Ranges          []Range          `json:"ranges"`
 }
