@@ -451,8 +451,8 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	}
 	// Without steps, the step the collectives' cycle suggests, as a
 	// wrapped run's summary says it.
-	if out.cycles != nil && !anySteps(out.steps) {
-		if line := out.cycles.Result().Text(); line != "" {
+	if res := out.cycleResult(); res != nil && !anySteps(out.steps) {
+		if line := res.Text(); line != "" {
 			fmt.Fprintf(stdout, "  %s\n", line)
 		}
 	}

@@ -183,6 +183,7 @@ type outputs struct {
 	// per rank, for the cycle they repeat: the step of a job that marks
 	// none.
 	cycles *cycle.Sink
+	cycle  *cycle.Result // cycles' result at the end (cycleResult)
 
 	metrics     *prom.Exporter
 	metricsAddr net.Addr
@@ -197,6 +198,20 @@ type outputs struct {
 	reportPath string // "" with -report off
 	wholeMu    sync.Mutex
 	wholeDone  map[string]bool
+}
+
+// cycleResult is the cycle of the run's collectives (cycle.Sink.Result),
+// searched once the records are all in (after the last Flush) and kept;
+// nil for a run that does not look for one (the built-in trainer's).
+func (out *outputs) cycleResult() *cycle.Result {
+	if out.cycles == nil {
+		return nil
+	}
+	if out.cycle == nil {
+		res := out.cycles.Result()
+		out.cycle = &res
+	}
+	return out.cycle
 }
 
 // resolvePath applies a file flag's convention: "" is the default name in
@@ -715,7 +730,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if len(out.o.command) > 0 || out.o.importing > 0 {
 			ideal = 0 // the schedule is not the built-in trainer's, nor known
 		}
-		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, out.o.peaks,
+		src := out.o.peaks
+		if res := out.cycleResult(); res != nil && !anySteps(out.steps) {
+			src.cycle = res.Text()
+		}
+		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, src,
 			analysis.WithSharedDevices(out.shared))
 		errs = append(errs, err, screenErr)
 		out.whole(paths...) // those listed are whole, error or not
@@ -1198,10 +1217,7 @@ func (out *outputs) writeJSONSummary(pipe *analysis.Summary) error {
 	if err == nil {
 		in := jsonsummary.Input{RunID: out.runID, Partial: out.partial, Command: out.o.args, Stats: out.prof.Stats(),
 			Steps: out.steps.Ranks(), Groups: out.tables.Groups(), Pipeline: pipe}
-		if out.cycles != nil {
-			res := out.cycles.Result()
-			in.Cycle = &res
-		}
+		in.Cycle = out.cycleResult()
 		if c := out.o.train; len(out.o.command) == 0 && out.o.importing == 0 {
 			where := c.Backend.String()
 			if pl, err := c.Placement(); err == nil {

@@ -473,6 +473,10 @@ type peakSource struct {
 	// imported trace's memory events outside its top-level ranges): the
 	// report's all-steps figure is at least this.
 	atLeast map[int]int64
+	// cycle is what the collectives' cycle says of a job that marks no
+	// steps (cycle.Result.Text), for the report file's collectives
+	// section; the screen has it on its summary's cycle: line.
+	cycle string
 }
 
 // writeReports prints the all-steps summary on stdout and writes it to f,
@@ -535,6 +539,9 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 			fmt.Fprintln(w, "\n=== collectives across ranks: skew, waiting, stragglers, clocks (docs/analysis.md) ===")
 			if err := analysis.WriteReport(w, *pipe, append(slices.Clip(aopts), analysis.WithRankRows(rows))...); err != nil {
 				return fmt.Errorf("report: %w", err)
+			}
+			if w != stdout && src.cycle != "" {
+				fmt.Fprintf(w, "%s\n", src.cycle)
 			}
 		case pipe != nil && pipe.Steps > 0:
 			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")

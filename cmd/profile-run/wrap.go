@@ -947,7 +947,7 @@ func (w *wrapper) cycleSummary() string {
 	if w.out.cycles == nil || w.col == nil || w.col.Stats().Steps > 0 {
 		return ""
 	}
-	return w.out.cycles.Result().Text()
+	return w.out.cycleResult().Text()
 }
 
 // describeExit puts a shell status into words.

@@ -728,7 +728,11 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 	if cycles, _ := strconv.Atoi(m[2]); cycles != 12 {
 		t.Errorf("%s cycles; the driver ran 12 steps after a different first", m[2])
 	}
-	path, _ := oneReport(t, out)
+	path, report := oneReport(t, out)
+	// The report file's collectives section ends with the same line.
+	if !regexp.MustCompile(`(?s)=== collectives across ranks.*\ncycle: every rank \(2\) repeats a cycle of 3 collectives \(AllReduce ×3, 35\.2 KiB\) every [0-9.]+ ms`).MatchString(report) {
+		t.Errorf("report.txt's collectives section lacks the cycle:\n%s", report)
+	}
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "summary.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -154,6 +154,9 @@ func Compare(base, new Run) Comparison {
 	}
 	c.Figures = figures(base.Doc, new.Doc, &c.Notes)
 	c.Ranges, c.PerStep = ranges(base.Doc, new.Doc)
+	if d := c.sameCycle(); d != "" {
+		c.Notes = append(c.Notes, d+": the job communicates otherwise each step, or one run's cycle spans several steps")
+	}
 	return c
 }
 

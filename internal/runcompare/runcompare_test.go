@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,6 +176,11 @@ func TestGateOnTheCycleOfCollectives(t *testing.T) {
 	c = runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.020, 8)))
 	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) || !strings.Contains(err.Error(), "cycles of collectives differ (base 4 operations, new 8)") {
 		t.Errorf("cycles of other lengths: %v; want ErrNotGated saying they differ", err)
+	}
+	if !slices.ContainsFunc(c.Notes, func(n string) bool {
+		return strings.HasPrefix(n, "their cycles of collectives differ (base 4 operations, new 8)")
+	}) {
+		t.Errorf("notes %q; want one saying the cycles differ", c.Notes)
 	}
 	steps := job([2]float64{0.010, 0.008}, [2]*float64{}, [2]float64{}, [2]float64{})
 	c = runcompare.Compare(run("a", steps), run("b", wrapped(0.010, 4)))
