@@ -76,16 +76,22 @@ type CollectiveCycle struct {
 	// where one was.
 	Why string `json:"why,omitempty"`
 	// Ranks counts the ranks that issued collectives, AgreeingRanks
-	// those whose cycle is the one below.
+	// those whose cycle takes the step's time (within cycle.SameStep
+	// of the median over the ranks with one).
 	Ranks         int `json:"ranks"`
 	AgreeingRanks int `json:"agreeing_ranks"`
-	// Operations per cycle, by kind, and their bytes.
-	Operations int       `json:"operations"`
-	Ops        []CycleOp `json:"ops"`
-	Bytes      int64     `json:"bytes"`
-	Cycles     int       `json:"cycles"` // the fewest whole cycles an agreeing rank's stretch held
-	P50        *float64  `json:"p50_s"`  // median over the agreeing ranks of their median cycle time; null without a cycle
-	P90        *float64  `json:"p90_s"`  // the largest 90th percentile among them; null without a cycle
+	// Operations per cycle (the most common among the agreeing ranks:
+	// a pipeline's middle stages have more than its ends; the range in
+	// MinOperations and MaxOperations), by kind, and their bytes, as
+	// the lowest agreeing rank of that many has them.
+	Operations    int       `json:"operations"`
+	MinOperations int       `json:"min_operations"`
+	MaxOperations int       `json:"max_operations"`
+	Ops           []CycleOp `json:"ops"`
+	Bytes         int64     `json:"bytes"`
+	Cycles        int       `json:"cycles"` // the fewest whole cycles an agreeing rank's stretch held
+	P50           *float64  `json:"p50_s"`  // median over the agreeing ranks of their median cycle time; null without a cycle
+	P90           *float64  `json:"p90_s"`  // the largest 90th percentile among them; null without a cycle
 }
 
 // CycleOp is one kind of operation in a cycle.
@@ -381,6 +387,7 @@ func collectiveCycle(r cycle.Result) *CollectiveCycle {
 		return c
 	}
 	c.Found, c.AgreeingRanks, c.Operations, c.Bytes, c.Cycles = true, j.Agreeing, j.Length, j.Bytes, j.Cycles
+	c.MinOperations, c.MaxOperations = j.MinLength, j.MaxLength
 	for _, o := range j.Ops {
 		c.Ops = append(c.Ops, CycleOp{Op: o.Op, Count: o.Count, Bytes: o.Bytes})
 	}

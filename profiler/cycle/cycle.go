@@ -330,56 +330,83 @@ type Result struct {
 	Ranks []Rank
 }
 
-// Job is the cycle the ranks agree on: the length most of the ranks that
-// have a cycle found (the shortest among equals), and the median over
-// those ranks of their cycles' durations. ok is false where no rank has
-// one.
+// Job is the step the ranks agree on: the median over the ranks that
+// have a cycle of their cycles' median times, over those within SameStep
+// of the median of all of them. Their cycles may hold different numbers
+// of operations (a pipeline's middle stages send and receive both ways,
+// its first and last one way each); Length is the most common (the
+// shortest among equals). ok is false where no rank has a cycle.
 func (r Result) Job() (j Job, ok bool) {
 	j.Ranks = len(r.Ranks)
-	byLength := map[int][]Rank{}
+	var found []Rank
 	for _, rk := range r.Ranks {
 		if rk.Found {
-			byLength[rk.Length] = append(byLength[rk.Length], rk)
+			found = append(found, rk)
 		}
 	}
-	for length, rs := range byLength {
-		if len(rs) > len(j.agree) || len(rs) == len(j.agree) && length < j.Length {
-			j.Length, j.agree = length, rs
-		}
-	}
-	if len(j.agree) == 0 {
+	if len(found) == 0 {
 		return j, false
 	}
+	mid := medianOf(found)
+	count := map[int]int{}
+	for _, rk := range found {
+		if d := rk.Median - mid; float64(max(d, -d)) <= SameStep*float64(mid) {
+			j.agree = append(j.agree, rk)
+			count[rk.Length]++
+		}
+	}
 	j.Agreeing = len(j.agree)
-	first := j.agree[0]
-	j.Ops, j.Bytes, j.Cycles = first.Ops, first.Bytes, first.Cycles
-	med := make([]time.Duration, 0, len(j.agree))
+	j.MinLength, j.MaxLength = j.agree[0].Length, j.agree[0].Length
+	for length, n := range count {
+		if n > count[j.Length] || n == count[j.Length] && length < j.Length {
+			j.Length = length
+		}
+		j.MinLength, j.MaxLength = min(j.MinLength, length), max(j.MaxLength, length)
+	}
+	first := j.agree[slices.IndexFunc(j.agree, func(rk Rank) bool { return rk.Length == j.Length })]
+	j.Rank, j.Ops, j.Bytes, j.Cycles = first.Rank, first.Ops, first.Bytes, first.Cycles
 	for _, rk := range j.agree {
-		med = append(med, rk.Median)
 		j.P90 = max(j.P90, rk.P90)
 		j.Cycles = min(j.Cycles, rk.Cycles)
 	}
-	slices.Sort(med)
-	j.Median = med[len(med)/2]
-	if len(med)%2 == 0 {
-		j.Median = (med[len(med)/2-1] + med[len(med)/2]) / 2
-	}
+	j.Median = medianOf(j.agree)
 	return j, true
 }
 
-// Job is the cycle most ranks share.
+// SameStep is how far from the median of all ranks' cycle times a rank's
+// may be and still count as the same step.
+const SameStep = 0.1
+
+// medianOf is the median of the ranks' median cycle times.
+func medianOf(rs []Rank) time.Duration {
+	med := make([]time.Duration, 0, len(rs))
+	for _, rk := range rs {
+		med = append(med, rk.Median)
+	}
+	slices.Sort(med)
+	if n := len(med); n%2 == 0 {
+		return (med[n/2-1] + med[n/2]) / 2
+	}
+	return med[len(med)/2]
+}
+
+// Job is the step most ranks' cycles show.
 type Job struct {
 	// Ranks counts the ranks with operations, Agreeing those whose cycle
-	// is Length operations long.
+	// takes the step's time.
 	Ranks, Agreeing int
-	Length          int
-	// Ops and Bytes are one cycle's, as the lowest agreeing rank has it.
+	// Length is the most common number of operations in an agreeing
+	// rank's cycle; MinLength and MaxLength the range over them.
+	Length, MinLength, MaxLength int
+	// Ops and Bytes are one cycle's of Rank, the lowest agreeing rank of
+	// Length.
+	Rank  int
 	Ops   []OpCount
 	Bytes int64
 	// Cycles is the fewest whole cycles an agreeing rank's stretch held.
 	Cycles int
 	// Median is the median over the agreeing ranks of their median cycle
-	// duration; P90 the largest of their 90th percentiles.
+	// time; P90 the largest of their 90th percentiles.
 	Median, P90 time.Duration
 	agree       []Rank
 }
@@ -406,8 +433,12 @@ func (r Result) Text() string {
 	for _, o := range j.Ops {
 		parts = append(parts, fmt.Sprintf("%s ×%d", o.Op, o.Count))
 	}
-	return fmt.Sprintf("cycle: %s a cycle of %d collectives (%s, %s) every %s (median over %d or more cycles a rank; p90 %s): the step, most likely",
-		who, j.Length, strings.Join(parts, ", "), bytesText(j.Bytes), durationText(j.Median), j.Cycles, durationText(j.P90))
+	what := fmt.Sprintf("a cycle of %d collectives (%s, %s)", j.Length, strings.Join(parts, ", "), bytesText(j.Bytes))
+	if j.MinLength != j.MaxLength {
+		what = fmt.Sprintf("cycles of %d to %d collectives (rank %d's %d: %s, %s)", j.MinLength, j.MaxLength, j.Rank, j.Length, strings.Join(parts, ", "), bytesText(j.Bytes))
+	}
+	return fmt.Sprintf("cycle: %s %s every %s (median over %d or more cycles a rank; p90 %s): the step, most likely",
+		who, what, durationText(j.Median), j.Cycles, durationText(j.P90))
 }
 
 func bytesText(b int64) string {

@@ -282,3 +282,43 @@ func TestRepeatWithinTheStep(t *testing.T) {
 	}
 	near(t, "median", r.Median, 34*ms, 0)
 }
+
+// TestPipelineStagesOfOtherLengths: a pipeline of four stages, 80 ms a
+// step: the first and last stages send or receive one way (8 operations
+// and an all-reduce a step), the middle two both ways (16 and an
+// all-reduce). Every rank takes the step's time; their cycles differ in
+// length, and the text says the range.
+func TestPipelineStagesOfOtherLengths(t *testing.T) {
+	s := cycle.NewSink(0)
+	for rank := range 4 {
+		j := &job{rank: rank}
+		ops := []string{"Send"}
+		switch rank {
+		case 1, 2:
+			ops = []string{"Recv", "Send"}
+		case 3:
+			ops = []string{"Recv"}
+		}
+		for step := range 12 {
+			at := time.Duration(step) * 80 * time.Millisecond
+			for range 8 {
+				for _, op := range ops {
+					j.call(at, op, 2*mib, int32(rank+1))
+					at += 2 * time.Millisecond
+				}
+			}
+			j.call(at, "AllReduce", 64*mib, -1)
+		}
+		s.Consume(j.recs)
+	}
+	res := s.Result()
+	j, ok := res.Job()
+	if !ok || j.Agreeing != 4 || j.MinLength != 9 || j.MaxLength != 17 || j.Length != 9 || j.Rank != 0 {
+		t.Fatalf("job %+v (ok %v); want all 4 ranks, cycles of 9 to 17, the most common (9, rank 0's) named", j, ok)
+	}
+	near(t, "median", j.Median, 80*ms, 0)
+	want := "cycle: every rank (4) repeats cycles of 9 to 17 collectives (rank 0's 9: Send ×8, AllReduce ×1, 80.0 MiB) every 80.0 ms"
+	if text := res.Text(); !strings.HasPrefix(text, want) {
+		t.Errorf("text %q, want it to begin %q", text, want)
+	}
+}
