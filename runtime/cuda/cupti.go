@@ -266,6 +266,25 @@ func (t *ActivityTrace) Flush(fn func(Activity)) error {
 	return nil
 }
 
+// FlushCompleted asks CUPTI, without forcing, for the buffers whose every
+// record is complete, and hands the activities gathered since the last
+// flush to fn. Unlike Flush it loses nothing of work still running:
+// CUPTI keeps the buffers that hold such work (with every other record
+// in them) until it is done.
+func (t *ActivityTrace) FlushCompleted(fn func(Activity)) error {
+	if rc := dl.Call(t.api.flushAll, 0); rc != 0 {
+		return t.api.err("cuptiActivityFlushAll", rc)
+	}
+	t.mu.Lock()
+	done := t.done
+	t.done = nil
+	t.mu.Unlock()
+	for _, a := range done {
+		fn(a)
+	}
+	return nil
+}
+
 // External returns the id pushed when the API call with correlation id c
 // was made, and forgets it.
 func (t *ActivityTrace) External(c uint32) (uint64, bool) {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
+	"syscall"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cuda"
@@ -219,4 +222,117 @@ func BenchmarkActivityHostCost(b *testing.B) {
 			return err
 		}
 	})
+}
+
+// TestActivityDelivery records what a profiler timing ranges from CUPTI's
+// records would rest on (docs/benchmarks.md):
+//
+//   - CUPTI's clock against the host's monotonic clock (Go's, the
+//     profiler's): pairs read a second apart give the offset and how
+//     much it moved;
+//   - a flush that does not force (FlushCompleted) hands over the records
+//     of work that has finished, 200 short kernels on a stream that was
+//     synchronised, without losing any, and none without times;
+//   - and whether it does so while another stream's work still runs (a
+//     sleep of 300 ms launched first): whether a buffer holding an
+//     unfinished record holds back the finished ones after it.
+//
+// It fails where the first two do not hold; the third it reports.
+func TestActivityDelivery(t *testing.T) {
+	impl := gpu(t)
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	a, b := newStream(t, dev(0)), newStream(t, dev(0))
+	const n = 32
+	x, y := malloc(t, dev(0), 4*n), malloc(t, dev(0), 4*n)
+	tr := trace(t, impl, cuda.ActivityOptions{})
+	// The clocks: CUPTI's against CLOCK_MONOTONIC (Go's and the
+	// profiler's) and CLOCK_MONOTONIC_RAW, from the tightest of 50 reads
+	// each, then again a second later.
+	clock := func(id uintptr) int64 {
+		var ts syscall.Timespec
+		if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, id, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+			t.Fatalf("clock_gettime(%d): %v", id, e)
+		}
+		return ts.Nano()
+	}
+	const monotonic, raw = 1, 4
+	pair := func(id uintptr) (offset, read time.Duration) {
+		read = time.Duration(1 << 62)
+		for range 50 {
+			h0 := clock(id)
+			c := tr.Now()
+			h1 := clock(id)
+			if d := time.Duration(h1 - h0); d < read {
+				read = d
+				offset = time.Duration(int64(c) - (h0+h1)/2)
+			}
+		}
+		return offset, read
+	}
+	m1, r1 := pair(monotonic)
+	w1, _ := pair(raw)
+	time.Sleep(time.Second)
+	m2, r2 := pair(monotonic)
+	w2, _ := pair(raw)
+	t.Logf("CUPTI's clock less CLOCK_MONOTONIC: %v, a second later %v (moved %v; reads took %v, %v)", m1, m2, m2-m1, r1, r2)
+	t.Logf("CUPTI's clock less CLOCK_MONOTONIC_RAW: %v, a second later %v (moved %v)", w1, w2, w2-w1)
+	launch := func(s *runtime.Stream, k int) {
+		for range k {
+			if err := runtime.Tanh(s, x, y, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	kernels := func(fn func(func(cuda.Activity)) error) (k, untimed int) {
+		if err := fn(func(act cuda.Activity) {
+			if act.Kind == cuda.ActivityKernel {
+				k++
+				if act.End <= act.Start {
+					untimed++
+				}
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return k, untimed
+	}
+	// Everything finished: all 200 come, with times.
+	launch(a, 200)
+	if err := a.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, untimed := kernels(tr.FlushCompleted)
+	for tries := 0; got < 200 && tries < 20; tries++ {
+		time.Sleep(10 * time.Millisecond)
+		more, u := kernels(tr.FlushCompleted)
+		got, untimed = got+more, untimed+u
+	}
+	if got != 200 || untimed != 0 {
+		t.Errorf("finished work, flushed without forcing: %d kernel records, %d without times; want 200, 0", got, untimed)
+	}
+	// Another stream's work still running.
+	if err := runtime.Sleep(b, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	launch(a, 200)
+	if err := a.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	early, _ := kernels(tr.FlushCompleted)
+	t.Logf("with a sleep still running on another stream: %d of 200 finished kernels' records handed over at once", early)
+	if err := b.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	late, untimed := kernels(tr.FlushCompleted)
+	for tries := 0; early+late < 201 && tries < 20; tries++ {
+		time.Sleep(10 * time.Millisecond)
+		more, u := kernels(tr.FlushCompleted)
+		late, untimed = late+more, untimed+u
+	}
+	t.Logf("after the sleep ended (%v later): %d more (the sleep's own among them), %d without times", time.Since(start), late, untimed)
+	if early+late < 201 || untimed != 0 {
+		t.Errorf("%d kernel records of 201 (200 and the sleep) came, %d without times", early+late, untimed)
+	}
 }
