@@ -301,6 +301,9 @@ func TestCollectiveCycle(t *testing.T) {
 		if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 			t.Fatal(err)
 		}
+		if _, ok := lookup(doc, "collective_cycle.note"); ok {
+			t.Errorf("%s: a note where the cycle fills the operations kept: %s", c.name, b.String())
+		}
 		for path, want := range c.want {
 			got, ok := lookup(doc, path)
 			if f, isF := want.(float64); isF && ok {

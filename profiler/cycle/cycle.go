@@ -158,8 +158,8 @@ type Rank struct {
 	Ops   []OpCount
 	Bytes int64
 	// Cycles is how many whole cycles the repeating stretch measured
-	// holds.
-	Cycles int
+	// holds, and Stretch its operations (of Kept).
+	Cycles, Stretch int
 	// The cycle's duration, from any operation to the one Length later:
 	// quartiles, median and 90th percentile.
 	P25, Median, P75, P90 time.Duration
@@ -223,7 +223,7 @@ func find(ops []op) Rank {
 				continue
 			}
 		}
-		r.Found, r.Length, r.Period, r.Cycles = true, c, p, m/c
+		r.Found, r.Length, r.Period, r.Cycles, r.Stretch = true, c, p, m/c, m
 		r.P25, r.Median, r.P75, r.P90 = q[0], q[1], q[2], q[3]
 		r.Ops, r.Bytes = composition(stretch[m-c:])
 		return r
@@ -368,6 +368,9 @@ func (r Result) Job() (j Job, ok bool) {
 	for _, rk := range j.agree {
 		j.P90 = max(j.P90, rk.P90)
 		j.Cycles = min(j.Cycles, rk.Cycles)
+		if rk.Stretch*2 < rk.Kept {
+			j.Interrupted = true
+		}
 	}
 	j.Median = medianOf(j.agree)
 	return j, true
@@ -408,7 +411,22 @@ type Job struct {
 	// Median is the median over the agreeing ranks of their median cycle
 	// time; P90 the largest of their 90th percentiles.
 	Median, P90 time.Duration
+	// Interrupted reports that on some agreeing rank the cycle repeats
+	// through less than half the operations kept: other operations come
+	// between its runs, and the cycle may be a part of the step that
+	// repeats within it (a microbatch's, under gradient accumulation,
+	// between the step's own collectives). Note says so in words.
+	Interrupted bool
 	agree       []Rank
+}
+
+// Note says, for an Interrupted job, why the cycle may be a part of the
+// step; "" otherwise.
+func (j Job) Note() string {
+	if !j.Interrupted {
+		return ""
+	}
+	return "its repetitions fill less than half the operations kept, others between them"
 }
 
 // Text says in one line what the ranks' collectives repeat, or why no
@@ -437,8 +455,12 @@ func (r Result) Text() string {
 	if j.MinLength != j.MaxLength {
 		what = fmt.Sprintf("cycles of %d to %d collectives (rank %d's %d: %s, %s)", j.MinLength, j.MaxLength, j.Rank, j.Length, strings.Join(parts, ", "), bytesText(j.Bytes))
 	}
-	return fmt.Sprintf("cycle: %s %s every %s (median over %d or more cycles a rank; p90 %s): the step, most likely",
+	line := fmt.Sprintf("cycle: %s %s every %s (median over %d or more cycles a rank; p90 %s): ",
 		who, what, durationText(j.Median), j.Cycles, durationText(j.P90))
+	if n := j.Note(); n != "" {
+		return line + "the step, or a part of it that repeats within it (a microbatch's, under gradient accumulation): " + n
+	}
+	return line + "the step, most likely"
 }
 
 func bytesText(b int64) string {

@@ -322,3 +322,40 @@ func TestPipelineStagesOfOtherLengths(t *testing.T) {
 		t.Errorf("text %q, want it to begin %q", text, want)
 	}
 }
+
+// TestGradientAccumulation: 14 microbatches a step, each an all-gather
+// and a reduce-scatter 5 ms apart, then the step's all-reduce and 20 ms
+// of optimizer: 29 operations a step, of which a window of 64 holds two
+// and a bit. The cycle found is a microbatch's, repeating through fewer
+// than half the operations kept, and the text says it may be a part of
+// the step.
+func TestGradientAccumulation(t *testing.T) {
+	j := &job{}
+	at := time.Duration(0)
+	for range 20 {
+		for range 14 {
+			j.call(at, "AllGather", 8*mib, -1)
+			j.call(at+2*ms, "ReduceScatter", 8*mib, -1)
+			at += 5 * ms
+		}
+		j.call(at, "AllReduce", 64*mib, -1)
+		at += 20 * ms
+	}
+	s := cycle.NewSink(64)
+	s.Consume(j.recs)
+	res := s.Result()
+	r := res.Ranks[0]
+	job, ok := res.Job()
+	if !ok || r.Length != 2 || r.Stretch != 28 || r.Kept != 64 || !job.Interrupted {
+		t.Fatalf("cycle of %d through %d of %d kept, interrupted %v (found %v); want a microbatch's 2 through 28 of 64, interrupted", r.Length, r.Stretch, r.Kept, job.Interrupted, ok)
+	}
+	if text := res.Text(); !strings.Contains(text, "every 5.0 ms") || !strings.Contains(text, "the step, or a part of it that repeats within it (a microbatch's, under gradient accumulation): its repetitions fill less than half the operations kept") {
+		t.Errorf("text %q", text)
+	}
+	// The whole run kept: the step repeats, and is found.
+	s = cycle.NewSink(0)
+	s.Consume(j.recs)
+	if job, ok := s.Result().Job(); !ok || job.Length != 29 || job.Interrupted {
+		t.Errorf("with every operation kept: %+v (ok %v); want the step's 29, not interrupted", job, ok)
+	}
+}
