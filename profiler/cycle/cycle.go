@@ -330,9 +330,9 @@ type Result struct {
 	Ranks []Rank
 }
 
-// Job is the step the ranks agree on: the median over the ranks that
-// have a cycle of their cycles' median times, over those within SameStep
-// of the median of all of them. Their cycles may hold different numbers
+// Job is the step the ranks agree on: the median of the cycles' median
+// times over the largest set of ranks that take, within SameStep, the
+// time of one of them. Their cycles may hold different numbers
 // of operations (a pipeline's middle stages send and receive both ways,
 // its first and last one way each); Length is the most common (the
 // shortest among equals). ok is false where no rank has a cycle.
@@ -347,10 +347,28 @@ func (r Result) Job() (j Job, ok bool) {
 	if len(found) == 0 {
 		return j, false
 	}
-	mid := medianOf(found)
+	// The time most ranks' cycles take: the rank with the most others
+	// within SameStep of its own (the lowest rank among equals), and
+	// those others.
+	near := func(a, b time.Duration) bool {
+		d := a - b
+		return float64(max(d, -d)) <= SameStep*float64(b)
+	}
+	best, most := 0, 0
+	for i, rk := range found {
+		n := 0
+		for _, o := range found {
+			if near(o.Median, rk.Median) {
+				n++
+			}
+		}
+		if n > most {
+			best, most = i, n
+		}
+	}
 	count := map[int]int{}
 	for _, rk := range found {
-		if d := rk.Median - mid; float64(max(d, -d)) <= SameStep*float64(mid) {
+		if near(rk.Median, found[best].Median) {
 			j.agree = append(j.agree, rk)
 			count[rk.Length]++
 		}
@@ -376,8 +394,8 @@ func (r Result) Job() (j Job, ok bool) {
 	return j, true
 }
 
-// SameStep is how far from the median of all ranks' cycle times a rank's
-// may be and still count as the same step.
+// SameStep is how far from another rank's cycle time a rank's may be
+// and still count as the same step.
 const SameStep = 0.1
 
 // medianOf is the median of the ranks' median cycle times.

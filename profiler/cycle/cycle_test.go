@@ -359,3 +359,39 @@ func TestGradientAccumulation(t *testing.T) {
 		t.Errorf("with every operation kept: %+v (ok %v); want the step's 29, not interrupted", job, ok)
 	}
 }
+
+// TestRanksThatDisagree: two ranks whose cycles take 10 and 100 ms, the
+// median of the two near neither: the job is the lowest rank's, one of
+// two agreeing, not none (which Job once took for a cycle and failed on).
+// Three ranks at 100 ms outvote it.
+func TestRanksThatDisagree(t *testing.T) {
+	steps := func(rank int, step time.Duration) []profiler.Record {
+		j := &job{rank: rank}
+		for k := range 10 {
+			at := time.Duration(k) * step
+			j.call(at, "AllReduce", 4*mib, -1)
+			j.call(at+step/10, "Broadcast", mib, -1)
+		}
+		return j.recs
+	}
+	s := cycle.NewSink(0)
+	s.Consume(steps(0, 10*ms))
+	s.Consume(steps(1, 100*ms))
+	res := s.Result()
+	j, ok := res.Job()
+	if !ok || j.Agreeing != 1 || j.Ranks != 2 || j.Rank != 0 {
+		t.Fatalf("job %+v (ok %v); want rank 0's, 1 of 2 agreeing", j, ok)
+	}
+	near(t, "median", j.Median, 10*ms, 0)
+	if text := res.Text(); !strings.HasPrefix(text, "cycle: 1 of 2 ranks repeat a cycle of 2 collectives") {
+		t.Errorf("text %q", text)
+	}
+	for rank := 2; rank < 4; rank++ {
+		s.Consume(steps(rank, 100*ms))
+	}
+	if j, ok := s.Result().Job(); !ok || j.Agreeing != 3 || j.Rank != 1 {
+		t.Errorf("job %+v (ok %v); want ranks 1–3's, 3 of 4 agreeing", j, ok)
+	} else {
+		near(t, "median of three", j.Median, 100*ms, 0)
+	}
+}
