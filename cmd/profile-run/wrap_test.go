@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -717,7 +718,7 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
-	m := regexp.MustCompile(`(?m)^  nvtx: no ranges seen, so no steps: .*\n  cycle: every rank \(2\) repeats a cycle of 3 collectives \(AllReduce ×3, 35\.2 KiB\) every ([0-9.]+) ms \(median over ([0-9]+) or more cycles a rank; p90 ([0-9.]+) ms\): the step, most likely\n`).FindStringSubmatch(stdout)
+	m := regexp.MustCompile(`(?m)^  nvtx: no ranges seen, so no steps: .*\n  cycle: every rank \(2\) repeats a cycle of 3 collectives \(AllReduce ×3, 35\.2 KiB\) every ([0-9.]+) ms \(median over ([0-9]+) or more cycles a rank; p90 ([0-9.]+) ms; the collectives on the device 300 µs of it\): the step, most likely\n`).FindStringSubmatch(stdout)
 	if m == nil {
 		t.Fatalf("no cycle line after the NVTX line:\n%s", stdout)
 	}
@@ -751,6 +752,7 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 			Bytes  int64
 			Cycles int
 			P50    *float64 `json:"p50_s"`
+			Device *float64 `json:"device_s"`
 		} `json:"collective_cycle"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
@@ -758,7 +760,7 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 	}
 	c := doc.Cycle
 	if c == nil || !c.Found || c.Ranks != 2 || c.Agreeing != 2 || c.Operations != 3 || c.Bytes != 36000 || c.Cycles != 12 ||
-		len(c.Ops) != 1 || c.Ops[0].Op != "AllReduce" || c.Ops[0].Count != 3 || c.P50 == nil || *c.P50 < 0.0495 || *c.P50 > 0.08 {
+		len(c.Ops) != 1 || c.Ops[0].Op != "AllReduce" || c.Ops[0].Count != 3 || c.P50 == nil || *c.P50 < 0.0495 || *c.P50 > 0.08 || c.Device == nil || math.Abs(*c.Device-0.0003) > 1e-9 {
 		t.Errorf("summary.json's collective_cycle: %s", b[bytes.Index(b, []byte(`"collective_cycle"`)):])
 	}
 	// The same job again, 40 steps, with progress lines: once the cycle

@@ -92,6 +92,10 @@ type CollectiveCycle struct {
 	Cycles        int       `json:"cycles"` // the fewest whole cycles an agreeing rank's stretch held
 	P50           *float64  `json:"p50_s"`  // median over the agreeing ranks of their median cycle time; null without a cycle
 	P90           *float64  `json:"p90_s"`  // the largest 90th percentile among them; null without a cycle
+	// Device is the time within a cycle its collectives ran on the
+	// device (the union of their intervals; cycle.Job.Device); null
+	// where none was timed there.
+	Device *float64 `json:"device_s"`
 	// Note says why the cycle may be a part of the step (cycle.Job.Note:
 	// its repetitions fill less than half the operations kept); empty
 	// otherwise.
@@ -393,6 +397,9 @@ func collectiveCycle(r cycle.Result) *CollectiveCycle {
 	c.Found, c.AgreeingRanks, c.Operations, c.Bytes, c.Cycles = true, j.Agreeing, j.Length, j.Bytes, j.Cycles
 	c.MinOperations, c.MaxOperations = j.MinLength, j.MaxLength
 	c.Note = j.Note()
+	if j.DeviceKnown {
+		c.Device = ptr(sec(j.Device))
+	}
 	for _, o := range j.Ops {
 		c.Ops = append(c.Ops, CycleOp{Op: o.Op, Count: o.Count, Bytes: o.Bytes})
 	}

@@ -283,7 +283,7 @@ func TestCollectiveCycle(t *testing.T) {
 			"collective_cycle.operations": 2.0, "collective_cycle.min_operations": 2.0, "collective_cycle.max_operations": 2.0,
 			"collective_cycle.bytes": float64(1<<20 + 4096), "collective_cycle.cycles": 10.0,
 			"collective_cycle.ops.0.op": "AllReduce", "collective_cycle.ops.1.op": "Broadcast", "collective_cycle.ops.1.bytes": 4096.0,
-			"collective_cycle.p50_s": 0.02, "collective_cycle.p90_s": 0.02,
+			"collective_cycle.p50_s": 0.02, "collective_cycle.p90_s": 0.02, "collective_cycle.device_s": nil,
 		}},
 		{"none", few, map[string]any{
 			"collective_cycle.found": false, "collective_cycle.ranks": 1.0, "collective_cycle.operations": 0.0,

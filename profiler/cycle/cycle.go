@@ -37,6 +37,10 @@ type op struct {
 	start time.Duration // when the host issued it (Record.HostStart)
 	bytes int64
 	name  string
+	// devStart, devEnd are its device interval (NCCL's kernel channels'
+	// timers for a wrapped job's), on the record's clock; devEnd 0 where
+	// it has none.
+	devStart, devEnd time.Duration
 }
 
 // ring holds a rank's latest collectives.
@@ -107,7 +111,11 @@ func (s *Sink) Consume(batch []profiler.Record) {
 			rg = &ring{}
 			s.ranks[r.Rank] = rg
 		}
-		rg.add(op{sig: h, start: r.HostStart, bytes: c.Bytes, name: name}, s.window)
+		o := op{sig: h, start: r.HostStart, bytes: c.Bytes, name: name}
+		if r.HasDevice && r.DeviceEnd > r.DeviceStart {
+			o.devStart, o.devEnd = r.DeviceStart, r.DeviceEnd
+		}
+		rg.add(o, s.window)
 	}
 }
 
@@ -163,6 +171,12 @@ type Rank struct {
 	// The cycle's duration, from any operation to the one Length later:
 	// quartiles, median and 90th percentile.
 	P25, Median, P75, P90 time.Duration
+	// Device is the time within a cycle some of its operations ran on the
+	// device (the union of their device intervals), the median over the
+	// cycles whose every operation has one; DeviceKnown is false where
+	// none does.
+	Device      time.Duration
+	DeviceKnown bool
 }
 
 // Result searches every rank's kept operations for its cycle. It copies
@@ -226,12 +240,43 @@ func find(ops []op) Rank {
 		r.Found, r.Length, r.Period, r.Cycles, r.Stretch = true, c, p, m/c, m
 		r.P25, r.Median, r.P75, r.P90 = q[0], q[1], q[2], q[3]
 		r.Ops, r.Bytes = composition(stretch[m-c:])
+		r.Device, r.DeviceKnown = deviceTime(stretch, c)
 		return r
 	}
 	r.Period = p
 	r.Why = fmt.Sprintf("%d of the latest operations repeat every %d, but no multiple of %d up to %d both takes a steady time (interquartile range within %.0f%% of the median) and starts after a gap of its own",
 		m, p, p, m/MinRepeats, 100*MaxSpread)
 	return r
+}
+
+// deviceTime returns the median over the whole cycles of c operations in
+// stretch, of those whose every operation has a device interval, of the
+// union of their intervals; false where no cycle has them all.
+func deviceTime(stretch []op, c int) (time.Duration, bool) {
+	var per []time.Duration
+	iv := make([]op, 0, c)
+	for k := 0; (k+1)*c <= len(stretch); k++ {
+		iv = append(iv[:0], stretch[k*c:(k+1)*c]...)
+		if slices.ContainsFunc(iv, func(o op) bool { return o.devEnd == 0 }) {
+			continue
+		}
+		slices.SortFunc(iv, func(a, b op) int { return cmp.Compare(a.devStart, b.devStart) })
+		var busy time.Duration
+		from, to := iv[0].devStart, iv[0].devEnd
+		for _, o := range iv[1:] {
+			if o.devStart > to {
+				busy += to - from
+				from, to = o.devStart, o.devEnd
+				continue
+			}
+			to = max(to, o.devEnd)
+		}
+		per = append(per, busy+to-from)
+	}
+	if len(per) == 0 {
+		return 0, false
+	}
+	return median(per), true
 }
 
 // boundary returns the largest, over the places in a cycle of c
@@ -383,14 +428,21 @@ func (r Result) Job() (j Job, ok bool) {
 	}
 	first := j.agree[slices.IndexFunc(j.agree, func(rk Rank) bool { return rk.Length == j.Length })]
 	j.Rank, j.Ops, j.Bytes, j.Cycles = first.Rank, first.Ops, first.Bytes, first.Cycles
+	var dev []time.Duration
 	for _, rk := range j.agree {
 		j.P90 = max(j.P90, rk.P90)
 		j.Cycles = min(j.Cycles, rk.Cycles)
 		if rk.Stretch*2 < rk.Kept {
 			j.Interrupted = true
 		}
+		if rk.DeviceKnown {
+			dev = append(dev, rk.Device)
+		}
 	}
 	j.Median = medianOf(j.agree)
+	if len(dev) > 0 {
+		j.Device, j.DeviceKnown = median(dev), true
+	}
 	return j, true
 }
 
@@ -429,6 +481,11 @@ type Job struct {
 	// Median is the median over the agreeing ranks of their median cycle
 	// time; P90 the largest of their 90th percentiles.
 	Median, P90 time.Duration
+	// Device is the median over the agreeing ranks that have it of the
+	// time within a cycle their operations ran on the device
+	// (Rank.Device); DeviceKnown is false where none has it.
+	Device      time.Duration
+	DeviceKnown bool
 	// Interrupted reports that on some agreeing rank the cycle repeats
 	// through less than half the operations kept: other operations come
 	// between its runs, and the cycle may be a part of the step that
@@ -473,8 +530,12 @@ func (r Result) Text() string {
 	if j.MinLength != j.MaxLength {
 		what = fmt.Sprintf("cycles of %d to %d collectives (rank %d's %d: %s, %s)", j.MinLength, j.MaxLength, j.Rank, j.Length, strings.Join(parts, ", "), bytesText(j.Bytes))
 	}
-	line := fmt.Sprintf("cycle: %s %s every %s (median over %d or more cycles a rank; p90 %s): ",
-		who, what, durationText(j.Median), j.Cycles, durationText(j.P90))
+	dev := ""
+	if j.DeviceKnown {
+		dev = fmt.Sprintf("; the collectives on the device %s of it", durationText(j.Device))
+	}
+	line := fmt.Sprintf("cycle: %s %s every %s (median over %d or more cycles a rank; p90 %s%s): ",
+		who, what, durationText(j.Median), j.Cycles, durationText(j.P90), dev)
 	if n := j.Note(); n != "" {
 		return line + "the step, or a part of it that repeats within it (a microbatch's, under gradient accumulation): " + n
 	}

@@ -395,3 +395,42 @@ func TestRanksThatDisagree(t *testing.T) {
 		near(t, "median of three", j.Median, 100*ms, 0)
 	}
 }
+
+// TestDeviceTimeOfACycle: three operations a 40 ms step whose device
+// intervals are [0, 2], [1, 4] and [10, 11] ms from the step's first
+// issue: 5 ms of the step with a collective on the device (the first two
+// overlap). One step's last operation has no device time: that step is
+// left out, not counted short. Without device times nothing is said.
+func TestDeviceTimeOfACycle(t *testing.T) {
+	j := &job{}
+	for k := range 12 {
+		at := time.Duration(k) * 40 * time.Millisecond
+		for i, iv := range [][2]time.Duration{{0, 2 * ms}, {ms, 4 * ms}, {10 * ms, 11 * ms}} {
+			j.call(at+time.Duration(i)*ms, "AllReduce", int64(i+1)*mib, -1)
+			r := &j.recs[len(j.recs)-1]
+			if k == 5 && i == 2 {
+				continue
+			}
+			r.HasDevice, r.DeviceStart, r.DeviceEnd = true, at+iv[0], at+iv[1]
+		}
+	}
+	s := cycle.NewSink(0)
+	s.Consume(j.recs)
+	res := s.Result()
+	r := res.Ranks[0]
+	if !r.Found || !r.DeviceKnown || r.Device != 5*ms {
+		t.Fatalf("found %v, device %v (known %v); want 5ms", r.Found, r.Device, r.DeviceKnown)
+	}
+	if text := res.Text(); !strings.Contains(text, "; the collectives on the device 5.0 ms of it)") {
+		t.Errorf("text %q", text)
+	}
+	for i := range j.recs {
+		j.recs[i].HasDevice = false
+	}
+	s = cycle.NewSink(0)
+	s.Consume(j.recs)
+	res = s.Result()
+	if r := res.Ranks[0]; !r.Found || r.DeviceKnown || strings.Contains(res.Text(), "on the device") {
+		t.Errorf("without device times: %+v, %q", r, res.Text())
+	}
+}
