@@ -252,27 +252,20 @@ func (t *ActivityTrace) Pop() {
 // CUPTI hands over work still running without its times, and those
 // records are left out and counted (Stats). External ids are looked up
 // with External.
-func (t *ActivityTrace) Flush(fn func(Activity)) error {
-	if rc := dl.Call(t.api.flushAll, 1); rc != 0 {
-		return t.api.err("cuptiActivityFlushAll", rc)
-	}
-	t.mu.Lock()
-	done := t.done
-	t.done = nil
-	t.mu.Unlock()
-	for _, a := range done {
-		fn(a)
-	}
-	return nil
-}
+func (t *ActivityTrace) Flush(fn func(Activity)) error { return t.flush(1, fn) }
 
 // FlushCompleted asks CUPTI, without forcing, for the buffers whose every
 // record is complete, and hands the activities gathered since the last
 // flush to fn. Unlike Flush it loses nothing of work still running:
 // CUPTI keeps the buffers that hold such work (with every other record
 // in them) until it is done.
-func (t *ActivityTrace) FlushCompleted(fn func(Activity)) error {
-	if rc := dl.Call(t.api.flushAll, 0); rc != 0 {
+func (t *ActivityTrace) FlushCompleted(fn func(Activity)) error { return t.flush(0, fn) }
+
+// flush calls cuptiActivityFlushAll with flag (1: forced, 0: finished
+// buffers only) and hands the activities gathered since the last flush to
+// fn.
+func (t *ActivityTrace) flush(flag uintptr, fn func(Activity)) error {
+	if rc := dl.Call(t.api.flushAll, flag); rc != 0 {
 		return t.api.err("cuptiActivityFlushAll", rc)
 	}
 	t.mu.Lock()
