@@ -23,7 +23,10 @@
 #                (examples/torch/ddp_steps.py): steps, step times and the
 #                all-reduces of each step against the script's own counts,
 #                and the cycle of its all-reduces; the loop without NVTX,
-#                its step from that cycle (wrapcheck.py --cycle); then the
+#                its step from that cycle (wrapcheck.py --cycle); the loop
+#                without NVTX at 1,500 layers of width 64, a bucket per
+#                layer: about 1,500 all-reduces a step, a cycle that needs
+#                more than 4,096 operations kept; then the
 #                same loop recorded by torch.profiler and imported, checked
 #                alike
 #   fsdp.txt     a wrapped fully sharded (FSDP2) loop with NVTX steps
@@ -298,6 +301,14 @@ ddp() {
 	grep -E '^  (cycle|nvtx):' "$OUT/ddp-plain.log"
 	python3 "$root/scripts/wrapcheck.py" --cycle "$OUT/ddp-plain.log" "$OUT"/ddp-plain/*/summary.json | tee -a "$OUT/ddp.txt"
 	rm -f "$OUT"/ddp-plain/*/calls.rank*.gz "$OUT"/ddp-plain/*/trace.json
+	echo "== DDP without NVTX, 1,500 all-reduces a step: the cycle of a long step"
+	timeout -k 10 300 "$pr" -out "$OUT/ddp-long" -metrics-addr off -progress off -quiet -trace off -- \
+		"${tr[@]}" "$root/examples/torch/ddp_steps.py" "${share[@]}" --steps 14 --no-nvtx \
+		--layers 1500 --width 64 --batch 64 --bucket-mb 0.001 >"$OUT/ddp-long.log" 2>&1
+	echo "exit $?" >>"$OUT/ddp-long.log"
+	grep -E '^  (cycle|nvtx):' "$OUT/ddp-long.log"
+	python3 "$root/scripts/wrapcheck.py" --cycle "$OUT/ddp-long.log" "$OUT"/ddp-long/*/summary.json | tee -a "$OUT/ddp.txt"
+	rm -f "$OUT"/ddp-long/*/calls.rank*.gz
 	# The same loop recorded by torch.profiler in each rank and imported:
 	# DDP's all-reduces come from the autograd thread, and each must carry
 	# the step of the main thread's ProfilerStep it ran in.

@@ -423,6 +423,14 @@ def cycle(log, summary):
     bad += not ok
     print("%s cycle: %s a cycle; the script's median step %.3f ms (within 5 %%)"
           % ("PASS" if ok else "FAIL", "%.3f ms" % (1e3 * got) if got is not None else "no time", 1e3 * want_s))
+    dev = c.get("device_s")
+    if dev is not None:
+        # The union of the cycle's collectives on the device: some, and
+        # no more than the cycle.
+        ok = got is not None and 0 < dev <= got
+        bad += not ok
+        print("%s cycle: its collectives on the device %.3f ms of it (more than none, no more than the cycle)"
+              % ("PASS" if ok else "FAIL", 1e3 * dev))
     if not any(r.get("nvtx", True) for r in runs):
         m = re.search(r"^  cycle: every rank \((\d+)\) repeats a cycle of (\d+) collectives .* every ([\d.]+) (ms|s) ", open(log, errors="replace").read(), re.M)
         ok = m is not None and int(m.group(1)) == len(runs) and int(m.group(2)) == want_ops

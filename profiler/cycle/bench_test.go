@@ -9,10 +9,12 @@ import (
 )
 
 // BenchmarkResult: what finding the cycle costs at the end of a run, for
-// eight ranks whose windows are full (4096 operations each). ddp: four
-// all-reduces a step, found at once; one-kind: 48 all-reduces of one size
-// a step (tensor parallelism), whose every multiple up to the step is
-// tried; none: sizes that never repeat. Consume's cost per record beside
+// eight ranks. ddp: four all-reduces a step, found at once (4,403
+// operations a rank); one-kind: 48 all-reduces of one size a step (tensor
+// parallelism), whose multiples up to the step are tried (4,800); none:
+// 4,096 sizes that never repeat; megatron: a pipeline stage's 3,209
+// operations a step under tensor parallelism, the window full (32,768),
+// and megatron-none: the window full of sizes that never repeat. Consume's cost per record beside
 // it (consume), and beside that the report's whole-run table taking the
 // same records (profiler.Summary, the baseline).
 func BenchmarkResult(b *testing.B) {
@@ -27,12 +29,21 @@ func BenchmarkResult(b *testing.B) {
 		}
 		return j.recs
 	}
-	none := func(rank int) []profiler.Record {
-		j := &job{rank: rank}
-		for i := range cycle.Window {
-			j.call(time.Duration(i)*ms, "AllReduce", int64(i+1), -1)
+	none := func(n int) func(rank int) []profiler.Record {
+		return func(rank int) []profiler.Record {
+			j := &job{rank: rank}
+			for i := range n {
+				j.call(time.Duration(i)*ms, "AllReduce", int64(i+1), -1)
+			}
+			return j.recs
 		}
-		return j.recs
+	}
+	megatron := func(rank int) []profiler.Record {
+		recs, _ := megatronStage(14, 32, 12, 2, 300*ms)
+		for i := range recs {
+			recs[i].Rank = rank
+		}
+		return recs
 	}
 	for _, c := range []struct {
 		name string
@@ -40,7 +51,9 @@ func BenchmarkResult(b *testing.B) {
 	}{
 		{"ddp", func(rank int) []profiler.Record { return ddp(rank, 1100, 100*ms, ms, uint64(rank)) }},
 		{"one-kind", oneKind},
-		{"none", none},
+		{"none", none(4096)},
+		{"megatron", megatron},
+		{"megatron-none", none(cycle.Window)},
 	} {
 		s := cycle.NewSink(0)
 		for rank := range 8 {
@@ -58,6 +71,9 @@ func BenchmarkResult(b *testing.B) {
 	recs := ddp(0, 1100, 100*ms, ms, 1)
 	b.Run("consume", func(b *testing.B) {
 		s := cycle.NewSink(0)
+		for range cycle.Window/len(recs) + 1 { // the window full, as in a long run
+			s.Consume(recs)
+		}
 		b.ReportAllocs()
 		for b.Loop() {
 			s.Consume(recs)

@@ -13,9 +13,18 @@ import (
 
 // Defaults of the search.
 const (
-	// Window is how many of each rank's latest collectives a Sink keeps:
-	// a cycle of up to Window/MinRepeats operations can be found.
-	Window = 4096
+	// Window is how many of each rank's latest collectives a Sink keeps
+	// at most: a cycle of up to Window/MinRepeats operations can be
+	// found (10,922: a pipeline stage's step under tensor parallelism,
+	// its collectives per layer and microbatch).
+	Window = 32768
+	// Budget bounds the operations a Sink keeps over all ranks: with
+	// more ranks than Budget/Window each keeps Budget/ranks, and
+	// FloorWindow at least.
+	Budget = 1 << 19
+	// FloorWindow is how many operations each rank keeps however many
+	// ranks share Budget (fewer where the Sink's window is smaller).
+	FloorWindow = 4096
 	// MinRepeats is how many times a cycle must repeat, back to back.
 	MinRepeats = 3
 	// MaxSpread bounds the interquartile range of a cycle's durations,
@@ -52,6 +61,10 @@ type ring struct {
 
 func (r *ring) add(o op, window int) {
 	r.seen++
+	if len(r.ops) > window { // more ranks came: keep the latest window
+		r.ops = r.inserted()[len(r.ops)-window:]
+		r.next = 0
+	}
 	if len(r.ops) < window {
 		r.ops = append(r.ops, o)
 		return
@@ -60,31 +73,46 @@ func (r *ring) add(o op, window int) {
 	r.next = (r.next + 1) % window
 }
 
-// ordered returns the ring's operations, oldest first, by issue time.
-func (r *ring) ordered() []op {
+// inserted returns a copy of the ring's operations in the order they
+// came.
+func (r *ring) inserted() []op {
 	out := make([]op, 0, len(r.ops))
 	out = append(out, r.ops[r.next:]...)
-	out = append(out, r.ops[:r.next]...)
-	slices.SortStableFunc(out, func(a, b op) int { return cmp.Compare(a.start, b.start) })
-	return out
+	return append(out, r.ops[:r.next]...)
+}
+
+// latest returns a copy of the ring's latest window operations in the
+// order they came.
+func (r *ring) latest(window int) []op {
+	out := r.inserted()
+	return out[max(0, len(out)-window):]
 }
 
 // Sink is a profiler.Sink that keeps each rank's latest collectives and
-// point-to-point operations, at most a window of them per rank, for
-// Result. It is safe for concurrent use.
+// point-to-point operations, at most a window of them per rank and Budget
+// over all ranks, for Result. It is safe for concurrent use.
 type Sink struct {
 	mu     sync.Mutex
 	window int
 	ranks  map[int]*ring
 }
 
-// NewSink returns a Sink that keeps window operations per rank (Window
-// where window is 0 or less).
+// NewSink returns a Sink that keeps at most window operations per rank
+// (Window where window is 0 or less), fewer with more than Budget/window
+// ranks (FloorWindow at least).
 func NewSink(window int) *Sink {
 	if window <= 0 {
 		window = Window
 	}
 	return &Sink{window: window, ranks: map[int]*ring{}}
+}
+
+// perRank is how many operations each rank keeps with n ranks.
+func (s *Sink) perRank(n int) int {
+	if n*s.window <= Budget {
+		return s.window
+	}
+	return max(Budget/n, min(s.window, FloorWindow))
 }
 
 // Consume keeps the batch's collectives and point-to-point operations.
@@ -115,7 +143,7 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		if r.HasDevice && r.DeviceEnd > r.DeviceStart {
 			o.devStart, o.devEnd = r.DeviceStart, r.DeviceEnd
 		}
-		rg.add(o, s.window)
+		rg.add(o, s.perRank(len(s.ranks)))
 	}
 }
 
@@ -190,12 +218,16 @@ func (s *Sink) Result() Result {
 	}
 	s.mu.Lock()
 	all := make([]kept, 0, len(s.ranks))
+	w := s.perRank(len(s.ranks))
 	for rank, rg := range s.ranks {
-		all = append(all, kept{rank, rg.seen, rg.ordered()})
+		all = append(all, kept{rank, rg.seen, rg.latest(w)})
 	}
 	s.mu.Unlock()
 	var res Result
 	for _, k := range all {
+		// Oldest first by issue time: the threads of a process hand
+		// over their records in batches of their own.
+		slices.SortStableFunc(k.ops, func(a, b op) int { return cmp.Compare(a.start, b.start) })
 		r := find(k.ops)
 		r.Rank, r.Seen = k.rank, k.seen
 		res.Ranks = append(res.Ranks, r)
@@ -223,7 +255,7 @@ func find(ops []op) Rank {
 		gaps[i] = stretch[i+1].start - stretch[i].start
 	}
 	typical := median(slices.Clone(gaps))
-	for c := p; c*MinRepeats <= m; c += p {
+	for _, c := range candidates(gaps, p, m, typical) {
 		q, ok := steady(stretch, c)
 		if !ok {
 			continue
@@ -308,26 +340,95 @@ func median(d []time.Duration) time.Duration {
 // longestRepeat returns the longest stretch of ops made of MinRepeats or
 // more back-to-back repetitions of one sequence: its start, its length m
 // and the sequence's length p (the shortest among stretches of that
-// length); m is 0 where there is none. For each p it follows the runs of
-// operations equal to the one p later: a run of r such operations is a
-// stretch of r + p with period p. Operations after the stretch (a last
-// evaluation, a barrier before the end) do not hide it. O(n²/MinRepeats).
+// length; the first of them); m is 0 where there is none. For each
+// length q it follows the runs of operations equal to the one q later: a
+// run of r such operations is a stretch of r + q with period q.
+// Operations after the stretch (a last evaluation, a barrier before the
+// end) do not hide it.
+//
+// Only a run of need operations or more could be kept (MinRepeats-1
+// periods, and longer than the best so far), and every such run holds
+// one of the operations need apart from the end of the last run looked
+// at: only those are compared, and a run is followed both ways from one
+// that matches. Within the best stretch so far, a multiple of its period
+// is known to match throughout and is not compared again. Near-linear for
+// a training loop's operations (a long stretch is found early and makes
+// need long), where comparing every operation for every q would take
+// n²/MinRepeats.
 func longestRepeat(ops []op) (start, m, p int) {
 	n := len(ops)
-	for q := 1; q*MinRepeats <= n; q++ {
-		run := 0
-		for i := 0; i+q <= n; i++ {
-			if i+q < n && ops[i].sig == ops[i+q].sig {
-				run++
+	same := func(i, q int) bool { return ops[i].sig == ops[i+q].sig }
+	for q := 1; q*MinRepeats <= n && m < n; q++ {
+		need := max((MinRepeats-1)*q, m-q+1)
+		for i := need - 1; i+q < n; {
+			if !same(i, q) {
+				i += need
 				continue
 			}
-			if l := run + q; run > 0 && l >= MinRepeats*q && l > m {
-				start, m, p = i-run, l, q
+			lo, hi := i, i+1
+			if m > 0 && q%p == 0 && i >= start && i < start+m-q {
+				lo, hi = start, start+m-q // the best stretch repeats every q
 			}
-			run = 0
+			for lo > 0 && same(lo-1, q) {
+				lo--
+			}
+			for hi+q < n && same(hi, q) {
+				hi++
+			}
+			if run := hi - lo; run >= (MinRepeats-1)*q && run+q > m {
+				start, m, p = lo, run+q, q
+				need = max((MinRepeats-1)*q, m-q+1)
+			}
+			i = hi + need
 		}
 	}
 	return start, m, p
+}
+
+// candidates returns, in increasing order, the multiples c of p up to
+// m/MinRepeats that may be a stretch's cycle: p itself where the
+// sequence has two kinds of operation or more (p > 1), and those at which
+// a gap of MinBoundary times the typical one recurs — boundary can pass
+// only where two such gaps lie c apart (with three or more gaps at a
+// place in the cycle, three in four of them that long leave two
+// consecutive ones). gaps are the stretch's m-1 gaps between operations.
+func candidates(gaps []time.Duration, p, m int, typical time.Duration) []int {
+	var out []int
+	if p > 1 {
+		out = append(out, p)
+	}
+	words := (len(gaps) + 63) / 64
+	long := make([]uint64, words)
+	for i, g := range gaps {
+		if g > 0 && g >= MinBoundary*typical {
+			long[i/64] |= 1 << (i % 64)
+		}
+	}
+	for c := p; c*MinRepeats <= m; c += p {
+		if c == p && p > 1 {
+			continue
+		}
+		if pairApart(long, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// pairApart reports whether the bit set holds two bits c apart.
+func pairApart(bits []uint64, c int) bool {
+	w, s := c/64, uint(c%64)
+	for i := 0; i+w < len(bits); i++ {
+		// The bits c above bits[i]'s: words i+w and i+w+1, shifted.
+		hi := bits[i+w] >> s
+		if s > 0 && i+w+1 < len(bits) {
+			hi |= bits[i+w+1] << (64 - s)
+		}
+		if bits[i]&hi != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // steady returns the quartiles and 90th percentile of the times from each

@@ -434,3 +434,144 @@ func TestDeviceTimeOfACycle(t *testing.T) {
 		t.Errorf("without device times: %+v, %q", r, res.Text())
 	}
 }
+
+// megatronStage is a middle stage of a pipeline under tensor and
+// sequence parallelism, as Megatron-LM issues its collectives: a 1F1B
+// step of microbatches (warm-up forwards, then a forward and a backward
+// each, then the cool-down backwards), each forward and backward an
+// all-gather and a reduce-scatter twice per layer on the tensor-parallel
+// group, received from and sent to the neighbouring stages on the
+// pipeline's, and after the last backward the data-parallel group's
+// reduce-scatter of the gradients per bucket, the gradient norm's
+// all-reduce and the parameters' all-gathers, then the optimizer's
+// pause. It returns the rank's records and the operations in a step.
+func megatronStage(steps, microbatches, layers, warmup int, step time.Duration) ([]profiler.Record, int) {
+	j := &job{rank: 9}
+	t0 := time.Duration(0)
+	perStep := 0
+	for range steps {
+		at := t0
+		call := func(op, group string, bytes int64, peer int32) {
+			j.call(at, op, bytes, peer)
+			j.recs[len(j.recs)-1].Collective.Group = group
+			at += 40 * time.Microsecond
+		}
+		pass := func(from, to int32) {
+			call("Recv", "pp", 8*mib, from)
+			for range layers {
+				for range 2 {
+					call("AllGather", "tp", 16*mib, -1)
+					call("ReduceScatter", "tp", 16*mib, -1)
+				}
+			}
+			call("Send", "pp", 8*mib, to)
+		}
+		forward := func() { pass(8, 10) }
+		backward := func() { pass(10, 8) }
+		for range warmup {
+			forward()
+		}
+		for range microbatches - warmup {
+			forward()
+			backward()
+		}
+		for range warmup {
+			backward()
+		}
+		for b := range 4 {
+			call("ReduceScatter", "dp", int64(100+b)*mib, -1)
+		}
+		call("AllReduce", "tp", 4, -1)
+		for b := range 4 {
+			call("AllGather", "dp", int64(100+b)*mib, -1)
+		}
+		if perStep == 0 {
+			perStep = len(j.recs)
+		}
+		t0 += step
+	}
+	return j.recs, perStep
+}
+
+// TestLongSteps: steps of thousands of operations, as a pipeline stage
+// under tensor parallelism issues, are found in the window: a middle
+// stage of 32 microbatches of 12 layers (3,209 operations a step, the
+// sequence repeating whole), and a tensor-parallel rank whose step is
+// 1,500 all-gather and reduce-scatter pairs then the optimizer's pause
+// (the sequence repeats every 2 operations, a forward pair every 100 µs,
+// a backward pair every 200 µs; the step is the multiple that pauses).
+func TestLongSteps(t *testing.T) {
+	t.Run("pipeline-stage", func(t *testing.T) {
+		recs, perStep := megatronStage(14, 32, 12, 2, 300*ms)
+		if perStep != 32*2*(2+12*4)+9 {
+			t.Fatalf("the generator issues %d operations a step", perStep)
+		}
+		s := cycle.NewSink(0)
+		s.Consume(recs)
+		r := s.Result().Ranks[0]
+		if !r.Found || r.Length != perStep || r.Period != perStep {
+			t.Fatalf("found %v: cycle of %d, period %d (%s); want %d", r.Found, r.Length, r.Period, r.Why, perStep)
+		}
+		if r.Kept != cycle.Window || r.Cycles != cycle.Window/perStep {
+			t.Errorf("kept %d, %d cycles; want %d, %d", r.Kept, r.Cycles, cycle.Window, cycle.Window/perStep)
+		}
+		near(t, "median", r.Median, 300*ms, 0)
+		want := map[string]int{"AllGather": 32*2*12*2 + 4, "ReduceScatter": 32*2*12*2 + 4, "Send": 64, "Recv": 64, "AllReduce": 1}
+		for _, o := range r.Ops {
+			if want[o.Op] != o.Count {
+				t.Errorf("%s ×%d, want ×%d", o.Op, o.Count, want[o.Op])
+			}
+		}
+	})
+	t.Run("tensor-parallel", func(t *testing.T) {
+		j := &job{}
+		t0 := time.Duration(0)
+		for range 12 {
+			at := t0
+			for i := range 1500 {
+				layer := 100 * time.Microsecond
+				if i >= 750 {
+					layer *= 2
+				}
+				j.call(at, "AllGather", 16*mib, -1)
+				j.call(at+layer/2, "ReduceScatter", 16*mib, -1)
+				at += layer
+			}
+			t0 = at + 30*ms
+		}
+		s := cycle.NewSink(0)
+		s.Consume(j.recs)
+		r := s.Result().Ranks[0]
+		if !r.Found || r.Length != 3000 || r.Period != 2 {
+			t.Fatalf("found %v: cycle of %d, period %d (%s); want 3000 operations of period 2", r.Found, r.Length, r.Period, r.Why)
+		}
+		near(t, "median", r.Median, 255*ms, 0)
+	})
+}
+
+// TestBudget: a Sink keeps Window operations a rank while Budget lasts,
+// then fewer, and FloorWindow however many ranks: a rank that came first
+// gives up its oldest when others come.
+func TestBudget(t *testing.T) {
+	s := cycle.NewSink(0)
+	first, _ := megatronStage(14, 32, 12, 2, 300*ms)
+	s.Consume(first)
+	if r := s.Result().Ranks[0]; r.Kept != cycle.Window {
+		t.Fatalf("one rank kept %d, want %d", r.Kept, cycle.Window)
+	}
+	more := func(ranks int) {
+		for rank := range ranks {
+			s.Consume(ddp(100+rank, 2, 100*ms, ms, 1))
+		}
+	}
+	more(31) // 32 ranks: each keeps 16,384, five of the first's steps
+	perRank := cycle.Budget / 32
+	if r := s.Result().Ranks[0]; r.Kept != perRank || !r.Found || r.Median != 300*ms {
+		t.Fatalf("of 32 ranks, the first kept %d (found %v, %v), want %d and its cycle", r.Kept, r.Found, r.Median, perRank)
+	}
+	s.Consume(first[:100]) // the first rank's ring gives up its oldest as these come
+	more(1032)
+	if r := s.Result().Ranks[0]; r.Kept != cycle.FloorWindow || r.Seen != uint64(len(first)+100) {
+		t.Fatalf("of 1064 ranks, the first kept %d of %d seen, want %d of %d", r.Kept, r.Seen, cycle.FloorWindow, len(first)+100)
+	}
+}
