@@ -3,9 +3,10 @@
 // can read them without a path.
 //
 // training-overview.json shows step time, per-stage busy and idle time and
-// the pipeline bubble, and a per-rank straggler view; collectives.json
-// shows bus and algorithm bandwidth by op and message size, a latency
-// heatmap and per-rank skew. Both take their Prometheus from a
+// the pipeline bubble, a per-rank straggler view, and for a wrapped job
+// that marks no steps the step time from the cycle of its collectives;
+// collectives.json shows bus and algorithm bandwidth by op and message
+// size, a latency heatmap and per-rank skew. Both take their Prometheus from a
 // ${datasource} variable and filter by Hostname, rank and group variables
 // (label_values queries, "All" matching every value). The metrics are
 // those of package exporters/prom, described in docs/metrics.md.

@@ -34,7 +34,7 @@ func NewCycleCollector(s *cycle.Sink, refresh time.Duration) *CycleCollector {
 	return &CycleCollector{
 		sink:    s,
 		every:   refresh,
-		seconds: prometheus.NewDesc("trainscope_collective_cycle_seconds", "Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest 4096 operations.", []string{labelRank}, nil),
+		seconds: prometheus.NewDesc("trainscope_collective_cycle_seconds", "Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest operations kept (up to 32768).", []string{labelRank}, nil),
 		opsDesc: prometheus.NewDesc("trainscope_collective_cycle_operations", "Collectives and point-to-point operations in one cycle of the rank's.", []string{labelRank}, nil),
 	}
 }

@@ -34,7 +34,7 @@ func TestCycleCollector(t *testing.T) {
 # HELP trainscope_collective_cycle_operations Collectives and point-to-point operations in one cycle of the rank's.
 # TYPE trainscope_collective_cycle_operations gauge
 trainscope_collective_cycle_operations{rank="0"} 3
-# HELP trainscope_collective_cycle_seconds Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest 4096 operations.
+# HELP trainscope_collective_cycle_seconds Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest operations kept (up to 32768).
 # TYPE trainscope_collective_cycle_seconds gauge
 trainscope_collective_cycle_seconds{rank="0"} 0.04
 `
