@@ -293,7 +293,7 @@ ddp() {
 	python3 "$root/scripts/wrapcheck.py" --ddp "$OUT/ddp.log" "$OUT/ddp-report.txt" "$OUT"/ddp/*/trace.json | tee "$OUT/ddp.txt"
 	# The cycle of DDP's all-reduces, found whether or not the loop marks
 	# its steps: against the hook's count and the script's step times.
-	python3 "$root/scripts/wrapcheck.py" --cycle "$OUT/ddp.log" "$OUT"/ddp/*/summary.json | tee -a "$OUT/ddp.txt"
+	python3 "$root/scripts/wrapcheck.py" --cycle "$OUT/ddp.log" "$OUT"/ddp/*/summary.json "$OUT/ddp-report.txt" | tee -a "$OUT/ddp.txt"
 	echo "== DDP without NVTX: the step from the cycle of its all-reduces"
 	timeout -k 10 300 "$pr" -out "$OUT/ddp-plain" -metrics-addr off -progress off -quiet -- \
 		"${tr[@]}" "$root/examples/torch/ddp_steps.py" "${share[@]}" --steps 30 --no-nvtx >"$OUT/ddp-plain.log" 2>&1

@@ -48,7 +48,7 @@ every rank's steps and mean step time (within 5 % of the script's own
 timing of the same range), the all-reduces of each step against the
 count DDP's communication hook kept, and every step analysed complete.
 
-    python3 scripts/wrapcheck.py --cycle wrapped.log summary.json
+    python3 scripts/wrapcheck.py --cycle wrapped.log summary.json [report.txt]
 
 checks the cycle profile-run found in the collectives of a wrapped
 examples/torch/ddp_steps.py (summary.json's collective_cycle), with or
@@ -56,7 +56,12 @@ without its NVTX steps (--no-nvtx), against the script's own figures: as
 many all-reduces per cycle as DDP's hook counted in each step after the
 first, and a cycle time within 5 % of the median of the ranks' median
 step times after the first. Where the loop marked no steps, profile-run's
-summary in wrapped.log must say the cycle on its "cycle:" line.
+summary in wrapped.log must say the cycle on its "cycle:" line. Where its
+collectives and kernels were timed on the device, their time in a cycle
+and the GPU's busy time must be some of the cycle and no more; with the
+report of a run that marked its steps, the GPU's busy share of a cycle
+must be within 10 % and half a point of the report's busy share of the
+steps after the first.
 
     python3 scripts/wrapcheck.py --cycle-steps summary.json
 
@@ -400,9 +405,11 @@ def ddp(log, report, trace):
     return 1 if bad else 0
 
 
-def cycle(log, summary):
+def cycle(log, summary, report=None):
     """The cycle found in a wrapped ddp_steps.py's collectives against the
-    script's all-reduces per step and its own step times."""
+    script's all-reduces per step and its own step times; with the
+    report of a run that marked its steps, the GPU's busy time in a cycle
+    against the steps' busy share."""
     runs = tool_lines(log, "ddp_steps")
     if not runs:
         print("FAIL cycle: no ddp_steps lines in %s" % log)
@@ -431,6 +438,22 @@ def cycle(log, summary):
         bad += not ok
         print("%s cycle: its collectives on the device %.3f ms of it (more than none, no more than the cycle)"
               % ("PASS" if ok else "FAIL", 1e3 * dev))
+    busy = c.get("busy_s")
+    if busy is not None:
+        ok = got is not None and 0 < busy <= got
+        bad += not ok
+        print("%s cycle: the GPU busy %.3f ms of it (more than none, no more than the cycle)" % ("PASS" if ok else "FAIL", 1e3 * busy))
+        m = re.search(r"without it the mean step is [\d.–]+ ms and busy ([\d.]+)(?:–([\d.]+))?%", open(report, errors="replace").read()) if report else None
+        if m and got:
+            # The steps' busy share (their host ranges, the warm-up step
+            # left out) against the cycle's (between the device starts of
+            # the same operation a cycle apart): one job, two windows.
+            lo, hi = float(m.group(1)), float(m.group(2) or m.group(1))
+            frac = 100 * busy / got
+            ok = lo * 0.9 - 0.5 <= frac <= hi * 1.1 + 0.5
+            bad += not ok
+            print("%s cycle: the GPU busy %.1f %% of a cycle; the report's steps after the first %.1f–%.1f %% (within 10 %% and half a point)"
+                  % ("PASS" if ok else "FAIL", frac, lo, hi))
     if not any(r.get("nvtx", True) for r in runs):
         m = re.search(r"^  cycle: every rank \((\d+)\) repeats a cycle of (\d+) collectives .* every ([\d.]+) (ms|s) ", open(log, errors="replace").read(), re.M)
         ok = m is not None and int(m.group(1)) == len(runs) and int(m.group(2)) == want_ops
@@ -839,8 +862,8 @@ def main(argv):
         return fsdp(argv[2], argv[3], argv[4])
     if len(argv) == 3 and argv[1] == "--cycle-steps":
         return cycle_steps(argv[2])
-    if len(argv) == 4 and argv[1] == "--cycle":
-        return cycle(argv[2], argv[3])
+    if len(argv) in (4, 5) and argv[1] == "--cycle":
+        return cycle(*argv[2:])
     if len(argv) == 5 and argv[1] == "--ddp":
         return ddp(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "--straggler":

@@ -96,6 +96,10 @@ type CollectiveCycle struct {
 	// device (the union of their intervals; cycle.Job.Device); null
 	// where none was timed there.
 	Device *float64 `json:"device_s"`
+	// Busy is the time within a cycle the GPU was busy, by the one
+	// definition of busy time (cycle.Job.Busy); null where no kernel was
+	// traced.
+	Busy *float64 `json:"busy_s"`
 	// Note says why the cycle may be a part of the step (cycle.Job.Note:
 	// its repetitions fill less than half the operations kept); empty
 	// otherwise.
@@ -399,6 +403,9 @@ func collectiveCycle(r cycle.Result) *CollectiveCycle {
 	c.Note = j.Note()
 	if j.DeviceKnown {
 		c.Device = ptr(sec(j.Device))
+	}
+	if j.BusyKnown {
+		c.Busy = ptr(sec(j.Busy))
 	}
 	for _, o := range j.Ops {
 		c.Ops = append(c.Ops, CycleOp{Op: o.Op, Count: o.Count, Bytes: o.Bytes})

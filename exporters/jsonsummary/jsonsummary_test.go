@@ -259,7 +259,9 @@ func TestEnvironmentText(t *testing.T) {
 // broadcast of 4 KiB every 20 ms, 10 times, and a rank issuing five
 // operations: collective_cycle holds the first's cycle (two operations,
 // 1 MiB + 4 KiB, 20 ms), one of two ranks agreeing; with the first rank
-// alone removed, why none was found, the times null.
+// alone removed, why none was found, the times null; with its operations
+// timed on the device and a kernel a cycle, their device time and the
+// GPU's busy time.
 func TestCollectiveCycle(t *testing.T) {
 	rec := func(rank int, at time.Duration, op string, bytes int64) profiler.Record {
 		return profiler.Record{Name: op, Kind: profiler.KindCollective, Rank: rank, HostStart: at,
@@ -273,6 +275,17 @@ func TestCollectiveCycle(t *testing.T) {
 	for i := range 5 {
 		few = append(few, rec(1, time.Duration(i)*time.Millisecond, "AllGather", 64))
 	}
+	// The same rank with its operations timed on the device and a kernel
+	// of 3 ms each cycle: the GPU busy 3 ms of it.
+	var timed []profiler.Record
+	for i, r := range steady {
+		r.HasDevice, r.DeviceStart, r.DeviceEnd, r.Stream = true, r.HostStart+time.Millisecond, r.HostStart+2*time.Millisecond, 1
+		timed = append(timed, r)
+		if i%2 == 0 {
+			timed = append(timed, profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Stream: 2, HasDevice: true,
+				DeviceStart: r.HostStart + 10*time.Millisecond, DeviceEnd: r.HostStart + 13*time.Millisecond})
+		}
+	}
 	for _, c := range []struct {
 		name string
 		recs []profiler.Record
@@ -284,6 +297,11 @@ func TestCollectiveCycle(t *testing.T) {
 			"collective_cycle.bytes": float64(1<<20 + 4096), "collective_cycle.cycles": 10.0,
 			"collective_cycle.ops.0.op": "AllReduce", "collective_cycle.ops.1.op": "Broadcast", "collective_cycle.ops.1.bytes": 4096.0,
 			"collective_cycle.p50_s": 0.02, "collective_cycle.p90_s": 0.02, "collective_cycle.device_s": nil,
+			"collective_cycle.busy_s": nil,
+		}},
+		{"busy", timed, map[string]any{
+			"collective_cycle.found": true, "collective_cycle.operations": 2.0, "collective_cycle.p50_s": 0.02,
+			"collective_cycle.device_s": 0.002, "collective_cycle.busy_s": 0.003,
 		}},
 		{"none", few, map[string]any{
 			"collective_cycle.found": false, "collective_cycle.ranks": 1.0, "collective_cycle.operations": 0.0,

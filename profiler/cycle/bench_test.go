@@ -14,7 +14,10 @@ import (
 // parallelism), whose multiples up to the step are tried (4,800); none:
 // 4,096 sizes that never repeat; megatron: a pipeline stage's 3,209
 // operations a step under tensor parallelism, the window full (32,768),
-// and megatron-none: the window full of sizes that never repeat. Consume's cost per record beside
+// megatron-kernels: the same timed on the device with two kernels an
+// operation (the GPU's busy time in a cycle, from 65,536 device
+// intervals); and megatron-none: the window full of sizes that never
+// repeat. Consume's cost per record beside
 // it (consume), and beside that the report's whole-run table taking the
 // same records (profiler.Summary, the baseline).
 func BenchmarkResult(b *testing.B) {
@@ -45,6 +48,20 @@ func BenchmarkResult(b *testing.B) {
 		}
 		return recs
 	}
+	// The same with each operation timed on the device and two kernels
+	// after it on two streams: the device work kept full too (65,536).
+	kernels := func(rank int) []profiler.Record {
+		var out []profiler.Record
+		for _, r := range megatron(rank) {
+			r.HasDevice, r.DeviceStart, r.DeviceEnd, r.Stream = true, r.HostStart+5*time.Microsecond, r.HostStart+25*time.Microsecond, 1
+			out = append(out, r)
+			for k := range 2 {
+				out = append(out, profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Rank: rank, Stream: uint64(2 + k), HasDevice: true,
+					DeviceStart: r.DeviceEnd, DeviceEnd: r.DeviceEnd + 30*time.Microsecond})
+			}
+		}
+		return out
+	}
 	for _, c := range []struct {
 		name string
 		make func(rank int) []profiler.Record
@@ -53,6 +70,7 @@ func BenchmarkResult(b *testing.B) {
 		{"one-kind", oneKind},
 		{"none", none(4096)},
 		{"megatron", megatron},
+		{"megatron-kernels", kernels},
 		{"megatron-none", none(cycle.Window)},
 	} {
 		s := cycle.NewSink(0)

@@ -25,6 +25,10 @@ const (
 	// FloorWindow is how many operations each rank keeps however many
 	// ranks share Budget (fewer where the Sink's window is smaller).
 	FloorWindow = 4096
+	// WorkPerOperation is how many device intervals (kernels, copies,
+	// memsets, collectives: what busy time is made of) a rank keeps per
+	// operation it keeps, for the time its GPU was busy in a cycle.
+	WorkPerOperation = 2
 	// MinRepeats is how many times a cycle must repeat, back to back.
 	MinRepeats = 3
 	// MaxSpread bounds the interquartile range of a cycle's durations,
@@ -52,11 +56,40 @@ type op struct {
 	devStart, devEnd time.Duration
 }
 
-// ring holds a rank's latest collectives.
+// ring holds a rank's latest collectives, and its latest device work.
 type ring struct {
 	ops  []op
 	next int
 	seen uint64
+	work workRing
+}
+
+// workRing holds a rank's latest device intervals as busy time counts
+// them.
+type workRing struct {
+	w    []profiler.StreamWork
+	next int
+	seen uint64
+}
+
+func (r *workRing) add(w profiler.StreamWork, window int) {
+	r.seen++
+	if len(r.w) > window {
+		r.w = r.inserted()[len(r.w)-window:]
+		r.next = 0
+	}
+	if len(r.w) < window {
+		r.w = append(r.w, w)
+		return
+	}
+	r.w[r.next] = w
+	r.next = (r.next + 1) % window
+}
+
+func (r *workRing) inserted() []profiler.StreamWork {
+	out := make([]profiler.StreamWork, 0, len(r.w))
+	out = append(out, r.w[r.next:]...)
+	return append(out, r.w[:r.next]...)
 }
 
 func (r *ring) add(o op, window int) {
@@ -115,13 +148,29 @@ func (s *Sink) perRank(n int) int {
 	return max(Budget/n, min(s.window, FloorWindow))
 }
 
-// Consume keeps the batch's collectives and point-to-point operations.
+// Consume keeps the batch's collectives and point-to-point operations,
+// and the device intervals busy time counts (profiler.Record.Work).
 func (s *Sink) Consume(batch []profiler.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range batch {
 		r := &batch[i]
-		if r.Kind != profiler.KindCollective && r.Kind != profiler.KindP2P {
+		collective := r.Kind == profiler.KindCollective || r.Kind == profiler.KindP2P
+		w, work := r.Work()
+		work = work && w.End > w.Start
+		if !collective && !work {
+			continue
+		}
+		rg := s.ranks[r.Rank]
+		if rg == nil {
+			rg = &ring{}
+			s.ranks[r.Rank] = rg
+		}
+		per := s.perRank(len(s.ranks))
+		if work {
+			rg.work.add(w, WorkPerOperation*per)
+		}
+		if !collective {
 			continue
 		}
 		c := &r.Collective
@@ -134,16 +183,11 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		h = hashUint(h, c.GroupID)
 		h = hashUint(h, uint64(c.Bytes))
 		h = hashUint(h, uint64(uint32(c.Peer))<<32|uint64(uint32(c.Root)))
-		rg := s.ranks[r.Rank]
-		if rg == nil {
-			rg = &ring{}
-			s.ranks[r.Rank] = rg
-		}
 		o := op{sig: h, start: r.HostStart, bytes: c.Bytes, name: name}
 		if r.HasDevice && r.DeviceEnd > r.DeviceStart {
 			o.devStart, o.devEnd = r.DeviceStart, r.DeviceEnd
 		}
-		rg.add(o, s.perRank(len(s.ranks)))
+		rg.add(o, per)
 	}
 }
 
@@ -205,6 +249,13 @@ type Rank struct {
 	// none does.
 	Device      time.Duration
 	DeviceKnown bool
+	// Busy is the time within a cycle the rank's GPU was busy — its
+	// kernels' device time less the transfers on their streams, united
+	// across streams (profiler.BusyDefinition) — the median over the
+	// cycles whose device times its kept work covers; BusyKnown is false
+	// where no kernel was traced or no cycle is covered.
+	Busy      time.Duration
+	BusyKnown bool
 }
 
 // Result searches every rank's kept operations for its cycle. It copies
@@ -212,15 +263,22 @@ type Rank struct {
 // profiler's collector) never waits for a search.
 func (s *Sink) Result() Result {
 	type kept struct {
-		rank int
-		seen uint64
-		ops  []op
+		rank    int
+		seen    uint64
+		ops     []op
+		work    []profiler.StreamWork
+		partial bool // work before the oldest kept was dropped
 	}
 	s.mu.Lock()
 	all := make([]kept, 0, len(s.ranks))
 	w := s.perRank(len(s.ranks))
 	for rank, rg := range s.ranks {
-		all = append(all, kept{rank, rg.seen, rg.latest(w)})
+		if rg.seen == 0 { // device work, no collective
+			continue
+		}
+		work := rg.work.inserted()
+		work = work[max(0, len(work)-WorkPerOperation*w):]
+		all = append(all, kept{rank, rg.seen, rg.latest(w), work, rg.work.seen > uint64(len(work))})
 	}
 	s.mu.Unlock()
 	var res Result
@@ -228,7 +286,7 @@ func (s *Sink) Result() Result {
 		// Oldest first by issue time: the threads of a process hand
 		// over their records in batches of their own.
 		slices.SortStableFunc(k.ops, func(a, b op) int { return cmp.Compare(a.start, b.start) })
-		r := find(k.ops)
+		r := find(k.ops, k.work, k.partial)
 		r.Rank, r.Seen = k.rank, k.seen
 		res.Ranks = append(res.Ranks, r)
 	}
@@ -236,8 +294,9 @@ func (s *Sink) Result() Result {
 	return res
 }
 
-// find searches one rank's operations, oldest first.
-func find(ops []op) Rank {
+// find searches one rank's operations, oldest first; work is its device
+// work kept, partial whether older work was dropped.
+func find(ops []op, work []profiler.StreamWork, partial bool) Rank {
 	r := Rank{Kept: len(ops)}
 	n := len(ops)
 	if n < 2*MinRepeats {
@@ -273,6 +332,7 @@ func find(ops []op) Rank {
 		r.P25, r.Median, r.P75, r.P90 = q[0], q[1], q[2], q[3]
 		r.Ops, r.Bytes = composition(stretch[m-c:])
 		r.Device, r.DeviceKnown = deviceTime(stretch, c)
+		r.Busy, r.BusyKnown = busyTime(stretch, c, work, partial)
 		return r
 	}
 	r.Period = p
@@ -309,6 +369,55 @@ func deviceTime(stretch []op, c int) (time.Duration, bool) {
 		return 0, false
 	}
 	return median(per), true
+}
+
+// busyTime returns the median over the cycles of c operations in stretch
+// of the time the rank's GPU was busy in each (profiler.BusyIntervals of
+// work: its kernels' device time less the transfers on their streams,
+// united across streams); false where work holds no computation or no
+// cycle is covered. A cycle on the device runs from the device start of
+// its first operation to that of the first of the next: both must have
+// device times, within the computation kept (after its oldest where
+// older work was dropped, partial; before the end of its latest, since
+// kernels arrive later than operations while a job runs).
+func busyTime(stretch []op, c int, work []profiler.StreamWork, partial bool) (time.Duration, bool) {
+	first, last, computed := time.Duration(0), time.Duration(0), false
+	for _, w := range work {
+		if w.Activity != profiler.ActivityCompute {
+			continue
+		}
+		if !computed {
+			first, last, computed = w.Start, w.End, true
+		}
+		first, last = min(first, w.Start), max(last, w.End)
+	}
+	if !computed {
+		return 0, false
+	}
+	busy := profiler.BusyIntervals(nil, work)
+	var per []time.Duration
+	for k := 0; (k+1)*c < len(stretch); k++ {
+		a, b := stretch[k*c], stretch[(k+1)*c]
+		if a.devEnd == 0 || b.devEnd == 0 || b.devStart <= a.devStart || partial && a.devStart < first || b.devStart > last {
+			continue
+		}
+		per = append(per, within(busy, a.devStart, b.devStart))
+	}
+	if len(per) == 0 {
+		return 0, false
+	}
+	return median(per), true
+}
+
+// within returns how much of the sorted, disjoint intervals lies in
+// [lo, hi).
+func within(ivs []profiler.Interval, lo, hi time.Duration) time.Duration {
+	i, _ := slices.BinarySearchFunc(ivs, lo, func(iv profiler.Interval, t time.Duration) int { return cmp.Compare(iv.End, t) })
+	var sum time.Duration
+	for ; i < len(ivs) && ivs[i].Start < hi; i++ {
+		sum += max(0, min(ivs[i].End, hi)-max(ivs[i].Start, lo))
+	}
+	return sum
 }
 
 // boundary returns the largest, over the places in a cycle of c
@@ -529,8 +638,11 @@ func (r Result) Job() (j Job, ok bool) {
 	}
 	first := j.agree[slices.IndexFunc(j.agree, func(rk Rank) bool { return rk.Length == j.Length })]
 	j.Rank, j.Ops, j.Bytes, j.Cycles = first.Rank, first.Ops, first.Bytes, first.Cycles
-	var dev []time.Duration
+	var dev, busy []time.Duration
 	for _, rk := range j.agree {
+		if rk.BusyKnown {
+			busy = append(busy, rk.Busy)
+		}
 		j.P90 = max(j.P90, rk.P90)
 		j.Cycles = min(j.Cycles, rk.Cycles)
 		if rk.Stretch*2 < rk.Kept {
@@ -543,6 +655,9 @@ func (r Result) Job() (j Job, ok bool) {
 	j.Median = medianOf(j.agree)
 	if len(dev) > 0 {
 		j.Device, j.DeviceKnown = median(dev), true
+	}
+	if len(busy) > 0 {
+		j.Busy, j.BusyKnown = median(busy), true
 	}
 	return j, true
 }
@@ -587,6 +702,11 @@ type Job struct {
 	// (Rank.Device); DeviceKnown is false where none has it.
 	Device      time.Duration
 	DeviceKnown bool
+	// Busy is the median over the agreeing ranks that have it of the time
+	// within a cycle their GPU was busy (Rank.Busy); BusyKnown is false
+	// where none has it.
+	Busy      time.Duration
+	BusyKnown bool
 	// Interrupted reports that on some agreeing rank the cycle repeats
 	// through less than half the operations kept: other operations come
 	// between its runs, and the cycle may be a part of the step that
@@ -634,6 +754,9 @@ func (r Result) Text() string {
 	dev := ""
 	if j.DeviceKnown {
 		dev = fmt.Sprintf("; the collectives on the device %s of it", durationText(j.Device))
+	}
+	if j.BusyKnown {
+		dev += fmt.Sprintf("; the GPU busy %s of it", durationText(j.Busy))
 	}
 	line := fmt.Sprintf("cycle: %s %s every %s (median over %d or more cycles a rank; p90 %s%s): ",
 		who, what, durationText(j.Median), j.Cycles, durationText(j.P90), dev)

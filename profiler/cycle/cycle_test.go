@@ -575,3 +575,78 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("of 1064 ranks, the first kept %d of %d seen, want %d of %d", r.Kept, r.Seen, cycle.FloorWindow, len(first)+100)
 	}
 }
+
+// TestBusyTimeOfACycle: a rank's steps of 100 ms, each three
+// all-reduces on stream 7 timed on the device, and kernels: 30 ms on
+// stream 7 of which an all-reduce covers 5 ms (a transfer on the same
+// stream: not busy), 20 ms on stream 8 overlapping the first by 10 ms,
+// and a copy (not computation). Busy in a cycle: 25 + 20 − 10 = 35 ms. A
+// rank that traced no kernels has none; a window of kept work that
+// covers only the latest cycles gives it from those; kernels that have
+// not arrived yet (those of the latest steps) leave their cycles out;
+// kernels of a process without collectives make no rank.
+func TestBusyTimeOfACycle(t *testing.T) {
+	rec := func(j *job, kind profiler.Kind, stream uint64, from, to time.Duration) {
+		j.recs = append(j.recs, profiler.Record{Name: "k", Kind: kind, Rank: j.rank, Stream: stream,
+			HasDevice: true, DeviceStart: from, DeviceEnd: to})
+	}
+	build := func(kernels int, small int) []profiler.Record {
+		j := &job{}
+		for k := range 20 {
+			at := time.Duration(k) * 100 * ms
+			for i, iv := range [][2]time.Duration{{2 * ms, 7 * ms}, {40 * ms, 45 * ms}, {60 * ms, 62 * ms}} {
+				j.call(at+time.Duration(i)*ms, "AllReduce", int64(i+1)*mib, -1)
+				r := &j.recs[len(j.recs)-1]
+				r.Stream, r.HasDevice, r.DeviceStart, r.DeviceEnd = 7, true, at+iv[0], at+iv[1]
+			}
+			if k < kernels {
+				rec(j, profiler.KindKernel, 7, at+2*ms, at+32*ms)
+				rec(j, profiler.KindKernel, 8, at+22*ms, at+42*ms)
+				rec(j, profiler.KindDevice, 9, at+50*ms, at+90*ms) // a copy
+				// Within the first: no more busy time.
+				for range small {
+					rec(j, profiler.KindKernel, 7, at+10*ms, at+11*ms)
+				}
+			}
+		}
+		return j.recs
+	}
+	s := cycle.NewSink(0)
+	s.Consume(build(20, 0))
+	lone := &job{rank: 5}
+	rec(lone, profiler.KindKernel, 1, 0, ms)
+	s.Consume(lone.recs)
+	res := s.Result()
+	if len(res.Ranks) != 1 {
+		t.Fatalf("%d ranks, want 1: kernels alone make no rank", len(res.Ranks))
+	}
+	r := res.Ranks[0]
+	if !r.Found || r.Length != 3 || !r.BusyKnown || r.Busy != 35*ms {
+		t.Fatalf("found %v (cycle of %d), busy %v (known %v); want 35ms", r.Found, r.Length, r.Busy, r.BusyKnown)
+	}
+	if text := res.Text(); !strings.Contains(text, "; the GPU busy 35.0 ms of it)") {
+		t.Errorf("text %q", text)
+	}
+	if j, _ := res.Job(); !j.BusyKnown || j.Busy != 35*ms {
+		t.Errorf("job busy %v (known %v)", j.Busy, j.BusyKnown)
+	}
+	// A window of 16 operations (5 cycles) keeps 32 intervals of work, 15
+	// a step with 10 more small kernels: the last two steps' and a bit.
+	s = cycle.NewSink(16)
+	s.Consume(build(20, 10))
+	if r := s.Result().Ranks[0]; !r.Found || !r.BusyKnown || r.Busy != 35*ms {
+		t.Errorf("a window of 16: found %v, busy %v (known %v); want 35ms", r.Found, r.Busy, r.BusyKnown)
+	}
+	// The kernels of the first 8 steps of 20 only.
+	s = cycle.NewSink(0)
+	s.Consume(build(8, 0))
+	if r := s.Result().Ranks[0]; !r.Found || !r.BusyKnown || r.Busy != 35*ms {
+		t.Errorf("kernels of 8 steps: found %v, busy %v (known %v); want 35ms", r.Found, r.Busy, r.BusyKnown)
+	}
+	s = cycle.NewSink(0)
+	s.Consume(build(0, 0))
+	res = s.Result()
+	if r := res.Ranks[0]; !r.Found || r.BusyKnown || strings.Contains(res.Text(), "GPU busy") {
+		t.Errorf("without kernels: %+v, %q", r, res.Text())
+	}
+}

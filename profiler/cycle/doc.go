@@ -31,6 +31,12 @@
 // has enough collectives, when they do not repeat, or when no multiple
 // takes a steady time, rather than guess.
 //
+// Where the operations were timed on the device, a rank's Device says how
+// much of a cycle they ran there; where its kernels were traced too, Busy
+// how much of a cycle its GPU was busy (profiler.BusyIntervals of its
+// latest device work, between the device starts of the same operation a
+// cycle apart).
+//
 // A rank keeps its latest Window operations (Budget over all ranks), so a
 // step of up to Window/MinRepeats operations is found; the search takes
 // about linear time in them for a training loop's operations, not the
