@@ -12,13 +12,14 @@ import (
 
 // CycleCollector maps the cycle each rank's collectives repeat
 // (cycle.Sink: the step, most likely, of a wrapped command that marks
-// none) to two gauges per rank where one is found. The search reads every
+// none) to two gauges per rank where one is found, and a third where its
+// kernels were traced (the GPU's busy time in a cycle). The search reads every
 // rank's window, a few milliseconds each, so a scrape reuses the last
 // result for up to a refresh interval. Register it with Exporter.Register.
 type CycleCollector struct {
-	sink             *cycle.Sink
-	every            time.Duration
-	seconds, opsDesc *prometheus.Desc
+	sink                   *cycle.Sink
+	every                  time.Duration
+	seconds, opsDesc, busy *prometheus.Desc
 
 	mu   sync.Mutex
 	at   time.Time
@@ -36,6 +37,7 @@ func NewCycleCollector(s *cycle.Sink, refresh time.Duration) *CycleCollector {
 		every:   refresh,
 		seconds: prometheus.NewDesc("trainscope_collective_cycle_seconds", "Median time of the cycle the rank's collectives repeat (the step, most likely, of a job that marks none), from its latest operations kept (up to 32768).", []string{labelRank}, nil),
 		opsDesc: prometheus.NewDesc("trainscope_collective_cycle_operations", "Collectives and point-to-point operations in one cycle of the rank's.", []string{labelRank}, nil),
+		busy:    prometheus.NewDesc("trainscope_collective_cycle_busy_seconds", "Median time within a cycle of the rank's collectives that its GPU was busy (its traced kernels, less transfers on their streams); absent where no kernel was traced.", []string{labelRank}, nil),
 	}
 }
 
@@ -43,6 +45,7 @@ func NewCycleCollector(s *cycle.Sink, refresh time.Duration) *CycleCollector {
 func (c *CycleCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.seconds
 	ch <- c.opsDesc
+	ch <- c.busy
 }
 
 // Collect implements prometheus.Collector.
@@ -60,5 +63,8 @@ func (c *CycleCollector) Collect(ch chan<- prometheus.Metric) {
 		rank := strconv.Itoa(r.Rank)
 		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.GaugeValue, r.Median.Seconds(), rank)
 		ch <- prometheus.MustNewConstMetric(c.opsDesc, prometheus.GaugeValue, float64(r.Length), rank)
+		if r.BusyKnown {
+			ch <- prometheus.MustNewConstMetric(c.busy, prometheus.GaugeValue, r.Busy.Seconds(), rank)
+		}
 	}
 }

@@ -13,9 +13,10 @@ import (
 )
 
 // Rank 0 repeats three all-reduces (two of 25 MiB, one of 6) every 40
-// ms; rank 1 issues two operations, too few for a cycle, and has no
-// series. Within the refresh interval a scrape shows the last search's
-// result, whatever arrived since.
+// ms, timed on the device, with a kernel of 12 ms a cycle: its GPU busy
+// 12 ms of it; rank 1 issues two operations, too few for a cycle, and has
+// no series. Within the refresh interval a scrape shows the last
+// search's result, whatever arrived since.
 func TestCycleCollector(t *testing.T) {
 	coll := func(rank int, at time.Duration, mib int64) profiler.Record {
 		return profiler.Record{Name: "AllReduce", Kind: profiler.KindCollective, Rank: rank, HostStart: at,
@@ -25,12 +26,21 @@ func TestCycleCollector(t *testing.T) {
 	for k := range 10 {
 		at := time.Duration(k) * 40 * time.Millisecond
 		recs = append(recs, coll(0, at, 25), coll(0, at+2*time.Millisecond, 25), coll(0, at+4*time.Millisecond, 6))
+		for i := range recs[len(recs)-3:] {
+			r := &recs[len(recs)-3+i]
+			r.HasDevice, r.DeviceStart, r.DeviceEnd, r.Stream = true, r.HostStart+time.Millisecond, r.HostStart+2*time.Millisecond, 1
+		}
+		recs = append(recs, profiler.Record{Name: "gemm", Kind: profiler.KindKernel, Stream: 2, HasDevice: true,
+			DeviceStart: at + 10*time.Millisecond, DeviceEnd: at + 22*time.Millisecond})
 	}
 	recs = append(recs, coll(1, 0, 1), coll(1, time.Millisecond, 2))
 	s := cycle.NewSink(0)
 	s.Consume(recs)
 	c := prom.NewCycleCollector(s, time.Hour)
 	want := `
+# HELP trainscope_collective_cycle_busy_seconds Median time within a cycle of the rank's collectives that its GPU was busy (its traced kernels, less transfers on their streams); absent where no kernel was traced.
+# TYPE trainscope_collective_cycle_busy_seconds gauge
+trainscope_collective_cycle_busy_seconds{rank="0"} 0.012
 # HELP trainscope_collective_cycle_operations Collectives and point-to-point operations in one cycle of the rank's.
 # TYPE trainscope_collective_cycle_operations gauge
 trainscope_collective_cycle_operations{rank="0"} 3
@@ -51,7 +61,7 @@ trainscope_collective_cycle_seconds{rank="0"} 0.04
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Errorf("within the refresh interval: %v", err)
 	}
-	if n := testutil.CollectAndCount(prom.NewCycleCollector(s, 0)); n != 4 {
-		t.Errorf("a fresh collector: %d series, want 4 (both ranks' two)", n)
+	if n := testutil.CollectAndCount(prom.NewCycleCollector(s, 0)); n != 5 {
+		t.Errorf("a fresh collector: %d series, want 5 (both ranks' two, rank 0's busy time)", n)
 	}
 }
