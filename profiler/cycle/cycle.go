@@ -58,66 +58,42 @@ type op struct {
 
 // ring holds a rank's latest collectives, and its latest device work.
 type ring struct {
-	ops  []op
-	next int
-	seen uint64
-	work workRing
+	ops  latest[op]
+	work latest[profiler.StreamWork]
 }
 
-// workRing holds a rank's latest device intervals as busy time counts
-// them.
-type workRing struct {
-	w    []profiler.StreamWork
-	next int
-	seen uint64
+// latest keeps the last items added, at most a window of them, and
+// counts every one.
+type latest[T any] struct {
+	items []T
+	next  int
+	seen  uint64
 }
 
-func (r *workRing) add(w profiler.StreamWork, window int) {
-	r.seen++
-	if len(r.w) > window {
-		r.w = r.inserted()[len(r.w)-window:]
-		r.next = 0
+func (l *latest[T]) add(x T, window int) {
+	l.seen++
+	if len(l.items) > window { // more ranks came: keep the latest window
+		l.items = l.inserted()[len(l.items)-window:]
+		l.next = 0
 	}
-	if len(r.w) < window {
-		r.w = append(r.w, w)
+	if len(l.items) < window {
+		l.items = append(l.items, x)
 		return
 	}
-	r.w[r.next] = w
-	r.next = (r.next + 1) % window
+	l.items[l.next] = x
+	l.next = (l.next + 1) % window
 }
 
-func (r *workRing) inserted() []profiler.StreamWork {
-	out := make([]profiler.StreamWork, 0, len(r.w))
-	out = append(out, r.w[r.next:]...)
-	return append(out, r.w[:r.next]...)
+// inserted returns a copy of the items in the order they came.
+func (l *latest[T]) inserted() []T {
+	out := make([]T, 0, len(l.items))
+	out = append(out, l.items[l.next:]...)
+	return append(out, l.items[:l.next]...)
 }
 
-func (r *ring) add(o op, window int) {
-	r.seen++
-	if len(r.ops) > window { // more ranks came: keep the latest window
-		r.ops = r.inserted()[len(r.ops)-window:]
-		r.next = 0
-	}
-	if len(r.ops) < window {
-		r.ops = append(r.ops, o)
-		return
-	}
-	r.ops[r.next] = o
-	r.next = (r.next + 1) % window
-}
-
-// inserted returns a copy of the ring's operations in the order they
-// came.
-func (r *ring) inserted() []op {
-	out := make([]op, 0, len(r.ops))
-	out = append(out, r.ops[r.next:]...)
-	return append(out, r.ops[:r.next]...)
-}
-
-// latest returns a copy of the ring's latest window operations in the
-// order they came.
-func (r *ring) latest(window int) []op {
-	out := r.inserted()
+// last returns a copy of the latest window items in the order they came.
+func (l *latest[T]) last(window int) []T {
+	out := l.inserted()
 	return out[max(0, len(out)-window):]
 }
 
@@ -187,7 +163,7 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		if r.HasDevice && r.DeviceEnd > r.DeviceStart {
 			o.devStart, o.devEnd = r.DeviceStart, r.DeviceEnd
 		}
-		rg.add(o, per)
+		rg.ops.add(o, per)
 	}
 }
 
@@ -273,12 +249,11 @@ func (s *Sink) Result() Result {
 	all := make([]kept, 0, len(s.ranks))
 	w := s.perRank(len(s.ranks))
 	for rank, rg := range s.ranks {
-		if rg.seen == 0 { // device work, no collective
+		if rg.ops.seen == 0 { // device work, no collective
 			continue
 		}
-		work := rg.work.inserted()
-		work = work[max(0, len(work)-WorkPerOperation*w):]
-		all = append(all, kept{rank, rg.seen, rg.latest(w), work, rg.work.seen > uint64(len(work))})
+		work := rg.work.last(WorkPerOperation * w)
+		all = append(all, kept{rank, rg.ops.seen, rg.ops.last(w), work, rg.work.seen > uint64(len(work))})
 	}
 	s.mu.Unlock()
 	var res Result
