@@ -785,6 +785,43 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 	}
 }
 
+// TestWrapCycleGPUBusy: the same two processes with a stand-in CUPTI,
+// each launching a 10 ms kernel in every step's pause (the kernel's
+// times are the stand-in's, exact): the cycle line says the GPU was busy
+// 10.0 ms of each cycle, and summary.json's collective_cycle.busy_s
+// 0.010.
+func TestWrapCycleGPUBusy(t *testing.T) {
+	dir, lib := buildPlugin(t, "libfakecupti.so")
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("TEST_PLUGIN_FAKE_CUPTI", filepath.Join(dir, "libfakecupti.so"))
+	script := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-steps %q 12 $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "-trace", "off", "-pprof", "off", "--", "bash", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if !regexp.MustCompile(`(?m)^  cycle: every rank \(2\) repeats a cycle of 3 collectives .*; the collectives on the device 300 µs of it; the GPU busy 10\.0 ms of it\): the step, most likely$`).MatchString(stdout) {
+		t.Errorf("no cycle line with the GPU's busy time:\n%s", stdout)
+	}
+	path, _ := oneReport(t, out)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cycle *struct {
+			Found bool
+			Busy  *float64 `json:"busy_s"`
+		} `json:"collective_cycle"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if c := doc.Cycle; c == nil || !c.Found || c.Busy == nil || math.Abs(*c.Busy-0.010) > 1e-9 {
+		t.Errorf("summary.json's collective_cycle: %s", b[bytes.Index(b, []byte(`"collective_cycle"`)):])
+	}
+}
+
 // oneReport is the path and text of the one report.txt under out.
 func oneReport(t *testing.T, out string) (string, string) {
 	t.Helper()

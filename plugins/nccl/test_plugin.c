@@ -361,10 +361,30 @@ static void main_child(void) { drive(1, 4); }
  * else (no NVTX): a first step of other sizes, then `steps` steps of
  * three all-reduces 5 ms apart and a 35 ms pause after the last (the
  * optimizer, the next batch): a step of about 50 ms that profile-run
- * finds from the cycle. */
+ * finds from the cycle. With TEST_PLUGIN_FAKE_CUPTI naming the stand-in
+ * CUPTI (libfakecupti.so), the plugin is also the process's CUDA
+ * injection, and each step "launches" a kernel of 10 ms in the pause,
+ * after its last all-reduce: whichever operation a cycle starts at, it
+ * holds one such kernel whole, so the GPU is busy 10 ms of it. */
 static void drive_steps(int steps, int rank, int nranks) {
   ncclProfiler_v5_t* p = load();
   void* ctx = drive_init(p, rank, nranks);
+  void (*launch)(const char*, uint64_t, uint64_t) = NULL;
+  CUptiResult (*flush)(uint32_t) = NULL;
+  const char* fake = getenv("TEST_PLUGIN_FAKE_CUPTI");
+  if (fake && *fake) {
+    setenv("TRAINSCOPE_CUPTI_PATH", fake, 1);
+    void* h = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+    int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
+    CHECK(init && init() == 1, "InitializeInjection failed");
+    void* f = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+    launch = f ? (void (*)(const char*, uint64_t, uint64_t))dlsym(f, "fake_cupti_launch") : NULL;
+    flush = f ? (CUptiResult(*)(uint32_t))dlsym(f, "cuptiActivityFlushAll") : NULL;
+    if (!launch || !flush) {
+      fprintf(stderr, "the plugin did not load %s\n", fake);
+      _exit(2);
+    }
+  }
   static const size_t warm[] = {7000, 3000};
   static const size_t sizes[] = {4000, 4000, 1000};
   uint64_t seq = 0;
@@ -403,6 +423,10 @@ static void drive_steps(int steps, int rank, int nranks) {
       p->recordEventState(kh, ncclProfilerKernelChStop, &a);
       p->stopEvent(kh);
       usleep(5000);
+    }
+    if (launch && s >= 0) {
+      launch("_ZN7cutlass7Kernel2INS_4GemmEEEvNT_6ParamsE", 10000000, 0);
+      flush(0);
     }
     usleep(35000);
   }
