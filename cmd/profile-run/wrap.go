@@ -87,9 +87,11 @@ type wrapper struct {
 	cudaElsewhere string
 	started       time.Time
 	cpuAtStart    time.Duration // profile-run's own CPU time when the command started
-	// The progress line's latest word on the collectives' cycle, and
-	// when it was searched for (progressCycle; the progress goroutine's).
+	// The progress line's latest word on the collectives' cycle, when
+	// it was searched for and how long that took (progressCycle; the
+	// progress goroutine's).
 	cycleAt   time.Time
+	cycleTook time.Duration
 	cycleText string
 }
 
@@ -550,12 +552,18 @@ func (w *wrapper) progressLine() string {
 const (
 	cycleEvery   = 5 * time.Second
 	cycleUnfound = time.Second
+	// cycleShare bounds the time the progress line's searches take: the
+	// next waits at least cycleShare times the last one's duration (2 %
+	// of a core), whatever the intervals above.
+	cycleShare = 50
 )
 
 // progressCycle is what the progress line says, while no step has been
 // accounted, of the cycle the command's collectives repeat: its time and
-// length, searched again at most every cycleEvery (cycleUnfound while
-// none is found); "" before one is found.
+// length, and how much of it the GPU was busy where kernels were traced,
+// searched again at most every cycleEvery (cycleUnfound while none is
+// found, and never sooner than cycleShare times the last search took);
+// "" before one is found.
 func (w *wrapper) progressCycle() string {
 	if w.out == nil || w.out.cycles == nil {
 		return ""
@@ -564,11 +572,17 @@ func (w *wrapper) progressCycle() string {
 	if w.cycleText == "" {
 		every = cycleUnfound
 	}
+	every = max(every, cycleShare*w.cycleTook)
 	if now := time.Now(); now.Sub(w.cycleAt) >= every {
 		w.cycleAt = now
 		w.cycleText = ""
-		if j, ok := w.out.cycles.Result().Job(); ok {
+		j, ok := w.out.cycles.Result().Job()
+		w.cycleTook = time.Since(now)
+		if ok {
 			w.cycleText = fmt.Sprintf(", no steps marked: a cycle of %d collectives every %.1f ms", j.Length, float64(j.Median)/float64(time.Millisecond))
+			if j.BusyKnown && j.Median > 0 {
+				w.cycleText += fmt.Sprintf(", the GPU busy %.0f%% of it", 100*float64(j.Busy)/float64(j.Median))
+			}
 		}
 	}
 	return w.cycleText

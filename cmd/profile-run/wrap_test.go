@@ -788,17 +788,27 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 // TestWrapCycleGPUBusy: the same two processes with a stand-in CUPTI,
 // each launching a 10 ms kernel in every step's pause (the kernel's
 // times are the stand-in's, exact): the cycle line says the GPU was busy
-// 10.0 ms of each cycle, and summary.json's collective_cycle.busy_s
-// 0.010.
+// 10.0 ms of each cycle, summary.json's collective_cycle.busy_s 0.010,
+// and the progress line the share of the cycle.
 func TestWrapCycleGPUBusy(t *testing.T) {
 	dir, lib := buildPlugin(t, "libfakecupti.so")
 	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
 	t.Setenv("TEST_PLUGIN_FAKE_CUPTI", filepath.Join(dir, "libfakecupti.so"))
-	script := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-steps %q 12 $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	// 40 steps, 2 s or more: the progress line searches every second
+	// until it finds the cycle.
+	script := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-steps %q 40 $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
 	out := t.TempDir()
-	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "-trace", "off", "-pprof", "off", "--", "bash", "-c", script)
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "-trace", "off", "-pprof", "off",
+		"-progress", "log", "-progress-every", "100ms", "--", "bash", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	// The progress line says it too, as a share of the cycle (10 ms of a
+	// step the driver's sleeps make 50 ms or more).
+	if m := regexp.MustCompile(`(?m)no steps marked: a cycle of 3 collectives every [0-9.]+ ms, the GPU busy ([0-9]+)% of it(,|$)`).FindStringSubmatch(stderr); m == nil {
+		t.Errorf("no progress line with the GPU's busy share:\n%s", stderr)
+	} else if pct, _ := strconv.Atoi(m[1]); pct < 12 || pct > 20 {
+		t.Errorf("the progress line's busy share %d%%; want 10 ms of a 50–80 ms cycle", pct)
 	}
 	if !regexp.MustCompile(`(?m)^  cycle: every rank \(2\) repeats a cycle of 3 collectives .*; the collectives on the device 300 µs of it; the GPU busy 10\.0 ms of it\): the step, most likely$`).MatchString(stdout) {
 		t.Errorf("no cycle line with the GPU's busy time:\n%s", stdout)
