@@ -448,6 +448,15 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 			return Value{}
 		})
 	}
+	// The GPU's busy share of that cycle, where kernels were traced.
+	if a.CollectiveCycle != nil || b.CollectiveCycle != nil {
+		add("busy in the collectives' cycle", Fraction, func(d jsonsummary.Document) Value {
+			if c := d.CollectiveCycle; c != nil && c.Found && c.Busy != nil && c.P50 != nil && *c.P50 > 0 {
+				return known(*c.Busy / *c.P50)
+			}
+			return Value{}
+		})
+	}
 	add("busy, mean over ranks", Fraction, func(d jsonsummary.Document) Value {
 		sum, n := 0.0, 0
 		for _, s := range d.Steps {

@@ -144,13 +144,15 @@ func TestGate(t *testing.T) {
 
 // TestGateOnTheCycleOfCollectives: two wrapped runs that mark no steps
 // are gated on the median time of the cycle their collectives repeat
-// (10 ms, then 12.5 ms: 25 % more); not where the cycles differ in
-// length, nor against a run with step times.
+// (10 ms, then 12.5 ms: 25 % more), and their GPUs' busy share of it is
+// a row (4 ms of 10, 4 ms of 12.5: 40 %, 32 %); not where the cycles
+// differ in length, nor against a run with step times.
 func TestGateOnTheCycleOfCollectives(t *testing.T) {
 	wrapped := func(p50 float64, ops int) jsonsummary.Document {
+		busy := 0.004
 		return jsonsummary.Document{Schema: jsonsummary.Schema, Command: []string{"--", "torchrun", "train.py"},
 			Pipeline:        &jsonsummary.Pipeline{Stepless: true},
-			CollectiveCycle: &jsonsummary.CollectiveCycle{Found: true, Ranks: 2, AgreeingRanks: 2, Operations: ops, P50: &p50, P90: &p50}}
+			CollectiveCycle: &jsonsummary.CollectiveCycle{Found: true, Ranks: 2, AgreeingRanks: 2, Operations: ops, P50: &p50, P90: &p50, Busy: &busy}}
 	}
 	run := func(name string, d jsonsummary.Document) runcompare.Run { return runcompare.Run{Name: name, Doc: d} }
 	c := runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.0125, 4)))
@@ -172,6 +174,9 @@ func TestGateOnTheCycleOfCollectives(t *testing.T) {
 	}
 	if !regexp.MustCompile(`collectives' cycle p50\s+10\.0 ms\s+12\.5 ms\s+\+25\.0 %`).MatchString(buf.String()) {
 		t.Errorf("no row of the cycle's p50:\n%s", buf.String())
+	}
+	if !regexp.MustCompile(`busy in the collectives' cycle\s+40\.0 %\s+32\.0 %\s+−8\.0 pts`).MatchString(buf.String()) {
+		t.Errorf("no row of the GPU's busy share of the cycle:\n%s", buf.String())
 	}
 	c = runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.020, 8)))
 	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) || !strings.Contains(err.Error(), "cycles of collectives differ (base 4 operations, new 8)") {
