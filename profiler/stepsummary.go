@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -193,15 +192,7 @@ func (rs *rankStepStats) stats() StepStats {
 	if rs.Steps == 0 {
 		return st
 	}
-	q := func(p float64) time.Duration {
-		v, err := quantile.NearestRank(rs.sketch, p)
-		if err != nil {
-			return 0
-		}
-		// The sketch's value is within its accuracy of the exact one;
-		// it may not be inside [min, max], which are exact.
-		return min(max(time.Duration(math.Round(v)), rs.min), rs.max)
-	}
+	q := func(p float64) time.Duration { return quantile.Duration(rs.sketch, p, rs.min, rs.max) }
 	st.P50, st.P90, st.P99 = q(0.5), q(0.9), q(0.99)
 	return st
 }

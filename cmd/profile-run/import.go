@@ -452,8 +452,8 @@ func importFiles(in *interrupt, o *importOptions, log *zap.Logger, stdout io.Wri
 	// Without steps, the step the collectives' cycle suggests, as a
 	// wrapped run's summary says it.
 	if res := out.cycleResult(); res != nil && !anySteps(out.steps) {
-		if line := res.Text(); line != "" {
-			fmt.Fprintf(stdout, "  %s\n", line)
+		for line := range strings.Lines(res.Lines()) {
+			fmt.Fprintf(stdout, "  %s\n", strings.TrimSuffix(line, "\n"))
 		}
 	}
 	return errors.Join(flushErr, out.finish(stdout))

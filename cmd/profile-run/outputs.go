@@ -208,6 +208,7 @@ func (out *outputs) cycleResult() *cycle.Result {
 		return nil
 	}
 	if out.cycle == nil {
+		out.cycles.Finish()
 		res := out.cycles.Result()
 		out.cycle = &res
 	}
@@ -732,7 +733,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		src := out.o.peaks
 		if res := out.cycleResult(); res != nil && !anySteps(out.steps) {
-			src.cycle = res.Text()
+			src.cycle = res.Lines()
 		}
 		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, src,
 			analysis.WithSharedDevices(out.shared))

@@ -560,8 +560,8 @@ const (
 
 // progressCycle is what the progress line says, while no step has been
 // accounted, of the cycle the command's collectives repeat: its time and
-// length, and how much of it the GPU was busy where kernels were traced,
-// searched again at most every cycleEvery (cycleUnfound while none is
+// length, how much of it the GPU was busy where kernels were traced, and
+// the longest stall of the run so far (cycle.Job.Stalls), searched again at most every cycleEvery (cycleUnfound while none is
 // found, and never sooner than cycleShare times the last search took);
 // "" before one is found.
 func (w *wrapper) progressCycle() string {
@@ -582,6 +582,9 @@ func (w *wrapper) progressCycle() string {
 			w.cycleText = fmt.Sprintf(", no steps marked: a cycle of %d collectives every %.1f ms", j.Length, float64(j.Median)/float64(time.Millisecond))
 			if j.BusyKnown && j.Median > 0 {
 				w.cycleText += fmt.Sprintf(", the GPU busy %.0f%% of it", 100*float64(j.Busy)/float64(j.Median))
+			}
+			if st := j.Stalls(); len(st) > 0 {
+				w.cycleText += fmt.Sprintf(", the longest %v (at %v)", st[0].Duration.Round(time.Millisecond), st[0].Start.Round(time.Second))
 			}
 		}
 	}
@@ -692,8 +695,8 @@ func (w *wrapper) finish(code int) {
 	cancel()
 	// Every record has reached the sinks: the collectives' cycle, after
 	// what the NVTX ranges said.
-	if line := w.cycleSummary(); line != "" {
-		w.out.summary = slices.Insert(w.out.summary, cycleAt, line)
+	if lines := w.cycleSummary(); lines != "" {
+		w.out.summary = slices.Insert(w.out.summary, cycleAt, strings.Split(lines, "\n")...)
 	}
 	if err := w.out.finish(w.stdout); err != nil {
 		// Telemetry's trouble is reported, never the command's status.
@@ -961,7 +964,7 @@ func (w *wrapper) cycleSummary() string {
 	if w.out.cycles == nil || w.col == nil || w.col.Stats().Steps > 0 {
 		return ""
 	}
-	return w.out.cycleResult().Text()
+	return w.out.cycleResult().Lines()
 }
 
 // describeExit puts a shell status into words.

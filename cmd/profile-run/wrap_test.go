@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/trainscope/trainscope/internal/ncclplugin"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/profiler/cycle"
 )
 
 // noPlugin makes the wrapped runs of a test find no NCCL plugin, so that
@@ -734,10 +736,6 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 	if !regexp.MustCompile(`(?s)=== collectives across ranks.*\ncycle: every rank \(2\) repeats a cycle of 3 collectives \(AllReduce ×3, 35\.2 KiB\) every [0-9.]+ ms`).MatchString(report) {
 		t.Errorf("report.txt's collectives section lacks the cycle:\n%s", report)
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "summary.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc struct {
 		Cycle *struct {
 			Found      bool
@@ -755,9 +753,7 @@ func TestWrapFindsTheStepFromTheCycleOfCollectives(t *testing.T) {
 			Device *float64 `json:"device_s"`
 		} `json:"collective_cycle"`
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	b := summaryBeside(t, path, &doc)
 	c := doc.Cycle
 	if c == nil || !c.Found || c.Ranks != 2 || c.Agreeing != 2 || c.Operations != 3 || c.Bytes != 36000 || c.Cycles != 12 ||
 		len(c.Ops) != 1 || c.Ops[0].Op != "AllReduce" || c.Ops[0].Count != 3 || c.P50 == nil || *c.P50 < 0.0495 || *c.P50 > 0.08 || c.Device == nil || math.Abs(*c.Device-0.0003) > 1e-9 {
@@ -814,22 +810,110 @@ func TestWrapCycleGPUBusy(t *testing.T) {
 		t.Errorf("no cycle line with the GPU's busy time:\n%s", stdout)
 	}
 	path, _ := oneReport(t, out)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "summary.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc struct {
 		Cycle *struct {
 			Found bool
 			Busy  *float64 `json:"busy_s"`
 		} `json:"collective_cycle"`
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	b := summaryBeside(t, path, &doc)
 	if c := doc.Cycle; c == nil || !c.Found || c.Busy == nil || math.Abs(*c.Busy-0.010) > 1e-9 {
 		t.Errorf("summary.json's collective_cycle: %s", b[bytes.Index(b, []byte(`"collective_cycle"`)):])
 	}
+}
+
+// TestWrapCycleStalls: the plugin's driver, two processes of 140 steps
+// of about 50 ms whose every 20th step pauses 300 ms longer (a
+// checkpoint): every cycle of the run is timed, and the five longest of
+// the six stalls timed (the seventh is the last step, with no next) are
+// named with when they happened, on the screen and in summary.json; the
+// progress line says the longest so far.
+func TestWrapCycleStalls(t *testing.T) {
+	dir, lib := buildPlugin(t)
+	t.Setenv("TRAINSCOPE_NCCL_PLUGIN_PATH", lib)
+	t.Setenv("TEST_PLUGIN_STALL_EVERY", "20")
+	t.Setenv("TEST_PLUGIN_STALL_MS", "300")
+	script := fmt.Sprintf(`for r in 0 1; do RANK=$r %q --drive-steps %q 140 $r 2 & done; wait`, filepath.Join(dir, "test_plugin"), lib)
+	out := t.TempDir()
+	code, stdout, stderr := runWrap(t, "-out", out, "-metrics-addr", "off", "-trace", "off", "-pprof", "off",
+		"-progress", "log", "-progress-every", "100ms", "--", "bash", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	f := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+	// Steps 0–138 are timed up to the next one's first all-reduce (step
+	// 139 has none after it); steps 19, 39, …, 119 took 300 ms longer.
+	stall := `([0-9.]+) ms at [0-9.]+ s \(rank [01]\)`
+	m := regexp.MustCompile(`(?m)^  cycles over the run: 139 on rank 0 from [0-9.]+ s to [0-9.]+ s, p50 ([0-9.]+) ms, .*, max ([0-9.]+) ms; the longest of 2× the median or more: ` +
+		strings.Repeat(stall+", ", 4) + stall + `$`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no line of the run's cycles with five stalls:\n%s", stdout)
+	}
+	if p50 := f(m[1]); p50 < 49.5 || p50 > 80 {
+		t.Errorf("p50 %v ms; want the driver's 50 ms step or a little more", p50)
+	}
+	for _, s := range m[2:] {
+		if v := f(s); v < 349 || v > 450 {
+			t.Errorf("a stall of %v ms; want 350 ms or a little more", v)
+		}
+	}
+	// While the job ran, the progress line said the longest so far.
+	if p := regexp.MustCompile(`no steps marked: a cycle of 3 collectives every [0-9.]+ ms, the longest ([0-9]+)ms \(at [0-9]+s\)`).FindStringSubmatch(stderr); p == nil {
+		t.Errorf("no progress line with the longest cycle:\n%s", stderr)
+	} else if v := f(p[1]); v < 349 || v > 450 {
+		t.Errorf("the progress line's longest %v ms; want 350 ms or a little more", v)
+	}
+	path, _ := oneReport(t, out)
+	var doc struct {
+		Cycle *struct {
+			Run []struct {
+				Rank, Cycles, Breaks, Missed int
+			}
+			Stalls []struct {
+				At float64 `json:"at_s"`
+				S  float64 `json:"s"`
+			}
+		} `json:"collective_cycle"`
+	}
+	b := summaryBeside(t, path, &doc)
+	c := doc.Cycle
+	if c == nil || len(c.Run) != 2 || len(c.Stalls) != cycle.LongestKept {
+		t.Fatalf("summary.json's collective_cycle: %s", b[bytes.Index(b, []byte(`"collective_cycle"`)):])
+	}
+	for i, r := range c.Run {
+		if r.Rank != i || r.Cycles != 139 || r.Breaks != 0 || r.Missed != 0 {
+			t.Errorf("run of rank %d: %+v; want 139 cycles, no break, none missed", i, r)
+		}
+	}
+	// Stalls come 20 steps and a stall apart (20 × 50 ms + 0.3 s: the
+	// driver's sleeps, less a few milliseconds where the clocks of the
+	// operations' records read them), or twice that where the five
+	// longest leave one of the six out.
+	at := make([]float64, len(c.Stalls))
+	for i, s := range c.Stalls {
+		at[i] = s.At
+	}
+	slices.Sort(at)
+	for i := 1; i < len(at); i++ {
+		gap := at[i] - at[i-1]
+		if lo, hi := 0.97*(20*0.050+0.3), 20*0.080+0.3; !(gap >= lo && gap <= hi || gap >= 2*lo && gap <= 2*hi) {
+			t.Errorf("stalls at %v s: %v s apart; want 20 steps and a stall apart, or twice that", at, gap)
+		}
+	}
+}
+
+// summaryBeside reads the summary.json beside the report at path into doc
+// and returns its bytes.
+func summaryBeside(t *testing.T, path string, doc any) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, doc); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // oneReport is the path and text of the one report.txt under out.

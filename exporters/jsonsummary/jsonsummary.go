@@ -104,6 +104,37 @@ type CollectiveCycle struct {
 	// its repetitions fill less than half the operations kept); empty
 	// otherwise.
 	Note string `json:"note,omitempty"`
+	// Run is, per rank whose cycles were timed, every cycle over the
+	// whole run (cycle.Run), ranks in order; Stalls the job's longest
+	// cycles of cycle.StallFactor times their rank's median or more
+	// (cycle.Job.Stalls), longest first.
+	Run    []CycleRun   `json:"run"`
+	Stalls []CycleStall `json:"stalls"`
+}
+
+// CycleRun is one rank's cycles over the whole run.
+type CycleRun struct {
+	Rank   int     `json:"rank"`
+	Cycles int     `json:"cycles"`
+	From   float64 `json:"from_s"` // when the first began, seconds into the run
+	To     float64 `json:"to_s"`   // when the last ended
+	Min    float64 `json:"min_s"`
+	P50    float64 `json:"p50_s"` // quantiles within 1 % (cycle.QuantileAccuracy)
+	P90    float64 `json:"p90_s"`
+	P99    float64 `json:"p99_s"`
+	Max    float64 `json:"max_s"`
+	Sum    float64 `json:"sum_s"`
+	// Breaks counts where the sequence did not go on into another cycle,
+	// Missed the times operations left the window uncounted.
+	Breaks int `json:"breaks"`
+	Missed int `json:"missed"`
+}
+
+// CycleStall is one long cycle.
+type CycleStall struct {
+	Rank    int     `json:"rank"`
+	At      float64 `json:"at_s"` // when it began, seconds into the run
+	Seconds float64 `json:"s"`
 }
 
 // CycleOp is one kind of operation in a cycle.
@@ -392,7 +423,14 @@ func Make(in Input) Document {
 }
 
 func collectiveCycle(r cycle.Result) *CollectiveCycle {
-	c := &CollectiveCycle{Ranks: len(r.Ranks), Ops: []CycleOp{}}
+	c := &CollectiveCycle{Ranks: len(r.Ranks), Ops: []CycleOp{}, Run: []CycleRun{}, Stalls: []CycleStall{}}
+	for _, rk := range r.Ranks {
+		if run := rk.Run; run.Cycles > 0 {
+			c.Run = append(c.Run, CycleRun{Rank: rk.Rank, Cycles: run.Cycles, From: sec(run.From), To: sec(run.To),
+				Min: sec(run.Min), P50: sec(run.P50), P90: sec(run.P90), P99: sec(run.P99), Max: sec(run.Max), Sum: sec(run.Sum),
+				Breaks: run.Breaks, Missed: run.Missed})
+		}
+	}
 	j, ok := r.Job()
 	if !ok {
 		c.Why = r.Ranks[0].Why
@@ -411,6 +449,9 @@ func collectiveCycle(r cycle.Result) *CollectiveCycle {
 		c.Ops = append(c.Ops, CycleOp{Op: o.Op, Count: o.Count, Bytes: o.Bytes})
 	}
 	c.P50, c.P90 = ptr(sec(j.Median)), ptr(sec(j.P90))
+	for _, s := range j.Stalls() {
+		c.Stalls = append(c.Stalls, CycleStall{Rank: s.Rank, At: sec(s.Start), Seconds: sec(s.Duration)})
+	}
 	return c
 }
 

@@ -286,10 +286,21 @@ func TestCollectiveCycle(t *testing.T) {
 				DeviceStart: r.HostStart + 10*time.Millisecond, DeviceEnd: r.HostStart + 13*time.Millisecond})
 		}
 	}
+	// 20 cycles of 20 ms, the 11th 40 ms longer: a stall at 0.2 s.
+	var stalled []profiler.Record
+	at := time.Duration(0)
+	for i := range 20 {
+		stalled = append(stalled, rec(0, at, "AllReduce", 1<<20), rec(0, at+5*time.Millisecond, "Broadcast", 4096))
+		at += 20 * time.Millisecond
+		if i == 10 {
+			at += 40 * time.Millisecond
+		}
+	}
 	for _, c := range []struct {
-		name string
-		recs []profiler.Record
-		want map[string]any
+		name   string
+		recs   []profiler.Record
+		want   map[string]any
+		finish bool
 	}{
 		{"found", append(append([]profiler.Record{}, steady...), few...), map[string]any{
 			"collective_cycle.found": true, "collective_cycle.ranks": 2.0, "collective_cycle.agreeing_ranks": 1.0,
@@ -298,18 +309,32 @@ func TestCollectiveCycle(t *testing.T) {
 			"collective_cycle.ops.0.op": "AllReduce", "collective_cycle.ops.1.op": "Broadcast", "collective_cycle.ops.1.bytes": 4096.0,
 			"collective_cycle.p50_s": 0.02, "collective_cycle.p90_s": 0.02, "collective_cycle.device_s": nil,
 			"collective_cycle.busy_s": nil,
-		}},
+		}, false},
 		{"busy", timed, map[string]any{
 			"collective_cycle.found": true, "collective_cycle.operations": 2.0, "collective_cycle.p50_s": 0.02,
 			"collective_cycle.device_s": 0.002, "collective_cycle.busy_s": 0.003,
-		}},
+		}, false},
+		// Once the Sink has every operation, each cycle of the run:
+		// the last has no next, so 9 of 10 are timed.
+		{"run", steady, map[string]any{
+			"collective_cycle.run.0.rank": 0.0, "collective_cycle.run.0.cycles": 9.0, "collective_cycle.run.0.from_s": 0.0,
+			"collective_cycle.run.0.to_s": 0.18, "collective_cycle.run.0.min_s": 0.02, "collective_cycle.run.0.max_s": 0.02,
+			"collective_cycle.run.0.sum_s": 0.18, "collective_cycle.run.0.breaks": 0.0, "collective_cycle.run.0.missed": 0.0,
+		}, true},
+		{"stall", stalled, map[string]any{
+			"collective_cycle.run.0.cycles": 19.0, "collective_cycle.run.0.max_s": 0.06,
+			"collective_cycle.stalls.0.rank": 0.0, "collective_cycle.stalls.0.at_s": 0.2, "collective_cycle.stalls.0.s": 0.06,
+		}, true},
 		{"none", few, map[string]any{
 			"collective_cycle.found": false, "collective_cycle.ranks": 1.0, "collective_cycle.operations": 0.0,
 			"collective_cycle.why": "5 operations, too few to repeat 3 times", "collective_cycle.p50_s": nil,
-		}},
+		}, false},
 	} {
 		s := cycle.NewSink(0)
 		s.Consume(c.recs)
+		if c.finish {
+			s.Finish()
+		}
 		res := s.Result()
 		var b bytes.Buffer
 		if err := jsonsummary.Write(&b, jsonsummary.Input{Cycle: &res}); err != nil {

@@ -1,11 +1,14 @@
 package prom_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/trainscope/trainscope/exporters/prom"
 	"github.com/trainscope/trainscope/profiler"
@@ -63,5 +66,57 @@ trainscope_collective_cycle_seconds{rank="0"} 0.04
 	}
 	if n := testutil.CollectAndCount(prom.NewCycleCollector(s, 0)); n != 5 {
 		t.Errorf("a fresh collector: %d series, want 5 (both ranks' two, rank 0's busy time)", n)
+	}
+}
+
+// Every cycle of the run: 200 steps of three all-reduces 40 ms apart, the
+// 101st 400 ms longer. Once the Sink has them all (Finish), a scrape
+// holds the 199 cycles timed (the last has no next), their sum, their
+// quantiles within 1 % and the longest.
+func TestCycleCollectorRun(t *testing.T) {
+	var recs []profiler.Record
+	at := time.Duration(0)
+	for k := range 200 {
+		for i, mib := range []int64{25, 25, 6} {
+			recs = append(recs, profiler.Record{Name: "AllReduce", Kind: profiler.KindCollective, HostStart: at + time.Duration(i)*2*time.Millisecond,
+				Collective: profiler.Collective{Op: "AllReduce", Bytes: mib << 20, Group: "dp", Peer: -1, Root: -1}})
+		}
+		at += 40 * time.Millisecond
+		if k == 100 {
+			at += 400 * time.Millisecond
+		}
+	}
+	s := cycle.NewSink(0)
+	s.Consume(recs)
+	s.Finish()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prom.NewCycleCollector(s, 0))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var summary *dto.Summary
+	longest := -1.0
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "trainscope_collective_cycle_run_seconds":
+			summary = mf.GetMetric()[0].GetSummary()
+		case "trainscope_collective_cycle_longest_seconds":
+			longest = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if summary == nil {
+		t.Fatal("no trainscope_collective_cycle_run_seconds")
+	}
+	if summary.GetSampleCount() != 199 || math.Abs(summary.GetSampleSum()-(199*0.040+0.400)) > 1e-9 {
+		t.Errorf("count %d sum %v; want 199 and %v", summary.GetSampleCount(), summary.GetSampleSum(), 199*0.040+0.400)
+	}
+	for _, q := range summary.GetQuantile() {
+		if v := q.GetValue(); math.Abs(v-0.040) > 0.040*cycle.QuantileAccuracy {
+			t.Errorf("quantile %v: %v, want 0.040 within 1%%", q.GetQuantile(), v)
+		}
+	}
+	if len(summary.GetQuantile()) != 3 || math.Abs(longest-0.440) > 1e-9 {
+		t.Errorf("%d quantiles, longest %v; want 3 and 0.44", len(summary.GetQuantile()), longest)
 	}
 }

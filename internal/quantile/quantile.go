@@ -3,6 +3,7 @@ package quantile
 import (
 	"errors"
 	"math"
+	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 )
@@ -34,6 +35,18 @@ func NearestRank(s *ddsketch.DDSketch, q float64) (float64, error) {
 		at = min(r/(n-1), 1)
 	}
 	return s.GetValueAtQuantile(at)
+}
+
+// Duration is NearestRank of a sketch of durations in nanoseconds, kept
+// within [lo, hi], the exact least and greatest: the sketch's value is
+// within its accuracy of the exact one and may fall outside them. It is 0
+// where NearestRank fails.
+func Duration(s *ddsketch.DDSketch, q float64, lo, hi time.Duration) time.Duration {
+	v, err := NearestRank(s, q)
+	if err != nil {
+		return 0
+	}
+	return min(max(time.Duration(math.Round(v)), lo), hi)
 }
 
 // wholeIfClose returns x rounded to the nearest whole number when it lies

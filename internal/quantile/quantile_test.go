@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 
@@ -166,5 +167,30 @@ func TestNearestRankNaN(t *testing.T) {
 	}
 	if v, err := quantile.NearestRank(s, math.NaN()); err == nil {
 		t.Errorf("NearestRank(NaN) = %v, want an error", v)
+	}
+}
+
+// TestDuration: a quantile of durations is the sketch's within 1 %, kept
+// within the exact extremes given (the sketch's 100 ms reads a little
+// above or below 100 ms; with 100 ms given as the least and the
+// greatest it is exactly that), and 0 for an empty sketch.
+func TestDuration(t *testing.T) {
+	s, err := ddsketch.LogCollapsingLowestDenseDDSketch(0.01, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := quantile.Duration(s, 0.5, 0, time.Second); d != 0 {
+		t.Errorf("empty sketch: %v, want 0", d)
+	}
+	for range 10 {
+		if err := s.Add(float64(100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := quantile.Duration(s, 0.5, 0, time.Hour); d < 99*time.Millisecond || d > 101*time.Millisecond {
+		t.Errorf("median %v, want 100ms within 1%%", d)
+	}
+	if d := quantile.Duration(s, 0.99, 100*time.Millisecond, 100*time.Millisecond); d != 100*time.Millisecond {
+		t.Errorf("p99 kept within [100ms, 100ms]: %v", d)
 	}
 }

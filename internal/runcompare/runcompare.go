@@ -448,6 +448,24 @@ func figures(a, b jsonsummary.Document, notes *[]string) []Figure {
 			return Value{}
 		})
 	}
+	// Every cycle of the run, where they were timed: the slowest rank's.
+	if a.CollectiveCycle != nil || b.CollectiveCycle != nil {
+		runSlowest := func(of func(jsonsummary.CycleRun) float64) func(jsonsummary.Document) Value {
+			return func(d jsonsummary.Document) Value {
+				v := Value{}
+				if c := d.CollectiveCycle; c != nil {
+					for _, r := range c.Run {
+						if x := of(r); r.Cycles > 0 && (!v.Known || x > v.V) {
+							v = known(x)
+						}
+					}
+				}
+				return v
+			}
+		}
+		add("cycles over the run p99, slowest rank", Seconds, runSlowest(func(r jsonsummary.CycleRun) float64 { return r.P99 }))
+		add("longest cycle of the run", Seconds, runSlowest(func(r jsonsummary.CycleRun) float64 { return r.Max }))
+	}
 	// The GPU's busy share of that cycle, where kernels were traced.
 	if a.CollectiveCycle != nil || b.CollectiveCycle != nil {
 		add("busy in the collectives' cycle", Fraction, func(d jsonsummary.Document) Value {

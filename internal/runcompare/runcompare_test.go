@@ -145,14 +145,24 @@ func TestGate(t *testing.T) {
 // TestGateOnTheCycleOfCollectives: two wrapped runs that mark no steps
 // are gated on the median time of the cycle their collectives repeat
 // (10 ms, then 12.5 ms: 25 % more), and their GPUs' busy share of it is
-// a row (4 ms of 10, 4 ms of 12.5: 40 %, 32 %); not where the cycles
+// a row (4 ms of 10, 4 ms of 12.5: 40 %, 32 %), as are the p99 and the
+// longest of every cycle of the run, the slowest rank's (rank 1's 11
+// and 900 ms, then rank 0's 14 and 1,200 ms); not where the cycles
 // differ in length, nor against a run with step times.
 func TestGateOnTheCycleOfCollectives(t *testing.T) {
 	wrapped := func(p50 float64, ops int) jsonsummary.Document {
 		busy := 0.004
+		// Each rank's cycles over the run: the p99 a little above the
+		// median, one stall; rank 1's the slower in the base run, rank
+		// 0's in the new one.
+		run := []jsonsummary.CycleRun{{Rank: 0, Cycles: 100, P99: 0.010, Max: 0.5}, {Rank: 1, Cycles: 100, P99: 0.011, Max: 0.9}}
+		if p50 > 0.010 {
+			run = []jsonsummary.CycleRun{{Rank: 0, Cycles: 100, P99: 0.014, Max: 1.2}, {Rank: 1, Cycles: 100, P99: 0.013, Max: 0.3}, {Rank: 2, P99: 9, Max: 9}}
+		}
 		return jsonsummary.Document{Schema: jsonsummary.Schema, Command: []string{"--", "torchrun", "train.py"},
-			Pipeline:        &jsonsummary.Pipeline{Stepless: true},
-			CollectiveCycle: &jsonsummary.CollectiveCycle{Found: true, Ranks: 2, AgreeingRanks: 2, Operations: ops, P50: &p50, P90: &p50, Busy: &busy}}
+			Pipeline: &jsonsummary.Pipeline{Stepless: true},
+			CollectiveCycle: &jsonsummary.CollectiveCycle{Found: true, Ranks: 2, AgreeingRanks: 2, Operations: ops, P50: &p50, P90: &p50, Busy: &busy,
+				Run: run}}
 	}
 	run := func(name string, d jsonsummary.Document) runcompare.Run { return runcompare.Run{Name: name, Doc: d} }
 	c := runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.0125, 4)))
@@ -177,6 +187,11 @@ func TestGateOnTheCycleOfCollectives(t *testing.T) {
 	}
 	if !regexp.MustCompile(`busy in the collectives' cycle\s+40\.0 %\s+32\.0 %\s+−8\.0 pts`).MatchString(buf.String()) {
 		t.Errorf("no row of the GPU's busy share of the cycle:\n%s", buf.String())
+	}
+	// A rank with no cycle timed (rank 2's figures) counts for nothing.
+	if !regexp.MustCompile(`cycles over the run p99, slowest rank\s+11\.0 ms\s+14\.0 ms\s+\+27\.3 %`).MatchString(buf.String()) ||
+		!regexp.MustCompile(`longest cycle of the run\s+900 ms\s+1\.20 s\s+\+33\.3 %`).MatchString(buf.String()) {
+		t.Errorf("no rows of the cycles over the run:\n%s", buf.String())
 	}
 	c = runcompare.Compare(run("a", wrapped(0.010, 4)), run("b", wrapped(0.020, 8)))
 	if _, _, err := c.Gate(0.05); !errors.Is(err, runcompare.ErrNotGated) || !strings.Contains(err.Error(), "cycles of collectives differ (base 4 operations, new 8)") {

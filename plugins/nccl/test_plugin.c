@@ -365,7 +365,9 @@ static void main_child(void) { drive(1, 4); }
  * CUPTI (libfakecupti.so), the plugin is also the process's CUDA
  * injection, and each step "launches" a kernel of 10 ms in the pause,
  * after its last all-reduce: whichever operation a cycle starts at, it
- * holds one such kernel whole, so the GPU is busy 10 ms of it. */
+ * holds one such kernel whole, so the GPU is busy 10 ms of it. With
+ * TEST_PLUGIN_STALL_EVERY=N and TEST_PLUGIN_STALL_MS=M, every Nth step's
+ * pause (steps N-1, 2N-1, …) is M ms longer: a checkpoint. */
 static void drive_steps(int steps, int rank, int nranks) {
   ncclProfiler_v5_t* p = load();
   void* ctx = drive_init(p, rank, nranks);
@@ -385,6 +387,10 @@ static void drive_steps(int steps, int rank, int nranks) {
       _exit(2);
     }
   }
+  const char* every_s = getenv("TEST_PLUGIN_STALL_EVERY");
+  const char* ms_s = getenv("TEST_PLUGIN_STALL_MS");
+  int stall_every = every_s ? atoi(every_s) : 0;
+  int stall_ms = ms_s ? atoi(ms_s) : 0;
   static const size_t warm[] = {7000, 3000};
   static const size_t sizes[] = {4000, 4000, 1000};
   uint64_t seq = 0;
@@ -429,6 +435,8 @@ static void drive_steps(int steps, int rank, int nranks) {
       flush(0);
     }
     usleep(35000);
+    if (stall_every > 0 && s >= 0 && s % stall_every == stall_every - 1)
+      usleep((useconds_t)stall_ms * 1000);
   }
   drive_finish(p, ctx);
 }

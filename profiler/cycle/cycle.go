@@ -60,6 +60,7 @@ type op struct {
 type ring struct {
 	ops  latest[op]
 	work latest[profiler.StreamWork]
+	tr   tracker
 }
 
 // latest keeps the last items added, at most a window of them, and
@@ -97,6 +98,12 @@ func (l *latest[T]) last(window int) []T {
 	return out[max(0, len(out)-window):]
 }
 
+// lastInto is last, into buf's memory where it is large enough.
+func (l *latest[T]) lastInto(buf []T, window int) []T {
+	buf = append(append(buf[:0], l.items[l.next:]...), l.items[:l.next]...)
+	return buf[max(0, len(buf)-window):]
+}
+
 // Sink is a profiler.Sink that keeps each rank's latest collectives and
 // point-to-point operations, at most a window of them per rank and Budget
 // over all ranks, for Result. It is safe for concurrent use.
@@ -104,6 +111,11 @@ type Sink struct {
 	mu     sync.Mutex
 	window int
 	ranks  map[int]*ring
+	done   bool // Finish was called
+	// scratch is the memory trackLocked reuses: a rank's kept
+	// operations in order, and their rolling hashes.
+	scratch []op
+	hashes  []uint64
 }
 
 // NewSink returns a Sink that keeps at most window operations per rank
@@ -164,7 +176,37 @@ func (s *Sink) Consume(batch []profiler.Record) {
 			o.devStart, o.devEnd = r.DeviceStart, r.DeviceEnd
 		}
 		rg.ops.add(o, per)
+		if rg.ops.seen-rg.tr.checked >= uint64(max(per/2, 1)) {
+			s.trackLocked(rg, per)
+		}
 	}
+}
+
+// trackLocked counts rg's cycles (Run) in its kept operations: every
+// half window of operations, so none leaves the window uncounted.
+func (s *Sink) trackLocked(rg *ring, per int) {
+	ops := rg.ops.lastInto(s.scratch, per)
+	s.scratch = ops[:0]
+	if byStart := func(a, b op) int { return cmp.Compare(a.start, b.start) }; !slices.IsSortedFunc(ops, byStart) {
+		slices.SortStableFunc(ops, byStart)
+	}
+	rg.tr.checked = rg.ops.seen
+	if len(ops) == 0 {
+		return
+	}
+	upTo := ops[len(ops)-1].start
+	if !s.done {
+		upTo -= TrackLag
+	}
+	s.hashes = rg.tr.track(ops, upTo, per, rg.ops.seen > uint64(len(ops)), s.hashes)
+}
+
+// Finish says that no more operations will come: Result then counts every
+// cycle kept (Run), not only those TrackLag behind the latest operation.
+func (s *Sink) Finish() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
 }
 
 // FNV-1a over a record's signature, without allocating.
@@ -232,6 +274,13 @@ type Rank struct {
 	// where no kernel was traced or no cycle is covered.
 	Busy      time.Duration
 	BusyKnown bool
+	// Run is every cycle of the run counted one by one, where the search
+	// has found one (Sink counts them as operations arrive).
+	Run Run
+	// first is the index, in the operations searched, of the first
+	// operation of the stretch's first whole cycle (the one after its
+	// longest pause).
+	first int
 }
 
 // Result searches every rank's kept operations for its cycle. It copies
@@ -244,6 +293,7 @@ func (s *Sink) Result() Result {
 		ops     []op
 		work    []profiler.StreamWork
 		partial bool // work before the oldest kept was dropped
+		run     Run
 	}
 	s.mu.Lock()
 	all := make([]kept, 0, len(s.ranks))
@@ -252,8 +302,12 @@ func (s *Sink) Result() Result {
 		if rg.ops.seen == 0 { // device work, no collective
 			continue
 		}
+		if rg.ops.seen != rg.tr.checked || s.done && !rg.tr.done {
+			s.trackLocked(rg, w)
+			rg.tr.done = s.done
+		}
 		work := rg.work.last(WorkPerOperation * w)
-		all = append(all, kept{rank, rg.ops.seen, rg.ops.last(w), work, rg.work.seen > uint64(len(work))})
+		all = append(all, kept{rank, rg.ops.seen, rg.ops.last(w), work, rg.work.seen > uint64(len(work)), rg.tr.result(rank)})
 	}
 	s.mu.Unlock()
 	var res Result
@@ -262,7 +316,7 @@ func (s *Sink) Result() Result {
 		// over their records in batches of their own.
 		slices.SortStableFunc(k.ops, func(a, b op) int { return cmp.Compare(a.start, b.start) })
 		r := find(k.ops, k.work, k.partial)
-		r.Rank, r.Seen = k.rank, k.seen
+		r.Rank, r.Seen, r.Run = k.rank, k.seen, k.run
 		res.Ranks = append(res.Ranks, r)
 	}
 	slices.SortFunc(res.Ranks, func(a, b Rank) int { return cmp.Compare(a.Rank, b.Rank) })
@@ -298,12 +352,15 @@ func find(ops []op, work []profiler.StreamWork, partial bool) Rank {
 		// is the cycle; a multiple of it, or of a sequence of one kind,
 		// needs a gap of its own at the same place in every cycle (the
 		// optimizer's step, the next batch) to tell it from a part.
+		b, phase := boundary(gaps, c)
 		if c > p || p == 1 {
-			if b := boundary(gaps, c); b <= 0 || b < MinBoundary*typical {
+			if b <= 0 || b < MinBoundary*typical {
 				continue
 			}
 		}
 		r.Found, r.Length, r.Period, r.Cycles, r.Stretch = true, c, p, m/c, m
+		// A cycle starts after its longest pause.
+		r.first = from + (phase+1)%c
 		r.P25, r.Median, r.P75, r.P90 = q[0], q[1], q[2], q[3]
 		r.Ops, r.Bytes = composition(stretch[m-c:])
 		r.Device, r.DeviceKnown = deviceTime(stretch, c)
@@ -397,19 +454,22 @@ func within(ivs []profiler.Interval, lo, hi time.Duration) time.Duration {
 
 // boundary returns the largest, over the places in a cycle of c
 // operations, of the lower quartile of the gaps before that place in
-// every cycle: large where every cycle pauses at the same place.
-func boundary(gaps []time.Duration, c int) time.Duration {
-	var best time.Duration
+// every cycle: large where every cycle pauses at the same place; and that
+// place, the index in gaps of its first gap (the first of the operations
+// after that pause is at phase+1).
+func boundary(gaps []time.Duration, c int) (best time.Duration, at int) {
 	vals := make([]time.Duration, 0, len(gaps)/c+1)
-	for phase := range c {
+	for phase := range min(c, len(gaps)) {
 		vals = vals[:0]
 		for i := phase; i < len(gaps); i += c {
 			vals = append(vals, gaps[i])
 		}
 		slices.Sort(vals)
-		best = max(best, vals[(len(vals)-1)/4])
+		if q := vals[(len(vals)-1)/4]; q > best {
+			best, at = q, phase
+		}
 	}
-	return best
+	return best, at
 }
 
 // median sorts d and returns its middle value.

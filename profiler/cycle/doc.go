@@ -37,6 +37,13 @@
 // latest device work, between the device starts of the same operation a
 // cycle apart).
 //
+// Once a rank's cycle is found, Run counts every cycle of the run one by
+// one as its operations arrive (each from the first operation after the
+// cycle's longest pause to the same one a cycle later), in bounded
+// memory however long the run, and Job.Stalls names the longest; the
+// window only finds the cycle. Finish, once no operation will come,
+// counts the last ones.
+//
 // A rank keeps its latest Window operations (Budget over all ranks), so a
 // step of up to Window/MinRepeats operations is found; the search takes
 // about linear time in them for a training loop's operations, not the

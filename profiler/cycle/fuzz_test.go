@@ -11,9 +11,13 @@ import (
 // FuzzResult: whatever operations arrive — ranks, kinds, sizes, times in
 // any order, equal or far apart — Result, Job and Text neither panic nor
 // say a cycle without one: a found rank's cycle has a length, a positive
-// median and whole cycles, and a job agrees with at least one rank. Each
-// 4 bytes of input are an operation: its rank (0–3), its kind (one of 4),
-// its size class, and the time since the previous one in ms.
+// median and whole cycles, and a job agrees with at least one rank. The
+// cycles counted over the run, in batches of 5 with searches between
+// them, are ordered (minimum ≤ quantiles ≤ maximum) and never overlap:
+// they sum to no more than the time from the rank's first operation to
+// its last. Each 4 bytes of input are an operation: its rank (0–3), its
+// kind (one of 4), its size class, and the time since the previous one
+// in ms.
 func FuzzResult(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 0, 1, 2, 5, 0, 0, 1, 10, 0, 1, 2, 5, 0, 0, 1, 10, 0, 1, 2, 5, 0, 0, 1, 10, 0, 1, 2, 5})
 	f.Add([]byte{0, 0, 1, 10, 1, 0, 1, 100, 0, 0, 1, 10, 1, 0, 1, 100, 0, 0, 1, 10, 1, 0, 1, 100, 0, 0, 1, 10, 1, 0, 1, 100})
@@ -46,8 +50,29 @@ func FuzzResult(f *testing.F) {
 				Collective: profiler.Collective{Op: op, Bytes: int64(data[i+2]) << 10, Peer: peer, Root: -1, Group: "g"}})
 		}
 		s := cycle.NewSink(16)
-		s.Consume(recs)
+		first, last := map[int]time.Duration{}, map[int]time.Duration{}
+		for i, r := range recs {
+			if _, ok := first[r.Rank]; !ok {
+				first[r.Rank] = r.HostStart
+			}
+			last[r.Rank] = r.HostStart
+			if i%5 == 4 || i == len(recs)-1 {
+				s.Consume(recs[i-i%5 : i+1])
+			}
+			if i%40 == 39 {
+				s.Result()
+			}
+		}
+		s.Finish()
 		res := s.Result()
+		for _, r := range res.Ranks {
+			run := r.Run
+			if run.Cycles < 0 || run.Cycles > 0 && (run.Min < 0 || run.Min > run.P50 || run.P50 > run.P90 || run.P90 > run.P99 || run.P99 > run.Max ||
+				run.Max > run.Sum || run.From > run.To || run.Sum > last[r.Rank]-first[r.Rank]) {
+				t.Fatalf("rank %d: run %+v over %v", r.Rank, run, last[r.Rank]-first[r.Rank])
+			}
+		}
+		_ = res.Lines()
 		for _, r := range res.Ranks {
 			if r.Found && (r.Length < 1 || r.Median <= 0 || r.Cycles < cycle.MinRepeats || r.Length%r.Period != 0) {
 				t.Fatalf("rank %d: found a cycle of %d (period %d), median %v, %d cycles", r.Rank, r.Length, r.Period, r.Median, r.Cycles)

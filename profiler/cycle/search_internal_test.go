@@ -38,7 +38,7 @@ func everyMultiple(stretch []op, gaps []time.Duration, p, m int, typical time.Du
 			continue
 		}
 		if c > p || p == 1 {
-			if b := boundary(gaps, c); b <= 0 || b < MinBoundary*typical {
+			if b, _ := boundary(gaps, c); b <= 0 || b < MinBoundary*typical {
 				continue
 			}
 		}
@@ -127,7 +127,7 @@ func TestSearchAgreesWithItsDefinition(t *testing.T) {
 				continue
 			}
 			if c > p || p == 1 {
-				if b := boundary(gaps, c); b <= 0 || b < MinBoundary*typical {
+				if b, _ := boundary(gaps, c); b <= 0 || b < MinBoundary*typical {
 					continue
 				}
 			}
