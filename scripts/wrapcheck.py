@@ -61,7 +61,10 @@ collectives and kernels were timed on the device, their time in a cycle
 and the GPU's busy time must be some of the cycle and no more; with the
 report of a run that marked its steps, the GPU's busy share of a cycle
 must be within 10 % and half a point of the report's busy share of the
-steps after the first.
+steps after the first. Every cycle of the run must be timed on each rank
+(summary.json's collective_cycle.run: the steps but the first and the
+last, no break, none missed), their p50 within 5 % of the script's
+median step.
 
     python3 scripts/wrapcheck.py --cycle-steps summary.json
 
@@ -409,7 +412,8 @@ def cycle(log, summary, report=None):
     """The cycle found in a wrapped ddp_steps.py's collectives against the
     script's all-reduces per step and its own step times; with the
     report of a run that marked its steps, the GPU's busy time in a cycle
-    against the steps' busy share."""
+    against the steps' busy share; and the cycles of the whole run against
+    the script's steps."""
     runs = tool_lines(log, "ddp_steps")
     if not runs:
         print("FAIL cycle: no ddp_steps lines in %s" % log)
@@ -454,6 +458,24 @@ def cycle(log, summary, report=None):
             bad += not ok
             print("%s cycle: the GPU busy %.1f %% of a cycle; the report's steps after the first %.1f–%.1f %% (within 10 %% and half a point)"
                   % ("PASS" if ok else "FAIL", frac, lo, hi))
+    # Every cycle of the run, counted one by one: a step's first
+    # all-reduce to the next step's, so every step but the first (its
+    # all-reduces differ) and the last (no next) on each rank.
+    timed = c.get("run") or []
+    want_n = min(len(r["host_step_s"]) for r in runs) - 2
+    for rc in timed:
+        ok = rc["cycles"] == want_n and rc["breaks"] == 0 and rc["missed"] == 0
+        bad += not ok
+        print("%s cycle: rank %d timed %d cycles over the run (%d breaks, %d missed); the script ran %d steps, the first of other all-reduces"
+              % ("PASS" if ok else "FAIL", rc["rank"], rc["cycles"], rc["breaks"], rc["missed"], want_n + 2))
+    if timed:
+        p50 = statistics.median(rc["p50_s"] for rc in timed)
+        ok = want_s > 0 and abs(p50 / want_s - 1) <= 0.05
+        bad += not ok
+        print("%s cycle: the run's cycles p50 %.3f ms; the script's median step %.3f ms (within 5 %%)" % ("PASS" if ok else "FAIL", 1e3 * p50, 1e3 * want_s))
+    elif c.get("found"):
+        bad += 1
+        print("FAIL cycle: a cycle found, but no cycle of the run timed (collective_cycle.run empty)")
     if not any(r.get("nvtx", True) for r in runs):
         m = re.search(r"^  cycle: every rank \((\d+)\) repeats a cycle of (\d+) collectives .* every ([\d.]+) (ms|s) ", open(log, errors="replace").read(), re.M)
         ok = m is not None and int(m.group(1)) == len(runs) and int(m.group(2)) == want_ops

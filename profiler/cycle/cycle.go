@@ -344,19 +344,18 @@ func find(ops []op, work []profiler.StreamWork, partial bool) Rank {
 	}
 	typical := median(slices.Clone(gaps))
 	for _, c := range candidates(gaps, p, m, typical) {
-		q, ok := steady(stretch, c)
-		if !ok {
-			continue
-		}
 		// A sequence of two or more kinds of operation that repeats whole
 		// is the cycle; a multiple of it, or of a sequence of one kind,
 		// needs a gap of its own at the same place in every cycle (the
 		// optimizer's step, the next batch) to tell it from a part.
+		paused := c > p || p == 1
 		b, phase := boundary(gaps, c)
-		if c > p || p == 1 {
-			if b <= 0 || b < MinBoundary*typical {
-				continue
-			}
+		if paused && (b <= 0 || b < MinBoundary*typical) {
+			continue
+		}
+		q, ok := steadyCycle(stretch, c, paused)
+		if !ok {
+			continue
 		}
 		r.Found, r.Length, r.Period, r.Cycles, r.Stretch = true, c, p, m/c, m
 		// A cycle starts after its longest pause.
@@ -573,6 +572,36 @@ func pairApart(bits []uint64, c int) bool {
 		}
 	}
 	return false
+}
+
+// NoiseRatio bounds how much more a cycle's times may vary (relative to
+// their median) than the times of two cycles together, where its cycles
+// start after a pause of their own but vary more than MaxSpread: the sum
+// of two independent times varies 1/√2 as much, relative to it, as each
+// does (√2 ≈ 1.41, and some leeway for the few cycles a window holds);
+// the half of a step whose halves take different times varies far more
+// than the step.
+const NoiseRatio = 1.6
+
+// steadyCycle is steady, and where paused (the cycle starts after a pause
+// of its own) and the times vary more than MaxSpread but less than twice
+// that, whether they vary no more than NoiseRatio times as much as those
+// of twice as many operations: a noisy step is the step, not two of
+// them.
+func steadyCycle(stretch []op, c int, paused bool) ([4]time.Duration, bool) {
+	q, ok := steady(stretch, c)
+	if ok || !paused || 2*c >= len(stretch) {
+		return q, ok
+	}
+	if q[1] <= 0 {
+		return q, false
+	}
+	spread := float64(q[2]-q[0]) / float64(q[1])
+	if spread > 2*MaxSpread {
+		return q, false
+	}
+	q2, _ := steady(stretch, 2*c)
+	return q, q2[1] > 0 && spread <= NoiseRatio*float64(q2[2]-q2[0])/float64(q2[1])
 }
 
 // steady returns the quartiles and 90th percentile of the times from each

@@ -650,3 +650,51 @@ func TestBusyTimeOfACycle(t *testing.T) {
 		t.Errorf("without kernels: %+v, %q", r, res.Text())
 	}
 }
+
+// TestNoisySteps: a DDP loop of 1,500 all-reduces of one size a step (a
+// bucket per layer), its steps as long as those of two runs on one H100
+// shared by two processes (ddp_steps.py --layers 1500, rank 0's step
+// times after the first, and rank 1's). In the first they drift from 0.68 to 1.11 s,
+// each close to the one before; in the second they vary from 0.58 to
+// 1.06 s. Either way their interquartile range is a quarter of their
+// median, above MaxSpread, and sums of two or three steps vary less: the
+// cycle is still the step, whose every repetition starts after the same
+// pause, and not two or three of them.
+func TestNoisySteps(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		steps []float64
+		p50   time.Duration
+	}{
+		{"drifting", []float64{0.9074, 0.9305, 0.7822, 0.7595, 0.6828, 0.8681, 1.0666, 1.1135, 1.0605, 1.0400, 1.0282, 1.0385, 1.0283}, 1028 * ms},
+		{"noisy", []float64{0.7711, 0.7832, 0.8537, 0.7556, 0.8711, 0.7667, 0.5878, 0.6281, 0.5786, 0.7609, 0.9504, 0.9266, 1.0561}, 771 * ms},
+		// Rank 1's of the same runs.
+		{"drifting rank 1", []float64{0.8492, 0.9215, 0.8168, 0.8221, 0.6984, 0.8833, 1.0655, 1.1168, 1.0580, 1.0356, 1.0274, 1.0376, 1.0356}, 1027 * ms},
+		{"noisy rank 1", []float64{0.8403, 0.7833, 0.7770, 0.7144, 0.8599, 0.7784, 0.5930, 0.6125, 0.6649, 0.7318, 0.8914, 0.9260, 1.0578}, 778 * ms},
+	} {
+		j := &job{}
+		at := time.Duration(0)
+		for range 1500 { // the first step: one bucket, then 1,500
+			j.call(at, "AllReduce", 16<<10, -1)
+			at += 100 * time.Microsecond
+		}
+		at += 500 * ms
+		for _, s := range c.steps {
+			d := time.Duration(s * float64(time.Second))
+			// The all-reduces in the backward pass's last 40 %, the
+			// optimizer and the next forward pass after them.
+			for i := range 1500 {
+				j.call(at+d*6/10+time.Duration(i)*d*4/10/1500, "AllReduce", 16<<10, -1)
+			}
+			at += d
+		}
+		s := cycle.NewSink(0)
+		s.Consume(j.recs)
+		r := s.Result().Ranks[0]
+		if !r.Found || r.Length != 1500 {
+			t.Errorf("%s: found %v: cycle of %d (%s); want the step's 1,500 all-reduces", c.name, r.Found, r.Length, r.Why)
+			continue
+		}
+		near(t, c.name+" median", r.Median, c.p50, c.p50*3/100) // the script's median step, within 3 %
+	}
+}

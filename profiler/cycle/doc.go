@@ -23,7 +23,10 @@
 //     of four, the pause before that place is MinBoundary times the
 //     typical gap (the optimizer's step, the next batch). Sums of many
 //     gaps grow steady whatever they span; only a step pauses at the same
-//     place every time.
+//     place every time. Such a cycle may also vary up to twice MaxSpread
+//     where that is no more than NoiseRatio times the spread of two cycles
+//     together, as the steps of a noisy job do (the step, not two of
+//     them: their sum is steadier only by averaging).
 //
 // That cycle's duration is the step time as the host issued the work: in
 // a loop that waits for its GPU each step (a loss read back, a

@@ -34,7 +34,7 @@ func exhaustiveRepeat(ops []op) (start, m, p int) {
 // candidates, which tries only the multiples that could start after one.
 func everyMultiple(stretch []op, gaps []time.Duration, p, m int, typical time.Duration) int {
 	for c := p; c*MinRepeats <= m; c += p {
-		if _, ok := steady(stretch, c); !ok {
+		if _, ok := steadyCycle(stretch, c, c > p || p == 1); !ok {
 			continue
 		}
 		if c > p || p == 1 {
@@ -123,7 +123,7 @@ func TestSearchAgreesWithItsDefinition(t *testing.T) {
 		want := everyMultiple(stretch, gaps, p, m, typical)
 		got := 0
 		for _, c := range candidates(gaps, p, m, typical) {
-			if _, ok := steady(stretch, c); !ok {
+			if _, ok := steadyCycle(stretch, c, c > p || p == 1); !ok {
 				continue
 			}
 			if c > p || p == 1 {
