@@ -733,7 +733,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		src := out.o.peaks
 		if res := out.cycleResult(); res != nil && !anySteps(out.steps) {
-			src.cycle = res.Lines()
+			src.cycle, src.cycleRuns = res.Lines(), res.RunsTable()
 		}
 		paths, err, screenErr := writeReports(screen, out.report, out.tables, out.steps, &pipe, detail, out.o.sortBy, ideal, header, rankHeader, src,
 			analysis.WithSharedDevices(out.shared))

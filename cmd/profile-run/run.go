@@ -21,6 +21,7 @@ import (
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
+	"github.com/trainscope/trainscope/profiler/cycle"
 	_ "github.com/trainscope/trainscope/runtime/cpu"  // host device backend
 	_ "github.com/trainscope/trainscope/runtime/cuda" // CUDA, loaded at run time where present
 )
@@ -474,9 +475,12 @@ type peakSource struct {
 	// report's all-steps figure is at least this.
 	atLeast map[int]int64
 	// cycle is what the collectives' cycle says of a job that marks no
-	// steps (cycle.Result.Text), for the report file's collectives
+	// steps (cycle.Result.Lines), for the report file's collectives
 	// section; the screen has it on its summary's cycle: line.
 	cycle string
+	// cycleRuns is the table of every rank's cycles over the run
+	// (cycle.Result.RunsTable), for the report file.
+	cycleRuns string
 }
 
 // writeReports prints the all-steps summary on stdout and writes it to f,
@@ -542,6 +546,9 @@ func writeReports(stdout io.Writer, f *os.File, tables *profiler.Summary, steps 
 			}
 			if w != stdout && src.cycle != "" {
 				fmt.Fprintf(w, "%s\n", src.cycle)
+			}
+			if w != stdout && src.cycleRuns != "" {
+				fmt.Fprintf(w, "\n=== cycles of the collectives over the run, by rank (nearest-rank quantiles within %.0f%%; docs/wrap.md) ===\n%s", 100*cycle.QuantileAccuracy, src.cycleRuns)
 			}
 		case pipe != nil && pipe.Steps > 0:
 			fmt.Fprintln(w, "\n=== pipeline analysis: bubbles, overlap, collectives, stragglers (docs/analysis.md) ===")

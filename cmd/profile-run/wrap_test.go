@@ -863,7 +863,13 @@ func TestWrapCycleStalls(t *testing.T) {
 	} else if v := f(p[1]); v < 349 || v > 450 {
 		t.Errorf("the progress line's longest %v ms; want 350 ms or a little more", v)
 	}
-	path, _ := oneReport(t, out)
+	path, report := oneReport(t, out)
+	// The report file has each rank's cycles over the run in a table.
+	for rank := range 2 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^=== cycles of the collectives over the run, by rank .*\n(.*\n)*?\s+%d\s+139\s+[0-9.]+\s+[0-9.]+\s+(\s+[0-9.]+){5}\s+0\s+0$`, rank)).MatchString(report) {
+			t.Errorf("report.txt has no row of rank %d's 139 cycles over the run:\n%s", rank, report)
+		}
+	}
 	var doc struct {
 		Cycle *struct {
 			Run []struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -390,6 +391,31 @@ func (r Result) RunText() string {
 		line += fmt.Sprintf("; %s operations arrived faster than they were counted, and cycles were missed", times(missed))
 	}
 	return line
+}
+
+// RunsTable is a table of every rank's cycles over the run, one row a
+// rank, as the report's step times table has for steps: how many, from
+// and to when, the minimum, quantiles and maximum, breaks and misses; ""
+// where no rank's cycles were timed.
+func (r Result) RunsTable() string {
+	if !slices.ContainsFunc(r.Ranks, func(rk Rank) bool { return rk.Run.Cycles > 0 }) {
+		return ""
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "Rank\tCycles\tFrom(s)\tTo(s)\tMin(ms)\tp50(ms)\tp90(ms)\tp99(ms)\tMax(ms)\tBreaks\tMissed\t")
+	for _, rk := range r.Ranks {
+		run := rk.Run
+		if run.Cycles == 0 {
+			fmt.Fprintf(tw, "%d\t0\t-\t-\t-\t-\t-\t-\t-\t%d\t%d\t\n", rk.Rank, run.Breaks, run.Missed)
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t\n", rk.Rank, run.Cycles, run.From.Seconds(), run.To.Seconds(),
+			ms(run.Min), ms(run.P50), ms(run.P90), ms(run.P99), ms(run.Max), run.Breaks, run.Missed)
+	}
+	_ = tw.Flush() // a strings.Builder does not fail
+	return b.String()
 }
 
 func times(n int) string {
