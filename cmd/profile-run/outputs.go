@@ -490,14 +490,20 @@ func openOutputs(abort context.Context, o *options, prof *profiler.Profiler, log
 		}
 	}
 	if o.otlpEndpoint != "" || otel.EnvEndpoint() != "" {
-		out.spans, err = otel.New(context.Background(), prof, otel.Config{
+		cfg := otel.Config{
 			Epoch:       prof.Epoch(),
 			RunID:       out.runID,
 			Endpoint:    o.otlpEndpoint,
 			Protocol:    o.otlpProtocol,
 			Insecure:    o.otlpInsecure || loopbackHostPort(o.otlpEndpoint),
 			ServiceName: o.serviceName,
-		}, otel.WithLogger(log.Named("otel")))
+		}
+		if out.cycles != nil {
+			// A job that marks no steps gets a trace per cycle of its
+			// collectives, not one trace of the whole run.
+			cfg.Cycles = out.cycles
+		}
+		out.spans, err = otel.New(context.Background(), prof, cfg, otel.WithLogger(log.Named("otel")))
 		if err != nil {
 			out.discard()
 			return nil, &usageError{err.Error()}

@@ -39,6 +39,7 @@ const AnalysisSpanName = "pipeline analysis"
 type analysisSpan struct {
 	rank       int
 	step       int32
+	cycle      bool // a cycle's span (CycleSpanName), no analysis's
 	stepRange  uint64
 	start, end time.Duration
 	attrs      []attribute.KeyValue
@@ -148,6 +149,19 @@ func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) [
 	for i, a := range q {
 		tid := b.ids.traceID(a.step)
 		s := &spans[i]
+		if a.cycle {
+			*s = span{
+				name:  CycleSpanName,
+				sc:    spanContext(tid, b.ids.analysisSpanID(a.rank, a.step)),
+				start: b.epoch.Add(a.start),
+				end:   b.epoch.Add(a.end),
+				attrs: a.attrs,
+				res:   b.resource(a.rank),
+				scope: &b.scope,
+			}
+			out = append(out, s)
+			continue
+		}
 		*s = span{
 			name:   AnalysisSpanName,
 			sc:     spanContext(tid, b.ids.analysisSpanID(a.rank, a.step)),

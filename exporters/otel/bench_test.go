@@ -3,7 +3,6 @@ package otel_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	otelexp "github.com/trainscope/trainscope/exporters/otel"
+	"github.com/trainscope/trainscope/internal/jaegerquery"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 )
@@ -408,28 +408,18 @@ func checkSampledTraces(b *testing.B, query, service string, since time.Time, s 
 			perStep[int64(batch[0].Step)]++
 		}
 	}
-	q := url.Values{"service": {service}, "limit": {"5"},
-		"start": {strconv.FormatInt(since.Add(-time.Minute).UnixMicro(), 10)}, "end": {strconv.FormatInt(time.Now().Add(time.Minute).UnixMicro(), 10)}}
-	resp, err := http.Get(strings.TrimRight(query, "/") + "/api/traces?" + q.Encode())
+	traces, err := jaegerquery.Traces(context.Background(), query, service, since, 5)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var tr jaegerTraces
-	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
-		b.Fatal(err)
-	}
-	if len(tr.Data) == 0 {
+	if len(traces) == 0 {
 		b.Fatalf("Jaeger returned no trace of %s", service)
 	}
-	for _, t := range tr.Data {
+	for _, t := range traces {
 		step := int64(-1)
 		for _, sp := range t.Spans {
-			for _, kv := range sp.Tags {
-				if kv.Key == "training.step" {
-					f, _ := kv.Value.(float64)
-					step = int64(f)
-				}
+			if v, ok := sp.Int("training.step"); ok {
+				step = v
 			}
 			if step >= 0 {
 				break // device spans carry no step; their parents do

@@ -105,6 +105,15 @@ type Config struct {
 	KeepSlowest    float64
 	KeepSlowestMin int
 
+	// Cycles, for a job that marks no steps (a wrapped command's
+	// collectives), numbers the cycles its records fall in: each cycle is
+	// then a trace of its own, as a step is, with a span per rank
+	// (CycleSpanName) over that rank's records of the cycle, instead of
+	// one run-level trace for the whole run. Nil leaves records without a
+	// step in the run-level trace; so does a job whose records carry
+	// steps (from the first such record on).
+	Cycles CycleNumbers
+
 	// QueueSize bounds the spans held between Consume and their export's
 	// outcome (default DefaultQueueSize). Consume drops and counts the
 	// records that do not fit; it never waits.

@@ -13,7 +13,9 @@
 // Spans keep the records' tree: a record's parent range is its span's
 // parent (step → microbatch → chunk → op or collective). Every record of
 // one training step, on every rank, is in one trace; records without a
-// step are in one run-level trace. Trace and span ids derive from the run
+// step are in one run-level trace, or, for a job that marks no steps and
+// repeats a cycle of collectives (Config.Cycles), in a trace per cycle
+// under a "cycle" span per rank. Trace and span ids derive from the run
 // id, the rank and the record id, so a child's span can name its parent
 // before the parent's record arrives, and a collective's span on one rank
 // links to the same collective's spans on the other ranks of its group

@@ -41,13 +41,20 @@ type Exporter struct {
 	sampler  stepSampler
 	tail     *tailPolicy // nil when every step's decision is the sampler's
 
-	mu       sync.Mutex
-	queue    []profiler.Record // records waiting for the export goroutine
-	spare    []profiler.Record
-	steps    []analysisSpan // pipeline analysis spans waiting (AddStep)
-	held     int            // spans queued or in flight: bounded by cfg.QueueSize
-	finished bool           // the export goroutine has taken its last batch
-	stats    Stats
+	mu    sync.Mutex
+	queue []profiler.Record // records waiting for the export goroutine
+	spare []profiler.Record
+	steps []analysisSpan // pipeline analysis and cycle spans waiting
+	// For Config.Cycles (numberCycles): each rank's latest cycles, the
+	// cycle spans not yet queued, whether a record had a step, and the
+	// memory of relabelled batches.
+	marks      map[int]*cycleMarks
+	cycleSpans []analysisSpan
+	stepsSeen  bool
+	cycleBuf   []profiler.Record
+	held       int  // spans queued or in flight: bounded by cfg.QueueSize
+	finished   bool // the export goroutine has taken its last batch
+	stats      Stats
 
 	wake     chan struct{}
 	flushes  chan chan struct{}
@@ -287,6 +294,9 @@ func (e *Exporter) Endpoint() string { return e.target }
 func (e *Exporter) Consume(batch []profiler.Record) {
 	if len(batch) == 0 {
 		return
+	}
+	if e.cfg.Cycles != nil {
+		batch = e.numberCycles(batch)
 	}
 	if e.tail != nil {
 		e.consumeTail(batch)
@@ -764,6 +774,11 @@ func (e *Exporter) awaitShutdown(ctx context.Context) error {
 // shuts the span exporter down.
 func (e *Exporter) shutdown(ctx context.Context) error {
 	failed := e.Stats().Failed
+	e.mu.Lock()
+	if !e.finished && e.flushCyclesLocked(true) {
+		e.wakeUp()
+	}
+	e.mu.Unlock()
 	close(e.stop)
 	var err error
 	select {

@@ -2,18 +2,15 @@ package otel_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	_ "github.com/trainscope/trainscope/ccl/local"
 	otelexp "github.com/trainscope/trainscope/exporters/otel"
+	"github.com/trainscope/trainscope/internal/jaegerquery"
 	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 	_ "github.com/trainscope/trainscope/runtime/cpu"
@@ -31,25 +28,10 @@ func jaegerEnv(tb testing.TB) (query, grpcEndpoint, httpEndpoint string) {
 	return query, grpcEndpoint, httpEndpoint
 }
 
-// A Jaeger span as the query API's /api/traces returns it.
+// A Jaeger span as the query API's /api/traces returns it, with its tags
+// and its process's indexed.
 type jaegerSpan struct {
-	TraceID       string `json:"traceID"`
-	SpanID        string `json:"spanID"`
-	OperationName string `json:"operationName"`
-	References    []struct {
-		RefType string `json:"refType"`
-		TraceID string `json:"traceID"`
-		SpanID  string `json:"spanID"`
-	} `json:"references"`
-	StartTime int64 `json:"startTime"` // µs since the Unix epoch
-	Duration  int64 `json:"duration"`  // µs
-	Tags      []struct {
-		Key   string `json:"key"`
-		Type  string `json:"type"`
-		Value any    `json:"value"`
-	} `json:"tags"`
-	ProcessID string `json:"processID"`
-
+	jaegerquery.Span
 	tags    map[string]any
 	process map[string]any
 }
@@ -73,53 +55,21 @@ func (s *jaegerSpan) int(key string) int64 {
 	return int64(f)
 }
 
-type jaegerTraces struct {
-	Data []struct {
-		TraceID   string       `json:"traceID"`
-		Spans     []jaegerSpan `json:"spans"`
-		Processes map[string]struct {
-			ServiceName string `json:"serviceName"`
-			Tags        []struct {
-				Key   string `json:"key"`
-				Value any    `json:"value"`
-			} `json:"tags"`
-		} `json:"processes"`
-	} `json:"data"`
-}
-
 // jaegerSpans returns every span of service that Jaeger holds, with tags
 // and process tags indexed.
 func jaegerSpans(ctx context.Context, query, service string, since time.Time) ([]jaegerSpan, error) {
-	q := url.Values{
-		"service": {service},
-		"limit":   {"100000"},
-		"start":   {strconv.FormatInt(since.Add(-time.Minute).UnixMicro(), 10)},
-		"end":     {strconv.FormatInt(time.Now().Add(time.Minute).UnixMicro(), 10)},
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(query, "/")+"/api/traces?"+q.Encode(), nil)
+	traces, err := jaegerquery.Traces(ctx, query, service, since, 100000)
 	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", req.URL, resp.Status)
-	}
-	var tr jaegerTraces
-	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
 		return nil, err
 	}
 	var out []jaegerSpan
-	for _, t := range tr.Data {
-		for _, s := range t.Spans {
-			s.tags = map[string]any{}
-			for _, kv := range s.Tags {
+	for _, t := range traces {
+		for _, sp := range t.Spans {
+			s := jaegerSpan{Span: sp, tags: map[string]any{}}
+			for _, kv := range sp.Tags {
 				s.tags[kv.Key] = kv.Value
 			}
-			p := t.Processes[s.ProcessID]
+			p := t.Processes[sp.ProcessID]
 			s.process = map[string]any{"service.name": p.ServiceName}
 			for _, kv := range p.Tags {
 				s.process[kv.Key] = kv.Value

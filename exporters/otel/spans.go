@@ -153,6 +153,9 @@ func (b *builder) build(recs []profiler.Record, out []sdktrace.ReadOnlySpan) []s
 		}
 		if r.Parent != 0 {
 			host.parent = spanContext(tid, b.ids.spanID(r.Rank, r.Parent, false))
+		} else if r.Step < profiler.None {
+			// A cycle's outermost records hang from its rank's cycle span.
+			host.parent = spanContext(tid, b.ids.analysisSpanID(r.Rank, r.Step))
 		}
 		if r.Kind == profiler.KindCollective && r.Collective.Group != "" {
 			host.links, host.droppedLinks = b.peerLinks(tid, r)
@@ -233,7 +236,9 @@ func (b *builder) appendAttrs(a []attribute.KeyValue, r *profiler.Record) []attr
 		KeyKind.String(r.Kind.String()),
 		KeyDevice.String(b.deviceString(r.Device)),
 	)
-	if r.Step != profiler.None {
+	if k, ok := cycleOf(r.Step); ok {
+		a = append(a, KeyCycle.Int64(k))
+	} else if r.Step != profiler.None {
 		a = append(a, KeyStep.Int64(int64(r.Step)))
 	}
 	if r.Stage != profiler.None {

@@ -326,7 +326,7 @@ func (e *Exporter) routeTail(r *profiler.Record, n int) route {
 		}
 		return routeLeaveOut
 	}
-	if r.Step == profiler.None {
+	if r.Step < 0 { // the run-level trace, or a cycle's (Config.Cycles)
 		return verdict(head())
 	}
 	if k, ok := t.decided[r.Step]; ok {

@@ -54,6 +54,10 @@ type op struct {
 	// timers for a wrapped job's), on the record's clock; devEnd 0 where
 	// it has none.
 	devStart, devEnd time.Duration
+	// line is where the operation is numbered (lineOf): its
+	// communicator, and for a send or receive the pair of ranks; seq its
+	// number there. line is 0 where the record names no group.
+	line, seq uint64
 }
 
 // ring holds a rank's latest collectives, and its latest device work.
@@ -116,6 +120,9 @@ type Sink struct {
 	// operations in order, and their rolling hashes.
 	scratch []op
 	hashes  []uint64
+	// lines number each communicator's operations in cycles of the job
+	// (Number), once a rank's cycle is found.
+	lines map[uint64]numbering
 }
 
 // NewSink returns a Sink that keeps at most window operations per rank
@@ -125,7 +132,7 @@ func NewSink(window int) *Sink {
 	if window <= 0 {
 		window = Window
 	}
-	return &Sink{window: window, ranks: map[int]*ring{}}
+	return &Sink{window: window, ranks: map[int]*ring{}, lines: map[uint64]numbering{}}
 }
 
 // perRank is how many operations each rank keeps with n ranks.
@@ -166,17 +173,32 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		if name == "" {
 			name = r.Name
 		}
-		h := hashString(fnvOffset, name)
-		h = hashString(h, c.Group)
-		h = hashUint(h, c.GroupID)
+		g := groupHash(c)
+		h := hashString(g, name)
+		line := uint64(0)
+		switch {
+		case c.Group == "":
+		case c.Peer >= 0:
+			line = pairLine(g, c)
+		default:
+			line = max(h, 1) // lineOf: the communicator and the operation
+		}
 		h = hashUint(h, uint64(c.Bytes))
 		h = hashUint(h, uint64(uint32(c.Peer))<<32|uint64(uint32(c.Root)))
-		o := op{sig: h, start: r.HostStart, bytes: c.Bytes, name: name}
+		o := op{sig: h, start: r.HostStart, bytes: c.Bytes, name: name, line: line, seq: c.Seq}
 		if r.HasDevice && r.DeviceEnd > r.DeviceStart {
 			o.devStart, o.devEnd = r.DeviceStart, r.DeviceEnd
 		}
 		rg.ops.add(o, per)
-		if rg.ops.seen-rg.tr.checked >= uint64(max(per/2, 1)) {
+		// Every half window, so that none leaves it uncounted, and, until
+		// the cycle is found, every TrackLag of the rank's time, so that
+		// it is found and numbered (Number) soon after it shows — with
+		// new operations a sixteenth of those kept at least, so that the
+		// search costs a few copies an operation however fast their
+		// times advance.
+		fresh := rg.ops.seen - rg.tr.checked
+		if fresh >= uint64(max(per/2, 1)) || rg.tr.pattern == nil && o.start-rg.tr.trackedAt >= TrackLag &&
+			fresh >= uint64(max(trackMin, len(rg.ops.items)/16)) {
 			s.trackLocked(rg, per)
 		}
 	}
@@ -195,10 +217,15 @@ func (s *Sink) trackLocked(rg *ring, per int) {
 		return
 	}
 	upTo := ops[len(ops)-1].start
+	rg.tr.trackedAt = upTo
 	if !s.done {
 		upTo -= TrackLag
 	}
+	found := rg.tr.found
 	s.hashes = rg.tr.track(ops, upTo, per, rg.ops.seen > uint64(len(ops)), s.hashes)
+	if rg.tr.found != found {
+		s.numberLocked(rg.tr.instance, len(rg.tr.pattern))
+	}
 }
 
 // Finish says that no more operations will come: Result then counts every

@@ -47,6 +47,14 @@
 // window only finds the cycle. Finish, once no operation will come,
 // counts the last ones.
 //
+// Sink.Number numbers the cycles across ranks, so that each can be a
+// trace of its own (the OTLP exporter's Config.Cycles): from the first
+// cycle found that holds a communicator's operations, every operation of
+// that communicator (of that function, for NCCL, which numbers each
+// apart; of that pair of ranks, for a send or receive) falls in the cycle
+// its sequence number says, the same on every rank, since the ranks of a
+// communicator number its operations alike.
+//
 // A rank keeps its latest Window operations (Budget over all ranks), so a
 // step of up to Window/MinRepeats operations is found; the search takes
 // about linear time in them for a training loop's operations, not the

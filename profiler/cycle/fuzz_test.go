@@ -15,7 +15,8 @@ import (
 // cycles counted over the run, in batches of 5 with searches between
 // them, are ordered (minimum ≤ quantiles ≤ maximum) and never overlap:
 // they sum to no more than the time from the rank's first operation to
-// its last. Each 4 bytes of input are an operation: its rank (0–3), its
+// its last. Number never panics, and numbers each line's operations
+// in the order of their sequence numbers. Each 4 bytes of input are an operation: its rank (0–3), its
 // kind (one of 4), its size class, and the time since the previous one
 // in ms.
 func FuzzResult(f *testing.F) {
@@ -38,6 +39,7 @@ func FuzzResult(f *testing.F) {
 		ops := []string{"AllReduce", "AllGather", "Send", "Recv"}
 		var recs []profiler.Record
 		at := time.Duration(0)
+		seqs := map[[2]int]uint64{}
 		for i := 0; i+4 <= len(data); i += 4 {
 			at += time.Duration(data[i+3]) * time.Millisecond
 			op := ops[data[i+1]%4]
@@ -46,8 +48,10 @@ func FuzzResult(f *testing.F) {
 			if op == "Send" || op == "Recv" {
 				peer, kind = 1, profiler.KindP2P
 			}
+			key := [2]int{int(data[i] % 4), int(data[i+1] % 4)}
+			seqs[key] += 1 + uint64(data[i+2]>>7) // now and then one elsewhere
 			recs = append(recs, profiler.Record{Name: op, Kind: kind, Rank: int(data[i] % 4), HostStart: at,
-				Collective: profiler.Collective{Op: op, Bytes: int64(data[i+2]) << 10, Peer: peer, Root: -1, Group: "g"}})
+				Collective: profiler.Collective{Op: op, Bytes: int64(data[i+2]) << 10, Peer: peer, Root: -1, Group: "g", Seq: seqs[key]}})
 		}
 		s := cycle.NewSink(16)
 		first, last := map[int]time.Duration{}, map[int]time.Duration{}
@@ -65,6 +69,22 @@ func FuzzResult(f *testing.F) {
 		}
 		s.Finish()
 		res := s.Result()
+		type line struct {
+			rank int
+			op   string
+		}
+		lastNumber := map[line]int64{}
+		for _, r := range recs { // each line's sequence numbers ascend
+			n, ok := s.Number(&r)
+			if !ok {
+				continue
+			}
+			l := line{r.Rank, r.Collective.Op}
+			if m, seen := lastNumber[l]; seen && n < m {
+				t.Fatalf("rank %d %s seq %d numbered %d after %d", r.Rank, r.Collective.Op, r.Collective.Seq, n, m)
+			}
+			lastNumber[l] = n
+		}
 		for _, r := range res.Ranks {
 			run := r.Run
 			if run.Cycles < 0 || run.Cycles > 0 && (run.Min < 0 || run.Min > run.P50 || run.P50 > run.P90 || run.P90 > run.P99 || run.P99 > run.Max ||

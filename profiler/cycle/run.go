@@ -24,6 +24,10 @@ const (
 	// their records in batches of their own, and a cycle is timed once
 	// every operation in it has surely arrived. Finish counts the rest.
 	TrackLag = time.Second
+	// trackMin is the fewest new operations counted at once: a rank
+	// whose operations come slowly is counted every TrackLag of its
+	// time, but not for every operation.
+	trackMin = 16
 	// sketchBins bounds a rank's quantile sketch (16 KiB): at 1 % it
 	// spans a ratio of about 10^17 between the shortest and longest
 	// cycle, so the bound costs no accuracy.
@@ -81,15 +85,27 @@ type tracker struct {
 	lostSkip int
 	lostOps  int
 	checked  uint64 // ops.seen when last counted
+	// trackedAt is the latest operation's start when last counted.
+	trackedAt time.Duration
 	// crowded says more than half the window had arrived within
 	// TrackLag of the latest operation at the last count.
 	crowded bool
 	done    bool // Finish: count to the latest operation
-	run     Run
-	sketch  *ddsketch.DDSketch
+	// found counts the patterns set, and instance is the latest one's
+	// operations as they came, and the next cycle's after them, as far as
+	// they were kept (for Sink.numberLocked).
+	found    int
+	instance []op
+	run      Run
+	sketch   *ddsketch.DDSketch
 }
 
-func (t *tracker) setPattern(cyc []op) {
+// setPattern makes cyc the cycle counted; next is the cycle after it (as
+// far as it was kept), for numbering.
+func (t *tracker) setPattern(cyc, next []op) {
+	t.found++
+	t.instance = slices.Clone(cyc)
+	t.instance = append(t.instance, next...)
 	t.pattern = make([]uint64, len(cyc))
 	t.hash, t.pow = 0, 1
 	for i, o := range cyc {
@@ -140,7 +156,8 @@ func (t *tracker) track(ops []op, upTo time.Duration, window int, dropped bool, 
 		if !r.Found {
 			return hs
 		}
-		t.setPattern(ops[i+r.first : i+r.first+r.Length])
+		a := i + r.first
+		t.setPattern(ops[a:a+r.Length], ops[a+r.Length:min(a+2*r.Length, len(ops))])
 	}
 	return t.count(ops, i, window, hs)
 }
@@ -226,7 +243,8 @@ func (t *tracker) count(ops []op, i, window int, hs []uint64) []uint64 {
 					// The new cycle is in ops[lostAt:]: counting it from
 					// there goes past lostAt before any drop again.
 					if r := find(ops[lostAt:], nil, false); r.Found {
-						t.setPattern(ops[lostAt+r.first : lostAt+r.first+r.Length])
+						a := lostAt + r.first
+						t.setPattern(ops[a:a+r.Length], ops[a+r.Length:min(a+2*r.Length, len(ops))])
 						return t.count(ops, lostAt, window, hs)
 					}
 					return hs

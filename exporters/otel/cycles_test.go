@@ -1,0 +1,223 @@
+package otel_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	otelexp "github.com/trainscope/trainscope/exporters/otel"
+	"github.com/trainscope/trainscope/profiler"
+	"github.com/trainscope/trainscope/profiler/cycle"
+)
+
+// stepless is two ranks of a job that marks no steps: a step every
+// 100 ms of three all-reduces on "dp", a transfer from rank 0 to rank 1
+// on "pp" and a kernel on each rank. A record's ID is 1000·step + its
+// place in the step (steps from 1), so the test knows each span's step.
+func stepless(steps int) []profiler.Record {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var recs []profiler.Record
+	for s := 1; s <= steps; s++ {
+		for rank := range 2 {
+			t0 := ms(100*float64(s) + 0.3*float64(rank))
+			add := func(j int, at time.Duration, c profiler.Collective) {
+				kind := profiler.KindCollective
+				if c.Peer >= 0 {
+					kind = profiler.KindP2P
+				}
+				c.GroupSize, c.GroupRank = 2, int32(rank)
+				recs = append(recs, profiler.Record{ID: uint64(1000*s + j), Name: c.Op, Kind: kind, Rank: rank,
+					Labels: profiler.NoLabels, HostStart: at, HostEnd: at + ms(1), Collective: c})
+			}
+			for j := range 3 {
+				add(j, t0+ms(float64(10*j)), profiler.Collective{Op: "AllReduce", Group: "dp", Bytes: int64(1 << (20 + j)),
+					Peer: -1, Root: -1, Seq: uint64(3*(s-1) + j)})
+			}
+			c := profiler.Collective{Op: "Send", Group: "pp", Bytes: 4096, Peer: 1, Root: -1, Seq: uint64(s - 1)}
+			if rank == 1 {
+				c.Op, c.Peer = "Recv", 0
+			}
+			add(3, t0+ms(30), c)
+			recs = append(recs, profiler.Record{ID: uint64(1000*s + 4), Name: "gemm", Kind: profiler.KindKernel, Rank: rank,
+				Labels: profiler.NoLabels, HostStart: t0 + ms(5), HostEnd: t0 + ms(5), HasDevice: true,
+				DeviceStart: t0 + ms(6), DeviceEnd: t0 + ms(9)})
+		}
+	}
+	return recs
+}
+
+// keptAfterShutdown is an in-memory span exporter whose spans outlive
+// its Shutdown (the SDK's forgets them there).
+type keptAfterShutdown struct{ *tracetest.InMemoryExporter }
+
+func (keptAfterShutdown) Shutdown(context.Context) error { return nil }
+
+// With Config.Cycles, a job that marks no steps gets a trace per cycle
+// of its collectives: each holds that step's records of both ranks and
+// nothing else, under a "cycle" span per rank that runs from the rank's
+// first operation of the cycle to its first of the next, and carries
+// training.cycle; the records that came before the cycle was found stay
+// in the run-level trace.
+func TestCycleTraces(t *testing.T) {
+	const steps = 40
+	ctx := context.Background()
+	mem := tracetest.NewInMemoryExporter()
+	cycles := cycle.NewSink(0)
+	exp, err := otelexp.New(ctx, nil, otelexp.Config{Epoch: epoch, RunID: "cycles", Cycles: cycles}, otelexp.WithSpanExporter(keptAfterShutdown{mem}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := stepless(steps)
+	for i := 0; i < len(recs); i += 7 {
+		b := recs[i:min(i+7, len(recs))]
+		cycles.Consume(b) // before the exporter, as profile-run adds them
+		exp.Consume(b)
+	}
+	if err := exp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type trc struct {
+		steps     map[int64]int        // records by their step
+		roots     map[int]trace.SpanID // rank → its cycle span
+		rootSpans []tracetest.SpanStub
+		recs      []tracetest.SpanStub
+	}
+	traces := map[trace.TraceID]*trc{}
+	for _, s := range mem.GetSpans() {
+		tid := s.SpanContext.TraceID()
+		tr := traces[tid]
+		if tr == nil {
+			tr = &trc{steps: map[int64]int{}, roots: map[int]trace.SpanID{}}
+			traces[tid] = tr
+		}
+		a := map[string]int64{}
+		for _, kv := range s.Attributes {
+			a[string(kv.Key)] = kv.Value.AsInt64()
+		}
+		if s.Name == otelexp.CycleSpanName {
+			tr.roots[int(a[string(otelexp.KeyRank)])] = s.SpanContext.SpanID()
+			tr.rootSpans = append(tr.rootSpans, s)
+			continue
+		}
+		if strings.HasSuffix(s.Name, otelexp.DeviceSuffix) {
+			continue // a device child (none here)
+		}
+		tr.steps[a[string(otelexp.KeyRangeID)]/1000]++
+		tr.recs = append(tr.recs, s)
+	}
+	runLevel, cycleTraces, firstCycled := 0, 0, steps+1
+	for _, tr := range traces {
+		if len(tr.roots) == 0 {
+			runLevel++
+			for s := range tr.steps {
+				if int(s) >= firstCycled {
+					t.Errorf("step %d in the run-level trace after step %d had a cycle's", s, firstCycled)
+				}
+			}
+			continue
+		}
+		cycleTraces++
+		if len(tr.steps) != 1 {
+			t.Errorf("a cycle's trace holds the records of steps %v, want one step's", tr.steps)
+			continue
+		}
+		var step int64
+		for s, n := range tr.steps {
+			step = s
+			if n != 10 {
+				t.Errorf("step %d's trace holds %d of its 10 records", s, n)
+			}
+		}
+		firstCycled = min(firstCycled, int(step))
+		if len(tr.roots) != 2 || len(tr.rootSpans) != 2 {
+			t.Errorf("step %d's trace has cycle spans of ranks %v (%d spans), want one each of 0 and 1", step, tr.roots, len(tr.rootSpans))
+		}
+		for _, root := range tr.rootSpans {
+			var k, rank int64 = -1, -1
+			for _, kv := range root.Attributes {
+				switch kv.Key {
+				case otelexp.KeyCycle:
+					k = kv.Value.AsInt64()
+				case otelexp.KeyRank:
+					rank = kv.Value.AsInt64()
+				}
+			}
+			if k != step-1 { // the all-reduces before step s: 3(s−1), s−1 cycles of three
+				t.Errorf("step %d's cycle span on rank %d says cycle %d, want %d", step, rank, k, step-1)
+			}
+			start := root.StartTime.Sub(epoch)
+			want := time.Duration(100*step)*time.Millisecond + time.Duration(rank)*300*time.Microsecond
+			if start != want {
+				t.Errorf("step %d's cycle span on rank %d starts at %v, want %v", step, rank, start, want)
+			}
+			if d := root.EndTime.Sub(root.StartTime); step < steps && d != 100*time.Millisecond {
+				t.Errorf("step %d's cycle span on rank %d lasts %v, want 100ms (to the next step's first operation)", step, rank, d)
+			}
+			if root.Parent.IsValid() {
+				t.Errorf("step %d's cycle span has a parent", step)
+			}
+		}
+		for _, r := range tr.recs {
+			var rank int64
+			for _, kv := range r.Attributes {
+				if kv.Key == otelexp.KeyRank {
+					rank = kv.Value.AsInt64()
+				}
+			}
+			if r.Parent.SpanID() != tr.roots[int(rank)] {
+				t.Errorf("step %d: %s of rank %d is not a child of its rank's cycle span", step, r.Name, rank)
+			}
+		}
+	}
+	if runLevel != 1 {
+		t.Errorf("%d traces without cycle spans, want the run-level one", runLevel)
+	}
+	// The cycle is found once a few steps lie TrackLag (1 s, 10 steps)
+	// behind the latest operation.
+	if firstCycled > 20 || cycleTraces != steps-firstCycled+1 {
+		t.Errorf("cycle traces for steps %d to %d: %d traces; want every step from the 20th at the latest", firstCycled, steps, cycleTraces)
+	}
+	t.Logf("steps 1 to %d in the run-level trace, %d cycle traces", firstCycled-1, cycleTraces)
+	st := exp.Stats()
+	if st.Spans != st.Sampled+st.Unsampled+st.Deciding || st.Dropped != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A job whose records carry steps keeps its step traces: from the first
+// record with a step on, nothing is put in a cycle's trace.
+func TestCycleTracesNotForSteppedJobs(t *testing.T) {
+	ctx := context.Background()
+	mem := tracetest.NewInMemoryExporter()
+	cycles := cycle.NewSink(0)
+	exp, err := otelexp.New(ctx, nil, otelexp.Config{Epoch: epoch, RunID: "stepped", Cycles: cycles}, otelexp.WithSpanExporter(keptAfterShutdown{mem}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := stepless(40)
+	for i := range recs {
+		recs[i].Step = int32(recs[i].ID / 1000)
+	}
+	for i := 0; i < len(recs); i += 7 {
+		b := recs[i:min(i+7, len(recs))]
+		cycles.Consume(b)
+		exp.Consume(b)
+	}
+	if err := exp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range mem.GetSpans() {
+		if s.Name == otelexp.CycleSpanName {
+			t.Fatalf("a cycle span in a job with steps")
+		}
+		for _, kv := range s.Attributes {
+			if kv.Key == otelexp.KeyCycle {
+				t.Fatalf("%s carries %s", s.Name, otelexp.KeyCycle)
+			}
+		}
+	}
+}
