@@ -180,7 +180,8 @@ func (e *Exporter) queueCycle(rank int, k int64, start, end time.Duration) {
 }
 
 // flushCyclesLocked queues the cycle spans gathered by numberCycles, as
-// sampled as their cycles; with last, also the span of every rank's
+// sampled as their cycles (under the tail policy, held with their cycle
+// until its decision); with last, also the span of every rank's
 // latest cycle, which no later cycle will end. Under e.mu. It reports
 // whether it queued any.
 func (e *Exporter) flushCyclesLocked(last bool) bool {
@@ -200,9 +201,14 @@ func (e *Exporter) flushCyclesLocked(last bool) bool {
 	e.stats.Spans += uint64(len(q))
 	kept := q[:0]
 	for _, a := range q {
-		if e.sampler.sampled(e.build.ids.traceID(a.step)) {
+		switch {
+		case e.tail != nil:
+			if e.tailCycleLocked(a) {
+				kept = append(kept, a)
+			}
+		case e.sampler.sampled(e.build.ids.traceID(a.step)):
 			kept = append(kept, a)
-		} else {
+		default:
 			e.stats.Unsampled++
 		}
 	}

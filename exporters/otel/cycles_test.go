@@ -19,11 +19,17 @@ import (
 // on "pp" and a kernel on each rank. A record's ID is 1000·step + its
 // place in the step (steps from 1), so the test knows each span's step.
 func stepless(steps int) []profiler.Record {
+	return steplessTimed(steps, func(int) time.Duration { return 100 * time.Millisecond })
+}
+
+// steplessTimed is stepless with step s taking took(s).
+func steplessTimed(steps int, took func(s int) time.Duration) []profiler.Record {
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	var recs []profiler.Record
+	at := 100 * time.Millisecond
 	for s := 1; s <= steps; s++ {
 		for rank := range 2 {
-			t0 := ms(100*float64(s) + 0.3*float64(rank))
+			t0 := at + ms(0.3*float64(rank))
 			add := func(j int, at time.Duration, c profiler.Collective) {
 				kind := profiler.KindCollective
 				if c.Peer >= 0 {
@@ -46,6 +52,7 @@ func stepless(steps int) []profiler.Record {
 				Labels: profiler.NoLabels, HostStart: t0 + ms(5), HostEnd: t0 + ms(5), HasDevice: true,
 				DeviceStart: t0 + ms(6), DeviceEnd: t0 + ms(9)})
 		}
+		at += took(s)
 	}
 	return recs
 }
@@ -220,4 +227,76 @@ func TestCycleTracesNotForSteppedJobs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Under the tail policy (a traceidratio sampler leaving cycles out), a
+// job that marks no steps keeps its slowest cycles as a stepped job keeps
+// its slowest steps: every stalled cycle's trace is exported whole, with
+// both ranks' cycle spans, while most ordinary cycles are left out.
+func TestCycleTracesTailKeepsStalls(t *testing.T) {
+	const steps = 400
+	stalled := func(s int) bool { return s >= 60 && s%40 == 0 }
+	ctx := context.Background()
+	mem := tracetest.NewInMemoryExporter()
+	cycles := cycle.NewSink(0)
+	exp, err := otelexp.New(ctx, nil, otelexp.Config{Epoch: epoch, RunID: "cycle-tail", Cycles: cycles,
+		Sampler: otelexp.SamplerTraceIDRatio, SamplerArg: "0.1"}, otelexp.WithSpanExporter(keptAfterShutdown{mem}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := steplessTimed(steps, func(s int) time.Duration {
+		if stalled(s) {
+			return 400 * time.Millisecond
+		}
+		return 100 * time.Millisecond
+	})
+	for i := 0; i < len(recs); i += 7 {
+		b := recs[i:min(i+7, len(recs))]
+		cycles.Consume(b)
+		exp.Consume(b)
+	}
+	if err := exp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	roots := map[int64]int{}   // step → its cycle spans exported
+	records := map[int64]int{} // step → its records exported in a cycle's trace
+	inCycle := map[trace.TraceID]bool{}
+	for _, s := range mem.GetSpans() {
+		if s.Name == otelexp.CycleSpanName {
+			inCycle[s.SpanContext.TraceID()] = true
+			for _, kv := range s.Attributes {
+				if kv.Key == otelexp.KeyCycle {
+					roots[kv.Value.AsInt64()+1]++ // cycle s−1 is step s
+				}
+			}
+		}
+	}
+	for _, s := range mem.GetSpans() {
+		if s.Name == otelexp.CycleSpanName || !inCycle[s.SpanContext.TraceID()] {
+			continue
+		}
+		for _, kv := range s.Attributes {
+			if kv.Key == otelexp.KeyRangeID {
+				records[kv.Value.AsInt64()/1000]++
+			}
+		}
+	}
+	for s := 60; s <= steps; s++ {
+		if stalled(s) && s < steps && (roots[int64(s)] != 2 || records[int64(s)] != 10) {
+			t.Errorf("stalled step %d: %d cycle spans and %d records exported, want 2 and 10", s, roots[int64(s)], records[int64(s)])
+		}
+	}
+	if len(roots) > steps/3 {
+		t.Errorf("%d of %d cycles exported with a ratio of 0.1 and the tail policy", len(roots), steps)
+	}
+	for s, n := range roots {
+		if n != 2 || records[s] != 10 && s < steps {
+			t.Errorf("step %d exported with %d cycle spans and %d records, want whole", s, n, records[s])
+		}
+	}
+	st := exp.Stats()
+	if st.Spans != st.Sampled+st.Unsampled+st.Deciding || st.Deciding != 0 || st.KeptSlow == 0 {
+		t.Errorf("stats %+v", st)
+	}
+	t.Logf("%d cycles exported of %d; kept slow %d, first %d", len(roots), steps, st.KeptSlow, st.KeptFirst)
 }

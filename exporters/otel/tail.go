@@ -326,10 +326,11 @@ func (e *Exporter) routeTail(r *profiler.Record, n int) route {
 		}
 		return routeLeaveOut
 	}
-	if r.Step < 0 { // the run-level trace, or a cycle's (Config.Cycles)
+	key, ok := tailKey(r.Step)
+	if !ok { // the run-level trace
 		return verdict(head())
 	}
-	if k, ok := t.decided[r.Step]; ok {
+	if k, ok := t.decided[key]; ok {
 		return verdict(k)
 	}
 	if e.finished {
@@ -337,12 +338,12 @@ func (e *Exporter) routeTail(r *profiler.Record, n int) route {
 		// sampler decides (and a kept record is dropped, counted).
 		return verdict(head())
 	}
-	o := t.openFor(r.Step, head)
+	o := t.openFor(key, head)
 	if o == nil {
 		return verdict(head())
 	}
-	if last, ok := t.ranks[r.Rank]; !ok || r.Step > last {
-		t.ranks[r.Rank] = r.Step
+	if last, ok := t.ranks[r.Rank]; !ok || key > last {
+		t.ranks[r.Rank] = key
 	}
 	o.note(r)
 	if o.kept() {
@@ -352,6 +353,58 @@ func (e *Exporter) routeTail(r *profiler.Record, n int) route {
 	o.spans += n
 	t.held += n
 	return routeHeld
+}
+
+// tailKey is what the tail policy knows a step by: the step, or a
+// cycle's number (Config.Cycles: a job that marks no steps has only
+// cycles, and its cycles are decided as steps are, the slowest kept);
+// false for the run-level trace.
+func tailKey(step int32) (int32, bool) {
+	if k, ok := cycleOf(step); ok {
+		return int32(k), true // cycleStep keeps k within int32
+	}
+	return step, step >= 0
+}
+
+// tailCycleLocked routes the span of a rank's cycle (queueCycle) under
+// the tail policy: it says the cycle has ended on that rank, and its
+// start and end time the cycle, as a step range does a step. It reports
+// whether to queue the span now (false: held with the cycle, or left
+// out and counted). Under e.mu.
+func (e *Exporter) tailCycleLocked(a analysisSpan) bool {
+	t := e.tail
+	head := func() bool { return e.sampler.sampled(e.build.ids.traceID(a.step)) }
+	key, _ := tailKey(a.step)
+	keep, decided := t.decided[key]
+	var o *openStep
+	if !decided && !e.finished {
+		o = t.openFor(key, head)
+	}
+	if o == nil {
+		if !decided {
+			keep = head()
+		}
+		if !keep {
+			e.stats.Unsampled++
+		}
+		return keep
+	}
+	if last, ok := t.ranks[a.rank]; !ok || key > last {
+		t.ranks[a.rank] = key
+	}
+	o.ended[a.rank] = true
+	if !o.timed {
+		o.lo, o.hi, o.timed, o.seen = a.start, a.end, true, true
+	} else {
+		o.lo, o.hi = min(o.lo, a.start), max(o.hi, a.end)
+	}
+	if o.kept() {
+		return true
+	}
+	o.analysis = append(o.analysis, a)
+	o.spans++
+	t.held++
+	return false
 }
 
 // advanceTail decides the open steps that are ready, oldest first, and
