@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
@@ -149,19 +150,6 @@ func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) [
 	for i, a := range q {
 		tid := b.ids.traceID(a.step)
 		s := &spans[i]
-		if a.cycle {
-			*s = span{
-				name:  CycleSpanName,
-				sc:    spanContext(tid, b.ids.analysisSpanID(a.rank, a.step)),
-				start: b.epoch.Add(a.start),
-				end:   b.epoch.Add(a.end),
-				attrs: a.attrs,
-				res:   b.resource(a.rank),
-				scope: &b.scope,
-			}
-			out = append(out, s)
-			continue
-		}
 		*s = span{
 			name:   AnalysisSpanName,
 			sc:     spanContext(tid, b.ids.analysisSpanID(a.rank, a.step)),
@@ -171,6 +159,9 @@ func (b *builder) analysisSpans(q []analysisSpan, out []sdktrace.ReadOnlySpan) [
 			attrs:  a.attrs,
 			res:    b.resource(a.rank),
 			scope:  &b.scope,
+		}
+		if a.cycle { // a cycle's span: the root of its rank's records
+			s.name, s.parent = CycleSpanName, trace.SpanContext{}
 		}
 		out = append(out, s)
 	}

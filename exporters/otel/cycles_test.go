@@ -63,6 +63,20 @@ type keptAfterShutdown struct{ *tracetest.InMemoryExporter }
 
 func (keptAfterShutdown) Shutdown(context.Context) error { return nil }
 
+// feedCycles hands recs in batches of 7 to the cycle search and then the
+// exporter, as profile-run adds them, and shuts the exporter down.
+func feedCycles(t *testing.T, recs []profiler.Record, cycles *cycle.Sink, exp *otelexp.Exporter) {
+	t.Helper()
+	for i := 0; i < len(recs); i += 7 {
+		b := recs[i:min(i+7, len(recs))]
+		cycles.Consume(b)
+		exp.Consume(b)
+	}
+	if err := exp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // With Config.Cycles, a job that marks no steps gets a trace per cycle
 // of its collectives: each holds that step's records of both ranks and
 // nothing else, under a "cycle" span per rank that runs from the rank's
@@ -78,15 +92,7 @@ func TestCycleTraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := stepless(steps)
-	for i := 0; i < len(recs); i += 7 {
-		b := recs[i:min(i+7, len(recs))]
-		cycles.Consume(b) // before the exporter, as profile-run adds them
-		exp.Consume(b)
-	}
-	if err := exp.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	feedCycles(t, stepless(steps), cycles, exp)
 	type trc struct {
 		steps     map[int64]int        // records by their step
 		roots     map[int]trace.SpanID // rank → its cycle span
@@ -209,14 +215,7 @@ func TestCycleTracesNotForSteppedJobs(t *testing.T) {
 	for i := range recs {
 		recs[i].Step = int32(recs[i].ID / 1000)
 	}
-	for i := 0; i < len(recs); i += 7 {
-		b := recs[i:min(i+7, len(recs))]
-		cycles.Consume(b)
-		exp.Consume(b)
-	}
-	if err := exp.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	feedCycles(t, recs, cycles, exp)
 	for _, s := range mem.GetSpans() {
 		if s.Name == otelexp.CycleSpanName {
 			t.Fatalf("a cycle span in a job with steps")
@@ -250,14 +249,7 @@ func TestCycleTracesTailKeepsStalls(t *testing.T) {
 		}
 		return 100 * time.Millisecond
 	})
-	for i := 0; i < len(recs); i += 7 {
-		b := recs[i:min(i+7, len(recs))]
-		cycles.Consume(b)
-		exp.Consume(b)
-	}
-	if err := exp.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	feedCycles(t, recs, cycles, exp)
 	roots := map[int64]int{}   // step → its cycle spans exported
 	records := map[int64]int{} // step → its records exported in a cycle's trace
 	inCycle := map[trace.TraceID]bool{}
