@@ -28,6 +28,12 @@ type unresolved struct {
 	impl       runtime.Impl
 	start, end *pooledEvent
 	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
+	// A range timed from the work trace (WithWorkTrace) has no events:
+	// its stream, and the span of the work placed in it so far.
+	traced           bool
+	hasWork          bool
+	stream           *runtime.Stream
+	devStart, devEnd time.Duration
 }
 
 func (p *Profiler) loop() {
@@ -84,6 +90,13 @@ func (p *Profiler) collectLocked() {
 				p.eventsRecorded += uint64(x.recorded)
 				p.eventsShared += uint64(x.shared)
 			}
+			if x != nil && x.traced {
+				u := unresolved{owner: r, impl: x.stream.Impl(), traced: true, stream: x.stream}
+				r.fill(&u.rec, pd, x, tags)
+				p.unresolved = append(p.unresolved, u)
+				p.trace.pending++
+				continue
+			}
 			if x != nil && x.end != nil {
 				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt}
 				r.fill(&u.rec, pd, x, tags)
@@ -111,6 +124,8 @@ func (p *Profiler) collectLocked() {
 		xq.head.Store(xh)
 		q.head.Store(t)
 	}
+	p.collectTraceLocked(false)
+	p.boundTracedLocked()
 	p.resolveLocked(false)
 	p.deliverLocked()
 }
@@ -205,6 +220,18 @@ func (p *Profiler) resolveLocked(wait bool) {
 	kept := p.unresolved[:0]
 	for _, u := range p.unresolved {
 		rec := u.rec
+		if u.traced {
+			if !p.tracedReady(&u, wait) {
+				kept = append(kept, u)
+				continue
+			}
+			p.trace.pending--
+			tracedTimes(&rec, &u)
+			finishBandwidth(&rec)
+			p.collected.Add(1)
+			p.keepLocked(rec)
+			continue
+		}
 		err := p.deviceTimesLocked(&rec, u)
 		if err != nil && runtime.StatusOf(err) == runtime.StatusNotReady && !wait {
 			kept = append(kept, u)
@@ -246,6 +273,9 @@ func (p *Profiler) abandonLocked() int {
 	}
 	clear(p.unresolved)
 	p.unresolved = p.unresolved[:0]
+	if p.trace != nil {
+		p.trace.pending = 0
+	}
 	p.deliverLocked()
 	return n
 }

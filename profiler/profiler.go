@@ -38,6 +38,7 @@ type Profiler struct {
 	recorders   []*Recorder
 	records     store
 	unresolved  []unresolved
+	trace       *traceState // WithWorkTrace's; nil without
 	calib       map[runtime.Device]*clockSync
 	sinks       []Sink
 	sinksClosed bool                         // Close has shut the sinks down
@@ -87,6 +88,7 @@ type figures struct {
 type counts struct {
 	records, pending                                                       int
 	collected, overflow, discarded, abandoned, resolveErrs, events, shared uint64
+	traceLost, traceDropped, traceLate                                     uint64
 }
 
 // unlock publishes the figures (when they changed) and releases p.mu.
@@ -105,6 +107,9 @@ func (p *Profiler) unlock() {
 		events:      p.eventsRecorded,
 		shared:      p.eventsShared,
 	}}
+	if p.trace != nil {
+		f.traceLost, f.traceDropped, f.traceLate = p.trace.lost, p.trace.dropped, p.trace.late
+	}
 	if old := p.figs.Load(); old == nil || !old.same(&f) {
 		nf := f // only a changed figure escapes to the heap
 		p.figs.Store(&nf)
@@ -131,6 +136,7 @@ type config struct {
 	deviceDepth int
 	recalibrate time.Duration
 	concurrent  bool
+	trace       *runtime.WorkTrace
 }
 
 type optionFunc func(*config)
@@ -213,6 +219,22 @@ func WithAdjacentRanges(on bool) Option { return optionFunc(func(c *config) { c.
 // times every device range on the device.
 func WithDeviceDepth(n int) Option { return optionFunc(func(c *config) { c.deviceDepth = n }) }
 
+// WithWorkTrace times device ranges on the streams of t's backend from t,
+// a trace of the device work itself (runtime.StartWorkTrace: CUPTI's
+// activity records on CUDA), instead of recording events in the streams: a
+// range's device time runs from the start of the first piece of work
+// issued on its stream while it was open to the end of the last. Nothing
+// is put in the streams, so timing every kernel costs the device nothing
+// and the host what the trace costs its backend. A range is resolved once
+// the trace has reported work issued on its stream after the range ended,
+// or at Flush (which waits for its stream); one whose stream ran nothing
+// while it was open has no device times. The caller starts t before the
+// ranges it should time and stops it after Close. It cannot be combined
+// with WithSyncEachRange.
+func WithWorkTrace(t *runtime.WorkTrace) Option {
+	return optionFunc(func(c *config) { c.trace = t })
+}
+
 func newConfig(opts []Option) (config, error) {
 	c := config{buffer: 8192, maxRecords: 1 << 18, eventPool: 4096, interval: 20 * time.Millisecond, recalibrate: 10 * time.Second}
 	for _, o := range opts {
@@ -233,6 +255,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("profiler: device depth %d is negative", c.deviceDepth)
 	case c.recalibrate < 0:
 		return c, fmt.Errorf("profiler: recalibration interval %v is negative", c.recalibrate)
+	case c.trace != nil && c.syncEach:
+		return c, errors.New("profiler: a work trace times ranges without synchronising; it cannot be combined with syncing each range")
 	}
 	return c, nil
 }
@@ -252,6 +276,9 @@ func New(opts ...Option) (*Profiler, error) {
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),
+	}
+	if cfg.trace != nil {
+		p.trace = &traceState{t: cfg.trace, issued: map[any]time.Duration{}, idle: map[any]bool{}, work: map[any][]tracedWork{}, groups: map[traceGroup][]int{}}
 	}
 	p.tagIDs = map[string]uint32{"": 0}
 	p.tags.Store(&[]string{""})
@@ -515,12 +542,22 @@ func (p *Profiler) Flush(ctx context.Context) error {
 	}
 	p.collectLocked()
 	for i := range p.unresolved {
-		if err := p.unresolved[i].end.Synchronize(ctx); err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
+		u := &p.unresolved[i]
+		if u.traced {
+			continue // syncTracedLocked waits for their streams
+		}
+		if err := u.end.Synchronize(ctx); err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
 			p.resolveLocked(false)
 			p.deliverLocked()
 			return fmt.Errorf("profiler: flush: %d device ranges still pending: %w", len(p.unresolved), err)
 		}
 	}
+	if err := p.syncTracedLocked(ctx); err != nil {
+		p.resolveLocked(false)
+		p.deliverLocked()
+		return fmt.Errorf("profiler: flush: %d device ranges still pending: %w", len(p.unresolved), err)
+	}
+	p.collectTraceLocked(true)
 	p.resolveLocked(true)
 	p.deliverLocked()
 	return nil
@@ -575,7 +612,12 @@ func (p *Profiler) Reset() {
 	p.collectLocked()
 	p.resetDrops.Add(uint64(len(p.unresolved)))
 	for _, u := range p.unresolved {
-		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
+		if !u.traced {
+			p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
+		}
+	}
+	if p.trace != nil {
+		p.trace.pending = 0
 	}
 	p.returnEventsLocked()
 	clear(p.unresolved)
@@ -610,7 +652,19 @@ type Stats struct {
 	// Record.DeviceUnfinished, and count in Collected too; they are not
 	// backend errors.
 	Abandoned uint64
-	Errors    uint64 // events the backend refused to record or resolve
+	// TraceLost counts device ranges timed from the work trace
+	// (WithWorkTrace) that were delivered without device times because
+	// more waited for their work than the profiler holds; TraceDropped
+	// the pieces of work the trace itself lost (runtime.WorkTrace's
+	// Dropped), whose ranges are timed without them.
+	// TraceLate counts pieces of work the trace reported after work on
+	// the same stream issued later: a range they belong to may have
+	// been resolved without them (a trace is expected to report each
+	// stream's work in issue order; this says when it did not).
+	TraceLost    uint64
+	TraceDropped uint64
+	TraceLate    uint64
+	Errors       uint64 // events the backend refused to record or resolve
 	// FirstError is the first of those errors, to say what went wrong;
 	// nil when Errors is 0.
 	FirstError error
@@ -623,7 +677,7 @@ type Stats struct {
 
 // Stats returns current counts. It never waits: the counts the
 // collector keeps (Recorders, Records, Collected, Pending, Overflow,
-// Events, Adjacent, Discarded, Abandoned, and Errors' backend part) are those of the
+// Events, Adjacent, Discarded, Abandoned, TraceLost, TraceDropped, TraceLate, and Errors' backend part) are those of the
 // end of its last pass, or of the last Snapshot, Flush, Reset, Ingest,
 // NewRecorder, AbandonPending or Close, and agree with one another; during a pass,
 // including one stuck in a sink's Consume, they lag it by that pass.
@@ -645,6 +699,10 @@ func (p *Profiler) Stats() Stats {
 		Errors:    f.resolveErrs,
 		Events:    f.events,
 		Adjacent:  f.shared,
+
+		TraceLost:    f.traceLost,
+		TraceDropped: f.traceDropped,
+		TraceLate:    f.traceLate,
 	}
 	s.SinkFailures = p.sinkFailures.Load()
 	if e := p.sinkErr.Load(); e != nil {
@@ -817,6 +875,12 @@ func (p *Profiler) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	p.collectLocked()
+	// A last forced collect of the work trace resolves the trace-timed
+	// ranges whose work was reported, or whose streams had run all
+	// they were given.
+	p.idleLocked()
+	p.collectTraceLocked(true)
+	p.resolveLocked(false)
 	// What is still pending would stay pending for good: the sinks get
 	// it with host times only before they shut down.
 	p.abandonLocked()

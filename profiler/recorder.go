@@ -104,6 +104,7 @@ type extra struct {
 	hasCollective bool
 	nested        bool // Record.DeviceNested
 	groupNested   bool // a device-timed range enclosing it is in its report group
+	traced        bool // timed from the profiler's work trace (WithWorkTrace), not events
 	// Of the range's start and end events, how many it recorded and how
 	// many it took from the stream's latest (Stats.Events, Stats.Adjacent;
 	// counted by the collector, off the recording path).
@@ -138,7 +139,11 @@ type frame struct {
 // timed reports whether the open range f has a device time coming: its
 // start event was recorded. A host range's slot may still hold the events
 // of the device range that last used it, so the flag is checked first.
-func (f *frame) timed() bool { return f.hasExtra() && f.extra.start != nil }
+func (f *frame) timed() bool { return f.hasExtra() && f.extra.timed() }
+
+// timed reports whether the range is timed on the device: by its events,
+// or from the work trace.
+func (x *extra) timed() bool { return x.start != nil || x.traced }
 
 // placeInGroup places f, opened at depth among the open ranges
 // r.stack[:depth], in its report group (TagOf): it sets flagOuterInGroup
@@ -350,10 +355,14 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
-	x.recorded, x.shared = 0, 0
+	x.recorded, x.shared, x.traced = 0, 0, false
 	x.nested = r.devTimed > 0
 	x.groupNested = f.groupDevAbove
-	if s != nil {
+	if t := r.p.cfg.trace; t != nil && s != nil && s.Impl() == t.Impl() {
+		// The trace times the stream's work: nothing goes in the stream.
+		x.traced = true
+		r.devTimed++
+	} else if s != nil {
 		if r.p.cfg.syncEach {
 			if err := s.Synchronize(context.Background()); err != nil {
 				r.recordErrs.Add(1)
@@ -485,7 +494,7 @@ func (r *Recorder) end(flags uint8) {
 	f.flags |= flags
 	if f.hasExtra() {
 		r.devOpen--
-		if f.extra.start != nil {
+		if f.extra.timed() {
 			r.devTimed--
 			r.endDevice(f)
 		}
@@ -539,6 +548,10 @@ func (r *Recorder) publish(f *frame) bool {
 // device's memory mark.
 func (r *Recorder) endDevice(f *frame) {
 	x := &f.extra
+	if x.traced {
+		r.notePeak(x)
+		return
+	}
 	end, _ := r.share(x.stream, false)
 	if end != nil {
 		x.shared++
@@ -558,6 +571,11 @@ func (r *Recorder) endDevice(f *frame) {
 		}
 		f.hostEnd = r.p.now()
 	}
+	r.notePeak(x)
+}
+
+// notePeak notes the device's memory mark in a device range ending now.
+func (r *Recorder) notePeak(x *extra) {
 	if st, err := x.stream.Impl().MemoryStats(x.stream.Device().Index); err == nil {
 		x.peak = st.Peak
 		if st.Peak > r.peakMemory.Load() {
@@ -680,7 +698,7 @@ func (r *Recorder) endGrouped(frames []frame, flags uint8) {
 		f.hostEnd = now
 		f.flags |= flags
 		r.devOpen--
-		if f.extra.start != nil {
+		if f.extra.timed() {
 			r.devTimed--
 			r.endDevice(f)
 		}

@@ -284,3 +284,14 @@ func TestStreamErr(t *testing.T) {
 		}
 	}
 }
+
+// A work trace of a backend that has none, or of no backend, is refused
+// with a status, not a panic.
+func TestWorkTraceRefused(t *testing.T) {
+	if _, err := runtime.StartWorkTrace(nil); !errors.Is(err, runtime.StatusInvalidArgument) {
+		t.Fatalf("nil backend: %v", err)
+	}
+	if _, err := runtime.StartWorkTrace(plainBackend{cpu.New()}); !errors.Is(err, runtime.StatusNotSupported) {
+		t.Fatalf("backend without a trace: %v", err)
+	}
+}

@@ -18,7 +18,8 @@
 #      -profile off / on at device depth 1 / on at depth 0 / sync, and
 #      benchmarks/torch/twin.py (the same model in eager PyTorch) without and
 #      with torch.profiler (VARIANTS may add torch-cuda: torch.profiler with
-#      the CUDA activity alone, and trainscope-cupti: profile-run -profile
+#      the CUDA activity alone; trainscope-trace: depth 0 timed from CUPTI's
+#      records, -device-timing trace; and trainscope-cupti: profile-run -profile
 #      off wrapped by profile-run -- …, which has CUPTI record its every
 #      kernel, copy and memset, as a profiler timing ranges from CUPTI's
 #      records would);
@@ -295,6 +296,7 @@ run_variant() {
 		trainscope-off) cmd+=(-profile off) ;;
 		trainscope-depth1) cmd+=(-profile on -device-depth 1) ;;
 		trainscope-depth0) cmd+=(-profile on -device-depth 0) ;;
+		trainscope-trace) cmd+=(-profile on -device-depth 0 -device-timing trace) ;;
 		trainscope-sync) cmd+=(-profile sync) ;;
 		trainscope-cupti)
 			# The same job unprofiled, wrapped: the plugin, its CUDA

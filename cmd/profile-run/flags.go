@@ -30,6 +30,7 @@ type options struct {
 	sortBy  profiler.SortKey
 	profile string // "on", "off", "sync"
 	depth   int    // profiler.WithDeviceDepth
+	timing  string // "events", "trace": how device ranges are timed
 	quiet   bool   // no summary tables on stdout
 	command []string
 	// stepRange names a wrapped command's NVTX step range.
@@ -144,6 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.outDir, "out", "trainscope-out", "directory for this run's outputs (a new subdirectory per run)")
 	sortBy := fs.String("sort", "host_total", "report sort column: "+strings.Join(profiler.SortKeys(), ", "))
 	fs.StringVar(&o.profile, "profile", "on", "profiling: on, off (train only: nothing recorded, so no files, /metrics or spans; flags that shape them are said to have no effect), or sync (synchronise the stream around every range, as simple event-based profilers do; to compare their cost)")
+	fs.StringVar(&o.timing, "device-timing", "events", "how device ranges are timed: events (two event records in the stream per range, or one where neighbours share) or trace (from the backend's trace of its device work: CUPTI's activity records on cuda, nothing put in the streams; what -device-depth 0 costs least with)")
 	fs.IntVar(&o.depth, "device-depth", 1, "time on the device only ranges nested at most this deep among device ranges (1: each action, not its kernels); collectives always; 0 times every kernel, at about one event record of host time each")
 	fs.StringVar(&o.report, "report", "", `summary report file (default <run dir>/report.txt, with report.rank<N> beside it; "off" to skip the files: the summary is still printed)`)
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print the summary tables on stdout (the report files are still written)")
@@ -337,6 +339,15 @@ Flags:
 	if o.depth < 0 {
 		return nil, usagef("-device-depth %d: must not be negative", o.depth)
 	}
+	switch o.timing {
+	case "events":
+	case "trace":
+		if o.profile == "sync" {
+			return nil, usagef("-device-timing trace times ranges without synchronising: it does not go with -profile sync")
+		}
+	default:
+		return nil, usagef("-device-timing: unknown mode %q (one of: events, trace)", o.timing)
+	}
 	if c.CommTimeout <= 0 {
 		return nil, usagef("-comm-timeout %v: must be positive", c.CommTimeout)
 	}
@@ -362,7 +373,7 @@ Flags:
 		// Flags that only shape what profiling records have nothing to
 		// shape: said, not refused, so that one command line compares
 		// -profile on and off.
-		for _, name := range []string{"trace-steps", "call-log-size", "device-depth", "sort", "otlp-protocol", "service-name"} {
+		for _, name := range []string{"trace-steps", "call-log-size", "device-depth", "device-timing", "sort", "otlp-protocol", "service-name"} {
 			if set[name] {
 				o.warnings = append(o.warnings, fmt.Sprintf("-%s has no effect: -profile is off, so nothing is recorded", name))
 			}
@@ -398,6 +409,7 @@ func normalizeKeywords(o *options, sortBy, traceSteps *string) {
 	keyword(&o.train.Schedule, pipeline.Schedule1F1B, pipeline.ScheduleGPipe)
 	keyword(&o.backend, "auto", "cpu", "cuda")
 	keyword(&o.profile, "on", "off", "sync", "seed-sync")
+	keyword(&o.timing, "events", "trace")
 	keyword(&o.progress, "auto", "bar", "log", "off")
 	keyword(&o.logFormat, logConsole, logJSON)
 	keyword(&o.otlpProtocol, otel.ProtocolGRPC, otel.ProtocolHTTP)
@@ -503,7 +515,7 @@ func checkListenAddr(addr string) error {
 var trainerFlags = map[string]bool{
 	"pp": true, "vpp": true, "dp": true, "microbatches": true, "microbatch-size": true, "steps": true,
 	"width": true, "layers": true, "schedule": true, "seed": true, "lr": true, "dtype": true,
-	"comm-timeout": true, "backend": true, "devices": true, "device-depth": true, "no-step-lines": true,
+	"comm-timeout": true, "backend": true, "devices": true, "device-depth": true, "device-timing": true, "no-step-lines": true,
 	"action-delay": true, "straggler-rank": true, "straggler-delay": true,
 }
 

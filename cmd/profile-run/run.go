@@ -22,6 +22,7 @@ import (
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/profiler/analysis"
 	"github.com/trainscope/trainscope/profiler/cycle"
+	"github.com/trainscope/trainscope/runtime"
 	_ "github.com/trainscope/trainscope/runtime/cpu"  // host device backend
 	_ "github.com/trainscope/trainscope/runtime/cuda" // CUDA, loaded at run time where present
 )
@@ -224,14 +225,29 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 		if o.profile == "sync" {
 			opts = append(opts, profiler.WithSyncEachRange())
 		}
+		var trace *runtime.WorkTrace
+		if o.timing == "trace" {
+			var err error
+			if trace, err = startWorkTrace(o.train.Backend); err != nil {
+				return err
+			}
+			opts = append(opts, profiler.WithWorkTrace(trace))
+			fmt.Fprintf(stdout, "profile-run: device ranges timed from %s\n", workTraceName(o.train.Backend))
+		}
 		var err error
 		if prof, err = profiler.New(opts...); err != nil {
+			if trace != nil {
+				_ = trace.Stop()
+			}
 			return err
 		}
 		defer func() {
 			cctx, cancel := context.WithTimeout(in.abort, flushTimeout)
 			defer cancel()
 			_ = prof.Close(cctx)
+			if trace != nil {
+				_ = trace.Stop()
+			}
 		}()
 	}
 	var out *outputs

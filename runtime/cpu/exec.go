@@ -1,6 +1,9 @@
 package cpu
 
-import "unsafe"
+import (
+	"time"
+	"unsafe"
+)
 
 // opKind says what a queued item does.
 type opKind uint8
@@ -35,6 +38,10 @@ type item struct {
 	c     []byte
 	gemm  *gemmCall
 	fn    func()
+	// tr is the work trace running when the item was enqueued, and
+	// issued when that was; nil when none ran.
+	tr     *workTrace
+	issued time.Time
 }
 
 // exec runs the item on the stream's goroutine (or on the caller's, for

@@ -30,6 +30,7 @@ type Impl struct {
 	cfg     config
 	devices []device
 	current atomic.Int64 // the device SetDevice selected, for all goroutines
+	trace   atomic.Pointer[workTrace]
 }
 
 // device is the state of one virtual device.

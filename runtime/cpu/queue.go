@@ -1,6 +1,9 @@
 package cpu
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // initialQueue is the ring's first size; it doubles up to the configured
 // depth, so idle streams stay small.
@@ -66,6 +69,9 @@ func (s *stream) push(op string, it *item) error {
 	}
 	slot := &s.ring[(s.head+s.n)&(len(s.ring)-1)]
 	*slot = *it
+	if tr := s.owner.trace.Load(); tr != nil && it.kind.traced() {
+		slot.tr, slot.issued = tr, time.Now()
+	}
 	if slot.kind == opRecord {
 		slot.gen = slot.ev.noteRecord(s, s.enqueued+1)
 	}
@@ -106,7 +112,11 @@ func (s *stream) run() {
 		s.room.Signal()
 		s.mu.Unlock()
 
-		it.exec()
+		if it.tr != nil {
+			s.runTraced(&it)
+		} else {
+			it.exec()
+		}
 
 		s.mu.Lock()
 		s.completed++

@@ -85,7 +85,7 @@ type cupti struct {
 	flushAll, getNextRecord, timestamp   uintptr
 	pushExternal, popExternal            uintptr
 	enableLatency, getResultString       uintptr
-	numDropped                           uintptr
+	numDropped, streamID                 uintptr
 	requestedCallback, completedCallback uintptr
 }
 
@@ -135,6 +135,7 @@ func loadCupti(major int) (*cupti, error) {
 		b.Sym(&a.enableLatency, "cuptiActivityEnableLatencyTimestamps")
 		b.Sym(&a.numDropped, "cuptiActivityGetNumDroppedRecords")
 		b.Optional(&a.getResultString, "cuptiGetResultString")
+		b.Optional(&a.streamID, "cuptiGetStreamIdEx")
 		if err := b.Err(); err != nil {
 			cuptiErr = &runtime.Error{Op: "ActivityTrace", Status: runtime.StatusNotSupported, Detail: "CUPTI unusable", Err: err}
 			return

@@ -48,6 +48,11 @@ type Impl struct {
 	blasLoadErr error
 
 	drv lazyLoad[driver]
+
+	// live holds the streams not destroyed, and wtrace the work trace
+	// running (StartWorkTrace), which learns each one's CUPTI id.
+	live   sync.Map // *stream → struct{}
+	wtrace atomic.Pointer[workTrace]
 }
 
 // device is the backend's state for one GPU.

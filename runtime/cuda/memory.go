@@ -251,7 +251,9 @@ func (m *Impl) copyCall(op string, dev int, sh any, dst, src uintptr, n int64, k
 			rc = int32(dl.Call(m.rt.streamSynchronize, 0))
 		}
 	} else {
+		from := m.issuing()
 		rc = int32(dl.Call(m.rt.memcpyAsync, dst, src, uintptr(n), kind, s.h))
+		m.noteIssue(s, from)
 	}
 	if rc != 0 {
 		return m.cudaErr(op, rc)
@@ -330,7 +332,9 @@ func (m *Impl) Memset(dst runtime.Buffer, value byte, sh any) error {
 			rc = int32(dl.Call(m.rt.streamSynchronize, 0))
 		}
 	} else {
+		from := m.issuing()
 		rc = int32(dl.Call(m.rt.memsetAsync, p, uintptr(value), uintptr(n), s.h))
+		m.noteIssue(s, from)
 	}
 	if rc != 0 {
 		return m.cudaErr(op, rc)

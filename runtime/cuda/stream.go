@@ -3,6 +3,7 @@ package cuda
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cuda/dl"
@@ -24,6 +25,12 @@ type stream struct {
 	// stream lets ranks on different goroutines call cuBLAS at once.
 	blasMu sync.Mutex
 	blas   uintptr
+
+	// notes are the copies and memsets issued while a work trace runs,
+	// and lastQueued the enqueue time of the last kernel of the stream
+	// the trace reported (its collects only).
+	notes      issueNotes
+	lastQueued time.Time
 }
 
 // StreamCreate creates a non-blocking stream on device with the given
@@ -43,7 +50,12 @@ func (m *Impl) StreamCreate(device, priority int) (any, error) {
 	if rc := int32(f.Call(m.rt.streamCreateWithPriority, f.OutPtr(0), cudaStreamNonBlocking, uintptr(priority))); rc != 0 {
 		return nil, m.cudaErr(op, rc)
 	}
-	return &stream{owner: m, h: uintptr(f.Out[0]), dev: device}, nil
+	s := &stream{owner: m, h: uintptr(f.Out[0]), dev: device}
+	m.live.Store(s, struct{}{})
+	if t := m.wtrace.Load(); t != nil {
+		t.watch(s)
+	}
+	return s, nil
 }
 
 // stream resolves a stream handle of m.
@@ -72,6 +84,7 @@ func (m *Impl) StreamDestroy(h any) error {
 	if s.destroyed.Swap(true) {
 		return runtime.Errorf(op, runtime.StatusInvalidArgument, "stream on cuda:%d destroyed twice", s.dev)
 	}
+	m.live.Delete(s)
 	s.blasMu.Lock()
 	blasHandle := s.blas
 	s.blas = 0

@@ -1,0 +1,134 @@
+package runtime
+
+import (
+	"reflect"
+	"sync"
+	"time"
+)
+
+// WorkTracer is an optional backend capability: a trace of the device
+// work itself, reported after it ran — when the host issued each piece,
+// when the device started and ended it — with nothing put in the streams
+// (CUDA's through CUPTI's activity records, the CPU backend's from its
+// stream goroutines). A profiler can time every range from it instead of
+// recording two events per range. Discover it with a type assertion, or
+// start one with StartWorkTrace.
+type WorkTracer interface {
+	// StartWorkTrace begins tracing the work of every stream of the
+	// backend enqueued from now on. A backend may allow one trace at a
+	// time (CUPTI's activity API is process-wide): a second start then
+	// fails with StatusAlreadyExists.
+	StartWorkTrace() (BackendWorkTrace, error)
+}
+
+// BackendWorkTrace is what a WorkTracer returns; callers use it through
+// WorkTrace.
+type BackendWorkTrace interface {
+	// Collect calls fn with each piece of work that finished since the
+	// last call and has not been reported yet, one stream's in the
+	// order it was issued. With force it first waits for nothing but
+	// hands over everything the backend still holds of finished work,
+	// which may cost the times of work that has not finished yet (it
+	// is then reported with zero Start and End, or not at all).
+	Collect(force bool, fn func(Work)) error
+	// Dropped counts pieces of work the trace lost: its buffers were
+	// full, or the backend could not say which stream ran them.
+	Dropped() uint64
+	// Stop ends the trace; work still held is lost.
+	Stop() error
+}
+
+// Work is one piece of device work a trace reports: a kernel, a copy or a
+// memset, or (on the CPU backend) any operation of a stream. Times are on
+// the host's monotonic clock, Go's (a time.Time's monotonic reading):
+// Issued is when the host enqueued it, Start and End when the device ran
+// it.
+type Work struct {
+	Stream             any // the stream's handle (Stream.Handle)
+	Issued, Start, End time.Time
+}
+
+// WorkTrace is a running trace of a backend's device work
+// (WorkTracer). Its methods may be called from any goroutine.
+type WorkTrace struct {
+	impl Impl
+	bt   BackendWorkTrace
+
+	mu      sync.Mutex
+	stopped bool
+	// comparable caches which handle types can be map keys: a handle
+	// of another type is counted in Dropped, not handed on (comparing
+	// it would panic).
+	comparable map[reflect.Type]bool
+	refused    uint64
+}
+
+// StartWorkTrace starts a trace of impl's device work. It fails with
+// StatusNotSupported where the backend has none (not a WorkTracer), and
+// with the backend's error where its trace cannot start (no CUPTI, another
+// trace running).
+func StartWorkTrace(impl Impl) (*WorkTrace, error) {
+	if isNilImpl(impl) {
+		return nil, Errorf("StartWorkTrace", StatusInvalidArgument, "nil backend")
+	}
+	wt, ok := impl.(WorkTracer)
+	if !ok {
+		return nil, Errorf("StartWorkTrace", StatusNotSupported, "backend %s cannot trace its device work", impl.Type())
+	}
+	bt, err := wt.StartWorkTrace()
+	if err != nil {
+		return nil, err
+	}
+	if bt == nil {
+		return nil, Errorf("StartWorkTrace", StatusError, "backend %s returned no trace", impl.Type())
+	}
+	return &WorkTrace{impl: impl, bt: bt, comparable: map[reflect.Type]bool{}}, nil
+}
+
+// Impl is the backend whose work the trace reports: the trace times the
+// streams of this backend, no other.
+func (t *WorkTrace) Impl() Impl { return t.impl }
+
+// Collect hands fn the work finished since the last call (see
+// BackendWorkTrace.Collect). Work whose stream handle cannot be compared
+// is counted in Dropped instead. After Stop it returns an error and calls
+// fn for nothing.
+func (t *WorkTrace) Collect(force bool, fn func(Work)) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return Errorf("WorkTrace", StatusInvalidArgument, "Collect after Stop")
+	}
+	return t.bt.Collect(force, func(w Work) {
+		typ := reflect.TypeOf(w.Stream)
+		ok, seen := t.comparable[typ]
+		if !seen {
+			ok = typ != nil && typ.Comparable()
+			t.comparable[typ] = ok
+		}
+		if !ok {
+			t.refused++
+			return
+		}
+		fn(w)
+	})
+}
+
+// Dropped counts the work the trace lost or could not attribute to a
+// stream.
+func (t *WorkTrace) Dropped() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bt.Dropped() + t.refused
+}
+
+// Stop ends the trace. A second Stop is an error.
+func (t *WorkTrace) Stop() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return Errorf("WorkTrace", StatusInvalidArgument, "stopped twice")
+	}
+	t.stopped = true
+	return t.bt.Stop()
+}
