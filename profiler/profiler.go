@@ -278,7 +278,7 @@ func New(opts ...Option) (*Profiler, error) {
 		closed:   make(chan struct{}),
 	}
 	if cfg.trace != nil {
-		p.trace = &traceState{t: cfg.trace, issued: map[any]time.Duration{}, idle: map[any]bool{}, work: map[any][]tracedWork{}, groups: map[traceGroup][]int{}}
+		p.trace = &traceState{t: cfg.trace, ordered: true, issued: map[any]time.Duration{}, idle: map[any]bool{}, work: map[any][]tracedWork{}, groups: map[traceGroup][]int{}}
 	}
 	p.tagIDs = map[string]uint32{"": 0}
 	p.tags.Store(&[]string{""})

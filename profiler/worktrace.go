@@ -31,16 +31,21 @@ type traceState struct {
 	// issued is, per stream handle, the latest issue time of work the
 	// trace reported on it: every range of the stream that ended before
 	// it has all its work.
-	issued  map[any]time.Duration
-	idle    map[any]bool         // streams found idle before a last forced collect (Close)
-	work    map[any][]tracedWork // this pass's work, per stream handle
-	groups  map[traceGroup][]int // this pass's waiting ranges, indices into unresolved
-	stack   []int
-	pending int    // trace-timed ranges in unresolved
-	lost    uint64 // Stats.TraceLost
-	dropped uint64 // Stats.TraceDropped, as of the last collect
-	late    uint64 // Stats.TraceLate
-	err     error  // the last Collect error, counted once
+	issued map[any]time.Duration
+	// complete is the latest time the trace said all work issued
+	// before it had been reported (BackendWorkTrace.Collect); ordered
+	// holds until it says any: then per-stream order is not relied on.
+	complete time.Duration
+	ordered  bool
+	idle     map[any]bool         // streams found idle before a last forced collect (Close)
+	work     map[any][]tracedWork // this pass's work, per stream handle
+	groups   map[traceGroup][]int // this pass's waiting ranges, indices into unresolved
+	stack    []int
+	pending  int    // trace-timed ranges in unresolved
+	lost     uint64 // Stats.TraceLost
+	dropped  uint64 // Stats.TraceDropped, as of the last collect
+	late     uint64 // Stats.TraceLate
+	err      error  // the last Collect error, counted once
 }
 
 // traceGroup is one recorder's ranges on one stream: they nest or follow
@@ -58,7 +63,7 @@ func (p *Profiler) collectTraceLocked(force bool) {
 		return
 	}
 	n := 0
-	err := ts.t.Collect(force, func(w runtime.Work) {
+	complete, err := ts.t.Collect(force, func(w runtime.Work) {
 		if w.Start.IsZero() || w.End.IsZero() {
 			// Unfinished when a forced collect took it: no times, and
 			// it says nothing of what else its stream has run.
@@ -73,6 +78,10 @@ func (p *Profiler) collectTraceLocked(force bool) {
 		ts.work[w.Stream] = append(ts.work[w.Stream], tracedWork{issued, p.clock.at(w.Start), p.clock.at(w.End)})
 		n++
 	})
+	if !complete.IsZero() {
+		ts.ordered = false
+		ts.complete = max(ts.complete, p.clock.at(complete))
+	}
 	ts.dropped = ts.t.Dropped()
 	if err != nil {
 		if ts.err == nil || ts.err.Error() != err.Error() {
@@ -152,12 +161,17 @@ func (p *Profiler) placeLocked(idx []int, work []tracedWork) {
 }
 
 // tracedReady reports whether a trace-timed range has all its work: the
-// trace reported work on its stream issued after it ended, or its stream
-// was idle before a forced collect (idleLocked). With wait (Flush, once
+// trace said all work issued before the range ended has been reported,
+// or (a trace reporting each stream's work in issue order) it reported
+// work on the range's stream issued after it ended, or its stream was
+// idle before a forced collect (idleLocked). With wait (Flush, once
 // its streams are idle and the trace collected by force) every range is.
 func (p *Profiler) tracedReady(u *unresolved, wait bool) bool {
-	h := u.stream.Handle()
-	return wait || p.trace.issued[h] > u.rec.HostEnd || p.trace.idle[h]
+	ts, h := p.trace, u.stream.Handle()
+	if wait || ts.idle[h] || ts.complete > u.rec.HostEnd {
+		return true
+	}
+	return ts.ordered && ts.issued[h] > u.rec.HostEnd
 }
 
 // idleLocked notes the streams of waiting trace-timed ranges that have

@@ -219,3 +219,81 @@ func TestWorkTraceCloseAndMisuse(t *testing.T) {
 		t.Fatalf("abandoned %d, want 1", st.Abandoned)
 	}
 }
+
+// scriptedImpl is a CPU backend whose work trace hands over what a test
+// scripts: work out of issue order, with the time before which all has
+// been reported. A real trace that reorders (CUPTI's, at its buffers'
+// whim) cannot be made to on demand.
+type scriptedImpl struct {
+	runtime.Impl
+	tr *scriptedTrace
+}
+
+func (s *scriptedImpl) StartWorkTrace() (runtime.BackendWorkTrace, error) { return s.tr, nil }
+
+type scriptedTrace struct {
+	next     []runtime.Work
+	complete time.Time
+}
+
+func (t *scriptedTrace) Collect(_ bool, fn func(runtime.Work)) (time.Time, error) {
+	for _, w := range t.next {
+		fn(w)
+	}
+	t.next = nil
+	return t.complete, nil
+}
+func (t *scriptedTrace) Dropped() uint64 { return 0 }
+func (t *scriptedTrace) Stop() error     { return nil }
+
+// A trace that says before when all work has been reported is taken at
+// its word, not at each stream's order: a range whose stream reported
+// later work first waits until the trace says its time is complete, and
+// then has all its work.
+func TestWorkTraceCompleteTime(t *testing.T) {
+	impl := &scriptedImpl{Impl: cpu.New(), tr: &scriptedTrace{}}
+	s, err := runtime.NewStreamWith(impl, runtime.Device{Type: runtime.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Destroy() }()
+	tr, err := runtime.StartWorkTrace(impl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithWorkTrace(tr))
+	r, err := p.NewRecorder(0, s.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := func(issued time.Time, d time.Duration) runtime.Work {
+		return runtime.Work{Stream: s.Handle(), Issued: issued, Start: issued.Add(time.Millisecond), End: issued.Add(time.Millisecond + d)}
+	}
+	r.StartDevice("a", s)
+	wa := work(time.Now(), 3*time.Millisecond)
+	time.Sleep(time.Millisecond)
+	r.End()
+	afterA := time.Now()
+	r.StartDevice("b", s)
+	wb := work(time.Now(), 2*time.Millisecond)
+	r.End()
+	// b's work first, and the trace says only what came before a ended
+	// is complete: a waits although later work on its stream came.
+	impl.tr.next, impl.tr.complete = []runtime.Work{wb}, wa.Issued
+	if recs := p.Snapshot(); len(recs) != 0 {
+		t.Fatalf("resolved before the trace had all their work: %+v", recs)
+	}
+	impl.tr.next, impl.tr.complete = []runtime.Work{wa}, afterA
+	recs := byName(p.Snapshot())
+	if a := recs["a"]; len(recs) != 1 || !a.HasDevice || a.DeviceDuration() != 3*time.Millisecond {
+		t.Fatalf("once complete past a's end: %+v, want a with its 3ms of work", recs)
+	}
+	impl.tr.complete = time.Now()
+	recs = byName(p.Snapshot())
+	if b := recs["b"]; len(recs) != 2 || b.DeviceDuration() != 2*time.Millisecond {
+		t.Fatalf("records %+v, want b with its 2ms", recs)
+	}
+	if st := p.Stats(); st.TraceLate != 1 {
+		t.Errorf("late %d, want a's work counted as reported after b's", st.TraceLate)
+	}
+}

@@ -30,7 +30,14 @@ type BackendWorkTrace interface {
 	// hands over everything the backend still holds of finished work,
 	// which may cost the times of work that has not finished yet (it
 	// is then reported with zero Start and End, or not at all).
-	Collect(force bool, fn func(Work)) error
+	//
+	// It returns, where the backend knows it, a time before which every
+	// piece of work issued has now been reported (or lost and counted
+	// in Dropped): a range that ended before it has all its work. Zero
+	// means the backend cannot say, and that each stream's work is
+	// reported in issue order across calls, so that work reported on a
+	// stream tells that all its work issued earlier has been.
+	Collect(force bool, fn func(Work)) (complete time.Time, err error)
 	// Dropped counts pieces of work the trace lost: its buffers were
 	// full, or the backend could not say which stream ran them.
 	Dropped() uint64
@@ -89,15 +96,16 @@ func StartWorkTrace(impl Impl) (*WorkTrace, error) {
 // streams of this backend, no other.
 func (t *WorkTrace) Impl() Impl { return t.impl }
 
-// Collect hands fn the work finished since the last call (see
-// BackendWorkTrace.Collect). Work whose stream handle cannot be compared
-// is counted in Dropped instead. After Stop it returns an error and calls
-// fn for nothing.
-func (t *WorkTrace) Collect(force bool, fn func(Work)) error {
+// Collect hands fn the work finished since the last call, and says
+// before when all work issued has been reported, where the backend knows
+// (see BackendWorkTrace.Collect). Work whose stream handle cannot be
+// compared is counted in Dropped instead. After Stop it returns an error
+// and calls fn for nothing.
+func (t *WorkTrace) Collect(force bool, fn func(Work)) (time.Time, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
-		return Errorf("WorkTrace", StatusInvalidArgument, "Collect after Stop")
+		return time.Time{}, Errorf("WorkTrace", StatusInvalidArgument, "Collect after Stop")
 	}
 	return t.bt.Collect(force, func(w Work) {
 		typ := reflect.TypeOf(w.Stream)

@@ -61,7 +61,11 @@ func (t *workTrace) add(w runtime.Work) {
 	t.mu.Unlock()
 }
 
-func (t *workTrace) Collect(_ bool, fn func(runtime.Work)) error {
+// Collect reports the work finished since the last call; it names no
+// time before which all is reported (work still queued or running is
+// not), and needs none: a stream runs its work in issue order, and its
+// goroutine adds each piece here before it counts it done.
+func (t *workTrace) Collect(_ bool, fn func(runtime.Work)) (time.Time, error) {
 	t.mu.Lock()
 	done := t.done
 	t.done, t.spare = t.spare[:0], nil
@@ -75,7 +79,7 @@ func (t *workTrace) Collect(_ bool, fn func(runtime.Work)) error {
 		t.spare = done[:0]
 	}
 	t.mu.Unlock()
-	return nil
+	return time.Time{}, nil
 }
 
 func (t *workTrace) Dropped() uint64 {

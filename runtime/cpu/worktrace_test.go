@@ -55,7 +55,7 @@ func TestWorkTraceReportsStreamWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []runtime.Work
-	if err := tr.Collect(false, func(w runtime.Work) { got = append(got, w) }); err != nil {
+	if _, err := tr.Collect(false, func(w runtime.Work) { got = append(got, w) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != n {
@@ -72,7 +72,7 @@ func TestWorkTraceReportsStreamWork(t *testing.T) {
 			t.Fatalf("work %d out of order", i)
 		}
 	}
-	if err := tr.Collect(true, func(runtime.Work) { t.Fatal("work reported twice") }); err != nil {
+	if _, err := tr.Collect(true, func(runtime.Work) { t.Fatal("work reported twice") }); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Stop(); err != nil {
@@ -81,7 +81,7 @@ func TestWorkTraceReportsStreamWork(t *testing.T) {
 	if err := tr.Stop(); err == nil {
 		t.Fatal("second Stop accepted")
 	}
-	if err := tr.Collect(false, func(runtime.Work) {}); err == nil {
+	if _, err := tr.Collect(false, func(runtime.Work) {}); err == nil {
 		t.Fatal("Collect after Stop accepted")
 	}
 	if tr.Dropped() != 0 {
@@ -93,7 +93,7 @@ func TestWorkTraceReportsStreamWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tr2.Stop() }()
-	if err := tr2.Collect(false, func(runtime.Work) { t.Fatal("old work in a new trace") }); err != nil {
+	if _, err := tr2.Collect(false, func(runtime.Work) { t.Fatal("old work in a new trace") }); err != nil {
 		t.Fatal(err)
 	}
 }

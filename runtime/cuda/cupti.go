@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -163,8 +164,13 @@ func (a *cupti) err(call string, rc uintptr) error {
 	return runtime.Errorf("ActivityTrace", runtime.StatusError, "%s: CUPTI error %d %s", call, rc, msg)
 }
 
-// activityBuffer is the size of each buffer lent to CUPTI.
-const activityBuffer = 4 << 20
+// activityBuffer is the size of each buffer lent to CUPTI. CUPTI hands a
+// buffer back once full, or at a flush that finds every record in it
+// complete: on a GPU that is never idle, only once full. A quarter of a
+// MiB (about a thousand kernel records) keeps that within a fraction of
+// a second at the rates training launches kernels, so that a profiler
+// timing ranges from the records resolves them soon.
+const activityBuffer = 256 << 10
 
 // ActivityTrace collects CUPTI's activity records of kernels, copies and
 // memsets: device timestamps of every piece of work, taken without putting
@@ -266,9 +272,26 @@ func (t *ActivityTrace) FlushCompleted(fn func(Activity)) error { return t.flush
 // buffers only) and hands the activities gathered since the last flush to
 // fn.
 func (t *ActivityTrace) flush(flag uintptr, fn func(Activity)) error {
+	_, err := t.flushHeld(flag, fn)
+	return err
+}
+
+// flushHeld is flush, and returns when CUPTI asked for the oldest buffer
+// it still holds after the flush (or when the flush began, where it holds
+// none): every record of work issued before then, less the time a launch
+// takes, was in a buffer handed over by now. A buffer leaves lent only
+// once its records are in t.done, so it is read before them.
+func (t *ActivityTrace) flushHeld(flag uintptr, fn func(Activity)) (time.Time, error) {
+	oldest := time.Now()
 	if rc := dl.Call(t.api.flushAll, flag); rc != 0 {
-		return t.api.err("cuptiActivityFlushAll", rc)
+		return time.Time{}, t.api.err("cuptiActivityFlushAll", rc)
 	}
+	lent.Range(func(_, v any) bool {
+		if at := v.(lentBuffer).at; at.Before(oldest) {
+			oldest = at
+		}
+		return true
+	})
 	t.mu.Lock()
 	done := t.done
 	t.done = nil
@@ -276,7 +299,7 @@ func (t *ActivityTrace) flush(flag uintptr, fn func(Activity)) error {
 	for _, a := range done {
 		fn(a)
 	}
-	return nil
+	return oldest, nil
 }
 
 // External returns the id pushed when the API call with correlation id c
@@ -332,7 +355,7 @@ func bufferRequested(buf, size, maxRecords uintptr) {
 		b = make([]byte, activityBuffer)
 	}
 	p := uintptr(unsafe.Pointer(&b[0]))
-	lent.Store(p, b)
+	lent.Store(p, lentBuffer{b, time.Now()})
 	*(*uintptr)(cPointer(buf)) = p
 	*(*uintptr)(cPointer(size)) = activityBuffer
 	*(*uintptr)(cPointer(maxRecords)) = 0
@@ -342,20 +365,32 @@ func bufferRequested(buf, size, maxRecords uintptr) {
 // whatever becomes of the trace that lent it: CUPTI writes into it after
 // Stop too, and a buffer kept only by a trace the program dropped would
 // be freed under it.
-var lent sync.Map
+var lent sync.Map // buffer address → lentBuffer
+
+// lentBuffer is a buffer CUPTI holds, and when it asked for it: the
+// launch that needed it was under way then, and every record in it is of
+// work issued since.
+type lentBuffer struct {
+	b  []byte
+	at time.Time
+}
 
 // bufferCompleted is CUPTI's return of a filled buffer, on its own thread
 // or on the one that flushes.
 func bufferCompleted(ctx, streamID, buf, size, valid uintptr) {
 	t := active.Load()
 	var b []byte
-	if v, ok := lent.LoadAndDelete(buf); ok {
-		b = v.([]byte)
+	if v, ok := lent.Load(buf); ok {
+		b = v.(lentBuffer).b
 	}
 	if t == nil || b == nil || valid > uintptr(len(b)) {
+		lent.Delete(buf)
 		return
 	}
 	t.decode(b[:valid], buf)
+	// Out of lent only once its records are in t.done (flushHeld), and
+	// before it can be lent again.
+	lent.Delete(buf)
 	if cuptiAPI != nil {
 		f := dl.Get()
 		if dl.Call(cuptiAPI.numDropped, ctx, streamID, f.OutPtr(0)) == 0 && f.Out[0] > 0 {

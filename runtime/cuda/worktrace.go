@@ -140,15 +140,25 @@ func (t *workTrace) clock() (c uint64, h time.Time) {
 	return c, h
 }
 
-func (t *workTrace) Collect(force bool, fn func(runtime.Work)) error {
+// launchSlack is how long before CUPTI asks for a buffer the launch
+// whose record goes first in it may have been enqueued: the request comes
+// from inside that launch call.
+const launchSlack = 100 * time.Microsecond
+
+// Collect reports the finished work CUPTI handed over, and the time
+// before which all work issued has been: CUPTI hands buffers back in no
+// set order (one that holds a record of work still running waits for it),
+// so a stream's later work may come before its earlier; what it still
+// holds was all issued after it asked for the oldest of those buffers.
+func (t *workTrace) Collect(force bool, fn func(runtime.Work)) (time.Time, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	batch := t.batch[:0]
-	flush := t.at.FlushCompleted
+	flag := uintptr(0)
 	if force {
-		flush = t.at.Flush
+		flag = 1
 	}
-	err := flush(func(a Activity) {
+	held, err := t.at.flushHeld(flag, func(a Activity) {
 		if len(batch) >= maxHeldActivities {
 			t.dropped++
 			return
@@ -177,7 +187,10 @@ func (t *workTrace) Collect(force bool, fn func(runtime.Work)) error {
 	}
 	clear(batch)
 	t.batch = batch[:0]
-	return err
+	if err != nil {
+		return time.Time{}, err
+	}
+	return held.Add(-launchSlack), nil
 }
 
 // stream reports one stream's records, in the order it ran them: kernels
@@ -259,8 +272,10 @@ func (q *issueNotes) match(lower, upper time.Time) time.Time {
 func (t *workTrace) Dropped() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, dropped, _ := t.at.Stats()
-	return t.dropped + dropped
+	// Records of work unfinished at a forced flush came without times:
+	// lost too.
+	_, dropped, unfinished := t.at.Stats()
+	return t.dropped + dropped + unfinished
 }
 
 func (t *workTrace) Stop() error {

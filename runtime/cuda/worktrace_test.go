@@ -62,10 +62,21 @@ func TestWorkTrace(t *testing.T) {
 		calls = append(calls, call{s, kind, before, time.Now(), atLeast, atMost})
 	}
 	var got []runtime.Work
+	// Each collect says before when all work issued has been reported:
+	// every call that returned before then has its work in got. Checked
+	// by kind of work at the end (reported is how many got held then).
+	type claim struct {
+		complete time.Time
+		calls    int // calls made by then
+		reported int
+	}
+	var claims []claim
 	collect := func(force bool) {
-		if err := tr.Collect(force, func(w runtime.Work) { got = append(got, w) }); err != nil {
+		complete, err := tr.Collect(force, func(w runtime.Work) { got = append(got, w) })
+		if err != nil {
 			t.Fatal(err)
 		}
+		claims = append(claims, claim{complete, len(calls), len(got)})
 	}
 	const rounds = 200
 	for i := range rounds {
@@ -126,8 +137,30 @@ func TestWorkTrace(t *testing.T) {
 			}
 		}
 	}
-	if lateBy > 0 {
-		t.Errorf("a stream's work came out of issue order, by up to %v", lateBy)
+	// CUPTI may hand a stream's work over out of order (it returns its
+	// buffers as they complete); what the trace promises is its
+	// complete time, checked below.
+	t.Logf("a stream's work came out of issue order by up to %v", lateBy)
+	first := map[int]int{} // call → index in got of its first piece
+	for i, w := range got {
+		for j, c := range calls {
+			if w.Stream == c.stream.Handle() && !w.Issued.Before(c.before) && !w.Issued.After(c.after) {
+				if _, ok := first[j]; !ok {
+					first[j] = i
+				}
+				break
+			}
+		}
+	}
+	for _, cl := range claims {
+		for j := range cl.calls {
+			if c := calls[j]; c.after.Before(cl.complete) {
+				if i, ok := first[j]; !ok || i >= cl.reported {
+					t.Errorf("a collect said all work issued before %v was reported, but call %d (%s, returned at %v) had none yet",
+						cl.complete.Sub(calls[0].before), j, c.kind, c.after.Sub(calls[0].before))
+				}
+			}
+		}
 	}
 	if worstSkew > time.Microsecond {
 		t.Errorf("work started on the device up to %v before the call that issued it began", worstSkew)
@@ -204,10 +237,10 @@ func TestWorkTraceTimesRanges(t *testing.T) {
 // the order their work ran (which is the order it was issued), across
 // flushes that do not force,
 // taken every 20 ms while a trainer-shaped loop runs (an upload, copies
-// on the device, a GEMM and small kernels, step after step)? A profiler
-// resolving a range once later work on its stream was reported rests on
-// it. It reports, per kind, records that came after a record of their
-// stream issued later, and fails if there are any.
+// on the device, a GEMM and small kernels, step after step)? It reports,
+// per kind, records that came after a record of their stream issued
+// later: why the work trace says which time is complete rather than
+// resting on each stream's order.
 func TestActivityIssueOrder(t *testing.T) {
 	impl := gpu(t)
 	s := newStream(t, dev(0))
@@ -324,7 +357,7 @@ func TestActivityIssueOrder(t *testing.T) {
 	}
 	// Reported, not checked: the work trace orders by device start.
 	t.Logf("kernels in correlation order whose enqueue time precedes the one before: %d of %d", inversions, len(ks))
-	if len(late) > 0 {
-		t.Errorf("records handed over after records issued later: %v", late)
+	if len(recs) == 0 {
+		t.Fatal("no records")
 	}
 }
