@@ -179,8 +179,13 @@ type ActivityTrace struct {
 	api  *cupti
 	opts ActivityOptions
 
-	mu       sync.Mutex
-	free     [][]byte
+	mu   sync.Mutex
+	free [][]byte
+	// filled are the buffers CUPTI handed back, not yet decoded: a
+	// buffer that fills is handed back on the thread whose launch needed
+	// room (through bufferCompleted), so decoding waits for the next
+	// flush, off that thread.
+	filled   []filledBuffer
 	done     []Activity
 	external map[uint32]uint64 // correlation id → pushed id
 	dropped  uint64            // records CUPTI lost (its own count)
@@ -286,6 +291,7 @@ func (t *ActivityTrace) flushHeld(flag uintptr, fn func(Activity)) (time.Time, e
 	if rc := dl.Call(t.api.flushAll, flag); rc != 0 {
 		return time.Time{}, t.api.err("cuptiActivityFlushAll", rc)
 	}
+	t.decodeFilled()
 	lent.Range(func(_, v any) bool {
 		if at := v.(lentBuffer).at; at.Before(oldest) {
 			oldest = at
@@ -335,6 +341,9 @@ func (t *ActivityTrace) Stop() error {
 	if t.opts.Queued {
 		dl.Call(t.api.enableLatency, 0)
 	}
+	// What the last flush handed back is decoded now, for a Flush after
+	// Stop, and its buffers leave lent.
+	t.decodeFilled()
 	active.CompareAndSwap(t, nil)
 	return first
 }
@@ -387,22 +396,43 @@ func bufferCompleted(ctx, streamID, buf, size, valid uintptr) {
 		lent.Delete(buf)
 		return
 	}
-	t.decode(b[:valid], buf)
-	// Out of lent only once its records are in t.done (flushHeld), and
-	// before it can be lent again.
-	lent.Delete(buf)
+	var dropped uint64
 	if cuptiAPI != nil {
 		f := dl.Get()
-		if dl.Call(cuptiAPI.numDropped, ctx, streamID, f.OutPtr(0)) == 0 && f.Out[0] > 0 {
-			t.mu.Lock()
-			t.dropped += f.Out[0]
-			t.mu.Unlock()
+		if dl.Call(cuptiAPI.numDropped, ctx, streamID, f.OutPtr(0)) == 0 {
+			dropped = f.Out[0]
 		}
 		f.Put()
 	}
+	// Decoded at the next flush (decodeFilled); it stays in lent until
+	// then, so that flushHeld counts its records as not handed over.
 	t.mu.Lock()
-	t.free = append(t.free, b)
+	t.filled = append(t.filled, filledBuffer{b: b[:valid], base: buf})
+	t.dropped += dropped
 	t.mu.Unlock()
+}
+
+// filledBuffer is a buffer CUPTI handed back: its valid part and its
+// address.
+type filledBuffer struct {
+	b    []byte
+	base uintptr
+}
+
+// decodeFilled decodes the buffers handed back since the last call into
+// t.done, then takes them out of lent and frees them for reuse.
+func (t *ActivityTrace) decodeFilled() {
+	t.mu.Lock()
+	filled := t.filled
+	t.filled = nil
+	t.mu.Unlock()
+	for _, fb := range filled {
+		t.decode(fb.b, fb.base)
+		lent.Delete(fb.base)
+		t.mu.Lock()
+		t.free = append(t.free, fb.b[:cap(fb.b)])
+		t.mu.Unlock()
+	}
 }
 
 // decode walks the records of one buffer with CUPTI's iterator (records

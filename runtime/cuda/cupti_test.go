@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 	"github.com/trainscope/trainscope/runtime/cuda"
 )
@@ -141,7 +142,11 @@ func TestActivityTrace(t *testing.T) {
 //	cupti-kernels   with CUPTI's kernel, memcpy and memset records on;
 //	cupti-queued    and each kernel's enqueue time;
 //	cupti-external  and an id pushed and popped around each launch, with
-//	                the driver API records the correlation needs.
+//	                the driver API records the correlation needs;
+//	range-events    a profiler range around each launch, timed by events
+//	                (neighbours sharing them), its collector running;
+//	range-trace     the same range timed from the work trace
+//	                (profiler.WithWorkTrace: CUPTI's records, no events).
 func BenchmarkActivityHostCost(b *testing.B) {
 	impl := gpu(b)
 	goruntime.LockOSThread()
@@ -214,6 +219,37 @@ func BenchmarkActivityHostCost(b *testing.B) {
 	}
 	traced("cupti-kernels", cuda.ActivityOptions{}, func(*cuda.ActivityTrace) func(int) error { return launch })
 	traced("cupti-queued", cuda.ActivityOptions{Queued: true}, func(*cuda.ActivityTrace) func(int) error { return launch })
+	ranged := func(name string, trace bool) {
+		b.Run(name, func(b *testing.B) {
+			var opts []profiler.Option
+			if trace {
+				opts = append(opts, profiler.WithWorkTrace(workTrace(b, impl)))
+			}
+			p, err := profiler.New(opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			r, err := p.NewRecorder(0, dev(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			loop(b, func(i int) error {
+				r.StartDevice("tanh", s)
+				err := launch(i)
+				r.End()
+				return err
+			})
+			if err := p.Flush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			if st := p.Stats(); st.Collected < uint64(b.N) || st.TraceLost != 0 {
+				b.Fatalf("stats %+v after %d ranges", st, b.N)
+			}
+		})
+	}
+	ranged("range-events", false)
+	ranged("range-trace", true)
 	traced("cupti-external", cuda.ActivityOptions{External: true}, func(tr *cuda.ActivityTrace) func(int) error {
 		return func(i int) error {
 			tr.Push(uint64(i + 1))
