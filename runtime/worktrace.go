@@ -39,10 +39,19 @@ type BackendWorkTrace interface {
 	// stream tells that all its work issued earlier has been.
 	Collect(force bool, fn func(Work)) (complete time.Time, err error)
 	// Dropped counts pieces of work the trace lost: its buffers were
-	// full, or the backend could not say which stream ran them.
+	// full, or it reported them without the times a range needs.
 	Dropped() uint64
 	// Stop ends the trace; work still held is lost.
 	Stop() error
+}
+
+// ForeignCounter is optional for a BackendWorkTrace: Foreign counts the
+// pieces of work the trace saw on streams that are not the backend's
+// (CUDA's legacy default stream, which copies with no stream use, or a
+// stream another library created). They are no range's work and are not
+// reported; nor are they lost.
+type ForeignCounter interface {
+	Foreign() uint64
 }
 
 // Work is one piece of device work a trace reports: a kernel, a copy or a
@@ -122,12 +131,23 @@ func (t *WorkTrace) Collect(force bool, fn func(Work)) (time.Time, error) {
 	})
 }
 
-// Dropped counts the work the trace lost or could not attribute to a
-// stream.
+// Dropped counts the work the trace lost, or reported on a stream handle
+// that cannot be compared.
 func (t *WorkTrace) Dropped() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.bt.Dropped() + t.refused
+}
+
+// Foreign counts the work the trace saw on streams that are not its
+// backend's (ForeignCounter); 0 where the backend does not say.
+func (t *WorkTrace) Foreign() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.bt.(ForeignCounter); ok {
+		return f.Foreign()
+	}
+	return 0
 }
 
 // Stop ends the trace. A second Stop is an error.

@@ -31,8 +31,10 @@ type options struct {
 	profile string // "on", "off", "sync"
 	depth   int    // profiler.WithDeviceDepth
 	timing  string // "events", "trace": how device ranges are timed
-	quiet   bool   // no summary tables on stdout
-	command []string
+	// workTrace is the running trace under -device-timing trace.
+	workTrace *runtime.WorkTrace
+	quiet     bool // no summary tables on stdout
+	command   []string
 	// stepRange names a wrapped command's NVTX step range.
 	stepRange string
 	// pipelineGroup names a wrapped command's pipeline communicator; ""

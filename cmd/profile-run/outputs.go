@@ -920,8 +920,12 @@ func (out *outputs) finish(stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nrecords: %d collected, %d dropped while recording, %d pending, %d written without device times (device work unfinished), %d timed on host only (no pooled event), %s, %s\n",
 		st.Collected, st.Dropped, st.Pending, st.Abandoned, st.EventDrops, count(st.Unbalanced, "unbalanced end", "unbalanced ends"), count(st.Errors, "backend error", "backend errors"))
 	if out.o.timing == "trace" {
-		fmt.Fprintf(stdout, "work trace: %d device ranges written without device times (more waited for their work than the profiler holds), %d pieces of work lost by the trace, %d reported out of issue order\n",
+		fmt.Fprintf(stdout, "work trace: %d device ranges written without device times (more waited for their work than the profiler holds), %d pieces of work lost by the trace, %d reported out of issue order",
 			st.TraceLost, st.TraceDropped, st.TraceLate)
+		if f := out.o.workTrace.Foreign(); f > 0 {
+			fmt.Fprintf(stdout, ", %d run outside the job's streams (copies with no stream, other libraries' streams: no range's work)", f)
+		}
+		fmt.Fprintln(stdout)
 	}
 	if st.FirstError != nil {
 		fmt.Fprintf(stdout, "backend errors: the first was %v\n", st.FirstError)

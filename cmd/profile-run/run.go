@@ -232,6 +232,7 @@ func train(in *interrupt, o *options, log *zap.Logger, stdout io.Writer) error {
 				return err
 			}
 			opts = append(opts, profiler.WithWorkTrace(trace))
+			o.workTrace = trace
 			fmt.Fprintf(stdout, "profile-run: device ranges timed from %s\n", workTraceName(o.train.Backend))
 		}
 		var err error

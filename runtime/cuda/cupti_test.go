@@ -139,6 +139,9 @@ func TestActivityTrace(t *testing.T) {
 //	plain           the launch alone;
 //	timing-event    and one timing event recorded after it (what a
 //	                profiled range adds where neighbours share events);
+//	timing-event-query
+//	                and a query of that event before each launch (what a
+//	                range's start adds to take the event as its own);
 //	cupti-kernels   with CUPTI's kernel, memcpy and memset records on;
 //	cupti-queued    and each kernel's enqueue time;
 //	cupti-external  and an id pushed and popped around each launch, with
@@ -146,7 +149,20 @@ func TestActivityTrace(t *testing.T) {
 //	range-events    a profiler range around each launch, timed by events
 //	                (neighbours sharing them), its collector running;
 //	range-trace     the same range timed from the work trace
-//	                (profiler.WithWorkTrace: CUPTI's records, no events).
+//	                (profiler.WithWorkTrace: CUPTI's records, no events);
+//
+// and, to tell apart where a range's host time goes:
+//
+//	clock-pair      the launch between two reads of the host clock (what
+//	                a range's start and end read);
+//	range-host      a host range around each launch (Start, End: the
+//	                recording path without device timing), collector
+//	                running;
+//	range-events-quiet, range-trace-quiet
+//	                range-events and range-trace with no background
+//	                collector: the profiler collects in the pauses, with
+//	                the timer stopped, so ns/op is the recording thread's
+//	                own cost, without the collector's work beside it.
 func BenchmarkActivityHostCost(b *testing.B) {
 	impl := gpu(b)
 	goruntime.LockOSThread()
@@ -159,7 +175,9 @@ func BenchmarkActivityHostCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = ev.Destroy() })
-	loop := func(b *testing.B, each func(i int) error) {
+	// pause, if not nil, runs with the stream synchronised and the timer
+	// stopped, every 256 iterations.
+	loopPausing := func(b *testing.B, each func(i int) error, pause func()) {
 		for i := range 512 { // warm-up
 			if err := each(i); err != nil {
 				b.Fatal(err)
@@ -179,6 +197,9 @@ func BenchmarkActivityHostCost(b *testing.B) {
 				if err := s.Synchronize(context.Background()); err != nil {
 					b.Fatal(err)
 				}
+				if pause != nil {
+					pause()
+				}
 				b.StartTimer()
 			}
 		}
@@ -187,10 +208,36 @@ func BenchmarkActivityHostCost(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	loop := func(b *testing.B, each func(i int) error) { loopPausing(b, each, nil) }
 	launch := func(int) error { return runtime.Tanh(s, x, y, n) }
 	b.Run("plain", func(b *testing.B) { loop(b, launch) })
+	b.Run("clock-pair", func(b *testing.B) {
+		var sum time.Duration
+		loop(b, func(i int) error {
+			t0 := time.Now()
+			err := launch(i)
+			sum += time.Since(t0)
+			return err
+		})
+		if sum <= 0 {
+			b.Fatal("the host clock did not move")
+		}
+	})
 	b.Run("timing-event", func(b *testing.B) {
 		loop(b, func(i int) error {
+			if err := launch(i); err != nil {
+				return err
+			}
+			return ev.Record(s)
+		})
+	})
+	b.Run("timing-event-query", func(b *testing.B) {
+		loop(b, func(i int) error {
+			// What a range's start pays to take the previous range's end
+			// event: whether the device has reached it.
+			if err := ev.Query(); err != nil && runtime.StatusOf(err) != runtime.StatusNotReady {
+				return err
+			}
 			if err := launch(i); err != nil {
 				return err
 			}
@@ -219,11 +266,17 @@ func BenchmarkActivityHostCost(b *testing.B) {
 	}
 	traced("cupti-kernels", cuda.ActivityOptions{}, func(*cuda.ActivityTrace) func(int) error { return launch })
 	traced("cupti-queued", cuda.ActivityOptions{Queued: true}, func(*cuda.ActivityTrace) func(int) error { return launch })
-	ranged := func(name string, trace bool) {
+	// ranged times a profiler range around each launch: on the device
+	// (by events, or from the work trace) or on the host only; quiet
+	// leaves collection to the pauses.
+	ranged := func(name string, trace, device, quiet bool) {
 		b.Run(name, func(b *testing.B) {
 			var opts []profiler.Option
 			if trace {
 				opts = append(opts, profiler.WithWorkTrace(workTrace(b, impl)))
+			}
+			if quiet {
+				opts = append(opts, profiler.WithCollectInterval(0))
 			}
 			p, err := profiler.New(opts...)
 			if err != nil {
@@ -234,12 +287,24 @@ func BenchmarkActivityHostCost(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			loop(b, func(i int) error {
-				r.StartDevice("tanh", s)
+			var pause func()
+			if quiet {
+				pause = func() {
+					if err := p.Flush(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			loopPausing(b, func(i int) error {
+				if device {
+					r.StartDevice("tanh", s)
+				} else {
+					r.Start("tanh")
+				}
 				err := launch(i)
 				r.End()
 				return err
-			})
+			}, pause)
 			if err := p.Flush(context.Background()); err != nil {
 				b.Fatal(err)
 			}
@@ -248,8 +313,11 @@ func BenchmarkActivityHostCost(b *testing.B) {
 			}
 		})
 	}
-	ranged("range-events", false)
-	ranged("range-trace", true)
+	ranged("range-events", false, true, false)
+	ranged("range-trace", true, true, false)
+	ranged("range-host", false, false, false)
+	ranged("range-events-quiet", false, true, true)
+	ranged("range-trace-quiet", true, true, true)
 	traced("cupti-external", cuda.ActivityOptions{External: true}, func(tr *cuda.ActivityTrace) func(int) error {
 		return func(i int) error {
 			tr.Push(uint64(i + 1))

@@ -87,6 +87,7 @@ type workTrace struct {
 	mu      sync.Mutex
 	streams map[uint32]*stream // CUPTI's stream id → the stream
 	dropped uint64
+	foreign uint64 // records of streams not the backend's (Foreign)
 	batch   []Activity
 }
 
@@ -199,7 +200,9 @@ func (t *workTrace) Collect(force bool, fn func(runtime.Work)) (time.Time, error
 func (t *workTrace) stream(recs []Activity, host func(uint64) time.Time, fn func(runtime.Work)) {
 	s, ok := t.streams[recs[0].Stream]
 	if !ok {
-		t.dropped += uint64(len(recs))
+		// The legacy default stream (copies and memsets with no
+		// stream) or another library's: no range's work.
+		t.foreign += uint64(len(recs))
 		return
 	}
 	lower := s.lastQueued
@@ -276,6 +279,14 @@ func (t *workTrace) Dropped() uint64 {
 	// lost too.
 	_, dropped, unfinished := t.at.Stats()
 	return t.dropped + dropped + unfinished
+}
+
+// Foreign counts the records of work on streams the backend did not
+// create, or whose CUPTI id it could not learn.
+func (t *workTrace) Foreign() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.foreign
 }
 
 func (t *workTrace) Stop() error {

@@ -90,6 +90,14 @@ func TestWorkTrace(t *testing.T) {
 			collect(false)
 		}
 	}
+	// Copies with no stream run on CUDA's legacy default stream, no
+	// stream of the backend's: seen, not reported, not lost.
+	const foreign = 3
+	for range foreign {
+		if err := runtime.CopyToDevice(x, host, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, s := range []*runtime.Stream{s1, s2, s3} {
 		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
@@ -98,6 +106,10 @@ func TestWorkTrace(t *testing.T) {
 	collect(true)
 	if d := tr.Dropped(); d != 0 {
 		t.Errorf("the trace dropped %d pieces of work", d)
+	}
+	// (A pageable copy might come as more than one record.)
+	if f := tr.Foreign(); f < foreign {
+		t.Errorf("the trace saw %d pieces of work outside the backend's streams, want at least the %d stream-less copies", f, foreign)
 	}
 	// Each stream's work in report order: issued in order, and each piece
 	// inside exactly one call of its stream.
