@@ -40,7 +40,8 @@ func deviceRanges(t *testing.T, p *profiler.Profiler) map[string]profiler.Record
 // Ranges queued back to back on a busy stream: each starts where the
 // previous ended (one shared event), and each device time is its own work's.
 // Work enqueued between two ranges outside any range is not given to the
-// next one, nor is time the stream spent idle.
+// next one, nor is time the stream spent idle: a range on an idle stream
+// shares the previous range's end, and counts from its own host start.
 func TestAdjacentRanges(t *testing.T) {
 	const a, b, between, c, idle = 20 * time.Millisecond, 30 * time.Millisecond, 25 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond
 	p := newProfiler(t, profiler.WithCollectInterval(0))
@@ -97,8 +98,13 @@ func TestAdjacentRanges(t *testing.T) {
 	if gap := recs["d"].DeviceStart - recs["c"].DeviceEnd; gap < idle {
 		t.Errorf("d starts %v after c ends, want at least the %v the stream was idle", gap, idle)
 	}
-	if st := p.Stats(); st.Adjacent != 1 {
-		t.Errorf("Stats().Adjacent = %d, want 1 (b)", st.Adjacent)
+	// d takes c's end as its start, which the device passed while the
+	// stream stood idle: d counts from its host start instead.
+	if recs["d"].DeviceStart != recs["d"].HostStart {
+		t.Errorf("d's device time starts at %v, its host time at %v: a start the device passed before the range began should count from the range's host start", recs["d"].DeviceStart, recs["d"].HostStart)
+	}
+	if st := p.Stats(); st.Adjacent != 2 {
+		t.Errorf("Stats().Adjacent = %d, want 2 (b, and d's start)", st.Adjacent)
 	}
 }
 

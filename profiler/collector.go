@@ -321,7 +321,15 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 	if err != nil {
 		return err
 	}
-	rec.HasDevice, rec.DeviceStart, rec.DeviceEnd = true, start, start+dur
+	end := start + dur
+	if u.startAt != 0 && start < rec.HostStart {
+		// A shared start the device reached before the range began:
+		// the stream was idle in between, and none of the range's work
+		// was issued before its host start (Recorder.share).
+		start = rec.HostStart
+		end = max(end, start)
+	}
+	rec.HasDevice, rec.DeviceStart, rec.DeviceEnd = true, start, end
 	return nil
 }
 

@@ -200,9 +200,10 @@ func WithSeedStyleSync() Option { return WithSyncEachRange() }
 // WithAdjacentRanges(false) gives every device range events of its own.
 // By default a range's start or end takes the last event the recorder
 // recorded on the same stream when nothing has been enqueued on the stream
-// since (runtime.Stream.Ops) — and, for a start, the device has not yet
-// reached that event — instead of recording another: one recorded then
-// would mark the same point of the stream. Back-to-back ranges then cost
+// since (runtime.Stream.Ops) instead of recording another: one recorded
+// then would mark the same point of the stream. (A start the device
+// reached before the range began, the stream idle in between, counts from
+// the range's host start: no work of the range was issued before it.) Back-to-back ranges then cost
 // one event record each instead of two, a range and the first range nested
 // in it one start event, a range and the last range nested in it one end
 // event, on the host and on the device.

@@ -369,7 +369,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 				r.p.backendError(err)
 			}
 		}
-		x.start, x.startAt = r.share(s, true)
+		x.start, x.startAt = r.share(s)
 		if x.start != nil {
 			x.shared++
 		} else if x.start = r.record(s); x.start != nil {
@@ -402,17 +402,20 @@ func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
 }
 
 // share returns the last event recorded on s, with a reference for the
-// caller, when a range's start (start) or end can take it instead of a new
-// one: nothing has been enqueued on s since it was recorded
-// (Stream.Ops), so an event recorded now would mark the same point of the
-// stream. A start also needs the device not to have reached it yet: on a
-// stream gone idle, a start recorded now completes later, when the range's
-// work is enqueued, and the old event would count the idle time as the
-// range's. An end needs no such check: its range's work ended where the
-// stream's latest event stands. Back-to-back ranges thus share their
-// boundary, and a range and the first (or last) range nested in it their
-// start (or end). It returns nil, 0 otherwise.
-func (r *Recorder) share(s *runtime.Stream, start bool) (*pooledEvent, time.Duration) {
+// caller, when a range's start or end can take it instead of a new one:
+// nothing has been enqueued on s since it was recorded (Stream.Ops), so
+// an event recorded now would mark the same point of the stream.
+// Back-to-back ranges thus share their boundary, and a range and the first
+// (or last) range nested in it their start (or end). It returns nil, 0
+// otherwise.
+//
+// On a stream gone idle the device has passed the event before the range
+// began, and the idle time would count as the range's: the collector
+// moves a shared start that the device reached before the range began to
+// the range's host start, before which none of its work was issued
+// (deviceTimesLocked). Asking the device here instead would cost every
+// range a driver call on the recording thread.
+func (r *Recorder) share(s *runtime.Stream) (*pooledEvent, time.Duration) {
 	if !r.sharing {
 		return nil, 0
 	}
@@ -421,7 +424,7 @@ func (r *Recorder) share(s *runtime.Stream, start bool) (*pooledEvent, time.Dura
 		if l.stream != s {
 			continue
 		}
-		if s.Ops() != l.ops || start && runtime.StatusOf(l.ev.Query()) != runtime.StatusNotReady {
+		if s.Ops() != l.ops {
 			// Nothing later can take it either.
 			r.drop(l.ev)
 			*l = latestEvent{}
@@ -552,7 +555,7 @@ func (r *Recorder) endDevice(f *frame) {
 		r.notePeak(x)
 		return
 	}
-	end, _ := r.share(x.stream, false)
+	end, _ := r.share(x.stream)
 	if end != nil {
 		x.shared++
 	} else if end = r.record(x.stream); end != nil {
