@@ -12,7 +12,7 @@
 # compare against: build it yourself), run times the event-timed ranges
 # with both, alternately.
 #
-# run writes under $OUT:
+# run writes $OUT/hostcost.tgz, holding:
 #   env.log            GPU, driver, CPU model, the kernel's clock source
 #   host.txt           benchmarks.test: HostRange and DeviceRange (the CPU
 #                      backend) on this machine's cores
@@ -76,6 +76,10 @@ run)
 	done
 	rm -f ./*.test.prof 2>/dev/null
 	BENCH=0 OUT=$OUT/trace "$root/scripts/gpu-trace.sh" run
+	# Few files travel back from the GPU machine: everything in one.
+	tgz=$(mktemp --suffix .tgz)
+	(cd "$OUT" && tar czf "$tgz" . && rm -rf ./* && mv "$tgz" hostcost.tgz)
+	echo "results: $OUT/hostcost.tgz"
 	;;
 *)
 	echo "usage: $0 build | run" >&2
