@@ -132,21 +132,26 @@ func TestStopWhileAHostIsBlockedOnAStuckDevice(t *testing.T) {
 	cfg.Stages = 1
 	cfg.ActionDelay = stuckDelay
 	cfg.CommTimeout = timeout
+	// The hosts and streams that earlier tests left blocked stay so, or
+	// come free meanwhile: this trainer's are goroutines started after
+	// this.
+	earlier := goroutinesWith(func(string) bool { return true })
 	tr, err := NewTrainer(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// The hosts and streams that earlier runs of this test left blocked
-	// stay so. The rank's host is blocked for good once its stream holds
-	// still in its first action's delay, with no room left in its queue.
-	hosts, streams := blockedHosts(), stuckStreams()
+	// The rank's host is blocked for good once its stream holds still in
+	// its first action's delay, with no room left in its queue.
 	go func() {
-		for blockedHosts() == hosts || stuckStreams() == streams {
+		defer cancel()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			if newGoroutine(blockedHosts(), earlier) && newGoroutine(stuckStreams(), earlier) {
+				return
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		cancel()
 	}()
 	start := time.Now()
 	limit := start.Add(2*timeout + 20*time.Second)
@@ -157,24 +162,42 @@ func TestStopWhileAHostIsBlockedOnAStuckDevice(t *testing.T) {
 	t.Logf("Step and Close took %v", closed.Sub(start))
 }
 
-// blockedHosts counts the ranks' hosts blocked handing work to their
-// device: their goroutines wait in the cpu backend's enqueue for room in
-// a full queue.
-func blockedHosts() int {
-	buf := make([]byte, 1<<22)
-	n := 0
-	for _, g := range strings.Split(string(buf[:goruntime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "pipeline.(*rankWorker).run") && strings.Contains(g, "cpu.(*stream).push") {
-			n++
-		}
-	}
-	return n
+// blockedHosts returns the goroutines of ranks' hosts blocked handing
+// work to their device: they wait in the cpu backend's enqueue for room
+// in a full queue (not merely pass through it, as every enqueue does).
+func blockedHosts() map[string]bool {
+	return goroutinesWith(func(g string) bool {
+		return strings.Contains(g, "pipeline.(*rankWorker).run") && strings.Contains(g, "cpu.(*stream).push") && strings.Contains(g, "sync.(*Cond).Wait")
+	})
 }
 
-// stuckStreams counts the cpu streams holding still in a delay.
-func stuckStreams() int {
+// stuckStreams returns the goroutines of cpu streams holding still in a
+// delay.
+func stuckStreams() map[string]bool {
+	return goroutinesWith(func(g string) bool { return strings.Contains(g, "cpu.(*Impl).Sleep.func1(") })
+}
+
+// goroutinesWith returns the ids of the goroutines whose stacks match.
+func goroutinesWith(match func(stack string) bool) map[string]bool {
 	buf := make([]byte, 1<<22)
-	return strings.Count(string(buf[:goruntime.Stack(buf, true)]), "cpu.(*Impl).Sleep.func1(")
+	ids := map[string]bool{}
+	for _, g := range strings.Split(string(buf[:goruntime.Stack(buf, true)]), "\n\n") {
+		if match(g) {
+			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// newGoroutine reports whether now holds a goroutine before did not.
+func newGoroutine(now, before map[string]bool) bool {
+	for id := range now {
+		if !before[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // A second interrupt: the caller stops a step once every rank has queued
