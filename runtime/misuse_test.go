@@ -295,3 +295,45 @@ func TestWorkTraceRefused(t *testing.T) {
 		t.Fatalf("backend without a trace: %v", err)
 	}
 }
+
+// foreignTrace is a backend trace that saw work on streams not its
+// backend's: a real one (CUPTI's) sees it only on a GPU.
+type foreignTrace struct{ foreign, dropped uint64 }
+
+func (foreignTrace) Collect(bool, func(runtime.Work)) (time.Time, error) { return time.Time{}, nil }
+func (t foreignTrace) Dropped() uint64                                   { return t.dropped }
+func (t foreignTrace) Foreign() uint64                                   { return t.foreign }
+func (foreignTrace) Stop() error                                         { return nil }
+
+type foreignTracer struct {
+	runtime.Impl
+	tr foreignTrace
+}
+
+func (b foreignTracer) StartWorkTrace() (runtime.BackendWorkTrace, error) { return b.tr, nil }
+
+// A trace's work outside its backend's streams is counted apart from
+// the work it lost, where the backend counts it; 0 where it does not.
+func TestWorkTraceForeign(t *testing.T) {
+	tr, err := runtime.StartWorkTrace(foreignTracer{cpu.New(), foreignTrace{foreign: 7, dropped: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, d := tr.Foreign(), tr.Dropped(); f != 7 || d != 2 {
+		t.Errorf("Foreign, Dropped = %d, %d; want the backend's 7, 2", f, d)
+	}
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if f := tr.Foreign(); f != 7 {
+		t.Errorf("after Stop, Foreign = %d, want 7 still", f)
+	}
+	tr, err = runtime.StartWorkTrace(cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Stop() }()
+	if f := tr.Foreign(); f != 0 {
+		t.Errorf("the cpu backend's trace: Foreign = %d, want 0 (every stream is its own)", f)
+	}
+}
