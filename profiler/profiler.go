@@ -203,10 +203,10 @@ func WithSeedStyleSync() Option { return WithSyncEachRange() }
 // since (runtime.Stream.Ops) instead of recording another: one recorded
 // then would mark the same point of the stream. (A start the device
 // reached before the range began, the stream idle in between, counts from
-// the range's host start: no work of the range was issued before it.) Back-to-back ranges then cost
-// one event record each instead of two, a range and the first range nested
-// in it one start event, a range and the last range nested in it one end
-// event, on the host and on the device.
+// the range's host start: no work of the range was issued before it.)
+// Back-to-back ranges then cost one event record each instead of two, a
+// range and the first range nested in it one start event, a range and the
+// last range nested in it one end event, on the host and on the device.
 func WithAdjacentRanges(on bool) Option { return optionFunc(func(c *config) { c.noAdjacent = !on }) }
 
 // WithDeviceDepth(n) times on the device only the device ranges opened
