@@ -546,6 +546,17 @@ func TestLongSteps(t *testing.T) {
 			t.Fatalf("found %v: cycle of %d, period %d (%s); want 3000 operations of period 2", r.Found, r.Length, r.Period, r.Why)
 		}
 		near(t, "median", r.Median, 255*ms, 0)
+		// The first search, a TrackLag into the run, saw four steps and
+		// took the pair of operations for the cycle; a later one, with
+		// every operation still kept, the step: the run counts steps.
+		s.Finish()
+		run := s.Result().Ranks[0].Run
+		if run.Cycles != 11 || run.Breaks != 0 || run.Missed != 0 {
+			t.Errorf("the run: %d cycles, %d breaks, %d missed; want the 11 steps but the last, no break, none missed", run.Cycles, run.Breaks, run.Missed)
+		}
+		if run.Min != 255*ms || run.Max != 255*ms {
+			t.Errorf("the run's cycles took %v to %v, want 255ms", run.Min, run.Max)
+		}
 	})
 }
 

@@ -44,8 +44,11 @@
 // one as its operations arrive (each from the first operation after the
 // cycle's longest pause to the same one a cycle later), in bounded
 // memory however long the run, and Job.Stalls names the longest; the
-// window only finds the cycle. Finish, once no operation will come,
-// counts the last ones.
+// window only finds the cycle. Until the window first fills, each count
+// searches it whole again (once a quarter more operations came, and at
+// the end), and where more cycles show another one steadier (two steps
+// taken for one in a noisy start), counts the run anew with it. Finish,
+// once no operation will come, counts the last ones.
 //
 // Sink.Number numbers the cycles across ranks, so that each can be a
 // trace of its own (the OTLP exporter's Config.Cycles): from the first

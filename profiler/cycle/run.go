@@ -91,6 +91,12 @@ type tracker struct {
 	// TrackLag of the latest operation at the last count.
 	crowded bool
 	done    bool // Finish: count to the latest operation
+	// provisional says the pattern is the first found and every
+	// operation since the first is still kept: each count searches
+	// them all again, and where the search now finds another cycle
+	// (more cycles show it steadier), counts the run anew with it.
+	provisional bool
+	searched    int // how many operations were kept at the latest search
 	// found counts the patterns set, and instance is the latest one's
 	// operations as they came, and the next cycle's after them, as far as
 	// they were kept (for Sink.numberLocked).
@@ -126,6 +132,7 @@ func (t *tracker) track(ops []op, upTo time.Duration, window int, dropped bool, 
 	if len(ops) == 0 {
 		return hs
 	}
+	t.provisional = t.provisional && !dropped
 	switch {
 	case !t.started:
 		if dropped { // operations left the window before the first look
@@ -144,9 +151,25 @@ func (t *tracker) track(ops []op, upTo time.Duration, window int, dropped bool, 
 		t.synced, t.lostOps = false, 0
 		t.resume, t.skip = mark(ops, 0)
 	}
-	all := len(ops)
+	all, final := len(ops), ops[len(ops)-1].start
 	ops = ops[:sortSearch(len(ops), func(i int) bool { return ops[i].start > upTo })]
 	t.crowded = all-len(ops) > window/2
+	if t.provisional && len(ops) > 0 && (all-t.searched >= max(trackMin, t.searched/4) || upTo >= final) {
+		// Every operation since the first is kept (the first search
+		// began at the first): a search of them all has seen more
+		// cycles than the first. Searched again once a quarter more
+		// have come (a few searches of the window over its filling) and
+		// at the end; where it finds another cycle, the run is counted
+		// anew with it.
+		t.searched = all
+		if r := find(ops, nil, false); r.Found && !t.isPattern(ops[r.first:r.first+r.Length]) {
+			a := r.first
+			t.run, t.sketch = Run{}, nil
+			t.synced, t.lostOps = false, 0
+			t.setPattern(ops[a:a+r.Length], ops[a+r.Length:min(a+2*r.Length, len(ops))])
+			return t.count(ops, 0, window, hs)
+		}
+	}
 	i := at(ops, t.resume, t.skip)
 	if i == len(ops) {
 		return hs
@@ -158,8 +181,22 @@ func (t *tracker) track(ops []op, upTo time.Duration, window int, dropped bool, 
 		}
 		a := i + r.first
 		t.setPattern(ops[a:a+r.Length], ops[a+r.Length:min(a+2*r.Length, len(ops))])
+		t.provisional, t.searched = !dropped && t.found == 1, all
 	}
 	return t.count(ops, i, window, hs)
+}
+
+// isPattern says whether cyc's signatures are the pattern's.
+func (t *tracker) isPattern(cyc []op) bool {
+	if len(cyc) != len(t.pattern) {
+		return false
+	}
+	for i, o := range cyc {
+		if o.sig != t.pattern[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // mark is where ops[k] stands, for at: its start and how many operations
@@ -238,7 +275,7 @@ func (t *tracker) count(ops []op, i, window int, hs []uint64) []uint64 {
 						}
 						lostAt = at(ops, t.lost, t.lostSkip)
 					}
-					t.pattern, t.lostOps = nil, 0
+					t.pattern, t.lostOps, t.provisional = nil, 0, false
 					t.resume, t.skip = mark(ops, lostAt)
 					// The new cycle is in ops[lostAt:]: counting it from
 					// there goes past lostAt before any drop again.

@@ -187,3 +187,50 @@ func TestRunCycleFoundLate(t *testing.T) {
 		t.Errorf("%d cycles from %v, %d missed, %d breaks; want 499 from 10s, none missed, no break", run.Cycles, run.From, run.Missed, run.Breaks)
 	}
 }
+
+func TestRunTakesTheCycleALaterSearchFinds(t *testing.T) {
+	// The first 20 steps alternate between 40 and 60 ms (a job warming up
+	// on a loaded machine): three all-reduces apart take no steady time,
+	// six do, and the first search, a TrackLag into the run, takes two
+	// steps for the cycle. 120 steps of 50 ms follow: with every
+	// operation still kept, the later searches find the step of three,
+	// and the run counts steps, not pairs of them.
+	j := &job{}
+	var starts []time.Duration
+	at := time.Duration(0)
+	for s := range 140 {
+		starts = append(starts, at)
+		for i, b := range []int64{4, 4, 1} {
+			j.call(at+time.Duration(i)*5*ms, "AllReduce", b*mib, -1)
+		}
+		switch {
+		case s >= 20:
+			at += 50 * ms
+		case s%2 == 0:
+			at += 40 * ms
+		default:
+			at += 60 * ms
+		}
+	}
+	s := cycle.NewSink(0)
+	// The first search sees the warm-up alone: the pair is its cycle.
+	feed(s, j.recs[:3*22], 3)
+	if r := s.Result().Ranks[0]; !r.Found || r.Length != 6 {
+		t.Fatalf("after the warm-up: found %v, %d operations a cycle; want 6 (two steps)", r.Found, r.Length)
+	}
+	feed(s, j.recs[3*22:], 3)
+	s.Finish()
+	r := s.Result().Ranks[0]
+	if !r.Found || r.Length != 3 {
+		t.Fatalf("found %v, %d operations a cycle; want 3", r.Found, r.Length)
+	}
+	run := r.Run
+	if run.Cycles != 139 || run.Breaks != 0 || run.Missed != 0 || run.From != starts[0] || run.To != starts[139] {
+		t.Errorf("%d cycles from %v to %v, %d breaks, %d missed; want 139 from %v to %v, none broken or missed",
+			run.Cycles, run.From, run.To, run.Breaks, run.Missed, starts[0], starts[139])
+	}
+	if run.Min != 40*ms || run.Max != 60*ms || run.Sum != starts[139]-starts[0] {
+		t.Errorf("min %v max %v sum %v; want 40ms 60ms %v", run.Min, run.Max, run.Sum, starts[139]-starts[0])
+	}
+	near(t, "p50", run.P50, 50*ms, ms/2)
+}
