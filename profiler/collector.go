@@ -73,6 +73,9 @@ func (p *Profiler) loop() {
 // collectLocked gathers every recorder's completed ranges and resolves the
 // device times that are ready, without waiting for any device.
 func (p *Profiler) collectLocked() {
+	if p.trace != nil {
+		p.trace.floor = p.traceFloor()
+	}
 	for _, r := range p.recorders {
 		q, xq := r.pending, r.extras
 		h, t := q.head.Load(), q.tail.Load()
@@ -226,6 +229,9 @@ func (p *Profiler) resolveLocked(wait bool) {
 				continue
 			}
 			p.trace.pending--
+			if !u.hasWork {
+				p.trace.empty++
+			}
 			tracedTimes(&rec, &u)
 			finishBandwidth(&rec)
 			p.collected.Add(1)

@@ -88,7 +88,7 @@ type figures struct {
 type counts struct {
 	records, pending                                                       int
 	collected, overflow, discarded, abandoned, resolveErrs, events, shared uint64
-	traceLost, traceDropped, traceLate                                     uint64
+	traceLost, traceDropped, traceLate, traceEmpty, traceUnheld            uint64
 }
 
 // unlock publishes the figures (when they changed) and releases p.mu.
@@ -108,7 +108,8 @@ func (p *Profiler) unlock() {
 		shared:      p.eventsShared,
 	}}
 	if p.trace != nil {
-		f.traceLost, f.traceDropped, f.traceLate = p.trace.lost, p.trace.dropped, p.trace.late
+		f.traceLost, f.traceDropped, f.traceLate, f.traceEmpty = p.trace.lost, p.trace.dropped, p.trace.late, p.trace.empty
+		f.traceUnheld = p.trace.unheld
 	}
 	if old := p.figs.Load(); old == nil || !old.same(&f) {
 		nf := f // only a changed figure escapes to the heap
@@ -279,7 +280,7 @@ func New(opts ...Option) (*Profiler, error) {
 		closed:   make(chan struct{}),
 	}
 	if cfg.trace != nil {
-		p.trace = &traceState{t: cfg.trace, ordered: true, issued: map[any]time.Duration{}, idle: map[any]bool{}, work: map[any][]tracedWork{}, groups: map[traceGroup][]int{}}
+		p.trace = &traceState{t: cfg.trace, ordered: true, issued: map[any]time.Duration{}, idle: map[any]bool{}, work: map[any][]tracedWork{}, held: map[any][]tracedWork{}, groups: map[traceGroup][]int{}}
 	}
 	p.tagIDs = map[string]uint32{"": 0}
 	p.tags.Store(&[]string{""})
@@ -662,9 +663,19 @@ type Stats struct {
 	// the same stream issued later: a range they belong to may have
 	// been resolved without them (a trace is expected to report each
 	// stream's work in issue order; this says when it did not).
+	// TraceEmpty counts device ranges timed from the work trace whose
+	// stream ran nothing issued while they were open (it only waited
+	// for another stream, or the range's work was on the host): they
+	// have no device times, by their nature, not by a loss.
+	// TraceUnheld counts pieces of work reported while a range they may
+	// belong to was still open, let go because more were held than the
+	// profiler holds (a range kept open across a great deal of work):
+	// such ranges are timed without them.
 	TraceLost    uint64
 	TraceDropped uint64
 	TraceLate    uint64
+	TraceEmpty   uint64
+	TraceUnheld  uint64
 	Errors       uint64 // events the backend refused to record or resolve
 	// FirstError is the first of those errors, to say what went wrong;
 	// nil when Errors is 0.
@@ -678,7 +689,7 @@ type Stats struct {
 
 // Stats returns current counts. It never waits: the counts the
 // collector keeps (Recorders, Records, Collected, Pending, Overflow,
-// Events, Adjacent, Discarded, Abandoned, TraceLost, TraceDropped, TraceLate, and Errors' backend part) are those of the
+// Events, Adjacent, Discarded, Abandoned, TraceLost, TraceDropped, TraceLate, TraceEmpty, TraceUnheld, and Errors' backend part) are those of the
 // end of its last pass, or of the last Snapshot, Flush, Reset, Ingest,
 // NewRecorder, AbandonPending or Close, and agree with one another; during a pass,
 // including one stuck in a sink's Consume, they lag it by that pass.
@@ -704,6 +715,8 @@ func (p *Profiler) Stats() Stats {
 		TraceLost:    f.traceLost,
 		TraceDropped: f.traceDropped,
 		TraceLate:    f.traceLate,
+		TraceEmpty:   f.traceEmpty,
+		TraceUnheld:  f.traceUnheld,
 	}
 	s.SinkFailures = p.sinkFailures.Load()
 	if e := p.sinkErr.Load(); e != nil {

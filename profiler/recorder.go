@@ -36,11 +36,17 @@ type Recorder struct {
 	// those that will have a device time. A device range started while
 	// one is open is Record.DeviceNested.
 	devTimed int
-	nextID   uint64
-	labels   Labels
-	step     atomic.Int32   // settable from any goroutine
-	cache    []*pooledEvent // pooled events only the owner touches
-	grouped  []frame        // scratch for Grouped
+	// traceOpen counts the open ranges timed from the work trace;
+	// openSince is the host start of the oldest of them plus one (0: none
+	// open), for the collector to hold the trace's work that such a
+	// range, published later, may hold (traceState.held).
+	traceOpen int
+	openSince atomic.Int64
+	nextID    uint64
+	labels    Labels
+	step      atomic.Int32   // settable from any goroutine
+	cache     []*pooledEvent // pooled events only the owner touches
+	grouped   []frame        // scratch for Grouped
 	// latest holds, per stream recently timed on, the last timing event
 	// recorded there, while a range may start or end on it (see share).
 	latest     [latestStreams]latestEvent
@@ -380,6 +386,22 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 		r.devTimed++
 	}
 	f.hostStart = r.p.now()
+	if x.traced {
+		// Before any of the range's work is issued: the collector holds
+		// work issued since then until the range is published.
+		if r.traceOpen++; r.traceOpen == 1 {
+			r.openSince.Store(int64(f.hostStart) + 1)
+		}
+	}
+}
+
+// tracedEnded notes that a range timed from the work trace was published
+// (or dropped): once none is open, the collector need hold no work for
+// this recorder's ranges.
+func (r *Recorder) tracedEnded() {
+	if r.traceOpen--; r.traceOpen == 0 {
+		r.openSince.Store(0)
+	}
 }
 
 // record records a new timing event on s and makes it the stream's latest
@@ -510,6 +532,9 @@ func (r *Recorder) end(flags uint8) {
 			r.drop(f.extra.start)
 			r.drop(f.extra.end)
 		}
+	}
+	if f.hasExtra() && f.extra.traced {
+		r.tracedEnded() // after publishing: see collectLocked
 	}
 }
 
@@ -709,6 +734,9 @@ func (r *Recorder) endGrouped(frames []frame, flags uint8) {
 			r.dropped.Add(1)
 			r.drop(f.extra.start)
 			r.drop(f.extra.end)
+		}
+		if f.extra.traced {
+			r.tracedEnded()
 		}
 	}
 	clear(frames)

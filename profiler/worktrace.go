@@ -3,6 +3,7 @@ package profiler
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -15,10 +16,15 @@ import (
 // ranges of its stream that were open when it was issued, and resolves a
 // range once the trace has reported work issued on its stream after the
 // range ended (a trace reports each stream's work in the order it was
-// issued), or at Flush.
+// issued), or at Flush. Work reported while a range it may belong to is
+// still open on the host (its work ran before its thread ended it) is
+// held and placed again each pass until no such range is open
+// (traceState.held).
 
 // maxTraced bounds the trace-timed ranges waiting for their work: past it
-// the oldest are delivered without device times (Stats.TraceLost).
+// the oldest are delivered without device times (Stats.TraceLost); and
+// the pieces of work held for ranges still open (traceState.held): past
+// it the oldest are let go (Stats.TraceUnheld).
 const maxTraced = 1 << 16
 
 // tracedWork is one piece of work on the profiler's clock.
@@ -39,13 +45,25 @@ type traceState struct {
 	ordered  bool
 	idle     map[any]bool         // streams found idle before a last forced collect (Close)
 	work     map[any][]tracedWork // this pass's work, per stream handle
-	groups   map[traceGroup][]int // this pass's waiting ranges, indices into unresolved
-	stack    []int
-	pending  int    // trace-timed ranges in unresolved
-	lost     uint64 // Stats.TraceLost
-	dropped  uint64 // Stats.TraceDropped, as of the last collect
-	late     uint64 // Stats.TraceLate
-	err      error  // the last Collect error, counted once
+	// held is work reported while a range it may belong to was still
+	// open on the host: issued at floor or later, the oldest start of a
+	// range open when the pass began (traceFloor). It is placed again
+	// each pass (placing a piece twice in a range changes nothing) until
+	// the floor passes it, so that a range whose work ran and was
+	// reported before it ended — its host thread slow, or descheduled —
+	// still gets it.
+	held    map[any][]tracedWork
+	nheld   int
+	floor   time.Duration
+	unheld  uint64               // Stats.TraceUnheld
+	groups  map[traceGroup][]int // this pass's waiting ranges, indices into unresolved
+	stack   []int
+	pending int    // trace-timed ranges in unresolved
+	lost    uint64 // Stats.TraceLost
+	dropped uint64 // Stats.TraceDropped, as of the last collect
+	late    uint64 // Stats.TraceLate
+	empty   uint64 // Stats.TraceEmpty
+	err     error  // the last Collect error, counted once
 }
 
 // traceGroup is one recorder's ranges on one stream: they nest or follow
@@ -90,8 +108,11 @@ func (p *Profiler) collectTraceLocked(force bool) {
 		}
 		ts.err = err
 	}
-	if n == 0 {
+	if n == 0 && ts.nheld == 0 {
 		return
+	}
+	for h, w := range ts.held {
+		ts.work[h] = append(ts.work[h], w...)
 	}
 	for i := range p.unresolved {
 		u := &p.unresolved[i]
@@ -110,8 +131,69 @@ func (p *Profiler) collectTraceLocked(force bool) {
 		clear(idx)
 		ts.groups[g] = idx[:0]
 	}
+	p.holdLocked()
 	for h, w := range ts.work {
 		ts.work[h] = w[:0]
+	}
+}
+
+// traceFloor is the earliest a range not yet published can have begun:
+// the oldest start of the recorders' open trace-timed ranges, or now. It
+// reads the time first: a range whose start a recorder has not yet noted
+// began at most as it noted it, before any of its work was issued, so
+// its work is issued after that time.
+func (p *Profiler) traceFloor() time.Duration {
+	floor := p.now()
+	for _, r := range p.recorders {
+		if v := r.openSince.Load(); v != 0 {
+			floor = min(floor, time.Duration(v-1))
+		}
+	}
+	return floor
+}
+
+// holdLocked keeps this pass's work (and the work held before) that was
+// issued at the floor or later, maxTraced pieces at most: the oldest
+// past it are let go and counted.
+func (p *Profiler) holdLocked() {
+	ts := p.trace
+	ts.nheld = 0
+	for h, w := range ts.work {
+		kept := ts.held[h][:0]
+		for _, x := range w {
+			if x.issued >= ts.floor {
+				kept = append(kept, x)
+			}
+		}
+		if len(kept) == 0 {
+			delete(ts.held, h)
+			continue
+		}
+		ts.held[h] = kept
+		ts.nheld += len(kept)
+	}
+	if ts.nheld > maxTraced {
+		for _, w := range ts.held {
+			slices.SortStableFunc(w, func(a, b tracedWork) int { return cmp.Compare(a.issued, b.issued) })
+		}
+	}
+	for ts.nheld > maxTraced {
+		// Let the oldest go, stream by stream.
+		var oldest any
+		first := time.Duration(math.MaxInt64)
+		for h, w := range ts.held {
+			if w[0].issued < first {
+				oldest, first = h, w[0].issued
+			}
+		}
+		w := ts.held[oldest]
+		k := min(len(w), ts.nheld-maxTraced)
+		ts.held[oldest] = w[k:]
+		if len(w) == k {
+			delete(ts.held, oldest)
+		}
+		ts.nheld -= k
+		ts.unheld += uint64(k)
 	}
 }
 

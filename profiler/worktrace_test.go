@@ -107,8 +107,55 @@ func TestWorkTraceTimesRanges(t *testing.T) {
 	if recs["idle"].HasDevice {
 		t.Errorf("a range whose stream ran nothing has device times %v–%v", recs["idle"].DeviceStart, recs["idle"].DeviceEnd)
 	}
-	if st := p.Stats(); st.Events != 0 || st.Pending != 0 || st.TraceLost != 0 {
-		t.Errorf("stats %+v: want no events, nothing pending or lost", st)
+	if st := p.Stats(); st.Events != 0 || st.Pending != 0 || st.TraceLost != 0 || st.TraceEmpty != 1 {
+		t.Errorf("stats %+v: want no events, nothing pending or lost, one range whose stream ran nothing", st)
+	}
+}
+
+// A range whose work ran, and was reported by the trace, before the range
+// ended on the host (its thread slow, or descheduled) still gets it, and
+// so does the range around it; nothing is held once no range is open.
+func TestWorkTraceHoldsWorkForOpenRanges(t *testing.T) {
+	tr, s := tracedBackend(t)
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithWorkTrace(tr))
+	r, err := p.NewRecorder(0, s.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slow = 5 * time.Millisecond
+	r.StartDevice("outer", s)
+	r.StartDevice("slow", s)
+	sleepOn(t, s, slow)
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A collection while both ranges are open takes the work's record.
+	if n := len(p.Snapshot()); n != 0 {
+		t.Fatalf("%d records while the ranges are open", n)
+	}
+	r.End()
+	r.StartDevice("next", s)
+	sleepOn(t, s, time.Millisecond)
+	r.End()
+	r.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := byName(p.Snapshot())
+	sl, next, outer := recs["slow"], recs["next"], recs["outer"]
+	if !sl.HasDevice || sl.DeviceDuration() < slow {
+		t.Fatalf("slow: device times %v (%v–%v); want its work's %v or more", sl.HasDevice, sl.DeviceStart, sl.DeviceEnd, slow)
+	}
+	if sl.DeviceEnd > sl.HostEnd {
+		t.Errorf("slow's work ended at %v, after the range ended at %v: the test did not run it first", sl.DeviceEnd, sl.HostEnd)
+	}
+	if !next.HasDevice || !outer.HasDevice || outer.DeviceStart != sl.DeviceStart || outer.DeviceEnd != next.DeviceEnd {
+		t.Errorf("outer %v–%v, want slow's start %v to next's end %v", outer.DeviceStart, outer.DeviceEnd, sl.DeviceStart, next.DeviceEnd)
+	}
+	if st := p.Stats(); st.TraceEmpty != 0 || st.TraceUnheld != 0 || st.TraceLost != 0 {
+		t.Errorf("stats %+v: want no range without work, nothing let go or lost", st)
 	}
 }
 
@@ -169,6 +216,42 @@ func TestWorkTraceBound(t *testing.T) {
 	}
 	if st := p.Stats(); st.Collected != n || st.Pending != 0 || st.Dropped != 0 {
 		t.Fatalf("after Flush %+v: want all %d collected", st, n)
+	}
+}
+
+// Work held for a range still open is bounded too: past 65,536 pieces the
+// oldest are let go and counted; the range is timed from the rest.
+func TestWorkTraceHeldBound(t *testing.T) {
+	tr, s := tracedBackend(t)
+	const n = 1<<16 + 100
+	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithWorkTrace(tr))
+	r, err := p.NewRecorder(0, s.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("long", s)
+	for range n {
+		if err := cpu.Enqueue(s, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.Snapshot() // a collection while the range is open
+	if st := p.Stats(); st.TraceUnheld != 100 {
+		t.Fatalf("stats %+v: want the oldest 100 pieces let go", st)
+	}
+	r.End()
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs := p.Snapshot()
+	if len(recs) != 1 || !recs[0].HasDevice || recs[0].DeviceStart < recs[0].HostStart {
+		t.Fatalf("records %+v: want the long range, timed from the work held", recs)
+	}
+	if st := p.Stats(); st.TraceUnheld != 100 || st.TraceLost != 0 || st.TraceDropped != 0 {
+		t.Errorf("stats %+v: want 100 let go, none lost or dropped", st)
 	}
 }
 

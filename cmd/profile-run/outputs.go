@@ -925,6 +925,12 @@ func (out *outputs) finish(stdout io.Writer) error {
 		if f := out.o.workTrace.Foreign(); f > 0 {
 			fmt.Fprintf(stdout, ", %d run outside the job's streams (copies with no stream, other libraries' streams: no range's work)", f)
 		}
+		if st.TraceUnheld > 0 {
+			fmt.Fprintf(stdout, "; %d pieces of work let go while a range open across more than the profiler holds waited for them", st.TraceUnheld)
+		}
+		if st.TraceEmpty > 0 {
+			fmt.Fprintf(stdout, "; %d device ranges ran nothing on their stream (it only waited for another stream's work) and have no device times", st.TraceEmpty)
+		}
 		fmt.Fprintln(stdout)
 	}
 	if st.FirstError != nil {

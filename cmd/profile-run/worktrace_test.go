@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,22 @@ func TestDeviceTimingTrace(t *testing.T) {
 		if !timed[name] {
 			t.Errorf("%s ranges have no device time", name)
 		}
+	}
+	// The pipeline's transfers wait on the compute stream for the
+	// communication stream's work, and run nothing on it themselves:
+	// every one is counted as a range whose stream ran nothing.
+	waits := 0
+	for _, r := range sum.Ranges {
+		switch r.Name {
+		case "send", "recv", "send_grad", "recv_grad":
+			if r.DeviceS != 0 {
+				t.Errorf("%s ranges have device time %v s; their stream only waited", r.Name, r.DeviceS)
+			}
+			waits += r.Count
+		}
+	}
+	if want := fmt.Sprintf("; %d device ranges ran nothing on their stream (it only waited for another stream's work) and have no device times", waits); waits == 0 || !strings.Contains(stdout, want) {
+		t.Errorf("stdout lacks %q:\n%s", want, stdout)
 	}
 	_, eventsOut, _ := runMain(t, append([]string{"-out", t.TempDir(), "-device-timing", "events"}, args...)...)
 	if a, b := lossLines(stdout), lossLines(eventsOut); len(a) == 0 || !slices.Equal(a, b) {
