@@ -11,16 +11,18 @@ import (
 )
 
 // TestCompareGatesASlowerRun: two CPU runs of one job, the second with
-// 5 ms of device time added to each of its 32 actions a rank and step
-// (-action-delay), so that no step of it is shorter than 160 ms (one
-// of the first takes about 30 ms on an idle machine). compare sets the
+// 20 ms of device time added to each of its 32 actions a rank and step
+// (-action-delay), so that no step of it is shorter than 640 ms (one
+// of the first takes about 30 ms on an idle machine, and stayed under
+// 250 ms on a loaded 2-core machine running the race detector, where 5
+// ms an action once left the slower run's p50 under 1.5× the other's). compare sets the
 // slowest rank's p50 step time of each run's summary.json beside the
 // other, names the setting that differs, and -fail-above fails the
 // slower run (exit 3) and passes the faster one against it (exit 0).
 func TestCompareGatesASlowerRun(t *testing.T) {
 	job := []string{"-steps", "6", "-layers", "8", "-width", "32"}
 	_, base := trainOnCPU(t, job...)
-	_, slow := trainOnCPU(t, append(job, "-action-delay", "5ms")...)
+	_, slow := trainOnCPU(t, append(job, "-action-delay", "20ms")...)
 	p50 := func(dir string) float64 {
 		raw, err := os.ReadFile(filepath.Join(dir, "summary.json"))
 		if err != nil {
@@ -41,9 +43,9 @@ func TestCompareGatesASlowerRun(t *testing.T) {
 		return m
 	}
 	b, s := p50(base), p50(slow)
-	// A rank's stream holds still 32 × 5 ms a step: no step is shorter.
-	if s < 0.160 || s < 1.5*b {
-		t.Fatalf("p50 %v s with 160 ms of delay a rank and step, against %v s without: the delay did not show", s, b)
+	// A rank's stream holds still 32 × 20 ms a step: no step is shorter.
+	if s < 0.640 || s < 1.5*b {
+		t.Fatalf("p50 %v s with 640 ms of delay a rank and step, against %v s without: the delay did not show", s, b)
 	}
 
 	code, stdout, stderr := runCmd(t, "compare", "-fail-above", "10%", base, slow)
@@ -60,7 +62,7 @@ func TestCompareGatesASlowerRun(t *testing.T) {
 		}
 	}
 	for _, w := range []string{
-		"the jobs differ: -action-delay 0s → 5ms",
+		"the jobs differ: -action-delay 0s → 20ms",
 		fmt.Sprintf("base  %s  (pp 2 × vpp 2 × dp 1, 8 microbatches of 16 rows, 8 layers of width 32, float32, 1f1b; 2 ranks on 2 cpu devices)", base),
 		"more than the 10 % allowed by -fail-above",
 	} {
