@@ -74,9 +74,10 @@ TWIN_DEVICE=${TWIN_DEVICE:-cuda}
 LB_LIMIT=${LB_LIMIT:-60}
 CB_LIMIT=${CB_LIMIT:-120}
 
-# A trainscope variant ending in @b (e.g. trainscope-trace@b) runs
-# .bin/profile-run-b, another build, with the variant's flags: an A/B of
-# two commits in the same rounds.
+# A trainscope variant ending in @NAME (e.g. trainscope-trace@b) runs
+# .bin/profile-run-NAME with the variant's flags: another build, for an
+# A/B of two commits in the same rounds, or a script that runs
+# .bin/profile-run under other settings (GOGC=off, say).
 # JOBS and VARIANTS (words) narrow the rounds, e.g. for more rounds of one
 # comparison: JOBS=compute-bound VARIANTS="trainscope-off trainscope-depth1
 # torch-off torch-profiler" ROUNDS=12 EXTRAS=0.
@@ -292,20 +293,20 @@ run_variant() {
 		tool=trainscope skip=$WARMUP
 		local runs=$work/$job-$dtype-$base
 		# shellcheck disable=SC2206 # the layout is a list of flags
-		# A variant ending in @b runs .bin/profile-run-b (another build,
-		# for an A/B of two commits in one run) with the same flags.
+		# A variant ending in @NAME runs .bin/profile-run-NAME (another
+		# build, or a script around this one) with the same flags.
 		local prog=$bin/profile-run
-		if [ "${variant%@b}" != "$variant" ]; then
-			prog=$bin/profile-run-b
+		if [ "${variant%@*}" != "$variant" ]; then
+			prog=$bin/profile-run-${variant##*@}
 			if [ ! -x "$prog" ]; then
-				skipped "$job" "$dtype" "$variant" "$round" "$w $l $m $r" "no .bin/profile-run-b"
+				skipped "$job" "$dtype" "$variant" "$round" "$w $l $m $r" "no .bin/profile-run-${variant##*@}"
 				return
 			fi
 		fi
 		cmd=("$prog" -backend "$PR_BACKEND" $layout -width "$w" -layers "$l" -microbatches "$m" -microbatch-size "$r"
 			-steps $((WARMUP + steps)) -progress off -metrics-addr off -trace off -pprof off -call-log-size 0 -quiet -out "$runs")
 		[ "$dtype" = float32 ] || cmd+=(-dtype "$dtype")
-		case ${variant%@b} in
+		case ${variant%@*} in
 		trainscope-off) cmd+=(-profile off) ;;
 		trainscope-depth1) cmd+=(-profile on -device-depth 1) ;;
 		trainscope-depth0) cmd+=(-profile on -device-depth 0) ;;
