@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a profiled range's host time goes on a GPU machine
-# (docs/benchmarks.md, "A range's host cost on the GPU machine"), in one
+# (docs/benchmarks.md, "where a profiled range's host time goes"), in one
 # run of about 4 minutes.
 #
 #   scripts/gpu-hostcost.sh build           # on a machine with Go: binaries into .bin/
