@@ -154,7 +154,8 @@ func WithPeakNote(note func(rank int) string) ReportOption {
 // range name: count, host and device totals and shares, averages), rows
 // ordered by `by`, then a line per name with transfer ends (p2p over a
 // network transport in a wrapped run: how long after their kernels
-// started they were done), each rank's section
+// started they were done) and one naming the names only some of whose
+// ranges have device times (Avg Device is over those), each rank's section
 // ending with its peak device memory (peak maps rank to bytes; a missing
 // rank prints "not measured"). Groups of ranks summed (MergeRanks) are
 // titled "all N ranks" and end with the largest rank's peak.
@@ -210,6 +211,7 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 					n.Name, n.TransferCount, n.DeviceCount, mean(n.TransferTotal, n.TransferCount), mean(n.DeviceTotal, n.DeviceCount))
 			}
 		}
+		writePartlyTimed(bw, rows)
 		last := i == len(groups)-1 || groups[i+1].Rank != g.Rank
 		switch {
 		case last && g.Rank == AllRanks:
@@ -232,6 +234,24 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 		fmt.Fprintln(bw)
 	}
 	return bw.Flush()
+}
+
+// writePartlyTimed names the rows of which only some ranges have device
+// times — event-timed ones the event pool ran dry for, trace-timed ones
+// whose stream ran nothing while they were open — so that Avg Device,
+// over those alone, is not read as over Count.
+func writePartlyTimed(w io.Writer, rows []NameStats) {
+	sep := "device times for only some ranges (Avg Device is over those): "
+	named := false
+	for _, n := range rows {
+		if n.DeviceCount > 0 && n.DeviceCount < n.Count {
+			fmt.Fprintf(w, "%s%s %d of %d", sep, n.Name, n.DeviceCount, n.Count)
+			sep, named = ", ", true
+		}
+	}
+	if named {
+		fmt.Fprintln(w)
+	}
 }
 
 // writeLargestPeak ends the tables of ranks summed (MergeRanks) with the

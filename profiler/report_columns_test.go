@@ -2,6 +2,7 @@ package profiler_test
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func checkTable(t *testing.T, lines []string, header int, titles []string) map[s
 	rows := map[string][]string{}
 	for _, line := range lines[header+1:] {
 		f := strings.Fields(line)
-		if len(f) < len(titles) || strings.HasPrefix(line, "Peak device memory") {
+		if len(f) < len(titles) || strings.HasPrefix(line, "Peak device memory") || strings.HasPrefix(line, "device times for only some") {
 			break // the end of the table
 		}
 		got := columnEnds(line)
@@ -91,9 +92,13 @@ func TestReportColumnsHoldWideFigures(t *testing.T) {
 		if r := rows["kernel"]; r[0] != "12345678" || r[1] != "12345678.000" || r[3] != "7200000000.000" || r[5] != "1.000" {
 			t.Errorf("kernel row %q", r)
 		}
-		// 6 h over 2 calls, 5 h over the 1 device-timed one.
+		// 6 h over 2 calls, 5 h over the 1 device-timed one, which a
+		// line below the table says.
 		if r := rows["gemm"]; r[5] != "10800000000.000" || r[6] != "18000000000.000" {
 			t.Errorf("gemm row %q", r)
+		}
+		if !slices.Contains(lines, "device times for only some ranges (Avg Device is over those): gemm 1 of 2") {
+			t.Errorf("no line says gemm's Avg Device is over 1 of its 2 ranges:\n%s", buf.String())
 		}
 	}
 }
