@@ -77,7 +77,10 @@ CB_LIMIT=${CB_LIMIT:-120}
 # A trainscope variant ending in @NAME (e.g. trainscope-trace@b) runs
 # .bin/profile-run-NAME with the variant's flags: another build, for an
 # A/B of two commits in the same rounds, or a script that runs
-# .bin/profile-run under other settings (GOGC=off, say).
+# .bin/profile-run under other settings (GOGC=off, say). build makes
+# .bin/profile-run-noq: trainscope-trace@noq is the trace mode with CUPTI
+# asked for no kernel enqueue times (kernels unplaced), to measure what
+# those cost.
 # JOBS and VARIANTS (words) narrow the rounds, e.g. for more rounds of one
 # comparison: JOBS=compute-bound VARIANTS="trainscope-off trainscope-depth1
 # torch-off torch-profiler" ROUNDS=12 EXTRAS=0.
@@ -101,6 +104,11 @@ build() {
 	else
 		echo "note: no NCCL plugin built: run will skip the trainscope-cupti variant" >&2
 	fi
+	# The same profile-run with the work trace asking CUPTI for no kernel
+	# enqueue times (kernels unplaced): the variant trainscope-trace@noq
+	# measures what those cost beside trainscope-trace.
+	(cd "$root" && CGO_ENABLED=0 go build -ldflags '-s -w -X github.com/trainscope/trainscope/runtime/cuda.enqueueTimes=off' \
+		-o "$bin/profile-run-noq" ./cmd/profile-run)
 	if ! "$bin/profile-run" -h 2>&1 | grep -q -- '-dtype'; then
 		echo "note: .bin/profile-run has no -dtype flag; run will skip profile-run's tf32 and bf16 jobs" >&2
 	fi

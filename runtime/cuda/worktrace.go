@@ -79,6 +79,14 @@ func (q *issueNotes) peek() (issueNote, bool) {
 	return q.notes[q.head], true
 }
 
+// enqueueTimes is "on": the work trace asks CUPTI for kernels' enqueue
+// times, which place them in ranges. Linked as "off" (go build -ldflags
+// "-X github.com/trainscope/trainscope/runtime/cuda.enqueueTimes=off"),
+// it asks for none and every kernel goes unplaced (counted lost): a build
+// only for measuring what the enqueue times cost a job
+// (scripts/gpu-bench.sh build makes it as .bin/profile-run-noq).
+var enqueueTimes = "on"
+
 // workTrace is the backend's runtime.BackendWorkTrace.
 type workTrace struct {
 	m  *Impl
@@ -97,7 +105,7 @@ type workTrace struct {
 // it cannot name streams (cuptiGetStreamIdEx, CUPTI 11.x and later), and
 // StatusAlreadyExists while another activity trace runs in the process.
 func (m *Impl) StartWorkTrace() (runtime.BackendWorkTrace, error) {
-	at, err := m.StartActivityTrace(ActivityOptions{Queued: true})
+	at, err := m.StartActivityTrace(ActivityOptions{Queued: enqueueTimes != "off"})
 	if err != nil {
 		return nil, err
 	}
