@@ -852,15 +852,18 @@ func TestWrapCycleStalls(t *testing.T) {
 	if p50 := f(m[1]); p50 < 49.5 || p50 > 80 {
 		t.Errorf("p50 %v ms; want the driver's 50 ms step or a little more", p50)
 	}
+	// A little more: on a loaded 2-core machine under the race detector
+	// the driver's sleeps overran to 460 ms. Below 600 ms a stall is
+	// still one step and its pause, not two of them.
 	for _, s := range m[2:] {
-		if v := f(s); v < 349 || v > 450 {
+		if v := f(s); v < 349 || v > 600 {
 			t.Errorf("a stall of %v ms; want 350 ms or a little more", v)
 		}
 	}
 	// While the job ran, the progress line said the longest so far.
 	if p := regexp.MustCompile(`no steps marked: a cycle of 3 collectives every [0-9.]+ ms, the longest ([0-9]+)ms \(at [0-9]+s\)`).FindStringSubmatch(stderr); p == nil {
 		t.Errorf("no progress line with the longest cycle:\n%s", stderr)
-	} else if v := f(p[1]); v < 349 || v > 450 {
+	} else if v := f(p[1]); v < 349 || v > 600 {
 		t.Errorf("the progress line's longest %v ms; want 350 ms or a little more", v)
 	}
 	path, report := oneReport(t, out)
