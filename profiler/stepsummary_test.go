@@ -90,7 +90,7 @@ func TestStepSummaryMatchesWholeRunOnTrainer(t *testing.T) {
 }
 
 func TestStepSummaryMatchesWholeRunSynthetic(t *testing.T) {
-	recs := stepMajor(smallShape(2, 10000))
+	recs := stepMajor(smallShape(2, syntheticSteps))
 	for name, batches := range syntheticOrders(recs) {
 		t.Run(name, func(t *testing.T) {
 			s, undelayed := profiler.NewStepSummary(), profiler.NewStepSummary(profiler.WithStepDelay(0))
@@ -102,8 +102,8 @@ func TestStepSummaryMatchesWholeRunSynthetic(t *testing.T) {
 			if got := s.Breakdown(); !reflect.DeepEqual(got, want) {
 				t.Errorf("step summary %+v\nwhole run    %+v", got, want)
 			}
-			if len(want) != 2 || want[0].Steps != 10000 || want[0].Busy <= 0 {
-				t.Fatalf("whole run %+v: want 10,000 busy steps per rank", want)
+			if len(want) != 2 || want[0].Steps != syntheticSteps || want[0].Busy <= 0 {
+				t.Fatalf("whole run %+v: want %d busy steps per rank", want, syntheticSteps)
 			}
 			checkStepTimes(t, s.Ranks(), exactStepTimes(recs))
 			if st := s.Stats(); st != (profiler.StepSummaryStats{}) {
