@@ -352,10 +352,11 @@ func TestAggregateEmpty(t *testing.T) {
 func TestAggregateMemoryBounded(t *testing.T) {
 	g := synthtrace.NewGenerator(synthtrace.TrainerShape(2, 0))
 	a := pprof.NewAggregate()
-	var buf []profiler.Record
+	var step, buf []profiler.Record
 	feed := func(n int) {
 		for range n {
-			buf = synthtrace.EndOrder(g.Step(buf[:0]))
+			step = g.Step(step[:0])
+			buf = synthtrace.EndOrderInto(buf, step)
 			a.Consume(buf)
 		}
 	}

@@ -11,7 +11,13 @@ import (
 // ranges: by host end time, so children come before their parents;
 // records that end at the same time keep their order.
 func EndOrder(recs []profiler.Record) []profiler.Record {
-	out := slices.Clone(recs)
+	return EndOrderInto(nil, recs)
+}
+
+// EndOrderInto is EndOrder into dst's storage (dst[:0], grown as
+// needed), for a caller that orders step after step without allocating.
+func EndOrderInto(dst, recs []profiler.Record) []profiler.Record {
+	out := append(dst[:0], recs...)
 	slices.SortStableFunc(out, func(a, b profiler.Record) int { return cmp.Compare(a.HostEnd, b.HostEnd) })
 	return out
 }
