@@ -28,11 +28,11 @@ type unresolved struct {
 	impl       runtime.Impl
 	start, end *pooledEvent
 	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
+	stream     *runtime.Stream
 	// A range timed from the work trace (WithWorkTrace) has no events:
-	// its stream, and the span of the work placed in it so far.
+	// the span of the work placed in it so far.
 	traced           bool
 	hasWork          bool
-	stream           *runtime.Stream
 	devStart, devEnd time.Duration
 }
 
@@ -101,7 +101,7 @@ func (p *Profiler) collectLocked() {
 				continue
 			}
 			if x != nil && x.end != nil {
-				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt}
+				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt, stream: x.stream}
 				r.fill(&u.rec, pd, x, tags)
 				p.unresolved = append(p.unresolved, u)
 				continue
@@ -219,6 +219,15 @@ func (p *Profiler) keepLocked(rec Record) {
 // into records. The elapsed-time query doubles as the completion check, so
 // a resolved range costs the backend two calls. With wait, ranges that are
 // still not ready (their events failed) are kept without device times.
+//
+// Without wait, a pass asks at most once per recorder and stream about
+// work not yet done: a recorder publishes its ranges in the order it
+// recorded their end events, and a stream completes in that order, so
+// once one end is not ready neither is any later one of the same
+// recorder on the same stream. A host running a step ahead of the device
+// leaves hundreds of ranges waiting; asking each of them every pass would
+// be hundreds of driver calls, each taking the driver's locks that the
+// ranks' launches need.
 func (p *Profiler) resolveLocked(wait bool) {
 	kept := p.unresolved[:0]
 	for _, u := range p.unresolved {
@@ -238,8 +247,14 @@ func (p *Profiler) resolveLocked(wait bool) {
 			p.keepLocked(rec)
 			continue
 		}
+		key := waitingStream{u.owner, u.stream}
+		if !wait && p.waiting[key] {
+			kept = append(kept, u)
+			continue
+		}
 		err := p.deviceTimesLocked(&rec, u)
 		if err != nil && runtime.StatusOf(err) == runtime.StatusNotReady && !wait {
+			p.waiting[key] = true
 			kept = append(kept, u)
 			continue
 		}
@@ -254,7 +269,15 @@ func (p *Profiler) resolveLocked(wait bool) {
 	}
 	clear(p.unresolved[len(kept):])
 	p.unresolved = kept
+	clear(p.waiting)
 	p.returnEventsLocked()
+}
+
+// waitingStream is one recorder's device ranges on one stream, whose
+// completion resolveLocked checks in order.
+type waitingStream struct {
+	owner  *Recorder
+	stream *runtime.Stream
 }
 
 // abandonLocked gives up on the device work of every device range still

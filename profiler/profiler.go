@@ -45,6 +45,7 @@ type Profiler struct {
 	done        bool                         // Close has made its last pass: nothing is collected or resolved any more
 	batch       []Record                     // records finished in this pass, for the sinks
 	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
+	waiting     map[waitingStream]bool       // in a resolve pass: streams with an end not yet done
 	kick        chan struct{}                // a recorder running short asks for a collection
 	// lockWaiters counts the callers polling for p.mu in lockBy: while
 	// there are any, the collector starts no pass, which would otherwise
@@ -275,6 +276,7 @@ func New(opts ...Option) (*Profiler, error) {
 		clock:    newMonoClock(),
 		calib:    make(map[runtime.Device]*clockSync),
 		returned: make(map[*Recorder][]*pooledEvent),
+		waiting:  make(map[waitingStream]bool),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),

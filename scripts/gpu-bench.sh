@@ -19,7 +19,8 @@
 #      benchmarks/torch/twin.py (the same model in eager PyTorch) without and
 #      with torch.profiler (VARIANTS may add torch-cuda: torch.profiler with
 #      the CUDA activity alone; trainscope-trace: depth 0 timed from CUPTI's
-#      records, -device-timing trace; and trainscope-cupti: profile-run -profile
+#      records, -device-timing trace; trainscope-trace1: the same at depth
+#      1; and trainscope-cupti: profile-run -profile
 #      off wrapped by profile-run -- …, which has CUPTI record its every
 #      kernel, copy and memset, as a profiler timing ranges from CUPTI's
 #      records would);
@@ -85,6 +86,10 @@ CB_LIMIT=${CB_LIMIT:-120}
 # comparison: JOBS=compute-bound VARIANTS="trainscope-off trainscope-depth1
 # torch-off torch-profiler" ROUNDS=12 EXTRAS=0.
 JOBS=${JOBS:-launch-bound compute-bound}
+# DTYPES: the precisions the rounds run every job in (float32, tf32, bf16),
+# e.g. DTYPES="tf32 bf16" JOBS=compute-bound EXTRAS=0 for the tensor-core
+# rates in rounds of fresh pairs rather than the extras' single one.
+DTYPES=${DTYPES:-float32}
 read -r -a VARIANTS <<<"${VARIANTS:-trainscope-off trainscope-depth1 trainscope-depth0 trainscope-sync torch-off torch-profiler}"
 EXTRAS=${EXTRAS:-1} # the compute-bound job once more per dtype, if time is left
 
@@ -319,6 +324,7 @@ run_variant() {
 		trainscope-depth1) cmd+=(-profile on -device-depth 1) ;;
 		trainscope-depth0) cmd+=(-profile on -device-depth 0) ;;
 		trainscope-trace) cmd+=(-profile on -device-depth 0 -device-timing trace) ;;
+		trainscope-trace1) cmd+=(-profile on -device-depth 1 -device-timing trace) ;;
 		trainscope-sync) cmd+=(-profile sync) ;;
 		trainscope-cupti)
 			# The same job unprofiled, wrapped: the plugin, its CUDA
@@ -433,10 +439,12 @@ rounds() {
 		fi
 		s=$SECONDS
 		for job in $JOBS; do
-			# Rotating order: round r starts at variant r-1, so every
-			# variant takes every place once in len(VARIANTS) rounds.
-			for ((i = 0; i < n; i++)); do
-				run_variant "$job" float32 "${VARIANTS[$(((i + r - 1) % n))]}" "$r"
+			for dtype in $DTYPES; do
+				# Rotating order: round r starts at variant r-1, so every
+				# variant takes every place once in len(VARIANTS) rounds.
+				for ((i = 0; i < n; i++)); do
+					run_variant "$job" "$dtype" "${VARIANTS[$(((i + r - 1) % n))]}" "$r"
+				done
 			done
 		done
 		round_s=$((SECONDS - s))

@@ -48,6 +48,7 @@ VARIANTS = [
     ("trainscope-depth1", "trainscope", "profile-run -profile on -device-depth 1 (its default: actions and collectives device-timed)"),
     ("trainscope-depth0", "trainscope", "profile-run -profile on -device-depth 0 (every kernel device-timed)"),
     ("trainscope-trace", "trainscope", "profile-run -profile on -device-depth 0 -device-timing trace (every kernel timed from CUPTI's records, no events)"),
+    ("trainscope-trace1", "trainscope", "profile-run -profile on -device-depth 1 -device-timing trace (actions and collectives timed from CUPTI's records, no events)"),
     ("trainscope-cupti", "trainscope", "profile-run -profile off wrapped by profile-run -- (CUPTI records every kernel, copy and memset)"),
     ("trainscope-sync", "trainscope", "profile-run -profile sync (stream synchronised around every range)"),
     ("torch-off", "torch", "twin.py --profile off"),
