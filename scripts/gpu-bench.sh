@@ -90,6 +90,12 @@ JOBS=${JOBS:-launch-bound compute-bound}
 # e.g. DTYPES="tf32 bf16" JOBS=compute-bound EXTRAS=0 for the tensor-core
 # rates in rounds of fresh pairs rather than the extras' single one.
 DTYPES=${DTYPES:-float32}
+# SPREAD=1: where there are two GPUs, profile-run's ranks of the
+# compute-bound job get one each (NCCL between them) instead of sharing
+# the first; the twin stays on one. So the overhead is read without the
+# other rank's kernels sharing the device (docs/benchmarks.md, "steps in
+# two modes").
+SPREAD=${SPREAD:-0}
 read -r -a VARIANTS <<<"${VARIANTS:-trainscope-off trainscope-depth1 trainscope-depth0 trainscope-sync torch-off torch-profiler}"
 EXTRAS=${EXTRAS:-1} # the compute-bound job once more per dtype, if time is left
 
@@ -220,6 +226,7 @@ write_settings() {
 DATE=$(date -u +%Y-%m-%d)
 GPUS=$ngpu
 GPU1=$gpu1
+CB_GPUS=$([ "$SPREAD" = 1 ] && [ "$ngpu" -ge 2 ] && echo "$gpu2" || echo "$gpu1")
 TORCH_VERSION=$torch_version
 GEMM_BENCH=$GEMM_BENCH
 GEMM_BENCHTIME=$GEMM_BENCHTIME
@@ -357,7 +364,11 @@ run_variant() {
 	fi
 	local start end rc s=$SECONDS
 	start=$(now)
-	CUDA_VISIBLE_DEVICES=$gpu1 timeout -k 10 "$secs" "${cmd[@]}" >"$dir/$base.out" 2>"$dir/$base.err"
+	local devices=$gpu1
+	if [ "$SPREAD" = 1 ] && [ "$ngpu" -ge 2 ] && [ "$tool" = trainscope ] && [ "$job" = compute-bound ]; then
+		devices=$gpu2
+	fi
+	CUDA_VISIBLE_DEVICES=$devices timeout -k 10 "$secs" "${cmd[@]}" >"$dir/$base.out" 2>"$dir/$base.err"
 	rc=$?
 	end=$(now)
 	echo "$key round $round: exit $rc after $((SECONDS - s))s" | tee -a "$OUT/bench.log"

@@ -386,7 +386,9 @@ def render_md(s):
     lines.append("%s, %s × %s (driver %s), PyTorch %s; %s." % (
         s["date"], st.get("GPUS") or len(s["gpus"]) or "?", ", ".join(gpu_names) or "GPU unknown",
         ", ".join(drivers) or "unknown", s.get("torch_version") or "unknown",
-        "every job on one GPU (`CUDA_VISIBLE_DEVICES=%s`)" % st.get("GPU1", "0")))
+        "every job on one GPU (`CUDA_VISIBLE_DEVICES=%s`)" % st.get("GPU1", "0")
+        if "," not in (st.get("CB_GPUS") or "") else
+        "the compute-bound job's profile-run ranks on `CUDA_VISIBLE_DEVICES=%s`, everything else on one GPU (`%s`)" % (st["CB_GPUS"], st.get("GPU1", "0"))))
     lines.append("")
     lines.append("Fresh processes, %s rounds (of %s planned), each round in a rotating order; per process "
                  "the median step time, profile-run's first %s steps (warm-up) dropped, the twin's "
@@ -478,7 +480,9 @@ def render_md(s):
 def _layout_note(g, st):
     layout = st.get("LB_LAYOUT" if g["job"] == "launch-bound" else "CB_LAYOUT")
     if g["job"] == "compute-bound":
-        return ", profile-run `%s` on one GPU; the twin runs the whole model unpipelined (the same FLOPs)" % (layout or "?")
+        gpus = st.get("CB_GPUS") or st.get("GPU1", "0")
+        where = "on one GPU" if "," not in gpus else "a rank per GPU (`CUDA_VISIBLE_DEVICES=%s`)" % gpus
+        return ", profile-run `%s` %s; the twin runs the whole model unpipelined (the same FLOPs) on one" % (layout or "?", where)
     return ", profile-run `%s`" % layout if layout else ""
 
 
