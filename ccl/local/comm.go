@@ -99,6 +99,9 @@ type comm struct {
 	// copying out of it), and its scratch is left allocated rather than
 	// freed under that copy.
 	scratchRetired bool
+
+	// events: a shared backend's untimed events, kept for reuse.
+	events eventPool
 }
 
 func newComm(w *world, rank int, dev runtime.Device, timeout time.Duration) *comm {
@@ -162,6 +165,7 @@ func (c *comm) freeScratch() error {
 	c.scratchMu.Lock()
 	defer c.scratchMu.Unlock()
 	c.scratchRetired = true // a round after this one gets scratch of its own
+	c.events.retire()
 	if c.scratchHeld {
 		return nil
 	}

@@ -61,8 +61,10 @@
 // outermost GroupEnd inside a group), as NCCL's rendezvous does, bounded
 // by the timeout. A Send completes when the Recv's copy has, so a buffer
 // may be reused on its stream right after the call. Results are combined
-// in rank order, so they do not depend on which rank arrives last. See
-// shared.go for the protocol.
+// in rank order, so they do not depend on which rank arrives last. The
+// events that order them are kept per endpoint and reused (at most 64
+// each, destroyed with the communicator), so a transfer makes no driver
+// call to create or destroy one. See shared.go for the protocol.
 //
 // The package registers a Backend for runtime.CPU in init and does nothing
 // else there; New makes private ones (with a short timeout in tests, say).

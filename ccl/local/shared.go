@@ -85,30 +85,18 @@ func checkBuffer(op, what string, c *comm, buf runtime.Buffer, n int64) (runtime
 	return buf.Slice(0, n)
 }
 
-// newEvent makes an untimed event on s's device, through s's runtime.
-func newEvent(s *runtime.Stream) (*runtime.Event, error) {
-	return runtime.NewEventWith(s.Impl(), s.Device(), runtime.EventDisableTiming)
-}
-
-// recordOn makes a new event and records it on s.
-func recordOn(s *runtime.Stream) (*runtime.Event, error) {
-	e, err := newEvent(s)
+// recordOn records an untimed event of c's pool on s, which must be a
+// stream of c's device.
+func (c *comm) recordOn(s *runtime.Stream) (*runtime.Event, error) {
+	e, err := c.events.get(s)
 	if err != nil {
 		return nil, err
 	}
 	if err := e.Record(s); err != nil {
-		_ = e.Destroy()
+		c.events.put(s.Impl(), e)
 		return nil, err
 	}
 	return e, nil
-}
-
-func destroyEvents(evs ...*runtime.Event) {
-	for _, e := range evs {
-		if e != nil {
-			_ = e.Destroy()
-		}
-	}
 }
 
 // submitShared posts and resolves op now or, inside a group of the calling
@@ -258,7 +246,7 @@ func (b *Backend) deviceCollective(c *comm, s *runtime.Stream, p *part, send, re
 
 func (sp *sharedPart) post() error {
 	c, w, p := sp.c, sp.c.w, sp.p
-	ready, err := recordOn(sp.s)
+	ready, err := c.recordOn(sp.s)
 	if err != nil {
 		return &ccl.Error{Op: p.op, Status: ccl.StatusError, Detail: fmt.Sprintf("%s: rank %d: mark its data ready", describe(p.op, sp.seq, w), c.rank), Err: err}
 	}
@@ -316,7 +304,7 @@ func (sp *sharedPart) execute() error {
 		block *= int64(w.n)
 	}
 	if block == 0 { // count 0: nothing to combine
-		done, err := recordOn(s)
+		done, err := sp.c.recordOn(s)
 		rd.done = done
 		return err
 	}
@@ -386,7 +374,7 @@ func (sp *sharedPart) execute() error {
 			}
 		}
 	}
-	done, err := recordOn(s)
+	done, err := sp.c.recordOn(s)
 	if err != nil {
 		return err
 	}
@@ -448,7 +436,7 @@ func (sp *sharedPart) take() {
 			return
 		}
 		if !sp.executor {
-			if sp.pulled, err = recordOn(sp.s); err != nil {
+			if sp.pulled, err = c.recordOn(sp.s); err != nil {
 				fail(err)
 				return
 			}
@@ -477,18 +465,21 @@ func (sp *sharedPart) release() {
 		return
 	}
 	// The scratch holds still until every copy out of it is done.
-	evs := []*runtime.Event{rd.done}
 	for _, o := range rd.parts {
-		evs = append(evs, o.ready)
 		if o.pulled != nil {
-			evs = append(evs, o.pulled)
 			if err := sp.s.WaitEvent(o.pulled); err != nil {
 				w.fail(&ccl.Error{Op: sp.p.op, Status: ccl.StatusError, Detail: describe(sp.p.op, sp.seq, w), Err: err})
 				return
 			}
 		}
 	}
-	destroyEvents(evs...)
+	// No stream is told to wait for these events any more: they go back
+	// to the pools of the endpoints that recorded them.
+	c.events.put(sp.s.Impl(), rd.done)
+	for _, o := range rd.parts {
+		o.c.events.put(o.s.Impl(), o.ready)
+		o.c.events.put(o.s.Impl(), o.pulled)
+	}
 	if err := sp.c.releaseScratch(rd, sp.s); err != nil {
 		w.fail(&ccl.Error{Op: sp.p.op, Status: ccl.StatusError, Detail: describe(sp.p.op, sp.seq, w) + ": free scratch", Err: err})
 	}
@@ -636,7 +627,7 @@ func (b *Backend) deviceP2P(opName string, buf runtime.Buffer, count int, dtype 
 func (op *sharedP2P) post() error {
 	w := op.c.w
 	if op.op == ccl.OpSend && !op.buf.IsZero() {
-		ready, err := recordOn(op.s)
+		ready, err := op.c.recordOn(op.s)
 		if err != nil {
 			return &ccl.Error{Op: op.op, Status: ccl.StatusError, Detail: fmt.Sprintf("%s: rank %d: mark its data ready", w.name, op.c.rank), Err: err}
 		}
@@ -698,7 +689,7 @@ func (op *sharedP2P) take() {
 		fail(err)
 		return
 	}
-	ev, err := recordOn(op.s)
+	ev, err := c.recordOn(op.s)
 	if err != nil {
 		fail(err)
 		return
@@ -720,6 +711,9 @@ func (op *sharedP2P) release() {
 		}
 	}
 	if ok {
-		destroyEvents(op.ready, m.copyEv)
+		c.events.put(op.s.Impl(), op.ready)
+		if m.copyEv != nil {
+			m.recv.c.events.put(m.recv.s.Impl(), m.copyEv)
+		}
 	}
 }
