@@ -27,7 +27,9 @@ rounds of those per-process medians, their range, the ratio of that median
 to the job's unprofiled figure of the same tool (trainscope variants to
 trainscope-off, torch-profiler to torch-off) and the median over rounds of
 the same ratio taken within each round (both processes of a pair ran
-minutes apart at most). For every job, the model FLOP/s, 6 * rows *
+minutes apart at most); also the mean over processes of each one's mean
+step and its ratio to the unprofiled one's (where steps fall in two modes,
+a median jumps from one to the other as their mix changes). For every job, the model FLOP/s, 6 * rows *
 width^2 * layers per step over the median step, and for the dtype's GEMM
 rate on the trainer's shapes from gemm.log, its share of that rate.
 """
@@ -325,6 +327,11 @@ def summarize(raw):
             v["median_step_s"] = median(meds)
             v["min_process_median_s"] = min(meds) if meds else None
             v["max_process_median_s"] = max(meds) if meds else None
+            # Steps that fall in two modes (two ranks' kernels interleaving
+            # on a shared GPU, docs/benchmarks.md) move a process's median
+            # from one mode to the other as their mix changes; the mean
+            # moves with the mix only.
+            v["mean_step_s"] = statistics.fmean(p["mean_step_s"] for p in ok) if ok else None
             v["command"] = v["processes"][0]["command"] if v["processes"] else ""
             if g["model"] and v["median_step_s"]:
                 v["model_flops_per_s"] = g["model"]["model_flops_per_step"] / v["median_step_s"]
@@ -337,6 +344,8 @@ def summarize(raw):
                 continue
             if base.get("median_step_s") and v.get("median_step_s"):
                 v["ratio_vs_off"] = v["median_step_s"] / base["median_step_s"]
+            if base.get("mean_step_s") and v.get("mean_step_s"):
+                v["mean_ratio_vs_off"] = v["mean_step_s"] / base["mean_step_s"]
             by_round = {p["round"]: p["median_step_s"] for p in base["processes"] if p["ok"]}
             paired = [p["median_step_s"] / by_round[p["round"]] for p in v["processes"]
                       if p["ok"] and p["round"] in by_round]
@@ -394,7 +403,9 @@ def render_md(s):
                  "the median step time, profile-run's first %s steps (warm-up) dropped, the twin's "
                  "%s warm-up steps run untimed; each figure is the median over rounds of the "
                  "per-process medians. \"vs off\" divides by the same tool's unprofiled median; "
-                 "\"paired\" is the median of that ratio within each round. Model FLOP/s: "
+                 "\"paired\" is the median of that ratio within each round; \"mean step\" is the mean "
+                 "over processes of each one's mean step, which a mix of fast and slow steps moves "
+                 "less than a median. Model FLOP/s: "
                  "6 × rows × width² × layers per step over the median step." % (
                      st.get("ROUNDS_RUN", "?"), st.get("ROUNDS", "?"), st.get("WARMUP", "?"), st.get("WARMUP", "?")))
     run = st.get("ROUNDS_RUN", "")
@@ -414,8 +425,8 @@ def render_md(s):
             g["job"], g["dtype"], m.get("width"), m.get("layers"), m.get("microbatches"),
             m.get("microbatch_size"), _layout_note(g, st)))
         lines.append("")
-        lines.append("| variant | processes ok | median step (ms) | process medians (ms) | vs off | paired | model TFLOP/s | of GEMM rate |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        lines.append("| variant | processes ok | median step (ms) | process medians (ms) | vs off | paired | mean step (ms), vs off | model TFLOP/s | of GEMM rate |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         known = [n for n, _, _ in VARIANTS]
         for name in known + sorted(n for n in g["variants"] if n not in known):
             v = g["variants"].get(name)
@@ -424,9 +435,12 @@ def render_md(s):
             ok = "%d of %d" % (v["rounds_ok"], len(v["processes"]))
             spread = "%s–%s" % (_ms(v["min_process_median_s"]), _ms(v["max_process_median_s"])) if v["rounds_ok"] else _fail_note(v)
             of = "—" if v.get("of_gemm_rate") is None else "%.0f %%" % (100 * v["of_gemm_rate"])
-            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            mean = _ms(v.get("mean_step_s"))
+            if v.get("mean_ratio_vs_off") is not None:
+                mean += ", " + _x(v["mean_ratio_vs_off"])
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 name, ok, _ms(v["median_step_s"]), spread, _x(v.get("ratio_vs_off")),
-                _x(v.get("paired_ratio_median")), _tf(v.get("model_flops_per_s")), of))
+                _x(v.get("paired_ratio_median")), mean, _tf(v.get("model_flops_per_s")), of))
         lines.append("")
         if g.get("torch_off_vs_trainscope_off"):
             lines.append("The twin unprofiled takes %s the time of profile-run unprofiled." % _x(g["torch_off_vs_trainscope_off"]))

@@ -141,6 +141,25 @@ class SummarizeTest(unittest.TestCase):
         g = [g for g in s["jobs"] if g["job"] == "launch-bound"][0]
         self.assertAlmostEqual(g["torch_off_vs_trainscope_off"], 0.009 / 0.011)
 
+    def test_means_beside_medians_when_steps_fall_in_two_modes(self):
+        r = self.raw
+        # Unprofiled, two of three steps in the fast mode (10 ms); profiled,
+        # two of three in the slow one (11 ms). The medians jump a whole
+        # mode, 10 → 11 ms; the means move by the mix: 31/3 → 32/3 ms.
+        r.trainscope("compute-bound", "trainscope-off", 1, [1, 1, 1, 10, 11, 10], model=CB)
+        r.trainscope("compute-bound", "trainscope-depth1", 1, [1, 1, 1, 11, 10, 11], model=CB)
+        r.finish(gemm=GEMM)
+        s = summarize.summarize(self.raw.root)
+        cb = self.variants(s, "compute-bound")
+        off, d1 = cb["trainscope-off"], cb["trainscope-depth1"]
+        self.assertAlmostEqual(d1["ratio_vs_off"], 1.1)
+        self.assertAlmostEqual(off["mean_step_s"], 0.031 / 3)
+        self.assertAlmostEqual(d1["mean_step_s"], 0.032 / 3)
+        self.assertAlmostEqual(d1["mean_ratio_vs_off"], 32 / 31)
+        self.assertNotIn("mean_ratio_vs_off", off)
+        md = summarize.render_md(s)
+        self.assertIn("| 10.667, 1.032× |", md)
+
     def test_failure_kept_with_its_reason(self):
         self.fabricate()
         s = summarize.summarize(self.raw.root)
