@@ -16,9 +16,9 @@ build() {
 	set -e
 	mkdir -p "$bin"
 	cd "$root"
-	CGO_ENABLED=0 go build -o "$bin/profile-run" ./cmd/profile-run
-	CGO_ENABLED=0 go test -c -o "$bin/analysis.test" ./profiler/analysis/
-	CGO_ENABLED=0 go test -c -o "$bin/cuda.test" ./runtime/cuda/
+	CGO_ENABLED=0 go build -ldflags '-s -w' -o "$bin/profile-run" ./cmd/profile-run
+	CGO_ENABLED=0 go test -c -ldflags '-s -w' -o "$bin/analysis.test" ./profiler/analysis/
+	CGO_ENABLED=0 go test -c -ldflags '-s -w' -o "$bin/cuda.test" ./runtime/cuda/
 	ls -l "$bin/profile-run" "$bin/analysis.test" "$bin/cuda.test"
 }
 

@@ -104,7 +104,7 @@ build() {
 	# gpu-check.sh builds profile-run, cuda.test and nccl.test into .bin/.
 	"$root/scripts/gpu-check.sh" build
 	if [ ! -x "$bin/cuda.test" ]; then
-		(cd "$root" && CGO_ENABLED=0 go test -c -o "$bin/cuda.test" ./runtime/cuda)
+		(cd "$root" && CGO_ENABLED=0 go test -c -ldflags '-s -w' -o "$bin/cuda.test" ./runtime/cuda)
 	fi
 	if ! "$bin/cuda.test" -test.list "^${GEMM_BENCH}\$" | grep -q .; then
 		echo "note: .bin/cuda.test has no $GEMM_BENCH; run will fall back to BenchmarkGemm (square shapes)" >&2

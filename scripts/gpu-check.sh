@@ -23,11 +23,11 @@ build() {
 	mkdir -p "$bin"
 	cd "$root"
 	export CGO_ENABLED=0
-	go test -c -o "$bin/cuda.test" ./runtime/cuda
-	go test -c -o "$bin/nccl.test" ./ccl/nccl
+	go test -c -ldflags '-s -w' -o "$bin/cuda.test" ./runtime/cuda
+	go test -c -ldflags '-s -w' -o "$bin/nccl.test" ./ccl/nccl
 	# profile-run with the GPU backends imported, through a build overlay:
 	# cmd/profile-run itself is not edited.
-	go build -o "$bin/profile-run" ./cmd/profile-run
+	go build -ldflags '-s -w' -o "$bin/profile-run" ./cmd/profile-run
 	ls -l "$bin"
 }
 

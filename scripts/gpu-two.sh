@@ -45,8 +45,18 @@ build() {
 	set -e
 	bash "$root/scripts/gpu-wrap.sh" build
 	bash "$root/scripts/gpu-analysis.sh" build
-	(cd "$root" && CGO_ENABLED=0 go test -c -o "$bin/nccl.test" ./ccl/nccl)
+	(cd "$root" && CGO_ENABLED=0 go test -c -ldflags '-s -w' -o "$bin/nccl.test" ./ccl/nccl)
 	du -ch "$bin"/{profile-run,libtrainscope-nccl.so,analysis.test,cuda.test,nccl.test} | tail -1
+	# What travels to the GPU machine (the tracked files and the carried
+	# binaries) must stay under 64 MiB; stripped, the binaries take about
+	# 50 MB.
+	local bytes
+	bytes=$( (cd "$root" && git ls-files -z | xargs -0 cat && cat "$bin"/{profile-run,libtrainscope-nccl.so,analysis.test,cuda.test,nccl.test}) | wc -c)
+	echo "to carry with the tracked files: $((bytes / 1048576)) MiB of 64"
+	if [ "$bytes" -gt $((64 * 1048576)) ]; then
+		echo "over 64 MiB: the GPU machine would refuse the copy" >&2
+		return 1
+	fi
 }
 
 # pack writes $res/logs.tgz from the scratch directory $work, leaving out

@@ -67,7 +67,7 @@ build() {
 	mkdir -p "$bin"
 	make -C "$root/plugins/nccl" libtrainscope-nccl.so
 	cp "$root/plugins/nccl/libtrainscope-nccl.so" "$bin/"
-	(cd "$root" && CGO_ENABLED=0 go build -o "$bin/profile-run" ./cmd/profile-run)
+	(cd "$root" && CGO_ENABLED=0 go build -ldflags '-s -w' -o "$bin/profile-run" ./cmd/profile-run)
 	ls -l "$bin/profile-run" "$bin/libtrainscope-nccl.so"
 }
 
