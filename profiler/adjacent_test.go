@@ -108,6 +108,86 @@ func TestAdjacentRanges(t *testing.T) {
 	}
 }
 
+// Events that another caller records on the stream between two ranges
+// (a communication backend ordering its streams against the caller's)
+// take none of the stream's time: the second range still starts at the
+// first one's end. A wait enqueued between them may take time, and the
+// second range then starts at an event of its own, after the wait.
+func TestAdjacentAcrossOtherEvents(t *testing.T) {
+	const a, b, held = 20 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	dev := runtime.Device{Type: runtime.CPU, Index: 16}
+	r, err := p.NewRecorder(0, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, other := cpuStream(t, 16), cpuStream(t, 16)
+	marker, err := runtime.NewEvent(dev, runtime.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marker.Destroy()
+	otherDone, err := runtime.NewEvent(dev, runtime.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherDone.Destroy()
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("a", s)
+	sleepOn(t, s, a)
+	r.End()
+	if err := marker.Record(s); err != nil { // twice: any number of events
+		t.Fatal(err)
+	}
+	if err := marker.Record(s); err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("b", s)
+	sleepOn(t, s, b)
+	r.End()
+	// The other stream's work starts when the gate opens and outlasts
+	// everything s has queued before the wait.
+	otherGate := make(chan struct{})
+	if err := cpu.Enqueue(other, func() { <-otherGate; time.Sleep(held) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := otherDone.Record(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitEvent(otherDone); err != nil {
+		t.Fatal(err)
+	}
+	r.StartDevice("c", s)
+	sleepOn(t, s, b)
+	r.End()
+	close(gate)
+	close(otherGate)
+
+	recs := deviceRanges(t, p)
+	if recs["b"].DeviceStart != recs["a"].DeviceEnd {
+		t.Errorf("b starts at %v, a ends at %v: the events recorded between them should leave the boundary shared", recs["b"].DeviceStart, recs["a"].DeviceEnd)
+	}
+	if recs["c"].DeviceStart == recs["b"].DeviceEnd {
+		t.Errorf("c starts at b's end (%v) exactly: a range after a wait must start at an event of its own", recs["b"].DeviceEnd)
+	}
+	// Lower bounds only (see TestAdjacentRanges).
+	c := recs["c"]
+	if got := c.DeviceDuration(); got < b {
+		t.Errorf("c: device time %v, want at least %v", got, b)
+	}
+	if got := recs["c"].DeviceStart - recs["a"].DeviceStart; got < held {
+		t.Errorf("c starts %v after a, want at least the %v the other stream held it", got, held)
+	}
+	// Recorded: a's start and end, b's end, c's start and end; shared:
+	// b's start.
+	if st := p.Stats(); st.Events != 5 || st.Adjacent != 1 {
+		t.Errorf("Stats: %d events recorded, %d starts and ends shared; want 5 and 1", st.Events, st.Adjacent)
+	}
+}
+
 // Without adjacency every range has a start event of its own.
 func TestAdjacentRangesOff(t *testing.T) {
 	p := newProfiler(t, profiler.WithCollectInterval(0), profiler.WithAdjacentRanges(false))

@@ -201,9 +201,9 @@ func WithSeedStyleSync() Option { return WithSyncEachRange() }
 
 // WithAdjacentRanges(false) gives every device range events of its own.
 // By default a range's start or end takes the last event the recorder
-// recorded on the same stream when nothing has been enqueued on the stream
-// since (runtime.Stream.Ops) instead of recording another: one recorded
-// then would mark the same point of the stream. (A start the device
+// recorded on the same stream when nothing but events has been recorded on
+// the stream since (runtime.Stream.WorkOps) instead of recording another:
+// one recorded then would mark the same point of the stream. (A start the device
 // reached before the range began, the stream idle in between, counts from
 // the range's host start: no work of the range was issued before it.)
 // Back-to-back ranges then cost one event record each instead of two, a

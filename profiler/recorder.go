@@ -124,7 +124,7 @@ type extra struct {
 type latestEvent struct {
 	stream *runtime.Stream
 	ev     *pooledEvent
-	ops    uint64        // stream.Ops() right after ev was recorded
+	ops    uint64        // stream.WorkOps() right after ev was recorded
 	at     time.Duration // host time of the record
 }
 
@@ -425,8 +425,10 @@ func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
 
 // share returns the last event recorded on s, with a reference for the
 // caller, when a range's start or end can take it instead of a new one:
-// nothing has been enqueued on s since it was recorded (Stream.Ops), so
-// an event recorded now would mark the same point of the stream.
+// nothing but other events has been recorded on s since it was recorded
+// (Stream.WorkOps), so an event recorded now would mark the same point of
+// the stream. (A backend's own events, such as those ordering a transfer
+// against the stream, thus leave the boundary shared.)
 // Back-to-back ranges thus share their boundary, and a range and the first
 // (or last) range nested in it their start (or end). It returns nil, 0
 // otherwise.
@@ -446,7 +448,7 @@ func (r *Recorder) share(s *runtime.Stream) (*pooledEvent, time.Duration) {
 		if l.stream != s {
 			continue
 		}
-		if s.Ops() != l.ops {
+		if s.WorkOps() != l.ops {
 			// Nothing later can take it either.
 			r.drop(l.ev)
 			*l = latestEvent{}
@@ -480,7 +482,7 @@ func (r *Recorder) keepLatest(s *runtime.Stream, ev *pooledEvent) {
 		r.drop(l.ev)
 	}
 	ev.refs.Add(1)
-	*l = latestEvent{stream: s, ev: ev, ops: s.Ops(), at: r.p.now()}
+	*l = latestEvent{stream: s, ev: ev, ops: s.WorkOps(), at: r.p.now()}
 }
 
 // End closes the innermost open range. An End with no open range is

@@ -82,6 +82,7 @@ func (e *Event) Record(s *Stream) error {
 		return Errorf("EventRecord", StatusInvalidArgument, "event on %s recorded on a stream of %s", e.dev, s.dev)
 	}
 	s.ops.Add(1)
+	s.records.Add(1)
 	return e.impl.EventRecord(e.h, s.h)
 }
 

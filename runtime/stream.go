@@ -18,6 +18,7 @@ type Stream struct {
 	priority  int
 	destroyed atomic.Bool
 	ops       atomic.Uint64 // operations enqueued through this package (Ops)
+	records   atomic.Uint64 // the event records among them (WorkOps)
 }
 
 // StreamOption configures NewStream.
@@ -159,9 +160,18 @@ func (s *Stream) Query() error {
 // Ops counts the operations enqueued on s so far through this package —
 // kernels, copies, memsets, event records, waits — and those reported with
 // MarkEnqueued. Equal counts at two moments mean nothing was enqueued on s
-// in between; the profiler relies on it to let a range start where the
-// previous one on the stream ended.
+// in between.
 func (s *Stream) Ops() uint64 { return s.ops.Load() }
+
+// WorkOps is Ops less the event records: the operations that can take the
+// stream's time. An event completes as the stream reaches it, so events
+// recorded with nothing else between them mark the same point of the
+// stream; equal counts at two moments mean that an event recorded at the
+// second marks the point an event recorded at the first did. The profiler
+// relies on it to let a range start where the previous one on the stream
+// ended though another caller (a communication backend ordering its
+// streams) recorded an event of its own between them.
+func (s *Stream) WorkOps() uint64 { return s.ops.Load() - s.records.Load() }
 
 // MarkEnqueued counts one operation that a caller put on Handle()
 // directly (a communication backend's kernel, a kernel of the caller's

@@ -323,7 +323,8 @@ func TestDestroyWhileEnqueuing(t *testing.T) {
 }
 
 // Stream.Ops counts every operation enqueued on the stream through the
-// runtime package, and nothing done without the stream.
+// runtime package, and nothing done without the stream; Stream.WorkOps the
+// same less the event records.
 func TestStreamOpsCountsEnqueues(t *testing.T) {
 	s := newStream(t, dev0)
 	other := newStream(t, dev0)
@@ -335,35 +336,39 @@ func TestStreamOpsCountsEnqueues(t *testing.T) {
 		name string
 		do   func() error
 		adds uint64
+		work uint64 // WorkOps: event records take none of the stream's time
 	}{
-		{"Memset on s", func() error { return runtime.Memset(a, 1, s) }, 1},
-		{"Memset without a stream", func() error { return runtime.Memset(a, 1, nil) }, 0},
-		{"Copy", func() error { return runtime.Copy(b, a, s) }, 1},
-		{"CopyToDevice", func() error { return runtime.CopyToDevice(a, host, s) }, 1},
-		{"CopyToHost", func() error { return runtime.CopyToHost(host, a, s) }, 1},
+		{"Memset on s", func() error { return runtime.Memset(a, 1, s) }, 1, 1},
+		{"Memset without a stream", func() error { return runtime.Memset(a, 1, nil) }, 0, 0},
+		{"Copy", func() error { return runtime.Copy(b, a, s) }, 1, 1},
+		{"CopyToDevice", func() error { return runtime.CopyToDevice(a, host, s) }, 1, 1},
+		{"CopyToHost", func() error { return runtime.CopyToHost(host, a, s) }, 1, 1},
 		{"Gemm", func() error {
 			return runtime.Gemm(s, runtime.GemmArgs{Type: runtime.Float32, M: 2, N: 2, K: 2, Alpha: 1, A: a, LDA: 2, B: b, LDB: 2, C: a, LDC: 2})
-		}, 1},
-		{"Tanh", func() error { return runtime.Tanh(s, a, b, 4) }, 1},
-		{"EventRecord", func() error { return ev.Record(s) }, 1},
-		{"EventRecord on another stream", func() error { return ev.Record(other) }, 0},
-		{"WaitEvent", func() error { return s.WaitEvent(ev) }, 1},
-		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }, 1},
-		{"MarkEnqueued", func() error { s.MarkEnqueued(); return nil }, 1},
+		}, 1, 1},
+		{"Tanh", func() error { return runtime.Tanh(s, a, b, 4) }, 1, 1},
+		{"EventRecord", func() error { return ev.Record(s) }, 1, 0},
+		{"EventRecord on another stream", func() error { return ev.Record(other) }, 0, 0},
+		{"WaitEvent", func() error { return s.WaitEvent(ev) }, 1, 1},
+		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }, 1, 1},
+		{"MarkEnqueued", func() error { s.MarkEnqueued(); return nil }, 1, 1},
 		{"a refused Tanh", func() error {
 			if runtime.Tanh(s, a, b, 1<<20) == nil {
 				t.Error("Tanh beyond the buffers succeeded")
 			}
 			return nil
-		}, 0},
+		}, 0, 0},
 	}
 	for _, st := range steps {
-		before := s.Ops()
+		before, beforeWork := s.Ops(), s.WorkOps()
 		if err := st.do(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		if got := s.Ops() - before; got != st.adds {
 			t.Errorf("%s: Ops grew by %d, want %d", st.name, got, st.adds)
+		}
+		if got := s.WorkOps() - beforeWork; got != st.work {
+			t.Errorf("%s: WorkOps grew by %d, want %d", st.name, got, st.work)
 		}
 		// The steps share buffers, and some run on the calling goroutine:
 		// each waits for the one before, or they would race on a.
