@@ -122,32 +122,31 @@ func TestAdjacentAcrossOtherEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, other := cpuStream(t, 16), cpuStream(t, 16)
-	marker, err := runtime.NewEvent(dev, runtime.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
+	untimed := func() *runtime.Event {
+		ev, err := runtime.NewEvent(dev, runtime.EventDisableTiming)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ev.Destroy() })
+		return ev
 	}
-	defer marker.Destroy()
-	otherDone, err := runtime.NewEvent(dev, runtime.EventDisableTiming)
-	if err != nil {
-		t.Fatal(err)
+	timed := func(name string, d time.Duration) {
+		r.StartDevice(name, s)
+		sleepOn(t, s, d)
+		r.End()
 	}
-	defer otherDone.Destroy()
+	marker, otherDone := untimed(), untimed()
 	gate := make(chan struct{})
 	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
 		t.Fatal(err)
 	}
-	r.StartDevice("a", s)
-	sleepOn(t, s, a)
-	r.End()
-	if err := marker.Record(s); err != nil { // twice: any number of events
-		t.Fatal(err)
+	timed("a", a)
+	for range 2 { // any number of events
+		if err := marker.Record(s); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := marker.Record(s); err != nil {
-		t.Fatal(err)
-	}
-	r.StartDevice("b", s)
-	sleepOn(t, s, b)
-	r.End()
+	timed("b", b)
 	// The other stream's work starts when the gate opens and outlasts
 	// everything s has queued before the wait.
 	otherGate := make(chan struct{})
@@ -160,9 +159,7 @@ func TestAdjacentAcrossOtherEvents(t *testing.T) {
 	if err := s.WaitEvent(otherDone); err != nil {
 		t.Fatal(err)
 	}
-	r.StartDevice("c", s)
-	sleepOn(t, s, b)
-	r.End()
+	timed("c", b)
 	close(gate)
 	close(otherGate)
 
