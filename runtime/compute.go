@@ -22,7 +22,7 @@ func Gemm(s *Stream, g GemmArgs) error {
 	if _, ok := s.impl.(MathModes); !ok && g.Math != MathDefault {
 		return Errorf("Gemm", StatusNotSupported, "the %s backend computes float32 GEMMs in full precision only, not %s", s.impl.Type(), g.Math)
 	}
-	s.ops.Add(1)
+	s.enqueued()
 	return s.impl.Gemm(s.h, g)
 }
 
@@ -116,7 +116,7 @@ func elementwise(s *Stream, op string, n int, bufs ...Buffer) (Elementwise, erro
 			return nil, Errorf(op, StatusInvalidArgument, "%d float32 elements in a %d-byte buffer", n, b.size)
 		}
 	}
-	s.ops.Add(1)
+	s.enqueued()
 	return ew, nil
 }
 
@@ -201,6 +201,6 @@ func Sleep(s *Stream, d time.Duration) error {
 	if d == 0 {
 		return nil
 	}
-	s.ops.Add(1)
+	s.enqueued()
 	return sl.Sleep(s.h, d)
 }

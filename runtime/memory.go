@@ -92,7 +92,7 @@ func MallocAsync(size int64, s *Stream) (Buffer, error) {
 	if size <= 0 {
 		return Buffer{}, Errorf("MallocAsync", StatusInvalidArgument, "size %d", size)
 	}
-	s.ops.Add(1)
+	s.enqueued()
 	h, err := s.impl.MallocAsync(size, s.h)
 	if err != nil {
 		return Buffer{}, err
@@ -122,7 +122,7 @@ func FreeAsync(b Buffer, s *Stream) error {
 	if !b.root {
 		return Errorf("FreeAsync", StatusInvalidArgument, "FreeAsync of a view; free the allocation it came from")
 	}
-	s.ops.Add(1)
+	s.enqueued()
 	return b.impl.FreeAsync(b.h, s.h)
 }
 
@@ -136,7 +136,7 @@ func streamHandle(s *Stream, b Buffer, op string) (any, error) {
 	if s.dev != b.dev {
 		return nil, Errorf(op, StatusInvalidArgument, "buffer on %s, stream on %s", b.dev, s.dev)
 	}
-	s.ops.Add(1) // the caller enqueues next
+	s.enqueued() // the caller enqueues next
 	return s.h, nil
 }
 

@@ -18,7 +18,7 @@ type Stream struct {
 	priority  int
 	destroyed atomic.Bool
 	ops       atomic.Uint64 // operations enqueued through this package (Ops)
-	records   atomic.Uint64 // the event records among them (WorkOps)
+	work      atomic.Uint64 // the same less event records (WorkOps)
 }
 
 // StreamOption configures NewStream.
@@ -171,13 +171,19 @@ func (s *Stream) Ops() uint64 { return s.ops.Load() }
 // relies on it to let a range start where the previous one on the stream
 // ended though another caller (a communication backend ordering its
 // streams) recorded an event of its own between them.
-func (s *Stream) WorkOps() uint64 { return s.ops.Load() - s.records.Load() }
+func (s *Stream) WorkOps() uint64 { return s.work.Load() }
+
+// enqueued counts one operation other than an event record.
+func (s *Stream) enqueued() {
+	s.ops.Add(1)
+	s.work.Add(1)
+}
 
 // MarkEnqueued counts one operation that a caller put on Handle()
 // directly (a communication backend's kernel, a kernel of the caller's
 // own). Work enqueued on the handle without it may be timed as part of the
 // next device range on s that starts while s is still busy.
-func (s *Stream) MarkEnqueued() { s.ops.Add(1) }
+func (s *Stream) MarkEnqueued() { s.enqueued() }
 
 // WaitEvent makes work enqueued on s after this call wait until ev has
 // completed; the host does not wait.
@@ -191,7 +197,7 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	if ev.dev.Type != s.dev.Type {
 		return Errorf("StreamWaitEvent", StatusInvalidArgument, "event on %s, stream on %s", ev.dev, s.dev)
 	}
-	s.ops.Add(1)
+	s.enqueued()
 	return s.impl.StreamWaitEvent(s.h, ev.h)
 }
 
