@@ -24,3 +24,6 @@ func SetDestroyTimeout(d time.Duration) (restore func()) {
 	destroyTimeout = d
 	return func() { destroyTimeout = saved }
 }
+
+// CompletionSlots is the length of a rank's ring of completion events.
+const CompletionSlots = completionSlots

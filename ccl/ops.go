@@ -2,7 +2,6 @@ package ccl
 
 import (
 	"context"
-	goruntime "runtime"
 
 	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
@@ -176,18 +175,14 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	if pg.destroyed.Load() { // at once, not after Destroy's wait for the rank (checked again below)
 		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q used after Destroy", pg.name)
 	}
-	done, err := runtime.NewEventWith(pg.rt, r.dev, runtime.EventDisableTiming)
-	if err != nil {
-		return nil, err
-	}
-	// The done event lives as long as someone holds it (the Work or its
-	// Event); then it goes back to the backend.
-	goruntime.AddCleanup(done, func(h any) { _ = pg.rt.EventDestroy(h) }, done.Handle())
-
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pg.destroyed.Load() {
 		return nil, Errorf(c.Op, StatusInvalidArgument, "group %q used after Destroy", pg.name)
+	}
+	done, slot, err := pg.completion(r)
+	if err != nil {
+		return nil, err
 	}
 	// The operation follows what the caller enqueued on s. A caller that
 	// enqueues on the group's own stream (Stream) is ordered already and
@@ -221,6 +216,7 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 		return nil, err
 	}
 	w := &Work{pg: pg, r: r, op: c.Op, seq: r.seq, done: done, recorded: make(chan struct{})}
+	slot.owner = w
 	r.seq++
 	*seq++
 	if grouped {
@@ -251,19 +247,4 @@ func enqueueIn(rec *profiler.Recorder, ranged bool, enqueue func() error) error 
 		}()
 	}
 	return enqueue()
-}
-
-// follow makes r's communication stream wait for what is enqueued on s.
-func (pg *ProcessGroup) follow(r *localRank, s *runtime.Stream) error {
-	ready, err := runtime.NewEventWith(pg.rt, s.Device(), runtime.EventDisableTiming)
-	if err != nil {
-		return err
-	}
-	err = ready.Record(s)
-	if err == nil {
-		err = r.stream.WaitEvent(ready)
-	}
-	// The wait holds on to what it needs; the event can go (as CUDA allows).
-	_ = ready.Destroy()
-	return err
 }

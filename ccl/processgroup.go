@@ -121,6 +121,7 @@ type localRank struct {
 	// from a. Made at the first Send or Recv.
 	collectives    uint64
 	sent, received []uint64
+	events         completionRing // the rank's reusable events (events.go)
 
 	// commMu guards the communicator's life against asyncError's query:
 	// Destroy holds it only to take finalErr and destroy the

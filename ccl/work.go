@@ -37,6 +37,9 @@ type Work struct {
 	mu       sync.Mutex
 	finished bool
 	err      error
+	// escaped: Event handed done out, so it is not given up for reuse
+	// (release). done is nil once given up.
+	escaped bool
 }
 
 // record marks the operation's completion point on the communication
@@ -77,7 +80,12 @@ func (w *Work) poll() (finished bool, err error) {
 	if w.recordErr != nil {
 		return w.finish(w.recordErr)
 	}
-	q := w.done.Query()
+	return w.settle(w.done.Query())
+}
+
+// settle decides, from q, what the completion event's query returned,
+// whether w has finished; the caller holds w.mu.
+func (w *Work) settle(q error) (finished bool, err error) {
 	if q != nil && runtime.StatusOf(q) != runtime.StatusNotReady {
 		return w.finish(fmt.Errorf("ccl: %s: group %q rank %d: %w", w.op, w.pg.name, w.r.rank, q))
 	}
@@ -93,6 +101,37 @@ func (w *Work) poll() (finished bool, err error) {
 func (w *Work) finish(err error) (bool, error) {
 	w.finished, w.err = true, err
 	return true, err
+}
+
+// release gives up w's completion event for a later operation of the rank
+// to record (completionRing) and reports true, if the device has passed
+// it: w is then seen complete (or failed, where its communicator reports
+// an asynchronous error, as poll would say). An event handed out by Event,
+// not yet recorded (inside a group not yet launched), recorded with an
+// error or not yet passed stays w's. The caller holds w.r.mu.
+func (w *Work) release() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.escaped || w.done == nil {
+		return false
+	}
+	select {
+	case <-w.recorded:
+	default:
+		return false
+	}
+	if w.recordErr != nil {
+		return false
+	}
+	q := w.done.Query()
+	if q != nil {
+		return false
+	}
+	if !w.finished {
+		w.settle(q)
+	}
+	w.done = nil
+	return true
 }
 
 // Wait blocks the host until the operation has completed, its
@@ -167,16 +206,36 @@ func (w *Work) StreamWait(s *runtime.Stream) error {
 	if w.recordErr != nil {
 		return w.recordErr
 	}
+	// Under w.mu, so that the event is not given up and recorded again
+	// by a later operation before s is told to wait for this record.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done == nil {
+		return nil // given up once the device had passed it: nothing to wait for
+	}
 	return s.WaitEvent(w.done)
 }
 
 // Event returns the event that completes with the operation. It is
 // recorded only after the outermost GroupEnd when the operation was issued
 // inside a group. It stays valid while the Work or the event is
-// referenced; do not Destroy it.
+// referenced; do not Destroy it. A Work already seen complete when a later
+// operation of its rank came round to reuse its event (see events.go)
+// returns a new event, never recorded, which reports itself complete; nil
+// if the backend cannot make one.
 func (w *Work) Event() *runtime.Event {
 	if w == nil {
 		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.escaped = true
+	if w.done == nil {
+		ev, err := w.pg.newOpEvent(w.r.dev)
+		if err != nil {
+			return nil
+		}
+		w.done = ev
 	}
 	return w.done
 }

@@ -1,0 +1,215 @@
+package ccl_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trainscope/trainscope/ccl"
+	"github.com/trainscope/trainscope/ccl/local"
+	"github.com/trainscope/trainscope/runtime"
+	"github.com/trainscope/trainscope/runtime/cpu"
+)
+
+// eventCounting is the cpu runtime, counting the events created through it.
+type eventCounting struct {
+	runtime.Impl
+	created atomic.Int64
+}
+
+func (e *eventCounting) EventCreate(dev int, flags runtime.EventFlag) (any, error) {
+	e.created.Add(1)
+	return e.Impl.EventCreate(dev, flags)
+}
+
+// countingFactory is a factory on the local backend whose process groups
+// create their events through the returned runtime.
+func countingFactory(t *testing.T) (*ccl.ProcessGroupFactory, *eventCounting) {
+	t.Helper()
+	rt := &eventCounting{Impl: cpuRuntime(t)}
+	f := ccl.NewProcessGroupFactory(local.New(local.WithTimeout(10*time.Second)), rt)
+	t.Cleanup(func() {
+		if err := f.Destroy(); err != nil {
+			t.Errorf("factory Destroy: %v", err)
+		}
+	})
+	return f, rt
+}
+
+// A pipeline's ranks issue a Send or Recv per microbatch from their compute
+// streams; the group records the same events again rather than create two
+// per operation (its completion point, and the communication stream's wait
+// for the compute stream).
+func TestOperationsReuseEvents(t *testing.T) {
+	noLeaks(t)
+	const n, ops = 2, 300
+	f, rt := countingFactory(t)
+	devs := cpuDevs(0, n)
+	pg, err := f.GetOrCreate("reuse", devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rt.created.Load()
+	ctx := context.Background()
+	first := make([]*ccl.Work, n)
+	ranks(t, n, func(r int) error {
+		s := stream(t, devs[r])
+		buf := floats(t, devs[r], []float32{0, 0})
+		f32, err := cpu.Float32s(buf)
+		if err != nil {
+			return err
+		}
+		for i := range ops {
+			var w *ccl.Work
+			if r == 0 {
+				if err := cpu.Enqueue(s, func() { f32[0], f32[1] = float32(i), float32(2*i) }); err != nil {
+					return err
+				}
+				w, err = pg.Send(ctx, s, buf, runtime.Float32, 1)
+			} else {
+				w, err = pg.Recv(ctx, s, buf, runtime.Float32, 0)
+			}
+			if err != nil {
+				return err
+			}
+			if err := w.StreamWait(s); err != nil {
+				return err
+			}
+			if r == 1 {
+				// Read what arrived in the order of s, as the next
+				// microbatch's kernels would.
+				got := make(chan [2]float32, 1)
+				if err := cpu.Enqueue(s, func() { got <- [2]float32{f32[0], f32[1]} }); err != nil {
+					return err
+				}
+				if v := <-got; v != [2]float32{float32(i), float32(2 * i)} {
+					t.Errorf("message %d: received %v", i, v)
+				}
+			}
+			if err := w.Wait(5 * time.Second); err != nil {
+				return err
+			}
+			if i == 0 {
+				first[r] = w
+			}
+		}
+		return nil
+	})
+	// Each operation used to create two; now each rank has a completion
+	// ring and one event its communication stream waits on.
+	if got, most := rt.created.Load()-before, int64(n*(ccl.CompletionSlots+1)); got > most {
+		t.Errorf("%d operations created %d events, want at most %d", n*ops, got, most)
+	}
+	// The first operations' events went to later ones: they answer from
+	// what they saw.
+	s := stream(t, devs[0])
+	for r, w := range first {
+		if !w.Done() || w.Err() != nil {
+			t.Errorf("rank %d: first operation: Done %v, Err %v", r, w.Done(), w.Err())
+		}
+		if err := w.StreamWait(s); err != nil {
+			t.Errorf("rank %d: first operation: StreamWait: %v", r, err)
+		}
+		if ev := w.Event(); ev == nil || ev.Query() != nil {
+			t.Errorf("rank %d: first operation: Event %v, want one that reports complete", r, ev)
+		}
+	}
+}
+
+// blockStream holds s until the returned function is called (at cleanup at
+// the latest).
+func blockStream(t *testing.T, s *runtime.Stream) (unblock func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	var once atomic.Bool
+	unblock = func() {
+		if once.CompareAndSwap(false, true) {
+			close(gate)
+		}
+	}
+	t.Cleanup(unblock)
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	return unblock
+}
+
+// issueAllReduces issues k all-reduces on a one-rank group from s.
+func issueAllReduces(t *testing.T, pg *ccl.ProcessGroup, s *runtime.Stream, buf runtime.Buffer, k int) []*ccl.Work {
+	t.Helper()
+	out := make([]*ccl.Work, k)
+	for i := range out {
+		w, err := pg.AllReduce(context.Background(), s, buf, runtime.Float32, ccl.Sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// An operation the device has not passed when its ring slot comes round
+// again keeps its event: the later operation gets a new one.
+func TestUnfinishedWorkKeepsItsEvent(t *testing.T) {
+	noLeaks(t)
+	f, rt := countingFactory(t)
+	dev := cpuDevs(0, 1)
+	pg, err := f.GetOrCreate("solo", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stream(t, dev[0])
+	buf := floats(t, dev[0], []float32{1})
+	unblock := blockStream(t, pg.Stream(dev[0]))
+	before := rt.created.Load()
+	ws := issueAllReduces(t, pg, s, buf, ccl.CompletionSlots+1)
+	if got, want := rt.created.Load()-before, int64(ccl.CompletionSlots+2); got != want {
+		t.Errorf("%d operations behind a blocked stream created %d events, want %d (one each and one for the wait on s)", len(ws), got, want)
+	}
+	if ws[0].Done() {
+		t.Fatal("the first operation is done while its stream is blocked")
+	}
+	if ev := ws[0].Event(); ev == nil || runtime.StatusOf(ev.Query()) != runtime.StatusNotReady {
+		t.Fatalf("the first operation's event: %v, want one not yet reached", ev)
+	}
+	unblock()
+	for i, w := range ws {
+		if err := w.Wait(5 * time.Second); err != nil {
+			t.Fatalf("operation %d: %v", i, err)
+		}
+	}
+}
+
+// An event handed out by Work.Event stays the caller's: a later operation
+// does not record it again.
+func TestHandedOutEventNotReused(t *testing.T) {
+	noLeaks(t)
+	f, _ := countingFactory(t)
+	dev := cpuDevs(0, 1)
+	pg, err := f.GetOrCreate("solo", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stream(t, dev[0])
+	buf := floats(t, dev[0], []float32{1})
+	w := issueAllReduces(t, pg, s, buf, 1)[0]
+	if err := w.Wait(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev := w.Event()
+	unblock := blockStream(t, pg.Stream(dev[0]))
+	later := issueAllReduces(t, pg, s, buf, ccl.CompletionSlots)
+	if err := ev.Query(); err != nil {
+		t.Errorf("the handed-out event after %d later operations behind a blocked stream: %v, want complete", len(later), err)
+	}
+	if !w.Done() {
+		t.Error("the first operation no longer reports done")
+	}
+	unblock()
+	for i, w := range later {
+		if err := w.Wait(5 * time.Second); err != nil {
+			t.Fatalf("operation %d: %v", i, err)
+		}
+	}
+}
