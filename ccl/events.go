@@ -24,8 +24,9 @@ import (
 //     it, asked once then: the Work is seen complete, and answers from
 //     what it saw from then on (Done, Err, StreamWait: nothing to wait
 //     for). A Work not yet complete then, one inside a group not yet
-//     launched, or one whose event was handed out (Work.Event) keeps its
-//     event, and the slot gets a new one.
+//     launched, one whose event was handed out (Work.Event) or one that
+//     another goroutine is asking at that moment keeps its event, and the
+//     slot gets a new one.
 //
 // Events are destroyed when nothing refers to them any more (a Work, its
 // Event's caller, the ring), as before they were reused.

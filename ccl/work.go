@@ -108,9 +108,14 @@ func (w *Work) finish(err error) (bool, error) {
 // it: w is then seen complete (or failed, where its communicator reports
 // an asynchronous error, as poll would say). An event handed out by Event,
 // not yet recorded (inside a group not yet launched), recorded with an
-// error or not yet passed stays w's. The caller holds w.r.mu.
+// error or not yet passed stays w's, as does one of a Work another
+// goroutine is asking at the moment: the issuing rank never waits for a
+// caller of w's methods (StreamWait may wait for room on a stream). The
+// caller holds w.r.mu.
 func (w *Work) release() bool {
-	w.mu.Lock()
+	if !w.mu.TryLock() {
+		return false
+	}
 	defer w.mu.Unlock()
 	if w.escaped || w.done == nil {
 		return false
