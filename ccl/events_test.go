@@ -135,6 +135,20 @@ func blockStream(t *testing.T, s *runtime.Stream) (unblock func()) {
 	return unblock
 }
 
+// soloGroup is a one-rank group on the local backend, counting its
+// events, with a stream and a one-element buffer of its device.
+func soloGroup(t *testing.T) (*ccl.ProcessGroup, *runtime.Stream, runtime.Buffer, *eventCounting) {
+	t.Helper()
+	noLeaks(t)
+	f, rt := countingFactory(t)
+	dev := cpuDevs(0, 1)
+	pg, err := f.GetOrCreate("solo", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg, stream(t, dev[0]), floats(t, dev[0], []float32{1}), rt
+}
+
 // issueAllReduces issues k all-reduces on a one-rank group from s.
 func issueAllReduces(t *testing.T, pg *ccl.ProcessGroup, s *runtime.Stream, buf runtime.Buffer, k int) []*ccl.Work {
 	t.Helper()
@@ -152,15 +166,8 @@ func issueAllReduces(t *testing.T, pg *ccl.ProcessGroup, s *runtime.Stream, buf 
 // An operation the device has not passed when its ring slot comes round
 // again keeps its event: the later operation gets a new one.
 func TestUnfinishedWorkKeepsItsEvent(t *testing.T) {
-	noLeaks(t)
-	f, rt := countingFactory(t)
-	dev := cpuDevs(0, 1)
-	pg, err := f.GetOrCreate("solo", dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := stream(t, dev[0])
-	buf := floats(t, dev[0], []float32{1})
+	pg, s, buf, rt := soloGroup(t)
+	dev := pg.Devices()
 	unblock := blockStream(t, pg.Stream(dev[0]))
 	before := rt.created.Load()
 	ws := issueAllReduces(t, pg, s, buf, ccl.CompletionSlots+1)
@@ -184,15 +191,8 @@ func TestUnfinishedWorkKeepsItsEvent(t *testing.T) {
 // An event handed out by Work.Event stays the caller's: a later operation
 // does not record it again.
 func TestHandedOutEventNotReused(t *testing.T) {
-	noLeaks(t)
-	f, _ := countingFactory(t)
-	dev := cpuDevs(0, 1)
-	pg, err := f.GetOrCreate("solo", dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := stream(t, dev[0])
-	buf := floats(t, dev[0], []float32{1})
+	pg, s, buf, _ := soloGroup(t)
+	dev := pg.Devices()
 	w := issueAllReduces(t, pg, s, buf, 1)[0]
 	if err := w.Wait(5 * time.Second); err != nil {
 		t.Fatal(err)

@@ -208,7 +208,12 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 		rec.StartCollective(c.Op, r.stream, c)
 	}
 	err = enqueueIn(rec, !grouped, enqueue)
-	r.stream.MarkEnqueued() // the backend enqueues on the handle (see Stream.Ops)
+	if !grouped {
+		// The backend enqueues on the handle (see Stream.Ops); inside a
+		// group it does at the outermost GroupEnd, which marks the stream
+		// then (launchTimed), after the ranges' starts.
+		r.stream.MarkEnqueued()
+	}
 	if err != nil {
 		if !grouped {
 			rec.End()

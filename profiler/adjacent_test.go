@@ -416,3 +416,170 @@ func TestDroppedHostRangeKeepsOthersEvents(t *testing.T) {
 		t.Errorf("Stats.Dropped = %d, want 1 (host)", st.Dropped)
 	}
 }
+
+// waitScene is two streams of one device and one recorder, both held
+// until open is called, as a pipeline rank's compute and communication
+// streams are while the host runs ahead of the device.
+type waitScene struct {
+	t      *testing.T
+	p      *profiler.Profiler
+	r      *profiler.Recorder
+	dev    runtime.Device
+	s, o   *runtime.Stream
+	gates  []chan struct{}
+	opened bool
+}
+
+func newWaitScene(t *testing.T, index int) *waitScene {
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	dev := runtime.Device{Type: runtime.CPU, Index: index}
+	r, err := p.NewRecorder(0, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &waitScene{t: t, p: p, r: r, dev: dev, s: cpuStream(t, index), o: cpuStream(t, index)}
+	for _, s := range []*runtime.Stream{w.s, w.o} {
+		g := make(chan struct{})
+		w.gates = append(w.gates, g)
+		if err := cpu.Enqueue(s, func() { <-g }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(w.open)
+	return w
+}
+
+func (w *waitScene) open() {
+	if !w.opened {
+		w.opened = true
+		for _, g := range w.gates {
+			close(g)
+		}
+	}
+}
+
+// timed is a device range of d on s.
+func (w *waitScene) timed(name string, s *runtime.Stream, d time.Duration) {
+	w.r.StartDevice(name, s)
+	sleepOn(w.t, s, d)
+	w.r.End()
+}
+
+// follow makes s wait for what is enqueued on from, through an untimed
+// event, as a process group's communication stream follows its caller's.
+func (w *waitScene) follow(s, from *runtime.Stream) {
+	ev, err := runtime.NewEvent(w.dev, runtime.EventDisableTiming)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = ev.Destroy() })
+	if err := ev.Record(from); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := s.WaitEvent(ev); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// A range that starts after its stream was told to wait for another
+// stream's latest event starts at the later of that event and its own
+// stream's latest, recording no event: a Send on the communication stream
+// after the compute that produced its data. Its end, after a wait for the
+// other stream with nothing of its own since its start, is the later of
+// the two too: a receive's range on the compute stream ends where the
+// transfer it waits for does.
+func TestAdjacentAcrossWaits(t *testing.T) {
+	const short, long, xfer = 5 * time.Millisecond, 30 * time.Millisecond, 10 * time.Millisecond
+	for _, c := range []struct {
+		name      string
+		prev, fwd time.Duration // the communication stream's last range, the compute stream's
+	}{{"the other stream later", short, long}, {"its own stream later", long, short}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWaitScene(t, 17)
+			w.timed("prev", w.s, c.prev)
+			w.timed("fwd", w.o, c.fwd)
+			w.follow(w.s, w.o)
+			w.timed("send", w.s, xfer)
+			w.r.StartDevice("recv", w.o)
+			w.follow(w.o, w.s) // the compute stream waits for the transfer, no work of its own
+			w.r.End()
+			w.timed("next", w.o, short)
+			w.open()
+
+			recs := deviceRanges(t, w.p)
+			later := max(recs["prev"].DeviceEnd, recs["fwd"].DeviceEnd)
+			if recs["prev"].DeviceEnd == recs["fwd"].DeviceEnd {
+				t.Fatalf("prev and fwd end at the same instant %v: the case tells nothing", later)
+			}
+			want := recs["fwd"].DeviceEnd
+			if c.prev > c.fwd {
+				want = recs["prev"].DeviceEnd
+			}
+			if later != want {
+				t.Fatalf("the %v range ends first on the device: the streams did not run as queued", max(c.prev, c.fwd))
+			}
+			if got := recs["send"].DeviceStart; got != later {
+				t.Errorf("send starts at %v; prev ends at %v, fwd at %v: want the later", got, recs["prev"].DeviceEnd, recs["fwd"].DeviceEnd)
+			}
+			if send := recs["send"]; send.DeviceDuration() < xfer {
+				got := send.DeviceDuration()
+				t.Errorf("send: device time %v, want at least %v", got, xfer)
+			}
+			if got := recs["recv"].DeviceStart; got != recs["fwd"].DeviceEnd {
+				t.Errorf("recv starts at %v, fwd ends at %v: want the same", got, recs["fwd"].DeviceEnd)
+			}
+			if got := recs["recv"].DeviceEnd; got != recs["send"].DeviceEnd {
+				t.Errorf("recv ends at %v, send at %v: want the same", got, recs["send"].DeviceEnd)
+			}
+			if got := recs["next"].DeviceStart; got != recs["send"].DeviceEnd {
+				t.Errorf("next starts at %v, send ends at %v: want the same", got, recs["send"].DeviceEnd)
+			}
+			// Recorded: prev's and fwd's starts and ends, send's end and
+			// next's end. Shared: send's start, recv's start and end,
+			// next's start.
+			if st := w.p.Stats(); st.Events != 6 || st.Adjacent != 4 {
+				t.Errorf("Stats: %d events recorded, %d starts and ends shared; want 6 and 4", st.Events, st.Adjacent)
+			}
+		})
+	}
+}
+
+// A wait for a point that is not the other stream's latest event (work was
+// enqueued there after it), or for two different points, leaves the range
+// to record its own start.
+func TestWaitsThatCannotShare(t *testing.T) {
+	t.Run("work after the other stream's latest event", func(t *testing.T) {
+		w := newWaitScene(t, 18)
+		w.timed("prev", w.s, time.Millisecond)
+		w.timed("fwd", w.o, time.Millisecond)
+		sleepOn(t, w.o, 20*time.Millisecond) // unprofiled work after fwd
+		w.follow(w.s, w.o)
+		w.timed("send", w.s, time.Millisecond)
+		w.open()
+		recs := deviceRanges(t, w.p)
+		if got := recs["send"].DeviceStart - recs["fwd"].DeviceEnd; got < 20*time.Millisecond {
+			t.Errorf("send starts %v after fwd ends, want at least the 20ms of work after fwd it waited for", got)
+		}
+		if st := w.p.Stats(); st.Events != 6 || st.Adjacent != 0 {
+			t.Errorf("Stats: %d events recorded, %d shared; want 6 and 0", st.Events, st.Adjacent)
+		}
+	})
+	t.Run("two points", func(t *testing.T) {
+		w := newWaitScene(t, 19)
+		third := cpuStream(t, 19)
+		w.timed("prev", w.s, time.Millisecond)
+		w.timed("fwd", w.o, time.Millisecond)
+		w.timed("other", third, time.Millisecond)
+		w.follow(w.s, w.o)
+		w.follow(w.s, third)
+		w.timed("send", w.s, time.Millisecond)
+		w.open()
+		recs := deviceRanges(t, w.p)
+		if recs["send"].DeviceStart < max(recs["fwd"].DeviceEnd, recs["other"].DeviceEnd) {
+			t.Errorf("send starts at %v, before fwd's end %v or other's %v", recs["send"].DeviceStart, recs["fwd"].DeviceEnd, recs["other"].DeviceEnd)
+		}
+		if st := w.p.Stats(); st.Events != 8 || st.Adjacent != 0 {
+			t.Errorf("Stats: %d events recorded, %d shared; want 8 and 0", st.Events, st.Adjacent)
+		}
+	})
+}

@@ -27,8 +27,11 @@ type unresolved struct {
 	owner      *Recorder
 	impl       runtime.Impl
 	start, end *pooledEvent
-	startAt    time.Duration // host time of a shared start event's record; 0 for the range's own
-	stream     *runtime.Stream
+	// The other streams' events the range's boundaries are the later of
+	// (extra.startAlso, extra.endAlso); nil where none.
+	startAlso, endAlso *pooledEvent
+	startAt            time.Duration // host time of a shared start event's record; 0 for the range's own
+	stream             *runtime.Stream
 	// A range timed from the work trace (WithWorkTrace) has no events:
 	// the span of the work placed in it so far.
 	traced           bool
@@ -101,7 +104,7 @@ func (p *Profiler) collectLocked() {
 				continue
 			}
 			if x != nil && x.end != nil {
-				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAt: x.startAt, stream: x.stream}
+				u := unresolved{owner: r, impl: x.stream.Impl(), start: x.start, end: x.end, startAlso: x.startAlso, endAlso: x.endAlso, startAt: x.startAt, stream: x.stream}
 				r.fill(&u.rec, pd, x, tags)
 				p.unresolved = append(p.unresolved, u)
 				continue
@@ -263,7 +266,7 @@ func (p *Profiler) resolveLocked(wait bool) {
 			p.backendError(err)
 		}
 		finishBandwidth(&rec)
-		p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
+		p.returned[u.owner] = u.events(p.returned[u.owner])
 		p.collected.Add(1)
 		p.keepLocked(rec)
 	}
@@ -287,7 +290,8 @@ type waitingStream struct {
 // the device has not reached them, so one recorded again for a later
 // range could complete when the stuck work does and time that range
 // wrong. They stay out of the pool for good, two events of WithEventPool
-// at most per range. It returns how many ranges it abandoned. Its callers
+// at most per range (four where its boundaries shared another stream's
+// events, which are held by later ranges too). It returns how many ranges it abandoned. Its callers
 // collect first, which tries each pending range once more.
 func (p *Profiler) abandonLocked() int {
 	n := len(p.unresolved)
@@ -319,10 +323,28 @@ func (p *Profiler) returnEventsLocked() {
 	}
 }
 
+// events appends the range's events to evs.
+func (u *unresolved) events(evs []*pooledEvent) []*pooledEvent {
+	evs = append(evs, u.start, u.end)
+	if u.startAlso != nil {
+		evs = append(evs, u.startAlso)
+	}
+	if u.endAlso != nil {
+		evs = append(evs, u.endAlso)
+	}
+	return evs
+}
+
 func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 	dur, err := runtime.Elapsed(u.start.Event, u.end.Event)
 	if err != nil {
 		return err
+	}
+	if u.endAlso != nil {
+		// Both ends must have completed before the range is resolved.
+		if err := u.endAlso.Query(); err != nil {
+			return err
+		}
 	}
 	if p.done {
 		// Close released the calibrations: the range keeps its host
@@ -346,11 +368,29 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 	if u.startAt != 0 {
 		at = u.startAt
 	}
-	start, err := cs.pick(at).hostTime(u.start.Event)
+	point := cs.pick(at)
+	start, err := point.hostTime(u.start.Event)
 	if err != nil {
 		return err
 	}
 	end := start + dur
+	// A boundary shared with another stream's point is the later of the
+	// two (Recorder.share).
+	if u.startAlso != nil {
+		also, err := point.hostTime(u.startAlso.Event)
+		if err != nil {
+			return err
+		}
+		start = max(start, also)
+	}
+	if u.endAlso != nil {
+		also, err := point.hostTime(u.endAlso.Event)
+		if err != nil {
+			return err
+		}
+		end = max(end, also)
+	}
+	end = max(end, start)
 	if u.startAt != 0 && start < rec.HostStart {
 		// A shared start the device reached before the range began:
 		// the stream was idle in between, and none of the range's work

@@ -149,7 +149,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // collections (default 8192, rounded up to a power of two); when full,
 // further ranges are dropped and counted. A recorder takes memory for its
 // buffer a part at a time (32 KiB or more), as ranges first reach it, and
-// keeps what it took: the whole buffer, about 224 bytes a range, only
+// keeps what it took: the whole buffer, about 240 bytes a range, only
 // once that many ranges have waited for a collection at once.
 func WithBufferSize(n int) Option { return optionFunc(func(c *config) { c.buffer = n }) }
 
@@ -550,7 +550,11 @@ func (p *Profiler) Flush(ctx context.Context) error {
 		if u.traced {
 			continue // syncTracedLocked waits for their streams
 		}
-		if err := u.end.Synchronize(ctx); err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
+		err := u.end.Synchronize(ctx)
+		if err == nil && u.endAlso != nil {
+			err = u.endAlso.Synchronize(ctx)
+		}
+		if err != nil && runtime.StatusOf(err) == runtime.StatusTimeout {
 			p.resolveLocked(false)
 			p.deliverLocked()
 			return fmt.Errorf("profiler: flush: %d device ranges still pending: %w", len(p.unresolved), err)
@@ -617,7 +621,7 @@ func (p *Profiler) Reset() {
 	p.resetDrops.Add(uint64(len(p.unresolved)))
 	for _, u := range p.unresolved {
 		if !u.traced {
-			p.returned[u.owner] = append(p.returned[u.owner], u.start, u.end)
+			p.returned[u.owner] = u.events(p.returned[u.owner])
 		}
 	}
 	if p.trace != nil {

@@ -50,7 +50,8 @@ type Recorder struct {
 	// latest holds, per stream recently timed on, the last timing event
 	// recorded there, while a range may start or end on it (see share).
 	latest     [latestStreams]latestEvent
-	latestNext int  // the slot to reuse when every one holds a stream
+	latestNext int // the slot to reuse when every one holds a stream
+	waitsBuf   []runtime.StreamPoint
 	sharing    bool // ranges may share events (not WithAdjacentRanges(false) nor WithSyncEachRange)
 
 	// Completed ranges, and the device details of those that have them,
@@ -103,14 +104,19 @@ var _ [64 - unsafe.Sizeof(pending{})]struct{}
 
 // extra holds what only device-timed ranges have.
 type extra struct {
-	stream        *runtime.Stream
-	start, end    *pooledEvent
-	startAt       time.Duration // when start was recorded, if it is the previous range's end; else 0
-	peak          int64
-	hasCollective bool
-	nested        bool // Record.DeviceNested
-	groupNested   bool // a device-timed range enclosing it is in its report group
-	traced        bool // timed from the profiler's work trace (WithWorkTrace), not events
+	stream     *runtime.Stream
+	start, end *pooledEvent
+	// startAlso and endAlso, where set, are events of another stream that
+	// the range's stream waited for at its start or end with no work of
+	// its own since start or end was recorded: the boundary is the later
+	// of the two events (Recorder.share).
+	startAlso, endAlso *pooledEvent
+	startAt            time.Duration // when start was recorded, if it is the previous range's end; else 0
+	peak               int64
+	hasCollective      bool
+	nested             bool // Record.DeviceNested
+	groupNested        bool // a device-timed range enclosing it is in its report group
+	traced             bool // timed from the profiler's work trace (WithWorkTrace), not events
 	// Of the range's start and end events, how many it recorded and how
 	// many it took from the stream's latest (Stats.Events, Stats.Adjacent;
 	// counted by the collector, off the recording path).
@@ -125,6 +131,8 @@ type latestEvent struct {
 	stream *runtime.Stream
 	ev     *pooledEvent
 	ops    uint64        // stream.WorkOps() right after ev was recorded
+	all    uint64        // stream.Ops() then
+	waits  uint64        // stream.Waits() then
 	at     time.Duration // host time of the record
 }
 
@@ -361,6 +369,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 	r.devOpen++
 	x := &f.extra
 	x.stream, x.start, x.end, x.startAt, x.peak = s, nil, nil, 0, 0
+	x.startAlso, x.endAlso = nil, nil
 	x.recorded, x.shared, x.traced = 0, 0, false
 	x.nested = r.devTimed > 0
 	x.groupNested = f.groupDevAbove
@@ -375,7 +384,7 @@ func (r *Recorder) startDevice(f *frame, s *runtime.Stream) {
 				r.p.backendError(err)
 			}
 		}
-		x.start, x.startAt = r.share(s)
+		x.start, x.startAt, x.startAlso = r.share(s)
 		if x.start != nil {
 			x.shared++
 		} else if x.start = r.record(s); x.start != nil {
@@ -430,8 +439,17 @@ func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
 // the stream. (A backend's own events, such as those ordering a transfer
 // against the stream, thus leave the boundary shared.)
 // Back-to-back ranges thus share their boundary, and a range and the first
-// (or last) range nested in it their start (or end). It returns nil, 0
-// otherwise.
+// (or last) range nested in it their start (or end). It returns nil, 0,
+// nil otherwise.
+//
+// Where s was also told to wait for another stream's point since
+// (Stream.WaitsAfter: a communication stream following the compute
+// stream's work, a compute stream waiting for a receive), an event
+// recorded now would complete at the later of the two. If that point is
+// the other stream's latest event of this recorder, share returns it as
+// well (also, with a reference), and the boundary is the later of the two
+// events; if not, or if s waited for more than one point, share returns
+// nil.
 //
 // On a stream gone idle the device has passed the event before the range
 // began, and the idle time would count as the range's: the collector
@@ -439,9 +457,9 @@ func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
 // the range's host start, before which none of its work was issued
 // (deviceTimesLocked). Asking the device here instead would cost every
 // range a driver call on the recording thread.
-func (r *Recorder) share(s *runtime.Stream) (*pooledEvent, time.Duration) {
+func (r *Recorder) share(s *runtime.Stream) (ev *pooledEvent, at time.Duration, also *pooledEvent) {
 	if !r.sharing {
-		return nil, 0
+		return nil, 0, nil
 	}
 	for i := range r.latest {
 		l := &r.latest[i]
@@ -452,12 +470,50 @@ func (r *Recorder) share(s *runtime.Stream) (*pooledEvent, time.Duration) {
 			// Nothing later can take it either.
 			r.drop(l.ev)
 			*l = latestEvent{}
-			return nil, 0
+			return nil, 0, nil
+		}
+		if s.Waits() != l.waits {
+			if also = r.waitedFor(s, l); also == nil {
+				return nil, 0, nil
+			}
+			also.refs.Add(1)
 		}
 		l.ev.refs.Add(1)
-		return l.ev, l.at
+		return l.ev, l.at, also
 	}
-	return nil, 0
+	return nil, 0, nil
+}
+
+// waitedFor returns the latest event of another stream that s waited for
+// after l's event was recorded, when that is the one point s waited for
+// since and it is that stream's latest event of this recorder; else nil.
+func (r *Recorder) waitedFor(s *runtime.Stream, l *latestEvent) *pooledEvent {
+	pts, ok := s.WaitsAfter(l.all, r.waitsBuf[:0])
+	r.waitsBuf = pts[:0]
+	if !ok || len(pts) == 0 {
+		return nil
+	}
+	for _, pt := range pts[1:] {
+		if pt != pts[0] {
+			return nil
+		}
+	}
+	for i := range r.latest {
+		o := &r.latest[i]
+		if o.stream != nil && o.stream != s && o.stream.ID() == pts[0].Stream && o.ops == pts[0].WorkOps {
+			return o.ev
+		}
+	}
+	return nil
+}
+
+// dropAll releases the range's events.
+func (r *Recorder) dropAll(x *extra) {
+	r.drop(x.start)
+	r.drop(x.startAlso)
+	r.drop(x.end)
+	r.drop(x.endAlso)
+	x.start, x.startAlso, x.end, x.endAlso = nil, nil, nil, nil
 }
 
 // keepLatest makes ev, just recorded on s, the stream's latest event, in
@@ -482,7 +538,7 @@ func (r *Recorder) keepLatest(s *runtime.Stream, ev *pooledEvent) {
 		r.drop(l.ev)
 	}
 	ev.refs.Add(1)
-	*l = latestEvent{stream: s, ev: ev, ops: s.WorkOps(), at: r.p.now()}
+	*l = latestEvent{stream: s, ev: ev, ops: s.WorkOps(), all: s.Ops(), waits: s.Waits(), at: r.p.now()}
 }
 
 // End closes the innermost open range. An End with no open range is
@@ -531,8 +587,7 @@ func (r *Recorder) end(flags uint8) {
 		if f.hasExtra() {
 			// A host range's slot still holds the events of the device
 			// range that last used it, now a published record's.
-			r.drop(f.extra.start)
-			r.drop(f.extra.end)
+			r.dropAll(&f.extra)
 		}
 	}
 	if f.hasExtra() && f.extra.traced {
@@ -582,15 +637,15 @@ func (r *Recorder) endDevice(f *frame) {
 		r.notePeak(x)
 		return
 	}
-	end, _ := r.share(x.stream)
+	end, _, also := r.share(x.stream)
+	x.endAlso = also
 	if end != nil {
 		x.shared++
 	} else if end = r.record(x.stream); end != nil {
 		x.recorded++
 	}
 	if end == nil {
-		r.drop(x.start)
-		x.start = nil
+		r.dropAll(x)
 		return
 	}
 	x.end = end
@@ -734,8 +789,7 @@ func (r *Recorder) endGrouped(frames []frame, flags uint8) {
 		}
 		if !r.publish(f) {
 			r.dropped.Add(1)
-			r.drop(f.extra.start)
-			r.drop(f.extra.end)
+			r.dropAll(&f.extra)
 		}
 		if f.extra.traced {
 			r.tracedEnded()

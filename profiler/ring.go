@@ -45,8 +45,15 @@ type ring[T any] struct {
 // smaller. From 32 KiB the Go allocator gives an object with pointers
 // whole pages and no header, so the segments of a filled ring take what
 // one array of its capacity would; a smaller one carries an 8-byte header
-// that moves a power-of-two size up a size class, up to 12% more.
-const segmentBytes = 32 << 10
+// that moves a power-of-two size up a size class, up to 12% more. A
+// segment is also made a whole number of the allocator's pages where that
+// takes at most maxSegmentBytes: 256 slots of 176 bytes would be 5.5
+// pages, rounded up to 6 (9% more), where 512 are 11.
+const (
+	segmentBytes    = 32 << 10
+	maxSegmentBytes = 1 << 20
+	allocPageBytes  = 8 << 10
+)
 
 func newRing[T any](size int) *ring[T] {
 	n := 1
@@ -55,7 +62,12 @@ func newRing[T any](size int) *ring[T] {
 	}
 	var zero T
 	per, shift := 1, uint(0) // slots a segment, a power of two, and its log2
-	for per < n && uintptr(per)*unsafe.Sizeof(zero) < segmentBytes {
+	slot := unsafe.Sizeof(zero)
+	for per < n {
+		b := uintptr(per) * slot
+		if b >= segmentBytes && (b%allocPageBytes == 0 || b >= maxSegmentBytes) {
+			break
+		}
 		per <<= 1
 		shift++
 	}

@@ -14,6 +14,10 @@ type Event struct {
 	h         any
 	flags     EventFlag
 	destroyed atomic.Bool
+	// Where the last Record put it: the stream's ID (0 while none, or
+	// while a Record is writing the pair) and its WorkOps then.
+	pointStream atomic.Uint64
+	pointWork   atomic.Uint64
 }
 
 // NewEvent creates an event on dev through the registered backend.
@@ -82,7 +86,22 @@ func (e *Event) Record(s *Stream) error {
 		return Errorf("EventRecord", StatusInvalidArgument, "event on %s recorded on a stream of %s", e.dev, s.dev)
 	}
 	s.ops.Add(1) // not work (WorkOps): an event takes none of the stream's time
+	e.pointStream.Store(0)
+	e.pointWork.Store(s.work.Load())
+	e.pointStream.Store(s.id)
 	return e.impl.EventRecord(e.h, s.h)
+}
+
+// point returns the stream (its ID) and WorkOps count where e was last
+// recorded; ok false if it never was through Record, or if a Record is
+// under way on another goroutine.
+func (e *Event) point() (stream, work uint64, ok bool) {
+	id := e.pointStream.Load()
+	work = e.pointWork.Load()
+	if id == 0 || e.pointStream.Load() != id {
+		return 0, 0, false
+	}
+	return id, work, true
 }
 
 // Query returns nil once the recorded work has completed, and an error

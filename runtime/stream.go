@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -18,7 +19,32 @@ type Stream struct {
 	priority  int
 	destroyed atomic.Bool
 	ops       atomic.Uint64 // operations enqueued through this package (Ops)
-	work      atomic.Uint64 // the same less event records (WorkOps)
+	work      atomic.Uint64 // the same less event records and waits for known points (WorkOps)
+
+	// The latest waits for events of other streams of the device whose
+	// point is known (WaitsAfter); waitMu guards waited.
+	waitMu   sync.Mutex
+	waited   [keptWaits]waitPoint
+	forgotAt uint64        // the Ops after the latest wait no longer in waited
+	waits    atomic.Uint64 // such waits so far (Waits)
+}
+
+// keptWaits is how many waits a stream remembers: a range boundary follows
+// one or two (a communication stream's wait for the compute stream).
+const keptWaits = 4
+
+// waitPoint is one wait of a stream for another stream's point.
+type waitPoint struct {
+	StreamPoint
+	ops  uint64 // the waiting stream's Ops after the wait
+	work uint64 // its WorkOps then
+}
+
+// StreamPoint is a point in a stream's work: where an event recorded on
+// the stream (by ID) when its WorkOps was WorkOps completes.
+type StreamPoint struct {
+	Stream  uint64
+	WorkOps uint64
 }
 
 // StreamOption configures NewStream.
@@ -163,15 +189,49 @@ func (s *Stream) Query() error {
 // in between.
 func (s *Stream) Ops() uint64 { return s.ops.Load() }
 
-// WorkOps is Ops less the event records: the operations that can take the
-// stream's time. An event completes as the stream reaches it, so events
-// recorded with nothing else between them mark the same point of the
-// stream; equal counts at two moments mean that an event recorded at the
-// second marks the point an event recorded at the first did. The profiler
-// relies on it to let a range start where the previous one on the stream
-// ended though another caller (a communication backend ordering its
-// streams) recorded an event of its own between them.
+// WorkOps is Ops less the event records and the waits for events whose
+// point is known (see WaitsAfter): the operations that can take the
+// stream's time of their own. An event completes as the stream reaches
+// it, so events recorded with nothing else between them mark the same
+// point of the stream; equal counts at two moments mean that an event
+// recorded at the second marks the point an event recorded at the first
+// did, or the later of it and the points waited for in between. The
+// profiler relies on it to let a range start where the previous one on the
+// stream ended though another caller (a communication backend ordering its
+// streams) recorded an event of its own between them, or had the stream
+// wait for another.
 func (s *Stream) WorkOps() uint64 { return s.work.Load() }
+
+// Waits counts the waits WaitsAfter can report: equal counts at two
+// moments mean s was told to wait for no known point in between.
+func (s *Stream) Waits() uint64 { return s.waits.Load() }
+
+// WaitsAfter appends to dst the points of other streams that s was told to
+// wait for (WaitEvent on an event recorded through Record, on another
+// stream of s's device) after its first ops operations (Ops), and reports
+// true, when s remembers every such wait and nothing but events and waits
+// was enqueued on s after the first of them. An event recorded on s after
+// them completes at the latest of the point s had reached before them and
+// the points returned.
+func (s *Stream) WaitsAfter(ops uint64, dst []StreamPoint) ([]StreamPoint, bool) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	n := s.waits.Load()
+	work := s.work.Load()
+	kept := min(n, keptWaits)
+	for i := uint64(0); i < kept; i++ {
+		w := &s.waited[(n-1-i)%keptWaits]
+		if w.ops <= ops {
+			return dst, true
+		}
+		if w.work != work {
+			return dst, false
+		}
+		dst = append(dst, w.StreamPoint)
+	}
+	// Every remembered wait came after ops: so may a forgotten one.
+	return dst, s.forgotAt <= ops
+}
 
 // enqueued counts one operation other than an event record.
 func (s *Stream) enqueued() {
@@ -197,7 +257,22 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	if ev.dev.Type != s.dev.Type {
 		return Errorf("StreamWaitEvent", StatusInvalidArgument, "event on %s, stream on %s", ev.dev, s.dev)
 	}
-	s.enqueued()
+	if id, work, ok := ev.point(); ok && ev.dev == s.dev && id != s.id {
+		// Not work of s's own: the stream goes on at the later of where
+		// it was and the point waited for (WaitsAfter).
+		s.waitMu.Lock()
+		n := s.waits.Load()
+		if n >= keptWaits {
+			s.forgotAt = s.waited[n%keptWaits].ops
+		}
+		s.waited[n%keptWaits] = waitPoint{StreamPoint: StreamPoint{Stream: id, WorkOps: work}, ops: s.ops.Add(1), work: s.work.Load()}
+		s.waits.Store(n + 1)
+		s.waitMu.Unlock()
+	} else if ok && id == s.id {
+		s.ops.Add(1) // a point s has reached by then: no wait at all
+	} else {
+		s.enqueued()
+	}
 	return s.impl.StreamWaitEvent(s.h, ev.h)
 }
 

@@ -2,6 +2,7 @@ package cpu_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -324,43 +325,48 @@ func TestDestroyWhileEnqueuing(t *testing.T) {
 
 // Stream.Ops counts every operation enqueued on the stream through the
 // runtime package, and nothing done without the stream; Stream.WorkOps the
-// same less the event records.
+// same less the event records and the waits for another stream's known
+// point, which Stream.Waits counts.
 func TestStreamOpsCountsEnqueues(t *testing.T) {
 	s := newStream(t, dev0)
 	other := newStream(t, dev0)
 	ev := newEvent(t, dev0, runtime.EventDefault)
+	never := newEvent(t, dev0, runtime.EventDefault)
 	a := malloc(t, dev0, 64)
 	b := malloc(t, dev0, 64)
 	host := make([]byte, 64)
 	steps := []struct {
-		name string
-		do   func() error
-		adds uint64
-		work uint64 // WorkOps: event records take none of the stream's time
+		name  string
+		do    func() error
+		adds  uint64
+		work  uint64 // WorkOps: event records take none of the stream's time
+		waits uint64
 	}{
-		{"Memset on s", func() error { return runtime.Memset(a, 1, s) }, 1, 1},
-		{"Memset without a stream", func() error { return runtime.Memset(a, 1, nil) }, 0, 0},
-		{"Copy", func() error { return runtime.Copy(b, a, s) }, 1, 1},
-		{"CopyToDevice", func() error { return runtime.CopyToDevice(a, host, s) }, 1, 1},
-		{"CopyToHost", func() error { return runtime.CopyToHost(host, a, s) }, 1, 1},
+		{"Memset on s", func() error { return runtime.Memset(a, 1, s) }, 1, 1, 0},
+		{"Memset without a stream", func() error { return runtime.Memset(a, 1, nil) }, 0, 0, 0},
+		{"Copy", func() error { return runtime.Copy(b, a, s) }, 1, 1, 0},
+		{"CopyToDevice", func() error { return runtime.CopyToDevice(a, host, s) }, 1, 1, 0},
+		{"CopyToHost", func() error { return runtime.CopyToHost(host, a, s) }, 1, 1, 0},
 		{"Gemm", func() error {
 			return runtime.Gemm(s, runtime.GemmArgs{Type: runtime.Float32, M: 2, N: 2, K: 2, Alpha: 1, A: a, LDA: 2, B: b, LDB: 2, C: a, LDC: 2})
-		}, 1, 1},
-		{"Tanh", func() error { return runtime.Tanh(s, a, b, 4) }, 1, 1},
-		{"EventRecord", func() error { return ev.Record(s) }, 1, 0},
-		{"EventRecord on another stream", func() error { return ev.Record(other) }, 0, 0},
-		{"WaitEvent", func() error { return s.WaitEvent(ev) }, 1, 1},
-		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }, 1, 1},
-		{"MarkEnqueued", func() error { s.MarkEnqueued(); return nil }, 1, 1},
+		}, 1, 1, 0},
+		{"Tanh", func() error { return runtime.Tanh(s, a, b, 4) }, 1, 1, 0},
+		{"EventRecord", func() error { return ev.Record(s) }, 1, 0, 0},
+		{"WaitEvent for s's own point", func() error { return s.WaitEvent(ev) }, 1, 0, 0},
+		{"EventRecord on another stream", func() error { return ev.Record(other) }, 0, 0, 0},
+		{"WaitEvent for another stream's point", func() error { return s.WaitEvent(ev) }, 1, 0, 1},
+		{"WaitEvent for an event never recorded", func() error { return s.WaitEvent(never) }, 1, 1, 0},
+		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }, 1, 1, 0},
+		{"MarkEnqueued", func() error { s.MarkEnqueued(); return nil }, 1, 1, 0},
 		{"a refused Tanh", func() error {
 			if runtime.Tanh(s, a, b, 1<<20) == nil {
 				t.Error("Tanh beyond the buffers succeeded")
 			}
 			return nil
-		}, 0, 0},
+		}, 0, 0, 0},
 	}
 	for _, st := range steps {
-		before, beforeWork := s.Ops(), s.WorkOps()
+		before, beforeWork, beforeWaits := s.Ops(), s.WorkOps(), s.Waits()
 		if err := st.do(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -370,10 +376,75 @@ func TestStreamOpsCountsEnqueues(t *testing.T) {
 		if got := s.WorkOps() - beforeWork; got != st.work {
 			t.Errorf("%s: WorkOps grew by %d, want %d", st.name, got, st.work)
 		}
+		if got := s.Waits() - beforeWaits; got != st.waits {
+			t.Errorf("%s: Waits grew by %d, want %d", st.name, got, st.waits)
+		}
 		// The steps share buffers, and some run on the calling goroutine:
 		// each waits for the one before, or they would race on a.
 		if err := s.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Stream.WaitsAfter reports the points of other streams a stream was told
+// to wait for after a given operation, while nothing but events and waits
+// followed them, and says when it cannot tell.
+func TestWaitsAfter(t *testing.T) {
+	s := newStream(t, dev0)
+	o := newStream(t, dev0)
+	ev := newEvent(t, dev0, runtime.EventDisableTiming)
+	a := malloc(t, dev0, 64)
+	drain := func(st *runtime.Stream) {
+		if err := st.Synchronize(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(runtime.Memset(a, 1, o))
+	must(ev.Record(o))
+	at := runtime.StreamPoint{Stream: o.ID(), WorkOps: o.WorkOps()}
+	base := s.Ops()
+	must(s.WaitEvent(ev))
+	if got, ok := s.WaitsAfter(base, nil); !ok || len(got) != 1 || got[0] != at {
+		t.Errorf("after one wait: %v %v, want [%v] true", got, ok, at)
+	}
+	if got, ok := s.WaitsAfter(s.Ops(), nil); !ok || len(got) != 0 {
+		t.Errorf("after nothing: %v %v, want [] true", got, ok)
+	}
+	must(runtime.Memset(a, 2, s))
+	if got, ok := s.WaitsAfter(base, nil); ok {
+		t.Errorf("with work after the wait: %v %v, want false", got, ok)
+	}
+	drain(o)
+	drain(s)
+	// More waits than the stream remembers.
+	base = s.Ops()
+	var points []runtime.StreamPoint
+	for i := range 5 {
+		must(runtime.Memset(a, byte(i), o))
+		must(ev.Record(o))
+		points = append(points, runtime.StreamPoint{Stream: o.ID(), WorkOps: o.WorkOps()})
+		must(s.WaitEvent(ev))
+		if i == 0 {
+			if got, ok := s.WaitsAfter(s.Ops(), nil); !ok || len(got) != 0 {
+				t.Errorf("after the first of five: %v %v, want [] true", got, ok)
+			}
+		}
+	}
+	if got, ok := s.WaitsAfter(base, nil); ok {
+		t.Errorf("five waits: %v %v, want false (four are remembered)", got, ok)
+	}
+	got, ok := s.WaitsAfter(base+1, nil)
+	slices.Reverse(got)
+	if !ok || !slices.Equal(got, points[1:]) {
+		t.Errorf("the last four waits: %v %v, want %v true (newest first, reversed)", got, ok, points[1:])
+	}
+	drain(o)
+	drain(s)
 }
