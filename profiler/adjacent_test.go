@@ -564,6 +564,31 @@ func TestWaitsThatCannotShare(t *testing.T) {
 			t.Errorf("Stats: %d events recorded, %d shared; want 6 and 0", st.Events, st.Adjacent)
 		}
 	})
+	t.Run("a wait on the other stream after its latest event", func(t *testing.T) {
+		// fwd's end and the event s waits for are recorded with no work
+		// between them, but o waits for a third stream in between: the
+		// event waited for completes after that stream's work, not at
+		// fwd's end.
+		const held = 20 * time.Millisecond
+		w := newWaitScene(t, 20)
+		third := cpuStream(t, 20)
+		w.timed("prev", w.s, time.Millisecond)
+		w.timed("fwd", w.o, time.Millisecond)
+		w.r.StartDevice("third", third)
+		sleepOn(t, third, held)
+		w.r.End()
+		w.follow(w.o, third)
+		w.follow(w.s, w.o)
+		w.timed("send", w.s, time.Millisecond)
+		w.open()
+		recs := deviceRanges(t, w.p)
+		if got, after := recs["send"].DeviceStart, recs["third"].DeviceEnd; got < after {
+			t.Errorf("send starts at %v, before the end of third's work (%v) that it waited for through o", got, after)
+		}
+		if st := w.p.Stats(); st.Events != 8 || st.Adjacent != 0 {
+			t.Errorf("Stats: %d events recorded, %d shared; want 8 and 0", st.Events, st.Adjacent)
+		}
+	})
 	t.Run("two points", func(t *testing.T) {
 		w := newWaitScene(t, 19)
 		third := cpuStream(t, 19)

@@ -486,7 +486,9 @@ func (r *Recorder) share(s *runtime.Stream) (ev *pooledEvent, at time.Duration, 
 
 // waitedFor returns the latest event of another stream that s waited for
 // after l's event was recorded, when that is the one point s waited for
-// since and it is that stream's latest event of this recorder; else nil.
+// since and it is that stream's latest event of this recorder, recorded
+// with no work and no wait on that stream between them (the same WorkOps
+// and Waits); else nil.
 func (r *Recorder) waitedFor(s *runtime.Stream, l *latestEvent) *pooledEvent {
 	pts, ok := s.WaitsAfter(l.all, r.waitsBuf[:0])
 	r.waitsBuf = pts[:0]
@@ -500,7 +502,7 @@ func (r *Recorder) waitedFor(s *runtime.Stream, l *latestEvent) *pooledEvent {
 	}
 	for i := range r.latest {
 		o := &r.latest[i]
-		if o.stream != nil && o.stream != s && o.stream.ID() == pts[0].Stream && o.ops == pts[0].WorkOps {
+		if o.stream != nil && o.stream != s && o.stream.ID() == pts[0].Stream && o.ops == pts[0].WorkOps && o.waits == pts[0].Waits {
 			return o.ev
 		}
 	}

@@ -15,9 +15,10 @@ type Event struct {
 	flags     EventFlag
 	destroyed atomic.Bool
 	// Where the last Record put it: the stream's ID (0 while none, or
-	// while a Record is writing the pair) and its WorkOps then.
+	// while a Record is writing the others), its WorkOps and Waits then.
 	pointStream atomic.Uint64
 	pointWork   atomic.Uint64
+	pointWaits  atomic.Uint64
 }
 
 // NewEvent creates an event on dev through the registered backend.
@@ -88,20 +89,21 @@ func (e *Event) Record(s *Stream) error {
 	s.ops.Add(1) // not work (WorkOps): an event takes none of the stream's time
 	e.pointStream.Store(0)
 	e.pointWork.Store(s.work.Load())
+	e.pointWaits.Store(s.waits.Load())
 	e.pointStream.Store(s.id)
 	return e.impl.EventRecord(e.h, s.h)
 }
 
-// point returns the stream (its ID) and WorkOps count where e was last
-// recorded; ok false if it never was through Record, or if a Record is
-// under way on another goroutine.
-func (e *Event) point() (stream, work uint64, ok bool) {
+// point returns the point of its stream where e was last recorded; ok
+// false if it never was through Record, or if a Record is under way on
+// another goroutine.
+func (e *Event) point() (p StreamPoint, ok bool) {
 	id := e.pointStream.Load()
-	work = e.pointWork.Load()
+	p = StreamPoint{Stream: id, WorkOps: e.pointWork.Load(), Waits: e.pointWaits.Load()}
 	if id == 0 || e.pointStream.Load() != id {
-		return 0, 0, false
+		return StreamPoint{}, false
 	}
-	return id, work, true
+	return p, true
 }
 
 // Query returns nil once the recorded work has completed, and an error

@@ -41,10 +41,14 @@ type waitPoint struct {
 }
 
 // StreamPoint is a point in a stream's work: where an event recorded on
-// the stream (by ID) when its WorkOps was WorkOps completes.
+// the stream (by ID) completes, recorded when the stream's WorkOps and
+// Waits were these. Two events recorded on a stream with the same counts
+// complete together; a wait between them (Waits differ) may hold the
+// later one back.
 type StreamPoint struct {
 	Stream  uint64
 	WorkOps uint64
+	Waits   uint64
 }
 
 // StreamOption configures NewStream.
@@ -257,7 +261,7 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	if ev.dev.Type != s.dev.Type {
 		return Errorf("StreamWaitEvent", StatusInvalidArgument, "event on %s, stream on %s", ev.dev, s.dev)
 	}
-	if id, work, ok := ev.point(); ok && ev.dev == s.dev && id != s.id {
+	if pt, ok := ev.point(); ok && ev.dev == s.dev && pt.Stream != s.id {
 		// Not work of s's own: the stream goes on at the later of where
 		// it was and the point waited for (WaitsAfter).
 		s.waitMu.Lock()
@@ -265,10 +269,10 @@ func (s *Stream) WaitEvent(ev *Event) error {
 		if n >= keptWaits {
 			s.forgotAt = s.waited[n%keptWaits].ops
 		}
-		s.waited[n%keptWaits] = waitPoint{StreamPoint: StreamPoint{Stream: id, WorkOps: work}, ops: s.ops.Add(1), work: s.work.Load()}
+		s.waited[n%keptWaits] = waitPoint{StreamPoint: pt, ops: s.ops.Add(1), work: s.work.Load()}
 		s.waits.Store(n + 1)
 		s.waitMu.Unlock()
-	} else if ok && id == s.id {
+	} else if ok && pt.Stream == s.id {
 		s.ops.Add(1) // a point s has reached by then: no wait at all
 	} else {
 		s.enqueued()

@@ -408,7 +408,7 @@ func TestWaitsAfter(t *testing.T) {
 	}
 	must(runtime.Memset(a, 1, o))
 	must(ev.Record(o))
-	at := runtime.StreamPoint{Stream: o.ID(), WorkOps: o.WorkOps()}
+	at := runtime.StreamPoint{Stream: o.ID(), WorkOps: o.WorkOps(), Waits: o.Waits()}
 	base := s.Ops()
 	must(s.WaitEvent(ev))
 	if got, ok := s.WaitsAfter(base, nil); !ok || len(got) != 1 || got[0] != at {
@@ -429,7 +429,7 @@ func TestWaitsAfter(t *testing.T) {
 	for i := range 5 {
 		must(runtime.Memset(a, byte(i), o))
 		must(ev.Record(o))
-		points = append(points, runtime.StreamPoint{Stream: o.ID(), WorkOps: o.WorkOps()})
+		points = append(points, runtime.StreamPoint{Stream: o.ID(), WorkOps: o.WorkOps(), Waits: o.Waits()})
 		must(s.WaitEvent(ev))
 		if i == 0 {
 			if got, ok := s.WaitsAfter(s.Ops(), nil); !ok || len(got) != 0 {
