@@ -608,3 +608,42 @@ func TestWaitsThatCannotShare(t *testing.T) {
 		}
 	})
 }
+
+// A stream may wait for a point the other stream has since moved past (a
+// compute stream waiting for a receive issued a round earlier, with sends
+// after it): the boundary shares the event the recorder recorded there,
+// one of the few it keeps per stream.
+func TestAdjacentAcrossWaitForEarlierPoint(t *testing.T) {
+	const recv1, send2, fwd = 15 * time.Millisecond, 20 * time.Millisecond, 5 * time.Millisecond
+	w := newWaitScene(t, 21)
+	w.timed("recv1", w.s, recv1)
+	done, err := runtime.NewEvent(w.dev, runtime.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = done.Destroy() })
+	if err := done.Record(w.s); err != nil {
+		t.Fatal(err)
+	}
+	w.timed("send2", w.s, send2) // the communication stream moves on
+	w.timed("fwd", w.o, fwd)
+	w.r.StartDevice("recv", w.o)
+	if err := w.o.WaitEvent(done); err != nil {
+		t.Fatal(err)
+	}
+	w.r.End()
+	w.open()
+
+	recs := deviceRanges(t, w.p)
+	if got := recs["recv"].DeviceEnd; got != recs["recv1"].DeviceEnd {
+		t.Errorf("recv ends at %v, recv1 at %v, send2 at %v: want recv1's end", got, recs["recv1"].DeviceEnd, recs["send2"].DeviceEnd)
+	}
+	if got := recs["recv"].DeviceStart; got != recs["fwd"].DeviceEnd {
+		t.Errorf("recv starts at %v, fwd ends at %v: want the same", got, recs["fwd"].DeviceEnd)
+	}
+	// Recorded: recv1's start and end, send2's end, fwd's start and end.
+	// Shared: send2's start, recv's start and end.
+	if st := w.p.Stats(); st.Events != 5 || st.Adjacent != 3 {
+		t.Errorf("Stats: %d events recorded, %d shared; want 5 and 3", st.Events, st.Adjacent)
+	}
+}

@@ -8,7 +8,8 @@ import (
 
 // pooledEvent is a timing event of a recorder's pool and the number of
 // references to it: the records that use it as their start or end, the
-// recorder while a range may start or end on it (Recorder.latest), and
+// recorder while a range may start or end on it (Recorder.latest, and a
+// stream's past events, given up first when the pool runs dry), and
 // whoever has just taken it from the pool. It goes back to the pool when
 // the last one is dropped.
 type pooledEvent struct {
@@ -21,6 +22,7 @@ type pooledEvent struct {
 // one locked swap, else a new one while under the pool's bound; nil when
 // none can be had.
 func (r *Recorder) event(s *runtime.Stream) *pooledEvent {
+	forgot := false
 	for {
 		if n := len(r.cache); n > 0 {
 			ev := r.cache[n-1]
@@ -45,6 +47,13 @@ func (r *Recorder) event(s *runtime.Stream) *pooledEvent {
 		}
 		if r.events >= r.p.cfg.eventPool {
 			r.mu.Unlock()
+			if !forgot {
+				// The streams' past events are only there to be shared:
+				// a range's own event comes first.
+				forgot = true
+				r.forgetPast()
+				continue
+			}
 			r.eventDrops.Add(1)
 			r.p.wake()
 			return nil

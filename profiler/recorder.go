@@ -126,14 +126,66 @@ type extra struct {
 
 // latestEvent is the last timing event the recorder recorded on a
 // stream, held by the recorder (one reference) while a range may start or
-// end on it instead of recording another.
+// end on it instead of recording another, and the few before it.
 type latestEvent struct {
 	stream *runtime.Stream
-	ev     *pooledEvent
+	ev     *pooledEvent  // nil once other work followed it on the stream (it is then in past)
 	ops    uint64        // stream.WorkOps() right after ev was recorded
 	all    uint64        // stream.Ops() then
 	waits  uint64        // stream.Waits() then
 	at     time.Duration // host time of the record
+	// The stream's earlier events, with a reference each: another stream
+	// may wait for one of their points after later work here (a compute
+	// stream waiting for a receive issued a round before), and a boundary
+	// there shares it (waitedFor).
+	past     [pastEvents]pastEvent
+	pastNext int
+}
+
+// pastEvent is one of a stream's earlier events and its point.
+type pastEvent struct {
+	ev         *pooledEvent
+	ops, waits uint64
+}
+
+// pastEvents is how many earlier events a recorder keeps per stream.
+const pastEvents = 4
+
+// retire moves l's latest event to its past: other work followed it.
+func (r *Recorder) retire(l *latestEvent) {
+	if l.ev == nil {
+		return
+	}
+	p := &l.past[l.pastNext]
+	r.drop(p.ev)
+	*p = pastEvent{ev: l.ev, ops: l.ops, waits: l.waits}
+	l.pastNext = (l.pastNext + 1) % pastEvents
+	l.ev = nil
+}
+
+// forgetPast releases every stream's past events (latestEvent.past).
+func (r *Recorder) forgetPast() {
+	for i := range r.latest {
+		l := &r.latest[i]
+		for j := range l.past {
+			r.drop(l.past[j].ev)
+			l.past[j] = pastEvent{}
+		}
+	}
+}
+
+// eventAt returns l's event, latest or past, recorded at the stream's point
+// (ops, waits); nil if none.
+func (l *latestEvent) eventAt(ops, waits uint64) *pooledEvent {
+	if l.ev != nil && l.ops == ops && l.waits == waits {
+		return l.ev
+	}
+	for i := range l.past {
+		if p := &l.past[i]; p.ev != nil && p.ops == ops && p.waits == waits {
+			return p.ev
+		}
+	}
+	return nil
 }
 
 // latestStreams is how many streams a recorder keeps a latest event for:
@@ -466,10 +518,12 @@ func (r *Recorder) share(s *runtime.Stream) (ev *pooledEvent, at time.Duration, 
 		if l.stream != s {
 			continue
 		}
+		if l.ev == nil {
+			return nil, 0, nil
+		}
 		if s.WorkOps() != l.ops {
-			// Nothing later can take it either.
-			r.drop(l.ev)
-			*l = latestEvent{}
+			// Nothing later on s can take it either.
+			r.retire(l)
 			return nil, 0, nil
 		}
 		if s.Waits() != l.waits {
@@ -484,11 +538,11 @@ func (r *Recorder) share(s *runtime.Stream) (ev *pooledEvent, at time.Duration, 
 	return nil, 0, nil
 }
 
-// waitedFor returns the latest event of another stream that s waited for
-// after l's event was recorded, when that is the one point s waited for
-// since and it is that stream's latest event of this recorder, recorded
-// with no work and no wait on that stream between them (the same WorkOps
-// and Waits); else nil.
+// waitedFor returns the event of another stream that s waited for after
+// l's event was recorded, when that is the one point s waited for since
+// and it is that stream's latest or a recent event of this recorder,
+// recorded with no work and no wait on that stream between them (the same
+// WorkOps and Waits); else nil.
 func (r *Recorder) waitedFor(s *runtime.Stream, l *latestEvent) *pooledEvent {
 	pts, ok := s.WaitsAfter(l.all, r.waitsBuf[:0])
 	r.waitsBuf = pts[:0]
@@ -502,8 +556,8 @@ func (r *Recorder) waitedFor(s *runtime.Stream, l *latestEvent) *pooledEvent {
 	}
 	for i := range r.latest {
 		o := &r.latest[i]
-		if o.stream != nil && o.stream != s && o.stream.ID() == pts[0].Stream && o.ops == pts[0].WorkOps && o.waits == pts[0].Waits {
-			return o.ev
+		if o.stream != nil && o.stream != s && o.stream.ID() == pts[0].Stream {
+			return o.eventAt(pts[0].WorkOps, pts[0].Waits)
 		}
 	}
 	return nil
@@ -536,11 +590,17 @@ func (r *Recorder) keepLatest(s *runtime.Stream, ev *pooledEvent) {
 		r.latestNext = (r.latestNext + 1) % len(r.latest)
 	}
 	l := &r.latest[slot]
-	if l.ev != nil {
+	if l.stream == s {
+		r.retire(l)
+	} else { // a free slot, or another stream's
 		r.drop(l.ev)
+		for i := range l.past {
+			r.drop(l.past[i].ev)
+		}
+		*l = latestEvent{stream: s}
 	}
 	ev.refs.Add(1)
-	*l = latestEvent{stream: s, ev: ev, ops: s.WorkOps(), all: s.Ops(), waits: s.Waits(), at: r.p.now()}
+	l.ev, l.ops, l.all, l.waits, l.at = ev, s.WorkOps(), s.Ops(), s.Waits(), r.p.now()
 }
 
 // End closes the innermost open range. An End with no open range is
