@@ -2,6 +2,7 @@ package ccl_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,5 +212,57 @@ func TestHandedOutEventNotReused(t *testing.T) {
 		if err := w.Wait(5 * time.Second); err != nil {
 			t.Fatalf("operation %d: %v", i, err)
 		}
+	}
+}
+
+// Works asked from another goroutine while their rank issues more
+// operations (and comes round to reuse their events) answer consistently:
+// once done, done for good, and without error.
+func TestWorksAskedWhileEventsAreReused(t *testing.T) {
+	pg, s, buf, _ := soloGroup(t)
+	const ops = 4 * ccl.CompletionSlots
+	works := make(chan *ccl.Work, ops)
+	asked := make(chan error, 1)
+	go func() {
+		var seen []*ccl.Work
+		done := map[*ccl.Work]bool{}
+		check := func() error {
+			for _, w := range seen {
+				if w.Done() {
+					if err := w.Err(); err != nil {
+						return err
+					}
+					done[w] = true
+				} else if done[w] {
+					return fmt.Errorf("operation %p reported done, then not done", w)
+				}
+				if err := w.StreamWait(s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for w := range works {
+			seen = append(seen, w)
+			if err := check(); err != nil {
+				asked <- err
+				return
+			}
+		}
+		asked <- check()
+	}()
+	for range ops {
+		w, err := pg.AllReduce(context.Background(), s, buf, runtime.Float32, ccl.Sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		works <- w
+	}
+	close(works)
+	if err := <-asked; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
