@@ -87,11 +87,15 @@ func (e *Event) Record(s *Stream) error {
 		return Errorf("EventRecord", StatusInvalidArgument, "event on %s recorded on a stream of %s", e.dev, s.dev)
 	}
 	s.ops.Add(1) // not work (WorkOps): an event takes none of the stream's time
+	work, waits := s.work.Load(), s.waits.Load()
 	e.pointStream.Store(0)
-	e.pointWork.Store(s.work.Load())
-	e.pointWaits.Store(s.waits.Load())
+	if err := e.impl.EventRecord(e.h, s.h); err != nil {
+		return err // where the event stands is unknown
+	}
+	e.pointWork.Store(work)
+	e.pointWaits.Store(waits)
 	e.pointStream.Store(s.id)
-	return e.impl.EventRecord(e.h, s.h)
+	return nil
 }
 
 // point returns the point of its stream where e was last recorded; ok

@@ -448,3 +448,63 @@ func TestWaitsAfter(t *testing.T) {
 	drain(o)
 	drain(s)
 }
+
+// failingRecord is the CPU backend with event records that can be made to
+// fail.
+type failingRecord struct {
+	runtime.Impl
+	fail atomic.Bool
+}
+
+func (f *failingRecord) EventRecord(e, s any) error {
+	if f.fail.Load() {
+		return runtime.Errorf("EventRecord", runtime.StatusError, "refused for the test")
+	}
+	return f.Impl.EventRecord(e, s)
+}
+
+// An event whose last record failed stands nowhere known: a wait for it is
+// counted as work of the waiting stream, not as a wait for a known point.
+func TestWaitAfterAFailedRecord(t *testing.T) {
+	impl := &failingRecord{Impl: cpu.New(cpu.WithDevices(1))}
+	s, err := runtime.NewStreamWith(impl, dev0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := runtime.NewStreamWith(impl, dev0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := runtime.NewEventWith(impl, dev0, runtime.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ev.Destroy(); _ = s.Destroy(); _ = o.Destroy() })
+	if err := ev.Record(o); err != nil {
+		t.Fatal(err)
+	}
+	work, waits := s.WorkOps(), s.Waits()
+	if err := s.WaitEvent(ev); err != nil {
+		t.Fatal(err)
+	}
+	if s.WorkOps() != work || s.Waits() != waits+1 {
+		t.Errorf("a wait for a recorded event: WorkOps +%d, Waits +%d; want +0, +1", s.WorkOps()-work, s.Waits()-waits)
+	}
+	impl.fail.Store(true)
+	if err := ev.Record(o); err == nil {
+		t.Fatal("the record did not fail")
+	}
+	impl.fail.Store(false)
+	work, waits = s.WorkOps(), s.Waits()
+	if err := s.WaitEvent(ev); err != nil {
+		t.Fatal(err)
+	}
+	if s.WorkOps() != work+1 || s.Waits() != waits {
+		t.Errorf("a wait for an event whose record failed: WorkOps +%d, Waits +%d; want +1, +0", s.WorkOps()-work, s.Waits()-waits)
+	}
+	for _, st := range []*runtime.Stream{s, o} {
+		if err := st.Synchronize(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
