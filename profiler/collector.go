@@ -291,8 +291,9 @@ type waitingStream struct {
 // range could complete when the stuck work does and time that range
 // wrong. They stay out of the pool for good, two events of WithEventPool
 // at most per range (four where its boundaries shared another stream's
-// events, which are held by later ranges too). It returns how many ranges it abandoned. Its callers
-// collect first, which tries each pending range once more.
+// events, which later ranges may hold too). It returns how many ranges it
+// abandoned. Its callers collect first, which tries each pending range
+// once more.
 func (p *Profiler) abandonLocked() int {
 	n := len(p.unresolved)
 	for _, u := range p.unresolved {

@@ -498,10 +498,10 @@ func (r *Recorder) record(s *runtime.Stream) *pooledEvent {
 // (Stream.WaitsAfter: a communication stream following the compute
 // stream's work, a compute stream waiting for a receive), an event
 // recorded now would complete at the later of the two. If that point is
-// the other stream's latest event of this recorder, share returns it as
-// well (also, with a reference), and the boundary is the later of the two
-// events; if not, or if s waited for more than one point, share returns
-// nil.
+// the other stream's latest event of this recorder, or one of the few
+// before it (waitedFor), share returns it as well (also, with a
+// reference), and the boundary is the later of the two events; if not, or
+// if s waited for more than one point, share returns nil.
 //
 // On a stream gone idle the device has passed the event before the range
 // began, and the idle time would count as the range's: the collector
