@@ -150,6 +150,16 @@ func soloGroup(t *testing.T) (*ccl.ProcessGroup, *runtime.Stream, runtime.Buffer
 	return pg, stream(t, dev[0]), floats(t, dev[0], []float32{1}), rt
 }
 
+// waitAll waits for every Work of ws.
+func waitAll(t *testing.T, ws []*ccl.Work) {
+	t.Helper()
+	for i, w := range ws {
+		if err := w.Wait(5 * time.Second); err != nil {
+			t.Fatalf("operation %d: %v", i, err)
+		}
+	}
+}
+
 // issueAllReduces issues k all-reduces on a one-rank group from s.
 func issueAllReduces(t *testing.T, pg *ccl.ProcessGroup, s *runtime.Stream, buf runtime.Buffer, k int) []*ccl.Work {
 	t.Helper()
@@ -182,11 +192,7 @@ func TestUnfinishedWorkKeepsItsEvent(t *testing.T) {
 		t.Fatalf("the first operation's event: %v, want one not yet reached", ev)
 	}
 	unblock()
-	for i, w := range ws {
-		if err := w.Wait(5 * time.Second); err != nil {
-			t.Fatalf("operation %d: %v", i, err)
-		}
-	}
+	waitAll(t, ws)
 }
 
 // An event handed out by Work.Event stays the caller's: a later operation
@@ -208,11 +214,7 @@ func TestHandedOutEventNotReused(t *testing.T) {
 		t.Error("the first operation no longer reports done")
 	}
 	unblock()
-	for i, w := range later {
-		if err := w.Wait(5 * time.Second); err != nil {
-			t.Fatalf("operation %d: %v", i, err)
-		}
-	}
+	waitAll(t, later)
 }
 
 // Works asked from another goroutine while their rank issues more
