@@ -17,7 +17,11 @@ import (
 //
 //   - follow's event is recorded on the caller's stream and waited for at
 //     once; StreamWaitEvent waits for the record made before the call, so
-//     the next follow may record the same event again.
+//     the next follow may record the same event again. Where the event
+//     recorded last on that stream, by anyone, still marks its point (a
+//     profiler's range end, the previous follow's), the communication
+//     stream waits for that one and nothing is recorded
+//     (runtime.Stream.WaitStream).
 //   - completion events go round a ring of completionSlots per rank. An
 //     operation takes the slot after the previous one's; the Work that
 //     held it gives its event up (Work.release) once the device has passed
@@ -92,11 +96,8 @@ func (pg *ProcessGroup) follow(r *localRank, s *runtime.Stream) error {
 			r.events.follow = ready
 		}
 	}
-	err := ready.Record(s)
-	if err == nil {
-		err = r.stream.WaitEvent(ready)
-	}
-	if err != nil && r.events.follow == ready {
+	recorded, err := r.stream.WaitStream(s, ready)
+	if err != nil && recorded && r.events.follow == ready {
 		r.events.follow = nil // its state is unknown: the next follow makes another
 	}
 	return err

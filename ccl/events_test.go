@@ -3,6 +3,7 @@ package ccl_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,10 +14,19 @@ import (
 	"github.com/trainscope/trainscope/runtime/cpu"
 )
 
-// eventCounting is the cpu runtime, counting the events created through it.
+// eventCounting is the cpu runtime, counting the events created through
+// it, whose event records fail while failRecords is set.
 type eventCounting struct {
 	runtime.Impl
-	created atomic.Int64
+	created     atomic.Int64
+	failRecords atomic.Bool
+}
+
+func (e *eventCounting) EventRecord(ev, s any) error {
+	if e.failRecords.Load() {
+		return runtime.Errorf("EventRecord", runtime.StatusError, "refused for the test")
+	}
+	return e.Impl.EventRecord(ev, s)
 }
 
 func (e *eventCounting) EventCreate(dev int, flags runtime.EventFlag) (any, error) {
@@ -267,4 +277,109 @@ func TestWorksAskedWhileEventsAreReused(t *testing.T) {
 	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// heldBack fails the test if w completes within 200ms: its stream must
+// still be waiting. (A slow machine can only make this pass where it
+// should not, never fail where it should pass.)
+func heldBack(t *testing.T, w *ccl.Work, what string) {
+	t.Helper()
+	if err := w.Wait(200 * time.Millisecond); err == nil {
+		t.Errorf("%s completed before the work it follows", what)
+	}
+}
+
+// An operation issued inside a group follows what its stream holds at the
+// outermost GroupEnd, when the group's kernels are enqueued, as NCCL's do:
+// here work enqueued on the stream after the call and before GroupEnd.
+func TestGroupedOperationFollowsItsStreamAtGroupEnd(t *testing.T) {
+	pg, s, buf, _ := soloGroup(t)
+	if err := pg.GroupStart(); err != nil {
+		t.Fatal(err)
+	}
+	w := issueAllReduces(t, pg, s, buf, 1)[0]
+	unblock := blockStream(t, s)
+	if err := pg.GroupEnd(); err != nil {
+		t.Fatal(err)
+	}
+	heldBack(t, w, "the grouped all-reduce")
+	unblock()
+	waitAll(t, []*ccl.Work{w})
+}
+
+// Where an event recorded last on the caller's stream by someone else (a
+// profiler ending a range) still marks the stream's point, the group's
+// communication stream waits for that one: the operations record nothing
+// on the caller's stream, one at a time or in a group, and still follow it.
+func TestOperationsFollowTheLatestEvent(t *testing.T) {
+	for _, grouped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("grouped=%v", grouped), func(t *testing.T) {
+			pg, s, buf, _ := soloGroup(t)
+			theirs, err := runtime.NewEventWith(cpuRuntime(t), s.Device(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = theirs.Destroy() })
+			unblock := blockStream(t, s)
+			if err := theirs.Record(s); err != nil {
+				t.Fatal(err)
+			}
+			ops := s.Ops()
+			var ws []*ccl.Work
+			if grouped {
+				if err := pg.GroupStart(); err != nil {
+					t.Fatal(err)
+				}
+				// A group's operations run together: one buffer each.
+				for range 3 {
+					b := floats(t, s.Device(), []float32{1})
+					ws = append(ws, issueAllReduces(t, pg, s, b, 1)...)
+				}
+				if err := pg.GroupEnd(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ws = issueAllReduces(t, pg, s, buf, 3)
+			}
+			if got := s.Ops(); got != ops {
+				t.Errorf("three all-reduces enqueued %d operations on the caller's stream, want none", got-ops)
+			}
+			heldBack(t, ws[2], "the last all-reduce")
+			unblock()
+			waitAll(t, ws)
+		})
+	}
+}
+
+// A group whose communication stream cannot be made to follow the caller's
+// stream at GroupEnd fails its operations with an error that says so, and
+// closes the backend's group: the next group runs.
+func TestGroupEndFollowFailure(t *testing.T) {
+	pg, s, buf, rt := soloGroup(t)
+	if err := pg.GroupStart(); err != nil {
+		t.Fatal(err)
+	}
+	ws := issueAllReduces(t, pg, s, buf, 1)
+	if err := cpu.Enqueue(s, func() {}); err != nil { // work after any event: the group records its own
+		t.Fatal(err)
+	}
+	rt.failRecords.Store(true)
+	err := pg.GroupEnd()
+	rt.failRecords.Store(false)
+	if err == nil || !strings.Contains(err.Error(), "order after the caller's stream") {
+		t.Fatalf("GroupEnd with the follow's record failing: %v, want an error about ordering after the caller's stream", err)
+	}
+	for i, w := range ws {
+		if werr := w.Wait(5 * time.Second); werr == nil || !strings.Contains(werr.Error(), "refused for the test") {
+			t.Errorf("operation %d: Wait: %v, want the launch's failure", i, werr)
+		}
+	}
+	if err := pg.GroupStart(); err != nil {
+		t.Fatal(err)
+	}
+	later := issueAllReduces(t, pg, s, buf, 1)
+	if err := pg.GroupEnd(); err != nil {
+		t.Fatalf("the next group: %v", err)
+	}
+	waitAll(t, later)
 }

@@ -65,6 +65,9 @@ type Impl interface {
 	// GroupStart and GroupEnd bracket calls that the backend may fuse and
 	// must not serialise against each other (a Send and Recv between the
 	// same pair, say). Prefer Group or NewGroupGuard to calling them.
+	// Calls between them enqueue nothing on their streams before the
+	// outermost GroupEnd, as NCCL's do not: a ProcessGroup orders them
+	// after their callers' streams just before it.
 	GroupStart() error
 	GroupEnd() error
 	// GetAsyncError returns the communicator's asynchronous error: nil

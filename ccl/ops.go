@@ -184,11 +184,19 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	if err != nil {
 		return nil, err
 	}
-	// The operation follows what the caller enqueued on s. A caller that
-	// enqueues on the group's own stream (Stream) is ordered already and
-	// costs the device no wait.
+	// Inside a group the call is only queued: its kernel is launched by
+	// the outermost GroupEnd, which times it then (launchTimed).
+	grouped := pg.groupOpen()
+	// The operation follows what the caller enqueued on s: at once, or
+	// inside a group what s holds at the outermost GroupEnd, when the
+	// group's kernels are enqueued (as NCCL's follow their streams).
+	// A caller that enqueues on the group's own stream (Stream) is
+	// ordered already and costs the device no wait.
+	var after *runtime.Stream
 	if s != r.stream {
-		if err := pg.follow(r, s); err != nil {
+		if grouped {
+			after = s
+		} else if err := pg.follow(r, s); err != nil {
 			return nil, err
 		}
 	}
@@ -201,9 +209,6 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 	c.Seq = *seq
 	c.BusFactor = BusFactor(c.Op, pg.size)
 	rec := profiler.FromContext(ctx)
-	// Inside a group the call is only queued: its kernel is launched by
-	// the outermost GroupEnd, which times it then (launchTimed).
-	grouped := pg.groupOpen()
 	if !grouped {
 		rec.StartCollective(c.Op, r.stream, c)
 	}
@@ -220,7 +225,7 @@ func (pg *ProcessGroup) issue(ctx context.Context, s *runtime.Stream, r *localRa
 		}
 		return nil, err
 	}
-	w := &Work{pg: pg, r: r, op: c.Op, seq: r.seq, done: done, recorded: make(chan struct{})}
+	w := &Work{pg: pg, r: r, op: c.Op, seq: r.seq, done: done, after: after, recorded: make(chan struct{})}
 	slot.owner = w
 	r.seq++
 	*seq++

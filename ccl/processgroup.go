@@ -23,8 +23,12 @@ import (
 //
 // Every operation is addressed to the local rank whose device holds the
 // buffer passed in. It is ordered after the work already enqueued on the
-// caller's stream s (an event recorded there), runs on that rank's own
-// communication stream, and returns a Work. Counts are derived from buffer
+// caller's stream s (runtime.Stream.WaitStream: an event recorded there,
+// or the one another caller recorded last where it still marks the
+// stream's point) — inside a group, the work enqueued on s by the
+// outermost GroupEnd, when the group's kernels are enqueued, as with
+// NCCL — runs on that rank's own communication stream, and returns a
+// Work. Counts are derived from buffer
 // sizes. With a profiler.Recorder in ctx, each operation is a collective
 // range on the communication stream.
 //
@@ -228,8 +232,10 @@ func (pg *ProcessGroup) Stream(dev runtime.Device) *runtime.Stream {
 func (pg *ProcessGroup) GroupStart() error { return pg.gt.start(pg.impl) }
 
 // GroupEnd closes the calling goroutine's innermost group; at the
-// outermost level it launches the operations issued inside and marks
-// their completion points.
+// outermost level it orders the operations issued inside after the work on
+// their callers' streams (once per stream), launches them and marks their
+// completion points. Where that ordering fails, the group's operations
+// fail with the error it returns.
 func (pg *ProcessGroup) GroupEnd() error { return pg.gt.end(pg.impl, &pg.name) }
 
 func (gt groupTable) start(impl Impl) error {
@@ -300,6 +306,15 @@ func (gt groupTable) end(impl Impl, group *string) error {
 // around the launch (Recorder.Grouped), since that is when the group's
 // kernels are enqueued.
 func launchTimed(works []*Work, groupEnd func() error) error {
+	// The communication streams wait for their callers' streams first,
+	// outside the ranges, as an operation issued outside a group does
+	// before its range starts.
+	if err := followAll(works); err != nil {
+		// The backend's group is open: close it, and fail the calls,
+		// whose kernels would not follow the work they were issued
+		// after.
+		return errors.Join(err, groupEnd())
+	}
 	// The backend launches on the streams' handles (NCCL), which the
 	// runtime does not see: mark them, inside the ranges, so that their
 	// ends are new events after the launch and not their starts again.
@@ -326,6 +341,36 @@ func launchTimed(works []*Work, groupEnd func() error) error {
 		launch = func() error { return rec.Grouped(cs, inner) }
 	}
 	return launch()
+}
+
+// followAll makes each communication stream of works wait for the
+// streams their calls were issued from, once per pair of streams.
+func followAll(works []*Work) error {
+	type pair struct {
+		r     *localRank
+		after *runtime.Stream
+	}
+	var done []pair // a group holds a few calls: a map costs more
+next:
+	for _, w := range works {
+		if w.after == nil || w.pg.destroyed.Load() {
+			continue // a destroyed group's comm fails the launch
+		}
+		p := pair{w.r, w.after}
+		for _, d := range done {
+			if d.r.stream == p.r.stream && d.after == p.after {
+				continue next
+			}
+		}
+		done = append(done, p)
+		w.r.mu.Lock()
+		err := w.pg.follow(w.r, w.after)
+		w.r.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("ccl: %s: group %q rank %d: order after the caller's stream: %w", w.op, w.pg.name, w.r.rank, err)
+		}
+	}
+	return nil
 }
 
 // groupOpen reports whether the calling goroutine has a group open.

@@ -27,9 +27,12 @@ type Work struct {
 	seq  uint64
 	done *runtime.Event
 
-	// Inside a group: the profiler range is recorded at GroupEnd.
-	rec  *profiler.Recorder
-	call profiler.GroupedCollective
+	// Inside a group: the profiler range is recorded at GroupEnd, and
+	// the communication stream follows the caller's stream after (nil
+	// where the caller issued on the communication stream) then.
+	rec   *profiler.Recorder
+	call  profiler.GroupedCollective
+	after *runtime.Stream
 
 	recorded  chan struct{} // closed once done is recorded (after GroupEnd inside a group)
 	recordErr error         // written before recorded is closed

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,6 +15,10 @@ type Event struct {
 	h         any
 	flags     EventFlag
 	destroyed atomic.Bool
+	// mu is held while the event is recorded or destroyed, and by a
+	// Stream.WaitStream that waits for it, from the check that it still
+	// marks its stream's point to the wait.
+	mu sync.Mutex
 	// Where the last Record put it: the stream's ID (0 while none, or
 	// while a Record is writing the others), its WorkOps and Waits then.
 	pointStream atomic.Uint64
@@ -86,6 +91,8 @@ func (e *Event) Record(s *Stream) error {
 	if s.dev != e.dev {
 		return Errorf("EventRecord", StatusInvalidArgument, "event on %s recorded on a stream of %s", e.dev, s.dev)
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	s.ops.Add(1) // not work (WorkOps): an event takes none of the stream's time
 	work, waits := s.work.Load(), s.waits.Load()
 	e.pointStream.Store(0)
@@ -95,7 +102,16 @@ func (e *Event) Record(s *Stream) error {
 	e.pointWork.Store(work)
 	e.pointWaits.Store(waits)
 	e.pointStream.Store(s.id)
+	s.latest.Store(e)
 	return nil
+}
+
+// marks reports whether e, last recorded on s, still marks s's current
+// point: nothing but event records and waits for points s had passed
+// were enqueued on s since. The caller holds e.mu.
+func (e *Event) marks(s *Stream) bool {
+	return !e.destroyed.Load() && e.pointStream.Load() == s.id &&
+		e.pointWork.Load() == s.work.Load() && e.pointWaits.Load() == s.waits.Load()
 }
 
 // point returns the point of its stream where e was last recorded; ok
@@ -139,7 +155,10 @@ func (e *Event) Destroy() error {
 	if e.impl == nil {
 		return Errorf("EventDestroy", StatusInvalidArgument, "zero Event (not made by NewEvent)")
 	}
-	if e.destroyed.Swap(true) {
+	e.mu.Lock() // not while a WaitStream waits for it
+	again := e.destroyed.Swap(true)
+	e.mu.Unlock()
+	if again {
 		return Errorf("EventDestroy", StatusInvalidArgument, "event on %s destroyed twice", e.dev)
 	}
 	return e.impl.EventDestroy(e.h)

@@ -27,6 +27,8 @@ type Stream struct {
 	waited   [keptWaits]waitPoint
 	forgotAt uint64        // the Ops after the latest wait no longer in waited
 	waits    atomic.Uint64 // such waits so far (Waits)
+
+	latest atomic.Pointer[Event] // the event last recorded on s (WaitStream)
 }
 
 // keptWaits is how many waits a stream remembers: a range boundary follows
@@ -278,6 +280,39 @@ func (s *Stream) WaitEvent(ev *Event) error {
 		s.enqueued()
 	}
 	return s.impl.StreamWaitEvent(s.h, ev.h)
+}
+
+// WaitStream makes work enqueued on s after this call wait for the work
+// enqueued on other so far, as recording an event on other and having s
+// wait for it does (PyTorch's wait_stream). Where the event recorded last
+// on other, by any caller, still marks other's current point — nothing
+// but events, and waits for points other had passed, enqueued after it —
+// s waits for that event, and spare is left as it was: a caller that
+// orders its streams this way records no event of its own right after
+// another caller (a profiler marking a range's end) has recorded one.
+// Otherwise spare, an event of other's device, is recorded on other and
+// waited for. It reports whether it recorded spare. The event waited for
+// may be recorded again as soon as WaitStream returns, as with WaitEvent.
+func (s *Stream) WaitStream(other *Stream, spare *Event) (recorded bool, err error) {
+	if err := s.live("StreamWaitStream"); err != nil {
+		return false, err
+	}
+	if err := other.live("StreamWaitStream"); err != nil {
+		return false, err
+	}
+	if ev := other.latest.Load(); ev != nil && ev.dev.Type == s.dev.Type {
+		ev.mu.Lock()
+		if ev.marks(other) {
+			err := s.WaitEvent(ev)
+			ev.mu.Unlock()
+			return false, err
+		}
+		ev.mu.Unlock()
+	}
+	if err := spare.Record(other); err != nil {
+		return true, err
+	}
+	return true, s.WaitEvent(spare)
 }
 
 // Destroy releases the stream. A second Destroy is an error, not a crash.
