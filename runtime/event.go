@@ -92,16 +92,18 @@ func (e *Event) Record(s *Stream) error {
 		return Errorf("EventRecord", StatusInvalidArgument, "event on %s recorded on a stream of %s", e.dev, s.dev)
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.ops.Add(1) // not work (WorkOps): an event takes none of the stream's time
+	s.records.Add(1)
 	work, waits := s.work.Load(), s.waits.Load()
 	e.pointStream.Store(0)
 	if err := e.impl.EventRecord(e.h, s.h); err != nil {
+		e.mu.Unlock()
 		return err // where the event stands is unknown
 	}
 	e.pointWork.Store(work)
 	e.pointWaits.Store(waits)
 	e.pointStream.Store(s.id)
+	e.mu.Unlock()
 	s.latest.Store(e)
 	return nil
 }

@@ -20,6 +20,7 @@ type Stream struct {
 	destroyed atomic.Bool
 	ops       atomic.Uint64 // operations enqueued through this package (Ops)
 	work      atomic.Uint64 // the same less event records and waits for known points (WorkOps)
+	records   atomic.Uint64 // event records (Records)
 
 	// The latest waits for events of other streams of the device whose
 	// point is known (WaitsAfter); waitMu guards waited.
@@ -207,6 +208,11 @@ func (s *Stream) Ops() uint64 { return s.ops.Load() }
 // streams) recorded an event of its own between them, or had the stream
 // wait for another.
 func (s *Stream) WorkOps() uint64 { return s.work.Load() }
+
+// Records counts the events recorded on s through Event.Record, by any
+// caller: what a profiler adds to a stream, beside what its communication
+// backends record to order their streams.
+func (s *Stream) Records() uint64 { return s.records.Load() }
 
 // Waits counts the waits WaitsAfter can report: equal counts at two
 // moments mean s was told to wait for no known point in between.

@@ -341,32 +341,33 @@ func TestStreamOpsCountsEnqueues(t *testing.T) {
 		adds  uint64
 		work  uint64 // WorkOps: event records take none of the stream's time
 		waits uint64
+		recs  uint64 // Records: events recorded on s
 	}{
-		{"Memset on s", func() error { return runtime.Memset(a, 1, s) }, 1, 1, 0},
-		{"Memset without a stream", func() error { return runtime.Memset(a, 1, nil) }, 0, 0, 0},
-		{"Copy", func() error { return runtime.Copy(b, a, s) }, 1, 1, 0},
-		{"CopyToDevice", func() error { return runtime.CopyToDevice(a, host, s) }, 1, 1, 0},
-		{"CopyToHost", func() error { return runtime.CopyToHost(host, a, s) }, 1, 1, 0},
+		{"Memset on s", func() error { return runtime.Memset(a, 1, s) }, 1, 1, 0, 0},
+		{"Memset without a stream", func() error { return runtime.Memset(a, 1, nil) }, 0, 0, 0, 0},
+		{"Copy", func() error { return runtime.Copy(b, a, s) }, 1, 1, 0, 0},
+		{"CopyToDevice", func() error { return runtime.CopyToDevice(a, host, s) }, 1, 1, 0, 0},
+		{"CopyToHost", func() error { return runtime.CopyToHost(host, a, s) }, 1, 1, 0, 0},
 		{"Gemm", func() error {
 			return runtime.Gemm(s, runtime.GemmArgs{Type: runtime.Float32, M: 2, N: 2, K: 2, Alpha: 1, A: a, LDA: 2, B: b, LDB: 2, C: a, LDC: 2})
-		}, 1, 1, 0},
-		{"Tanh", func() error { return runtime.Tanh(s, a, b, 4) }, 1, 1, 0},
-		{"EventRecord", func() error { return ev.Record(s) }, 1, 0, 0},
-		{"WaitEvent for s's own point", func() error { return s.WaitEvent(ev) }, 1, 0, 0},
-		{"EventRecord on another stream", func() error { return ev.Record(other) }, 0, 0, 0},
-		{"WaitEvent for another stream's point", func() error { return s.WaitEvent(ev) }, 1, 0, 1},
-		{"WaitEvent for an event never recorded", func() error { return s.WaitEvent(never) }, 1, 1, 0},
-		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }, 1, 1, 0},
-		{"MarkEnqueued", func() error { s.MarkEnqueued(); return nil }, 1, 1, 0},
+		}, 1, 1, 0, 0},
+		{"Tanh", func() error { return runtime.Tanh(s, a, b, 4) }, 1, 1, 0, 0},
+		{"EventRecord", func() error { return ev.Record(s) }, 1, 0, 0, 1},
+		{"WaitEvent for s's own point", func() error { return s.WaitEvent(ev) }, 1, 0, 0, 0},
+		{"EventRecord on another stream", func() error { return ev.Record(other) }, 0, 0, 0, 0},
+		{"WaitEvent for another stream's point", func() error { return s.WaitEvent(ev) }, 1, 0, 1, 0},
+		{"WaitEvent for an event never recorded", func() error { return s.WaitEvent(never) }, 1, 1, 0, 0},
+		{"Enqueue", func() error { return cpu.Enqueue(s, func() {}) }, 1, 1, 0, 0},
+		{"MarkEnqueued", func() error { s.MarkEnqueued(); return nil }, 1, 1, 0, 0},
 		{"a refused Tanh", func() error {
 			if runtime.Tanh(s, a, b, 1<<20) == nil {
 				t.Error("Tanh beyond the buffers succeeded")
 			}
 			return nil
-		}, 0, 0, 0},
+		}, 0, 0, 0, 0},
 	}
 	for _, st := range steps {
-		before, beforeWork, beforeWaits := s.Ops(), s.WorkOps(), s.Waits()
+		before, beforeWork, beforeWaits, beforeRecs := s.Ops(), s.WorkOps(), s.Waits(), s.Records()
 		if err := st.do(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -378,6 +379,9 @@ func TestStreamOpsCountsEnqueues(t *testing.T) {
 		}
 		if got := s.Waits() - beforeWaits; got != st.waits {
 			t.Errorf("%s: Waits grew by %d, want %d", st.name, got, st.waits)
+		}
+		if got := s.Records() - beforeRecs; got != st.recs {
+			t.Errorf("%s: Records grew by %d, want %d", st.name, got, st.recs)
 		}
 		// The steps share buffers, and some run on the calling goroutine:
 		// each waits for the one before, or they would race on a.
