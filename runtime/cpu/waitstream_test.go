@@ -53,13 +53,25 @@ func TestWaitStreamWaitsForTheLatestEvent(t *testing.T) {
 	if err := theirs.Record(o); err != nil {
 		t.Fatal(err)
 	}
+	waitStreamHeld(t, s, o, spare, false, release)
+}
+
+// waitStreamHeld has s WaitStream for o, which release holds, and checks
+// whether it recorded spare (one operation more on o) as wanted, and that
+// work enqueued on s after it runs only once o is released.
+func waitStreamHeld(t *testing.T, s, o *runtime.Stream, spare *runtime.Event, want bool, release func()) {
+	t.Helper()
 	ops := o.Ops()
 	recorded, err := s.WaitStream(o, spare)
-	if err != nil || recorded {
-		t.Fatalf("WaitStream: recorded %v, %v; want false, nil", recorded, err)
+	if err != nil || recorded != want {
+		t.Fatalf("WaitStream: recorded %v, %v; want %v, nil", recorded, err, want)
 	}
-	if got := o.Ops(); got != ops {
-		t.Errorf("WaitStream enqueued %d operations on the other stream, want none", got-ops)
+	wantOps := uint64(0)
+	if want {
+		wantOps = 1 // the spare's record
+	}
+	if got := o.Ops() - ops; got != wantOps {
+		t.Errorf("WaitStream enqueued %d operations on the other stream, want %d", got, wantOps)
 	}
 	ran := marker(t, s)
 	heldBack(t, ran, "work after WaitStream")
@@ -92,18 +104,7 @@ func TestWaitStreamRecordsAfterWorkOrWait(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ops := o.Ops()
-			recorded, err := s.WaitStream(o, spare)
-			if err != nil || !recorded {
-				t.Fatalf("WaitStream: recorded %v, %v; want true, nil", recorded, err)
-			}
-			if got := o.Ops(); got != ops+1 {
-				t.Errorf("WaitStream enqueued %d operations on the other stream, want 1 (the spare's record)", got-ops)
-			}
-			ran := marker(t, s)
-			heldBack(t, ran, "work after WaitStream")
-			release()
-			reaches(t, ran, "work after WaitStream")
+			waitStreamHeld(t, s, o, spare, true, release)
 		})
 	}
 }
