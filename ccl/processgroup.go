@@ -25,12 +25,11 @@ import (
 // buffer passed in. It is ordered after the work already enqueued on the
 // caller's stream s (runtime.Stream.WaitStream: an event recorded there,
 // or the one another caller recorded last where it still marks the
-// stream's point) — inside a group, the work enqueued on s by the
+// stream's point) — inside a group, after the work enqueued on s by the
 // outermost GroupEnd, when the group's kernels are enqueued, as with
 // NCCL — runs on that rank's own communication stream, and returns a
-// Work. Counts are derived from buffer
-// sizes. With a profiler.Recorder in ctx, each operation is a collective
-// range on the communication stream.
+// Work. Counts are derived from buffer sizes. With a profiler.Recorder in
+// ctx, each operation is a collective range on the communication stream.
 //
 // One goroutine should drive each local rank; operations on one rank are
 // numbered in the order they are issued, and collectives must be issued in
