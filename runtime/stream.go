@@ -298,7 +298,13 @@ func (s *Stream) WaitEvent(ev *Event) error {
 // another caller (a profiler marking a range's end) has recorded one.
 // Otherwise spare, an event of other's device, is recorded on other and
 // waited for. It reports whether it recorded spare. The event waited for
-// may be recorded again as soon as WaitStream returns, as with WaitEvent.
+// may be recorded again as soon as WaitStream returns, as with WaitEvent;
+// until then a Record of it on another goroutine waits too. So where s's
+// queue is full, WaitStream waits for s to make room, as any enqueue on s
+// does, and so does that goroutine's Record: if s can make room only once
+// that goroutine goes on, the two wait for each other. (A process group
+// calls it on the goroutine that issues on the caller's stream; in the
+// trainer, the one whose profiler records there too.)
 func (s *Stream) WaitStream(other *Stream, spare *Event) (recorded bool, err error) {
 	if err := s.live("StreamWaitStream"); err != nil {
 		return false, err
