@@ -34,6 +34,12 @@ type groupEntry struct {
 	ready chan struct{}
 	pg    *ProcessGroup
 	err   error
+	// cancel ends the creation's context (DestroyContext, on its
+	// deadline); destroyed, under the factory's mu, tells the creator to
+	// destroy the group it made (DestroyContext gave up waiting for it).
+	cancel    context.CancelCauseFunc
+	destroyed bool
+	finished  bool // pg and err are set; under the factory's mu
 }
 
 // groupSpec is what a group was asked for, so that a second request for
@@ -134,7 +140,7 @@ func (f *ProcessGroupFactory) GetOrCreate(name string, devices []runtime.Device)
 		seen[d] = true
 	}
 	spec := groupSpec{devices: slices.Clone(devices), nranks: len(devices), rank: -1}
-	return f.getOrCreate(context.Background(), op, name, spec, func() (*ProcessGroup, error) {
+	return f.getOrCreate(context.Background(), op, name, spec, func(context.Context) (*ProcessGroup, error) {
 		if err := f.init(); err != nil {
 			return nil, err
 		}
@@ -176,7 +182,7 @@ func (f *ProcessGroupFactory) GetOrCreateRank(ctx context.Context, name string, 
 		ctx = context.Background()
 	}
 	spec := groupSpec{devices: []runtime.Device{dev}, nranks: nranks, rank: rank}
-	return f.getOrCreate(ctx, op, name, spec, func() (*ProcessGroup, error) {
+	return f.getOrCreate(ctx, op, name, spec, func(ctx context.Context) (*ProcessGroup, error) {
 		if err := f.init(); err != nil {
 			return nil, err
 		}
@@ -249,34 +255,41 @@ func (f *ProcessGroupFactory) destroyComms(comms []Comm) {
 }
 
 // getOrCreate returns the entry for name, creating it with create when
-// absent. Only the creator runs create; the others wait for it, not for a
-// factory-wide lock.
-func (f *ProcessGroupFactory) getOrCreate(ctx context.Context, op, name string, spec groupSpec, create func() (*ProcessGroup, error)) (*ProcessGroup, error) {
+// absent. Only the creator runs create, with ctx (which DestroyContext may
+// cancel); the others wait for it, not for a factory-wide lock.
+func (f *ProcessGroupFactory) getOrCreate(ctx context.Context, op, name string, spec groupSpec, create func(context.Context) (*ProcessGroup, error)) (*ProcessGroup, error) {
 	f.mu.Lock()
 	if e, ok := f.groups[name]; ok {
 		f.mu.Unlock()
 		if !e.spec.equal(spec) {
 			return nil, Errorf(op, StatusInvalidArgument, "group %q exists with %s, asked for %s", name, e.spec, spec)
 		}
-		select {
-		case <-e.ready:
-		default:
-			// Still being created: wait, bounded by ctx. A select over
-			// both would pick at random when both are ready.
-			select {
-			case <-e.ready:
-			case <-ctx.Done():
-				return nil, &Error{Op: op, Status: StatusTimeout, Detail: fmt.Sprintf("group %q: gave up waiting for its creation by another caller", name), Err: ctx.Err()}
-			}
+		if err := waitCreated(ctx, e); err != nil {
+			return nil, &Error{Op: op, Status: StatusTimeout, Detail: fmt.Sprintf("group %q: gave up waiting for its creation by another caller", name), Err: err}
 		}
 		return e.pg, e.err
 	}
-	e := &groupEntry{spec: spec, ready: make(chan struct{})}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e := &groupEntry{spec: spec, ready: make(chan struct{}), cancel: cancel}
 	f.groups[name] = e
 	f.mu.Unlock()
 
-	pg, err := create()
+	pg, err := create(cctx)
+	if err != nil && context.Cause(cctx) == errFactoryDestroyed {
+		err = Errorf(op, StatusUnavailable, "group %q: creation cancelled: the factory was destroyed meanwhile (%v)", name, err)
+	}
 	f.mu.Lock()
+	if err == nil && e.destroyed {
+		// DestroyContext gave up waiting for this creation and left the
+		// group to be destroyed here, at once (it has no work).
+		f.mu.Unlock()
+		done, stop := context.WithCancel(context.Background())
+		stop()
+		_ = pg.DestroyContext(done)
+		pg, err = nil, Errorf(op, StatusUnavailable, "group %q: destroyed as its creation ended: the factory was destroyed meanwhile", name)
+		f.mu.Lock()
+	}
 	if err != nil {
 		// Forget the failure so that a later call may try again; callers
 		// already waiting get this error.
@@ -286,7 +299,7 @@ func (f *ProcessGroupFactory) getOrCreate(ctx context.Context, op, name string, 
 	} else {
 		pg.release = func() { f.forget(name, e) }
 	}
-	e.pg, e.err = pg, err
+	e.pg, e.err, e.finished = pg, err, true
 	f.mu.Unlock()
 	close(e.ready)
 	return pg, err
@@ -301,8 +314,16 @@ func (f *ProcessGroupFactory) forget(name string, e *groupEntry) {
 }
 
 // Get returns the group called name; the error for an unknown name lists
-// the groups that exist.
+// the groups that exist. A group being created is waited for as long as
+// its creation takes (bounded by its creator's context); GetContext bounds
+// the wait.
 func (f *ProcessGroupFactory) Get(name string) (*ProcessGroup, error) {
+	return f.GetContext(context.Background(), name)
+}
+
+// GetContext is Get waiting for a group being created until ctx ends at
+// most.
+func (f *ProcessGroupFactory) GetContext(ctx context.Context, name string) (*ProcessGroup, error) {
 	if err := f.usable("Get"); err != nil {
 		return nil, err
 	}
@@ -316,9 +337,32 @@ func (f *ProcessGroupFactory) Get(name string) (*ProcessGroup, error) {
 		}
 		return nil, Errorf("Get", StatusInvalidArgument, "no process group %q on %s (known: %s)", name, f.impl.Type(), known)
 	}
-	<-e.ready
+	if err := waitCreated(ctx, e); err != nil {
+		return nil, Errorf("Get", StatusTimeout, "group %q: gave up waiting for its creation: %v", name, err)
+	}
 	return e.pg, e.err
 }
+
+// waitCreated waits for e's creation to end, or for ctx to end first (its
+// cause then). A created entry counts as created even when ctx has ended:
+// a select over both would pick at random when both are ready.
+func waitCreated(ctx context.Context, e *groupEntry) error {
+	select {
+	case <-e.ready:
+		return nil
+	default:
+	}
+	select {
+	case <-e.ready:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// errFactoryDestroyed is the cause a creation's context is cancelled with
+// by DestroyContext.
+var errFactoryDestroyed = errors.New("ccl: the process group factory was destroyed")
 
 // Names returns the names of the groups created or being created, sorted.
 func (f *ProcessGroupFactory) Names() []string {
@@ -344,21 +388,37 @@ func (f *ProcessGroupFactory) Destroy() error { return f.DestroyContext(context.
 
 // DestroyContext is Destroy with each group destroyed by
 // ProcessGroup.DestroyContext(ctx): once ctx has ended, the groups whose
-// work is still pending are aborted at once.
+// work is still pending are aborted at once. A group still being created
+// when ctx ends (a peer that never joins) is not waited for: its creation
+// is cancelled, the group destroyed where it was made all the same, and
+// its creator gets an error; the returned error names it.
 func (f *ProcessGroupFactory) DestroyContext(ctx context.Context) error {
 	if f == nil {
 		return nil
 	}
 	f.mu.Lock()
-	entries := make([]*groupEntry, 0, len(f.groups))
-	for _, name := range slices.Sorted(maps.Keys(f.groups)) {
+	names := slices.Sorted(maps.Keys(f.groups))
+	entries := make([]*groupEntry, 0, len(names))
+	for _, name := range names {
 		entries = append(entries, f.groups[name])
 	}
 	clear(f.groups)
 	f.mu.Unlock()
 	var errs []error
-	for _, e := range entries {
-		<-e.ready
+	for i, e := range entries {
+		if err := waitCreated(ctx, e); err != nil {
+			f.mu.Lock()
+			// Where the creator has not set pg yet, it destroys the
+			// group it makes; else that group is destroyed below.
+			e.destroyed = !e.finished
+			abandon := e.destroyed
+			f.mu.Unlock()
+			if abandon {
+				e.cancel(errFactoryDestroyed)
+				errs = append(errs, Errorf("Destroy", StatusTimeout, "group %q: still being created when the deadline passed (%v): its creation cancelled, the group destroyed if it is made", names[i], err))
+				continue
+			}
+		}
 		if e.pg != nil {
 			if err := e.pg.DestroyContext(ctx); err != nil {
 				errs = append(errs, err)

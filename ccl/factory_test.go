@@ -281,3 +281,50 @@ func TestNilFactoryAndWork(t *testing.T) {
 		t.Error("nil Work: Done or Event reports something")
 	}
 }
+
+// A nil process group (what a failed GetOrCreate returns) answers with
+// errors instead of panicking.
+func TestNilProcessGroup(t *testing.T) {
+	var pg *ccl.ProcessGroup
+	ctx := context.Background()
+	rt := cpuRuntime(t)
+	dev := runtime.Device{Type: runtime.CPU}
+	buf, err := runtime.Malloc(dev, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.Free(buf)
+	s, err := runtime.NewStreamWith(rt, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	ops := map[string]func() error{
+		"AllReduce": func() error { _, err := pg.AllReduce(ctx, s, buf, runtime.Float32, ccl.Sum); return err },
+		"Broadcast": func() error { _, err := pg.Broadcast(ctx, s, buf, runtime.Float32, 0); return err },
+		"Reduce":    func() error { _, err := pg.Reduce(ctx, s, buf, runtime.Float32, ccl.Sum, 0); return err },
+		"AllGather": func() error { _, err := pg.AllGather(ctx, s, buf, buf, runtime.Float32); return err },
+		"ReduceScatter": func() error {
+			_, err := pg.ReduceScatter(ctx, s, buf, buf, runtime.Float32, ccl.Sum)
+			return err
+		},
+		"Send":       func() error { _, err := pg.Send(ctx, s, buf, runtime.Float32, 1); return err },
+		"Recv":       func() error { _, err := pg.Recv(ctx, s, buf, runtime.Float32, 1); return err },
+		"RankOf":     func() error { _, err := pg.RankOf(dev); return err },
+		"Comm":       func() error { _, err := pg.Comm(dev); return err },
+		"GroupStart": pg.GroupStart,
+		"GroupEnd":   pg.GroupEnd,
+		"Group":      func() error { return pg.Group(func() error { return nil }) },
+	}
+	for name, op := range ops {
+		if err := op(); !errors.Is(err, ccl.StatusInvalidArgument) || !strings.Contains(err.Error(), "nil *ProcessGroup") {
+			t.Errorf("nil group: %s: %v, want InvalidArgument naming the nil group", name, err)
+		}
+	}
+	if pg.Name() != "" || pg.Size() != 0 || pg.Devices() != nil || pg.Stream(dev) != nil || pg.Backend() == runtime.CPU || pg.Backend() == runtime.CUDA {
+		t.Error("nil group: Name, Size, Devices, Stream or Backend reports something")
+	}
+	if err := pg.Destroy(); err != nil {
+		t.Errorf("nil group: Destroy: %v", err)
+	}
+}

@@ -115,6 +115,9 @@ func (pg *ProcessGroup) p2p(ctx context.Context, op string, s *runtime.Stream, b
 
 // operand finds the local rank of buf's device and buf's element count.
 func (pg *ProcessGroup) operand(op, what string, buf runtime.Buffer, dtype runtime.DataType) (*localRank, int, error) {
+	if pg == nil {
+		return nil, 0, errNilGroup(op)
+	}
 	if buf.IsZero() {
 		return nil, 0, Errorf(op, StatusInvalidArgument, "group %q: zero %sbuffer", pg.name, what)
 	}

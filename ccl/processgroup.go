@@ -167,17 +167,37 @@ func (pg *ProcessGroup) destroyStreams() {
 	}
 }
 
-// Name returns the group's name.
-func (pg *ProcessGroup) Name() string { return pg.name }
+// Name returns the group's name ("" for a nil group).
+func (pg *ProcessGroup) Name() string {
+	if pg == nil {
+		return ""
+	}
+	return pg.name
+}
 
-// Backend returns the device type whose backends the group uses.
-func (pg *ProcessGroup) Backend() runtime.DeviceType { return pg.backend }
+// Backend returns the device type whose backends the group uses (-1,
+// no device type, for a nil group).
+func (pg *ProcessGroup) Backend() runtime.DeviceType {
+	if pg == nil {
+		return -1
+	}
+	return pg.backend
+}
 
-// Size returns the number of ranks in the group, local or not.
-func (pg *ProcessGroup) Size() int { return pg.size }
+// Size returns the number of ranks in the group, local or not (0 for a
+// nil group).
+func (pg *ProcessGroup) Size() int {
+	if pg == nil {
+		return 0
+	}
+	return pg.size
+}
 
 // Devices returns the local devices, in rank order.
 func (pg *ProcessGroup) Devices() []runtime.Device {
+	if pg == nil {
+		return nil
+	}
 	out := make([]runtime.Device, len(pg.ranks))
 	for i, r := range pg.ranks {
 		out[i] = r.dev
@@ -186,6 +206,9 @@ func (pg *ProcessGroup) Devices() []runtime.Device {
 }
 
 func (pg *ProcessGroup) local(op string, dev runtime.Device) (*localRank, error) {
+	if pg == nil {
+		return nil, errNilGroup(op)
+	}
 	for _, r := range pg.ranks {
 		if r.dev == dev {
 			return r, nil
@@ -228,14 +251,24 @@ func (pg *ProcessGroup) Stream(dev runtime.Device) *runtime.Stream {
 // process group or any other on the same backend, whichever factory made
 // it — complete only after its
 // outermost GroupEnd; waiting on one before then times out.
-func (pg *ProcessGroup) GroupStart() error { return pg.gt.start(pg.impl) }
+func (pg *ProcessGroup) GroupStart() error {
+	if pg == nil {
+		return errNilGroup("GroupStart")
+	}
+	return pg.gt.start(pg.impl)
+}
 
 // GroupEnd closes the calling goroutine's innermost group; at the
 // outermost level it orders the operations issued inside after the work on
 // their callers' streams (once per stream), launches them and marks their
 // completion points. Where that ordering fails, the group's operations
 // fail with the error it returns.
-func (pg *ProcessGroup) GroupEnd() error { return pg.gt.end(pg.impl, &pg.name) }
+func (pg *ProcessGroup) GroupEnd() error {
+	if pg == nil {
+		return errNilGroup("GroupEnd")
+	}
+	return pg.gt.end(pg.impl, &pg.name)
+}
 
 func (gt groupTable) start(impl Impl) error {
 	id := gt.key()
@@ -434,7 +467,16 @@ func (gt groupTable) drop(pg *ProcessGroup) {
 // Group runs fn between GroupStart and GroupEnd; GroupEnd is called even
 // when fn fails, and the errors are joined.
 func (pg *ProcessGroup) Group(fn func() error) error {
+	if pg == nil {
+		return errNilGroup("Group")
+	}
 	return group(pg, fn)
+}
+
+// errNilGroup is the error of a call on a nil *ProcessGroup: the group a
+// failed GetOrCreate returned.
+func errNilGroup(op string) error {
+	return Errorf(op, StatusInvalidArgument, "nil *ProcessGroup (was the error of the call that returned it checked?)")
 }
 
 // DestroyTimeout bounds how long Destroy waits for a rank's pending work
@@ -465,8 +507,11 @@ func (pg *ProcessGroup) Destroy() error { return pg.DestroyContext(context.Backg
 // it. So is a communication stream still busy after its rank's abort:
 // destroying it could block until its work ends, which may be never. The
 // first call decides: a later call, whatever its ctx, returns its
-// result.
+// result. Destroying a nil group does nothing.
 func (pg *ProcessGroup) DestroyContext(ctx context.Context) error {
+	if pg == nil {
+		return nil
+	}
 	pg.destroyOnce.Do(func() {
 		pg.destroyed.Store(true)
 		// The name is free at once: the factory must not hand out a group

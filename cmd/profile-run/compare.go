@@ -175,7 +175,13 @@ func readSummary(name string) (jsonsummary.Document, error) {
 			return jsonsummary.Document{}, fmt.Errorf("%s: no such file: the run wrote no summary.json (it is written with the report into the run directory: not with -report off or -report PATH, nor by a profile-run older than summary.json)", path)
 		}
 	}
-	f, err := os.Open(path)
+	// A run directory's summary.json is a file; a summary named on the
+	// command line may be a pipe (`<(…)`) with its writer.
+	open := os.Open
+	if fi.IsDir() {
+		open = openRegular
+	}
+	f, err := open(path)
 	if err != nil {
 		return jsonsummary.Document{}, err
 	}

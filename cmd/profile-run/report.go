@@ -135,7 +135,7 @@ func openRunFile(dir, name, flags, why string) (*os.File, string, error) {
 		return nil, "", err
 	}
 	path := filepath.Join(dir, name)
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if runs := runsUnder(dir, name, "trace.json"); len(runs) > 0 {
 			return nil, path, outDirError(dir, runs, flags)
@@ -143,6 +143,36 @@ func openRunFile(dir, name, flags, why string) (*os.File, string, error) {
 		return nil, path, fmt.Errorf("%s: no such file: %s", path, why)
 	}
 	return f, path, err
+}
+
+// openRegular opens the file at path for reading where it is a regular
+// file (or a link to one). A run's outputs are; a named pipe or a device
+// in their place would leave the open, or the read, waiting for a writer
+// that never comes.
+func openRegular(path string) (*os.File, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s): profile-run writes its outputs as files", path, fileKind(fi.Mode()))
+	}
+	return os.Open(path)
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // printTextReport copies the run's report.txt to stdout.

@@ -54,7 +54,11 @@ type Exporter struct {
 	cycleBuf   []profiler.Record
 	held       int  // spans queued or in flight: bounded by cfg.QueueSize
 	finished   bool // the export goroutine has taken its last batch
-	stats      Stats
+	// gaveUp: Shutdown stopped waiting for requests that did not return
+	// once cancelled and counted their spans as failed; what they answer
+	// later is not counted again.
+	gaveUp bool
+	stats  Stats
 
 	wake     chan struct{}
 	flushes  chan chan struct{}
@@ -516,6 +520,47 @@ func (e *Exporter) drain(wait bool) {
 	}
 }
 
+// stuckGrace is how long Shutdown waits, past its deadline, for requests
+// to return once cancelled, and for the span exporter's own Shutdown.
+const stuckGrace = 250 * time.Millisecond
+
+// giveUp counts the spans queued or in flight as failed, for good: their
+// requests have not returned once cancelled. It returns how many.
+func (e *Exporter) giveUp() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := uint64(e.held)
+	e.gaveUp = true
+	e.held = 0
+	e.stats.Failed += n
+	e.stats.LastError = errStuck
+	return n
+}
+
+// errStuck is LastError once Shutdown gave up on requests that did not
+// return.
+var errStuck = errors.New("spans not sent: the span exporter did not return after its requests were cancelled")
+
+// within runs fn, and waits for it until ctx ends and stuckGrace more;
+// then it returns, leaving fn running, with an error saying so.
+func within(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(stuckGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("the span exporter's Shutdown did not return within %v of its deadline (%v)", stuckGrace, ctx.Err())
+	}
+}
+
 // errAbandoned is LastError when spans were abandoned at Shutdown before
 // any request had failed.
 var errAbandoned = errors.New("spans not sent: the shutdown deadline passed first")
@@ -550,6 +595,10 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 		}
 	}
 	e.mu.Lock()
+	if e.gaveUp {
+		e.mu.Unlock()
+		return
+	}
 	e.held -= int(n)
 	st := &e.stats
 	st.Exported += ok
@@ -590,6 +639,9 @@ func (e *Exporter) export(spans []sdktrace.ReadOnlySpan) {
 func (e *Exporter) abandon(n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.gaveUp {
+		return
+	}
 	e.held -= n
 	e.stats.Failed += uint64(n)
 	if e.stats.LastError == nil {
@@ -735,8 +787,10 @@ var ErrShutdownDeadline = errors.New("spans still queued when the shutdown deadl
 // Shutdown exports what is queued, within ctx, then shuts the OTLP
 // exporter down. When ctx ends first, the request in flight is cancelled
 // and whatever is still queued is counted as failed; Shutdown returns once
-// the counts are final. Records consumed afterwards are dropped and
-// counted.
+// the counts are final. A span exporter that ignores the cancellation (one
+// given WithSpanExporter) is waited for stuckGrace (250 ms) more: then
+// what it holds counts as failed, and what it answers later is not
+// counted. Records consumed afterwards are dropped and counted.
 //
 // Only the first call does this, and only its ctx can cut the export
 // short. A later call, or one made while the first is under way, waits
@@ -785,13 +839,23 @@ func (e *Exporter) shutdown(ctx context.Context) error {
 	case <-e.done:
 	case <-ctx.Done():
 		e.cancelExport()
-		<-e.done // every request watches the cancelled context
-		// Only a deadline that cut spans short is news: an exporter with
-		// nothing queued ends as soon as it sees the stop, and a select
-		// with both ready picks either.
-		if e.Stats().Failed > failed {
-			err = fmt.Errorf("%s: %w (%w)", e.op("shutdown"), ErrShutdownDeadline, ctx.Err())
+		// Every request watches the cancelled context; a span exporter
+		// that does not (one of the caller's, WithSpanExporter) is given
+		// up on after stuckGrace.
+		t := time.NewTimer(stuckGrace)
+		select {
+		case <-e.done:
+			// Only a deadline that cut spans short is news: an exporter
+			// with nothing queued ends as soon as it sees the stop, and a
+			// select with both ready picks either.
+			if e.Stats().Failed > failed {
+				err = fmt.Errorf("%s: %w (%w)", e.op("shutdown"), ErrShutdownDeadline, ctx.Err())
+			}
+		case <-t.C:
+			n := e.giveUp()
+			err = fmt.Errorf("%s: %w (%w): the span exporter did not return within %v of its requests' cancellation: the %d spans queued or in flight count as failed", e.op("shutdown"), ErrShutdownDeadline, ctx.Err(), stuckGrace, n)
 		}
+		t.Stop()
 	}
 	sctx := ctx
 	if ctx.Err() != nil {
@@ -801,7 +865,7 @@ func (e *Exporter) shutdown(ctx context.Context) error {
 		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 0)
 		defer cancel()
 	}
-	serr := e.spans.Shutdown(sctx)
+	serr := within(sctx, func() error { return e.spans.Shutdown(sctx) })
 	if serr != nil && errors.Is(serr, context.DeadlineExceeded) && ctx.Err() != nil {
 		serr = nil // already reported above
 	}

@@ -452,3 +452,74 @@ func TestFlushAndShutdownErrorsNameTheEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// deaf is a span exporter that ignores its contexts: ExportSpans and
+// Shutdown return only once released.
+type deaf struct {
+	stub
+	entered, release chan struct{}
+	returned         chan struct{} // one value per ExportSpans that returned
+	once             sync.Once
+}
+
+func (d *deaf) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	d.once.Do(func() { close(d.entered) })
+	<-d.release
+	defer func() { d.returned <- struct{}{} }()
+	return d.stub.ExportSpans(ctx, spans)
+}
+
+func (d *deaf) Shutdown(ctx context.Context) error {
+	<-d.release
+	return d.stub.Shutdown(ctx)
+}
+
+// A span exporter that ignores cancellation (one of the caller's) does
+// not hold Shutdown past its deadline: Shutdown gives up on it, counts
+// what it held as failed, and says so; what the exporter answers later is
+// not counted again.
+func TestShutdownGivesUpOnADeafSpanExporter(t *testing.T) {
+	d := &deaf{entered: make(chan struct{}), release: make(chan struct{}), returned: make(chan struct{}, 100)}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(d.release) }) }
+	defer release()
+	exp, err := otelexp.New(context.Background(), nil, otelexp.Config{Epoch: epoch}, otelexp.WithSpanExporter(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, spans := records(10)
+	exp.Consume(recs)
+	select {
+	case <-d.entered:
+	case <-time.After(bound):
+		t.Fatal("no export reached the span exporter")
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		done <- exp.Shutdown(ctx)
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, otelexp.ErrShutdownDeadline) || !strings.Contains(err.Error(), "the span exporter did not return") ||
+			!strings.Contains(err.Error(), "Shutdown did not return") {
+			t.Errorf("Shutdown: %v; want the deadline error naming the span exporter that did not return, and its Shutdown", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("Shutdown waited for a span exporter that ignores its context")
+	}
+	st := exp.Stats()
+	if st.Pending != 0 || st.Failed != uint64(spans) || st.Exported != 0 || st.Queued != uint64(spans) {
+		t.Errorf("stats after Shutdown %+v; want all %d spans queued and failed, none pending", st, spans)
+	}
+	release()
+	select {
+	case <-d.returned:
+	case <-time.After(bound):
+		t.Fatal("the released export did not return")
+	}
+	if after := exp.Stats(); after.Failed != st.Failed || after.Exported != 0 || after.Pending != 0 {
+		t.Errorf("stats after the export returned late %+v; want them as at Shutdown %+v", after, st)
+	}
+}

@@ -129,8 +129,11 @@ func (a *Aggregate) Consume(batch []profiler.Record) {
 // AddStep adds an analysed step's wall-time split as step_time samples
 // (see StepTime): feed it every step, from analysis.WithStepFunc on the
 // analysis sink of the same run. Steps add to the samples without a step
-// label, as records do.
+// label, as records do. A nil step adds nothing.
 func (a *Aggregate) AddStep(st *analysis.Step) {
+	if st == nil {
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.st.addStep(st)

@@ -171,6 +171,7 @@ func TestStepTimeOfASimulatedSchedule(t *testing.T) {
 	agg := pprof.NewAggregate()
 	agg.Consume(recs)
 	agg.AddStep(&steps[0])
+	agg.AddStep(nil) // no step: adds nothing, and does not panic
 	p, err := agg.Profile()
 	if err != nil {
 		t.Fatal(err)
