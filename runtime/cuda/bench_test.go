@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	goruntime "runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,4 +463,122 @@ func BenchmarkLossSum(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkLaunchBesideQueries: what a thread's kernel launches cost while
+// other threads ask the driver about completed events, as the profiler's
+// collector does (two to four Elapsed calls per device range, on its own
+// goroutine) while the ranks launch. ns/op is one small kernel launch
+// (a tanh of 2,048 floats) on the benchmark's thread, with a second
+// thread launching on a stream of its own throughout (the default job's
+// other rank); the variants add a third thread calling, in a tight loop,
+// nothing (alone), runtime.Elapsed between two completed events
+// (elapsed), Event.Query on a completed event (query), or Elapsed paced
+// at one call every 30 µs (elapsed-paced: about the collector's rate on
+// the default job, 300 calls in a 9 ms step). Run with -test.bench
+// LaunchBesideQueries on a GPU machine.
+func BenchmarkLaunchBesideQueries(b *testing.B) {
+	gpu(b)
+	d := dev(0)
+	const n = 2048
+	x, y := malloc(b, d, 4*n), malloc(b, d, 4*n)
+	done1, done2 := newEvent(b, d), newEvent(b, d)
+	side := newStream(b, d)
+	if err := done1.Record(side); err != nil {
+		b.Fatal(err)
+	}
+	if err := done2.Record(side); err != nil {
+		b.Fatal(err)
+	}
+	if err := side.Synchronize(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	queriers := []struct {
+		name string
+		ask  func() error
+		gap  time.Duration
+	}{
+		{"alone", nil, 0},
+		{"elapsed", func() error { _, err := runtime.Elapsed(done1, done2); return err }, 0},
+		{"query", done2.Query, 0},
+		{"elapsed-paced", func() error { _, err := runtime.Elapsed(done1, done2); return err }, 30 * time.Microsecond},
+	}
+	for _, q := range queriers {
+		b.Run(q.name, func(b *testing.B) {
+			s, other := newStream(b, d), newStream(b, d)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var asked atomic.Int64
+			wg.Go(func() { // the other rank
+				goruntime.LockOSThread()
+				defer goruntime.UnlockOSThread()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := runtime.Tanh(other, x, y, n); err != nil {
+						b.Error(err)
+						return
+					}
+					if i%drainEvery == drainEvery-1 {
+						_ = other.Synchronize(context.Background())
+					}
+				}
+			})
+			if q.ask != nil {
+				wg.Go(func() { // the collector
+					goruntime.LockOSThread()
+					defer goruntime.UnlockOSThread()
+					next := time.Now()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if q.gap > 0 {
+							for time.Now().Before(next) {
+							}
+							next = next.Add(q.gap)
+						}
+						if err := q.ask(); err != nil {
+							b.Error(err)
+							return
+						}
+						asked.Add(1)
+					}
+				})
+			}
+			goruntime.LockOSThread()
+			defer goruntime.UnlockOSThread()
+			b.ReportAllocs()
+			start := time.Now()
+			for i := 0; b.Loop(); i++ {
+				if err := runtime.Tanh(s, x, y, n); err != nil {
+					b.Fatal(err)
+				}
+				if i%drainEvery == drainEvery-1 {
+					b.StopTimer()
+					_ = s.Synchronize(context.Background())
+					b.StartTimer()
+				}
+			}
+			wall := time.Since(start)
+			close(stop)
+			wg.Wait()
+			b.ReportMetric(float64(asked.Load())/wall.Seconds(), "asks/s")
+		})
+	}
+}
+
+func newEvent(tb testing.TB, d runtime.Device) *runtime.Event {
+	tb.Helper()
+	e, err := runtime.NewEvent(d, runtime.EventDefault)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Destroy() })
+	return e
 }
