@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainscope/trainscope/ccl"
 	"github.com/trainscope/trainscope/ccl/local"
+	"github.com/trainscope/trainscope/profiler"
 	"github.com/trainscope/trainscope/runtime"
 )
 
@@ -179,4 +180,56 @@ func TestTrainHugeSteps(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "step 2") {
 		t.Fatalf("Train = %v, want step 2 cancelled", err)
 	}
+}
+
+// A profiler that synchronises each device range (profile-run -profile
+// sync) waits on the rank's stream with no deadline of its own: where
+// that stream stops at a transfer whose sender stalled, and the
+// backend's waits outlast CommTimeout (as NCCL's do), the watchdog still
+// fails the step after CommTimeout and its abort frees the waiting rank,
+// and the ranges recorded so far survive.
+func TestWatchdogFreesARankSynchronisingEachRange(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	p, err := profiler.New(profiler.WithSyncEachRange())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig(2, 1, 1, Schedule1F1B)
+	cfg.Steps = 1
+	cfg.CommTimeout = 300 * time.Millisecond
+	cfg.Profiler = p
+	tr, err := newTrainerHooks(context.Background(), cfg, hooks{fault: stallRank0, ccl: local.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = tr.Step(context.Background())
+	checkStallError(t, cfg, err)
+	if !errors.Is(err, errStuck) {
+		t.Errorf("error %q is not the watchdog's", err)
+	}
+	// ccl/local's own wait is 60 s: a step that ended well before it
+	// was ended by the watchdog.
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the step failed after %v", d)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("Close after the watchdog's abort: %v", err)
+	}
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cut := 0
+	for _, r := range p.Snapshot() {
+		if r.Depth == 0 && r.Name == profiler.StepName && r.CutShort {
+			cut++
+		}
+	}
+	if cut != 2 {
+		t.Errorf("%d step ranges cut short, want one per rank (2)", cut)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Errorf("profiler Close: %v", err)
+	}
+	waitGoroutines(t, before)
 }
