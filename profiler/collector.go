@@ -220,7 +220,8 @@ func (p *Profiler) keepLocked(rec Record) {
 
 // resolveLocked turns unresolved device ranges whose end event completed
 // into records. The elapsed-time query doubles as the completion check, so
-// a resolved range costs the backend two calls. With wait, ranges that are
+// a resolved range costs the backend two calls, or one where its start is
+// the end of a range resolved before it in the pass (placeStart). With wait, ranges that are
 // still not ready (their events failed) are kept without device times.
 //
 // Without wait, a pass asks at most once per recorder and stream about
@@ -273,6 +274,9 @@ func (p *Profiler) resolveLocked(wait bool) {
 	clear(p.unresolved[len(kept):])
 	p.unresolved = kept
 	clear(p.waiting)
+	// Before the events go back: one recorded again would mark a new
+	// point.
+	clear(p.placed)
 	p.returnEventsLocked()
 }
 
@@ -370,11 +374,12 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 		at = u.startAt
 	}
 	point := cs.pick(at)
-	start, err := point.hostTime(u.start.Event)
+	start, err := p.placeStart(u.start, point)
 	if err != nil {
 		return err
 	}
 	end := start + dur
+	p.placed[u.end] = placement{point.ev, end}
 	// A boundary shared with another stream's point is the later of the
 	// two (Recorder.share).
 	if u.startAlso != nil {
@@ -401,6 +406,26 @@ func (p *Profiler) deviceTimesLocked(rec *Record, u unresolved) error {
 	}
 	rec.HasDevice, rec.DeviceStart, rec.DeviceEnd = true, start, end
 	return nil
+}
+
+// placement is where the device reached an event, on the host clock
+// through the calibration point whose event is point.
+type placement struct {
+	point *runtime.Event
+	at    time.Duration
+}
+
+// placeStart places a range's start event on the host clock through
+// point. A start shared with the end of a range resolved earlier in the
+// pass (Recorder.share: adjacent ranges of a stream) is where that range
+// placed its end, the same event's point, which costs the backend no
+// call; the resolve pass then asks one elapsed time per range rather
+// than two.
+func (p *Profiler) placeStart(ev *pooledEvent, point *calibration) (time.Duration, error) {
+	if pl, ok := p.placed[ev]; ok && pl.point == point.ev {
+		return pl.at, nil
+	}
+	return point.hostTime(ev.Event)
 }
 
 // finishBandwidth fills a collective's algorithm and bus bandwidth from

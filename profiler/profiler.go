@@ -46,6 +46,7 @@ type Profiler struct {
 	batch       []Record                     // records finished in this pass, for the sinks
 	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
 	waiting     map[waitingStream]bool       // in a resolve pass: streams with an end not yet done
+	placed      map[*pooledEvent]placement   // in a resolve pass: where the device reached the end events resolved so far
 	kick        chan struct{}                // a recorder running short asks for a collection
 	// lockWaiters counts the callers polling for p.mu in lockBy: while
 	// there are any, the collector starts no pass, which would otherwise
@@ -277,6 +278,7 @@ func New(opts ...Option) (*Profiler, error) {
 		calib:    make(map[runtime.Device]*clockSync),
 		returned: make(map[*Recorder][]*pooledEvent),
 		waiting:  make(map[waitingStream]bool),
+		placed:   make(map[*pooledEvent]placement),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),

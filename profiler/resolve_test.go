@@ -105,3 +105,77 @@ func TestResolveAsksOncePerWaitingStream(t *testing.T) {
 		last[k] = rec.DeviceEnd
 	}
 }
+
+// Adjacent ranges of a stream share their boundary events, and a resolve
+// pass places a shared start where the range before it placed its end:
+// a chain of ranges resolved in one pass costs one elapsed-time query a
+// range and one for the chain's first start, not two a range. The ranges
+// keep their order and durations.
+func TestResolveAsksOnceForASharedStart(t *testing.T) {
+	base, err := runtime.Lookup(runtime.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	impl := &elapsedCounter{Impl: base}
+	p := newProfiler(t, profiler.WithCollectInterval(0))
+	dev := runtime.Device{Type: runtime.CPU}
+	// The device's clock calibrated through the counting backend, before
+	// the recorder would calibrate it through the registered one: placing
+	// an event on the host clock is a query too.
+	if err := p.Calibrate(t.Context(), impl, dev); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.NewRecorder(0, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := runtime.NewStreamWith(impl, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Destroy() })
+	gate := make(chan struct{})
+	if err := cpu.Enqueue(s, func() { <-gate }); err != nil {
+		t.Fatal(err)
+	}
+	const ranges = 40
+	const work = 200 * time.Microsecond
+	for range ranges {
+		r.StartDevice("op", s)
+		if err := cpu.Enqueue(s, func() { time.Sleep(work) }); err != nil {
+			t.Fatal(err)
+		}
+		r.End()
+	}
+	close(gate)
+	if err := s.Synchronize(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	before := impl.calls.Load()
+	if err := p.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if asked := impl.calls.Load() - before; asked != ranges+1 {
+		t.Errorf("%d elapsed-time queries to resolve a chain of %d adjacent ranges; want %d, one a range and one for the first start", asked, ranges, ranges+1)
+	}
+	if st := p.Stats(); st.Adjacent != ranges-1 {
+		t.Fatalf("%d boundary events shared by %d ranges: want %d, the ranges adjacent (stats %+v)", st.Adjacent, ranges, ranges-1, st)
+	}
+	recs := p.Snapshot()
+	if len(recs) != ranges {
+		t.Fatalf("%d records, want %d", len(recs), ranges)
+	}
+	var prevEnd time.Duration
+	for i, rec := range recs {
+		if !rec.HasDevice {
+			t.Fatalf("range %d has no device times", i)
+		}
+		if d := rec.DeviceDuration(); d < work {
+			t.Errorf("range %d: device duration %v, shorter than its work (%v)", i, d, work)
+		}
+		if i > 0 && rec.DeviceStart < prevEnd {
+			t.Errorf("range %d starts on the device at %v, before range %d ends (%v)", i, rec.DeviceStart, i-1, prevEnd)
+		}
+		prevEnd = rec.DeviceEnd
+	}
+}
