@@ -9,8 +9,9 @@
 // of the input). It is split into Stages × Chunks virtual stages — chunk c
 // of stage s holds virtual stage c·Stages + s, Megatron's interleaved
 // assignment — and replicated Replicas times. Rank replica·Stages + stage
-// runs on device index rank of Config.Backend in its own goroutine,
-// locked to its OS thread, and executes its stage's actions from the
+// runs on device index rank mod Trainer.Placement().Devices of Config.Backend
+// (ranks share devices where Config.Devices or the backend offers fewer
+// than ranks) in its own goroutine, locked to its OS thread, and executes its stage's actions from the
 // GPipe or interleaved 1F1B schedule (package schedule): activations and
 // gradients travel between stages with Send and Recv on a pipeline
 // process group per replica, and gradients are averaged over a

@@ -16,8 +16,8 @@
 // host times only, marked Record.DeviceUnfinished and counted in
 // Stats.Abandoned.
 //
-// The hot path takes only the recording rank's own lock, once, and
-// allocates nothing; memory is bounded per recorder and overall, and every
+// The hot path takes no lock (a recorder's own mutex only when its private
+// cache of timing events runs out) and allocates nothing; memory is bounded per recorder and overall, and every
 // range that does not fit is counted in Stats. Snapshot, Reset, Report and
 // SetTag are safe while ranks record.
 //

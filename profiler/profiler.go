@@ -204,7 +204,10 @@ func WithSeedStyleSync() Option { return WithSyncEachRange() }
 // By default a range's start or end takes the last event the recorder
 // recorded on the same stream when nothing but events has been recorded on
 // the stream since (runtime.Stream.WorkOps) instead of recording another:
-// one recorded then would mark the same point of the stream. (A start the device
+// one recorded then would mark the same point of the stream. Where the
+// stream has since waited for one point of another stream only, and the
+// recorder holds an event marking that point, the boundary is the later
+// of the two events (runtime.Stream.WaitsAfter). (A start the device
 // reached before the range began, the stream idle in between, counts from
 // the range's host start: no work of the range was issued before it.)
 // Back-to-back ranges then cost one event record each instead of two, a

@@ -10,7 +10,10 @@
 //	device_time/nanoseconds  the range's device time minus its nearest device-timed descendants' (self time)
 //	ranges/count             1
 //
-// host_time is the default sample type. Because the values are self
+// host_time is the default sample type, except in an Aggregate given
+// analysed steps (AddStep), as profile-run's profile.pb.gz is: it adds a
+// fourth, step_time/nanoseconds (each rank's step wall time split by what
+// used it, idle time included), and makes that the default. Because the values are self
 // times, pprof's cum for a range name adds back what its descendants hold
 // and equals the report's total for that name: cum of host_time is
 // profiler.Summarize's HostTotal summed over ranks and steps, cum of

@@ -2,10 +2,13 @@
 //
 // An Exporter is a profiler.Sink: every finished record updates
 // client_golang metrics as it arrives, off the recording hot path — range
-// host and device durations by name, kind, stage, chunk and phase;
-// collective bytes, durations and algorithm and bus bandwidth by op, group
-// and power-of-two message size; step time; per-stage busy and idle
-// seconds; record counts by name. At scrape time a collector reads the
+// host and device durations and record counts by name; collective bytes
+// and durations by rank, op and group, algorithm and bus bandwidth by op;
+// step time; per-stage busy and idle seconds. WithDetail(true) labels
+// ranges by name, kind, stage, chunk and phase, record counts by rank and
+// name, and collectives and their bandwidths by rank, op, group and
+// power-of-two message size (docs/metrics.md lists every metric and its
+// labels). At scrape time a collector reads the
 // profiler's Stats (records kept and pending, ranges dropped, overflow,
 // event shortages), and other exporters can publish what they delivered
 // and lost through AddDelivery.

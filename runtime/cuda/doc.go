@@ -30,9 +30,10 @@
 // toolkit's extras/CUPTI): the GPU start and end of every kernel, copy and
 // memset, delivered in buffers CUPTI fills, with nothing recorded in the
 // streams. Ids pushed around launches (ActivityTrace.Push) come back with
-// the kernels those launches made. The profiler does not use it yet:
-// BenchmarkActivityHostCost measures what it costs the host beside a
-// timing event (docs/benchmarks.md).
+// the kernels those launches made. StartWorkTrace builds the profiler's
+// work trace on it (profiler.WithWorkTrace, profile-run -device-timing
+// trace); BenchmarkActivityHostCost measures what it costs the host beside
+// a timing event (docs/benchmarks.md).
 //
 // Memory statistics are counters the backend keeps per device (bytes in
 // use through it and their peak), with the device's total and free memory
