@@ -82,6 +82,12 @@ func (p *Profiler) collectLocked() {
 	for _, r := range p.recorders {
 		q, xq := r.pending, r.extras
 		h, t := q.head.Load(), q.tail.Load()
+		// After the tail: a drop before any range published up to it is
+		// noted by now, and goes to the sinks before that range does.
+		if d := r.dropped.Load(); d != r.droppedSeen {
+			r.droppedSeen = d
+			p.lost = r.takeLost(p.lost)
+		}
 		// The tag table after the tail: a range published by then was
 		// tagged from this table or an older one (SetTag stores the
 		// table before the index), never a newer one.
@@ -446,6 +452,9 @@ func finishBandwidth(rec *Record) {
 // order, or (WithConcurrentSinks) to all at once, the first on this
 // goroutine, returning when every sink has consumed them.
 func (p *Profiler) deliverLocked() {
+	if len(p.lost) > 0 {
+		p.deliverLostLocked()
+	}
 	if len(p.batch) == 0 {
 		return
 	}
@@ -477,6 +486,35 @@ func (p *Profiler) deliverLocked() {
 	}
 	clear(p.batch)
 	p.batch = p.batch[:0]
+}
+
+// deliverLostLocked tells the sinks that implement LostSink of the drops
+// noted in this pass, before its records.
+func (p *Profiler) deliverLostLocked() {
+	for i := 0; i < len(p.sinks); {
+		ls, ok := p.sinks[i].(LostSink)
+		if !ok || p.consumeLost(ls, p.lost) {
+			i++
+			continue
+		}
+		p.sinks = slices.Delete(p.sinks, i, i+1)
+	}
+	clear(p.lost)
+	p.lost = p.lost[:0]
+}
+
+// consumeLost hands lost to s, as consume hands a batch.
+func (p *Profiler) consumeLost(s LostSink, lost []Lost) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.sinkFailures.Add(1)
+			err := fmt.Errorf("profiler: sink %T panicked in ConsumeLost and was removed: %v", s, v)
+			p.sinkErr.CompareAndSwap(nil, &err)
+			ok = false
+		}
+	}()
+	s.ConsumeLost(lost)
+	return true
 }
 
 // maxKeptBatch is the most records (about 300 bytes each) the collector

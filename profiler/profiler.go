@@ -44,6 +44,7 @@ type Profiler struct {
 	sinksClosed bool                         // Close has shut the sinks down
 	done        bool                         // Close has made its last pass: nothing is collected or resolved any more
 	batch       []Record                     // records finished in this pass, for the sinks
+	lost        []Lost                       // drops noted in this pass, for the sinks (LostSink)
 	returned    map[*Recorder][]*pooledEvent // events to hand back, per owner
 	waiting     map[waitingStream]bool       // in a resolve pass: streams with an end not yet done
 	placed      map[*pooledEvent]placement   // in a resolve pass: where the device reached the end events resolved so far

@@ -65,11 +65,17 @@ type Recorder struct {
 	free   []*pooledEvent // timing events ready for reuse
 	events int            // events this recorder created
 
-	dropped    atomic.Uint64 // records lost to a full queue or depth
-	eventDrops atomic.Uint64 // device ranges recorded host-only for want of events
-	unbalanced atomic.Uint64 // End without Start
-	recordErrs atomic.Uint64 // event records the backend refused
-	peakMemory atomic.Int64
+	dropped atomic.Uint64 // records lost to a full queue or depth
+	// The ranges counted in dropped, by step, until the collector takes
+	// them (takeLost); only a dropping recorder takes lostMu.
+	lostMu      sync.Mutex
+	lost        []Lost
+	lostUnnoted uint64        // dropped while lost was full: no step known
+	droppedSeen uint64        // dropped as the collector last looked; under the profiler's lock
+	eventDrops  atomic.Uint64 // device ranges recorded host-only for want of events
+	unbalanced  atomic.Uint64 // End without Start
+	recordErrs  atomic.Uint64 // event records the backend refused
+	peakMemory  atomic.Int64
 }
 
 // pending is a completed range in compact form, one cache line, as End
@@ -314,7 +320,7 @@ func (r *Recorder) Labels() Labels {
 func (r *Recorder) push(name string, kind Kind) *frame {
 	if r.depth >= maxDepth {
 		r.over++
-		r.dropped.Add(1)
+		r.lose(r.step.Load(), 1)
 		return nil
 	}
 	f := &r.stack[r.depth]
@@ -347,6 +353,43 @@ func (r *Recorder) initFrame(f *frame, name string, kind Kind) {
 	r.placeInGroup(f, r.depth)
 }
 
+// maxLost bounds the steps a recorder notes dropped ranges of between
+// two collections; beyond them the drops are counted without a step.
+const maxLost = 256
+
+// lose counts n ranges of step dropped while recording (a full queue, or
+// nesting too deep), for Stats and for the sinks told of them
+// (LostSink). Only the dropping path takes the lock.
+func (r *Recorder) lose(step int32, n uint64) {
+	r.lostMu.Lock()
+	switch k := len(r.lost); {
+	case k > 0 && r.lost[k-1].Step == step:
+		r.lost[k-1].Ranges += n
+	case k < maxLost:
+		r.lost = append(r.lost, Lost{Rank: r.rank, Step: step, Ranges: n})
+	default:
+		r.lostUnnoted += n
+	}
+	// Counted once noted: a collector that sees the count move finds
+	// the drop in the list (collectLocked).
+	r.dropped.Add(n)
+	r.lostMu.Unlock()
+}
+
+// takeLost appends the drops noted since the last call to lost: those
+// the lost list had no room for as one of step None.
+func (r *Recorder) takeLost(lost []Lost) []Lost {
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	lost = append(lost, r.lost...)
+	if r.lostUnnoted > 0 {
+		lost = append(lost, Lost{Rank: r.rank, Step: None, Ranges: r.lostUnnoted})
+	}
+	clear(r.lost)
+	r.lost, r.lostUnnoted = r.lost[:0], 0
+	return lost
+}
+
 // Start opens a host-timed range. Ranges nest: End closes the innermost.
 func (r *Recorder) Start(name string) {
 	if r == nil {
@@ -355,7 +398,7 @@ func (r *Recorder) Start(name string) {
 	// push, written out: this is the hottest call in the package.
 	if r.depth >= maxDepth {
 		r.over++
-		r.dropped.Add(1)
+		r.lose(r.step.Load(), 1)
 		return
 	}
 	f := &r.stack[r.depth]
@@ -645,7 +688,7 @@ func (r *Recorder) end(flags uint8) {
 		}
 	}
 	if !r.publish(f) {
-		r.dropped.Add(1)
+		r.lose(f.step, 1)
 		if f.hasExtra() {
 			// A host range's slot still holds the events of the device
 			// range that last used it, now a published record's.
@@ -798,7 +841,9 @@ func (r *Recorder) Grouped(calls []GroupedCollective, launch func() error) error
 		return launch()
 	}
 	if r.depth >= maxDepth {
-		r.dropped.Add(uint64(len(calls)))
+		for _, c := range calls {
+			r.lose(c.Labels.Step, 1)
+		}
 		return launch()
 	}
 	frames := r.grouped[:0]
@@ -850,7 +895,7 @@ func (r *Recorder) endGrouped(frames []frame, flags uint8) {
 			r.endDevice(f)
 		}
 		if !r.publish(f) {
-			r.dropped.Add(1)
+			r.lose(f.step, 1)
 			r.dropAll(&f.extra)
 		}
 		if f.extra.traced {

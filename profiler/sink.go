@@ -28,6 +28,28 @@ type Sink interface {
 	Consume(batch []Record)
 }
 
+// Lost is what a recorder dropped while recording (its queue full because
+// the collector fell behind, or nesting deeper than it holds): Ranges
+// ranges of rank Rank labelled with step Step, None where no step was set
+// or the recorder noted too many steps between two collections to say.
+type Lost struct {
+	Rank   int
+	Step   int32
+	Ranges uint64
+}
+
+// LostSink is a Sink told of the ranges dropped while recording, so that
+// it can say which of its figures lack them (the pipeline analysis leaves
+// a step that lost ranges out). ConsumeLost gets, before each batch of
+// records (and at a collection with none), the drops noted since the last
+// call; a drop is noted before any range its recorder publishes after it,
+// so it comes before the records of its step that were kept. It runs as
+// Consume does, with the same rules; a sink that panics in it is removed.
+type LostSink interface {
+	Sink
+	ConsumeLost(lost []Lost)
+}
+
 // SinkShutdowner is a Sink with something to release: Profiler.Close
 // calls Shutdown once, after the last record has been delivered, in the
 // order the sinks were added, each within the context Close was given. A

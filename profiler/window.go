@@ -41,15 +41,21 @@ func ParseStepWindow(s string) (StepWindow, error) {
 		return DefaultStepWindow, nil
 	}
 	var w StepWindow
-	for _, part := range strings.Split(s, ",") {
+	parts := strings.Split(s, ",")
+	for _, part := range parts {
 		part = strings.TrimSpace(part)
+		// The part named apart only where there are others.
+		where := fmt.Sprintf("step window %q", s)
+		if len(parts) > 1 {
+			where += fmt.Sprintf(": %q", part)
+		}
 		switch {
 		case part == "all":
 			w.All = true
 		case strings.HasPrefix(part, "last:"):
 			n, err := strconv.Atoi(strings.TrimPrefix(part, "last:"))
 			if err != nil || n < 1 {
-				return StepWindow{}, fmt.Errorf("step window %q: %q: want last:N with N ≥ 1", s, part)
+				return StepWindow{}, fmt.Errorf("%s: want last:N with N ≥ 1", where)
 			}
 			w.Last = max(w.Last, n)
 		default:
@@ -60,7 +66,7 @@ func ParseStepWindow(s string) (StepWindow, error) {
 				b, err2 = strconv.Atoi(hi)
 			}
 			if err1 != nil || err2 != nil || a < 0 || b < a {
-				return StepWindow{}, fmt.Errorf("step window %q: %q: want A-B (0 ≤ A ≤ B), A, last:N or all", s, part)
+				return StepWindow{}, fmt.Errorf("%s: want A-B (0 ≤ A ≤ B), A, last:N or all", where)
 			}
 			w.Ranges = append(w.Ranges, [2]int{a, b})
 		}

@@ -36,6 +36,20 @@ func TestParseStepWindow(t *testing.T) {
 	}
 }
 
+// An error names the window, and the part that is wrong only where there
+// are several, each once.
+func TestParseStepWindowErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		"5-2":        `step window "5-2": want A-B (0 ≤ A ≤ B), A, last:N or all`,
+		"1-2,last:0": `step window "1-2,last:0": "last:0": want last:N with N ≥ 1`,
+		"1-2, x":     `step window "1-2, x": "x": want A-B (0 ≤ A ≤ B), A, last:N or all`,
+	} {
+		if _, err := profiler.ParseStepWindow(in); err == nil || err.Error() != want {
+			t.Errorf("%q: error %v, want %q", in, err, want)
+		}
+	}
+}
+
 // TestStepWindowKeepsAny: whether a window keeps any step of a run of
 // steps 0 to n-1, checked against a Window fed one record per step.
 func TestStepWindowKeepsAny(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -611,7 +612,46 @@ func flagError(prefix string, fs *flag.FlagSet, err error, elsewhere map[string]
 			msg += ": did you mean " + list + "?"
 		}
 	}
+	if m := invalidValue.FindStringSubmatch(msg); m != nil && m[3] == "parse error" {
+		if want := wantedValue(fs.Lookup(m[2])); want != "" {
+			msg = fmt.Sprintf("invalid value %q for flag -%s: want %s", m[1], m[2], want)
+		}
+	}
+	if m := invalidBool.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("invalid value %q for flag -%s: want %s", m[1], m[2], wantedValue(fs.Lookup(m[2])))
+	}
 	return usagef("%s%v", prefix, msg)
+}
+
+// invalidValue is the flag package's message for a value its flag's type
+// does not parse: the value, the flag, the parser's error.
+var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
+
+// invalidBool is its message for a boolean flag's value (-quiet=maybe).
+var invalidBool = regexp.MustCompile(`^invalid boolean value "(.*)" for -([^:]+): parse error$`)
+
+// wantedValue says what a value of f's type looks like, where the flag
+// package says only "parse error"; "" for a type of its own, whose
+// error says more.
+func wantedValue(f *flag.Flag) string {
+	if f == nil {
+		return ""
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a duration with its unit, such as 30s, 500ms or 2m"
+	case int, int64, uint, uint64:
+		return "a whole number"
+	case float64:
+		return "a number"
+	case bool:
+		return "true or false (-" + f.Name + " alone is true)"
+	}
+	return ""
 }
 
 // nearFlags names at most three flags of fs that name may be a typo of,

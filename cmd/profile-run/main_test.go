@@ -130,6 +130,27 @@ func TestUnknownFlagNamesTheNearestFlags(t *testing.T) {
 	}
 }
 
+// A value its flag's type does not parse is met with what the flag wants,
+// where the flag package says only "parse error"; its other messages stay.
+func TestFlagValueSaysWhatItWants(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-comm-timeout", "5"}, `profile-run: invalid value "5" for flag -comm-timeout: want a duration with its unit, such as 30s, 500ms or 2m (see profile-run -h)` + "\n"},
+		{[]string{"-steps", "x"}, `profile-run: invalid value "x" for flag -steps: want a whole number (see profile-run -h)` + "\n"},
+		{[]string{"-lr", "abc"}, `profile-run: invalid value "abc" for flag -lr: want a number (see profile-run -h)` + "\n"},
+		{[]string{"-quiet=maybe"}, `profile-run: invalid value "maybe" for flag -quiet: want true or false (-quiet alone is true) (see profile-run -h)` + "\n"},
+		{[]string{"report", "dir", "-html=x"}, `profile-run: report: invalid value "x" for flag -html: want true or false (-html alone is true) (see profile-run report -h)` + "\n"},
+		{[]string{"-steps", "99999999999999999999"}, `profile-run: invalid value "99999999999999999999" for flag -steps: value out of range (see profile-run -h)` + "\n"},
+	} {
+		code, stdout, stderr := runCmd(t, tc.args...)
+		if code != exitUsage || stderr != tc.want || stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr\n got %q\nwant %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+}
+
 // A valid -otlp-protocol without an endpoint sends nothing: the run goes
 // on, and a warning says so.
 func TestOTLPProtocolWithoutEndpointWarns(t *testing.T) {
@@ -182,20 +203,6 @@ func TestHelpSubcommand(t *testing.T) {
 	code, _, stderr := runCmd(t, "help", "wrap")
 	if code != exitUsage || stderr != "profile-run: help \"wrap\": no such subcommand (profile-run help, profile-run help import, profile-run help report, profile-run help compare, profile-run help version) (see profile-run -h)\n" {
 		t.Errorf("help wrap: exit %d, stderr %q", code, stderr)
-	}
-}
-
-func TestUnwritableOutputFailsBeforeTraining(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "a-file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, stdout, stderr := runCmd(t, append([]string{"-out", filepath.Join(file, "sub")}, small...)...)
-	if code != exitFail || !strings.Contains(stderr, "output directory") {
-		t.Fatalf("code %d stderr %q", code, stderr)
-	}
-	if strings.Contains(stdout, "training on") {
-		t.Errorf("training started before the output directory was checked")
 	}
 }
 
@@ -388,17 +395,6 @@ func TestProfilingOff(t *testing.T) {
 	}
 	if strings.Contains(stdout, "Host Total") {
 		t.Errorf("profiling off still printed a report")
-	}
-}
-
-func TestUnwritableFileOutputFailsBeforeTraining(t *testing.T) {
-	dir := t.TempDir()
-	code, stdout, stderr := runCmd(t, append([]string{"-out", dir, "-pprof", filepath.Join(dir, "missing", "p.pb.gz"), "-metrics-addr", "off"}, small...)...)
-	if code != exitFail || !strings.Contains(stderr, "-pprof") {
-		t.Fatalf("code %d stderr %q", code, stderr)
-	}
-	if strings.Contains(stdout, "training on") {
-		t.Errorf("training started before the -pprof path was checked")
 	}
 }
 
@@ -599,11 +595,11 @@ func TestNoRunDirectoryLeftBehind(t *testing.T) {
 		absent  []string // files that must not
 	}{
 		{"report exists", context.Background(), []string{"-report", existing}, exitUsage, "-report " + existing + ": the file exists", nil, nil},
-		{"pprof unwritable", context.Background(), []string{"-pprof", filepath.Join(elsewhere, "missing", "p.pb.gz")}, exitFail, "-pprof", nil, nil},
-		{"trace unwritable after report and pprof", context.Background(), []string{"-trace", filepath.Join(elsewhere, "missing", "t.json")}, exitFail, "-trace", nil, nil},
+		{"pprof unwritable", context.Background(), []string{"-pprof", filepath.Join(elsewhere, "missing", "p.pb.gz")}, exitUsage, "-pprof", nil, nil},
+		{"trace unwritable after report and pprof", context.Background(), []string{"-trace", filepath.Join(elsewhere, "missing", "t.json")}, exitUsage, "-trace", nil, nil},
 		{"report elsewhere, pprof unwritable", context.Background(), []string{
 			"-report", filepath.Join(elsewhere, "r2.txt"), "-pprof", filepath.Join(elsewhere, "missing", "p.pb.gz"),
-		}, exitFail, "-pprof", nil, []string{"r2.txt"}},
+		}, exitUsage, "-pprof", nil, []string{"r2.txt"}},
 		{"profiling off", context.Background(), []string{"-profile", "off"}, exitOK, "", nil, nil},
 		{"every output off", context.Background(), []string{"-report", "off", "-pprof", "off", "-trace", "off"}, exitOK, "", nil, nil},
 		{"every file elsewhere", context.Background(), []string{
@@ -1233,5 +1229,47 @@ func TestEveryOutputOff(t *testing.T) {
 	}
 	if dirs := runDirs(t, out); len(dirs) != 0 {
 		t.Errorf("run directories %v with every file off", dirs)
+	}
+}
+
+// An output file in a directory that does not exist, or below a file,
+// and an -out that is a file, are usage errors naming the problem, before
+// anything runs and with nothing left behind.
+func TestOutputWhereNoDirectoryIs(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(tmp, "no", "such")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-pprof", filepath.Join(missing, "p.pb.gz")}, fmt.Sprintf("profile-run: -pprof %s: the directory %s does not exist: create it, or name a file in one that does", filepath.Join(missing, "p.pb.gz"), missing)},
+		{[]string{"-report", filepath.Join(missing, "r.txt")}, fmt.Sprintf("profile-run: -report %s: the directory %s does not exist", filepath.Join(missing, "r.txt"), missing)},
+		{[]string{"-trace", filepath.Join(file, "t.json")}, fmt.Sprintf("profile-run: -trace %s: a part of the path above the file is not a directory", filepath.Join(file, "t.json"))},
+	} {
+		out := t.TempDir()
+		code, stdout, stderr := runCmd(t, append(cpuRunFlags(out), c.args...)...)
+		if code != exitUsage || !strings.HasPrefix(stderr, c.want) {
+			t.Errorf("%v: exit %d, %q; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
+		if strings.Contains(stdout, "training on") {
+			t.Errorf("%v: training started before the path was checked", c.args)
+		}
+		if entries, _ := os.ReadDir(out); len(entries) != 0 {
+			t.Errorf("%v: -out got %v", c.args, entries)
+		}
+	}
+	for _, out := range []string{file, filepath.Join(file, "sub")} {
+		code, _, stderr := runCmd(t, append(cpuRunFlags(t.TempDir()), "-out", out)...)
+		want := fmt.Sprintf("profile-run: -out %s: not a directory", out)
+		if code != exitUsage || !strings.HasPrefix(stderr, want) {
+			t.Errorf("-out %s: exit %d, %q; want exit 2 and %q", out, code, stderr, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "no")); err == nil {
+		t.Errorf("%s was created", filepath.Join(tmp, "no"))
 	}
 }

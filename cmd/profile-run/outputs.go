@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -88,6 +89,10 @@ func (a *stepsOrCalls) unaccountable(steps int) string {
 
 // ExpectRanks has the step analysis wait for n ranks.
 func (a *stepsOrCalls) ExpectRanks(n int) { a.steps.ExpectRanks(n) }
+
+// ConsumeLost tells the step analysis of ranges dropped while recording
+// (profiler.LostSink).
+func (a *stepsOrCalls) ConsumeLost(lost []profiler.Lost) { a.steps.ConsumeLost(lost) }
 
 func (a *stepsOrCalls) Flush() {
 	a.steps.Flush()
@@ -240,7 +245,12 @@ func createFile(what, path string) (*os.File, error) {
 		}
 		return nil, usagef("%s %s: the file exists: profile-run never replaces a file; name another path", what, path)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, usagef("%s %s: the directory %s does not exist: create it, or name a file in one that does", what, path, filepath.Dir(path))
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, usagef("%s %s: a part of the path above the file is not a directory", what, path)
+	case err != nil:
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return f, nil
@@ -950,7 +960,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 			fmt.Fprintln(stdout, line)
 		}
 	} else if out.o.importing > 0 {
-		fmt.Fprintln(stdout, "device timing: as the imported profiles recorded it (torch.profiler: CUPTI's kernel, copy and memset records; the C++ framework: its events)")
+		fmt.Fprintln(stdout, "device timing: as the imported profiles recorded it (torch.profiler: CUPTI's kernel, copy and memset records; the C++ framework: its events; a trainscope trace: its device ranges' times)")
 	} else {
 		line := "device timing: every device range (-device-depth 0)"
 		if d := out.o.depth; d > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ type progress struct {
 	stepLines bool
 	lr        float64 // the learning rate, for the divergence warning
 	diverged  bool    // a loss was NaN or infinite: warned once
+	dropping  bool    // ranges were dropped while recording: warned once
 
 	container *mpb.Progress
 	bar       *mpb.Bar
@@ -129,6 +131,10 @@ func (pr *progress) stepDone(sr pipeline.StepResult) {
 		pr.lastLog = now
 	}
 	pr.mu.Unlock()
+	if !pr.dropping && c.drops > 0 {
+		pr.dropping = true
+		pr.log.Warn(fmt.Sprintf("ranges are being dropped while recording (%d by step %d): the recorders' buffers fill faster than the profiler's collector empties them; the steps that lose ranges are left out of the analysis, and every output lacks those ranges. Ranges of a few microseconds are finer than a profile needs: a larger -width or -microbatch-size makes fewer, longer ones", c.drops, sr.Step))
+	}
 	if pr.bar != nil {
 		pr.bar.SetCurrent(int64(sr.Step + 1))
 	}
@@ -171,11 +177,13 @@ func (pr *progress) logLine() {
 	// The loss and step time are of the step finished last, named as
 	// the step lines, the report and the trace name it; the steps done
 	// count it.
+	// Rounded as a reader wants them: the loss as the step lines print
+	// it, rates to what their spread means, times to what they measure.
 	fields := []zap.Field{
-		zap.Int("step", pr.last), zap.Int("steps_done", pr.done), zap.Int("steps", pr.steps), zap.Float64("loss", pr.loss),
-		zap.Duration("step_time", pr.wall), zap.Float64("samples_per_s", float64(pr.rows)/pr.wall.Seconds()),
-		zap.Float64("ranges_per_s", pr.rate), zap.Uint64("drops", pr.counts.drops), zap.Uint64("backlog", pr.counts.backlog),
-		zap.Duration("elapsed", elapsed), zap.Duration("eta", pr.eta(elapsed)),
+		zap.Int("step", pr.last), zap.Int("steps_done", pr.done), zap.Int("steps", pr.steps), zap.Float64("loss", roundTo(pr.loss, 6)),
+		zap.Duration("step_time", pr.wall.Round(time.Microsecond)), zap.Float64("samples_per_s", roundTo(float64(pr.rows)/pr.wall.Seconds(), 1)),
+		zap.Float64("ranges_per_s", math.Round(pr.rate)), zap.Uint64("drops", pr.counts.drops), zap.Uint64("backlog", pr.counts.backlog),
+		zap.Duration("elapsed", elapsed.Round(time.Millisecond)), zap.Duration("eta", pr.eta(elapsed).Round(time.Second)),
 	}
 	pr.mu.Unlock()
 	pr.log.Info("training", fields...)
@@ -192,6 +200,16 @@ func (pr *progress) stop() {
 	}
 	pr.container.Wait()
 	pr.bar, pr.container = nil, nil
+}
+
+// roundTo rounds v to decimals places as %.Nf prints it; NaN and the
+// infinities stay.
+func roundTo(v float64, decimals int) float64 {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', decimals, 64), 64)
+	if err != nil {
+		return v
+	}
+	return r
 }
 
 // si formats v with a k/M/G suffix.

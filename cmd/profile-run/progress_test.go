@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/trainscope/trainscope/pipeline"
 	"github.com/trainscope/trainscope/profiler"
 )
 
@@ -200,5 +203,29 @@ func TestProgressLogNamesTheStepOfItsLoss(t *testing.T) {
 	}
 	if got := strconv.FormatFloat(line.Loss, 'f', 6, 64); got != want[1] {
 		t.Errorf("the log line's loss %s is not step 2's (%s):\n%s", got, want[1], stdout)
+	}
+}
+
+// Ranges dropped while recording are warned about once, at the first
+// step that sees any, with the count and the step.
+func TestDroppedRangesWarnOnce(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	var drops uint64
+	pr := newProgress("off", io.Discard, zap.New(core), pipeline.Config{Steps: 4}, time.Hour, false, func() liveCounts { return liveCounts{drops: drops} })
+	step := func(n int) { pr.stepDone(pipeline.StepResult{Step: n, Loss: 1, Wall: time.Millisecond}) }
+	step(0)
+	if n := logs.FilterLevelExact(zap.WarnLevel).Len(); n != 0 {
+		t.Fatalf("%d warnings before any drop", n)
+	}
+	drops = 5
+	step(1)
+	drops = 9
+	step(2)
+	warns := logs.FilterLevelExact(zap.WarnLevel).All()
+	if len(warns) != 1 {
+		t.Fatalf("%d warnings, want one: %v", len(warns), warns)
+	}
+	if msg := warns[0].Message; !strings.HasPrefix(msg, "ranges are being dropped while recording (5 by step 1)") {
+		t.Errorf("warning %q does not give the drops and the step", msg)
 	}
 }

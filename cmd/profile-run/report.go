@@ -28,8 +28,9 @@ type reportOptions struct {
 
 const reportUsage = `Usage: profile-run report [flags] RUN_DIR [--html]
 
-Without flags, prints the run's text report (RUN_DIR/report.txt, as the
-run printed it at its end).
+Without flags, prints the run's text report (RUN_DIR/report.txt: the
+tables and analysis the run printed at its end, without its closing lines
+on records, device timing and outputs).
 
 With --html, reads the trace a run wrote (RUN_DIR/trace.json: the steps
 -trace-steps kept) back into records, analyses the pipeline again and

@@ -201,6 +201,9 @@ func makeRunDir(dir string) (path string, made []string, err error) {
 		d = up
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return "", nil, usagef("-out %s: not a directory (%v): name a directory, or one to create", dir, err)
+		}
 		return "", nil, fmt.Errorf("output directory -out %s: %w", dir, err)
 	}
 	for range 10 {

@@ -301,7 +301,13 @@ func (w *wrapper) runCommand() (code int, ran bool) {
 		if fi, serr := os.Stat(cmd.Path); serr == nil && fi.IsDir() {
 			err = errors.New("it is a directory")
 		}
-		fmt.Fprintf(w.stderr, "profile-run: cannot run %s: %v\n", w.o.command[0], err)
+		hint := ""
+		if code == exitNotFound && strings.HasPrefix(w.o.command[0], "-") {
+			// profile-run -- -steps 3: flags of profile-run's own go
+			// before the --, the command after it.
+			hint = " (everything after -- is the command to run; profile-run's own flags go before the --)"
+		}
+		fmt.Fprintf(w.stderr, "profile-run: cannot run %s: %v%s\n", w.o.command[0], err, hint)
 		return code, false
 	}
 	w.started = time.Now()
@@ -729,8 +735,13 @@ func costSummary(wall, cpu0 time.Duration) string {
 	if wall >= time.Second { // a share of a moment says nothing
 		share = fmt.Sprintf(" (%.1f%% of one core)", 100*cpu.Seconds()/wall.Seconds())
 	}
-	return fmt.Sprintf("cost: profile-run used %.1f s of CPU while the command ran for %.1f s%s, at most %d MB of memory",
-		cpu.Seconds(), wall.Seconds(), share, rss>>10)
+	used := fmt.Sprintf("%.1f s", cpu.Seconds())
+	if cpu < 100*time.Millisecond {
+		// 0.0 s beside a share of a core reads as a contradiction.
+		used = fmt.Sprintf("%.0f ms", float64(cpu)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("cost: profile-run used %s of CPU while the command ran for %.1f s%s, at most %d MB of memory",
+		used, wall.Seconds(), share, rss>>10)
 }
 
 // ncclSummary says what the plugin delivered or, when nothing, why not.

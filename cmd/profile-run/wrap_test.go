@@ -66,6 +66,7 @@ func TestWrapExitStatus(t *testing.T) {
 		{"killed by SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, 128 + 15, "SIGTERM", true},
 		{"killed by SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, 128 + 9, "SIGKILL", true},
 		{"not found", []string{"trainscope-no-such-command"}, exitNotFound, "", false},
+		{"a flag after --", []string{"-steps", "3"}, exitNotFound, "", false},
 		{"not executable", []string{notExec}, exitCannotExecute, "", false},
 		{"script without #!", []string{noShebang}, 3, "", true},
 	}
@@ -100,6 +101,10 @@ func TestWrapExitStatus(t *testing.T) {
 			}
 			if !c.ran && !strings.Contains(stderr, "cannot run "+c.cmd[0]) {
 				t.Errorf("stderr does not name the command that could not run:\n%s", stderr)
+			}
+			hint := "(everything after -- is the command to run; profile-run's own flags go before the --)"
+			if flag := strings.HasPrefix(c.cmd[0], "-"); flag != strings.Contains(stderr, hint) {
+				t.Errorf("command %q: the hint that flags go before -- is there: %v, want %v:\n%s", c.cmd[0], !flag, flag, stderr)
 			}
 			if c.killedBy != "" && !strings.Contains(stdout, "the wrapped command was killed by "+c.killedBy) {
 				t.Errorf("stdout does not say the command was killed by %s:\n%s", c.killedBy, stdout)
@@ -419,7 +424,7 @@ func TestWrapRecordsThePluginsStream(t *testing.T) {
 	}
 	// What profile-run itself took: some CPU (it decoded the stream), and
 	// the few MB any Go process holds at least.
-	m := regexp.MustCompile(`cost: profile-run used ([0-9.]+) s of CPU while the command ran for ([0-9.]+) s( \([0-9.]+% of one core\))?, at most ([0-9]+) MB of memory\n`).FindStringSubmatch(stdout)
+	m := regexp.MustCompile(`cost: profile-run used ([0-9.]+ s|[0-9]+ ms) of CPU while the command ran for ([0-9.]+) s( \([0-9.]+% of one core\))?, at most ([0-9]+) MB of memory\n`).FindStringSubmatch(stdout)
 	if m == nil {
 		t.Errorf("no cost line:\n%s", stdout)
 	} else if mb, _ := strconv.Atoi(m[4]); mb < 2 || mb > 4096 {
@@ -1213,9 +1218,16 @@ func TestCostSummary(t *testing.T) {
 	if !ok {
 		t.Skip("getrusage says nothing here")
 	}
+	// From now: a few milliseconds of CPU at most, said in them rather
+	// than as 0.0 s beside a share of a core.
 	long := costSummary(2*time.Second, cpu)
-	if !regexp.MustCompile(`^cost: profile-run used [0-9.]+ s of CPU while the command ran for 2\.0 s \([0-9.]+% of one core\), at most [0-9]+ MB of memory$`).MatchString(long) {
+	if !regexp.MustCompile(`^cost: profile-run used [0-9]+ ms of CPU while the command ran for 2\.0 s \([0-9.]+% of one core\), at most [0-9]+ MB of memory$`).MatchString(long) {
 		t.Errorf("%q", long)
+	}
+	// From the process's start: the test binary's CPU so far, whatever
+	// it is, in the unit that suits it.
+	if all := costSummary(2*time.Second, 0); !regexp.MustCompile(`^cost: profile-run used ([0-9]+\.[0-9] s|[0-9]+ ms) of CPU while`).MatchString(all) {
+		t.Errorf("%q", all)
 	}
 	short := costSummary(300*time.Millisecond, cpu)
 	if strings.Contains(short, "of one core") || !strings.HasPrefix(short, "cost: profile-run used ") {

@@ -150,7 +150,7 @@ func Compare(base, new Run) Comparison {
 		c.Notes = append(c.Notes, notes(s.side, s.d)...)
 	}
 	if a, b := asked(base.Doc), asked(new.Doc); a != b && a > 0 && b > 0 {
-		c.Notes = append(c.Notes, fmt.Sprintf("base was asked for %d steps, new for %d: ranges are compared per step", a, b))
+		c.Notes = append(c.Notes, fmt.Sprintf("base was asked for %s, new for %d: ranges are compared per step", stepCount(a), b))
 	}
 	c.Figures = figures(base.Doc, new.Doc, &c.Notes)
 	c.Ranges, c.PerStep = ranges(base.Doc, new.Doc)
@@ -388,6 +388,14 @@ func asked(d jsonsummary.Document) int {
 	return d.Trainer.Steps
 }
 
+// stepCount is n steps, "1 step" for one.
+func stepCount(n int) string {
+	if n == 1 {
+		return "1 step"
+	}
+	return fmt.Sprintf("%d steps", n)
+}
+
 // notes says what makes one run's figures less comparable.
 func notes(side string, d jsonsummary.Document) []string {
 	var n []string
@@ -395,7 +403,7 @@ func notes(side string, d jsonsummary.Document) []string {
 		n = append(n, fmt.Sprintf("%s is %s", side, d.Partial))
 	}
 	if s := steps(d); s > 0 && s < fewSteps {
-		n = append(n, fmt.Sprintf("%s counted %d steps: its median is a handful of steps' time (more steps, -steps, give a steadier figure)", side, s))
+		n = append(n, fmt.Sprintf("%s counted %s: its median is a handful of steps' time (more steps, -steps, give a steadier figure)", side, stepCount(s)))
 	}
 	if d.Records.Dropped > 0 {
 		n = append(n, fmt.Sprintf("%s dropped %d records: its ranges are undercounted", side, d.Records.Dropped))

@@ -358,6 +358,14 @@ func TestNotes(t *testing.T) {
 			t.Errorf("notes lack %q:\n%s", w, notes)
 		}
 	}
+	// One step is one step.
+	for i := range a.Steps {
+		a.Steps[i].Steps = 1
+	}
+	one := strings.Join(runcompare.Compare(runcompare.Run{Doc: a}, runcompare.Run{Doc: b}).Notes, "\n")
+	if !strings.Contains(one, "base counted 1 step:") {
+		t.Errorf("a run of one step: notes lack %q:\n%s", "base counted 1 step:", one)
+	}
 	for _, name := range []string{"communication per step, mean over ranks", "waiting at collectives per step, all ranks"} {
 		if f := figure(t, c, name); f.Base.Known || f.New.Known {
 			t.Errorf("%s compared between a run per step and one of totals: %+v", name, f)

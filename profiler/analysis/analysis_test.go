@@ -488,7 +488,10 @@ func TestKernelBubbles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
+		// One step: its figures are said to rest on few.
+		"1 of 1 step complete (few: a first step carries warm-up work, first launches and allocations, and one step's figures are not a run's; more steps give steadier ones)\n",
 		"pipeline: 2 stages; the work carries no chunk or microbatch (traced kernels outside any range named as forward or backward work), so there is no ideal bubble to compare with",
+		"(bubble: the span's time with no forward or backward computation, transfers and the optimizer included; a pprof profile's [idle: bubble] frame is the part of it with nothing running)\n",
 		"Stage  Ranks×steps  Compute/step(ms)  Bubble/step(ms)  Bubble %\n",
 		"0            1            40.000           45.000      52.9\n",
 		"1            1            45.000           40.000      47.1\n",
@@ -740,7 +743,7 @@ func TestSummaryProblemsDistinct(t *testing.T) {
 	}
 	sum := Summarize(Analyze(recs))
 	want := []string{
-		"step 1: rank 1: no step range (the step was cut short or its end never arrived); its busy and idle time are left out",
+		"step 1: rank 1: no step range (the step was cut short, its end never arrived, or it was dropped while recording); its busy and idle time are left out",
 		"step 19: 1 point-to-point transfers without their other side",
 	}
 	if sum.ProblemSteps != 19 || !slices.Equal(sum.Problems, want) {

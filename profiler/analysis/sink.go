@@ -47,6 +47,9 @@ type Sink struct {
 type pending struct {
 	items   []item
 	dropped int
+	// lost counts, by rank, the step's ranges its recorder dropped while
+	// recording (ConsumeLost).
+	lost map[int]uint64
 }
 
 // Stats counts what a Sink could not analyse.
@@ -68,6 +71,12 @@ type Stats struct {
 	// Forced counts steps analysed before every rank's records arrived,
 	// because more than WithMaxOpenSteps were open.
 	Forced int
+	// Lost counts the ranges the profiler's recorders dropped while
+	// recording (ConsumeLost): those of steps not yet analysed leave
+	// their steps out of the figures; LostLate those of steps already
+	// analysed, and LostUnlabelled those of no known step, which may be
+	// missing from any figure.
+	Lost, LostLate, LostUnlabelled uint64
 }
 
 // NewSink returns an empty analysis sink.
@@ -113,6 +122,36 @@ func (s *Sink) Consume(batch []profiler.Record) {
 		s.held++
 	}
 	s.advance(false)
+}
+
+// ConsumeLost takes the ranges the profiler's recorders dropped while
+// recording: a step that lost any is analysed with what came, and left
+// out of the figures as a step with a problem. It implements
+// profiler.LostSink.
+func (s *Sink) ConsumeLost(lost []profiler.Lost) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range lost {
+		s.stats.Lost += l.Ranges
+		switch {
+		case l.Step == profiler.None:
+			s.stats.LostUnlabelled += l.Ranges
+			continue
+		case s.analysed && l.Step <= s.upTo:
+			s.stats.LostLate += l.Ranges
+			continue
+		}
+		s.ranks[l.Rank] = true
+		p := s.open[l.Step]
+		if p == nil {
+			p = &pending{items: s.room()}
+			s.open[l.Step] = p
+		}
+		if p.lost == nil {
+			p.lost = map[int]uint64{}
+		}
+		p.lost[l.Rank] += l.Ranges
+	}
 }
 
 // late counts r, a record of a step already analysed.
@@ -244,6 +283,10 @@ func (s *Sink) analyse(step int32, p *pending, forced bool) {
 	if p.dropped > 0 {
 		st.Problems = append(st.Problems, fmt.Sprintf("%d records dropped at the cap of %d held records", p.dropped, s.cfg.maxRecords))
 	}
+	for _, rank := range sortedKeys(p.lost) {
+		// No count in the text: a problem that recurs is listed once.
+		st.Problems = append(st.Problems, fmt.Sprintf("rank %d: ranges of this step were dropped while recording (its recorder's buffer was full: the profiler's collector fell behind)", rank))
+	}
 	if forced {
 		s.stats.Forced++
 		st.Problems = append(st.Problems, fmt.Sprintf("analysed before every rank's later steps arrived (more than %d steps open)", s.cfg.maxOpen))
@@ -276,6 +319,7 @@ func (s *Sink) Summary() Summary {
 	defer s.mu.Unlock()
 	sum := s.tot.summary()
 	sum.Late, sum.LateKinds, sum.FirstLate = s.stats.Late, s.stats.LateKinds, s.stats.FirstLate
+	sum.Lost, sum.LostLate, sum.LostUnlabelled = s.stats.Lost, s.stats.LostLate, s.stats.LostUnlabelled
 	sum.OneClock = s.cfg.oneClock
 	if a := s.cfg.applied; a != nil && len(a.Residual) > 0 {
 		sum.Offsets = a.clone()

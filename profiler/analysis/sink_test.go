@@ -282,3 +282,56 @@ func TestSinkReportsLateRecords(t *testing.T) {
 		t.Errorf("report lacks %q:\n%s", want, w.String())
 	}
 }
+
+// A step whose ranges the profiler dropped while recording is left out of
+// the figures, with a problem naming the rank, and the report says how
+// many ranges were dropped; drops of a step already analysed or of no
+// step are counted apart, since no step can be left out for them.
+func TestSinkLeavesOutStepsThatLostRanges(t *testing.T) {
+	s := NewSink()
+	s.ConsumeLost([]profiler.Lost{{Rank: 1, Step: 2, Ranges: 7}, {Rank: 0, Step: profiler.None, Ranges: 2}})
+	for step := range 5 {
+		var b build
+		twoRanks(step, &b)
+		s.Consume(b.recs)
+		if step == 3 {
+			// Step 0 is analysed by now: its drops come too late.
+			s.ConsumeLost([]profiler.Lost{{Rank: 0, Step: 0, Ranges: 1}})
+		}
+	}
+	s.Flush()
+	st := s.Stats()
+	if st.Steps != 5 || st.Lost != 10 || st.LostLate != 1 || st.LostUnlabelled != 2 {
+		t.Fatalf("stats %+v: want 5 steps, 10 ranges lost, 1 of them late and 2 of no step", st)
+	}
+	sum := s.Summary()
+	if sum.Complete != 4 || sum.ProblemSteps != 1 {
+		t.Fatalf("%d complete steps, %d with problems; want 4 and step 2", sum.Complete, sum.ProblemSteps)
+	}
+	want := "step 2: rank 1: ranges of this step were dropped while recording"
+	if len(sum.Problems) != 1 || !strings.HasPrefix(sum.Problems[0], want) {
+		t.Errorf("problems %q, want one starting %q", sum.Problems, want)
+	}
+	// The figures are those of the other four steps: rank 1's mean step
+	// as with step 2 not there at all.
+	var kept []profiler.Record
+	for _, step := range []int{0, 1, 3, 4} {
+		var b build
+		twoRanks(step, &b)
+		kept = append(kept, b.recs...)
+	}
+	if off := Summarize(Analyze(kept)); sum.Ranks[1].Caused != off.Ranks[1].Caused || sum.Ranks[1].Steps != off.Ranks[1].Steps {
+		t.Errorf("rank 1: caused %v over %d steps, want %v over %d (the four steps without drops)", sum.Ranks[1].Caused, sum.Ranks[1].Steps, off.Ranks[1].Caused, off.Ranks[1].Steps)
+	}
+	var w strings.Builder
+	if err := WriteReport(&w, sum); err != nil {
+		t.Fatal(err)
+	}
+	line := "10 ranges dropped while recording (the recorders' buffers were full: the profiler's collector fell behind the ranks); the steps that lost some are left out of the figures, but 3 of them belonged to steps already analysed or to no step the profiler could name"
+	if !strings.Contains(w.String(), line) {
+		t.Errorf("report lacks %q:\n%s", line, w.String())
+	}
+	if strings.Contains(w.String(), "(few:") {
+		t.Errorf("four complete steps are said to be few:\n%s", w.String())
+	}
+}

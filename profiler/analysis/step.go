@@ -372,7 +372,7 @@ func rankAccount(rk *Rank, rank int, items []item, problems []string, sc *scratc
 	if !haveStep {
 		// Without the step range there is no wall time to account busy
 		// time in: the step was cut short, or its end not delivered.
-		return append(problems, fmt.Sprintf("rank %d: no step range (the step was cut short or its end never arrived); its busy and idle time are left out", rank))
+		return append(problems, fmt.Sprintf("rank %d: no step range (the step was cut short, its end never arrived, or it was dropped while recording); its busy and idle time are left out", rank))
 	}
 	if rk.Wall.End < rk.Wall.Start {
 		// A malformed step range: no wall time to account busy time in,

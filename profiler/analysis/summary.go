@@ -53,6 +53,9 @@ type Summary struct {
 	// OneClock says every rank was on one clock (WithOneClock): nothing
 	// was aligned, nor needed to be.
 	OneClock bool
+	// Lost, LostLate and LostUnlabelled are a Sink's Stats of the same
+	// names: ranges dropped while recording.
+	Lost, LostLate, LostUnlabelled uint64
 	// Late counts records that came after their step was analysed (a
 	// Sink's Stats.Late, with LateKinds and FirstLate): in no figure.
 	Late      uint64
@@ -397,7 +400,17 @@ func WriteReport(w io.Writer, s Summary, opts ...ReportOption) error {
 	if s.Complete < s.Steps {
 		fmt.Fprintf(w, "; the figures cover the complete ones")
 	}
+	if s.Complete > 0 && s.Complete < fewSteps {
+		fmt.Fprintf(w, " (few: a first step carries warm-up work, first launches and allocations, and one step's figures are not a run's; more steps give steadier ones)")
+	}
 	fmt.Fprintln(w)
+	if s.Lost > 0 {
+		fmt.Fprintf(w, "%s dropped while recording (the recorders' buffers were full: the profiler's collector fell behind the ranks); the steps that lost some are left out of the figures", counted(int(min(s.Lost, math.MaxInt)), "range"))
+		if n := s.LostLate + s.LostUnlabelled; n > 0 {
+			fmt.Fprintf(w, ", but %d of them belonged to steps already analysed or to no step the profiler could name, and the figures may lack them", n)
+		}
+		fmt.Fprintln(w)
+	}
 	if s.Complete > 0 {
 		if err := writeFigures(w, s, c); err != nil {
 			return err
@@ -442,6 +455,10 @@ func lateKinds(n [int(profiler.KindKernel) + 2]uint64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// fewSteps is the number of complete steps below which the report says
+// its figures rest on few.
+const fewSteps = 3
 
 // counted is n and the noun, plural unless n is 1 ("1 chunk", "8
 // microbatches").
@@ -506,6 +523,7 @@ func writeFigures(w io.Writer, s Summary, rc reportConfig) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		fmt.Fprintln(w, "(bubble: the span's time with no forward or backward computation, transfers and the optimizer included; a pprof profile's [idle: bubble] frame is the part of it with nothing running)")
 		if b, ok := s.Balance(); ok {
 			writeBalance(w, b, rc.shared)
 		}
