@@ -158,9 +158,9 @@ func TestNamesWithLineBreaks(t *testing.T) {
 	if err := profiler.WriteReport(&rep, profiler.Summarize(recs), nil, profiler.SortName); err != nil {
 		t.Fatal(err)
 	}
-	// Title, header, two rows, peak line, blank line.
-	if lines := strings.Split(strings.TrimSuffix(rep.String(), "\n"), "\n"); len(lines) != 6 {
-		t.Errorf("report has %d lines, want 6:\n%s", len(lines), rep.String())
+	// Title, header, two rows, peak line, blank line, legend.
+	if lines := strings.Split(strings.TrimSuffix(rep.String(), "\n"), "\n"); len(lines) != 7 {
+		t.Errorf("report has %d lines, want 7:\n%s", len(lines), rep.String())
 	}
 	var log bytes.Buffer
 	if err := profiler.WriteRecords(&log, recs); err != nil {

@@ -189,6 +189,10 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 			cells[j] = [...]string{strconv.Itoa(n.Count),
 				fixed(us(n.HostTotal), 3), fixed(n.HostPercent, 2), fixed(us(n.DeviceTotal), 3), fixed(n.DevicePercent, 2),
 				fixed(mean(n.HostTotal, n.Count), 3), fixed(mean(n.DeviceTotal, n.DeviceCount), 3)}
+			if n.DeviceCount == 0 {
+				// Not timed on the device, which 0.000 would not say.
+				cells[j][3], cells[j][4], cells[j][6] = "-", "-", "-"
+			}
 			for k, c := range cells[j] {
 				widths[k] = max(widths[k], len(c))
 			}
@@ -233,8 +237,14 @@ func WriteReport(w io.Writer, groups []Group, peak map[int]int64, by SortKey, op
 		}
 		fmt.Fprintln(bw)
 	}
+	if len(groups) > 0 {
+		fmt.Fprintln(bw, reportLegend)
+	}
 	return bw.Flush()
 }
+
+// reportLegend says what the tables' shares are of.
+const reportLegend = "Host %: of the table's outermost ranges' host time (its steps, where the run marks them); Device %: of its outermost device-timed ranges' device time, summed over streams (ranges that overlap on several streams can add past the step); -: no device time (not timed on the device)"
 
 // writePartlyTimed names the rows of which only some ranges have device
 // times — event-timed ones the event pool ran dry for, trace-timed ones
