@@ -504,17 +504,8 @@ func (p *Profiler) deliverLostLocked() {
 }
 
 // consumeLost hands lost to s, as consume hands a batch.
-func (p *Profiler) consumeLost(s LostSink, lost []Lost) (ok bool) {
-	defer func() {
-		if v := recover(); v != nil {
-			p.sinkFailures.Add(1)
-			err := fmt.Errorf("profiler: sink %T panicked in ConsumeLost and was removed: %v", s, v)
-			p.sinkErr.CompareAndSwap(nil, &err)
-			ok = false
-		}
-	}()
-	s.ConsumeLost(lost)
-	return true
+func (p *Profiler) consumeLost(s LostSink, lost []Lost) bool {
+	return p.guarded(s, "ConsumeLost", func() { s.ConsumeLost(lost) })
 }
 
 // maxKeptBatch is the most records (about 300 bytes each) the collector
@@ -526,15 +517,21 @@ const maxKeptBatch = 1 << 15
 // a reason to end the training run or to deliver the batch again: the
 // panic is kept (Stats.SinkFailures, SinkError) and consume reports false,
 // and the caller drops the sink.
-func (p *Profiler) consume(s Sink, batch []Record) (ok bool) {
+func (p *Profiler) consume(s Sink, batch []Record) bool {
+	return p.guarded(s, "Consume", func() { s.Consume(batch) })
+}
+
+// guarded runs call, sink s's method, and reports false, the panic kept,
+// where it panicked.
+func (p *Profiler) guarded(s Sink, method string, call func()) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.sinkFailures.Add(1)
-			err := fmt.Errorf("profiler: sink %T panicked in Consume and was removed: %v", s, v)
+			err := fmt.Errorf("profiler: sink %T panicked in %s and was removed: %v", s, method, v)
 			p.sinkErr.CompareAndSwap(nil, &err)
 			ok = false
 		}
 	}()
-	s.Consume(batch)
+	call()
 	return true
 }
