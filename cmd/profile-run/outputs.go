@@ -968,7 +968,7 @@ func (out *outputs) finish(stdout io.Writer) error {
 		}
 		// What the timing put on the streams: each event is a command the
 		// device runs between kernels.
-		fmt.Fprintf(stdout, "%s; %s recorded on the streams, %s shared the stream's latest\n", line, count(st.Events, "timing event", "timing events"), count(st.Adjacent, "range start or end", "range starts and ends"))
+		fmt.Fprintf(stdout, "%s; %s recorded on the streams, %s reused an event already marking that point of their stream (adjacent ranges share one)\n", line, count(st.Events, "timing event", "timing events"), count(st.Adjacent, "range start or end", "range starts and ends"))
 	}
 	if out.o.profile == "sync" {
 		fmt.Fprintln(stdout, "synchronised: the stream was synchronised around every device range (-profile sync), so host times include the waits")
