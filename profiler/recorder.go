@@ -67,10 +67,14 @@ type Recorder struct {
 
 	dropped atomic.Uint64 // records lost to a full queue or depth
 	// The ranges counted in dropped, by step, until the collector takes
-	// them (takeLost); only a dropping recorder takes lostMu.
+	// them (takeLost): lostN those of step lostStep, lost (under lostMu)
+	// those of the steps before it. A drop of the same step as the last
+	// takes no lock; lostStep changes only under lostMu.
+	lostStep    atomic.Int32
+	lostN       atomic.Uint64
 	lostMu      sync.Mutex
 	lost        []Lost
-	lostUnnoted uint64        // dropped while lost was full: no step known
+	lostUnnoted uint64        // dropped while lost was full: no step known; under lostMu
 	droppedSeen uint64        // dropped as the collector last looked; under the profiler's lock
 	eventDrops  atomic.Uint64 // device ranges recorded host-only for want of events
 	unbalanced  atomic.Uint64 // End without Start
@@ -359,9 +363,26 @@ const maxLost = 256
 
 // lose counts n ranges of step dropped while recording (a full queue, or
 // nesting too deep), for Stats and for the sinks told of them
-// (LostSink). Only the dropping path takes the lock.
+// (LostSink). A drop of the step the last one was of costs two atomic
+// adds: in a storm of drops (the collector far behind), the rank goes on
+// at the cost it had.
 func (r *Recorder) lose(step int32, n uint64) {
-	r.lostMu.Lock()
+	if r.lostStep.Load() != step {
+		r.lostMu.Lock()
+		if c := r.lostN.Swap(0); c > 0 {
+			r.noteLocked(r.lostStep.Load(), c)
+		}
+		r.lostStep.Store(step)
+		r.lostMu.Unlock()
+	}
+	r.lostN.Add(n)
+	// Counted once noted: a collector that sees the count move finds
+	// the drop noted (collectLocked).
+	r.dropped.Add(n)
+}
+
+// noteLocked adds n drops of step to the list; the caller holds lostMu.
+func (r *Recorder) noteLocked(step int32, n uint64) {
 	switch k := len(r.lost); {
 	case k > 0 && r.lost[k-1].Step == step:
 		r.lost[k-1].Ranges += n
@@ -370,18 +391,17 @@ func (r *Recorder) lose(step int32, n uint64) {
 	default:
 		r.lostUnnoted += n
 	}
-	// Counted once noted: a collector that sees the count move finds
-	// the drop in the list (collectLocked).
-	r.dropped.Add(n)
-	r.lostMu.Unlock()
 }
 
-// takeLost appends the drops noted since the last call to lost: those
-// the lost list had no room for as one of step None.
+// takeLost appends the drops noted since the last call to lost, oldest
+// first: those the list had no room for as one of step None.
 func (r *Recorder) takeLost(lost []Lost) []Lost {
 	r.lostMu.Lock()
 	defer r.lostMu.Unlock()
 	lost = append(lost, r.lost...)
+	if c := r.lostN.Swap(0); c > 0 {
+		lost = append(lost, Lost{Rank: r.rank, Step: r.lostStep.Load(), Ranges: c})
+	}
 	if r.lostUnnoted > 0 {
 		lost = append(lost, Lost{Rank: r.rank, Step: None, Ranges: r.lostUnnoted})
 	}
