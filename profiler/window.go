@@ -145,6 +145,13 @@ type Window struct {
 	// each would grow with the run.
 	cut          map[int]bool
 	cutLo, cutHi int
+	// lost holds the wanted steps some rank dropped ranges of while
+	// recording (ConsumeLost), left out whole as cut ones are; lostLo and
+	// lostHi span every such step, lostRecs counts the records of theirs
+	// that came.
+	lost           map[int]bool
+	lostLo, lostHi int
+	lostRecs       uint64
 	// spare holds the records' room of steps evicted from the most
 	// recent, for the next new step: a long run's steps come and go, and
 	// each allocating its own was most of what the window cost.
@@ -156,7 +163,7 @@ func NewWindow(w StepWindow, maxRecords int) *Window {
 	if maxRecords < 1 {
 		maxRecords = 1 << 18
 	}
-	return &Window{w: w, maxRecords: maxRecords, steps: map[int][]Record{}, cut: map[int]bool{}, cutLo: None, cutHi: None}
+	return &Window{w: w, maxRecords: maxRecords, steps: map[int][]Record{}, cut: map[int]bool{}, cutLo: None, cutHi: None, lost: map[int]bool{}, lostLo: None, lostHi: None}
 }
 
 // Bound is the most records the window keeps.
@@ -171,6 +178,10 @@ func (win *Window) Consume(batch []Record) {
 		step := int(r.Step)
 		if !win.wants(step) {
 			win.outside++
+			continue
+		}
+		if win.lost[step] {
+			win.lostRecs++
 			continue
 		}
 		if win.kept >= win.maxRecords && step != None && !win.cut[step] {
@@ -212,6 +223,36 @@ func (win *Window) Consume(batch []Record) {
 	}
 }
 
+// ConsumeLost implements LostSink: a wanted step of which a rank dropped
+// ranges while recording is left out whole, its records kept so far
+// and those still to come, as one the bound cut short is: half a step
+// would pass for a whole one.
+func (win *Window) ConsumeLost(lost []Lost) {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	for _, l := range lost {
+		step := int(l.Step)
+		if step == None || win.lost[step] || !win.wants(step) {
+			continue
+		}
+		win.lost[step] = true
+		if win.lostLo == None || step < win.lostLo {
+			win.lostLo = step
+		}
+		win.lostHi = max(win.lostHi, step)
+		if rs, ok := win.steps[step]; ok {
+			win.kept -= len(rs)
+			win.lostRecs += uint64(len(rs))
+			delete(win.steps, step)
+			win.unhold(step)
+			if cap(rs) > 0 && len(win.spare) < max(win.w.Last, 1) {
+				clear(rs)
+				win.spare = append(win.spare, rs[:0])
+			}
+		}
+	}
+}
+
 // wants reports whether records of step are kept, making room among the
 // most recent steps when step is a new one. Steps of the fixed ranges
 // count among the most recent too: last:N is the run's last N steps, not
@@ -243,6 +284,7 @@ func (win *Window) wants(step int) bool {
 			delete(win.steps, old)
 			win.unhold(old)
 			delete(win.cut, old)
+			delete(win.lost, old)
 			if cap(rs) > 0 && len(win.spare) < win.w.Last {
 				clear(rs) // the records' strings and pointers go
 				win.spare = append(win.spare, rs[:0])
@@ -313,13 +355,19 @@ type WindowStats struct {
 	// CutFirst and CutLast span the wanted steps the bound cut short or
 	// left out (None when it did not): none of their records are kept.
 	CutFirst, CutLast int
+	// LostFirst and LostLast span the wanted steps left out because a
+	// rank dropped ranges of them while recording (None when none was),
+	// and Lost counts those steps' records that came.
+	LostFirst, LostLast int
+	Lost                uint64
 }
 
 // Stats returns what the window holds now.
 func (win *Window) Stats() WindowStats {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	st := WindowStats{Records: win.kept, Outside: win.outside, Full: win.full, CutFirst: win.cutLo, CutLast: win.cutHi}
+	st := WindowStats{Records: win.kept, Outside: win.outside, Full: win.full, CutFirst: win.cutLo, CutLast: win.cutHi,
+		LostFirst: win.lostLo, LostLast: win.lostHi, Lost: win.lostRecs}
 	for s, rs := range win.steps {
 		if win.cut[s] {
 			st.Records -= len(rs)
@@ -334,14 +382,22 @@ func (win *Window) Stats() WindowStats {
 
 // CutText says which steps the bound left out, e.g. "steps 10–12" ("" for
 // none).
-func (st WindowStats) CutText() string {
+func (st WindowStats) CutText() string { return spanText(st.CutFirst, st.CutLast) }
+
+// LostText says which steps were left out for ranges dropped while
+// recording, as CutText says it ("" for none). The span may hold steps
+// kept between them.
+func (st WindowStats) LostText() string { return spanText(st.LostFirst, st.LostLast) }
+
+// spanText is "step N" or "steps A–B"; "" where first is None.
+func spanText(first, last int) string {
 	switch {
-	case st.CutFirst == None:
+	case first == None:
 		return ""
-	case st.CutFirst == st.CutLast:
-		return "step " + strconv.Itoa(st.CutFirst)
+	case first == last:
+		return "step " + strconv.Itoa(first)
 	}
-	return fmt.Sprintf("steps %d–%d", st.CutFirst, st.CutLast)
+	return fmt.Sprintf("steps %d–%d", first, last)
 }
 
 // Covers describes the steps kept, e.g. "steps 1–5, 495–499" ("no steps"

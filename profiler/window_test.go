@@ -106,6 +106,43 @@ func stepRecords(steps, ranks, n int) []profiler.Record {
 	return out
 }
 
+// A step of which a rank dropped ranges while recording is left out
+// whole, whether the window hears of it before its records or after
+// some; drops of steps the window does not keep change nothing.
+func TestWindowLeavesOutStepsThatLostRanges(t *testing.T) {
+	w, err := profiler.ParseStepWindow("1-5,last:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	win := profiler.NewWindow(w, 0)
+	recs := stepRecords(10, 2, 3) // 6 records a step
+	win.ConsumeLost([]profiler.Lost{{Rank: 1, Step: 3, Ranges: 4}})
+	win.Consume(recs[:9*6]) // steps 0–8
+	win.ConsumeLost([]profiler.Lost{{Rank: 1, Step: 0, Ranges: 3}, {Rank: 0, Step: 7, Ranges: 1}, {Rank: 0, Step: 8, Ranges: 2}, {Rank: 1, Step: profiler.None, Ranges: 5}})
+	win.Consume(recs[9*6:]) // step 9 and the step-less record
+	st := win.Stats()
+	// Kept: steps 1, 2, 4, 5 (3 lost), 9 (7 and 8, the last 2 when their
+	// drops were told, lost), and the step-less record; step 0 is not
+	// the window's, and its drops change nothing.
+	if got := st.Covers(); got != "steps 1–2, 4–5, 9" {
+		t.Errorf("covers %q, want steps 1–2, 4–5, 9", got)
+	}
+	if want := 5*6 + 1; st.Records != want || len(win.Records()) != want {
+		t.Errorf("kept %d records (%d returned), want %d", st.Records, len(win.Records()), want)
+	}
+	if st.LostFirst != 3 || st.LostLast != 8 || st.Lost != 3*6 {
+		t.Errorf("lost steps %d–%d, %d of their records; want 3–8 and 18 (steps 3, 7 and 8)", st.LostFirst, st.LostLast, st.Lost)
+	}
+	if got := st.LostText(); got != "steps 3–8" {
+		t.Errorf("LostText %q", got)
+	}
+	for _, r := range win.Records() {
+		if r.Step == 3 || r.Step == 7 || r.Step == 8 {
+			t.Fatalf("a record of step %d, which lost ranges, was kept", r.Step)
+		}
+	}
+}
+
 func TestWindowKeepsChosenSteps(t *testing.T) {
 	recs := stepRecords(100, 2, 3)
 	win := profiler.NewWindow(profiler.DefaultStepWindow, 0)

@@ -609,6 +609,18 @@ func newPipeAnalysis(o *options, stepAnalysed func(*analysis.Step)) pipeAnalysis
 	}
 }
 
+// lostStepsText says which steps of the window were left out whole for
+// ranges dropped while recording; "" where none was.
+func lostStepsText(st profiler.WindowStats) string {
+	if st.LostText() == "" {
+		return ""
+	}
+	if st.LostFirst == st.LostLast {
+		return fmt.Sprintf(" (%s left out whole: it lost ranges while recording)", st.LostText())
+	}
+	return fmt.Sprintf(" (of %s, those that lost ranges while recording left out whole)", st.LostText())
+}
+
 func (out *outputs) files() []*os.File {
 	return []*os.File{out.report, out.pprofFile, out.traceFile}
 }
@@ -732,12 +744,14 @@ func (out *outputs) finish(stdout io.Writer) error {
 				if st.CutText() != "" {
 					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
 				}
+				line += lostStepsText(st)
 				rankHeader = append(slices.Clone(header), line)
 			} else {
 				line := fmt.Sprintf("per-step tables and calls cover %s (-trace-steps %s); %s of other steps left out (all ranks')", st.Covers(), out.o.detail, count(st.Outside+st.Full, "record", "records"))
 				if st.CutText() != "" {
 					line += fmt.Sprintf(" (%s whole: beyond the %d records kept)", st.CutText(), out.detail.Bound())
 				}
+				line += lostStepsText(st)
 				rankHeader = append(slices.Clone(header), line)
 			}
 		}
@@ -838,9 +852,11 @@ func (out *outputs) finish(stdout io.Writer) error {
 		default:
 			out.whole(out.traceFile.Name())
 			line := fmt.Sprintf("trace: %s, %s (%d unmatched), %s", count(st.Events, "event", "events"), count(st.Flows, "flow", "flows"), st.Unmatched, covers)
-			if ws := out.detail.Stats(); ws.CutText() != "" {
+			ws := out.detail.Stats()
+			if ws.CutText() != "" {
 				line += fmt.Sprintf(" (%s left out whole: the trace holds %d records at most; -trace-steps to choose the steps)", ws.CutText(), out.detail.Bound())
 			}
+			line += lostStepsText(ws)
 			out.summary = append(out.summary, fmt.Sprintf("%s → %s (open in ui.perfetto.dev)", line, out.traceFile.Name()))
 			if out.runDir != "" && filepath.Clean(out.traceFile.Name()) == filepath.Join(out.runDir, "trace.json") && htmlreport.Drawable(windowRecords()) {
 				// Where profile-run report finds it: the page is a
