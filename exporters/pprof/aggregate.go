@@ -1,6 +1,7 @@
 package pprof
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -164,6 +165,9 @@ func (a *Aggregate) Profile(opts ...Option) (*profile.Profile, error) {
 // Write writes the gzip-compressed profile to w, after checking it with
 // CheckValid, and says how many samples it holds.
 func (a *Aggregate) Write(w io.Writer, opts ...Option) (Stats, error) {
+	if w == nil {
+		return Stats{}, errors.New("pprof: Write: nil writer")
+	}
 	p, err := a.Profile(opts...)
 	if err != nil {
 		return Stats{}, err

@@ -209,3 +209,10 @@ func TestStepTimeOfASimulatedSchedule(t *testing.T) {
 		}
 	}
 }
+
+// Write to a nil writer is an error, not a panic.
+func TestAggregateWriteNilWriter(t *testing.T) {
+	if _, err := pprof.NewAggregate().Write(nil); err == nil || err.Error() != "pprof: Write: nil writer" {
+		t.Fatalf("Write(nil) = %v, want the nil writer named", err)
+	}
+}
